@@ -1,0 +1,59 @@
+"""Shared test set-up: offline, threads pinned, real speech clips, tiny checkpoints built once per session."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+DATA_DIR = Path(__file__).parent / "data"
+
+
+def _pin_torch_threads() -> None:
+    # 2 CPU cores: torch with 2 threads is erratic (same call 0.4-12 s). One thread is steady.
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(1)
+
+
+_pin_torch_threads()
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """Folder of the real (synthetic-voice) speech clips copied from ../shared/audio."""
+    return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def audio_manifest() -> dict:
+    """``tests/data/manifest.json``: per-file transcript and ground-truth speech start/end."""
+    return json.loads((DATA_DIR / "manifest.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """Factory: ``tiny_checkpoint("vibevoice")`` -> folder of a tiny random checkpoint, built once per session
+    with the same code as ``python -m tts_app make-tiny-model``."""
+    built: dict[tuple[str, int], Path] = {}
+
+    def build(family: str, seed: int = 0) -> Path:
+        key = (family, seed)
+        if key not in built:
+            from tts_app.adapters import adapter_class
+
+            out = tmp_path_factory.mktemp(f"tiny-{family}-{seed}")
+            built[key] = Path(adapter_class(family).make_tiny_checkpoint(out, seed=seed))
+        return built[key]
+
+    return build

@@ -1,0 +1,41 @@
+"""The project's error hierarchy.
+
+Pure layers raise these with a message that names the bad value and the fix. The UI turns them into
+``gr.Error`` / ``gr.Warning``; the JSONL runner turns them into a failed result line and goes on.
+"""
+
+from __future__ import annotations
+
+
+class TTSAppError(Exception):
+    """Base class of every error this project raises on purpose."""
+
+
+class InputError(TTSAppError, ValueError):
+    """Bad user input (text, parameters, CLI values). The message names the item and the fix."""
+
+
+class ReferenceAudioError(TTSAppError, ValueError):
+    """A reference audio file or array cannot be used (corrupt, empty, silent, too short)."""
+
+
+class ModelLoadError(TTSAppError, RuntimeError):
+    """A model could not be loaded (not cached and hub unreachable, unknown architecture, bad folder)."""
+
+
+class RequestOutOfMemoryError(TTSAppError, RuntimeError):
+    """A request could not be served because even a batch of one ran out of device memory,
+    or its estimated memory exceeds the budget before any work was done."""
+
+
+class JobLineError(TTSAppError, ValueError):
+    """One line of a JSONL job is invalid. ``line_number`` is 1-based."""
+
+    def __init__(self, line_number: int, message: str):
+        super().__init__(f"line {line_number}: {message}")
+        self.line_number = line_number
+        self.reason = message
+
+
+class RequestCancelledError(TTSAppError, RuntimeError):
+    """The request was cancelled by its caller before it finished."""

@@ -1,0 +1,180 @@
+"""Plain-data request / result types shared by the UI, CLI, job runner and engine.
+
+Vocabulary (see ../shared/STYLE.md): a *request* is one user synthesis; a *segment* is one text chunk of a request
+after splitting; a *batch* is the segments run in one forward call; a *job* is a JSONL file of requests.
+No torch import here.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from tts_app.errors import InputError
+
+
+class RequestStatus(str, enum.Enum):
+    """Lifecycle of a request inside the engine."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Priority(enum.IntEnum):
+    """Lower value is served first. Interactive (UI single synthesis) goes ahead of batch-job segments."""
+
+    INTERACTIVE = 0
+    JOB = 1
+
+
+@dataclass(frozen=True)
+class SynthesisParams:
+    """Per-call generation knobs. ``None`` means "use the model's default".
+
+    Attributes:
+        seed: base seed of the request; segment ``i`` uses ``seed + i`` so a segment's audio never depends on its
+            batch-mates.
+        greedy: greedy decoding (argmax) instead of sampling. Greedy output is deterministic and equal batched or
+            one by one, cache on or off.
+        temperature, top_p, top_k: sampling knobs where the model has them (ignored when ``greedy``).
+        cfg_scale: classifier-free guidance scale where the model has it.
+        max_new_tokens: cap on decode steps per segment.
+        use_cache: KV cache on (fast) or off (recomputes the whole prefix each step; same output).
+        max_segment_chars: split long text into segments of at most this many characters (None = model default).
+        pause_between_segments_ms: silence inserted between consecutive segments of one request, in ms.
+    """
+
+    seed: int = 0
+    greedy: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    cfg_scale: float | None = None
+    max_new_tokens: int | None = None
+    use_cache: bool = True
+    max_segment_chars: int | None = None
+    pause_between_segments_ms: int = 200
+
+    def __post_init__(self) -> None:
+        if self.temperature is not None and self.temperature <= 0:
+            raise InputError(f"temperature={self.temperature} must be > 0 (use greedy=True for argmax decoding)")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise InputError(f"top_p={self.top_p} must be in (0, 1]")
+        if self.top_k is not None and self.top_k < 1:
+            raise InputError(f"top_k={self.top_k} must be >= 1")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise InputError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
+        if self.max_segment_chars is not None and self.max_segment_chars < 8:
+            raise InputError(f"max_segment_chars={self.max_segment_chars} must be >= 8")
+        if self.pause_between_segments_ms < 0:
+            raise InputError(f"pause_between_segments_ms={self.pause_between_segments_ms} must be >= 0")
+
+    def batch_key(self) -> tuple:
+        """Segments can share one batch only when every generation knob except the seed is equal."""
+        return (self.greedy, self.temperature, self.top_p, self.top_k, self.cfg_scale, self.max_new_tokens,
+                self.use_cache)
+
+    def with_seed(self, seed: int) -> "SynthesisParams":
+        return replace(self, seed=seed)
+
+
+@dataclass(frozen=True)
+class ReferenceAudio:
+    """A cleaned reference clip.
+
+    Attributes:
+        samples: float32 mono waveform, shape ``(num_samples,)``, values in [-1, 1].
+        sampling_rate: Hz.
+        key: content hash of the original file/array plus processing settings (cache key); "" if unknown.
+    """
+
+    samples: np.ndarray
+    sampling_rate: int
+    key: str = ""
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.samples) / float(self.sampling_rate)
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass
+class SynthesisRequest:
+    """One user synthesis.
+
+    Attributes:
+        text: the text to speak (raw user text; the engine runs the front end and segmentation).
+        reference_audio: the voice to clone (already cleaned, at the model's sampling rate), or None for a model
+            that can speak without one.
+        reference_text: transcript of the reference audio, if known.
+        params: generation knobs.
+        priority: INTERACTIVE (UI) requests are scheduled ahead of JOB requests.
+        request_id: short unique id used in logs and results.
+    """
+
+    text: str
+    reference_audio: ReferenceAudio | None = None
+    reference_text: str | None = None
+    params: SynthesisParams = field(default_factory=SynthesisParams)
+    priority: Priority = Priority.INTERACTIVE
+    request_id: str = field(default_factory=new_request_id)
+
+
+@dataclass(frozen=True)
+class SegmentTiming:
+    """Where one segment sits in the final audio, and how it was produced.
+
+    Attributes:
+        index: 0-based segment index within the request.
+        text: the segment's text.
+        start_s, end_s: position of the segment's audio in the request's final waveform, in seconds.
+        batch_size: number of rows in the batch that produced it.
+        generate_s: wall-clock seconds of that batch's generate call.
+    """
+
+    index: int
+    text: str
+    start_s: float
+    end_s: float
+    batch_size: int = 1
+    generate_s: float = 0.0
+
+
+@dataclass
+class SynthesisResult:
+    """The outcome of one request.
+
+    Attributes:
+        request_id: the request's id.
+        status: DONE, FAILED or CANCELLED.
+        audio: float32 mono waveform, shape ``(num_samples,)`` (empty when failed).
+        sampling_rate: Hz.
+        segments: one timing per segment, in order.
+        error: message when FAILED / CANCELLED.
+        warnings: notices for the user (front-end warnings, cropped reference, ...).
+    """
+
+    request_id: str
+    status: RequestStatus
+    audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    sampling_rate: int = 24000
+    segments: list[SegmentTiming] = field(default_factory=list)
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / float(self.sampling_rate) if self.sampling_rate else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is RequestStatus.DONE
