@@ -74,6 +74,11 @@ class ReferenceConfig:
         target_loudness_dbfs: RMS level of the speech after normalisation, in dBFS.
         peak_ceiling_dbfs: peak level never exceeded after normalisation, in dBFS.
         cache_entries: processed references kept in memory, keyed by content hash.
+        max_nonfinite_share: NaN/Inf samples are zeroed with a warning up to this share of all samples; a larger
+            share is an error (the file is broken, not just dented).
+        max_clipping_share: warn "clipped" when more than this share of samples sits at full scale.
+        min_snr_db: warn "noisy background" when the estimated SNR (speech vs non-speech power) is below this, in dB.
+        min_speech_level_dbfs: warn "low level" when the speech RMS of the input is below this, in dBFS.
     """
 
     max_decode_s: float = 300.0
@@ -86,6 +91,10 @@ class ReferenceConfig:
     target_loudness_dbfs: float = -20.0
     peak_ceiling_dbfs: float = -1.0
     cache_entries: int = 64
+    max_nonfinite_share: float = 0.01
+    max_clipping_share: float = 0.001
+    min_snr_db: float = 25.0
+    min_speech_level_dbfs: float = -40.0
 
 
 @dataclass(frozen=True)
