@@ -1,0 +1,221 @@
+"""JSONL job schema: reading (encodings, line ends), validation messages with line numbers, path and name safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import tracemalloc
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tts_app.errors import InputError
+from tts_app.jobs.runner import validate_job
+from tts_app.jobs.schema import (AudioSources, InvalidLine, JobConfig, JobLine, extract_audio_zip, iter_job,
+                                 make_sources, sanitize_output_name)
+from tts_app.request import SynthesisParams
+
+
+@pytest.fixture()
+def job_dir(tmp_path, data_dir) -> Path:
+    (tmp_path / "voices").mkdir()
+    shutil.copy(data_dir / "en_female_1.wav", tmp_path / "voices" / "a.wav")
+    shutil.copy(data_dir / "zh_male_1.wav", tmp_path / "b.wav")
+    return tmp_path
+
+
+def write_jsonl(path: Path, rows: list, *, encoding: str = "utf-8", newline: str = "\n", bom: bool = False) -> Path:
+    text = newline.join(r if isinstance(r, str) else json.dumps(r, ensure_ascii=False) for r in rows) + newline
+    data = text.encode(encoding)
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + data)
+    return path
+
+
+def rows_by_line(report) -> dict[int, list[tuple[str, str]]]:
+    out: dict[int, list[tuple[str, str]]] = {}
+    for line, status, message in report.as_table():
+        out.setdefault(line, []).append((status, message))
+    return out
+
+
+def test_bom_crlf_blank_lines_and_glm_tts_aliases(job_dir):
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"uttid": "first", "syn_text": "Hello there.", "prompt_speech": "voices/a.wav", "prompt_text": "ref words"},
+        "",
+        "   ",
+        {"input_text": "你好，世界。", "prompt_audio": "b.wav", "seed": 7, "greedy": True, "top_p": 0.9},
+    ], newline="\r\n", bom=True)
+    items = list(iter_job(path, make_sources(path, None, JobConfig())))
+    assert all(isinstance(i, JobLine) for i in items), items
+    first, second = items
+    assert (first.line_number, first.output_name, first.input_text) == (1, "first", "Hello there.")
+    assert first.prompt_audio == (job_dir / "voices" / "a.wav").resolve()
+    assert first.prompt_text == "ref words"
+    # default output name = zero-padded physical line number (blank lines count, so it matches the editor)
+    assert (second.line_number, second.output_name, second.input_text) == (4, "00004", "你好，世界。")
+    params = second.synthesis_params(SynthesisParams(seed=1, max_new_tokens=50))
+    assert (params.seed, params.greedy, params.top_p, params.max_new_tokens) == (7, True, 0.9, 50)
+
+
+def test_each_problem_is_reported_with_its_line_number(job_dir):
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"input_text": "ok line", "prompt_audio": "b.wav", "output_name": "take"},
+        '{"input_text": "broken", ',
+        {"prompt_audio": "b.wav"},
+        {"input_text": "no audio", "prompt_audio": "voices/missing.wav"},
+        {"input_text": "dup", "prompt_audio": "b.wav", "output_name": "TAKE.wav"},
+        {"input_text": "escape", "prompt_audio": "b.wav", "output_name": "../../etc/cron"},
+        {"input_text": "bad knob", "prompt_audio": "b.wav", "top_p": 1.5},
+        {"input_text": "bad type", "prompt_audio": "b.wav", "seed": "seven"},
+        [1, 2],
+        {"input_text": "extra", "prompt_audio": "b.wav", "speaker": "x"},
+    ])
+    report = validate_job(path)
+    rows = rows_by_line(report)
+    assert (report.num_lines, report.num_valid, report.num_invalid) == (10, 2, 8)
+    assert 1 not in rows
+    assert rows[2][0][0] == "error" and "bad JSON" in rows[2][0][1]
+    assert "input_text" in rows[3][0][1]
+    assert "missing.wav" in rows[4][0][1] and "not found" in rows[4][0][1]
+    assert "duplicate" in rows[5][0][1] and "lines 1 and 5" in rows[5][0][1]
+    assert "contains a path" in rows[6][0][1]
+    assert "top_p" in rows[7][0][1]
+    assert "seed" in rows[8][0][1]
+    assert "JSON object" in rows[9][0][1]
+    assert rows[10] == [("warning", "unknown field 'speaker' ignored")]
+    assert not report.ok
+
+
+def test_missing_prompt_audio_is_fine_with_a_default_voice(job_dir):
+    path = write_jsonl(job_dir / "job.jsonl", [{"input_text": "no voice given"}])
+    assert validate_job(path).num_invalid == 1
+    report = validate_job(path, default_voice=job_dir / "b.wav")
+    assert report.ok
+    with pytest.raises(InputError, match="default voice"):
+        validate_job(path, default_voice=job_dir / "nope.wav")
+
+
+def test_gbk_file_is_read_with_a_warning_and_garbage_is_a_clear_error(job_dir):
+    path = write_jsonl(job_dir / "gbk.jsonl", [{"input_text": "今天天气很好。", "prompt_audio": "b.wav"}],
+                       encoding="gbk")
+    report = validate_job(path)
+    assert report.ok and report.encoding == "gb18030"
+    assert any(r.line == 0 and "GB18030" in r.message for r in report.rows)
+    (line,) = list(iter_job(path, make_sources(path, None, JobConfig())))
+    assert line.input_text == "今天天气很好。"
+
+    bad = job_dir / "bad.jsonl"
+    bad.write_bytes(b'{"input_text": "caf\xe9", "prompt_audio": "b.wav"}\n\xff\xfe\x80\n')
+    with pytest.raises(InputError, match="UTF-8"):
+        validate_job(bad)
+
+
+def test_utf16_file_with_bom_is_read(job_dir):
+    path = job_dir / "u16.jsonl"
+    path.write_text(json.dumps({"input_text": "wide", "prompt_audio": "b.wav"}) + "\r\n", encoding="utf-16")
+    report = validate_job(path)
+    assert report.ok and report.encoding == "utf-16"
+
+
+def test_reference_paths_cannot_leave_the_allowed_roots(job_dir, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("outside")
+    shutil.copy(job_dir / "b.wav", outside / "secret.wav")
+    (job_dir / "voices" / "link.wav").symlink_to(outside / "secret.wav")
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"input_text": "x", "prompt_audio": f"../{outside.name}/secret.wav"},
+        {"input_text": "x", "prompt_audio": str(outside / "secret.wav")},
+        {"input_text": "x", "prompt_audio": "voices/link.wav"},
+        {"input_text": "x", "prompt_audio": str(job_dir / "b.wav")},
+        {"input_text": "x", "prompt_audio": "voices\\a.wav"},
+    ])
+    rows = rows_by_line(validate_job(path))
+    assert "leaves the allowed folders" in rows[1][0][1]
+    assert "absolute path outside" in rows[2][0][1]
+    assert "leaves the allowed folders" in rows[3][0][1]  # a symlink pointing out is refused too
+    assert 4 not in rows and 5 not in rows  # absolute inside the job folder, Windows separators: fine
+    # an extra allowed root (the setting) lets the absolute path through
+    report = validate_job(path, config=JobConfig(extra_allowed_roots=(str(outside),)))
+    assert 2 not in rows_by_line(report)
+
+
+def test_audio_folder_is_searched_before_the_jsonl_folder(job_dir, tmp_path_factory):
+    audio = tmp_path_factory.mktemp("uploads")
+    shutil.copy(job_dir / "b.wav", audio / "only_here.wav")
+    path = write_jsonl(job_dir / "job.jsonl", [{"input_text": "x", "prompt_audio": "only_here.wav"}])
+    assert not validate_job(path).ok
+    assert validate_job(path, audio_dir=audio).ok
+
+
+def _zip(path: Path, members: dict[str, bytes], symlink: str | None = None) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+        if symlink:
+            info = zipfile.ZipInfo(symlink)
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            zf.writestr(info, "/etc/passwd")
+    return path
+
+
+def test_audio_zip_is_extracted_safely(job_dir, tmp_path_factory):
+    wav = (job_dir / "b.wav").read_bytes()
+    good = _zip(tmp_path_factory.mktemp("z") / "voices.zip", {"spk/one.wav": wav})
+    path = write_jsonl(job_dir / "job.jsonl", [{"input_text": "x", "prompt_audio": "spk/one.wav"}])
+    assert validate_job(path, audio_dir=good).ok
+
+    dest_root = tmp_path_factory.mktemp("dest")
+    slip = _zip(dest_root / "slip.zip", {"ok.wav": wav, "../../evil.wav": b"x"})
+    with pytest.raises(InputError, match="outside"):
+        extract_audio_zip(slip, dest_root / "out", max_total_bytes=10**9, max_members=100)
+    assert not (dest_root / "out").exists() and not (dest_root.parent / "evil.wav").exists()
+
+    link = _zip(dest_root / "link.zip", {"ok.wav": wav}, symlink="pw.wav")
+    with pytest.raises(InputError, match="symbolic link"):
+        extract_audio_zip(link, dest_root / "out", max_total_bytes=10**9, max_members=100)
+
+    bomb = _zip(dest_root / "bomb.zip", {"big.wav": b"\0" * 100_000})
+    with pytest.raises(InputError, match="limit"):
+        extract_audio_zip(bomb, dest_root / "out", max_total_bytes=50_000, max_members=100)
+
+    many = _zip(dest_root / "many.zip", {f"{i}.wav": b"x" for i in range(5)})
+    with pytest.raises(InputError, match="at most 3"):
+        extract_audio_zip(many, dest_root / "out", max_total_bytes=10**9, max_members=3)
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("chapter 1", "chapter 1"),
+    ("intro.wav", "intro"),
+    ("a:b*c?", "a_b_c_"),
+    ("..hidden", "hidden"),
+    ("第一章", "第一章"),
+    ("CON", "_CON"),
+    (42, "42"),
+])
+def test_output_names_become_plain_file_names(raw, expected):
+    assert sanitize_output_name(raw, 1) == expected
+
+
+@pytest.mark.parametrize("raw", ["../x", "a/b", "a\\b", "..", "/abs", "...", True, ["x"]])
+def test_output_names_with_paths_or_nothing_left_are_refused(raw):
+    from tts_app.errors import JobLineError
+
+    with pytest.raises(JobLineError):
+        sanitize_output_name(raw, 3)
+
+
+def test_validation_streams_a_large_file_in_small_memory(job_dir):
+    path = job_dir / "big.jsonl"
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(3000):
+            fh.write(json.dumps({"input_text": f"line {i} " + "words " * 30, "prompt_audio": "b.wav"}) + "\n")
+    size = os.path.getsize(path)
+    tracemalloc.start()
+    report = validate_job(path)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert report.ok and report.num_lines == 3000
+    # rows are kept only for problems; the file itself is never held whole
+    assert peak < size, (peak, size)

@@ -1,0 +1,557 @@
+"""JSONL job schema: reading, validation, path safety. Pure Python, no torch, no model.
+
+A *job* is a JSONL file: one JSON object per line, each one request. Fields (GLM-TTS release names accepted as
+aliases, see https://github.com/zai-org/GLM-TTS ``examples/*.jsonl``):
+
+==================  =====================  ===============================================================
+field               alias                  meaning
+==================  =====================  ===============================================================
+``input_text``      ``syn_text``           text to speak (required, non-empty)
+``prompt_audio``    ``prompt_speech``      reference audio file, relative to the JSONL's folder or the audio
+                                           folder/ZIP (required unless a default voice is given)
+``prompt_text``                            transcript of the reference audio (optional)
+``output_name``     ``uttid``              output file name without ``.wav`` (default: zero-padded line number)
+``seed`` ``greedy`` ``temperature`` ``top_p`` ``top_k`` ``cfg_scale`` ``max_new_tokens`` ``max_segment_chars``
+``pause_between_segments_ms``              per-line ``SynthesisParams`` overrides (optional)
+==================  =====================  ===============================================================
+
+Unknown fields give a warning. Reading is streaming: ``iter_job`` yields one parsed line at a time and keeps only
+the set of output names (for duplicate detection), so a 10 000-line file validates in small memory.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import json
+import re
+import shutil
+import stat
+import unicodedata
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterator
+
+from tts_app.errors import InputError, JobLineError
+from tts_app.request import SynthesisParams
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Settings of the JSONL job runner (defaults live here, once).
+
+    Attributes:
+        extra_allowed_roots: folders ``prompt_audio`` may point into besides the JSONL's own folder and the audio
+            folder (absolute paths and ``..`` are refused unless they stay inside one of the allowed roots).
+        max_zip_bytes: largest total uncompressed size of an uploaded audio ZIP, in bytes (zip-bomb guard).
+        max_zip_members: most files in an uploaded audio ZIP.
+        max_in_flight_lines: most lines submitted to the engine and not yet finished (bounds memory: reference
+            audio of at most this many lines is loaded at once); None = 4 x the engine's max batch size.
+        output_name_digits: zero-padding of the default output name (the 1-based line number).
+    """
+
+    extra_allowed_roots: tuple[str, ...] = ()
+    max_zip_bytes: int = 2 * 1024**3
+    max_zip_members: int = 10_000
+    max_in_flight_lines: int | None = None
+    output_name_digits: int = 5
+
+
+# canonical field -> accepted aliases (GLM-TTS names)
+ALIASES: dict[str, tuple[str, ...]] = {
+    "input_text": ("syn_text",),
+    "prompt_audio": ("prompt_speech",),
+    "prompt_text": (),
+    "output_name": ("uttid",),
+}
+
+# per-line SynthesisParams overrides and their JSON types
+PARAM_TYPES: dict[str, type] = {
+    "seed": int,
+    "greedy": bool,
+    "temperature": float,
+    "top_p": float,
+    "top_k": int,
+    "cfg_scale": float,
+    "max_new_tokens": int,
+    "max_segment_chars": int,
+    "pause_between_segments_ms": int,
+}
+
+KNOWN_FIELDS = frozenset(ALIASES) | {a for names in ALIASES.values() for a in names} | frozenset(PARAM_TYPES)
+
+# Characters Windows, macOS or shells choke on in file names; replaced by "_".
+_UNSAFE_CHARS = re.compile(r'[\x00-\x1f\x7f<>:"|?*]')
+# Device names Windows refuses as file names (any extension).
+_WINDOWS_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
+_MAX_NAME_BYTES = 200  # leaves room for ".wav" and our temp-file prefix/suffix under the usual 255-byte limit
+
+
+@dataclass(frozen=True)
+class JobLine:
+    """One valid line of a job.
+
+    Attributes:
+        line_number: 1-based physical line number in the file (blank lines count).
+        output_name: sanitised file name without extension; the audio goes to ``OUT_DIR/<output_name>.wav``.
+        input_text: the text to speak.
+        prompt_audio: resolved reference-audio file (inside an allowed root), or None = the job's default voice.
+        prompt_text: transcript of the reference audio, or None.
+        params: per-line ``SynthesisParams`` overrides, already type-checked (field name -> value).
+        warnings: notices for the user (unknown fields, ...).
+    """
+
+    line_number: int
+    output_name: str
+    input_text: str
+    prompt_audio: Path | None
+    prompt_text: str | None
+    params: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    def synthesis_params(self, base: SynthesisParams) -> SynthesisParams:
+        """``base`` (the job's defaults) with this line's overrides applied.
+
+        Raises:
+            InputError: the combination is invalid (e.g. a bad value in ``base``).
+        """
+        return dataclasses.replace(base, **self.params)
+
+
+@dataclass(frozen=True)
+class InvalidLine:
+    """A line that cannot run. ``output_name`` is the name it would have had, when known (for the results table)."""
+
+    line_number: int
+    error: JobLineError
+    output_name: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def message(self) -> str:
+        return self.error.reason
+
+
+@dataclass
+class ValidationRow:
+    """One row of the validation table: ``status`` is "error" or "warning"."""
+
+    line: int
+    status: str
+    message: str
+
+
+@dataclass
+class ValidationReport:
+    """Outcome of ``validate_job``. Only problem rows are kept (errors and warnings), so memory stays small.
+
+    Attributes:
+        jsonl_path: the file validated.
+        encoding: codec the file was read with ("utf-8", "utf-8-sig", "utf-16", "gb18030").
+        num_lines: non-blank lines.
+        num_valid, num_invalid: lines that can / cannot run.
+        rows: one row per error or warning, in line order; ``line`` 0 means the whole file.
+    """
+
+    jsonl_path: Path
+    encoding: str = "utf-8"
+    num_lines: int = 0
+    num_valid: int = 0
+    num_invalid: int = 0
+    rows: list[ValidationRow] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.num_lines > 0 and self.num_invalid == 0
+
+    @property
+    def num_warnings(self) -> int:
+        return sum(1 for r in self.rows if r.status == "warning")
+
+    def as_table(self) -> list[list[Any]]:
+        """Rows as ``[line, status, message]`` lists (for ``gr.Dataframe``)."""
+        return [[r.line, r.status, r.message] for r in self.rows]
+
+    def format_text(self) -> str:
+        """Human-readable summary plus one line per problem."""
+        head = (f"{self.jsonl_path}: {self.num_lines} lines, {self.num_valid} valid, {self.num_invalid} invalid, "
+                f"{self.num_warnings} warnings (encoding {self.encoding})")
+        return "\n".join([head] + [f"  line {r.line}: {r.status}: {r.message}" for r in self.rows])
+
+
+# --------------------------------------------------------------------------------------------------- encoding
+
+
+def detect_encoding(path: Path, chunk_bytes: int = 1 << 16) -> tuple[str, list[str]]:
+    """Codec to read a JSONL file with, decided by streaming it once (constant memory).
+
+    UTF-8 with or without BOM is the expected encoding; a UTF-16 BOM is honoured; a file that is not valid UTF-8
+    but decodes as GB18030 (superset of GBK/GB2312, what Chinese Windows editors save) is read as such with a
+    warning.
+
+    Returns:
+        (codec name for ``open(encoding=...)``, warnings).
+
+    Raises:
+        InputError: the file cannot be read, or decodes neither as UTF-8 nor as GB18030.
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:
+        raise InputError(f"cannot read job file {str(path)!r}: {exc.strerror or exc}") from exc
+    if head.startswith(codecs.BOM_UTF8):
+        candidates = ["utf-8-sig"]
+    elif head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        candidates = ["utf-16"]
+    else:
+        candidates = ["utf-8", "gb18030"]
+    first_error = ""
+    for codec in candidates:
+        bad = _first_decode_error(path, codec, chunk_bytes)
+        if bad is None:
+            warnings = []
+            if codec == "gb18030":
+                warnings.append(f"the file is not UTF-8 ({first_error}); read it as GB18030/GBK. Save it as UTF-8 "
+                                "to be sure the text is read as you wrote it")
+            return codec, warnings
+        first_error = first_error or bad
+    raise InputError(f"job file {str(path)!r} is not UTF-8 text ({first_error}) and not GBK/GB18030 either; "
+                     "save it as UTF-8")
+
+
+def _first_decode_error(path: Path, codec: str, chunk_bytes: int) -> str | None:
+    """None when the whole file decodes with ``codec``; else where it first fails (line number, byte)."""
+    decoder = codecs.getincrementaldecoder(codec)()
+    line = 1
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(chunk_bytes)
+            final = not chunk
+            try:
+                text = decoder.decode(chunk, final=final)
+            except UnicodeDecodeError as exc:
+                line += exc.object[: exc.start].count(b"\n")
+                byte = exc.object[exc.start:exc.start + 1].hex() if exc.object else ""
+                return f"bad byte 0x{byte} near line {line}"
+            line += text.count("\n")
+            if final:
+                return None
+
+
+# --------------------------------------------------------------------------------------------------- paths
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    return any(path == root or path.is_relative_to(root) for root in roots)
+
+
+class AudioSources:
+    """Resolves ``prompt_audio`` values safely.
+
+    Relative paths are looked up in ``search_roots`` in order (audio folder first, then the JSONL's folder). The
+    resolved real path (symlinks followed) must lie inside one of ``allowed_roots``; absolute paths and ``..``
+    that leave them are refused.
+    """
+
+    def __init__(self, search_roots: list[Path], allowed_roots: list[Path]):
+        self.search_roots = [Path(r).resolve() for r in search_roots]
+        self.allowed_roots = [Path(r).resolve() for r in dict.fromkeys([*search_roots, *allowed_roots])]
+
+    def resolve(self, value: str, line_number: int) -> Path:
+        """The file ``value`` names.
+
+        Raises:
+            JobLineError: the path leaves the allowed folders, or no such file exists.
+        """
+        text = value.strip().replace("\\", "/")  # JSONL written on Windows
+        rel = PurePosixPath(text)
+        roots_text = ", ".join(str(r) for r in self.allowed_roots)
+        if rel.is_absolute() or re.match(r"^[A-Za-z]:", text):
+            resolved = Path(text).resolve()
+            if not _inside(resolved, self.allowed_roots):
+                raise JobLineError(line_number, f"prompt_audio {value!r} is an absolute path outside the allowed "
+                                                f"folders ({roots_text}); give a path relative to the JSONL file or "
+                                                "the audio folder")
+            if not resolved.is_file():
+                raise JobLineError(line_number, f"prompt_audio file {value!r} does not exist")
+            return resolved
+        for root in self.search_roots:
+            candidate = (root / rel).resolve()
+            if not _inside(candidate, self.allowed_roots):
+                raise JobLineError(line_number, f"prompt_audio {value!r} leaves the allowed folders ({roots_text}); "
+                                                "use a path inside the JSONL's folder or the audio folder")
+            if candidate.is_file():
+                return candidate
+        looked = ", ".join(str(r) for r in self.search_roots)
+        raise JobLineError(line_number, f"prompt_audio file {value!r} not found (looked in {looked})")
+
+
+def extract_audio_zip(zip_path: Path, dest_dir: Path, *, max_total_bytes: int, max_members: int) -> Path:
+    """Extract an uploaded audio ZIP into ``dest_dir`` (recreated empty), refusing anything unsafe.
+
+    Refused, before anything is written: members whose name is absolute, has a drive letter or a ``..``
+    component (zip-slip), symbolic links, more than ``max_members`` files, or a declared total size over
+    ``max_total_bytes``. While extracting, actual bytes are counted too (declared sizes can lie).
+
+    Returns:
+        ``dest_dir``.
+
+    Raises:
+        InputError: not a ZIP, or one of the refusals above (the message names the member and the limit).
+    """
+    try:
+        archive = zipfile.ZipFile(zip_path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(f"audio archive {str(zip_path)!r} is not a readable ZIP file: {exc}") from exc
+    with archive:
+        members = [m for m in archive.infolist() if not m.is_dir()]
+        if len(members) > max_members:
+            raise InputError(f"audio ZIP has {len(members)} files; at most {max_members} are accepted")
+        declared = sum(m.file_size for m in members)
+        if declared > max_total_bytes:
+            raise InputError(f"audio ZIP would unpack to {declared} bytes; the limit is {max_total_bytes} bytes")
+        targets: list[tuple[zipfile.ZipInfo, PurePosixPath]] = []
+        for m in members:
+            name = m.filename.replace("\\", "/")
+            rel = PurePosixPath(name)
+            if rel.is_absolute() or re.match(r"^[A-Za-z]:", name) or ".." in rel.parts:
+                raise InputError(f"audio ZIP member {m.filename!r} points outside the archive folder; refusing "
+                                 "the ZIP (re-create it with plain relative names)")
+            if stat.S_ISLNK(m.external_attr >> 16):
+                raise InputError(f"audio ZIP member {m.filename!r} is a symbolic link; refusing the ZIP")
+            targets.append((m, rel))
+        if dest_dir.exists():
+            shutil.rmtree(dest_dir)
+        dest_dir.mkdir(parents=True)
+        root = dest_dir.resolve()
+        written = 0
+        for m, rel in targets:
+            out = (root / rel).resolve()
+            if not out.is_relative_to(root):  # belt and braces after the name checks
+                raise InputError(f"audio ZIP member {m.filename!r} points outside the archive folder")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with archive.open(m) as src, open(out, "wb") as dst:
+                while chunk := src.read(1 << 20):
+                    written += len(chunk)
+                    if written > max_total_bytes:
+                        raise InputError(f"audio ZIP unpacks to more than {max_total_bytes} bytes; refusing it")
+                    dst.write(chunk)
+    return dest_dir
+
+
+# --------------------------------------------------------------------------------------------------- names
+
+
+def sanitize_output_name(value: Any, line_number: int) -> str:
+    """A plain, portable file name (no extension) from a line's ``output_name``.
+
+    Unsafe characters (control characters, ``<>:"|?*``) become ``_``; a trailing ``.wav`` and leading/trailing
+    dots and spaces are removed; Windows device names get a ``_`` prefix. Unicode (e.g. Chinese) is kept, NFC.
+
+    Raises:
+        JobLineError: the name holds a folder separator or is ``.``/``..`` (path traversal), is not a string or
+            integer, is empty after cleaning, or is longer than 200 bytes.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise JobLineError(line_number, f"output_name must be a string, not {type(value).__name__}")
+    raw = unicodedata.normalize("NFC", str(value)).strip()
+    if "/" in raw or "\\" in raw or raw in (".", ".."):
+        plain = PurePosixPath(raw.replace("\\", "/")).name.strip(". ") or "name"
+        raise JobLineError(line_number, f"output_name {value!r} contains a path; outputs always go in the output "
+                                        f"folder, give a plain file name such as {plain!r}")
+    name = _UNSAFE_CHARS.sub("_", raw)
+    if name.lower().endswith(".wav"):
+        name = name[:-4]
+    name = name.strip(". ")  # a leading dot would hide the file (and look like our temporary files)
+    if not name:
+        raise JobLineError(line_number, f"output_name {value!r} is empty after removing unsafe characters")
+    if len(name.encode("utf-8")) > _MAX_NAME_BYTES:
+        raise JobLineError(line_number, f"output_name is {len(name.encode('utf-8'))} bytes long; at most "
+                                        f"{_MAX_NAME_BYTES} bytes")
+    if name.split(".")[0].upper() in _WINDOWS_RESERVED:
+        name = "_" + name
+    return name
+
+
+def default_output_name(line_number: int, digits: int) -> str:
+    """Zero-padded 1-based line number, e.g. ``00007``."""
+    return f"{line_number:0{digits}d}"
+
+
+# --------------------------------------------------------------------------------------------------- lines
+
+
+def _pick(obj: dict, canonical: str, line_number: int) -> Any:
+    """Value of ``canonical`` or of one of its aliases (an error when two disagree)."""
+    names = [n for n in (canonical, *ALIASES.get(canonical, ())) if n in obj]
+    values = {json.dumps(obj[n], sort_keys=True) for n in names}
+    if len(values) > 1:
+        raise JobLineError(line_number, f"both {names[0]!r} and {names[1]!r} are given with different values; "
+                                        "keep one")
+    return obj[names[0]] if names else None
+
+
+def _check_param(name: str, value: Any, line_number: int) -> Any:
+    want = PARAM_TYPES[name]
+    ok = (isinstance(value, bool) if want is bool
+          else isinstance(value, int) and not isinstance(value, bool) if want is int
+          else isinstance(value, (int, float)) and not isinstance(value, bool))
+    if not ok:
+        raise JobLineError(line_number, f"{name}={value!r} must be {'true/false' if want is bool else want.__name__}")
+    return float(value) if want is float else value
+
+
+def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default_voice: bool,
+               digits: int) -> JobLine:
+    """Validate one decoded JSON value into a ``JobLine`` (output-name uniqueness is checked by ``iter_job``).
+
+    Raises:
+        JobLineError: not an object, a missing/empty/ill-typed field, a bad parameter value, an unsafe or missing
+            ``prompt_audio``, an unsafe ``output_name``.
+    """
+    if not isinstance(obj, dict):
+        raise JobLineError(line_number, f"expected a JSON object {{...}}, got {type(obj).__name__}")
+    warnings = [f"unknown field {k!r} ignored" for k in obj if k not in KNOWN_FIELDS]
+
+    name_value = _pick(obj, "output_name", line_number)
+    output_name = (default_output_name(line_number, digits) if name_value in (None, "")
+                   else sanitize_output_name(name_value, line_number))
+
+    text = _pick(obj, "input_text", line_number)
+    if text is None:
+        raise JobLineError(line_number, "missing field 'input_text' (the text to speak)")
+    if not isinstance(text, str) or not text.strip():
+        raise JobLineError(line_number, "'input_text' must be a non-empty string")
+
+    prompt_text = _pick(obj, "prompt_text", line_number)
+    if prompt_text is not None and not isinstance(prompt_text, str):
+        raise JobLineError(line_number, "'prompt_text' must be a string")
+    if prompt_text is not None:
+        prompt_text = prompt_text.strip() or None
+
+    audio_value = _pick(obj, "prompt_audio", line_number)
+    if audio_value in (None, ""):
+        if not has_default_voice:
+            raise JobLineError(line_number, "missing field 'prompt_audio' (the reference audio file) and no default "
+                                            "voice was given")
+        prompt_audio = None
+    elif not isinstance(audio_value, str):
+        raise JobLineError(line_number, "'prompt_audio' must be a file path string")
+    else:
+        prompt_audio = sources.resolve(audio_value, line_number)
+
+    params = {k: _check_param(k, obj[k], line_number) for k in PARAM_TYPES if obj.get(k) is not None}
+    try:
+        SynthesisParams(**params)
+    except InputError as exc:
+        raise JobLineError(line_number, str(exc)) from exc
+    return JobLine(line_number=line_number, output_name=output_name, input_text=text, prompt_audio=prompt_audio,
+                   prompt_text=prompt_text, params=params, warnings=tuple(warnings))
+
+
+def _name_hint(obj: Any, line_number: int, digits: int) -> str | None:
+    """Best-effort output name of a line that failed validation (for the results table); None when unsafe."""
+    if not isinstance(obj, dict):
+        return None
+    try:
+        value = _pick(obj, "output_name", line_number)
+        return default_output_name(line_number, digits) if value in (None, "") else sanitize_output_name(
+            value, line_number)
+    except JobLineError:
+        return None
+
+
+def iter_job(jsonl_path: str | Path, sources: AudioSources, *, has_default_voice: bool = False,
+             config: JobConfig = JobConfig(), encoding: str | None = None) -> Iterator[JobLine | InvalidLine]:
+    """Stream a job file: one ``JobLine`` or ``InvalidLine`` per non-blank line, in file order.
+
+    Handles UTF-8 with or without BOM, CRLF line ends and blank lines. Duplicate output names (compared
+    case-insensitively, as on Windows/macOS file systems) make the later line invalid, naming both lines.
+
+    Raises:
+        InputError: the file cannot be read or decoded (see ``detect_encoding``).
+    """
+    path = Path(jsonl_path)
+    if encoding is None:
+        encoding, _ = detect_encoding(path)
+    seen: dict[str, int] = {}  # casefolded output name -> first line using it
+    try:
+        fh = open(path, encoding=encoding, newline=None)  # newline=None: CRLF and CR read as "\n"
+    except OSError as exc:
+        raise InputError(f"cannot read job file {str(path)!r}: {exc.strerror or exc}") from exc
+    with fh:
+        for line_number, raw in enumerate(fh, start=1):
+            text = raw.strip()
+            if not text:
+                continue
+            obj: Any = None
+            try:
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise JobLineError(line_number, f"bad JSON: {exc.msg} at column {exc.colno}") from exc
+                parsed = parse_line(obj, line_number, sources, has_default_voice=has_default_voice,
+                                    digits=config.output_name_digits)
+            except JobLineError as exc:
+                name = _name_hint(obj, line_number, config.output_name_digits)
+                if name is not None and name.casefold() in seen:
+                    name = None  # a duplicate name must not be used for this line's (failed) record either
+                if name is not None:
+                    seen[name.casefold()] = line_number
+                yield InvalidLine(line_number, exc, name)
+                continue
+            key = parsed.output_name.casefold()
+            if key in seen:
+                yield InvalidLine(line_number, JobLineError(
+                    line_number, f"duplicate output_name {parsed.output_name!r}: line {seen[key]} already uses it "
+                                 f"(lines {seen[key]} and {line_number}); give each line its own output_name"),
+                    None, parsed.warnings)
+                continue
+            seen[key] = line_number
+            yield parsed
+
+
+def make_sources(jsonl_path: str | Path, audio_root: str | Path | None, config: JobConfig) -> AudioSources:
+    """``AudioSources`` for a job: search the audio folder (when given) then the JSONL's folder."""
+    search = ([Path(audio_root)] if audio_root is not None else []) + [Path(jsonl_path).parent]
+    return AudioSources(search, [Path(r) for r in config.extra_allowed_roots])
+
+
+def check_default_voice(path: str | Path | None) -> Path | None:
+    """The default voice file given by the operator (trusted: not limited to the allowed roots).
+
+    Raises:
+        InputError: the file does not exist.
+    """
+    if path is None:
+        return None
+    resolved = Path(path).expanduser().resolve()
+    if not resolved.is_file():
+        raise InputError(f"default voice file {str(path)!r} does not exist")
+    return resolved
+
+
+def validate_lines(jsonl_path: str | Path, sources: AudioSources, *, has_default_voice: bool = False,
+                   config: JobConfig = JobConfig()) -> ValidationReport:
+    """Validate a job file without running anything (streaming; keeps only problem rows).
+
+    Raises:
+        InputError: the file cannot be read or decoded.
+    """
+    path = Path(jsonl_path)
+    encoding, file_warnings = detect_encoding(path)
+    report = ValidationReport(jsonl_path=path, encoding=encoding)
+    report.rows.extend(ValidationRow(0, "warning", w) for w in file_warnings)
+    for item in iter_job(path, sources, has_default_voice=has_default_voice, config=config, encoding=encoding):
+        report.num_lines += 1
+        if isinstance(item, InvalidLine):
+            report.num_invalid += 1
+            report.rows.append(ValidationRow(item.line_number, "error", item.message))
+        else:
+            report.num_valid += 1
+        report.rows.extend(ValidationRow(item.line_number, "warning", w) for w in item.warnings)
+    if report.num_lines == 0:
+        report.rows.append(ValidationRow(0, "error", "the job file has no lines; write one JSON object per line"))
+    return report
