@@ -1,1 +1,16 @@
-"""tts_app.engine"""
+"""The batch engine: scheduler (plain data), memory (probe, estimate, OOM detection), core (the model worker).
+
+    from tts_app.engine import Engine
+    engine = Engine(adapter, EngineConfig(...)).start()
+    handle = engine.submit(request, on_progress=callback)
+    result = handle.result()          # SynthesisResult; failures come back as status FAILED + .error
+"""
+
+from tts_app.engine.core import Engine, EngineStats, ProgressEvent, RequestHandle
+from tts_app.engine.memory import MemoryEstimator, MemoryProbe, is_out_of_memory, parse_size
+from tts_app.engine.scheduler import BatchCap, SchedulePlan, Scheduler, SegmentWork
+
+__all__ = [
+    "BatchCap", "Engine", "EngineStats", "MemoryEstimator", "MemoryProbe", "ProgressEvent", "RequestHandle",
+    "SchedulePlan", "Scheduler", "SegmentWork", "is_out_of_memory", "parse_size",
+]

@@ -1,0 +1,135 @@
+"""Test doubles others may reuse: a fake TTS adapter and a fake device-memory probe.
+
+``FakeAdapter`` follows the real ``TTSAdapter`` protocol (preprocess -> generate -> postprocess) without a model:
+each row's audio is a deterministic function of the row's text, seed and reference audio only (never of its
+batch-mates or of batch size), so "batched equals one by one" and "with OOM retries equals without" are exact
+comparisons. Generate can be slowed, held at a gate, or made to raise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import replace
+from typing import Callable
+
+import numpy as np
+
+from tts_app.adapters.base import AdapterRow, ModelFacts, TTSAdapter
+from tts_app.request import SynthesisParams
+
+FAKE_FACTS = ModelFacts(
+    family="fake",
+    sampling_rate=16000,
+    num_layers=2,
+    num_kv_heads=2,
+    head_dim=8,
+    dtype_bytes=4,
+    cfg_multiplier=1,
+    frames_per_second=50.0,
+    text_positions_per_char=1.0,
+    reference_positions_per_second=10.0,
+    default_max_new_tokens=400,
+    max_segment_chars=60,
+)
+
+
+def fake_facts(**overrides) -> ModelFacts:
+    """``FAKE_FACTS`` with some fields replaced."""
+    return replace(FAKE_FACTS, **overrides)
+
+
+def fake_audio(text: str, seed: int, reference: np.ndarray | None, sampling_rate: int = 16000,
+               samples_per_char: int = 40) -> np.ndarray:
+    """The audio ``FakeAdapter`` produces for one row: float32 ``(samples_per_char * len(text),)`` noise whose
+    values depend only on (text, seed, reference samples)."""
+    h = hashlib.sha256(f"{text}\x00{seed}\x00".encode())
+    if reference is not None:
+        h.update(np.ascontiguousarray(reference, dtype=np.float32).tobytes())
+    rng = np.random.default_rng(int.from_bytes(h.digest()[:8], "little"))
+    return rng.uniform(-0.5, 0.5, samples_per_char * max(1, len(text))).astype(np.float32)
+
+
+class FakeAdapter(TTSAdapter):
+    """A model-free adapter.
+
+    Args:
+        facts: model facts (memory estimate, sampling rate...); default ``FAKE_FACTS``.
+        delay_s: seconds each generate call sleeps (a slow model).
+        gate: when given, generate waits until the event is set (hold the worker inside a batch).
+        raise_if: ``raise_if(rows)`` -> exception to raise inside generate, or None.
+        device: reported device string.
+
+    Attributes:
+        batches: texts of every generate call that ran to completion, in order.
+        calls: batch sizes of every generate call, including those that raised.
+    """
+
+    family = "fake"
+
+    def __init__(self, facts: ModelFacts | None = None, *, delay_s: float = 0.0,
+                 gate: threading.Event | None = None,
+                 raise_if: Callable[[list[AdapterRow]], BaseException | None] | None = None,
+                 device: str = "cpu", samples_per_char: int = 40):
+        self.facts = facts or FAKE_FACTS
+        self.delay_s = delay_s
+        self.gate = gate
+        self.raise_if = raise_if
+        self.device = device
+        self.samples_per_char = samples_per_char
+        self.batches: list[list[str]] = []
+        self.calls: list[int] = []
+        self.entered = threading.Event()  # set when a generate call starts
+
+    @classmethod
+    def from_pretrained(cls, id_or_path, *, device="cpu", dtype="float32"):
+        raise NotImplementedError("FakeAdapter has no checkpoint")
+
+    @classmethod
+    def make_tiny_checkpoint(cls, out_dir, seed=0):
+        raise NotImplementedError("FakeAdapter has no checkpoint")
+
+    def preprocess(self, rows: list[AdapterRow], params: SynthesisParams):
+        return {"rows": list(rows), "params": params}
+
+    def generate(self, inputs, params: SynthesisParams):
+        rows = inputs["rows"]
+        self.calls.append(len(rows))
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait(timeout=30)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.raise_if is not None:
+            exc = self.raise_if(rows)
+            if exc is not None:
+                raise exc
+        self.batches.append([r.text for r in rows])
+        return inputs
+
+    def postprocess(self, outputs, inputs) -> list[np.ndarray]:
+        return [fake_audio(r.text, r.seed, r.reference_audio, self.facts.sampling_rate, self.samples_per_char)
+                for r in outputs["rows"]]
+
+
+class FakeMemoryProbe:
+    """A device-memory probe with fixed numbers (bytes). Counts ``empty_cache`` calls."""
+
+    def __init__(self, available_bytes: int | None, total_bytes: int | None = None, device: str = "cuda:0"):
+        self.device = device
+        self._available = available_bytes
+        self._total = total_bytes if total_bytes is not None else available_bytes
+        self.num_empty_cache = 0
+
+    def available_bytes(self) -> int | None:
+        return self._available
+
+    def total_bytes(self) -> int | None:
+        return self._total
+
+    def empty_cache(self) -> None:
+        self.num_empty_cache += 1
+
+    def set_available(self, available_bytes: int | None) -> None:
+        self._available = available_bytes

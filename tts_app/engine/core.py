@@ -1,0 +1,605 @@
+"""The engine: one model worker thread, many callers; requests -> segments -> batches -> audio.
+
+Loop (vLLM-style plan -> execute -> update, see ../shared/STYLE.md):
+
+    plan = scheduler.schedule(now, cap, budget)       # plain data
+    waves = adapter.preprocess -> generate -> postprocess (one forward call per batch)
+    update: store each segment's audio, progress callbacks, finish requests whose segments are all done
+
+Out of memory (``torch.OutOfMemoryError``, detected by type in ``memory.is_out_of_memory``): free the cache, halve the
+batch cap, requeue the batch's segments and go on; a batch of one that still runs out fails only its own request
+with "out of memory". An unexpected exception in a batch fails that batch's requests (logged with their ids) and the
+worker keeps serving. Per-request failures are never raised to callers: they come back as ``SynthesisResult`` with
+status FAILED / CANCELLED and ``error``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from tts_app.adapters.base import AdapterRow, ModelFacts, TTSAdapter
+from tts_app.audio.post import join_segments
+from tts_app.config import EngineConfig
+from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
+from tts_app.engine.memory import (
+    MemoryEstimator,
+    MemoryProbe,
+    format_bytes,
+    free_after_oom,
+    is_out_of_memory,
+    make_simulated_oom,
+    max_text_chars_for_budget,
+    memory_budget_bytes,
+    probe_for_device,
+)
+from tts_app.engine.scheduler import BatchCap, Scheduler, SegmentWork, expected_speech_s
+from tts_app.request import RequestStatus, SegmentTiming, SynthesisRequest, SynthesisResult
+
+logger = logging.getLogger(__name__)
+
+# Reference length assumed by ``EngineStats.default_row_bytes`` (a typical cleaned reference clip), in seconds.
+DEFAULT_REFERENCE_S = 10.0
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """Sent to a request's ``on_progress`` callback (from the worker thread) after each batch that advanced it.
+
+    Attributes:
+        request_id: the request.
+        segments_done: segments of the request finished so far.
+        segments_total: segments of the request.
+        batch_size: rows of the batch that just finished.
+    """
+
+    request_id: str
+    segments_done: int
+    segments_total: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot of the engine for gauges and logs.
+
+    Attributes:
+        batch_cap: current cap on rows per batch (shrinks after OOM, grows back).
+        max_batch_size: the user's ceiling.
+        num_oom: out-of-memory errors caught (simulated ones included).
+        num_batches: batches run successfully.
+        queue_depth: segments waiting.
+        num_requests_active: requests submitted and not finished.
+        num_requests_done, num_requests_failed, num_requests_cancelled: finished requests by outcome.
+        num_segments_done: segments synthesised.
+        last_batch_size: rows of the most recent successful batch (0 before the first).
+        busy: a batch is running now.
+        memory_budget_bytes: budget for one batch's KV cache + activations (None = unlimited), as last measured.
+        device: the adapter's device ("cpu", "cuda", ...).
+        device_total_bytes: total device memory (None = unknown).
+        default_row_bytes: estimated bytes of one row with default knobs, a ``facts.max_segment_chars`` segment and
+            a 10 s reference.
+        max_rows_in_budget: ``memory_budget_bytes // default_row_bytes`` (None when the budget is unlimited).
+    """
+
+    batch_cap: int
+    max_batch_size: int
+    num_oom: int
+    num_batches: int
+    queue_depth: int
+    num_requests_active: int
+    num_requests_done: int
+    num_requests_failed: int
+    num_requests_cancelled: int
+    num_segments_done: int
+    last_batch_size: int
+    busy: bool
+    memory_budget_bytes: int | None
+    device: str
+    device_total_bytes: int | None
+    default_row_bytes: int
+    max_rows_in_budget: int | None
+
+
+class RequestHandle:
+    """What ``Engine.submit`` returns.
+
+    Attributes:
+        request_id: the request's id.
+        future: ``concurrent.futures.Future[SynthesisResult]``; never holds an exception for per-request failures.
+    """
+
+    def __init__(self, request_id: str, engine: "Engine"):
+        self.request_id = request_id
+        self.future: Future = Future()
+        self.future.set_running_or_notify_cancel()  # callers cancel through ``cancel()``, which frees queued work
+        self._engine = engine
+
+    def result(self, timeout: float | None = None) -> SynthesisResult:
+        """Block until the request finishes. Raises ``concurrent.futures.TimeoutError`` after ``timeout`` s."""
+        return self.future.result(timeout=timeout)
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def cancel(self) -> bool:
+        """Cancel the request: its queued segments are removed and its result is CANCELLED. Returns False when it
+        had already finished. A batch already running is not interrupted; its rows for this request are dropped."""
+        return self._engine._cancel(self.request_id)
+
+
+@dataclass
+class _RequestState:
+    request: SynthesisRequest
+    handle: RequestHandle
+    texts: list[str]
+    pauses_after_ms: list[int]
+    on_progress: Callable[[ProgressEvent], None] | None
+    warnings: list[str] = field(default_factory=list)
+    waves: list[np.ndarray | None] = field(default_factory=list)
+    batch_sizes: list[int] = field(default_factory=list)
+    generate_s: list[float] = field(default_factory=list)
+    num_done: int = 0
+    finished: bool = False
+
+    @property
+    def num_segments(self) -> int:
+        return len(self.texts)
+
+
+def _prepare_text(text: str, *, supports_pinyin: bool, max_segment_chars: int, default_pause_ms: int):
+    """The text front end (``tts_app.frontend.prepare_text``)."""
+    try:
+        from tts_app.frontend import prepare_text
+    except ImportError:  # TEMPORARY until the front end lands: split at sentence ends, pack up to max chars
+        import re
+        from types import SimpleNamespace
+
+        if not text.strip():
+            raise InputError("the text is empty; type something to speak")
+        parts = [p.strip() for p in re.split(r"(?<=[.!?。！？；;])\s*", text) if p.strip()]
+        segs: list[str] = []
+        for part in parts:
+            while len(part) > max_segment_chars:
+                segs.append(part[:max_segment_chars])
+                part = part[max_segment_chars:]
+            if segs and len(segs[-1]) + 1 + len(part) <= max_segment_chars:
+                segs[-1] = f"{segs[-1]} {part}"
+            else:
+                segs.append(part)
+        return SimpleNamespace(segments=[SimpleNamespace(text=t, source_text=t, pause_after_ms=default_pause_ms if
+                                                         i < len(segs) - 1 else 0) for i, t in enumerate(segs)],
+                               warnings=[])
+    return prepare_text(text, supports_pinyin=supports_pinyin, max_segment_chars=max_segment_chars,
+                        default_pause_ms=default_pause_ms)
+
+
+class Engine:
+    """Batches segments of many requests on one model, sized from memory, surviving out-of-memory.
+
+    Args:
+        adapter: a loaded ``TTSAdapter`` (its ``device`` attribute, when present, picks the memory probe).
+        config: ``EngineConfig`` (batching, memory, OOM testing aids).
+        memory_probe: device-memory probe; None = CUDA probe for a CUDA adapter, else CPU probe (no device budget).
+        bucketing: length bucketing in the scheduler (False = FIFO; for comparisons).
+    """
+
+    def __init__(self, adapter: TTSAdapter, config: EngineConfig | None = None,
+                 memory_probe: MemoryProbe | None = None, *, bucketing: bool = True):
+        self.adapter = adapter
+        self.config = config = config or EngineConfig()
+        if config.max_batch_size < 1:
+            raise InputError(f"max_batch_size={config.max_batch_size} must be >= 1")
+        if not 0 < config.memory_utilization <= 1:
+            raise InputError(f"memory_utilization={config.memory_utilization} must be in (0, 1]")
+        if not 0 <= config.simulate_oom_probability <= 1:
+            raise InputError(f"simulate_oom_probability={config.simulate_oom_probability} must be in [0, 1]")
+        self.device = str(getattr(adapter, "device", "cpu"))
+        self.probe = memory_probe if memory_probe is not None else probe_for_device(self.device)
+        self.estimator = MemoryEstimator(
+            kv_bytes_per_position=adapter.facts.kv_bytes_per_position,
+            cfg_multiplier=adapter.facts.cfg_multiplier,
+            activation_bytes_per_row=config.activation_bytes_per_row,
+        )
+        self.scheduler = Scheduler(self.estimator.batch_bytes, wait_window_s=config.wait_window_ms / 1000.0,
+                                   bucketing=bucketing)
+        self.batch_cap = BatchCap(config.max_batch_size, config.grow_after_successes)
+        self._cv = threading.Condition()
+        self._requests: dict[str, _RequestState] = {}
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._busy = False
+        self._rng = random.Random(0)  # simulated-OOM draws; seeded so a test run is repeatable
+        self._budget_bytes = self._measure_budget()
+        self._used_since_empty = False
+        self._num_oom = 0
+        self._num_batches = 0
+        self._num_segments_done = 0
+        self._last_batch_size = 0
+        self._outcomes = {RequestStatus.DONE: 0, RequestStatus.FAILED: 0, RequestStatus.CANCELLED: 0}
+
+    # -- facts ---------------------------------------------------------------------------------------------------
+    @property
+    def facts(self) -> ModelFacts:
+        return self.adapter.facts
+
+    @property
+    def sampling_rate(self) -> int:
+        """Hz of every result's audio (and of the reference audio requests must carry)."""
+        return self.adapter.facts.sampling_rate
+
+    # -- lifecycle -----------------------------------------------------------------------------------------------
+    def start(self) -> "Engine":
+        """Start the model worker thread (idempotent). Returns self."""
+        with self._cv:
+            if self._stopping:
+                raise RuntimeError("engine was shut down; build a new Engine")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._worker, name="tts-engine-worker", daemon=True)
+                self._thread.start()
+        return self
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop the worker after the batch in flight; unfinished requests end CANCELLED ("engine shut down")."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+            thread = self._thread
+        if thread is not None and wait and thread is not threading.current_thread():
+            thread.join()
+        if thread is None or wait:
+            self._cancel_all("engine shut down")
+
+    def __enter__(self) -> "Engine":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown(wait=True)
+
+    def set_max_batch_size(self, max_batch_size: int) -> None:
+        """The user's ceiling on rows per batch (the cap restarts from it).
+
+        Raises:
+            InputError: ``max_batch_size`` < 1.
+        """
+        if int(max_batch_size) < 1:
+            raise InputError(f"max batch size {max_batch_size} must be >= 1")
+        with self._cv:
+            self.batch_cap.set_max(int(max_batch_size))
+            self._cv.notify_all()
+
+    # -- estimates -----------------------------------------------------------------------------------------------
+    def _positions(self, text_chars: int, reference_s: float, reference_text_chars: int, max_new_tokens: int) -> int:
+        return int(self.adapter.estimate_positions(text_chars, reference_s, reference_text_chars, max_new_tokens))
+
+    def _default_row_bytes(self) -> int:
+        f = self.facts
+        return self.estimator.row_bytes(self._positions(f.max_segment_chars, DEFAULT_REFERENCE_S, 0,
+                                                        f.default_max_new_tokens))
+
+    def _measure_budget(self) -> int | None:
+        return memory_budget_bytes(self.probe, memory_budget_bytes=self.config.memory_budget_bytes,
+                                   memory_utilization=self.config.memory_utilization,
+                                   safety_margin_bytes=self.config.safety_margin_bytes)
+
+    def estimate_request_bytes(self, request: SynthesisRequest) -> int:
+        """Estimated bytes (KV cache + activations) the request's longest segment needs as a batch of one: the
+        least memory that can serve it. Weights are not included (already resident).
+
+        Raises:
+            InputError: the text is empty or unspeakable (from the front end).
+        """
+        texts, _, _ = self._segments_of(request)
+        ref_s, ref_chars, max_new = self._row_context(request)
+        return max(self.estimator.row_bytes(self._positions(len(t), ref_s, ref_chars, max_new)) for t in texts)
+
+    def stats(self) -> EngineStats:
+        with self._cv:
+            default_row = self._default_row_bytes()
+            budget = self._budget_bytes
+            return EngineStats(
+                batch_cap=self.batch_cap.cap,
+                max_batch_size=self.batch_cap.max_batch_size,
+                num_oom=self._num_oom,
+                num_batches=self._num_batches,
+                queue_depth=self.scheduler.num_waiting,
+                num_requests_active=len(self._requests),
+                num_requests_done=self._outcomes[RequestStatus.DONE],
+                num_requests_failed=self._outcomes[RequestStatus.FAILED],
+                num_requests_cancelled=self._outcomes[RequestStatus.CANCELLED],
+                num_segments_done=self._num_segments_done,
+                last_batch_size=self._last_batch_size,
+                busy=self._busy,
+                memory_budget_bytes=budget,
+                device=self.device,
+                device_total_bytes=self.probe.total_bytes(),
+                default_row_bytes=default_row,
+                max_rows_in_budget=None if budget is None else budget // max(1, default_row),
+            )
+
+    # -- submit / cancel -----------------------------------------------------------------------------------------
+    def _segments_of(self, request: SynthesisRequest) -> tuple[list[str], list[int], list[str]]:
+        params = request.params
+        max_chars = params.max_segment_chars if params.max_segment_chars is not None else self.facts.max_segment_chars
+        prepared = _prepare_text(request.text, supports_pinyin=self.facts.supports_pinyin,
+                                 max_segment_chars=max_chars, default_pause_ms=params.pause_between_segments_ms)
+        texts = [s.text for s in prepared.segments]
+        if not texts:
+            raise InputError("the text has nothing to speak; type some words")
+        return texts, [int(s.pause_after_ms) for s in prepared.segments], list(prepared.warnings)
+
+    def _row_context(self, request: SynthesisRequest) -> tuple[float, int, int]:
+        ref = request.reference_audio
+        ref_s = ref.duration_s if ref is not None else 0.0
+        return ref_s, len(request.reference_text or ""), int(self.adapter.max_new_tokens(request.params))
+
+    def _too_large_message(self, request: SynthesisRequest, index: int, text: str, budget: int) -> str:
+        ref_s, ref_chars, max_new = self._row_context(request)
+        need = self.estimator.row_bytes(self._positions(len(text), ref_s, ref_chars, max_new))
+        fit_chars = max_text_chars_for_budget(
+            lambda n: self.estimator.row_bytes(self._positions(n, ref_s, ref_chars, max_new)), budget,
+            upper_chars=max(len(text), 1))
+        head = (f"out of memory (estimated): segment {index + 1} ({len(text)} characters) needs "
+                f"{format_bytes(need)} but the memory budget is {format_bytes(budget)}")
+        if fit_chars > 0:
+            return (f"{head}; segments of at most {fit_chars} characters fit — shorten the text or set "
+                    f"max_segment_chars <= {max(8, fit_chars)}, or lower max_new_tokens (now {max_new})")
+        return (f"{head}; even an empty segment does not fit with max_new_tokens={max_new} and a {ref_s:.1f} s "
+                "reference — lower max_new_tokens, use a shorter reference, or raise the memory budget")
+
+    def submit(self, request: SynthesisRequest,
+               on_progress: Callable[[ProgressEvent], None] | None = None) -> RequestHandle:
+        """Queue a request. Never raises for a bad request: the handle's result is FAILED with ``error`` instead.
+
+        Args:
+            request: the synthesis; ``reference_audio`` must be at ``engine.sampling_rate``.
+            on_progress: called from the worker thread after each batch that advanced this request.
+        """
+        handle = RequestHandle(request.request_id, self)
+        try:
+            texts, pauses, warnings = self._segments_of(request)
+            ref = request.reference_audio
+            if ref is not None and int(ref.sampling_rate) != self.sampling_rate:
+                raise ReferenceAudioError(
+                    f"reference audio is at {ref.sampling_rate} Hz but the model needs {self.sampling_rate} Hz; "
+                    "clean it with tts_app.audio.reference.prepare_reference(path, "
+                    f"target_sampling_rate={self.sampling_rate})")
+        except TTSAppError as exc:
+            handle.future.set_result(self._failed_result(request, str(exc)))
+            with self._cv:
+                self._outcomes[RequestStatus.FAILED] += 1
+            return handle
+
+        ref_s, ref_chars, max_new = self._row_context(request)
+        now = time.monotonic()
+        works: list[SegmentWork] = []
+        for i, text in enumerate(texts):
+            steps = max(1, min(max_new, math.ceil(expected_speech_s(text) * self.facts.frames_per_second)))
+            works.append(SegmentWork(
+                request_id=request.request_id, index=i, text=text, seed=request.params.seed + i,
+                batch_key=request.params.batch_key(), priority=request.priority, expected_steps=steps,
+                row_positions=self._positions(len(text), ref_s, ref_chars, max_new), arrival_s=now,
+            ))
+        state = _RequestState(request=request, handle=handle, texts=texts, pauses_after_ms=pauses,
+                              on_progress=on_progress, warnings=warnings, waves=[None] * len(texts),
+                              batch_sizes=[0] * len(texts), generate_s=[0.0] * len(texts))
+        error = None
+        with self._cv:
+            budget = self._budget_bytes
+            if self._stopping:
+                error = "engine shut down"
+            elif budget is not None:
+                for w in works:
+                    if self.estimator.batch_bytes([w.row_positions]) > budget:
+                        error = self._too_large_message(request, w.index, w.text, budget)
+                        break
+            if error is None:
+                self._requests[request.request_id] = state
+                self.scheduler.add(works)
+                self._cv.notify_all()
+            else:
+                self._outcomes[RequestStatus.FAILED] += 1
+        if error is not None:
+            logger.info("request %s rejected: %s", request.request_id, error)
+            handle.future.set_result(self._failed_result(request, error, warnings))
+        return handle
+
+    def _failed_result(self, request: SynthesisRequest, error: str, warnings: list[str] | None = None,
+                       status: RequestStatus = RequestStatus.FAILED) -> SynthesisResult:
+        return SynthesisResult(request_id=request.request_id, status=status, sampling_rate=self.sampling_rate,
+                               error=error, warnings=list(warnings or []))
+
+    def _finish_locked(self, state: _RequestState, status: RequestStatus, error: str | None,
+                       resolved: list[tuple[Future, SynthesisResult]]) -> None:
+        """Mark a request finished (lock held); its future is resolved later, outside the lock."""
+        if state.finished:
+            return
+        state.finished = True
+        self._requests.pop(state.request.request_id, None)
+        self.scheduler.remove_request(state.request.request_id)
+        self._outcomes[status] += 1
+        if status is RequestStatus.DONE:
+            result = self._assemble(state)
+        else:
+            result = self._failed_result(state.request, error or status.value, state.warnings, status)
+        resolved.append((state.handle.future, result))
+
+    @staticmethod
+    def _resolve(resolved: list[tuple[Future, SynthesisResult]]) -> None:
+        for future, result in resolved:
+            if not future.done():
+                future.set_result(result)
+
+    def _cancel(self, request_id: str) -> bool:
+        resolved: list[tuple[Future, SynthesisResult]] = []
+        with self._cv:
+            state = self._requests.get(request_id)
+            if state is None or state.finished:
+                return False
+            self._finish_locked(state, RequestStatus.CANCELLED, "cancelled", resolved)
+            self._cv.notify_all()
+        self._resolve(resolved)
+        return True
+
+    def _cancel_all(self, reason: str) -> None:
+        resolved: list[tuple[Future, SynthesisResult]] = []
+        with self._cv:
+            for state in list(self._requests.values()):
+                self._finish_locked(state, RequestStatus.CANCELLED, reason, resolved)
+        self._resolve(resolved)
+
+    def _assemble(self, state: _RequestState) -> SynthesisResult:
+        waves = [w for w in state.waves if w is not None]
+        audio, spans = join_segments(waves, state.pauses_after_ms, self.sampling_rate)
+        timings = [SegmentTiming(index=i, text=t, start_s=a, end_s=b, batch_size=state.batch_sizes[i],
+                                 generate_s=state.generate_s[i])
+                   for i, (t, (a, b)) in enumerate(zip(state.texts, spans))]
+        return SynthesisResult(request_id=state.request.request_id, status=RequestStatus.DONE, audio=audio,
+                               sampling_rate=self.sampling_rate, segments=timings, warnings=list(state.warnings))
+
+    # -- worker --------------------------------------------------------------------------------------------------
+    def _worker(self) -> None:
+        idle_since: float | None = None
+        while True:
+            resolved: list[tuple[Future, SynthesisResult]] = []
+            with self._cv:
+                if self._stopping:
+                    break
+                if not self._busy:
+                    self._budget_bytes = self._measure_budget()
+                plan = self.scheduler.schedule(time.monotonic(), self.batch_cap.cap, self._budget_bytes)
+                for work in plan.too_large:
+                    state = self._requests.get(work.request_id)
+                    if state is not None:
+                        msg = self._too_large_message(state.request, work.index, work.text, self._budget_bytes or 0)
+                        logger.warning("request %s: %s", work.request_id, msg)
+                        self._finish_locked(state, RequestStatus.FAILED, msg, resolved)
+                if not plan.batch:
+                    if resolved:
+                        pass  # resolve below, then schedule again at once
+                    elif plan.wait_s > 0:
+                        self._cv.wait(timeout=plan.wait_s)
+                    else:
+                        if idle_since is None:
+                            idle_since = time.monotonic()
+                        idle_for = time.monotonic() - idle_since
+                        if self._used_since_empty and idle_for >= self.config.empty_cache_when_idle_s:
+                            self.probe.empty_cache()
+                            self._used_since_empty = False
+                        timeout = (max(0.0, self.config.empty_cache_when_idle_s - idle_for)
+                                   if self._used_since_empty else None)
+                        self._cv.wait(timeout=timeout)
+                    batch = None
+                else:
+                    idle_since = None
+                    batch = plan.batch
+                    states = [self._requests[w.request_id] for w in batch]
+                    self._busy = True
+            self._resolve(resolved)
+            if batch is None:
+                continue
+            self._execute(batch, states)
+        self._cancel_all("engine shut down")
+
+    def _generate(self, inputs: Any, params: Any, batch_size: int) -> Any:
+        """``adapter.generate`` with the testing aids: a real ``torch.OutOfMemoryError`` for batches above
+        ``simulate_oom_above_batch`` rows, or with ``simulate_oom_probability`` for batches of more than one row."""
+        cfg = self.config
+        if cfg.simulate_oom_above_batch is not None and batch_size > cfg.simulate_oom_above_batch:
+            raise make_simulated_oom(batch_size, f"simulate_oom_above_batch={cfg.simulate_oom_above_batch}")
+        if cfg.simulate_oom_probability > 0 and batch_size > 1 and self._rng.random() < cfg.simulate_oom_probability:
+            raise make_simulated_oom(batch_size, f"simulate_oom_probability={cfg.simulate_oom_probability}")
+        return self.adapter.generate(inputs, params)
+
+    def _run_batch(self, batch: list[SegmentWork], states: list[_RequestState]) -> tuple[list[np.ndarray], float]:
+        rows = []
+        for work, state in zip(batch, states):
+            ref = state.request.reference_audio
+            rows.append(AdapterRow(text=work.text, reference_audio=None if ref is None else ref.samples,
+                                   reference_text=state.request.reference_text, seed=work.seed))
+        params = states[0].request.params.with_seed(batch[0].seed)  # knobs equal across the batch (batch_key)
+        inputs = self.adapter.preprocess(rows, params)
+        t0 = time.perf_counter()
+        outputs = self._generate(inputs, params, len(rows))
+        generate_s = time.perf_counter() - t0
+        waves = self.adapter.postprocess(outputs, inputs)
+        if len(waves) != len(rows):
+            raise RuntimeError(f"adapter returned {len(waves)} waveforms for {len(rows)} rows")
+        return [np.asarray(w, dtype=np.float32).reshape(-1) for w in waves], generate_s
+
+    def _execute(self, batch: list[SegmentWork], states: list[_RequestState]) -> None:
+        ids = sorted({w.request_id for w in batch})
+        oom = False
+        error: str | None = None
+        waves: list[np.ndarray] = []
+        generate_s = 0.0
+        try:
+            waves, generate_s = self._run_batch(batch, states)
+        except Exception as exc:  # noqa: BLE001 - the worker must survive any batch
+            if is_out_of_memory(exc):
+                oom = True
+            else:
+                error = f"{type(exc).__name__}: {exc}"
+                logger.exception("batch of %d rows failed (requests %s)", len(batch), ", ".join(ids))
+            del exc  # drop the traceback (and the tensors its frames hold) before freeing memory
+        if oom:
+            free_after_oom(self.probe)
+
+        resolved: list[tuple[Future, SynthesisResult]] = []
+        events: list[tuple[Callable[[ProgressEvent], None], ProgressEvent]] = []
+        with self._cv:
+            self._busy = False
+            self._used_since_empty = True
+            live = [(w, s) for w, s in zip(batch, states) if not s.finished]
+            if oom:
+                self._num_oom += 1
+                if len(batch) > 1:
+                    new_cap = self.batch_cap.on_oom(len(batch))
+                    logger.warning("out of memory with a batch of %d rows (requests %s); cap -> %d, retrying",
+                                   len(batch), ", ".join(ids), new_cap)
+                    self.scheduler.requeue([w for w, _ in live])
+                else:
+                    for w, s in live:
+                        msg = (f"out of memory: segment {w.index + 1} ({len(w.text)} characters) did not fit in "
+                               "device memory even alone; shorten the text (max_segment_chars), lower "
+                               "max_new_tokens or use a shorter reference")
+                        logger.warning("request %s: %s", w.request_id, msg)
+                        self._finish_locked(s, RequestStatus.FAILED, msg, resolved)
+            elif error is not None:
+                for _, s in live:
+                    self._finish_locked(s, RequestStatus.FAILED, f"synthesis failed: {error}", resolved)
+            else:
+                self._num_batches += 1
+                self._last_batch_size = len(batch)
+                self.batch_cap.on_success(len(batch))
+                touched: dict[str, _RequestState] = {}
+                for (w, s), wave in zip(zip(batch, states), waves):
+                    if s.finished:
+                        continue
+                    s.waves[w.index] = wave
+                    s.batch_sizes[w.index] = len(batch)
+                    s.generate_s[w.index] = generate_s
+                    s.num_done += 1
+                    self._num_segments_done += 1
+                    touched[w.request_id] = s
+                for s in touched.values():
+                    if s.on_progress is not None:
+                        events.append((s.on_progress, ProgressEvent(s.request.request_id, s.num_done,
+                                                                    s.num_segments, len(batch))))
+                    if s.num_done == s.num_segments:
+                        self._finish_locked(s, RequestStatus.DONE, None, resolved)
+            self._cv.notify_all()
+        for callback, event in events:
+            try:
+                callback(event)
+            except Exception:  # noqa: BLE001 - a caller's callback must not stop the worker
+                logger.exception("progress callback of request %s raised", event.request_id)
+        self._resolve(resolved)
