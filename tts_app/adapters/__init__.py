@@ -49,6 +49,10 @@ def family_of(id_or_path: str | Path) -> str:
     from transformers import AutoConfig
 
     id_or_path = str(id_or_path)
+    looks_like_path = id_or_path.startswith(("/", ".", "~")) or id_or_path.count("/") > 1 or "\\" in id_or_path
+    if looks_like_path and not Path(id_or_path).expanduser().exists():
+        raise ModelLoadError(f"model folder {id_or_path!r} does not exist; pass --model with an existing checkpoint "
+                             "folder or a hub id such as vibevoice/VibeVoice-1.5B-hf")
     if Path(id_or_path).exists() and not (Path(id_or_path) / "config.json").is_file():
         raise ModelLoadError(f"{id_or_path!r} is a folder without config.json; it is not a model checkpoint")
     try:

@@ -1,0 +1,47 @@
+"""Server-wide state of the web app, built once in ``launch.main`` and passed to the handlers. No gradio import.
+
+Everything here is shared by all users on purpose (one engine, one reference cache, one memory history); per-user
+state lives in gradio session state or in dicts keyed by the session hash (``cancel_events``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tts_app.config import EngineConfig, FrontendConfig, ModelConfig, ReferenceConfig
+from tts_app.monitor import MemoryHistory
+
+
+@dataclass
+class AppContext:
+    """What every handler needs.
+
+    Attributes:
+        model_config: which model was asked for.
+        engine: the running engine, or None when the model could not be loaded (``load_error`` says why).
+        load_error: the message shown in the UI when the model is missing.
+        output_root: folder for per-request and per-job outputs (WAV, SRT, ZIP); a temporary folder by default.
+        lang: "zh", "en" or None (browser decides).
+    """
+
+    model_config: ModelConfig
+    engine_config: EngineConfig
+    engine: object | None = None
+    load_error: str | None = None
+    reference_config: ReferenceConfig = field(default_factory=ReferenceConfig)
+    frontend_config: FrontendConfig = field(default_factory=FrontendConfig)
+    output_root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tts_app_")))
+    lang: str | None = None
+    history: MemoryHistory = field(default_factory=MemoryHistory)
+    reference_cache: object | None = None
+    cancel_events: dict[str, threading.Event] = field(default_factory=dict)
+    _last_oom_count: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def cancel_event(self, session_hash: str) -> threading.Event:
+        """The cancel flag of one browser session's batch job (created on first use)."""
+        with self._lock:
+            return self.cancel_events.setdefault(session_hash or "anonymous", threading.Event())

@@ -1,0 +1,135 @@
+"""The Gradio layout: three tabs (single synthesis, JSONL batch, memory gauge) wired to ``handlers``.
+
+Every event that touches the model shares ``concurrency_id="model"``; the engine batches what arrives together, so
+the limit is generous (callers only wait on futures). Every action has a stable ``api_name`` for ``gradio_client``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import gradio as gr
+
+from tts_app.ui import handlers
+from tts_app.ui.context import AppContext
+from tts_app.ui.texts import translations
+
+MODEL_CONCURRENCY = dict(concurrency_id="model", concurrency_limit=32)
+
+
+def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
+    """Build the Blocks app for ``ctx``. Returns (demo, i18n) — pass i18n to ``demo.launch``."""
+    i18n = gr.I18n(**translations(ctx.lang))
+    facts = ctx.engine.facts if ctx.engine is not None else None
+
+    with gr.Blocks(title="tts_app") as demo:
+        gr.Markdown(f"# {i18n('title')}\n{i18n('intro')}")
+        if ctx.load_error:
+            gr.Markdown(f"### ⚠️ {ctx.load_error}", elem_id="load-error")
+        else:
+            gr.Markdown(f"{i18n('model_status')}: `{ctx.model_config.model_id}` · {facts.family} · "
+                        f"{facts.sampling_rate} Hz", elem_id="model-status")
+
+        with gr.Tab(i18n("tab_single"), id="single"):
+            with gr.Row():
+                with gr.Column():
+                    ref_audio = gr.Audio(label=i18n("reference_audio"), sources=["upload", "microphone"],
+                                         type="filepath", elem_id="ref-audio")
+                    ref_text = gr.Textbox(label=i18n("reference_text"), lines=1, elem_id="ref-text")
+                    ref_report = gr.Markdown(elem_id="ref-report")
+                    ref_clean = gr.Audio(label=i18n("cleaned_reference"), interactive=False, elem_id="ref-clean")
+                with gr.Column():
+                    text = gr.Textbox(label=i18n("text"), placeholder=i18n("text_placeholder"), lines=5,
+                                      elem_id="text")
+                    preview = gr.HighlightedText(label=i18n("preview"), combine_adjacent=False,
+                                                 color_map={"override": "green", "polyphone": "orange"},
+                                                 show_legend=True, elem_id="preview")
+                    preview_notes = gr.Markdown(elem_id="preview-notes")
+            with gr.Accordion(i18n("settings"), open=False):
+                with gr.Row():
+                    max_batch = gr.Slider(1, 64, value=ctx.engine_config.max_batch_size, step=1,
+                                          label=i18n("max_batch_size"))
+                    use_cache = gr.Checkbox(value=True, label=i18n("use_cache"))
+                    max_new = gr.Number(value=0, precision=0, minimum=0, label=i18n("max_new_tokens"))
+                with gr.Row():
+                    greedy = gr.Checkbox(value=False, label=i18n("greedy"))
+                    temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label=i18n("temperature"))
+                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label=i18n("top_p"))
+                    top_k = gr.Number(value=50, precision=0, minimum=0, label=i18n("top_k"),
+                                      visible=bool(facts is None or facts.has_top_k))
+                    cfg = gr.Slider(1.0, 5.0, value=1.3, step=0.1, label=i18n("cfg_scale"),
+                                    visible=bool(facts is None or facts.has_cfg))
+                with gr.Row():
+                    seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="seed")
+                    randomize = gr.Checkbox(value=False, label=i18n("randomize_seed"))
+                    segment_chars = gr.Number(value=0, precision=0, minimum=0, label=i18n("segment_chars"))
+                    pause_ms = gr.Slider(0, 2000, value=ctx.frontend_config.default_pause_ms, step=50,
+                                         label=i18n("pause_ms"))
+            generate = gr.Button(i18n("generate"), variant="primary", elem_id="generate")
+            with gr.Row():
+                out_audio = gr.Audio(label=i18n("output_audio"), interactive=False, elem_id="out-audio")
+                used_seed = gr.Number(label=i18n("used_seed"), interactive=False, elem_id="used-seed")
+            with gr.Row():
+                wav_file = gr.File(label=i18n("download_wav"), interactive=False)
+                srt_file = gr.File(label=i18n("download_srt"), interactive=False)
+            timings = gr.Dataframe(headers=["#", "text", "start_s", "end_s", "batch_size", "generate_s"],
+                                   label=i18n("timings"), interactive=False, elem_id="timings")
+
+        with gr.Tab(i18n("tab_batch"), id="batch"):
+            with gr.Row():
+                jsonl = gr.File(label=i18n("jsonl_file"), file_types=[".jsonl", ".json", ".txt"], type="filepath",
+                                elem_id="jsonl")
+                audio_zip = gr.File(label=i18n("audio_zip"), file_types=[".zip"], type="filepath")
+            with gr.Row():
+                validate_btn = gr.Button(i18n("validate"), elem_id="validate")
+                run_btn = gr.Button(i18n("run_job"), variant="primary", elem_id="run-job")
+                cancel_btn = gr.Button(i18n("cancel_job"), variant="stop", elem_id="cancel-job")
+            validation = gr.Dataframe(headers=["line", "status", "message"], label=i18n("validation"),
+                                      interactive=False, elem_id="validation")
+            job_status = gr.Markdown(elem_id="job-status")
+            results = gr.Dataframe(headers=["line", "output_name", "status", "error", "duration_s"],
+                                   label=i18n("job_results"), interactive=False, elem_id="job-results")
+            results_zip = gr.File(label=i18n("download_zip"), interactive=False, elem_id="results-zip")
+
+        with gr.Tab(i18n("tab_memory"), id="memory"):
+            gauge_md = gr.Markdown(elem_id="gauge")
+            gauge_plot = gr.LinePlot(x="seconds_ago", y="used_gib", color="event", label=i18n("memory_plot"),
+                                     color_map={"ok": "#4c78a8", "OOM": "#e45756"}, elem_id="gauge-plot")
+            timer = gr.Timer(1.0)
+
+        # --- events -------------------------------------------------------------------------------------------
+        ref_audio.change(_wrap(handlers.reference_report, ctx), [ref_audio, ref_text], [ref_clean, ref_report],
+                         api_name="reference_report", **MODEL_CONCURRENCY)
+        text.change(_wrap(handlers.pronunciation_preview, ctx), [text], [preview, preview_notes],
+                    api_name="preview", trigger_mode="always_last", queue=False)
+        generate.click(_wrap(handlers.synthesize, ctx),
+                       [ref_audio, ref_text, text, max_batch, use_cache, max_new, greedy, temperature, top_p, top_k,
+                        cfg, seed, randomize, segment_chars, pause_ms],
+                       [out_audio, wav_file, srt_file, timings, used_seed], api_name="synthesize",
+                       **MODEL_CONCURRENCY)
+        validate_btn.click(_wrap(handlers.validate_job, ctx), [jsonl, audio_zip], [validation],
+                           api_name="validate_job")
+        run_btn.click(_wrap(handlers.run_job, ctx), [jsonl, audio_zip, max_batch, use_cache, greedy, seed],
+                      [job_status, results, results_zip], api_name="run_job", **MODEL_CONCURRENCY)
+        cancel_btn.click(_wrap(handlers.cancel_job, ctx), None, [job_status], api_name="cancel_job", queue=False)
+        timer.tick(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], api_name="memory", queue=False,
+                   show_progress="hidden")
+        demo.load(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], queue=False, show_progress="hidden")
+    return demo, i18n
+
+
+def _wrap(fn, ctx: AppContext):
+    """Bind ``ctx`` as the first argument while keeping ``fn``'s signature (minus ctx) visible to gradio, so that
+    ``gr.Progress`` / ``gr.Request`` parameters are injected and the API shows the right inputs."""
+    import inspect
+
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())[1:]
+
+    @functools.wraps(fn)
+    def bound(*args, **kwargs):
+        return fn(ctx, *args, **kwargs)
+
+    bound.__signature__ = sig.replace(parameters=params)
+    del bound.__wrapped__
+    return bound
