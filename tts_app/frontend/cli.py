@@ -1,0 +1,75 @@
+"""``python -m tts_app frontend "TEXT" [--json] [--supports-pinyin] [--max-segment-chars N] ...``
+
+Prints what the front end makes of a text: the normalised text, the segments (rendered text and pause after, in
+ms), per-character readings (char, TONE3, polyphonic, source) and warnings. No model is loaded.
+Exit status: 0 ok, 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+from tts_app.config import FrontendConfig
+from tts_app.errors import InputError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tts_app frontend",
+                                description="Show normalised text, segments and per-character pinyin of TEXT.")
+    p.add_argument("text", help="text to analyse ('-' reads standard input)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--supports-pinyin", action="store_true",
+                   help="render overrides as {pinyin} tokens instead of single-reading homophones")
+    p.add_argument("--max-segment-chars", type=int, default=None, help="longest segment, in characters (default 200)")
+    p.add_argument("--min-segment-chars", type=int, default=None,
+                   help=f"shorter segments are merged (default {FrontendConfig.min_segment_chars})")
+    p.add_argument("--default-pause-ms", type=int, default=None,
+                   help=f"pause between segments in ms (default {FrontendConfig.default_pause_ms})")
+    p.add_argument("--all-chars", action="store_true", help="list every Chinese character, not only polyphones")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from tts_app.frontend import prepare_text
+
+    config = FrontendConfig()
+    text = sys.stdin.read() if args.text == "-" else args.text
+    kwargs = dict(supports_pinyin=args.supports_pinyin,
+                  default_pause_ms=config.default_pause_ms if args.default_pause_ms is None else args.default_pause_ms,
+                  min_segment_chars=config.min_segment_chars if args.min_segment_chars is None
+                  else args.min_segment_chars)
+    if args.max_segment_chars is not None:
+        kwargs["max_segment_chars"] = args.max_segment_chars
+    try:
+        prepared = prepare_text(text, **kwargs)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(asdict(prepared), ensure_ascii=False, indent=2))
+        return 0
+    print(f"normalised: {prepared.normalized_text}")
+    print(f"segments ({len(prepared.segments)}):")
+    for i, seg in enumerate(prepared.segments):
+        rendered = "" if seg.text == seg.source_text else f"   [model sees: {seg.text}]"
+        print(f"  {i:>3}  {seg.source_text}   (pause after {seg.pause_after_ms} ms){rendered}")
+    readings = [r for r in prepared.readings if args.all_chars or r.polyphonic or r.source == "override"]
+    label = "readings" if args.all_chars else "readings of polyphones and overrides (--all-chars for every one)"
+    print(f"{label}:")
+    for r in readings:
+        flag = "polyphonic" if r.polyphonic else "single"
+        others = f"  candidates: {' '.join(r.candidates)}" if r.polyphonic else ""
+        print(f"  {r.position:>4}  {r.char}  {r.pinyin:<8} {flag:<10} {r.source:<8}{others}")
+    if prepared.warnings:
+        print("warnings:")
+        for w in prepared.warnings:
+            print(f"  - {w}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Mandarin readings: default G2P, per-character candidate readings, pinyin parsing, single-reading homophones.
+
+Everything comes from pypinyin's bundled dictionaries (``pypinyin.pinyin_dict`` for single characters,
+``pypinyin.phrases_dict`` for the phrase-level choice of a polyphone's reading). Readings are TONE3 strings
+(``zhong4``; ``lv4`` for ü; neutral tone ``5``), the house convention. Tables are built lazily and cached, so
+``import tts_app.frontend`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+# CJK Unified Ideographs (+ extension A, compatibility ideographs, extensions B-H, and 〇), the characters pypinyin
+# has readings for. Source: pypinyin.constants.RE_HANS, restated as a character class.
+HANZI_CLASS = "\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+HANZI_RUN_RE = re.compile(f"[{HANZI_CLASS}]+")
+_HANZI_RE = re.compile(f"[{HANZI_CLASS}]")
+
+# Precomposed vowels with a tone mark, as pinyin writes them (ü with a tone mark included).
+TONE_MARK_CHARS = "āáǎàēéěèīíǐìōóǒòūúǔùǖǘǚǜńňǹḿ"
+_TONE3_RE = re.compile(r"^([a-z]+)([0-9])?$")
+
+
+def is_hanzi(char: str) -> bool:
+    """True when ``char`` (one character) is a Chinese character pypinyin can read."""
+    return bool(_HANZI_RE.fullmatch(char))
+
+
+@lru_cache(maxsize=None)
+def char_candidates(char: str) -> tuple[str, ...]:
+    """Every reading pypinyin's single-character dictionary lists for ``char``, TONE3, in dictionary order
+    (the first is the most common). Empty tuple for a character with no entry."""
+    from pypinyin.contrib.tone_convert import to_tone3
+    from pypinyin.pinyin_dict import pinyin_dict
+
+    marked = pinyin_dict.get(ord(char))
+    if not marked:
+        return ()
+    readings = (to_tone3(r, neutral_tone_with_five=True) for r in marked.split(","))
+    return tuple(dict.fromkeys(r for r in readings if r))
+
+
+@lru_cache(maxsize=1)
+def valid_readings() -> frozenset[str]:
+    """Every TONE3 reading (syllable + tone) of any character in pypinyin's dictionary."""
+    from pypinyin.contrib.tone_convert import to_tone3
+    from pypinyin.pinyin_dict import pinyin_dict
+
+    marked = {r for value in pinyin_dict.values() for r in value.split(",")}
+    return frozenset(to_tone3(r, neutral_tone_with_five=True) for r in marked) - {""}
+
+
+@lru_cache(maxsize=1)
+def valid_syllables() -> frozenset[str]:
+    """Every toneless syllable (``zhong``, ``lv``) of pypinyin's dictionary."""
+    return frozenset(r.rstrip("012345") for r in valid_readings())
+
+
+def parse_pinyin_token(token: str) -> tuple[str | None, str | None]:
+    """Parse one user-written pinyin syllable into TONE3.
+
+    Accepts tone marks (``zhòng``, ``lǜ``), tone numbers (``zhong4``, ``ZHONG4``, neutral ``5`` or ``0``) and ü as
+    ``ü``, ``v`` or ``u:``.
+
+    Returns:
+        ``(reading, None)`` on success, e.g. ``("zhong4", None)``; ``(None, problem)`` otherwise, where ``problem``
+        says what is wrong in words (no tone, tone out of range, not a Mandarin syllable).
+    """
+    kind, value = classify_pinyin_token(token)
+    return (value, None) if kind == "ok" else (None, value)
+
+
+def classify_pinyin_token(token: str) -> tuple[str, str]:
+    """Like ``parse_pinyin_token`` but says which way a token fails, so markup parsing can tell a pinyin attempt
+    from ordinary text in parentheses.
+
+    Returns:
+        ``("ok", reading)``; ``("toneless", problem)`` for a Mandarin syllable written without a tone;
+        ``("bad_tone", problem)`` for a Mandarin syllable with an impossible tone (``zhong7``, two tone marks);
+        ``("not_pinyin", problem)`` for anything else (``apple``, ``mp3``).
+    """
+    text = token.strip().lower().replace("u:", "v").replace("ü", "v")
+    marks = [c for c in text if c in TONE_MARK_CHARS]
+    if marks:
+        from pypinyin.contrib.tone_convert import to_tone3
+
+        bare = to_tone3(text, neutral_tone_with_five=True).replace("ü", "v")
+        if len(marks) > 1 or any(c.isdigit() for c in text):
+            ok = bare.rstrip("0123456789") in valid_syllables()
+            return ("bad_tone" if ok else "not_pinyin"), f"{token!r} has more than one tone"
+        text = bare
+    m = _TONE3_RE.match(text)
+    if not m:
+        return "not_pinyin", f"{token!r} is not pinyin"
+    base, tone = m.group(1), m.group(2)
+    if base not in valid_syllables():
+        return "not_pinyin", f"{token!r} is not a Mandarin syllable"
+    if tone is None:
+        return "toneless", f"{token!r} has no tone (write e.g. {base}1 .. {base}4, or {base}5 for the neutral tone)"
+    if tone == "0":
+        tone = "5"
+    if tone not in "12345":
+        return "bad_tone", f"{token!r} has tone {tone}; tones are 1-4, and 5 or 0 for the neutral tone"
+    return "ok", base + tone
+
+
+def g2p(text: str) -> list[tuple[int, str, str]]:
+    """Default G2P: pypinyin with its phrase dictionary (``lazy_pinyin``, Style.TONE3, neutral tone 5).
+
+    Args:
+        text: any text; only its Chinese characters are read, each maximal run of them in one call so the phrase
+            dictionary sees the words.
+
+    Returns:
+        ``[(position, char, reading), ...]`` for every Chinese character in ``text``, in order; ``reading`` is ""
+        for a character pypinyin cannot read.
+    """
+    from pypinyin import Style, lazy_pinyin
+
+    out: list[tuple[int, str, str]] = []
+    for m in HANZI_RUN_RE.finditer(text):
+        run = m.group()
+        readings = lazy_pinyin(run, style=Style.TONE3, neutral_tone_with_five=True,
+                               errors=lambda s: [""] * len(s))
+        if len(readings) != len(run):  # defensive: fall back to one character at a time
+            readings = [(lazy_pinyin(c, style=Style.TONE3, neutral_tone_with_five=True,
+                                     errors=lambda s: [""] * len(s)) or [""])[0] for c in run]
+        out.extend((m.start() + i, c, r) for i, (c, r) in enumerate(zip(run, readings)))
+    return out
+
+
+def _gb2312_level(char: str) -> int:
+    """1 for GB2312 level-1 (the 3,755 common characters), 2 for level 2, 3 outside GB2312. The level-1 block is
+    first bytes 0xB0-0xD7 (GB2312 rows 16-55)."""
+    try:
+        code = char.encode("gb2312")
+    except UnicodeEncodeError:
+        return 3
+    return 1 if len(code) == 2 and 0xB0 <= code[0] <= 0xD7 else 2
+
+
+@lru_cache(maxsize=1)
+def homophone_table() -> dict[str, str]:
+    """TONE3 reading -> the most common character whose ONLY reading is that one.
+
+    Derived from pypinyin's dictionaries: candidates are BMP CJK characters with exactly one reading in
+    ``pinyin_dict``; "common" ranks GB2312 level 1 before level 2 before the rest, then by how many entries of
+    ``phrases_dict`` contain the character (a frequency proxy from the same dictionary), then by code point so the
+    table is deterministic. Characters outside GB2312 are never used (a model's vocabulary rarely has them), so
+    a few readings (mostly neutral tones, e.g. ``le5``) have no entry. Built once on first use (about 0.5 s) and cached.
+    """
+    from collections import Counter
+
+    from pypinyin.phrases_dict import phrases_dict
+    from pypinyin.pinyin_dict import pinyin_dict
+
+    phrase_count = Counter(c for phrase in phrases_dict for c in phrase)
+    best: dict[str, tuple[tuple[int, int, int], str]] = {}
+    for code in pinyin_dict:
+        if not 0x4E00 <= code <= 0x9FFF:
+            continue
+        char = chr(code)
+        readings = char_candidates(char)
+        if len(readings) != 1:
+            continue
+        level = _gb2312_level(char)
+        if level > 2:  # outside GB2312: too rare to be in a model's vocabulary
+            continue
+        key = (level, -phrase_count.get(char, 0), code)
+        if readings[0] not in best or key < best[readings[0]][0]:
+            best[readings[0]] = (key, char)
+    return {reading: char for reading, (_, char) in best.items()}
+
+
+def homophone(reading: str) -> str | None:
+    """The most common character whose only reading is ``reading`` (TONE3), or None when no such character exists
+    (see ``homophone_table``)."""
+    return homophone_table().get(reading)

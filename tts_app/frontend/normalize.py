@@ -1,0 +1,163 @@
+"""Text normalisation: full-width to half-width, emoji removal, whitespace, and wetext (WeTextProcessing) per
+language run.
+
+wetext ships compiled zh and en text-normalisation FSTs (numbers, dates, times, percentages, currency, units, phone
+numbers). Its ``lang="auto"`` picks ONE language for the whole string, so "I paid $5 给他" would be read all in
+Chinese; instead the text is cut into language runs (Chinese characters vs Latin letters, with digits and symbols
+joining a neighbour, see ``language_runs``) and each run goes through its own normaliser.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+from tts_app.frontend.g2p import HANZI_CLASS
+
+# Full-width punctuation that Chinese text uses as its own punctuation and that must stay as it is
+# (segmentation reads it; half-width would look like English to wetext). Everything else in U+FF01-U+FF5E
+# (letters, digits, %, $, +, ...) becomes its ASCII twin so the normalisers read it.
+_KEEP_FULL_WIDTH = set("，！？；：（）［］｛｝｟｠～")
+
+# Emoji and pictographs a TTS model cannot speak. Ranges from Unicode's emoji blocks: Misc Symbols and
+# Pictographs .. Symbols and Pictographs Extended-A, Misc Symbols, Dingbats, regional indicators, plus the
+# joiners/selectors that glue emoji sequences together. Non-emoji symbols (℃, %, °) are kept for the normaliser.
+_EMOJI_RE = re.compile(
+    "[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\u2300-\u23FF\uFE0E\uFE0F\u200D\u20E3"
+    "\U000E0020-\U000E007F]"
+)
+_WS_RE = re.compile(r"\s+")
+_HANZI_RE = re.compile(f"[{HANZI_CLASS}]")
+_LATIN_RE = re.compile(r"[A-Za-z\u00C0-\u024F]")
+
+
+def to_half_width(text: str) -> str:
+    """Full-width ASCII letters, digits and symbols (U+FF01-U+FF5E) and the ideographic space become ASCII;
+    Chinese punctuation (，！？；：（）...) stays full-width, except ``：`` between digits (a clock time)."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch == "\u3000":
+            out.append(" ")
+        elif 0xFF01 <= code <= 0xFF5E and ch not in _KEEP_FULL_WIDTH:
+            out.append(chr(code - 0xFEE0))
+        else:
+            out.append(ch)
+    return re.sub(r"(?<=\d)：(?=\d)", ":", "".join(out))
+
+
+def strip_emoji(text: str) -> tuple[str, str]:
+    """Remove emoji (see ``_EMOJI_RE``). Returns ``(text_without_emoji, removed_characters)``."""
+    removed = "".join(_EMOJI_RE.findall(text))
+    return (_EMOJI_RE.sub("", text), removed) if removed else (text, "")
+
+
+def collapse_whitespace(text: str) -> str:
+    """Runs of whitespace become one space, or one newline when the run holds a line break (a newline is a sentence
+    boundary for segmentation)."""
+    return _WS_RE.sub(lambda m: "\n" if ("\n" in m.group() or "\r" in m.group()) else " ", text)
+
+
+def is_speakable(text: str) -> bool:
+    """True when ``text`` holds at least one letter, digit or Chinese character (Unicode categories L* and N*)."""
+    return any(unicodedata.category(ch)[0] in "LN" for ch in text)
+
+
+def language_runs(text: str, default_lang: str) -> list[tuple[str, str]]:
+    """Cut ``text`` into ``[(lang, run_text), ...]`` with lang "zh" or "en"; the runs concatenate to ``text``.
+
+    Chinese characters are "zh", Latin letters "en"; everything else (digits, spaces, symbols, punctuation) joins a
+    neighbour: the same language when both neighbours agree; between an English and a Chinese run, what follows the
+    last space (touching the right run) goes right and the rest stays left, and with no space all of it stays left
+    ("I paid $5 给他" and "下载mp3文件" read the number in English, "iPhone 15发布" reads 15 in Chinese). Text with no letters at all
+    takes ``default_lang``.
+    """
+    kinds = []
+    for ch in text:
+        kinds.append("zh" if _HANZI_RE.match(ch) else "en" if _LATIN_RE.match(ch) else None)
+    strong = [i for i, k in enumerate(kinds) if k is not None]
+    if not strong:
+        return [(default_lang, text)] if text else []
+    langs: list[str] = list(kinds)  # type: ignore[arg-type]
+    # Neutral prefix/suffix follow the first/last strong character.
+    for i in range(strong[0]):
+        langs[i] = kinds[strong[0]]
+    for i in range(strong[-1] + 1, len(text)):
+        langs[i] = kinds[strong[-1]]
+    for left, right in zip(strong, strong[1:]):
+        if right == left + 1:
+            continue
+        lk, rk = kinds[left], kinds[right]
+        if lk == rk:
+            for i in range(left + 1, right):
+                langs[i] = lk
+            continue
+        gap = text[left + 1:right]
+        space = gap.rfind(" ")
+        # What touches the right run (after the last space) goes right; the rest, and a gap with no space at
+        # all, stays with the left run ("mp3", "COVID-19", "第3").
+        split = space if space >= 0 else len(gap)
+        for i in range(left + 1, right):
+            langs[i] = lk if i - (left + 1) < split else rk
+    runs: list[tuple[str, str]] = []
+    for ch, lang in zip(text, langs):
+        if runs and runs[-1][0] == lang:
+            runs[-1] = (lang, runs[-1][1] + ch)
+        else:
+            runs.append((lang, ch))
+    return runs
+
+
+@lru_cache(maxsize=2)
+def _normalizer(lang: str):
+    from wetext import Normalizer  # loads the FSTs (about 1 s), so only on first use
+
+    return Normalizer(lang=lang, operator="tn")
+
+
+def wetext_normalize(text: str, lang: str) -> tuple[str, str | None]:
+    """Run wetext's ``lang`` normaliser on one language run, keeping its leading/trailing whitespace (wetext strips
+    it).
+
+    Returns:
+        ``(normalised, problem)``: ``problem`` is None, or a sentence saying wetext failed on this run (it raises
+        AssertionError on some inputs, e.g. en "2024年"); the run is then returned unchanged.
+    """
+    core = text.strip()
+    if not core or (lang == "zh" and not any(ch.isdigit() for ch in core)):
+        return text, None  # wetext's zh TN changes nothing without a digit (its own should_normalize)
+    lead = text[: len(text) - len(text.lstrip())]
+    trail = text[len(text.rstrip()):]
+    try:
+        out = _normalizer(lang).normalize(core)
+    except (AssertionError, RuntimeError, ValueError, IndexError) as exc:  # wetext's failure modes on odd input
+        return text, f"the {lang} normaliser could not read {core!r} ({type(exc).__name__}); it is kept as written"
+    return lead + out + trail, None
+
+
+def normalize_chunk(text: str, default_lang: str) -> tuple[str, list[str]]:
+    """Normalise one chunk of plain text (no annotations, no pause markers).
+
+    Steps: full-width to half-width, emoji removed, whitespace collapsed, then wetext per line and per language run.
+
+    Returns:
+        ``(normalised_text, problems)``: problems are sentences for the warnings list (emoji removed, a run wetext
+        could not read).
+    """
+    problems: list[str] = []
+    text = to_half_width(text)
+    text, removed = strip_emoji(text)
+    if removed:
+        problems.append(f"removed {len(removed)} emoji/pictograph character(s) that cannot be spoken: {removed!r}")
+    text = collapse_whitespace(text)
+    lines = []
+    for line in text.split("\n"):
+        parts = []
+        for lang, run in language_runs(line, default_lang):
+            out, problem = wetext_normalize(run, lang)
+            if problem:
+                problems.append(problem)
+            parts.append(out)
+        lines.append("".join(parts))
+    return "\n".join(lines), problems

@@ -1,0 +1,54 @@
+"""Rendering a segment's text for the model, so pronunciation overrides reach models that do their own G2P.
+
+Two ways, chosen by ``ModelFacts.supports_pinyin``:
+
+* ``supports_pinyin=True``: each overridden character is replaced by a pinyin token ``{zhong4}`` (TONE3 in braces,
+  lower case, ``v`` for ü, ``5`` for the neutral tone). The adapter of such a model turns the token into whatever
+  its tokenizer expects (e.g. upper-case pinyin); braces never occur in normalised text otherwise.
+* ``supports_pinyin=False`` (characters-only models): each overridden *polyphonic* character is replaced by a
+  homophone, a common character whose ONLY reading is the requested one (``g2p.homophone_table``), so the model's
+  own G2P has no choice: 行(hang2) -> 航, 还(huan2) -> 环. Trade-off: the model now sees a different word ("银航"),
+  which can cost naturalness of prosody and of neighbouring readings chosen from context, and for the rare readings
+  with no single-reading character in GB2312 (mostly neutral tones, e.g. ``le5``) the original character is kept
+  (with a warning) and the override cannot be enforced. A character with only one reading is left as it is.
+"""
+
+from __future__ import annotations
+
+from tts_app.frontend.g2p import char_candidates, homophone
+
+
+def pinyin_token(reading: str) -> str:
+    """The pinyin token for a TONE3 reading: ``"zhong4"`` -> ``"{zhong4}"``."""
+    return "{" + reading + "}"
+
+
+def render_char(char: str, reading: str, *, supports_pinyin: bool) -> tuple[str, str | None]:
+    """How one overridden character is written for the model.
+
+    Returns:
+        ``(text, problem)``: ``problem`` is None, or a sentence for the warnings list when the override cannot be
+        enforced for a characters-only model (no single-reading homophone exists).
+    """
+    if supports_pinyin:
+        return pinyin_token(reading), None
+    candidates = char_candidates(char)
+    if candidates == (reading,):
+        return char, None
+    sub = homophone(reading)
+    if sub is None:
+        return char, (f"no common character has only the reading {reading}; '{char}' is sent as it is and the model "
+                      "may read it differently (a model with pinyin support would not)")
+    return sub, None
+
+
+def render_text(text: str, start: int, end: int, overrides: dict[int, str], *, supports_pinyin: bool) -> str:
+    """``text[start:end]`` with every overridden character (``overrides``: offset in ``text`` -> TONE3 reading)
+    rendered by ``render_char``."""
+    out = []
+    for i in range(start, end):
+        if i in overrides:
+            out.append(render_char(text[i], overrides[i], supports_pinyin=supports_pinyin)[0])
+        else:
+            out.append(text[i])
+    return "".join(out)

@@ -1,0 +1,216 @@
+"""Segmentation: cut normalised text into segments a model can synthesise in one call.
+
+Order of preference: explicit pause markers (always a boundary), then sentence punctuation (。！？!?… full- and
+half-width, a ``.`` before a space or the end, a line break), then, only inside a sentence longer than
+``max_segment_chars``, clause punctuation (，,、；;：:—), then, only inside a clause still too long, a hard split at a
+space or between two Chinese characters (preferring a word boundary of pypinyin's phrase segmenter). Never inside an
+English word or a number. Leftovers with fewer than ``min_segment_chars`` speakable characters are merged into a
+neighbour, never across a pause marker.
+
+Works on character offsets only: the spans returned cover the text exactly, so nothing is dropped or repeated.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+
+from tts_app.frontend.g2p import HANZI_RUN_RE, is_hanzi
+
+SENTENCE_END = frozenset("。！？!?…\n")
+CLAUSE_END = frozenset("，,、；;：:—")
+# Closing quotes/brackets stay with the sentence they close.
+CLOSERS = frozenset("”’」』）)]】》〉\"'")
+
+
+@dataclass(frozen=True)
+class Span:
+    """``text[start:end]`` of the normalised text, the silence after it in ms, and its block (the run of text
+    between two pause markers; segments are never merged across blocks)."""
+
+    start: int
+    end: int
+    pause_after_ms: int
+    block: int
+
+
+def num_speakable(text: str) -> int:
+    """Letters, digits and Chinese characters in ``text`` (Unicode categories L* and N*)."""
+    return sum(1 for ch in text if unicodedata.category(ch)[0] in "LN")
+
+
+def _sentence_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    spans, i, s = [], start, start
+    while i < end:
+        ch = text[i]
+        if ch in SENTENCE_END or (ch == "." and (i + 1 == end or text[i + 1].isspace())):
+            j = i + 1
+            while j < end and (text[j] in SENTENCE_END or text[j] == "." or text[j] in CLOSERS):
+                j += 1
+            spans.append((s, j))
+            s = i = j
+        else:
+            i += 1
+    if s < end:
+        spans.append((s, end))
+    return spans
+
+
+def _clause_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    spans, s = [], start
+    for i in range(start, end):
+        if text[i] in CLAUSE_END and not (text[i] in ",:" and 0 < i < end - 1 and text[i - 1].isdigit()
+                                          and text[i + 1].isdigit()):  # 1,000 / 3:30 left by the normaliser
+            j = i + 1
+            while j < end and text[j] in CLOSERS:
+                j += 1
+            if j > s:
+                spans.append((s, j))
+            s = j
+    if s < end:
+        spans.append((s, end))
+    return [sp for sp in spans if sp[1] > sp[0]]
+
+
+def _word_boundaries(text: str, start: int, end: int) -> set[int]:
+    """Offsets inside runs of Chinese characters where pypinyin's phrase segmenter (mmseg over its phrase
+    dictionary) ends a word."""
+    from pypinyin.seg.mmseg import seg
+
+    bounds: set[int] = set()
+    for m in HANZI_RUN_RE.finditer(text, start, end):
+        pos = m.start()
+        for word in seg.cut(m.group()):
+            pos += len(word)
+            bounds.add(pos)
+    return bounds
+
+
+def _cut_priority(text: str, c: int, words: set[int]) -> int:
+    """How good a hard cut between ``text[c-1]`` and ``text[c]`` is: 3 after a space, 2 at a word or script
+    boundary next to a Chinese character, 1 between two Chinese characters inside a word, 0 forbidden (inside an
+    English word or a number, or before a space)."""
+    a, b = text[c - 1], text[c]
+    if a.isspace():
+        return 3
+    if b.isspace():
+        return 0
+    ha, hb = is_hanzi(a), is_hanzi(b)
+    if ha and hb:
+        return 2 if c in words else 1
+    if ha or hb:
+        return 2
+    if a.isalnum() and b.isalnum():
+        return 0
+    if a.isalnum() or b.isalnum():
+        # punctuation next to a word: "word-" | "word" — allowed, but after the mark, not before it
+        return 2 if not a.isalnum() else 0
+    return 1
+
+
+def _hard_split(text: str, start: int, end: int, max_chars: int) -> list[tuple[int, int]]:
+    words = _word_boundaries(text, start, end)
+    spans, s = [], start
+    while end - s > max_chars:
+        limit = s + max_chars
+        best = None
+        for lo, hi, min_priority in ((s + max_chars // 2, limit, 2), (s, limit, 1)):
+            options = [(_cut_priority(text, c, words), c) for c in range(max(lo, s + 1), hi + 1)]
+            options = [o for o in options if o[0] >= min_priority]
+            if options:
+                best = max(options)[1]
+                break
+        if best is None:  # no allowed cut within the limit: the first one after it (segment runs long)
+            best = next((c for c in range(limit + 1, end) if _cut_priority(text, c, words) > 0), None)
+        if best is None:
+            break
+        spans.append((s, best))
+        s = best
+    spans.append((s, end))
+    return spans
+
+
+def _pack(text: str, parts: list[tuple[int, int]], max_chars: int, split) -> list[tuple[int, int]]:
+    """Greedily join consecutive parts while the result stays within ``max_chars``; a part longer than that on its
+    own is handed to ``split``."""
+    out: list[tuple[int, int]] = []
+    for s, e in parts:
+        if e - s > max_chars:
+            out.extend(split(s, e))
+        elif out and out[-1][1] == s and e - out[-1][0] <= max_chars:
+            out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def split_spans(text: str, boundaries: list[tuple[int, int]], *, max_segment_chars: int, min_segment_chars: int,
+                default_pause_ms: int, final_pause_ms: int | None = None) -> list[Span]:
+    """Cut ``text`` into segment spans.
+
+    Args:
+        text: normalised text.
+        boundaries: ``[(offset, pause_ms), ...]`` from pause markers, offsets in ``text`` (0 < offset <= len(text)),
+            sorted; a marker at ``len(text)`` sets the pause after the last segment.
+        max_segment_chars: most characters per segment (exceeded only when no allowed cut exists).
+        min_segment_chars: segments with fewer speakable characters are merged into a neighbour in the same block.
+        default_pause_ms: silence between segments not separated by a marker.
+        final_pause_ms: silence after the last segment when no marker ends the text (default 0).
+
+    Returns:
+        Spans in order, covering ``text`` without gaps or overlaps, except that spans holding only whitespace are
+        dropped.
+    """
+    cuts = sorted({min(max(off, 0), len(text)) for off, _ in boundaries} | {0, len(text)})
+    marker_ms: dict[int, int] = {}
+    for off, ms in boundaries:
+        off = min(max(off, 0), len(text))
+        marker_ms[off] = marker_ms.get(off, 0) + ms
+    spans: list[Span] = []
+    for block, (bs, be) in enumerate(zip(cuts, cuts[1:])):
+        pieces: list[tuple[int, int]] = []
+        for ss, se in _sentence_spans(text, bs, be):
+            if se - ss <= max_segment_chars:
+                pieces.append((ss, se))
+                continue
+            clauses = _clause_spans(text, ss, se)
+            pieces.extend(_pack(text, clauses, max_segment_chars,
+                                lambda s, e: _hard_split(text, s, e, max_segment_chars)))
+        for i, (ps, pe) in enumerate(pieces):
+            last_in_block = i == len(pieces) - 1
+            pause = marker_ms.get(be, default_pause_ms) if last_in_block else default_pause_ms
+            spans.append(Span(ps, pe, pause, block))
+    spans = [sp for sp in spans if text[sp.start:sp.end].strip()]
+    spans = _merge_short(text, spans, max(min_segment_chars, 1))
+    if spans:
+        last = spans[-1]
+        end_pause = marker_ms.get(len(text), final_pause_ms if final_pause_ms is not None else 0)
+        spans[-1] = Span(last.start, last.end, end_pause, last.block)
+    return spans
+
+
+def _merge_short(text: str, spans: list[Span], min_chars: int) -> list[Span]:
+    spans = list(spans)
+    i = 0
+    while i < len(spans):
+        sp = spans[i]
+        n = num_speakable(text[sp.start:sp.end])
+        if n >= min_chars or len(spans) == 1:
+            i += 1
+            continue
+        prev_ok = i > 0 and (spans[i - 1].block == sp.block or n == 0)
+        next_ok = i + 1 < len(spans) and (spans[i + 1].block == sp.block or n == 0)
+        if prev_ok:
+            p = spans[i - 1]
+            # Across a marker (only for punctuation-only leftovers) keep the longer of the two pauses.
+            pause = sp.pause_after_ms if p.block == sp.block else max(p.pause_after_ms, sp.pause_after_ms)
+            spans[i - 1] = Span(p.start, sp.end, pause, p.block)
+            del spans[i]
+            i = max(i - 1, 0)
+        elif next_ok:
+            nx = spans[i + 1]
+            spans[i + 1] = Span(sp.start, nx.end, nx.pause_after_ms, nx.block)
+            del spans[i]
+        else:
+            i += 1
+    return spans
