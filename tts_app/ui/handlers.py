@@ -163,24 +163,25 @@ def _session(request: gr.Request | None) -> str:
 
 
 def validate_job(ctx: AppContext, jsonl_file, audio_zip):
-    """JSONL (+ZIP) uploaded -> validation table rows [line, status, message]."""
-    from tts_app.jobs import validate_job as _validate, prepare_audio_dir
+    """JSONL (+ZIP) uploaded -> validation table rows [line, status, message]. Loads no model."""
+    from tts_app.jobs.runner import validate_job as _validate
 
     if not jsonl_file:
         raise gr.Error("Upload a JSONL task file first.")
     try:
-        audio_dir = prepare_audio_dir(audio_zip, ctx.output_root / "uploads") if audio_zip else None
-        report = _validate(Path(jsonl_file), audio_dir=audio_dir)
+        report = _validate(Path(jsonl_file), audio_dir=audio_zip or None)
     except TTSAppError as exc:
         raise gr.Error(str(exc)) from exc
-    return [[r.line, r.status, r.message] for r in report.rows]
+    return report.as_table()
 
 
 def run_job(ctx: AppContext, jsonl_file, audio_zip, max_batch_size, use_cache, greedy, seed,
             request: gr.Request = None, progress=gr.Progress()):
-    """Run a JSONL job -> (progress text, results rows [line, output, status, error, duration_s], ZIP path)."""
-    from tts_app.jobs import make_results_zip, prepare_audio_dir
-    from tts_app.jobs import run_job as _run
+    """Run a JSONL job -> (summary text, results rows [line, output_name, status, error, duration_s], ZIP path).
+
+    Lines are streamed to the shared engine, so several users' jobs (and single requests) share batches."""
+    from tts_app.jobs.runner import make_results_zip, read_results
+    from tts_app.jobs.runner import run_job as _run
 
     engine = _engine(ctx)
     if not jsonl_file:
@@ -192,23 +193,22 @@ def run_job(ctx: AppContext, jsonl_file, audio_zip, max_batch_size, use_cache, g
     out_dir = ctx.output_root / "jobs" / f"{time.strftime('%Y%m%d-%H%M%S')}_{_session(request)[:8]}"
 
     def on_progress(done, total, info=None):
-        cap = engine.stats().batch_cap
-        progress(done / max(total, 1), desc=f"lines {done}/{total} · batch cap {cap}")
+        progress(done / max(total, 1), desc=f"lines {done}/{total} · batch cap {engine.stats().batch_cap}")
 
     try:
-        audio_dir = prepare_audio_dir(audio_zip, out_dir / "uploads") if audio_zip else None
-        summary = _run(Path(jsonl_file), out_dir, engine, audio_dir=audio_dir, progress=on_progress,
-                       cancel_event=cancel, defaults=dict(seed=int(seed), greedy=bool(greedy),
-                                                           use_cache=bool(use_cache)))
+        params = SynthesisParams(seed=int(seed), greedy=bool(greedy), use_cache=bool(use_cache))
+        summary = _run(Path(jsonl_file), out_dir, engine, audio_dir=audio_zip or None, progress=on_progress,
+                       cancel_event=cancel, params=params, reference_config=ctx.reference_config)
     except TTSAppError as exc:
         raise gr.Error(str(exc)) from exc
-    rows = [[r.get("line"), r.get("output_name"), r.get("status"), r.get("error") or "", r.get("duration_s")]
-            for r in summary.records]
-    zip_path = make_results_zip(out_dir)
-    text = f"ok {summary.num_ok} · failed {summary.num_failed} · skipped {summary.num_skipped}"
+    records = read_results(out_dir)
+    rows = [[n, r.get("output_name"), r.get("status"), r.get("error") or "", r.get("duration_s")]
+            for n, r in sorted(records.items())]
     if summary.num_failed:
         gr.Warning(f"{summary.num_failed} line(s) failed; see the results table.")
-    return text, rows, str(zip_path)
+    text = (f"ok {summary.num_ok} · failed {summary.num_failed} · skipped {summary.num_skipped}"
+            + (f" · cancelled {summary.num_cancelled}" if summary.num_cancelled else ""))
+    return text, rows, str(make_results_zip(out_dir))
 
 
 def cancel_job(ctx: AppContext, request: gr.Request = None):
@@ -234,8 +234,8 @@ def gauge(ctx: AppContext):
     ctx.history.add(reading)
     what = "system RAM (CPU run: no GPU)" if reading.is_cpu else "GPU memory"
     lines = [f"**{reading.device_name}** ({reading.device}) — {what}",
-             f"- total {reading.total_bytes / GIB:.2f} GiB · used {reading.used_bytes / GIB:.2f} GiB · "
-             f"free {reading.free_bytes / GIB:.2f} GiB",
+             f"- total {reading.total_bytes / GIB:.2f} GiB · used {reading.used_bytes / GIB:.3f} GiB · "
+             f"free {reading.free_bytes / GIB:.3f} GiB",
              (f"- process RSS {reading.torch_allocated_bytes / GIB:.3f} GiB · peak {reading.torch_peak_bytes / GIB:.3f} GiB"
               if reading.is_cpu else
               f"- torch allocated {reading.torch_allocated_bytes / GIB:.2f} GiB · reserved "

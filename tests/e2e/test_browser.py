@@ -1,0 +1,89 @@
+"""The real UI in headless Chromium (Debian's /usr/bin/chromium driven by Playwright).
+
+Screenshots of the three tabs are saved to ``artifacts/screenshots/`` (not committed)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.ui_app import ROOT, start_app, stop_app
+
+pytestmark = pytest.mark.e2e
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+sync_api = pytest.importorskip("playwright.sync_api")
+if not Path(CHROMIUM).exists():
+    pytest.skip("Debian chromium is not installed (scripts/test.sh installs it)", allow_module_level=True)
+
+SHOTS = ROOT / "artifacts" / "screenshots"
+
+
+@pytest.fixture(scope="module")
+def app_url(tiny_checkpoint, tmp_path_factory):
+    proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(tmp_path_factory.mktemp("e2e-out")),
+                          lang="en")
+    yield url
+    stop_app(proc)
+
+
+@pytest.fixture(scope="module")
+def page(app_url):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": 1280, "height": 1600})
+        page.goto(app_url)
+        page.wait_for_selector("#generate", timeout=60_000)
+        yield page
+        browser.close()
+
+
+def test_single_synthesis_in_the_browser(page, data_dir):
+    page.locator("#ref-audio input[type=file]").set_input_files(str(data_dir / "zh_female_1.wav"))
+    page.wait_for_selector("#ref-report table", timeout=60_000)
+    page.locator("#text textarea").fill("重(chong2)新开始，银行很近。")
+    # The preview marks the override.
+    page.wait_for_function(
+        "() => document.querySelector('#preview') && document.querySelector('#preview').innerText.includes('chong2')",
+        timeout=30_000)
+    assert "override" in page.locator("#preview").inner_text()
+    page.locator("#generate").click()
+    page.wait_for_function(
+        "() => { const a = document.querySelector('#out-audio audio'); return a && a.duration > 0; }",
+        timeout=120_000)
+    duration = page.evaluate("() => document.querySelector('#out-audio audio').duration")
+    assert duration > 0
+    page.screenshot(path=str(SHOTS / "single.png"), full_page=True)
+
+
+def test_batch_tab_runs_three_lines(page, data_dir, tmp_path):
+    shutil.copy(data_dir / "en_female_1.wav", tmp_path / "voice.wav")
+    lines = [{"input_text": t, "prompt_audio": "voice.wav", "output_name": f"line{i}"}
+             for i, t in enumerate(["Hello there.", "第二行。", "Third one."], start=1)]
+    jsonl = tmp_path / "job.jsonl"
+    jsonl.write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in lines), encoding="utf-8")
+    page.get_by_role("tab", name="Batch (JSONL)").click()
+    page.locator("#jsonl input[type=file]").set_input_files(str(jsonl))
+    page.wait_for_timeout(1000)
+    page.locator("#run-job").click()
+    page.wait_for_function(
+        "() => (document.querySelector('#job-results')?.innerText.match(/\\bok\\b/g) || []).length >= 3",
+        timeout=180_000)
+    text = page.locator("#job-results").inner_text()
+    assert all(f"line{i}" in text for i in (1, 2, 3))
+    page.screenshot(path=str(SHOTS / "batch.png"), full_page=True)
+
+
+def test_memory_gauge_updates(page):
+    page.get_by_role("tab", name="Memory").click()
+    page.wait_for_selector("#gauge p, #gauge li", timeout=30_000)
+    first = page.locator("#gauge").inner_text()
+    page.wait_for_timeout(2500)
+    second = page.locator("#gauge").inner_text()
+    assert "GiB" in first and first != second
+    page.screenshot(path=str(SHOTS / "memory.png"), full_page=True)

@@ -1,0 +1,52 @@
+"""Launch the real app (tiny checkpoint) in-process or as a subprocess, for the UI tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(model_dir: Path, *extra: str, lang: str | None = None, timeout_s: float = 180.0):
+    """Start ``python app.py --model DIR`` on a free loopback port; returns (process, url)."""
+    port = free_port()
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir), "--device", "cpu", "--port", str(port),
+           "--host", "127.0.0.1", *extra]
+    if lang:
+        cmd += ["--lang", lang]
+    log = open(model_dir.parent / f"app-{port}.log", "w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"app exited early: {Path(log.name).read_text()[-3000:]}")
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return proc, url
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"app did not start in {timeout_s} s: {Path(log.name).read_text()[-3000:]}")
+
+
+def stop_app(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
