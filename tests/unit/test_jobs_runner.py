@@ -1,0 +1,250 @@
+"""JSONL job runner through the Python API: real Engine + FakeAdapter (no model), real reference cleanup."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tests.fakes import FakeAdapter
+from tts_app.audio.post import encode_wav
+from tts_app.config import EngineConfig
+from tts_app.engine import Engine
+from tts_app.errors import InputError
+from tts_app.jobs.runner import RESULTS_NAME, make_results_zip, read_results, run_job
+from tts_app.jobs.schema import JobConfig
+from tts_app.request import Priority, SynthesisParams, SynthesisRequest
+
+
+@pytest.fixture()
+def job_dir(tmp_path, data_dir) -> Path:
+    d = tmp_path / "job"
+    (d / "voices").mkdir(parents=True)
+    shutil.copy(data_dir / "en_female_1.wav", d / "voices" / "anna.wav")
+    shutil.copy(data_dir / "zh_male_1.wav", d / "voices" / "wei.wav")
+    shutil.copy(data_dir / "corrupt_random_data.wav", d / "voices" / "broken.wav")
+    return d
+
+
+@pytest.fixture()
+def make_engine():
+    engines = []
+
+    def build(**config) -> Engine:
+        adapter = config.pop("adapter", None) or FakeAdapter()
+        engine = Engine(adapter, EngineConfig(**{"wait_window_ms": 5.0, **config})).start()
+        engines.append(engine)
+        return engine
+
+    yield build
+    for engine in engines:
+        engine.shutdown()
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in rows),
+                    encoding="utf-8")
+    return path
+
+
+def records(out_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (out_dir / RESULTS_NAME).read_text(encoding="utf-8").splitlines()]
+
+
+def decoded(path: Path) -> np.ndarray:
+    data, _ = sf.read(path, dtype="int16")
+    return data
+
+
+MIXED = [
+    {"input_text": "Good morning. This is the first line.", "prompt_audio": "voices/anna.wav", "output_name": "a"},
+    '{"input_text": "bad json", "prompt_audio": ',
+    {"prompt_audio": "voices/anna.wav", "output_name": "no_text"},
+    {"input_text": "Where is my voice?", "prompt_audio": "voices/ghost.wav"},
+    {"input_text": "Sneaky.", "prompt_audio": "voices/anna.wav", "output_name": "../../outside"},
+    {"syn_text": "今天天气很好。我们去公园。", "prompt_speech": "voices/wei.wav", "uttid": "b", "seed": 3},
+    {"input_text": "Same name again.", "prompt_audio": "voices/wei.wav", "output_name": "A"},
+    {"input_text": "This voice file is garbage.", "prompt_audio": "voices/broken.wav", "output_name": "c"},
+    {"input_text": "Last good line, default name.", "prompt_audio": "voices/wei.wav"},
+]
+
+
+def test_mixed_job_good_lines_get_audio_bad_lines_get_named_failures(job_dir, make_engine):
+    path = write_jsonl(job_dir / "job.jsonl", MIXED)
+    engine = make_engine()
+    out = job_dir / "out"
+    seen: list[tuple[int, int, dict]] = []
+    summary = run_job(path, out, engine, progress=lambda d, t, info: seen.append((d, t, info)))
+
+    assert (summary.num_lines, summary.num_ok, summary.num_failed) == (9, 3, 6)
+    assert not summary.all_ok
+    by_line = {r["line"]: r for r in records(out)}
+    assert sorted(by_line) == list(range(1, 10))  # one record per line
+    assert {n for n, r in by_line.items() if r["status"] == "ok"} == {1, 6, 9}
+    assert "bad JSON" in by_line[2]["error"]
+    assert "input_text" in by_line[3]["error"]
+    assert "ghost.wav" in by_line[4]["error"]
+    assert "contains a path" in by_line[5]["error"]
+    assert "lines 1 and 7" in by_line[7]["error"]
+    assert "broken.wav" in by_line[8]["error"]  # reference cleanup refused it; the job went on
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".wav") == ["00009.wav", "a.wav", "b.wav"]
+    assert not (job_dir.parent / "outside.wav").exists() and not list(job_dir.rglob("outside*"))
+
+    # each file holds exactly the audio the engine makes for that line (nothing swapped between lines)
+    from tts_app.audio.reference import prepare_reference
+
+    for line_no, name in [(1, "a"), (6, "b"), (9, "00009")]:
+        row = MIXED[line_no - 1]
+        ref, _ = prepare_reference(job_dir / (row.get("prompt_audio") or row["prompt_speech"]),
+                                   target_sampling_rate=engine.sampling_rate)
+        text = row.get("input_text") or row["syn_text"]
+        direct = engine.submit(SynthesisRequest(text=text, reference_audio=ref, priority=Priority.JOB,
+                                                params=SynthesisParams(seed=row.get("seed", 0)))).result()
+        expected = decoded(_wav_bytes_file(out / "expected.tmpwav", encode_wav(direct.audio, direct.sampling_rate)))
+        assert np.array_equal(decoded(out / f"{name}.wav"), expected), name
+        assert by_line[line_no]["audio_path"] == f"{name}.wav"
+        assert by_line[line_no]["duration_s"] == pytest.approx(direct.duration_s, abs=1e-3)
+        assert by_line[line_no]["num_segments"] == len(direct.segments)
+
+    assert [d for d, _, _ in seen] == list(range(1, 10)) and {t for _, t, _ in seen} == {9}
+
+
+def _wav_bytes_file(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def test_segments_of_different_lines_share_batches_and_in_flight_is_bounded(job_dir, make_engine):
+    words = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
+             "quebec romeo sierra tango uniform victor whiskey yankee").split()
+    rows = [{"input_text": f"Line {w} starts. The {w} line ends here.", "prompt_audio": "voices/anna.wav"}
+            for w in words]
+    path = write_jsonl(job_dir / "job.jsonl", rows)
+    adapter = FakeAdapter(delay_s=0.01)
+    engine = make_engine(adapter=adapter, max_batch_size=4)
+    outstanding = {"now": 0, "max": 0}
+    lock = threading.Lock()
+    real_submit = engine.submit
+
+    def counting_submit(request, on_progress=None):
+        handle = real_submit(request, on_progress)
+        with lock:
+            outstanding["now"] += 1
+            outstanding["max"] = max(outstanding["max"], outstanding["now"])
+
+        def done(_):
+            with lock:
+                outstanding["now"] -= 1
+        handle.future.add_done_callback(done)
+        return handle
+
+    engine.submit = counting_submit
+    summary = run_job(path, job_dir / "out", engine, config=JobConfig(max_in_flight_lines=5))
+    assert summary.num_ok == 24
+    assert 1 < outstanding["max"] <= 5
+    mixed = [b for b in adapter.batches if len({w for t in b for w in words if w in t}) > 1]
+    assert mixed, adapter.batches  # batches held segments of several lines
+
+
+def test_200_lines_survive_simulated_oom(job_dir, make_engine):
+    voices = ["voices/anna.wav", "voices/wei.wav"]
+    rows = [{"input_text": f"Sentence {i} of the book.", "prompt_audio": voices[i % 2], "output_name": f"p{i}"}
+            for i in range(200)]
+    path = write_jsonl(job_dir / "job.jsonl", rows)
+    adapter = FakeAdapter()
+    engine = make_engine(adapter=adapter, max_batch_size=8, simulate_oom_above_batch=2)
+    summary = run_job(path, job_dir / "out", engine)
+    assert (summary.num_ok, summary.num_failed) == (200, 0)
+    assert engine.stats().num_oom > 0  # the engine really hit (simulated) OOM and recovered
+    assert max(len(b) for b in adapter.batches) <= 2
+    assert len(list((job_dir / "out").glob("p*.wav"))) == 200
+
+
+def test_cancel_then_resume_finishes_every_line_once(job_dir, make_engine):
+    rows = [{"input_text": f"Chapter line {i}.", "prompt_audio": "voices/anna.wav"} for i in range(30)]
+    path = write_jsonl(job_dir / "job.jsonl", rows)
+    out = job_dir / "out"
+    cancel = threading.Event()
+
+    def stop_early(done, total, info):
+        if done >= 5:
+            cancel.set()
+
+    engine = make_engine(adapter=FakeAdapter(delay_s=0.02), max_batch_size=2)
+    first = run_job(path, out, engine, progress=stop_early, cancel_event=cancel)
+    assert first.num_cancelled > 0 and first.num_ok >= 5 and not first.all_ok
+    ok_before = {r["line"] for r in records(out) if r["status"] == "ok"}
+
+    # damage one finished file: resume must redo it, keep the others
+    victim = sorted(ok_before)[0]
+    (out / f"{victim:05d}.wav").write_bytes(b"RIFF")
+    (out / ".00003.wav.abc123.tmp").write_bytes(b"half written")  # as a kill mid-write leaves
+    mtimes = {n: (out / f"{n:05d}.wav").stat().st_mtime_ns for n in ok_before if n != victim}
+
+    second = run_job(path, out, engine, resume=True)
+    assert second.all_ok and second.num_skipped == len(ok_before) - 1 and second.num_ok == 30 - second.num_skipped
+    final = records(out)
+    assert sorted(r["line"] for r in final) == list(range(1, 31))  # every line exactly once
+    assert all(r["status"] == "ok" for r in final)
+    assert all(decoded(out / r["audio_path"]).size > 0 for r in final)
+    assert {n: (out / f"{n:05d}.wav").stat().st_mtime_ns for n in mtimes} == mtimes  # skipped lines untouched
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_without_resume_results_start_over(job_dir, make_engine):
+    path = write_jsonl(job_dir / "job.jsonl", [{"input_text": "One.", "prompt_audio": "voices/anna.wav"}])
+    engine = make_engine()
+    run_job(path, job_dir / "out", engine)
+    summary = run_job(path, job_dir / "out", engine)
+    assert summary.num_ok == 1 and summary.num_skipped == 0
+    assert len(records(job_dir / "out")) == 1
+
+
+def test_results_zip_holds_results_and_ok_audio_only(job_dir, make_engine):
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"input_text": "Kept.", "prompt_audio": "voices/anna.wav", "output_name": "kept"},
+        {"input_text": "Broken voice.", "prompt_audio": "voices/broken.wav", "output_name": "lost"},
+    ])
+    out = job_dir / "out"
+    (out).mkdir()
+    (out / "stale.wav").write_bytes(b"old")
+    run_job(path, out, make_engine())
+    zip_path = make_results_zip(out)
+    assert zip_path.parent == out
+    with zipfile.ZipFile(zip_path) as zf:
+        assert sorted(zf.namelist()) == ["kept.wav", RESULTS_NAME]
+        assert len(zf.read(RESULTS_NAME).decode().splitlines()) == 2
+    with pytest.raises(InputError, match="results.jsonl"):
+        make_results_zip(job_dir / "voices")
+
+
+def test_default_voice_and_audio_zip(job_dir, make_engine, tmp_path):
+    archive = tmp_path / "voices.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.write(job_dir / "voices" / "wei.wav", "spk/wei.wav")
+    path = write_jsonl(tmp_path / "upload.jsonl", [
+        {"input_text": "From the zip.", "prompt_audio": "spk/wei.wav"},
+        {"input_text": "From the default voice."},
+    ])
+    out = job_dir / "out"
+    summary = run_job(path, out, make_engine(), audio_dir=archive, default_voice=job_dir / "voices" / "anna.wav")
+    assert summary.all_ok and summary.num_ok == 2
+    assert (out / ".reference_audio" / "spk" / "wei.wav").is_file()  # unpacked inside the output folder only
+    assert not any(p.name.endswith(".wav") for p in tmp_path.iterdir() if p.is_file())
+
+
+def test_unreadable_inputs_raise_input_error(job_dir, make_engine):
+    engine = make_engine()
+    empty = job_dir / "empty.jsonl"
+    empty.write_text("\n\n", encoding="utf-8")
+    with pytest.raises(InputError, match="no lines"):
+        run_job(empty, job_dir / "out", engine)
+    with pytest.raises(InputError, match="cannot read"):
+        run_job(job_dir / "missing.jsonl", job_dir / "out", engine)
+    assert read_results(job_dir / "nowhere") == {}
