@@ -88,6 +88,7 @@ class EngineStats:
         default_row_bytes: estimated bytes of one row with default knobs, a ``facts.max_segment_chars`` segment and
             a 10 s reference.
         max_rows_in_budget: ``memory_budget_bytes // default_row_bytes`` (None when the budget is unlimited).
+        num_cap_shrinks, num_cap_grows: how often the batch cap was halved after OOM / grew back by one.
     """
 
     batch_cap: int
@@ -107,6 +108,8 @@ class EngineStats:
     device_total_bytes: int | None
     default_row_bytes: int
     max_rows_in_budget: int | None
+    num_cap_shrinks: int = 0
+    num_cap_grows: int = 0
 
 
 class RequestHandle:
@@ -157,27 +160,8 @@ class _RequestState:
 
 def _prepare_text(text: str, *, supports_pinyin: bool, max_segment_chars: int, default_pause_ms: int):
     """The text front end (``tts_app.frontend.prepare_text``)."""
-    try:
-        from tts_app.frontend import prepare_text
-    except ImportError:  # TEMPORARY until the front end lands: split at sentence ends, pack up to max chars
-        import re
-        from types import SimpleNamespace
+    from tts_app.frontend import prepare_text
 
-        if not text.strip():
-            raise InputError("the text is empty; type something to speak")
-        parts = [p.strip() for p in re.split(r"(?<=[.!?。！？；;])\s*", text) if p.strip()]
-        segs: list[str] = []
-        for part in parts:
-            while len(part) > max_segment_chars:
-                segs.append(part[:max_segment_chars])
-                part = part[max_segment_chars:]
-            if segs and len(segs[-1]) + 1 + len(part) <= max_segment_chars:
-                segs[-1] = f"{segs[-1]} {part}"
-            else:
-                segs.append(part)
-        return SimpleNamespace(segments=[SimpleNamespace(text=t, source_text=t, pause_after_ms=default_pause_ms if
-                                                         i < len(segs) - 1 else 0) for i, t in enumerate(segs)],
-                               warnings=[])
     return prepare_text(text, supports_pinyin=supports_pinyin, max_segment_chars=max_segment_chars,
                         default_pause_ms=default_pause_ms)
 
@@ -323,6 +307,8 @@ class Engine:
                 device_total_bytes=self.probe.total_bytes(),
                 default_row_bytes=default_row,
                 max_rows_in_budget=None if budget is None else budget // max(1, default_row),
+                num_cap_shrinks=self.batch_cap.num_shrinks,
+                num_cap_grows=self.batch_cap.num_grows,
             )
 
     # -- submit / cancel -----------------------------------------------------------------------------------------

@@ -109,7 +109,7 @@ class CpuMemoryProbe:
             return None
 
     def empty_cache(self) -> None:
-        gc.collect()
+        pass  # no device cache on CPU; ``free_after_oom`` already ran the garbage collector
 
 
 class CudaMemoryProbe:
@@ -137,7 +137,6 @@ class CudaMemoryProbe:
     def empty_cache(self) -> None:
         import torch
 
-        gc.collect()
         torch.cuda.empty_cache()
 
 

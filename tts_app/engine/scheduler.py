@@ -127,12 +127,16 @@ class BatchCap:
         self.num_successes = 0
         self.num_shrinks = 0
         self.num_grows = 0
+        self.history: list[int] = [self.cap]  # the cap after every change, oldest first (for gauges and tests)
 
     def on_oom(self, batch_size: int) -> int:
         """A batch of ``batch_size`` rows ran out of memory: cap = ceil(batch_size / 2). Returns the new cap."""
-        self.cap = max(1, min(self.cap, math.ceil(batch_size / 2)))
+        new_cap = max(1, min(self.cap, math.ceil(batch_size / 2)))
         self.num_successes = 0
-        self.num_shrinks += 1
+        if new_cap != self.cap:
+            self.cap = new_cap
+            self.num_shrinks += 1
+            self.history.append(new_cap)
         return self.cap
 
     def on_success(self, batch_size: int) -> int:
@@ -145,6 +149,7 @@ class BatchCap:
             self.cap += 1
             self.num_successes = 0
             self.num_grows += 1
+            self.history.append(self.cap)
         return self.cap
 
     def set_max(self, max_batch_size: int) -> None:
@@ -154,6 +159,7 @@ class BatchCap:
         self.max_batch_size = max_batch_size
         self.cap = max_batch_size
         self.num_successes = 0
+        self.history.append(self.cap)
 
 
 def padded_steps(batch: Sequence[SegmentWork]) -> int:

@@ -1,0 +1,306 @@
+"""The engine with a fake adapter: batching, reassembly, OOM survival, failures, cancel, priorities, memory."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from tests.fakes import FakeAdapter, FakeMemoryProbe, fake_audio, fake_facts
+from tts_app.audio.post import join_segments
+from tts_app.config import EngineConfig
+from tts_app.engine import Engine, ProgressEvent
+from tts_app.errors import InputError
+from tts_app.request import Priority, ReferenceAudio, RequestStatus, SynthesisParams, SynthesisRequest
+
+REF = ReferenceAudio(samples=np.linspace(-0.3, 0.3, 16000, dtype=np.float32), sampling_rate=16000, key="ref")
+LONG_TEXT = ("The quick brown fox jumps over the lazy dog. " * 3 + "Pack my box with five dozen liquor jugs! "
+             + "How vexingly quick daft zebras jump. " * 2 + "Sphinx of black quartz, judge my vow.")
+
+
+def texts(n: int) -> list[str]:
+    return [f"Request number {i} says " + "hello there, " * (1 + i % 5) + "goodbye." for i in range(n)]
+
+
+def run_all(engine: Engine, requests: list[SynthesisRequest]):
+    handles = [engine.submit(r) for r in requests]
+    engine.start()
+    return [h.result(timeout=60) for h in handles]
+
+
+def make_requests(strings, **params) -> list[SynthesisRequest]:
+    p = SynthesisParams(seed=11, greedy=True, **params)
+    return [SynthesisRequest(text=t, reference_audio=REF, params=p) for t in strings]
+
+
+def expected_audio(result, seed: int, pause_ms: int = 200) -> np.ndarray:
+    """What the request's audio must be: each segment's fake audio (seed + index), joined with the pauses."""
+    waves = [fake_audio(s.text, seed + s.index, REF.samples) for s in result.segments]
+    pauses = [pause_ms] * (len(waves) - 1) + [0]
+    return join_segments(waves, pauses, 16000)[0]
+
+
+def test_oom_survival_20_requests_same_audio_cap_shrinks_and_grows_and_engine_keeps_serving():
+    strings = texts(20)
+    baseline_engine = Engine(FakeAdapter(), EngineConfig(max_batch_size=8, wait_window_ms=0))
+    baseline = run_all(baseline_engine, make_requests(strings))
+    baseline_engine.shutdown()
+
+    probe = FakeMemoryProbe(available_bytes=None)
+    engine = Engine(FakeAdapter(), EngineConfig(max_batch_size=8, simulate_oom_above_batch=2,
+                                                grow_after_successes=2, wait_window_ms=0), memory_probe=probe)
+    results = run_all(engine, make_requests(strings))
+
+    assert [r.status for r in results] == [RequestStatus.DONE] * 20
+    for got, want in zip(results, baseline):
+        np.testing.assert_array_equal(got.audio, want.audio)
+    stats = engine.stats()
+    history = engine.batch_cap.history
+    assert stats.num_oom >= 2 and history[:3] == [8, 4, 2]
+    assert 3 in history[3:], f"cap never grew back: {history}"
+    assert stats.num_cap_shrinks >= 2 and stats.num_cap_grows >= 1
+    assert probe.num_empty_cache >= stats.num_oom  # cache freed after every OOM
+    assert max(b for b in engine.adapter.calls) <= 2  # no batch above 2 rows reached the model
+
+    late = engine.submit(make_requests(["Still here after all that."])[0]).result(timeout=30)
+    assert late.ok and len(late.audio) > 0
+    engine.shutdown()
+
+
+def test_random_simulated_oom_gives_the_same_audio():
+    strings = texts(12)
+    base = Engine(FakeAdapter(), EngineConfig(max_batch_size=4, wait_window_ms=0))
+    want = run_all(base, make_requests(strings))
+    base.shutdown()
+    engine = Engine(FakeAdapter(), EngineConfig(max_batch_size=4, simulate_oom_probability=0.5, wait_window_ms=0))
+    got = run_all(engine, make_requests(strings))
+    assert engine.stats().num_oom > 0
+    assert all(g.ok for g in got)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.audio, w.audio)
+    engine.shutdown()
+
+
+def test_long_text_is_segmented_batched_and_reassembled_in_order():
+    results = {}
+    for batch_size in (1, 4):
+        engine = Engine(FakeAdapter(fake_facts(max_segment_chars=50)),
+                        EngineConfig(max_batch_size=batch_size, wait_window_ms=0))
+        (results[batch_size],) = run_all(engine, make_requests([LONG_TEXT]))
+        engine.shutdown()
+    one, four = results[1], results[4]
+    assert one.ok and four.ok and len(four.segments) >= 4
+    np.testing.assert_array_equal(one.audio, four.audio)
+    assert max(s.batch_size for s in four.segments) > 1 and max(s.batch_size for s in one.segments) == 1
+    np.testing.assert_array_equal(four.audio, expected_audio(four, seed=11))
+    # timings tile the audio in order, separated by the pauses
+    assert four.segments[0].start_s == 0.0
+    for a, b in zip(four.segments, four.segments[1:]):
+        assert b.start_s == pytest.approx(a.end_s + 0.2)
+    assert four.segments[-1].end_s == pytest.approx(four.duration_s)
+    assert "".join(s.text for s in four.segments).replace(" ", "") == LONG_TEXT.replace(" ", "")
+
+
+def test_segments_of_many_requests_share_batches():
+    adapter = FakeAdapter()
+    engine = Engine(adapter, EngineConfig(max_batch_size=8, wait_window_ms=0))
+    results = run_all(engine, make_requests([f"Short request {i}." for i in range(8)]))
+    assert all(r.ok for r in results) and all(len(r.segments) == 1 for r in results)
+    assert adapter.calls == [8]
+    assert all(s.batch_size == 8 for r in results for s in r.segments)
+    engine.shutdown()
+
+
+def test_progress_events_count_up_to_the_total():
+    events: list[ProgressEvent] = []
+    engine = Engine(FakeAdapter(fake_facts(max_segment_chars=50)), EngineConfig(max_batch_size=2, wait_window_ms=0))
+    handle = engine.submit(make_requests([LONG_TEXT])[0], on_progress=events.append)
+    engine.start()
+    result = handle.result(timeout=30)
+    total = len(result.segments)
+    assert [e.segments_done for e in events] == sorted(e.segments_done for e in events)
+    assert events[-1].segments_done == total and all(e.segments_total == total for e in events)
+    assert all(1 <= e.batch_size <= 2 for e in events) and events[0].request_id == handle.request_id
+    engine.shutdown()
+
+
+def test_unexpected_exception_fails_only_that_batch_and_the_worker_keeps_serving():
+    def boom(rows):
+        return ValueError("kaput") if any("boom" in r.text for r in rows) else None
+
+    engine = Engine(FakeAdapter(raise_if=boom), EngineConfig(max_batch_size=4, wait_window_ms=0))
+    bad = SynthesisRequest(text="This goes boom.", reference_audio=REF, params=SynthesisParams(greedy=False))
+    good = make_requests(["This is fine.", "This too."])
+    results = run_all(engine, [bad] + good)
+    assert results[0].status is RequestStatus.FAILED and "kaput" in results[0].error
+    assert all(r.ok for r in results[1:])
+    assert engine.submit(make_requests(["And later."])[0]).result(timeout=30).ok
+    engine.shutdown()
+
+
+def test_real_oom_at_batch_one_fails_only_that_request():
+    def oom_if_huge(rows):
+        if any("huge" in r.text for r in rows):
+            return torch.OutOfMemoryError("CUDA out of memory (fake)")
+        return None
+
+    probe = FakeMemoryProbe(available_bytes=None)
+    engine = Engine(FakeAdapter(raise_if=oom_if_huge), EngineConfig(max_batch_size=4, wait_window_ms=0),
+                    memory_probe=probe)
+    results = run_all(engine, make_requests(["A small one.", "A huge one.", "Another small one.", "Third."]))
+    statuses = [r.status for r in results]
+    assert statuses == [RequestStatus.DONE, RequestStatus.FAILED, RequestStatus.DONE, RequestStatus.DONE]
+    assert "out of memory" in results[1].error
+    assert engine.stats().num_oom >= 2 and probe.num_empty_cache >= 2
+    engine.shutdown()
+
+
+def test_oom_is_recognised_by_type_only():
+    def fake_message(rows):
+        return RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    engine = Engine(FakeAdapter(raise_if=fake_message), EngineConfig(max_batch_size=4, wait_window_ms=0))
+    results = run_all(engine, make_requests(["one.", "two."]))
+    assert all(r.status is RequestStatus.FAILED for r in results)
+    assert engine.stats().num_oom == 0 and engine.batch_cap.cap == 4
+    engine.shutdown()
+
+
+def test_cancel_removes_queued_segments():
+    gate = threading.Event()
+    adapter = FakeAdapter(gate=gate)
+    engine = Engine(adapter, EngineConfig(max_batch_size=1, wait_window_ms=0)).start()
+    first = engine.submit(make_requests(["First request."])[0])
+    assert adapter.entered.wait(10)
+    second = engine.submit(make_requests(["Second request, to be cancelled."])[0])
+    assert engine.stats().queue_depth == 1
+    assert second.cancel() is True
+    assert engine.stats().queue_depth == 0
+    gate.set()
+    assert first.result(timeout=30).ok
+    cancelled = second.result(timeout=30)
+    assert cancelled.status is RequestStatus.CANCELLED and cancelled.error
+    assert second.cancel() is False
+    assert all("cancelled" not in t for b in adapter.batches for t in b)
+    engine.shutdown()
+
+
+def test_interactive_requests_overtake_queued_job_segments():
+    gate = threading.Event()
+    adapter = FakeAdapter(gate=gate)
+    engine = Engine(adapter, EngineConfig(max_batch_size=2, wait_window_ms=0)).start()
+    engine.submit(make_requests(["Warm up."])[0])
+    assert adapter.entered.wait(10)
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"]
+    jobs = [SynthesisRequest(text=f"Job line {w}.", reference_audio=REF, priority=Priority.JOB,
+                             params=SynthesisParams(greedy=True)) for w in words]
+    job_handles = [engine.submit(r) for r in jobs]
+    ui = engine.submit(SynthesisRequest(text="Interactive!", reference_audio=REF, priority=Priority.INTERACTIVE,
+                                        params=SynthesisParams(greedy=True)))
+    gate.set()
+    assert ui.result(timeout=30).ok and all(h.result(timeout=30).ok for h in job_handles)
+    order = [t for b in adapter.batches for t in b]
+    assert order.index("Interactive!") < order.index("Job line bravo.")
+    engine.shutdown()
+
+
+def test_bad_requests_come_back_failed_never_raised():
+    engine = Engine(FakeAdapter(), EngineConfig(wait_window_ms=0))
+    empty = engine.submit(SynthesisRequest(text="   ", reference_audio=REF)).result(timeout=5)
+    assert empty.status is RequestStatus.FAILED and empty.error
+    wrong_rate = ReferenceAudio(samples=np.zeros(8000, np.float32), sampling_rate=8000)
+    bad_ref = engine.submit(SynthesisRequest(text="Hello.", reference_audio=wrong_rate)).result(timeout=5)
+    assert bad_ref.status is RequestStatus.FAILED and "16000 Hz" in bad_ref.error
+    engine.shutdown()
+
+
+def test_row_that_cannot_fit_the_budget_fails_up_front_saying_how_long_the_text_may_be():
+    facts = fake_facts(text_positions_per_char=1.0, default_max_new_tokens=100, max_segment_chars=2000)
+    est_row = lambda chars: (chars + 100 + 8 + 10) * facts.kv_bytes_per_position + 1000  # noqa: E731
+    budget = est_row(300)  # one row of up to ~300 characters (plus 1 s reference = 10 positions) fits
+    adapter = FakeAdapter(facts)
+    engine = Engine(adapter, EngineConfig(max_batch_size=4, memory_budget_bytes=budget, activation_bytes_per_row=1000,
+                                          wait_window_ms=0))
+    short, long_ = make_requests(["Short enough.", "x" * 1000])
+    results = run_all(engine, [short, long_])
+    assert results[0].ok
+    assert results[1].status is RequestStatus.FAILED
+    assert "out of memory" in results[1].error and "at most 300 characters" in results[1].error
+    assert all(len(t) < 1000 for b in adapter.batches for t in b)
+    engine.shutdown()
+
+
+def test_batches_never_exceed_the_memory_budget():
+    facts = fake_facts(default_max_new_tokens=50)
+    probe = FakeMemoryProbe(available_bytes=10**9)
+    engine = Engine(FakeAdapter(facts), EngineConfig(max_batch_size=8, memory_budget_bytes=None,
+                                                     memory_utilization=1.0, safety_margin_bytes=0,
+                                                     activation_bytes_per_row=100_000, wait_window_ms=0),
+                    memory_probe=probe)
+    row = engine.estimator.row_bytes(200)
+    probe.set_available(3 * row)  # about three rows
+    engine._budget_bytes = engine._measure_budget()
+    results = run_all(engine, make_requests(texts(10)))
+    assert all(r.ok for r in results)
+    assert engine.stats().memory_budget_bytes == 3 * row
+    assert max(engine.adapter.calls) <= 3 and engine.stats().num_oom == 0
+    engine.shutdown()
+
+
+def test_stats_and_settings():
+    probe = FakeMemoryProbe(available_bytes=8 * 1024**3, total_bytes=16 * 1024**3)
+    engine = Engine(FakeAdapter(device="cuda:0"), EngineConfig(max_batch_size=8, memory_utilization=0.5,
+                                                               safety_margin_bytes=1024**3), memory_probe=probe)
+    stats = engine.stats()
+    assert stats.memory_budget_bytes == 3 * 1024**3 and stats.device == "cuda:0"
+    assert stats.device_total_bytes == 16 * 1024**3 and stats.default_row_bytes > 0
+    assert stats.max_rows_in_budget == stats.memory_budget_bytes // stats.default_row_bytes
+    assert engine.sampling_rate == 16000 and engine.facts.family == "fake"
+    request = make_requests(["Hello. " * 40])[0]
+    assert engine.estimate_request_bytes(request) > engine.estimate_request_bytes(make_requests(["Hi."])[0])
+    engine.set_max_batch_size(2)
+    assert engine.stats().max_batch_size == 2 and engine.stats().batch_cap == 2
+    with pytest.raises(InputError, match="max batch size"):
+        engine.set_max_batch_size(0)
+    results = run_all(engine, make_requests(texts(5)))
+    assert all(r.ok for r in results) and max(engine.adapter.calls) <= 2
+    engine.shutdown()
+
+
+def test_shutdown_cancels_unfinished_requests():
+    gate = threading.Event()
+    adapter = FakeAdapter(gate=gate)
+    engine = Engine(adapter, EngineConfig(max_batch_size=1, wait_window_ms=0)).start()
+    running = engine.submit(make_requests(["Running."])[0])
+    assert adapter.entered.wait(10)
+    queued = engine.submit(make_requests(["Queued."])[0])
+    stopper = threading.Thread(target=engine.shutdown)
+    stopper.start()
+    gate.set()
+    stopper.join(30)
+    assert running.result(timeout=5).ok
+    assert queued.result(timeout=5).status is RequestStatus.CANCELLED
+    late = engine.submit(make_requests(["Too late."])[0]).result(timeout=5)
+    assert late.status is RequestStatus.FAILED and "shut down" in late.error
+
+
+def test_concurrent_submitters_each_get_their_own_audio():
+    engine = Engine(FakeAdapter(), EngineConfig(max_batch_size=4, wait_window_ms=20)).start()
+    strings = texts(12)
+    results: dict[int, object] = {}
+
+    def caller(i):
+        results[i] = engine.submit(make_requests([strings[i]])[0]).result(timeout=60)
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for i in range(12):
+        assert results[i].ok
+        np.testing.assert_array_equal(results[i].audio, expected_audio(results[i], seed=11))
+    assert max(engine.adapter.calls) > 1  # the wait window let concurrent requests share batches
+    engine.shutdown()
