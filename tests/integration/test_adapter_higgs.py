@@ -1,0 +1,215 @@
+"""Higgs Audio v2 adapter on a tiny random checkpoint of the real architecture (built by ``make_tiny_checkpoint``).
+
+Greedy decoding must give the same codec frames batched or one by one, with the KV cache on or off; sampling must
+depend only on the row's own seed; loading must go through the same ``from_pretrained(path)`` calls as a hub id.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+torchaudio = pytest.importorskip("torchaudio")
+sf = pytest.importorskip("soundfile")
+
+from tts_app.adapters import load_adapter  # noqa: E402
+from tts_app.adapters.base import AdapterRow  # noqa: E402
+from tts_app.adapters.higgs import HiggsAudioAdapter  # noqa: E402
+from tts_app.errors import InputError, ModelLoadError  # noqa: E402
+from tts_app.request import SynthesisParams  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MAX_NEW_TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_checkpoint) -> Path:
+    return tiny_checkpoint("higgs")
+
+
+@pytest.fixture(scope="module")
+def adapter(checkpoint) -> HiggsAudioAdapter:
+    return HiggsAudioAdapter.from_pretrained(checkpoint, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def references(data_dir, audio_manifest, adapter):
+    """name -> (waveform at facts.sampling_rate, transcript) for three real speech clips."""
+    transcripts = {f["name"]: f.get("transcript") for f in audio_manifest["files"]}
+    out = {}
+    for name in ("en_female_1.wav", "en_male_1.wav", "zh_female_1.wav"):
+        samples, sr = sf.read(data_dir / name, dtype="float32", always_2d=True)
+        mono = torch.from_numpy(samples.mean(axis=1))
+        wave = torchaudio.functional.resample(mono, sr, adapter.facts.sampling_rate).numpy().astype(np.float32)
+        out[name] = (wave, transcripts[name])
+    return out
+
+
+@pytest.fixture(scope="module")
+def rows(references):
+    """Three rows with different text lengths and a different reference clip each."""
+    (w0, t0), (w1, t1), (w2, t2) = (references[n] for n in ("en_female_1.wav", "en_male_1.wav", "zh_female_1.wav"))
+    return [
+        AdapterRow("Hello there, this sentence is a little longer than the others.", w0, t0, seed=11),
+        AdapterRow("Short one.", w1, t1, seed=12),
+        AdapterRow("今天天气很好，我们去公园散步吧。", w2, t2, seed=13),
+    ]
+
+
+def _run(adapter, rows, params):
+    """preprocess -> generate; returns (generated frames per row trimmed to the row's end, waveforms)."""
+    inputs = adapter.preprocess(rows, params)
+    outputs = adapter.generate(inputs, params)
+    num_ref_frames = inputs["batch"]["audio_input_ids"].shape[1] if "audio_input_ids" in inputs["batch"] else 0
+    eos = adapter.processor.audio_stream_eos_id
+    frames = []
+    for row in outputs[:, num_ref_frames:]:
+        ended = (row == eos).all(-1).nonzero()
+        frames.append(row[: int(ended[0, 0]) + 1] if len(ended) else row)
+    return frames, adapter.postprocess(outputs, inputs)
+
+
+def _assert_same(a, b):
+    frames_a, waves_a = a
+    frames_b, waves_b = b
+    assert len(frames_a) == len(frames_b)
+    for i, (fa, fb) in enumerate(zip(frames_a, frames_b)):
+        assert torch.equal(fa, fb), f"row {i}: codec frames differ"
+        assert waves_a[i].shape == waves_b[i].shape, f"row {i}: audio length differs"
+        np.testing.assert_allclose(waves_a[i], waves_b[i], atol=1e-5, rtol=0, err_msg=f"row {i}")
+
+
+def _one_by_one(adapter, rows, params):
+    results = [_run(adapter, [row], params) for row in rows]
+    return [r[0][0] for r in results], [r[1][0] for r in results]
+
+
+GREEDY = SynthesisParams(greedy=True, max_new_tokens=MAX_NEW_TOKENS)
+GREEDY_NO_CACHE = SynthesisParams(greedy=True, max_new_tokens=MAX_NEW_TOKENS, use_cache=False)
+
+
+def test_make_tiny_model_cli_writes_a_folder_the_registry_loads(tmp_path):
+    out = tmp_path / "tiny-higgs"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run([sys.executable, "-m", "tts_app", "make-tiny-model", "--family", "higgs", "--out",
+                           str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+    loaded = load_adapter(out, device="cpu", dtype="float32")
+    assert isinstance(loaded, HiggsAudioAdapter)
+    assert loaded.facts.family == "higgs" and loaded.facts.sampling_rate == 24000
+
+
+def test_loading_uses_the_same_from_pretrained_calls_as_a_hub_id(checkpoint, monkeypatch):
+    import transformers
+
+    seen = []
+    for cls in (transformers.HiggsAudioV2ForConditionalGeneration, transformers.AutoProcessor):
+        original = cls.from_pretrained.__func__
+
+        def spy(klass, path, *args, _original=original, _name=cls.__name__, **kwargs):
+            seen.append((_name, path))
+            return _original(klass, path, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
+    HiggsAudioAdapter.from_pretrained(checkpoint, device="cpu", dtype="bfloat16")
+    assert ("HiggsAudioV2ForConditionalGeneration", str(checkpoint)) in seen
+    assert ("AutoProcessor", str(checkpoint)) in seen
+
+
+def test_same_seed_gives_identical_weights(checkpoint, tmp_path):
+    from safetensors.torch import load_file
+
+    again = HiggsAudioAdapter.make_tiny_checkpoint(tmp_path / "again", seed=0)
+    other = HiggsAudioAdapter.make_tiny_checkpoint(tmp_path / "other", seed=1)
+    for sub in ("model.safetensors", "audio_tokenizer/model.safetensors"):
+        first, second, third = (load_file(d / sub) for d in (checkpoint, again, other))
+        assert first.keys() == second.keys()
+        assert all(torch.equal(first[k], second[k]) for k in first)
+        assert any(not torch.equal(first[k], third[k]) for k in first)
+
+
+def test_bad_checkpoint_and_dtype_raise_model_load_error(tmp_path, checkpoint):
+    with pytest.raises(ModelLoadError, match="higgs|Higgs"):
+        HiggsAudioAdapter.from_pretrained(tmp_path)  # empty folder
+    with pytest.raises(ModelLoadError, match="float64"):
+        HiggsAudioAdapter.from_pretrained(checkpoint, dtype="float64")
+
+
+def test_facts_come_from_the_loaded_config(adapter):
+    cfg = adapter.model.config
+    f = adapter.facts
+    assert (f.num_layers, f.num_kv_heads, f.head_dim) == (cfg.num_hidden_layers, cfg.num_key_value_heads,
+                                                          cfg.head_dim)
+    assert f.dtype_bytes == 4 and f.cfg_multiplier == 1 and not f.has_cfg and not f.supports_pinyin
+    assert f.frames_per_second == 25.0
+    assert f.reference_positions_per_second == pytest.approx(25.0, abs=0.5)
+    assert f.num_parameters > 0
+
+
+def test_position_estimate_covers_the_real_prompt(adapter, rows):
+    """The engine sizes the KV cache from ``estimate_positions``; it must not undercount a real row."""
+    for row in rows:
+        inputs = adapter.preprocess([row], GREEDY)
+        actual = int(inputs["batch"]["input_ids"].shape[1]) + MAX_NEW_TOKENS
+        reference_s = len(row.reference_audio) / adapter.facts.sampling_rate
+        estimate = adapter.estimate_positions(len(row.text), reference_s, len(row.reference_text), MAX_NEW_TOKENS)
+        assert actual <= estimate <= actual * 1.1 + 8
+
+
+def test_synthesis_with_a_real_reference_gives_finite_float32_audio(adapter, rows):
+    waves = adapter.synthesize(rows[:1], SynthesisParams(seed=3, max_new_tokens=MAX_NEW_TOKENS))
+    assert len(waves) == 1
+    wave = waves[0]
+    assert wave.dtype == np.float32 and wave.ndim == 1 and wave.size > 0
+    assert np.isfinite(wave).all()
+    # one codec frame per decode step at most: never longer than max_new_tokens frames of audio
+    hop = adapter.facts.sampling_rate / adapter.facts.frames_per_second
+    assert wave.size <= MAX_NEW_TOKENS * hop
+
+
+def test_greedy_batch_equals_one_by_one(adapter, rows):
+    batched = _run(adapter, rows, GREEDY)
+    _assert_same(batched, _one_by_one(adapter, rows, GREEDY))
+    # rows end at their own end-of-audio: the tiny model stops them at different lengths
+    assert len({w.size for w in batched[1]}) > 1
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_greedy_cache_on_equals_cache_off(adapter, rows, batch_size):
+    _assert_same(_run(adapter, rows[:batch_size], GREEDY), _run(adapter, rows[:batch_size], GREEDY_NO_CACHE))
+
+
+def test_rows_without_reference_audio_cache_off_and_mixed_batch(adapter, rows):
+    """No reference (smart voice) and reference without transcript: cache on == off, and a batch mixing them
+    with a cloned row equals the rows one by one."""
+    mixed = [AdapterRow("No reference here.", None, None, seed=1), rows[1],
+             AdapterRow("Reference without transcript.", rows[2].reference_audio, None, seed=3)]
+    _assert_same(_run(adapter, mixed[:1], GREEDY), _run(adapter, mixed[:1], GREEDY_NO_CACHE))
+    _assert_same(_run(adapter, mixed, GREEDY), _one_by_one(adapter, mixed, GREEDY))
+
+
+def test_sampling_depends_only_on_the_row_seed(adapter, rows):
+    params = SynthesisParams(temperature=1.0, top_k=20, top_p=0.95, max_new_tokens=16)
+    batched_frames, _ = _run(adapter, rows, params)
+    alone_frames, _ = _run(adapter, [rows[1]], params)
+    assert torch.equal(batched_frames[1], alone_frames[0])
+    reseeded = AdapterRow(rows[1].text, rows[1].reference_audio, rows[1].reference_text, seed=999)
+    other_frames, _ = _run(adapter, [reseeded], params)
+    assert not torch.equal(other_frames[0], alone_frames[0])
+
+
+def test_bad_rows_raise_input_error(adapter, rows):
+    with pytest.raises(InputError, match="empty"):
+        adapter.preprocess([], GREEDY)
+    with pytest.raises(InputError, match="row 0: text is empty"):
+        adapter.preprocess([AdapterRow("  ", None, None)], GREEDY)
+    stereo = np.zeros((2, 24000), dtype=np.float32)
+    with pytest.raises(InputError, match="mono"):
+        adapter.preprocess([AdapterRow("Hi there.", stereo, "x")], GREEDY)

@@ -1,0 +1,521 @@
+"""Higgs Audio v2 (Boson AI) through transformers' ``HiggsAudioV2ForConditionalGeneration`` + ``HiggsAudioV2Processor``.
+
+The model is a Llama-style decoder with a DualFFN (separate MLPs for text and audio positions) that predicts
+``num_codebooks`` codec tokens per decode step in a *delay pattern* (codebook ``k`` runs ``k`` steps behind codebook
+0). The codec ("audio tokenizer", model_type ``higgs_audio_v2_tokenizer``) is a DAC acoustic encoder/decoder plus a
+HuBERT semantic encoder with residual vector quantisation; it runs at 24 kHz and 25 frames per second for the real
+checkpoint.
+
+Voice cloning follows the transformers docs (model_doc/higgs_audio_v2.md, "Zero-shot voice cloning"): the reference
+transcript is a user turn, the reference audio the assistant's answer, then the text to speak as a new user turn,
+rendered by the processor's chat template and tokenised (audio encoded by the codec) in one
+``processor.apply_chat_template`` call. A reference without transcript goes into the scene description instead (the
+docs' "multi-speaker voice cloning" layout).
+
+Quirks handled here (all verified by tests/integration/test_adapter_higgs.py):
+
+* ``use_cache=False``: transformers' ``prepare_inputs_for_generation`` switches to "decode mode" (last audio frame
+  only, no ``input_ids``) whenever every earlier audio frame is masked. Without a cache that drops the whole prefix
+  when the prompt holds no reference audio, so the adapter restores the full inputs in that case.
+* Sampling: transformers draws with ``torch.multinomial`` from the global RNG, so a row's audio would depend on its
+  batch-mates. The adapter samples in a logits processor with one ``torch.Generator`` per row (seeded with
+  ``AdapterRow.seed``) and hands transformers a one-hot score row, which its greedy path then picks.
+  Repetition-aware sampling (``ras_win_len``) is switched off for the same reason (it draws from the global RNG).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tts_app.adapters.base import DTYPE_BYTES, AdapterRow, ModelFacts, TTSAdapter
+from tts_app.errors import InputError, ModelLoadError
+from tts_app.request import SynthesisParams
+
+# Prompt wording from the transformers docs' voice-cloning example (model_doc/higgs_audio_v2.md).
+SYSTEM_PROMPT = "Generate audio following instruction."
+SCENE_PROMPT = "Audio is recorded from a quiet room."
+
+# Special tokens of the Higgs Audio v2 text tokenizer (Llama-3 header tokens + Higgs audio tokens). The names are the
+# ones HiggsAudioV2Processor defaults to (audio_token, audio_bos_token, audio_eos_token, audio_delay_token).
+BOS_TOKEN = "<|begin_of_text|>"
+EOS_TOKEN = "<|eot_id|>"
+PAD_TOKEN = "<|end_of_text|>"
+UNK_TOKEN = "<unk>"
+AUDIO_TOKEN = "<|AUDIO_OUT|>"
+AUDIO_BOS_TOKEN = "<|audio_out_bos|>"
+AUDIO_EOS_TOKEN = "<|audio_eos|>"
+AUDIO_DELAY_TOKEN = "<|reserved_special_token_6|>"
+SPECIAL_TOKENS = [UNK_TOKEN, PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, "<|start_header_id|>", "<|end_header_id|>",
+                  "<|scene_desc_start|>", "<|scene_desc_end|>", AUDIO_BOS_TOKEN, AUDIO_TOKEN, AUDIO_EOS_TOKEN,
+                  AUDIO_DELAY_TOKEN]
+
+# Chat template of the tiny checkpoint: same token layout as the Higgs Audio v2 template (Llama-3 headers, scene
+# description block, assistant turns holding one audio, generation prompt ending in the audio-out BOS token).
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% set ns = namespace(rest=messages) %}"
+    "<|start_header_id|>system<|end_header_id|>\n\n"
+    "{% if messages[0]['role'] == 'system' %}"
+    "{% for item in messages[0]['content'] %}{{ item['text'] | trim }}{% endfor %}"
+    "{% set ns.rest = messages[1:] %}{% endif %}"
+    "{% if ns.rest and ns.rest[0]['role'] == 'scene' %}"
+    "\n\n<|scene_desc_start|>\n"
+    "{% for item in ns.rest[0]['content'] %}"
+    "{% if item['type'] == 'text' %}{% if not loop.first %}\n{% endif %}{{ item['text'] | trim }}"
+    "{% else %} <|audio_out_bos|><|AUDIO_OUT|><|audio_eos|>{% endif %}"
+    "{% endfor %}"
+    "\n<|scene_desc_end|>"
+    "{% set ns.rest = ns.rest[1:] %}{% endif %}"
+    "<|eot_id|>"
+    "{% for message in ns.rest %}"
+    "<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
+    "{% if message['role'] == 'assistant' %}<|audio_out_bos|><|AUDIO_OUT|><|audio_eos|>"
+    "{% else %}{% for item in message['content'] %}{{ item['text'] | trim }}{% endfor %}{% endif %}"
+    "<|eot_id|>"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n<|audio_out_bos|>{% endif %}"
+)
+
+# Tiny architecture: every sub-model of the real one (Llama DualFFN decoder, DAC acoustic codec, HuBERT semantic
+# encoder, RVQ) with dims small enough that a few seconds of audio generate in about a second on one CPU thread.
+TINY_SAMPLING_RATE = 24000
+TINY_DOWNSAMPLING_RATIOS = [8, 5, 4, 2, 3]  # hop 960 samples -> 25 frames/s at 24 kHz, as the real codec
+TINY_CODEC_CODEBOOK_SIZE = 64
+TINY_NUM_CODEBOOKS = 4
+TINY_TARGET_BANDWIDTH_KBPS = 0.6  # num_quantizers = 1000 * 0.6 // (25 Hz * log2(64) bits) = 4
+
+DEFAULT_MAX_NEW_TOKENS = 1024  # decode steps; about 41 s of audio at 25 frames/s, ample for one segment
+MAX_SEGMENT_CHARS = 200
+# Texts used to measure tokens per character from the loaded tokenizer (the larger of the two is kept, so the
+# estimate is an upper bound for English and Chinese).
+_MEASURE_TEXT_EN = "The quick brown fox jumps over the lazy dog, then runs home before the rain."
+_MEASURE_TEXT_ZH = "今天天气很好，我们一起去公园散步，然后回家吃饭。"
+
+
+def _torch_dtype(dtype: str):
+    import torch
+
+    if dtype not in DTYPE_BYTES:
+        raise ModelLoadError(f"dtype={dtype!r} is not supported; choose one of {sorted(DTYPE_BYTES)}")
+    return getattr(torch, dtype)
+
+
+@lru_cache(maxsize=1)
+def _row_seeded_sampler_class():
+    """Build the per-row sampling logits processor class (imports torch/transformers lazily)."""
+    import torch
+    from transformers import LogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    class RowSeededSampler(LogitsProcessor):
+        """Sample one token per (row, codebook) from a generator seeded with that row's seed.
+
+        Runs after transformers' delay-pattern processor, so ``scores`` is ``(batch_size * num_codebooks,
+        codebook_size)`` float32. Applies temperature / top-k / top-p with transformers' own warpers, draws with
+        ``torch.multinomial(generator=row_generator)`` and returns scores that are ``-inf`` everywhere except the
+        drawn token, so the greedy selection in ``generate`` picks exactly that token.
+        """
+
+        def __init__(self, seeds: list[int], num_codebooks: int, temperature: float, top_k: int | None,
+                     top_p: float | None):
+            self.num_codebooks = num_codebooks
+            self.generators = []
+            for seed in seeds:
+                gen = torch.Generator(device="cpu")
+                gen.manual_seed(int(seed))
+                self.generators.append(gen)
+            self.warpers = [TemperatureLogitsWarper(temperature)]
+            if top_k is not None:
+                self.warpers.append(TopKLogitsWarper(top_k))
+            if top_p is not None and top_p < 1.0:
+                self.warpers.append(TopPLogitsWarper(top_p))
+
+        def __call__(self, input_ids, scores):
+            for warper in self.warpers:
+                scores = warper(input_ids, scores)
+            probs = torch.softmax(scores.float(), dim=-1).cpu()
+            chosen = torch.empty(probs.shape[0], dtype=torch.long)
+            for row, gen in enumerate(self.generators):
+                block = slice(row * self.num_codebooks, (row + 1) * self.num_codebooks)
+                chosen[block] = torch.multinomial(probs[block], 1, generator=gen).squeeze(1)
+            out = torch.full_like(scores, -float("inf"))
+            out[torch.arange(scores.shape[0], device=scores.device), chosen.to(scores.device)] = 0.0
+            return out
+
+    return RowSeededSampler
+
+
+class HiggsAudioAdapter(TTSAdapter):
+    """Adapter of the Higgs Audio v2 family (``model_type="higgs_audio_v2"``).
+
+    Inputs to ``generate`` are the processor's ``BatchFeature`` (``input_ids``/``attention_mask`` ``(batch_size,
+    seq_len)`` left-padded, ``audio_input_ids`` ``(batch_size, num_ref_frames, num_codebooks)`` right-padded with
+    ``audio_input_ids_mask``) plus the rows' seeds. ``generate`` returns the codec token frames ``(batch_size,
+    num_ref_frames + num_steps, num_codebooks)`` int64.
+    """
+
+    family = "higgs"
+
+    def __init__(self, model, processor, *, device: str, dtype: str, name_or_path: str):
+        self.model = model
+        self.processor = processor
+        self.device = device
+        self.dtype = dtype
+        self.name_or_path = name_or_path
+        self._install_no_cache_fix()
+        self.facts = self._measure_facts()
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def from_pretrained(cls, id_or_path: str | Path, *, device: str = "cpu", dtype: str = "float32"
+                        ) -> "HiggsAudioAdapter":
+        """Load ``HiggsAudioV2ForConditionalGeneration.from_pretrained(id_or_path)`` and
+        ``AutoProcessor.from_pretrained(id_or_path)`` (which loads the codec named in the processor config).
+
+        Args:
+            id_or_path: hub id (e.g. ``bosonai/higgs-audio-v2-generation-3B-base``) or local checkpoint folder.
+            device: torch device string ("cpu", "cuda", "cuda:1").
+            dtype: "float32" | "bfloat16" | "float16" for the language model; the codec stays float32.
+
+        Raises:
+            ModelLoadError: unsupported dtype, or the checkpoint/processor/codec cannot be loaded.
+        """
+        import torch
+        from transformers import AutoProcessor, HiggsAudioV2ForConditionalGeneration
+
+        torch_dtype = _torch_dtype(dtype)
+        id_or_path = str(id_or_path)
+        try:
+            model = HiggsAudioV2ForConditionalGeneration.from_pretrained(id_or_path, dtype=torch_dtype)
+            processor = AutoProcessor.from_pretrained(id_or_path)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise ModelLoadError(
+                f"cannot load Higgs Audio v2 checkpoint {id_or_path!r}: {exc}. If the hub is unreachable, point "
+                "--model at a local folder (`python -m tts_app make-tiny-model --family higgs --out DIR` writes a "
+                "tiny random one)."
+            ) from exc
+        try:
+            model = model.to(device).eval()
+            processor.audio_tokenizer.to(device=device, dtype=torch.float32).eval()
+        except (RuntimeError, AssertionError) as exc:  # bad device string / CUDA not compiled in
+            raise ModelLoadError(f"cannot move Higgs Audio v2 to device {device!r}: {exc}") from exc
+        return cls(model, processor, device=device, dtype=dtype, name_or_path=id_or_path)
+
+    def _install_no_cache_fix(self) -> None:
+        """Wrap ``model.prepare_inputs_for_generation`` so ``use_cache=False`` always sees the whole prefix.
+
+        transformers 5.24 passes only the last audio frame (and drops ``input_ids``) when every earlier frame of
+        ``audio_input_ids_mask`` is False; with a cache that is the decode step, without one it throws the prompt
+        away (it happens when the prompt has no reference audio). Found by the cache-on == cache-off test.
+        """
+        original = self.model.prepare_inputs_for_generation
+
+        def prepare_inputs_for_generation(input_ids, audio_input_ids=None, audio_input_ids_mask=None, **kwargs):
+            model_inputs = original(input_ids, audio_input_ids=audio_input_ids,
+                                    audio_input_ids_mask=audio_input_ids_mask, **kwargs)
+            if not kwargs.get("use_cache", True) and "input_ids" not in model_inputs:
+                model_inputs["input_ids"] = input_ids
+                model_inputs["audio_input_ids"] = audio_input_ids
+                model_inputs["audio_input_ids_mask"] = audio_input_ids_mask
+            return model_inputs
+
+        self.model.prepare_inputs_for_generation = prepare_inputs_for_generation
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def sampling_rate(self) -> int:
+        return int(self.processor.audio_tokenizer.config.sample_rate)
+
+    def _prompt_length(self, text: str, reference_audio: np.ndarray | None = None,
+                       reference_text: str | None = None) -> int:
+        inputs = self.processor.apply_chat_template(
+            [self._conversation(AdapterRow(text=text, reference_audio=reference_audio,
+                                           reference_text=reference_text))],
+            add_generation_prompt=True, tokenize=True, return_dict=True, sanitize_control_tokens=True,
+            processor_kwargs={"sampling_rate": self.sampling_rate, "return_tensors": "pt"})
+        return int(inputs["input_ids"].shape[1])
+
+    def _measure_facts(self) -> ModelFacts:
+        """Facts from the loaded config, plus token/position rates measured with the loaded processor.
+
+        ``text_positions_per_char``: tokens per character of a fixed English and a fixed Chinese sentence (larger of
+        the two). ``reference_positions_per_second``: slope of prompt length over reference duration (1 s vs 3 s
+        clips through the processor, i.e. codec frames per second). Adapter attributes: ``prompt_overhead_positions``
+        (chat template around an empty text, no reference) and ``reference_overhead_positions`` (what a reference
+        adds besides its frames: stream BOS/EOS frames, delay tail, the transcript turn's header tokens).
+        """
+        cfg = self.model.config
+        codec_cfg = self.processor.audio_tokenizer.config
+        sr = self.sampling_rate
+        empty = self._prompt_length("")
+        per_char = max((self._prompt_length(t) - empty) / len(t) for t in (_MEASURE_TEXT_EN, _MEASURE_TEXT_ZH))
+        rng = np.random.default_rng(0)
+        lengths = {}
+        for seconds in (1, 3):  # two clip lengths: slope = positions per second, intercept = fixed overhead
+            clip = (0.05 * rng.standard_normal(seconds * sr)).astype(np.float32)
+            lengths[seconds] = self._prompt_length("", reference_audio=clip, reference_text="")
+        ref_per_s = (lengths[3] - lengths[1]) / 2.0
+        self.prompt_overhead_positions = empty
+        self.reference_overhead_positions = lengths[1] - empty - ref_per_s
+        num_parameters = int(self.model.num_parameters() + self.processor.audio_tokenizer.num_parameters())
+        return ModelFacts(
+            family=self.family,
+            sampling_rate=sr,
+            num_layers=int(cfg.num_hidden_layers),
+            num_kv_heads=int(cfg.num_key_value_heads),
+            head_dim=int(cfg.head_dim),
+            dtype_bytes=DTYPE_BYTES[self.dtype],
+            cfg_multiplier=1,
+            frames_per_second=float(codec_cfg.frame_rate),
+            text_positions_per_char=float(per_char),
+            reference_positions_per_second=float(ref_per_s),
+            default_max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
+            max_segment_chars=MAX_SEGMENT_CHARS,
+            supports_pinyin=False,
+            has_cfg=False,
+            has_top_k=True,
+            num_parameters=num_parameters,
+            kv_cache_exact=True,
+        )
+
+    def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
+                           max_new_tokens: int) -> int:
+        """Sequence positions of one row at the end of decoding: chat-template overhead + text tokens + reference
+        audio frames (with its BOS/EOS/delay frames) + one position per decode step. One KV stack (text and audio
+        positions share the attention layers), so ``facts.kv_bytes_per_position`` applies as is."""
+        f = self.facts
+        reference = (self.reference_overhead_positions + reference_s * f.reference_positions_per_second
+                     if reference_s > 0 else 0.0)
+        return int(math.ceil(
+            self.prompt_overhead_positions + (text_chars + reference_text_chars) * f.text_positions_per_char
+            + reference
+        )) + max_new_tokens + 1
+
+    # ------------------------------------------------------------------ tiny checkpoint
+
+    @classmethod
+    def make_tiny_checkpoint(cls, out_dir: str | Path, seed: int = 0) -> Path:
+        """Write a tiny random Higgs Audio v2 checkpoint into ``out_dir``.
+
+        Layout: the language model (``config.json``, ``model.safetensors``, ``generation_config.json``), the
+        processor (tokenizer files, ``chat_template.jinja``, ``processor_config.json``) and the codec in
+        ``out_dir/audio_tokenizer/``. As with the real checkpoint, the processor config names the codec by path
+        (``bosonai/higgs-audio-v2-tokenizer`` there; the absolute path of ``audio_tokenizer/`` here), so move the
+        folder only by re-running this.
+
+        Same ``seed`` -> identical weights. Returns ``out_dir``.
+        """
+        import torch
+        from transformers import (DacConfig, DacFeatureExtractor, HiggsAudioV2Config,
+                                  HiggsAudioV2ForConditionalGeneration, HiggsAudioV2Processor,
+                                  HiggsAudioV2TokenizerConfig, HiggsAudioV2TokenizerModel, HubertConfig)
+
+        from tts_app.adapters.tiny_vocab import build_char_tokenizer
+
+        out_dir = Path(out_dir).resolve()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        codec_dir = out_dir / "audio_tokenizer"
+
+        tokenizer = build_char_tokenizer(SPECIAL_TOKENS, unk_token=UNK_TOKEN, pad_token=PAD_TOKEN,
+                                         bos_token=BOS_TOKEN, eos_token=EOS_TOKEN, padding_side="left")
+        tokenizer.chat_template = None
+
+        hop = int(np.prod(TINY_DOWNSAMPLING_RATIOS))
+        acoustic = DacConfig(encoder_hidden_size=4, downsampling_ratios=TINY_DOWNSAMPLING_RATIOS,
+                             decoder_hidden_size=32, upsampling_ratios=TINY_DOWNSAMPLING_RATIOS, hidden_size=16,
+                             n_codebooks=TINY_NUM_CODEBOOKS, codebook_size=TINY_CODEC_CODEBOOK_SIZE,
+                             codebook_dim=8, sampling_rate=TINY_SAMPLING_RATE)
+        semantic = HubertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                                conv_dim=(8,) * 7, num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2,
+                                mask_time_prob=0.0)
+        codec_config = HiggsAudioV2TokenizerConfig(
+            acoustic_model_config=acoustic.to_dict(), semantic_model_config=semantic.to_dict(),
+            target_bandwidths=[TINY_TARGET_BANDWIDTH_KBPS], sample_rate=TINY_SAMPLING_RATE,
+            codebook_size=TINY_CODEC_CODEBOOK_SIZE, codebook_dim=8, semantic_sample_rate=16000,
+            downsample_factor=320)
+        num_codebooks = codec_config.num_quantizers
+        torch.manual_seed(seed)
+        codec = HiggsAudioV2TokenizerModel(codec_config).eval()
+        # transformers initialises the RVQ codebooks to zeros (they are trained buffers); random codebooks make
+        # different reference clips give different codes, which the batching tests rely on.
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for quantizer in codec.quantizer.quantizers:
+                quantizer.codebook.embed.copy_(torch.randn(quantizer.codebook.embed.shape, generator=gen))
+        codec.save_pretrained(codec_dir)
+        codec = HiggsAudioV2TokenizerModel.from_pretrained(codec_dir)  # name_or_path -> the saved folder
+
+        feature_extractor = DacFeatureExtractor(feature_size=1, sampling_rate=TINY_SAMPLING_RATE, hop_length=hop,
+                                                padding_value=0.0)
+        processor = HiggsAudioV2Processor(
+            feature_extractor, tokenizer, codec, chat_template=CHAT_TEMPLATE,
+            audio_stream_bos_id=TINY_CODEC_CODEBOOK_SIZE, audio_stream_eos_id=TINY_CODEC_CODEBOOK_SIZE + 1)
+
+        ids = {tok: tokenizer.convert_tokens_to_ids(tok) for tok in SPECIAL_TOKENS}
+        config = HiggsAudioV2Config(
+            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+            pad_token_id=ids[PAD_TOKEN], bos_token_id=ids[BOS_TOKEN], eos_token_id=ids[EOS_TOKEN],
+            num_codebooks=num_codebooks, codebook_size=TINY_CODEC_CODEBOOK_SIZE + 2,
+            audio_token_id=ids[AUDIO_TOKEN], audio_bos_token_id=ids[AUDIO_BOS_TOKEN],
+            audio_delay_token_id=ids[AUDIO_DELAY_TOKEN], audio_stream_bos_id=TINY_CODEC_CODEBOOK_SIZE,
+            audio_stream_eos_id=TINY_CODEC_CODEBOOK_SIZE + 1, initializer_range=0.5)
+        torch.manual_seed(seed)
+        model = HiggsAudioV2ForConditionalGeneration(config).eval()
+        model.save_pretrained(out_dir)
+        processor.save_pretrained(out_dir)
+        return out_dir
+
+    # ------------------------------------------------------------------ batch pipeline
+
+    def _conversation(self, row: AdapterRow) -> list[dict]:
+        """The chat of one row, laid out as in the transformers docs' voice-cloning examples."""
+        def text(t: str) -> dict:
+            return {"type": "text", "text": t}
+
+        system = {"role": "system", "content": [text(SYSTEM_PROMPT)]}
+        scene = {"role": "scene", "content": [text(SCENE_PROMPT)]}
+        target = {"role": "user", "content": [text(row.text)]}
+        if row.reference_audio is None:
+            return [system, scene, target]
+        audio = {"type": "audio", "audio": np.asarray(row.reference_audio, dtype=np.float32)}
+        if row.reference_text is None:
+            scene["content"] += [text("SPEAKER0:"), audio]
+            return [system, scene, target]
+        return [system, scene, {"role": "user", "content": [text(row.reference_text)]},
+                {"role": "assistant", "content": [audio]}, target]
+
+    def preprocess(self, rows: list[AdapterRow], params: SynthesisParams) -> dict[str, Any]:
+        """Rows -> processor inputs on the adapter's device (left-padded text, right-padded reference frames).
+
+        Each row keeps its own reference audio (float32 ``(num_samples,)`` at ``facts.sampling_rate``) and
+        transcript. Rows with and without reference audio can share a batch.
+
+        Raises:
+            InputError: empty batch, empty text, or a reference that is not a 1-D float array.
+        """
+        if not rows:
+            raise InputError("the batch is empty; pass at least one row")
+        for i, row in enumerate(rows):
+            if not row.text or not row.text.strip():
+                raise InputError(f"row {i}: text is empty; give the segment text to speak")
+            if row.reference_audio is not None and np.asarray(row.reference_audio).ndim != 1:
+                raise InputError(f"row {i}: reference audio must be mono (num_samples,), got shape "
+                                 f"{np.asarray(row.reference_audio).shape}")
+        with_ref = [r.reference_audio is not None for r in rows]
+        if all(with_ref) or not any(with_ref):
+            batch = self._process([self._conversation(r) for r in rows])
+        else:
+            batch = self._merge([self._process([self._conversation(r)]) for r in rows])
+        return {"batch": batch, "seeds": [r.seed for r in rows]}
+
+    def _process(self, conversations: list[list[dict]]):
+        batch = self.processor.apply_chat_template(
+            conversations, add_generation_prompt=True, tokenize=True, return_dict=True, sanitize_control_tokens=True,
+            processor_kwargs={"sampling_rate": self.sampling_rate, "return_tensors": "pt"})
+        return batch.to(self.device)
+
+    def _merge(self, singles: list) -> dict:
+        """Join one-row processor outputs into one batch the way the processor pads: text left-padded with the pad
+        token, reference frames right-padded with the stream-EOS id and masked out. Needed for batches that mix rows
+        with and without reference audio, which ``HiggsAudioV2Processor`` cannot build in one call."""
+        import torch
+
+        pad_id = self.processor.tokenizer.pad_token_id
+        num_codebooks = self.model.config.num_codebooks
+        seq_len = max(s["input_ids"].shape[1] for s in singles)
+        num_frames = max(s["audio_input_ids"].shape[1] if "audio_input_ids" in s else 0 for s in singles)
+        input_ids, attention_mask, audio_ids, audio_mask = [], [], [], []
+        for s in singles:
+            pad = seq_len - s["input_ids"].shape[1]
+            input_ids.append(torch.nn.functional.pad(s["input_ids"], (pad, 0), value=pad_id))
+            attention_mask.append(torch.nn.functional.pad(s["attention_mask"], (pad, 0), value=0))
+            ids = s.get("audio_input_ids")
+            if ids is None:
+                ids = torch.empty((1, 0, num_codebooks), dtype=torch.long, device=self.device)
+                mask = torch.empty((1, 0), dtype=torch.bool, device=self.device)
+            else:
+                mask = s["audio_input_ids_mask"]
+            frames_pad = num_frames - ids.shape[1]
+            audio_ids.append(torch.nn.functional.pad(ids, (0, 0, 0, frames_pad),
+                                                     value=self.processor.audio_stream_eos_id))
+            audio_mask.append(torch.nn.functional.pad(mask, (0, frames_pad), value=False))
+        return {"input_ids": torch.cat(input_ids), "attention_mask": torch.cat(attention_mask),
+                "audio_input_ids": torch.cat(audio_ids), "audio_input_ids_mask": torch.cat(audio_mask)}
+
+    def generate(self, inputs: dict[str, Any], params: SynthesisParams):
+        """Decode codec frames for the batch.
+
+        Greedy when ``params.greedy`` (argmax, identical with the KV cache on or off and batched or not); otherwise
+        sampling with temperature / top-k / top-p (``None`` -> the checkpoint's generation config, else 1.0 / off /
+        off), drawn per row from a generator seeded with the row's seed.
+
+        Returns:
+            int64 tensor ``(batch_size, num_ref_frames + num_steps, num_codebooks)``: reference frames followed by
+            the generated frames (first one all stream-BOS, delay pattern applied).
+        Raises:
+            torch.OutOfMemoryError: from the forward passes (the engine shrinks the batch).
+        """
+        import torch
+
+        gen_config = copy.deepcopy(self.model.generation_config)
+        # Repetition-aware sampling resamples from the global RNG; off so a row never depends on its batch-mates.
+        gen_config.ras_win_len = None
+        gen_config.ras_win_max_num_repeat = None
+        defaults = (gen_config.temperature, gen_config.top_k, gen_config.top_p)
+        gen_config.do_sample = False
+        gen_config.temperature = gen_config.top_k = gen_config.top_p = None
+        gen_config.max_new_tokens = self.max_new_tokens(params)
+        gen_config.use_cache = params.use_cache
+        kwargs: dict[str, Any] = {}
+        if not params.greedy:
+            temperature = params.temperature if params.temperature is not None else (defaults[0] or 1.0)
+            top_k = params.top_k if params.top_k is not None else defaults[1]
+            top_p = params.top_p if params.top_p is not None else defaults[2]
+            sampler = _row_seeded_sampler_class()(inputs["seeds"], self.model.config.num_codebooks,
+                                                  float(temperature), top_k, top_p)
+            # transformers' Higgs mixin only admits score-only processors; ours is one (it reads scores only).
+            self.model._supported_logits_processor_types = (
+                *type(self.model)._supported_logits_processor_types, type(sampler))
+            from transformers import LogitsProcessorList
+
+            kwargs["logits_processor"] = LogitsProcessorList([sampler])
+        batch = inputs["batch"]
+        with torch.inference_mode():
+            return self.model.generate(**batch, generation_config=gen_config, **kwargs)
+
+    def postprocess(self, outputs, inputs: dict[str, Any]) -> list[np.ndarray]:
+        """Codec frames -> one float32 waveform ``(num_samples,)`` per row at ``facts.sampling_rate``.
+
+        Each row's frames run from its generated stream-BOS frame to its first all-stream-EOS frame (exclusive);
+        the delay pattern is reverted with the processor's ``revert_delay_pattern`` and the codec decodes them. A
+        row that produced fewer frames than the delay pattern needs gives an empty array.
+        """
+        import torch
+
+        batch = inputs["batch"]
+        num_ref_frames = batch["audio_input_ids"].shape[1] if "audio_input_ids" in batch else 0
+        eos = self.processor.audio_stream_eos_id
+        num_codebooks = self.model.config.num_codebooks
+        generated = outputs[:, num_ref_frames:]  # (batch_size, num_steps, num_codebooks)
+        waves = []
+        codec = self.processor.audio_tokenizer
+        for row in generated:
+            ended = (row == eos).all(-1).nonzero()
+            end = int(ended[0, 0]) if len(ended) else row.shape[0]
+            frames = row[1:end]  # skip the all-BOS frame
+            if frames.shape[0] < num_codebooks:
+                waves.append(np.zeros(0, dtype=np.float32))
+                continue
+            codes = self.processor.revert_delay_pattern(frames).clip(0, self.processor.audio_stream_bos_id - 1)
+            with torch.inference_mode():
+                audio = codec.decode(codes.transpose(0, 1).unsqueeze(0).to(codec.device)).audio_values
+            waves.append(audio.reshape(-1).float().cpu().numpy().astype(np.float32))
+        return waves
