@@ -258,8 +258,12 @@ def _new_reference_cache(reference_config: Any) -> Any:
 
 
 def _engine_max_batch_size(engine: Any) -> int:
-    config = getattr(engine, "config", None)
-    size = getattr(config, "max_batch_size", None)
+    """The engine's current max batch size (the UI may change it per job), else its configured one, else 8."""
+    size = None
+    if hasattr(engine, "stats"):
+        size = getattr(engine.stats(), "max_batch_size", None)
+    if not isinstance(size, int):
+        size = getattr(getattr(engine, "config", None), "max_batch_size", None)
     return int(size) if isinstance(size, int) and size > 0 else 8
 
 

@@ -1,0 +1,148 @@
+"""``python -m tts_app batch TASKS.jsonl --out-dir DIR [--audio-dir DIR|ZIP] [--resume] [engine flags]``
+
+Validates the whole file first (no model), loads the model, runs every line through one engine and writes
+``DIR/<output_name>.wav`` per line plus ``DIR/results.jsonl``. A progress bar goes to stderr.
+
+Exit status: 0 every line ok; 1 some lines failed (listed on stderr); 2 usage error (bad arguments, unreadable
+or undecodable job file, unusable audio folder/default voice, model load failure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from tts_app.config import EngineConfig, ModelConfig
+from tts_app.errors import TTSAppError
+from tts_app.request import SynthesisParams
+
+logger = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tts_app batch", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("tasks", metavar="TASKS.jsonl", help="job file: one JSON object per line")
+    p.add_argument("--out-dir", required=True, help="output folder (created); nothing is written outside it")
+    p.add_argument("--audio-dir", default=None,
+                   help="folder or ZIP with the reference audio; prompt_audio paths are relative to it (then to "
+                        "the JSONL's folder)")
+    p.add_argument("--resume", action="store_true",
+                   help="skip lines already ok in DIR/results.jsonl whose audio still decodes")
+    p.add_argument("--validate-only", action="store_true", help="check the file and exit (no model is loaded)")
+    p.add_argument("--default-voice", default=None, help="reference audio for lines without prompt_audio")
+    p.add_argument("--default-voice-text", default=None, help="transcript of --default-voice")
+    p.add_argument("--allowed-root", action="append", default=[], metavar="DIR",
+                   help="extra folder prompt_audio may point into (repeatable)")
+    g = p.add_argument_group("model and engine")
+    g.add_argument("--model", default=None, help=f"hub id or local folder (default {ModelConfig().model_id})")
+    g.add_argument("--device", default=None, help="auto | cpu | cuda (default auto)")
+    g.add_argument("--dtype", default=None, help="auto | float32 | bfloat16 | float16 (default auto)")
+    g.add_argument("--batch-size", type=int, default=None, help="max segments per forward call")
+    g.add_argument("--no-kv-cache", action="store_true", help="decode without the KV cache (slow; same output)")
+    g.add_argument("--memory-budget", default=None, help="KV cache + activations budget, e.g. 2GiB, 512MB")
+    g.add_argument("--simulate-oom-above-batch", type=int, default=None,
+                   help="testing aid: raise a real out-of-memory error for batches larger than this")
+    s = p.add_argument_group("generation defaults (a line's own fields override them)")
+    s.add_argument("--seed", type=int, default=None, help="base seed (default 0)")
+    s.add_argument("--greedy", action="store_true", help="greedy decoding (deterministic)")
+    s.add_argument("--max-new-tokens", type=int, default=None, help="cap on decode steps per segment")
+    return p
+
+
+def _engine_config(args: argparse.Namespace) -> EngineConfig:
+    """EngineConfig with only the flags that were given (None = not given, the dataclass default applies)."""
+    from tts_app.engine import parse_size
+
+    given = {
+        "max_batch_size": args.batch_size,
+        "memory_budget_bytes": parse_size(args.memory_budget) if args.memory_budget is not None else None,
+        "simulate_oom_above_batch": args.simulate_oom_above_batch,
+    }
+    return EngineConfig(**{k: v for k, v in given.items() if v is not None})
+
+
+def _params(args: argparse.Namespace) -> SynthesisParams:
+    given = {"seed": args.seed, "max_new_tokens": args.max_new_tokens}
+    return SynthesisParams(greedy=args.greedy, use_cache=not args.no_kv_cache,
+                           **{k: v for k, v in given.items() if v is not None})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``batch`` command; returns the exit status (0 all ok, 1 some lines failed, 2 usage error)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on bad arguments, 0 on --help
+        return int(exc.code or 0)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    from tts_app.jobs.runner import run_job, validate_job
+    from tts_app.jobs.schema import JobConfig
+
+    config = JobConfig(extra_allowed_roots=tuple(args.allowed_root))
+    try:
+        params = _params(args)
+        engine_config = _engine_config(args)
+        report = validate_job(args.tasks, audio_dir=args.audio_dir, default_voice=args.default_voice,
+                              config=config)
+    except TTSAppError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if report.rows:
+        print(report.format_text(), file=sys.stderr)
+    if report.num_lines == 0:
+        return 2
+    if args.validate_only:
+        print(f"{report.num_valid} of {report.num_lines} lines valid")
+        return 0 if report.ok else 1
+
+    from tts_app.adapters import load_adapter
+    from tts_app.engine import Engine
+
+    model = ModelConfig()
+    try:
+        adapter = load_adapter(args.model if args.model is not None else model.model_id,
+                               device=args.device if args.device is not None else model.device,
+                               dtype=args.dtype if args.dtype is not None else model.dtype)
+        engine = Engine(adapter, engine_config).start()
+    except TTSAppError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=report.num_lines, unit="line", file=sys.stderr, dynamic_ncols=True)
+    counts = {"ok": 0, "failed": 0, "skipped": 0}
+
+    def progress(done: int, total: int, info: dict) -> None:
+        counts[info["status"]] = counts.get(info["status"], 0) + 1
+        bar.set_postfix(counts, refresh=False)
+        bar.update(done - bar.n)
+
+    try:
+        summary = run_job(args.tasks, args.out_dir, engine, audio_dir=args.audio_dir, resume=args.resume,
+                          progress=progress, params=params, default_voice=args.default_voice,
+                          default_voice_text=args.default_voice_text, config=config)
+    except TTSAppError as exc:
+        bar.close()
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        bar.close()
+        print("interrupted; finished lines are kept, rerun with --resume to continue", file=sys.stderr)
+        return 130
+    finally:
+        engine.shutdown(wait=False)
+    bar.close()
+    print(summary.format_text().splitlines()[0])
+    if summary.failed:
+        print("failed lines:", file=sys.stderr)
+        for line, error in sorted(summary.failed):
+            print(f"  line {line}: {error}", file=sys.stderr)
+    return 0 if summary.all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
