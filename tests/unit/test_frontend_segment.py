@@ -1,0 +1,116 @@
+"""Segmentation and pause markers of the text front end, including a property test: nothing dropped, nothing
+repeated, never a cut inside an English word or a number."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tts_app.errors import InputError
+from tts_app.frontend import prepare_text
+from tts_app.frontend.segment import num_speakable
+
+
+def _locate(prepared):
+    """(start, end) of each segment's source text in the normalised text, checking that the segments follow each
+    other with only whitespace between them (nothing dropped, nothing repeated, order kept)."""
+    text, pos, spans = prepared.normalized_text, 0, []
+    for seg in prepared.segments:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        assert seg.source_text and text.startswith(seg.source_text, pos), (text, pos, seg.source_text)
+        spans.append((pos, pos + len(seg.source_text)))
+        pos += len(seg.source_text)
+    assert text[pos:].strip() == ""
+    return spans
+
+
+def _word_char(ch: str) -> bool:
+    return ch.isascii() and ch.isalnum()
+
+
+def test_sentences_become_segments_with_default_pause_and_no_pause_after_the_last():
+    prepared = prepare_text("今天天气很好。我们去公园吧！Shall we go? Yes, let us go now.", default_pause_ms=300)
+    assert [s.source_text for s in prepared.segments] == ["今天天气很好。", "我们去公园吧！", "Shall we go?",
+                                                          "Yes, let us go now."]
+    assert [s.pause_after_ms for s in prepared.segments] == [300, 300, 300, 0]
+
+
+def test_pause_markers_set_exact_silence_and_cut_segments():
+    prepared = prepare_text("第一句话[pause:500ms]第二句话，[pause:1.5s]第三句话。[PAUSE : 2 s]")
+    assert [(s.source_text, s.pause_after_ms) for s in prepared.segments] == [
+        ("第一句话", 500), ("第二句话，", 1500), ("第三句话。", 2000)]
+    assert "pause" not in prepared.normalized_text.lower()
+
+
+def test_short_segment_is_merged_but_never_across_a_pause_marker():
+    merged = prepare_text("好。今天我们去公园散步吧。", min_segment_chars=4)
+    assert [s.source_text for s in merged.segments] == ["好。今天我们去公园散步吧。"]
+    kept = prepare_text("好。[pause:800ms]今天我们去公园散步吧。", min_segment_chars=4)
+    assert [(s.source_text, s.pause_after_ms) for s in kept.segments] == [("好。", 800), ("今天我们去公园散步吧。", 0)]
+
+
+def test_bad_pause_markers_are_warnings_or_errors_never_eaten_silently():
+    prepared = prepare_text("你好[pause:abc]世界[pause:20s]再见[pause:-3s]了")
+    assert [s.pause_after_ms for s in prepared.segments] == [200, 10_000, 200, 0]
+    assert len(prepared.warnings) == 3 and all("position" in w for w in prepared.warnings)
+    assert "[pause:500ms]" in prepared.warnings[0]
+    leading = prepare_text("[pause:1s]你好世界")
+    assert leading.segments[0].source_text == "你好世界" and "no text before it" in leading.warnings[0]
+    with pytest.raises(InputError, match="not closed"):
+        prepare_text("你好[pause:500ms 世界")
+
+
+def test_long_sentence_is_cut_at_clause_punctuation_first():
+    text = "我们今天早上去了公园，在湖边散步看风景，中午吃了很好吃的面条，下午又去图书馆看书。"
+    prepared = prepare_text(text, max_segment_chars=20)
+    assert all(len(s.source_text) <= 20 for s in prepared.segments)
+    assert all(s.source_text.endswith(("，", "。")) for s in prepared.segments)
+    assert "".join(s.source_text for s in prepared.segments) == text
+
+
+def test_hard_split_never_cuts_an_english_word_and_prefers_spaces():
+    text = "the quick brown fox jumps over the lazy dog and keeps running far away"
+    prepared = prepare_text(text, max_segment_chars=16)
+    assert " ".join(s.source_text for s in prepared.segments) == text
+    assert all(len(s.source_text) <= 16 for s in prepared.segments)
+    long_word = prepare_text("a Supercalifragilisticexpialidocious day", max_segment_chars=10, min_segment_chars=0)
+    assert [s.source_text for s in long_word.segments] == ["a", "Supercalifragilisticexpialidocious", "day"]
+
+
+def test_annotated_character_stays_in_its_segment_with_its_rendering():
+    text = "这是一个很长很长很长的句子里面有一个银行(yin2 hang2)和一个行(hang2)长还有很多别的字"
+    prepared = prepare_text(text, max_segment_chars=10, supports_pinyin=True)
+    rendered = "".join(s.text for s in prepared.segments)
+    assert rendered.count("{hang2}") == 2 and rendered.count("{yin2}") == 1
+    for seg in prepared.segments:  # each segment renders its own characters only
+        assert seg.text.replace("{yin2}", "银").replace("{hang2}", "行") == seg.source_text
+
+
+_ZH = st.sampled_from(list("我们今天去银行找行长还没钱的了重要中国人大家好"))
+_EN = st.sampled_from(["hello", "world", "Supercalifragilistic", "a", "TTS", "I"])
+_DIGITS = st.integers(min_value=0, max_value=10**9).map(str)
+_PUNCT = st.sampled_from(list("，。！？、；：,.!?;: —…()\"'“”\n"))
+_MARKUP = st.sampled_from(["[pause:300ms]", "[pause:1s]", "(hang2)", "(zhong4)", "[pause]"])
+_PIECE = st.one_of(_ZH, _ZH, _ZH, _EN, _DIGITS, _PUNCT, st.just(" "), _MARKUP)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=st.lists(_PIECE, min_size=1, max_size=60), max_chars=st.integers(min_value=8, max_value=40),
+       min_chars=st.integers(min_value=0, max_value=6))
+def test_segmentation_loses_nothing_and_never_cuts_words(pieces, max_chars, min_chars):
+    text = "".join(pieces)
+    try:
+        prepared = prepare_text(text, max_segment_chars=max_chars, min_segment_chars=min_chars)
+    except InputError as exc:
+        assert "nothing to speak" in str(exc) or "empty" in str(exc)
+        return
+    spans = _locate(prepared)
+    norm = prepared.normalized_text
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        if end == start:  # adjacent segments with no space between: not inside a word or a number
+            assert not (_word_char(norm[end - 1]) and _word_char(norm[start])), (norm, end)
+    for seg in prepared.segments:
+        assert seg.pause_after_ms >= 0
+        assert num_speakable(seg.source_text) > 0 or len(prepared.segments) == 1
