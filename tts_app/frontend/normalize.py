@@ -50,7 +50,18 @@ def to_half_width(text: str) -> str:
 def strip_emoji(text: str) -> tuple[str, str]:
     """Remove emoji (see ``_EMOJI_RE``). Returns ``(text_without_emoji, removed_characters)``."""
     removed = "".join(_EMOJI_RE.findall(text))
-    return (_EMOJI_RE.sub("", text), removed) if removed else (text, "")
+    if not removed:
+        return text, ""
+
+    def gap(m: re.Match) -> str:  # "hello😀world" -> "hello world", "我😀很好" -> "我很好"
+        before, after = text[m.start() - 1:m.start()], text[m.end():m.end() + 1]
+        return " " if _is_alnum_latin(before) and _is_alnum_latin(after) else ""
+
+    return re.sub(f"(?:{_EMOJI_RE.pattern})+", gap, text), removed
+
+
+def _is_alnum_latin(char: str) -> bool:
+    return bool(char) and char.isalnum() and not _HANZI_RE.match(char)
 
 
 def collapse_whitespace(text: str) -> str:

@@ -30,6 +30,11 @@ class _Analysis:
     readings: list[CharReading] = field(default_factory=list)
 
 
+def _is_word_char(char: str) -> bool:
+    """Letters and digits of alphabetic scripts (two of them side by side form one word)."""
+    return char.isalnum() and not is_hanzi(char)
+
+
 def _apply_annotation(acc: str, ann: Annotation, analysis: _Analysis) -> str | None:
     """Record the overrides of one annotation against the normalised text so far (``acc``). Returns text to append
     to ``acc`` instead (a toneless "annotation" is kept as ordinary text), or None."""
@@ -80,6 +85,7 @@ def _analyse(text: str) -> _Analysis:
     default_lang = "zh" if any(is_hanzi(ch) for ch in text) else "en"
     analysis = _Analysis("")
     acc = ""
+    removed_markup = False  # markup was just removed: keep the words on either side apart ("hello[pause]world")
     for item in items:
         if isinstance(item, TextPiece):
             chunk, problems = normalize_chunk(item.text, default_lang)
@@ -98,6 +104,12 @@ def _analyse(text: str) -> _Analysis:
                 analysis.boundaries.append((len(acc.rstrip()), item.pause_ms))
         if not acc or acc[-1].isspace():
             chunk = chunk.lstrip() if not acc else (chunk[1:] if chunk[:1].isspace() else chunk)
+        elif removed_markup and chunk and _is_word_char(acc[-1]) and _is_word_char(chunk[0]):
+            chunk = " " + chunk
+        if chunk:
+            removed_markup = False
+        if not isinstance(item, TextPiece) and not chunk:
+            removed_markup = True
         acc += chunk
     normalized = acc.rstrip()
     if not is_speakable(normalized):
