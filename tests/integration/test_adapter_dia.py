@@ -1,0 +1,273 @@
+"""Dia adapter on a tiny random checkpoint of the real architecture (built in code, saved with save_pretrained and
+loaded through the same from_pretrained(path) calls as a hub id)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+torchaudio = pytest.importorskip("torchaudio")
+sf = pytest.importorskip("soundfile")
+
+from tts_app.adapters.base import AdapterRow  # noqa: E402
+from tts_app.errors import InputError, ModelLoadError  # noqa: E402
+from tts_app.request import SynthesisParams  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Decode steps per test: > 16 (Dia's max delay + 1) so every row yields audio frames, small for CPU time.
+STEPS = 24
+GREEDY = SynthesisParams(greedy=True, max_new_tokens=STEPS)
+
+
+@pytest.fixture(scope="module")
+def tiny_dia(tiny_checkpoint) -> Path:
+    return tiny_checkpoint("dia")
+
+
+@pytest.fixture(scope="module")
+def adapter(tiny_dia):
+    from tts_app.adapters.dia import DiaAdapter
+
+    return DiaAdapter.from_pretrained(tiny_dia)
+
+
+@pytest.fixture(scope="module")
+def reference(adapter, data_dir, audio_manifest):
+    """``reference(name, seconds=None)`` -> (float32 waveform at facts.sampling_rate, transcript)."""
+    transcripts = {f["name"]: f.get("transcript") for f in audio_manifest["files"]}
+
+    def load(name: str, seconds: float | None = None):
+        samples, sampling_rate = sf.read(data_dir / name, dtype="float32", always_2d=True)
+        wave = torch.from_numpy(samples.mean(axis=1))[None]
+        wave = torchaudio.functional.resample(wave, sampling_rate, adapter.facts.sampling_rate)[0].numpy()
+        if seconds is not None:
+            wave = wave[: int(seconds * adapter.facts.sampling_rate)]
+        return wave.astype(np.float32), transcripts[name]
+
+    return load
+
+
+@pytest.fixture(scope="module")
+def three_rows(reference):
+    """Different text lengths and a different reference clip (and length) per row."""
+    clips = [("en_female_1.wav", 0.5), ("en_male_1.wav", 0.9), ("zh_female_1.wav", 0.7)]
+    texts = ["Hi.", "A much longer sentence, so this row has the most text of all three.", "Medium length text."]
+    rows = []
+    for seed, ((name, seconds), text) in enumerate(zip(clips, texts)):
+        wave, transcript = reference(name, seconds)
+        rows.append(AdapterRow(text=text, reference_audio=wave, reference_text=transcript.split(",")[0], seed=seed))
+    return rows
+
+
+def run(adapter, rows, params, mutate=None):
+    inputs = adapter.preprocess(rows, params)
+    if mutate is not None:
+        mutate(inputs)
+    outputs = adapter.generate(inputs, params)
+    return outputs, adapter.postprocess(outputs, inputs)
+
+
+def assert_rows_equal(batch_tokens, batch_audio, single_runs):
+    """Row i of a left-padded batch ends with the tokens of row i run alone; its audio is the same."""
+    for i, (tokens, audio) in enumerate(single_runs):
+        n = tokens.shape[1]
+        assert torch.equal(batch_tokens[i, -n:], tokens[0]), f"row {i}: batched tokens differ from one-by-one"
+        assert batch_audio[i].shape == audio[0].shape, f"row {i}: audio length differs"
+        np.testing.assert_allclose(batch_audio[i], audio[0], atol=1e-5, err_msg=f"row {i}")
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def test_cli_make_tiny_model_loads_through_registry(tmp_path):
+    from tts_app.adapters import family_of, load_adapter
+    from tts_app.adapters.dia import DiaAdapter
+
+    out = tmp_path / "tiny-dia"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run([sys.executable, "-m", "tts_app", "make-tiny-model", "--family", "dia", "--out", str(out)],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (out / "model.safetensors").is_file() and (out / "processor_config.json").is_file()
+    assert family_of(out) == "dia"
+    loaded = load_adapter(out, device="cpu", dtype="float32")
+    assert isinstance(loaded, DiaAdapter)
+    assert loaded.facts.sampling_rate == 44100
+
+
+def test_same_seed_gives_identical_weights(tiny_dia, tmp_path):
+    from tts_app.adapters.dia import DiaAdapter
+
+    again = DiaAdapter.make_tiny_checkpoint(tmp_path / "again", seed=0)
+    other = DiaAdapter.make_tiny_checkpoint(tmp_path / "other", seed=1)
+    same = (tiny_dia / "model.safetensors").read_bytes()
+    assert (again / "model.safetensors").read_bytes() == same
+    assert (other / "model.safetensors").read_bytes() != same
+
+
+def test_loading_goes_through_transformers_from_pretrained_with_the_folder(tiny_dia, monkeypatch):
+    import transformers
+
+    from tts_app.adapters.dia import DiaAdapter
+
+    seen = {}
+    for cls in (transformers.DiaForConditionalGeneration, transformers.AutoProcessor):
+        original = cls.from_pretrained.__func__
+
+        def spy(klass, path, *args, _original=original, _name=cls.__name__, **kwargs):
+            seen[_name] = path
+            return _original(klass, path, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
+    DiaAdapter.from_pretrained(tiny_dia)
+    assert seen == {"DiaForConditionalGeneration": str(tiny_dia), "AutoProcessor": str(tiny_dia)}
+
+
+def test_load_failures_raise_model_load_error(tmp_path, tiny_dia):
+    from tts_app.adapters.dia import DiaAdapter
+
+    with pytest.raises(ModelLoadError, match="cannot load Dia checkpoint"):
+        DiaAdapter.from_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="dtype"):
+        DiaAdapter.from_pretrained(tiny_dia, dtype="int8")
+
+
+def test_facts_come_from_the_loaded_config(adapter, tiny_dia):
+    from tts_app.adapters.dia import DiaAdapter
+
+    dec = adapter.model.config.decoder_config
+    f = adapter.facts
+    assert (f.num_layers, f.num_kv_heads, f.head_dim) == (dec.num_hidden_layers, dec.num_key_value_heads,
+                                                           dec.head_dim)
+    assert f.sampling_rate == 44100 and f.cfg_multiplier == 2 and f.has_cfg and not f.supports_pinyin
+    assert f.frames_per_second == pytest.approx(44100 / 512)
+    assert f.reference_positions_per_second == pytest.approx(f.frames_per_second, abs=1.0)
+    assert f.text_positions_per_char == 3.0  # UTF-8 bytes: common hanzi take 3
+    assert f.num_parameters == sum(p.numel() for p in adapter.model.parameters())
+    assert f.dtype_bytes == 4
+    assert DiaAdapter.from_pretrained(tiny_dia, dtype="bfloat16").facts.dtype_bytes == 2
+
+
+def test_kv_estimate_matches_the_real_cache(adapter, reference):
+    """estimate = kv_bytes_per_position x estimate_positions x cfg_multiplier covers the self- and cross-attention
+    caches generate() really holds, without gross over-estimation."""
+    wave, _ = reference("zh_female_1.wav", 1.0)
+    text, reference_text = "长队行长说还得再等十分钟", "银行门口排起了长队"
+    row = AdapterRow(text=text, reference_audio=wave, reference_text=reference_text)
+    inputs = adapter.preprocess([row], GREEDY)
+    out = adapter.model.generate(
+        input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
+        decoder_input_ids=inputs.decoder_input_ids, decoder_attention_mask=inputs.decoder_attention_mask,
+        max_new_tokens=STEPS, do_sample=False, guidance_scale=3.0, return_dict_in_generate=True)
+    cache = out.past_key_values if getattr(out, "past_key_values", None) is not None else out.cache
+    actual = sum(t.numel() * t.element_size()
+                 for stack in (cache.self_attention_cache, cache.cross_attention_cache)
+                 for layer in stack.layers for t in (layer.keys, layer.values))
+    f = adapter.facts
+    positions = adapter.estimate_positions(len(text), len(wave) / f.sampling_rate, len(reference_text), STEPS)
+    estimate = f.kv_bytes_per_position * positions * f.cfg_multiplier
+    assert actual <= estimate <= 1.25 * actual
+
+
+# ------------------------------------------------------------------------------------------- synthesis
+
+
+def test_synthesis_of_a_real_speech_reference(adapter, reference):
+    wave, transcript = reference("en_female_1.wav")
+    row = AdapterRow(text="Good evening, and welcome to the show.", reference_audio=wave, reference_text=transcript,
+                     seed=7)
+    audio = adapter.synthesize([row], SynthesisParams(max_new_tokens=STEPS))
+    assert len(audio) == 1
+    assert audio[0].dtype == np.float32 and audio[0].ndim == 1
+    assert audio[0].size > 0 and np.isfinite(audio[0]).all()
+    # each frame is one DAC hop (512 samples at 44.1 kHz); STEPS - 16 frames at most
+    assert audio[0].size % 512 == 0 and audio[0].size <= (STEPS - 16) * 512
+
+
+def test_greedy_batch_of_three_equals_one_by_one(adapter, three_rows):
+    tokens, audio = run(adapter, three_rows, GREEDY)
+    assert_rows_equal(tokens, audio, [run(adapter, [row], GREEDY) for row in three_rows])
+
+
+def test_dropping_the_left_padding_mask_breaks_row_independence(adapter, three_rows):
+    """The comparison above can fail: without the padding mask, padded rows attend to the BOS padding."""
+
+    def unmask(inputs):
+        inputs.decoder_attention_mask[:] = 1
+
+    tokens, _ = run(adapter, three_rows, GREEDY, mutate=unmask)
+    singles = [run(adapter, [row], GREEDY)[0] for row in three_rows]
+    differs = [not torch.equal(tokens[i, -s.shape[1]:], s[0]) for i, s in enumerate(singles)]
+    assert any(differs)
+
+
+def test_mixed_batch_with_and_without_reference(adapter, three_rows):
+    rows = [three_rows[0], AdapterRow(text="No reference for this row.", reference_audio=None, reference_text=None)]
+    tokens, audio = run(adapter, rows, GREEDY)
+    assert_rows_equal(tokens, audio, [run(adapter, [row], GREEDY) for row in rows])
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_cache_on_equals_cache_off(adapter, three_rows, batch_size):
+    rows = three_rows[:batch_size]
+    tokens_on, audio_on = run(adapter, rows, GREEDY)
+    tokens_off, audio_off = run(adapter, rows, SynthesisParams(greedy=True, max_new_tokens=STEPS, use_cache=False))
+    assert torch.equal(tokens_on, tokens_off)
+    for a, b in zip(audio_on, audio_off):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_sampled_rows_depend_only_on_their_own_seed(adapter, three_rows):
+    sampled = SynthesisParams(max_new_tokens=STEPS, temperature=1.3, top_p=0.95, top_k=50)
+    tokens, audio = run(adapter, three_rows, sampled)
+    assert_rows_equal(tokens, audio, [run(adapter, [row], sampled) for row in three_rows])
+    greedy_tokens, _ = run(adapter, three_rows[:1], GREEDY)
+    reseeded = AdapterRow(three_rows[0].text, three_rows[0].reference_audio, three_rows[0].reference_text, seed=99)
+    other_seed, _ = run(adapter, [reseeded], sampled)
+    n = other_seed.shape[1]
+    assert not torch.equal(other_seed[0], tokens[0, -n:]), "a different seed must give different audio"
+    assert not torch.equal(greedy_tokens[0], tokens[0, -n:]), "sampling must differ from greedy"
+
+
+def test_each_row_is_trimmed_at_its_own_end_of_audio(adapter, three_rows):
+    """A row that reaches EOS early (EOS in codebook 0, the delayed codebooks follow, then PAD, as Dia's generate
+    writes it) comes back shorter; its batch-mate keeps its full length."""
+    inputs = adapter.preprocess(three_rows[:2], GREEDY)
+    tokens = adapter.generate(inputs, GREEDY).clone()
+    dec = adapter.model.config.decoder_config
+    delays = adapter.model.config.delay_pattern
+    eos_step = inputs.audio_prompt_len + 5  # row 0 stops after 5 frames
+    for channel, delay in enumerate(delays):
+        tokens[0, eos_step + delay, channel] = dec.eos_token_id
+        tokens[0, eos_step + delay + 1:, channel] = dec.pad_token_id
+    audio = adapter.postprocess(tokens, inputs)
+    full = adapter.postprocess(adapter.generate(inputs, GREEDY), inputs)
+    hop = 512  # DAC samples per frame
+    assert full[0].size > 5 * hop
+    assert audio[0].size == 5 * hop
+    np.testing.assert_array_equal(audio[1], full[1])
+
+
+# --------------------------------------------------------------------------------------------- errors
+
+
+def test_reference_audio_without_transcript_is_refused(adapter, three_rows):
+    row = AdapterRow(text="Hello.", reference_audio=three_rows[0].reference_audio, reference_text=None)
+    with pytest.raises(InputError, match="transcript"):
+        adapter.preprocess([row], GREEDY)
+
+
+def test_bad_rows_raise_input_error(adapter):
+    with pytest.raises(InputError, match="empty"):
+        adapter.preprocess([AdapterRow(text="  ", reference_audio=None, reference_text=None)], GREEDY)
+    with pytest.raises(InputError, match="float32"):
+        adapter.preprocess([AdapterRow(text="Hi.", reference_audio=np.zeros((2, 100)), reference_text="x")], GREEDY)
+    too_long = "a" * (adapter.model.config.encoder_config.max_position_embeddings + 1)
+    with pytest.raises(InputError, match="shorten"):
+        adapter.preprocess([AdapterRow(text=too_long, reference_audio=None, reference_text=None)], GREEDY)

@@ -1,0 +1,454 @@
+"""Dia (Nari Labs) adapter: byte-level text encoder + audio decoder over 9 DAC codebooks with a delay pattern,
+DAC codec at 44.1 kHz, classifier-free guidance (CFG) that doubles the forward batch.
+
+Everything Dia-specific lives here. Model and processor are transformers' own ``DiaForConditionalGeneration`` and
+``DiaProcessor`` (transformers/models/dia/). Layout of one row, as Dia expects it:
+
+* encoder (text): ``"[S1] <reference text> [S1] <text>"`` as UTF-8 bytes, RIGHT-padded (Dia's encoder always uses
+  positions 0..L-1 and masks the padding, so right padding keeps a row independent of its batch-mates);
+* decoder (audio): ``BOS + DAC codes of the reference audio`` (the audio prompt) with the delay pattern applied,
+  LEFT-padded with BOS and a zero attention mask, so every row's prompt ends at the same index and generation
+  starts in lock-step. Decoder position ids are passed explicitly (``cumsum(mask) - 1``) so a padded row sees the
+  same RoPE positions as when it runs alone.
+
+Sampling: Dia's ``generate()`` drops user ``logits_processor`` lists and draws with the global torch RNG, so a row's
+draws would depend on its batch-mates. We decode with ``do_sample=False`` and insert our own processor
+(``_RowSeededSampler``) before Dia's EOS delay-pattern processor: it applies temperature / top-k / top-p with
+transformers' warpers, then adds Gumbel noise drawn from a generator seeded with the row's seed, so the argmax is an
+exact sample of the warped distribution (Gumbel-max trick; Gumbel 1954, Maddison et al. 2014 "A* Sampling").
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tts_app.adapters.base import DTYPE_BYTES, AdapterRow, ModelFacts, TTSAdapter
+from tts_app.errors import InputError, ModelLoadError
+from tts_app.request import SynthesisParams
+
+# Speaker tag Dia's transcripts start with (nari-labs/dia README: "[S1] ... [S2] ...").
+SPEAKER_TAGS = ("[S1]", "[S2]")
+
+# Sampling defaults from the transformers Dia model doc example (docs/source/en/model_doc/dia.md:
+# guidance_scale=3.0, temperature=1.8, top_p=0.90, top_k=45); a checkpoint's generation_config overrides them.
+DEFAULT_CFG_SCALE = 3.0
+DEFAULT_TEMPERATURE = 1.8
+DEFAULT_TOP_P = 0.90
+DEFAULT_TOP_K = 45
+
+# Dia produces 5-20 s of audio per call well (nari-labs/dia README, "Features"/"Generation guidelines"); at
+# ~15 characters/s of English speech 200 characters is ~13 s.
+MAX_SEGMENT_CHARS = 200
+# Decode-step cap when the checkpoint's generation_config gives none: 20 s of audio at the codec frame rate.
+DEFAULT_MAX_AUDIO_S = 20.0
+
+# Samples used to measure the tokenizer's positions per character (ASCII is 1 byte, common hanzi 3 bytes).
+_ENGLISH_SAMPLE = "The quick brown fox jumps over the lazy dog, twice."
+_CHINESE_SAMPLE = "今天天气很好，我们一起去公园散步吧。"
+
+
+# One text per processor call: no padding (and no "max_length is ignored" warning); we collate the batch ourselves.
+_NO_TEXT_PADDING = {"padding": False}
+
+
+def _tagged(text: str) -> str:
+    """Prefix ``[S1]`` unless the text already starts with a speaker tag (Dia needs one to start speaking)."""
+    text = text.strip()
+    return text if text.startswith(SPEAKER_TAGS) else f"{SPEAKER_TAGS[0]} {text}"
+
+
+@dataclass
+class DiaInputs:
+    """Model inputs of one batch (tensors on the adapter's device).
+
+    Attributes:
+        input_ids: ``(batch_size, text_len)`` int64 UTF-8 byte ids, right-padded with 0.
+        attention_mask: ``(batch_size, text_len)`` int64, 1 on real text.
+        decoder_input_ids: ``(batch_size, prompt_len + max_delay, num_channels)`` int64, delayed audio prompt,
+            left-padded with BOS.
+        decoder_attention_mask: ``(batch_size, prompt_len + max_delay)`` int64, 0 on the left padding.
+        decoder_position_ids: ``(batch_size, prompt_len + max_delay)`` int64, ``cumsum(mask) - 1`` clamped at 0.
+        audio_prompt_len: ``prompt_len`` (same for every row thanks to the left padding): index of the first
+            generated frame after reverting the delay.
+        seeds: one seed per row.
+    """
+
+    input_ids: Any
+    attention_mask: Any
+    decoder_input_ids: Any
+    decoder_attention_mask: Any
+    decoder_position_ids: Any
+    audio_prompt_len: int
+    seeds: list[int]
+
+
+def _row_seeded_sampler_class():
+    """Build the sampler class lazily so importing this module does not import torch/transformers."""
+    import torch
+    from transformers import LogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    class _RowSeededSampler(LogitsProcessor):
+        """Temperature/top-k/top-p warping, then per-row Gumbel noise so that argmax == one sample per row.
+
+        Scores arrive as ``(batch_size * num_channels, vocab_size)`` (row-major: row ``b`` owns
+        ``b * num_channels ... b * num_channels + num_channels - 1``), after Dia's CFG and EOS channel filter.
+        """
+
+        def __init__(self, seeds: list[int], num_channels: int, temperature: float, top_k: int | None,
+                     top_p: float | None):
+            self.generators = [torch.Generator(device="cpu").manual_seed(int(s)) for s in seeds]
+            self.num_channels = num_channels
+            self.warpers = [TemperatureLogitsWarper(temperature)]
+            if top_k is not None:
+                self.warpers.append(TopKLogitsWarper(top_k))
+            if top_p is not None and top_p < 1.0:
+                self.warpers.append(TopPLogitsWarper(top_p))
+
+        def __call__(self, input_ids, scores):
+            for warper in self.warpers:
+                scores = warper(input_ids, scores)
+            scores = scores.float()
+            # (batch_size, num_channels, vocab): one noise draw per row from that row's own generator
+            shape = (self.num_channels, scores.shape[-1])
+            uniform = torch.stack([torch.rand(shape, generator=g) for g in self.generators])
+            gumbel = -torch.log(-torch.log(uniform.clamp_(1e-10, 1.0 - 1e-7)))
+            return scores + gumbel.view(-1, scores.shape[-1]).to(scores.device)
+
+    return _RowSeededSampler
+
+
+class DiaAdapter(TTSAdapter):
+    """Adapter for Dia checkpoints (``model_type == "dia"``, e.g. ``nari-labs/Dia-1.6B-0626``).
+
+    Reference audio is the audio prompt (its DAC codes start the decoder) and its transcript is prepended to the text,
+    as Dia's voice cloning expects; reference audio without a transcript is refused (``InputError``).
+    """
+
+    family = "dia"
+
+    def __init__(self, model, processor, device: str, dtype: str):
+        self.model = model
+        self.processor = processor
+        self.device = device
+        self.dtype = dtype
+        self.config = model.config
+        self.delay_pattern = list(self.config.delay_pattern)
+        self.max_delay = max(self.delay_pattern)
+        self.num_channels = self.config.decoder_config.num_channels
+        self.facts = self._measure_facts()
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(cls, id_or_path: str | Path, *, device: str = "cpu", dtype: str = "float32") -> "DiaAdapter":
+        """Load ``DiaForConditionalGeneration`` and ``AutoProcessor`` (``DiaProcessor`` + DAC codec) from a hub id or
+        a local folder with the same ``from_pretrained(id_or_path)`` calls.
+
+        Args:
+            id_or_path: hub id (e.g. "nari-labs/Dia-1.6B-0626") or a folder written by ``make_tiny_checkpoint``.
+            device: "cpu", "cuda", "cuda:N".
+            dtype: "float32", "bfloat16" or "float16" for the Dia model; the DAC codec stays float32.
+
+        Raises:
+            ModelLoadError: unknown dtype, or the model/processor cannot be loaded.
+        """
+        import torch
+        from transformers import AutoProcessor, DiaForConditionalGeneration
+
+        if dtype not in DTYPE_BYTES:
+            raise ModelLoadError(f"dtype={dtype!r} is not supported; choose one of {sorted(DTYPE_BYTES)}")
+        id_or_path = str(id_or_path)
+        try:
+            model = DiaForConditionalGeneration.from_pretrained(id_or_path, dtype=getattr(torch, dtype))
+            processor = AutoProcessor.from_pretrained(id_or_path)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise ModelLoadError(
+                f"cannot load Dia checkpoint {id_or_path!r}: {exc}. If the hub is unreachable, download it once "
+                "(huggingface-cli download ID) or point --model at a local folder."
+            ) from exc
+        if type(processor).__name__ != "DiaProcessor":
+            raise ModelLoadError(f"{id_or_path!r}: expected a DiaProcessor, found {type(processor).__name__}")
+        model.to(device).eval()
+        processor.audio_tokenizer.to(device).eval()
+        return cls(model, processor, device=device, dtype=dtype)
+
+    def _measure_facts(self) -> ModelFacts:
+        """Facts from the loaded config, plus positions per char / per reference second measured with the processor.
+
+        KV cache layout (transformers ``EncoderDecoderCache``): a self-attention stack that grows by one position per
+        decoder step, and a cross-attention stack fixed at the encoder (text) length. ``num_layers``/``num_kv_heads``/
+        ``head_dim`` describe the self-attention stack; ``estimate_positions`` converts the cross-attention part into
+        equivalent self-attention positions so that ``kv_bytes_per_position x positions x cfg_multiplier`` is the
+        analytic size of both stacks for one row.
+        """
+        dec = self.config.decoder_config
+        codec = self.processor.audio_tokenizer.config
+        sampling_rate = int(self.processor.feature_extractor.sampling_rate)
+        frames_per_second = codec.sampling_rate / math.prod(codec.downsampling_ratios)
+        tokenizer = self.processor.tokenizer
+        text_positions_per_char = max(
+            len(tokenizer(sample, add_special_tokens=False)["input_ids"]) / len(sample)
+            for sample in (_ENGLISH_SAMPLE, _CHINESE_SAMPLE)
+        )
+        # Audio prompt length for 1 s and 4 s of silence: the difference is the positions per reference second.
+        lengths = []
+        for seconds in (1, 4):
+            silence = np.zeros(seconds * sampling_rate, dtype=np.float32)
+            out = self.processor(text=["[S1] a"], audio=[silence], sampling_rate=sampling_rate,
+                                 text_kwargs=_NO_TEXT_PADDING, return_tensors="pt")
+            lengths.append(out["decoder_attention_mask"].shape[1])
+        reference_positions_per_second = (lengths[1] - lengths[0]) / 3.0
+
+        gen = self.model.generation_config
+        if gen.max_new_tokens is not None:
+            default_max_new_tokens = int(gen.max_new_tokens)
+        else:
+            default_max_new_tokens = min(int(DEFAULT_MAX_AUDIO_S * frames_per_second) + self.max_delay,
+                                         dec.max_position_embeddings // 2)
+        self.cross_kv_bytes_per_position = (2 * dec.num_hidden_layers * dec.cross_num_key_value_heads
+                                            * dec.cross_head_dim * DTYPE_BYTES[self.dtype])
+        return ModelFacts(
+            family=self.family,
+            sampling_rate=sampling_rate,
+            num_layers=dec.num_hidden_layers,
+            num_kv_heads=dec.num_key_value_heads,
+            head_dim=dec.head_dim,
+            dtype_bytes=DTYPE_BYTES[self.dtype],
+            cfg_multiplier=2,
+            frames_per_second=float(frames_per_second),
+            text_positions_per_char=float(text_positions_per_char),
+            reference_positions_per_second=reference_positions_per_second,
+            default_max_new_tokens=default_max_new_tokens,
+            max_segment_chars=MAX_SEGMENT_CHARS,
+            supports_pinyin=False,
+            has_cfg=True,
+            has_top_k=True,
+            num_parameters=int(sum(p.numel() for p in self.model.parameters())),
+            kv_cache_exact=True,
+        )
+
+    def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
+                           max_new_tokens: int) -> int:
+        """Equivalent self-attention positions of one row at the end of decoding.
+
+        decoder positions = BOS + reference frames (``reference_s x reference_positions_per_second``, rounded up) +
+        ``max_new_tokens`` (generate returns ``audio_prompt_len + max_new_tokens`` steps); encoder positions =
+        (text + reference text + two "[S1] " tags) x ``text_positions_per_char``. The cross-attention cache holds encoder positions at
+        ``cross_kv_bytes_per_position`` bytes each, so they are scaled by
+        ``cross_kv_bytes_per_position / facts.kv_bytes_per_position``.
+        """
+        f = self.facts
+        decoder_positions = 1 + math.ceil(reference_s * f.reference_positions_per_second) + max_new_tokens
+        encoder_positions = math.ceil((text_chars + reference_text_chars + 10) * f.text_positions_per_char)
+        cross_as_self = math.ceil(encoder_positions * self.cross_kv_bytes_per_position / f.kv_bytes_per_position)
+        return decoder_positions + cross_as_self
+
+    # --------------------------------------------------------------- tiny model
+    @classmethod
+    def make_tiny_checkpoint(cls, out_dir: str | Path, seed: int = 0) -> Path:
+        """Write a tiny random Dia checkpoint (real architecture, tiny dims) into ``out_dir``.
+
+        Layout: ``config.json`` + ``model.safetensors`` + ``generation_config.json`` (DiaForConditionalGeneration),
+        ``processor_config.json`` + ``tokenizer_config.json`` (DiaProcessor: DiaFeatureExtractor at 44.1 kHz,
+        DiaTokenizer = Dia's own byte-level tokenizer, built in code) and ``dac/`` (a tiny DacModel codec with the real
+        9 codebooks x 1024 codes and hop 512). As with the hub checkpoint, ``processor_config.json`` names the codec by
+        path; here that is the absolute path of ``out_dir/dac``, so move the folder by regenerating it.
+
+        Same seed -> identical weights. Returns ``out_dir``.
+        """
+        import torch
+        from transformers import (DacConfig, DacModel, DiaConfig, DiaDecoderConfig, DiaEncoderConfig,
+                                  DiaFeatureExtractor, DiaForConditionalGeneration, DiaProcessor, DiaTokenizer)
+
+        out_dir = Path(out_dir).resolve()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(seed)
+        encoder_config = DiaEncoderConfig(
+            num_hidden_layers=2, hidden_size=32, num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+            intermediate_size=64, vocab_size=256,
+        )
+        # Real vocabulary (1024 codes + EOS 1024, PAD 1025, BOS 1026) and 9 channels, tiny width; GQA as the real one.
+        decoder_config = DiaDecoderConfig(
+            num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, cross_num_attention_heads=2, cross_head_dim=16, cross_num_key_value_heads=2,
+            cross_hidden_size=32, vocab_size=1028, num_channels=9,
+        )
+        config = DiaConfig(encoder_config=encoder_config, decoder_config=decoder_config)
+        model = DiaForConditionalGeneration(config)
+        # Short default decode so trying the app on a tiny model takes seconds (~1 s of audio).
+        model.generation_config.max_new_tokens = 100
+        model.generation_config.guidance_scale = DEFAULT_CFG_SCALE
+        model.generation_config.temperature = DEFAULT_TEMPERATURE
+        model.generation_config.top_p = DEFAULT_TOP_P
+        model.generation_config.top_k = DEFAULT_TOP_K
+        model.generation_config.do_sample = True
+        model.save_pretrained(out_dir)
+
+        codec = DacModel(DacConfig(encoder_hidden_size=4, decoder_hidden_size=32, n_codebooks=9, codebook_size=1024,
+                                   codebook_dim=8, downsampling_ratios=[2, 4, 8, 8], sampling_rate=44100))
+        codec.save_pretrained(out_dir / "dac")
+        codec = DacModel.from_pretrained(out_dir / "dac")  # name_or_path -> the saved folder
+        processor = DiaProcessor(DiaFeatureExtractor(sampling_rate=44100, hop_length=512), DiaTokenizer(), codec)
+        processor.save_pretrained(out_dir)
+        return out_dir
+
+    # ------------------------------------------------------------ the pipeline
+    def preprocess(self, rows: list[AdapterRow], params: SynthesisParams) -> DiaInputs:
+        """Rows -> ``DiaInputs`` (see there for shapes). Each row is run through ``DiaProcessor`` alone (its own
+        reference audio -> DAC codes -> delay pattern), then the batch is collated: text right-padded, audio prompt
+        left-padded with BOS (identical to what DiaProcessor does for a batch, which also pads with BOS on the left).
+
+        Raises:
+            InputError: empty batch or text, reference audio without its transcript, wrong reference array, or a
+                row longer than the model's positions.
+        """
+        import torch
+
+        if not rows:
+            raise InputError("the batch is empty; give at least one row")
+        bos = self.config.decoder_config.bos_token_id
+        max_new_tokens = self.max_new_tokens(params)
+        sampling_rate = self.facts.sampling_rate
+        per_row = []
+        for i, row in enumerate(rows):
+            if not row.text.strip():
+                raise InputError(f"row {i}: text is empty; give the text to speak")
+            text = _tagged(row.text)
+            audio = None
+            if row.reference_audio is not None:
+                audio = np.asarray(row.reference_audio)
+                if audio.ndim != 1 or audio.size == 0 or audio.dtype != np.float32:
+                    raise InputError(f"row {i}: reference audio must be a non-empty float32 mono array "
+                                     f"(num_samples,), got dtype {audio.dtype} shape {audio.shape}")
+                if not row.reference_text or not row.reference_text.strip():
+                    raise InputError(f"row {i}: Dia needs the transcript of the reference audio (reference text) "
+                                     "to clone a voice; type what the reference says, or leave out the reference")
+                text = f"{_tagged(row.reference_text)} {text}"
+            # DiaProcessor silently truncates the text to the tokenizer's max_length, so check before it runs.
+            text_len = len(self.processor.tokenizer(text, add_special_tokens=False)["input_ids"])
+            if text_len > self.config.encoder_config.max_position_embeddings:
+                raise InputError(f"row {i}: text plus reference text is {text_len} bytes; Dia reads at most "
+                                 f"{self.config.encoder_config.max_position_embeddings}; shorten the segment")
+            if audio is not None:
+                out = self.processor(text=[text], audio=[audio], sampling_rate=sampling_rate,
+                                     text_kwargs=_NO_TEXT_PADDING, return_tensors="pt")
+            else:
+                out = self.processor(text=[text], text_kwargs=_NO_TEXT_PADDING, return_tensors="pt")
+            decoder_len = out["decoder_attention_mask"].shape[1] - self.max_delay + max_new_tokens
+            if decoder_len > self.config.decoder_config.max_position_embeddings:
+                raise InputError(
+                    f"row {i}: reference audio + max_new_tokens need {decoder_len} decoder positions; Dia has "
+                    f"{self.config.decoder_config.max_position_embeddings}; use a shorter reference or lower "
+                    "max_new_tokens")
+            per_row.append(out)
+
+        batch_size = len(rows)
+        text_len = max(o["input_ids"].shape[1] for o in per_row)
+        decoder_len = max(o["decoder_attention_mask"].shape[1] for o in per_row)
+        pad_id = self.processor.tokenizer.pad_token_id
+        input_ids = torch.full((batch_size, text_len), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((batch_size, text_len), dtype=torch.long)
+        decoder_input_ids = torch.full((batch_size, decoder_len, self.num_channels), bos, dtype=torch.long)
+        decoder_attention_mask = torch.zeros((batch_size, decoder_len), dtype=torch.long)
+        for b, out in enumerate(per_row):
+            n = out["input_ids"].shape[1]
+            input_ids[b, :n] = out["input_ids"][0]  # right padding (encoder positions start at 0)
+            attention_mask[b, :n] = out["attention_mask"][0]
+            m = out["decoder_attention_mask"].shape[1]
+            decoder_input_ids[b, decoder_len - m:] = out["decoder_input_ids"][0]  # left padding with BOS
+            decoder_attention_mask[b, decoder_len - m:] = out["decoder_attention_mask"][0]
+        decoder_position_ids = (decoder_attention_mask.cumsum(-1) - 1).clamp(min=0)
+        dev = self.device
+        return DiaInputs(
+            input_ids=input_ids.to(dev), attention_mask=attention_mask.to(dev),
+            decoder_input_ids=decoder_input_ids.to(dev), decoder_attention_mask=decoder_attention_mask.to(dev),
+            decoder_position_ids=decoder_position_ids.to(dev),
+            audio_prompt_len=decoder_len - self.max_delay, seeds=[row.seed for row in rows],
+        )
+
+    def _sampling_knobs(self, params: SynthesisParams) -> tuple[float, float | None, int | None, float]:
+        """(temperature, top_p, top_k, cfg_scale): the request's value, else the checkpoint's generation_config,
+        else the transformers Dia doc defaults."""
+        gen = self.model.generation_config
+
+        def pick(value, config_value, default):
+            if value is not None:
+                return value
+            return config_value if config_value is not None else default
+
+        return (pick(params.temperature, gen.temperature, DEFAULT_TEMPERATURE),
+                pick(params.top_p, gen.top_p, DEFAULT_TOP_P),
+                pick(params.top_k, gen.top_k, DEFAULT_TOP_K),
+                pick(params.cfg_scale, gen.guidance_scale, DEFAULT_CFG_SCALE))
+
+    @contextmanager
+    def _row_seeded_sampling(self, processor, guidance_top_k: int | None):
+        """Insert ``processor`` before Dia's EOS delay-pattern processor for one generate() call, and give Dia's CFG
+        processor its top-k (as ``generate(do_sample=True, top_k=...)`` would).
+
+        Dia's ``_get_logits_processor`` (transformers generation_dia.py) builds its own list and ignores the
+        ``logits_processor`` argument of ``generate()``, so the instance method is wrapped for the call.
+        """
+        from transformers.generation.logits_process import (DiaClassifierFreeGuidanceLogitsProcessor,
+                                                            DiaEOSDelayPatternLogitsProcessor)
+
+        original = self.model._get_logits_processor
+
+        def with_extra(*args, **kwargs):
+            processors = original(*args, **kwargs)
+            if not isinstance(processors[-1], DiaEOSDelayPatternLogitsProcessor):
+                raise RuntimeError("unexpected Dia logits processor order; check the transformers version")
+            for p in processors:
+                if isinstance(p, DiaClassifierFreeGuidanceLogitsProcessor):
+                    p.guidance_top_k = guidance_top_k
+            processors.insert(len(processors) - 1, processor)
+            return processors
+
+        self.model._get_logits_processor = with_extra
+        try:
+            yield
+        finally:
+            del self.model._get_logits_processor  # back to the class method
+
+    def generate(self, inputs: DiaInputs, params: SynthesisParams):
+        """Run Dia's decode loop. Returns ``(batch_size, audio_prompt_len + num_steps, num_channels)`` int64 codes
+        with the delay pattern (prompt included), as ``DiaForConditionalGeneration.generate`` returns them.
+
+        ``max_new_tokens`` counts decode steps; the last ``max(delay_pattern) + 1`` of them (16 for Dia) flush the
+        delayed codebooks after EOS, so a row yields at most ``max_new_tokens - 16`` audio frames.
+
+        ``params.greedy`` -> argmax; otherwise per-row seeded sampling (see module doc). ``cfg_scale`` 1 turns CFG
+        off (no batch doubling). May raise ``torch.OutOfMemoryError``.
+        """
+        import torch
+
+        temperature, top_p, top_k, cfg_scale = self._sampling_knobs(params)
+        kwargs = dict(
+            input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
+            decoder_input_ids=inputs.decoder_input_ids, decoder_attention_mask=inputs.decoder_attention_mask,
+            decoder_position_ids=inputs.decoder_position_ids,
+            max_new_tokens=self.max_new_tokens(params), use_cache=params.use_cache, do_sample=False,
+            guidance_scale=cfg_scale, temperature=None, top_p=None, top_k=None,
+        )
+        with torch.inference_mode():
+            if params.greedy:
+                return self.model.generate(**kwargs)
+            sampler = _row_seeded_sampler_class()(inputs.seeds, self.num_channels, temperature, top_k, top_p)
+            with self._row_seeded_sampling(sampler, guidance_top_k=top_k):
+                return self.model.generate(**kwargs)
+
+    def postprocess(self, outputs, inputs: DiaInputs) -> list[np.ndarray]:
+        """Codes -> one float32 waveform ``(num_samples,)`` per row at ``facts.sampling_rate``: the delay is reverted,
+        the audio prompt cut off and each row cut at its own EOS (``DiaProcessor.batch_decode``), then the DAC codec
+        decodes it. A row that produced no frame gives an empty array."""
+        audios = self.processor.batch_decode(outputs, audio_prompt_len=inputs.audio_prompt_len)
+        result = []
+        for audio in audios:
+            wave = audio.detach().float().cpu().numpy().reshape(-1).astype(np.float32)
+            result.append(wave)
+        return result
