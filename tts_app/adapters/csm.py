@@ -60,6 +60,10 @@ _MEASURE_TEXTS = ("The quick brown fox jumps over the lazy dog, then naps in the
                   "今天天气很好，我们一起去公园散步，然后在湖边喝茶。")
 _MEASURE_REFERENCE_S = 10.0
 
+# Weight init std of the tiny decoders. The library default (0.02) leaves attention scores near zero, i.e. uniform
+# attention that ignores positions; 0.2 makes attention position-sensitive, so a wrong position id or mask changes
+# the tiny model's tokens and the tests can see it.
+INIT_STD = 0.2
 TINY_SPECIAL_TOKENS = ["<unk>", "<pad>", "<|begin_of_text|>", "<|end_of_text|>", "<|AUDIO|>", "<|audio_eos|>"]
 
 
@@ -294,11 +298,11 @@ class CsmAdapter(TTSAdapter):
                            num_key_value_heads=2, head_dim=8)
         depth = dict(num_codebooks=num_codebooks, backbone_hidden_size=32, vocab_size=vocab_size, hidden_size=32,
                      intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                     max_position_embeddings=num_codebooks + 1)
+                     max_position_embeddings=num_codebooks + 1, initializer_range=INIT_STD)
         config = CsmConfig(
             num_codebooks=num_codebooks, vocab_size=vocab_size, text_vocab_size=len(tokenizer), hidden_size=32,
             intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            max_position_embeddings=2048, pad_token_id=token_id("<pad>"), codebook_pad_token_id=vocab_size - 1,
+            max_position_embeddings=2048, initializer_range=INIT_STD, pad_token_id=token_id("<pad>"), codebook_pad_token_id=vocab_size - 1,
             codebook_eos_token_id=0, bos_token_id=token_id("<|begin_of_text|>"),
             audio_token_id=token_id("<|AUDIO|>"), audio_eos_token_id=token_id("<|audio_eos|>"),
             depth_decoder_config=depth, codec_config=codec.to_dict(),
