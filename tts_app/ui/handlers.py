@@ -146,6 +146,9 @@ def synthesize(ctx: AppContext, audio_path, reference_text, text, max_batch_size
                      desc=f"segment {state['done']}/{state['total']}")
     if not result.ok:
         raise gr.Error(f"Synthesis failed: {result.error}")
+    if result.audio.size == 0:
+        raise gr.Error("The model produced no audio for this text (it ended speech at once). Try another seed, "
+                       "sampling instead of greedy decoding, or a larger max new tokens.")
     for w in result.warnings:
         gr.Warning(w)
     out_dir = ctx.output_root / "single"
