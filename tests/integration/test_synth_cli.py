@@ -1,0 +1,83 @@
+"""``python -m tts_app synth`` end to end on a tiny checkpoint: files written, batching-invariant audio, clear errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from tts_app.cli.synth import main
+
+FAMILY = "csm"  # its tiny checkpoint speaks (non-empty audio) under greedy decoding
+TEXT = ("The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. "
+        "How vexingly quick daft zebras jump. Sphinx of black quartz, judge my vow.")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _synth(model: Path, ref: Path, out: Path, *extra: str) -> int:
+    return main(["--model", str(model), "--ref", str(ref), "--text", TEXT, "--out", str(out), "--greedy",
+                 "--max-new-tokens", "4", "--max-segment-chars", "50", "--device", "cpu", *extra])
+
+
+def test_batch_size_4_and_1_give_the_same_audio_and_subtitles(tiny_checkpoint, data_dir, tmp_path, capsys):
+    model = tiny_checkpoint(FAMILY)
+    ref = data_dir / "en_female_1.wav"
+    assert _synth(model, ref, tmp_path / "b4.wav", "--batch-size", "4", "--srt", str(tmp_path / "b4.srt")) == 0
+    summary = capsys.readouterr().out
+    assert "largest 4" in summary
+    assert _synth(model, ref, tmp_path / "b1.wav", "--batch-size", "1") == 0
+    assert "largest 1" in capsys.readouterr().out
+    b4, sr4 = sf.read(tmp_path / "b4.wav", dtype="float32")
+    b1, sr1 = sf.read(tmp_path / "b1.wav", dtype="float32")
+    assert sr4 == sr1 == 24000 and len(b4) == len(b1) > 0
+    np.testing.assert_allclose(b4, b1, atol=2 / 32768)  # 16-bit PCM: at most a rounding step apart
+    cues = (tmp_path / "b4.srt").read_text(encoding="utf-8").strip().split("\n\n")
+    assert len(cues) == 4 and "quick brown fox" in cues[0] and "-->" in cues[0]
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic write left no temporary file
+
+
+def test_simulated_oom_still_writes_the_same_audio(tiny_checkpoint, data_dir, tmp_path, capsys):
+    model = tiny_checkpoint(FAMILY)
+    ref = data_dir / "en_female_1.wav"
+    assert _synth(model, ref, tmp_path / "plain.wav", "--batch-size", "4") == 0
+    capsys.readouterr()
+    assert _synth(model, ref, tmp_path / "oom.wav", "--batch-size", "4", "--simulate-oom-above-batch", "1") == 0
+    out = capsys.readouterr().out
+    assert "2 out-of-memory retries" in out and "largest 1" in out
+    plain, _ = sf.read(tmp_path / "plain.wav", dtype="float32")
+    oom, _ = sf.read(tmp_path / "oom.wav", dtype="float32")
+    np.testing.assert_allclose(oom, plain, atol=2 / 32768)
+
+
+def test_memory_budget_too_small_fails_with_the_text_length_that_fits(tiny_checkpoint, data_dir, tmp_path, capsys):
+    code = _synth(tiny_checkpoint(FAMILY), data_dir / "en_female_1.wav", tmp_path / "x.wav",
+                  "--memory-budget", "1KiB")
+    err = capsys.readouterr().err
+    assert code == 1 and "out of memory" in err and "memory budget" in err
+    assert not (tmp_path / "x.wav").exists()
+
+
+def test_bad_reference_and_bad_sizes_are_one_line_errors(tiny_checkpoint, data_dir, tmp_path, capsys):
+    model = tiny_checkpoint(FAMILY)
+    assert _synth(model, data_dir / "corrupt_random_data.wav", tmp_path / "x.wav") == 1
+    assert "error:" in capsys.readouterr().err
+    assert _synth(model, tmp_path / "missing.wav", tmp_path / "x.wav") == 1
+    assert "does not exist" in capsys.readouterr().err
+    assert _synth(model, data_dir / "en_female_1.wav", tmp_path / "x.wav", "--memory-budget", "lots") == 2
+    assert "2GiB" in capsys.readouterr().err
+    assert not (tmp_path / "x.wav").exists()
+
+
+def test_uncached_model_offline_exits_1_naming_model_dir(data_dir, tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tts_app", "synth", "--model", "nobody-here/not-a-cached-model",
+         "--ref", str(data_dir / "en_female_1.wav"), "--text", "Hello.", "--out", str(tmp_path / "x.wav")],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert "--model" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "x.wav").exists()
