@@ -79,15 +79,20 @@ def test_truncated_wav_decodes_its_head_with_a_warning(data_dir, audio_manifest)
     assert any("truncated" in warning for warning in info.warnings)
 
 
-def test_truncated_flac_bytes_decode_partially_or_fail_cleanly(data_dir):
-    content = (data_dir / "en_male_1__flac_48k_pinknoise_hum50.flac").read_bytes()
-    try:
-        samples, sampling_rate, info = load_audio(content[: len(content) // 2], name="half.flac")
-    except ReferenceAudioError as error:
-        assert "half.flac" in str(error)
-    else:
-        assert 0 < samples.shape[0] / sampling_rate < 6.05
-        assert info.truncated and info.warnings
+@pytest.mark.parametrize("name, full_s", [("en_male_1__flac_48k_pinknoise_hum50.flac", 6.05),
+                                          ("en_female_1__mp3_stereo_44k1_padded.mp3", 9.68)])
+def test_half_a_flac_or_mp3_decodes_its_head_with_a_truncation_warning(data_dir, name, full_s):
+    content = (data_dir / name).read_bytes()
+    samples, sampling_rate, info = load_audio(content[: len(content) // 2], name="half")
+    assert 0.3 * full_s < samples.shape[0] / sampling_rate < 0.7 * full_s
+    assert info.truncated and info.file_duration_s == pytest.approx(full_s, abs=0.01)
+    assert any("'half' is truncated" in warning for warning in info.warnings)
+
+
+def test_truncated_m4a_without_its_index_is_refused(data_dir):
+    content = (data_dir / "zh_male_1__aac.m4a").read_bytes()
+    with pytest.raises(ReferenceAudioError, match="'half.m4a' could not be decoded"):
+        load_audio(content[: len(content) // 2], name="half.m4a")
 
 
 @pytest.mark.parametrize("name", ["en_female_1__long_45s.wav", "zh_male_1__aac.m4a"])

@@ -127,7 +127,8 @@ def _load_soundfile(file, label: str, max_decode_s: float | None) -> tuple[np.nd
     try:
         handle = sf.SoundFile(file)
     except (sf.LibsndfileError, RuntimeError, TypeError) as error:
-        raise _NotForSoundfile(str(error).replace(f"{file!r}", "").strip()) from None
+        # "Error opening 'x.wav': Format not recognised." -> the reason only (the caller names the file).
+        raise _NotForSoundfile(str(error).rsplit(": ", 1)[-1].strip()) from None
     with handle:
         sampling_rate, channels = int(handle.samplerate), int(handle.channels)
         frames_in_file = int(handle.frames) if handle.frames and handle.frames > 0 else None
@@ -188,7 +189,7 @@ def _load_pyav(file, label: str, max_decode_s: float | None) -> tuple[np.ndarray
     try:
         container = av.open(file, mode="r")
     except (av.error.FFmpegError, ValueError, OSError) as error:
-        raise _NotForPyAV(str(error)) from None
+        raise _NotForPyAV(getattr(error, "strerror", None) or str(error)) from None
     with container:
         if not container.streams.audio:
             raise _NotForPyAV("no audio stream in the file")

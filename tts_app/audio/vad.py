@@ -73,6 +73,8 @@ def speech_probabilities(samples_16k: np.ndarray) -> np.ndarray:
     audio = torch.from_numpy(np.ascontiguousarray(samples_16k, dtype=np.float32))
     if audio.numel() == 0:
         return np.zeros(0, dtype=np.float32)
+    if audio.numel() < VAD_WINDOW_SAMPLES:  # the model refuses input shorter than one window
+        audio = torch.nn.functional.pad(audio, (0, VAD_WINDOW_SAMPLES - audio.numel()))
     with _call_lock, torch.inference_mode():
         # audio_forward runs the windows in TorchScript (one call instead of one Python call per window) and
         # resets the recurrent state first; it gives the same probabilities as get_speech_timestamps' loop.
