@@ -116,18 +116,25 @@ def g2p(text: str) -> list[tuple[int, str, str]]:
         ``[(position, char, reading), ...]`` for every Chinese character in ``text``, in order; ``reading`` is ""
         for a character pypinyin cannot read.
     """
-    from pypinyin import Style, lazy_pinyin
-
     out: list[tuple[int, str, str]] = []
     for m in HANZI_RUN_RE.finditer(text):
         run = m.group()
-        readings = lazy_pinyin(run, style=Style.TONE3, neutral_tone_with_five=True,
-                               errors=lambda s: [""] * len(s))
-        if len(readings) != len(run):  # defensive: fall back to one character at a time
-            readings = [(lazy_pinyin(c, style=Style.TONE3, neutral_tone_with_five=True,
-                                     errors=lambda s: [""] * len(s)) or [""])[0] for c in run]
-        out.extend((m.start() + i, c, r) for i, (c, r) in enumerate(zip(run, readings)))
+        out.extend((m.start() + i, c, r) for i, (c, r) in enumerate(zip(run, _read_run(run))))
     return out
+
+
+@lru_cache(maxsize=4096)
+def _read_run(run: str) -> tuple[str, ...]:
+    """Readings of one run of Chinese characters (cached: the live preview re-reads unchanged runs)."""
+    from pypinyin import Style, lazy_pinyin
+
+    def read(s: str) -> list[str]:
+        return lazy_pinyin(s, style=Style.TONE3, neutral_tone_with_five=True, errors=lambda x: [""] * len(x))
+
+    readings = read(run)
+    if len(readings) != len(run):  # defensive: fall back to one character at a time
+        readings = [(read(c) or [""])[0] for c in run]
+    return tuple(readings)
 
 
 def _gb2312_level(char: str) -> int:

@@ -127,6 +127,12 @@ def _normalizer(lang: str):
     return Normalizer(lang=lang, operator="tn")
 
 
+# Sentence ends: each sentence is normalised on its own, so the per-sentence cache below makes the live preview
+# re-normalise only the sentence being typed. (No number, date or unit spans a sentence end.)
+_SENTENCE_SPLIT_RE = re.compile(r"(?<=[。！？；!?;])|(?<=\.)(?=\s)")
+
+
+@lru_cache(maxsize=4096)
 def wetext_normalize(text: str, lang: str) -> tuple[str, str | None]:
     """Run wetext's ``lang`` normaliser on one language run, keeping its leading/trailing whitespace (wetext strips
     it).
@@ -166,9 +172,10 @@ def normalize_chunk(text: str, default_lang: str) -> tuple[str, list[str]]:
     for line in text.split("\n"):
         parts = []
         for lang, run in language_runs(line, default_lang):
-            out, problem = wetext_normalize(run, lang)
-            if problem:
-                problems.append(problem)
-            parts.append(out)
+            for sentence in _SENTENCE_SPLIT_RE.split(run):
+                out, problem = wetext_normalize(sentence, lang)
+                if problem:
+                    problems.append(problem)
+                parts.append(out)
         lines.append("".join(parts))
     return "\n".join(lines), problems

@@ -80,3 +80,8 @@ class PronunciationPreview(NamedTuple):
     readings: tuple[CharReading, ...]
     warnings: tuple[str, ...]
     normalized_text: str
+
+    @property
+    def text(self) -> str:
+        """Alias of ``normalized_text``."""
+        return self.normalized_text
