@@ -282,3 +282,20 @@ def test_cli_unusable_audio_exits_1_with_the_message(data_dir, capsys):
     captured = capsys.readouterr()
     assert code == 1
     assert "too short" in captured.err and "Traceback" not in captured.err
+
+
+def test_cache_hits_name_the_callers_file(data_dir):
+    cache = ReferenceCache()
+    content = (data_dir / "en_female_1__clipped.wav").read_bytes()
+    _, first = prepare_reference(content, target_sampling_rate=RATE, cache=cache, name="take1.wav")
+    _, second = prepare_reference(content, target_sampling_rate=RATE, cache=cache, name="take2.wav")
+    assert first.key == second.key and second.name == "take2.wav"
+    assert any("'take1.wav' is clipped" in w for w in first.warnings)
+    assert any("'take2.wav' is clipped" in w for w in second.warnings)
+    assert not any("take1" in w for w in second.warnings)
+    silent = (data_dir / "silence_digital_5s.wav").read_bytes()
+    with pytest.raises(ReferenceAudioError, match="'a.wav'"):
+        prepare_reference(silent, target_sampling_rate=RATE, cache=cache, name="a.wav")
+    with pytest.raises(ReferenceAudioError, match="'b.wav'") as caught:
+        prepare_reference(silent, target_sampling_rate=RATE, cache=cache, name="b.wav")
+    assert "a.wav" not in str(caught.value) and caught.value.report.name == "b.wav"

@@ -235,20 +235,45 @@ def prepare_reference(source: ReferenceSource, *, target_sampling_rate: int,
     key = hashlib.sha256(f"{content_hash}|{settings}|{target_sampling_rate}".encode()).hexdigest()[:32]
 
     def compute() -> tuple[ReferenceAudio, ReferenceReport]:
-        return _prepare_uncached(source, label, key, target_sampling_rate, config)
+        try:
+            return _prepare_uncached(source, label, key, target_sampling_rate, config)
+        except ReferenceAudioError as error:
+            error.reference_name = label  # type: ignore[attr-defined]  # lets a cache hit rename it
+            raise
 
     if cache is None:
         ref, report = compute()
     else:
-        ref, report = cache.get_or_compute(key, compute)
-        # Cached reports are shared; each caller gets its own copy to add warnings to.
-        report = dataclasses.replace(report, name=label, warnings=list(report.warnings),
-                                     errors=list(report.errors))
+        try:
+            ref, report = cache.get_or_compute(key, compute)
+        except ReferenceAudioError as error:
+            raise _relabel_error(error, label) from None
+        # Cached reports are shared; each caller gets its own copy, named after its own file (the same content may
+        # arrive under another name, e.g. a re-upload).
+        old = repr(report.name)
+        report = dataclasses.replace(report, name=label,
+                                     warnings=[w.replace(old, repr(label)) for w in report.warnings],
+                                     errors=[e.replace(old, repr(label)) for e in report.errors])
     if reference_text is not None and reference_text.strip() and report.cropped:
         report.warnings.append(
             f"reference audio {label!r} was cropped to {report.speech_kept_s:.1f} s of speech, so the reference "
             "text no longer matches the audio; shorten the text to the kept part or give a shorter clip")
     return ref, report
+
+
+def _relabel_error(error: ReferenceAudioError, label: str) -> ReferenceAudioError:
+    """A cached refusal, re-worded for a caller who named the same content ``label``."""
+    old = getattr(error, "reference_name", None)
+    if old is None or old == label:
+        return error
+    renamed = ReferenceAudioError(str(error).replace(repr(old), repr(label)))
+    renamed.reference_name = label  # type: ignore[attr-defined]
+    report = getattr(error, "report", None)
+    if report is not None:
+        renamed.report = dataclasses.replace(  # type: ignore[attr-defined]
+            report, name=label, warnings=[w.replace(repr(old), repr(label)) for w in report.warnings],
+            errors=[e.replace(repr(old), repr(label)) for e in report.errors])
+    return renamed
 
 
 def _label_and_hash(source: ReferenceSource, name: str | None) -> tuple[str, str]:
