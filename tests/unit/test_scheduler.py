@@ -175,8 +175,15 @@ def test_batch_cap_halves_on_oom_and_grows_back_one_step_at_a_time():
     assert cap.on_success(2) == 3
     cap.on_success(3)
     assert cap.on_success(3) == 4
+    cap.set_max(8)  # the UI re-sends the same ceiling with every request: what OOM taught the cap survives
+    assert cap.cap == 4
+    cap.set_max(6)  # a cap below the old ceiling stays and grows back step by step
+    assert cap.cap == 4
     cap.set_max(2)
     assert cap.cap == 2
+    fresh = BatchCap(4)
+    fresh.set_max(6)
+    assert fresh.cap == 6
 
 
 def test_expected_speech_orders_chinese_and_english_by_spoken_length():

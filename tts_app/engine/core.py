@@ -52,7 +52,8 @@ DEFAULT_REFERENCE_S = 10.0
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    """Sent to a request's ``on_progress`` callback (from the worker thread) after each batch that advanced it.
+    """Sent to a request's ``on_progress`` callback: once at submit (``segments_done=0``, ``batch_size=0``), then
+    from the worker thread after each batch that advanced it.
 
     Attributes:
         request_id: the request.
@@ -249,7 +250,8 @@ class Engine:
         self.shutdown(wait=True)
 
     def set_max_batch_size(self, max_batch_size: int) -> None:
-        """The user's ceiling on rows per batch (the cap restarts from it).
+        """The user's ceiling on rows per batch (see ``BatchCap.set_max``: re-sending the same value keeps a cap
+        that OOM shrank).
 
         Raises:
             InputError: ``max_batch_size`` < 1.
@@ -347,7 +349,8 @@ class Engine:
 
         Args:
             request: the synthesis; ``reference_audio`` must be at ``engine.sampling_rate``.
-            on_progress: called from the worker thread after each batch that advanced this request.
+            on_progress: called once here (``segments_done=0, batch_size=0``, in the caller's thread), then from
+                the worker thread after each batch that advanced this request.
         """
         handle = RequestHandle(request.request_id, self)
         try:
@@ -396,6 +399,11 @@ class Engine:
         if error is not None:
             logger.info("request %s rejected: %s", request.request_id, error)
             handle.future.set_result(self._failed_result(request, error, warnings))
+        elif on_progress is not None:
+            try:  # tell the caller the segment count at once (batch_size 0: nothing has run yet)
+                on_progress(ProgressEvent(request.request_id, 0, len(texts), 0))
+            except Exception:  # noqa: BLE001 - a caller's callback must not break submission
+                logger.exception("progress callback of request %s raised", request.request_id)
         return handle
 
     def _failed_result(self, request: SynthesisRequest, error: str, warnings: list[str] | None = None,

@@ -153,11 +153,16 @@ class BatchCap:
         return self.cap
 
     def set_max(self, max_batch_size: int) -> None:
-        """Change the user's ceiling; the cap follows it (down at once, up to the new ceiling)."""
+        """Change the user's ceiling. Setting the same ceiling again changes nothing (the UI sends it with every
+        request, and what OOM taught the cap must survive that). A cap at the old ceiling follows the new one; a
+        cap shrunk by OOM stays where it is (clamped to the new ceiling) and grows back as usual."""
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
+        if max_batch_size == self.max_batch_size:
+            return
+        at_ceiling = self.cap >= self.max_batch_size
         self.max_batch_size = max_batch_size
-        self.cap = max_batch_size
+        self.cap = max_batch_size if at_ceiling else min(self.cap, max_batch_size)
         self.num_successes = 0
         self.history.append(self.cap)
 
