@@ -157,7 +157,7 @@ def test_200_lines_survive_simulated_oom(job_dir, make_engine):
     rows = [{"input_text": f"Sentence {i} of the book.", "prompt_audio": voices[i % 2], "output_name": f"p{i}"}
             for i in range(200)]
     path = write_jsonl(job_dir / "job.jsonl", rows)
-    adapter = FakeAdapter()
+    adapter = FakeAdapter(delay_s=0.01)  # a model that takes time, so lines queue up into big batches
     engine = make_engine(adapter=adapter, max_batch_size=8, simulate_oom_above_batch=2)
     summary = run_job(path, job_dir / "out", engine)
     assert (summary.num_ok, summary.num_failed) == (200, 0)

@@ -340,6 +340,11 @@ class _JobRun:
                         duration_s=round(result.duration_s, 3), num_segments=len(result.segments),
                         elapsed_s=elapsed, warnings=warnings)
 
+    def harvest(self) -> None:
+        """Write out every line that has already finished, without waiting (outputs appear as lines complete)."""
+        for future in [f for f in self.in_flight if f.done()]:
+            self.finish(future)
+
     def wait(self, cancel_event: threading.Event | None, *, until_below: int) -> None:
         """Collect finished lines until fewer than ``until_below`` are in flight (or cancel is set)."""
         while len(self.in_flight) >= until_below and self.in_flight:
@@ -440,6 +445,7 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_d
                     continue
                 _submit_line(run, item, params, default_reference, default_voice_text, sampling_rate, cache,
                              reference_config)
+                run.harvest()
                 run.wait(cancel_event, until_below=max_in_flight)
             if cancel_event is not None and cancel_event.is_set():
                 run.cancel_all()

@@ -255,16 +255,32 @@ class AudioSources:
     that leave them are refused.
     """
 
+    _MEMO_ENTRIES = 4096  # distinct prompt_audio values remembered (a job reuses a few voices on many lines)
+
     def __init__(self, search_roots: list[Path], allowed_roots: list[Path]):
         self.search_roots = [Path(r).resolve() for r in search_roots]
         self.allowed_roots = [Path(r).resolve() for r in dict.fromkeys([*search_roots, *allowed_roots])]
+        self._memo: dict[str, Path | str] = {}  # value -> resolved path, or the refusal message
 
     def resolve(self, value: str, line_number: int) -> Path:
-        """The file ``value`` names.
+        """The file ``value`` names (remembered per value: realpath calls dominate validation time otherwise).
 
         Raises:
             JobLineError: the path leaves the allowed folders, or no such file exists.
         """
+        found = self._memo.get(value)
+        if found is None:
+            try:
+                found = self._resolve(value, line_number)
+            except JobLineError as exc:
+                found = exc.reason
+            if len(self._memo) < self._MEMO_ENTRIES:
+                self._memo[value] = found
+        if isinstance(found, str):
+            raise JobLineError(line_number, found)
+        return found
+
+    def _resolve(self, value: str, line_number: int) -> Path:
         text = value.strip().replace("\\", "/")  # JSONL written on Windows
         rel = PurePosixPath(text)
         roots_text = ", ".join(str(r) for r in self.allowed_roots)
@@ -386,8 +402,7 @@ def default_output_name(line_number: int, digits: int) -> str:
 def _pick(obj: dict, canonical: str, line_number: int) -> Any:
     """Value of ``canonical`` or of one of its aliases (an error when two disagree)."""
     names = [n for n in (canonical, *ALIASES.get(canonical, ())) if n in obj]
-    values = {json.dumps(obj[n], sort_keys=True) for n in names}
-    if len(values) > 1:
+    if len(names) > 1 and len({json.dumps(obj[n], sort_keys=True) for n in names}) > 1:
         raise JobLineError(line_number, f"both {names[0]!r} and {names[1]!r} are given with different values; "
                                         "keep one")
     return obj[names[0]] if names else None
