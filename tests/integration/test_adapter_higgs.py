@@ -118,9 +118,13 @@ def test_loading_uses_the_same_from_pretrained_calls_as_a_hub_id(checkpoint, mon
             return _original(klass, path, *args, **kwargs)
 
         monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
-    HiggsAudioAdapter.from_pretrained(checkpoint, device="cpu", dtype="bfloat16")
+    loaded = HiggsAudioAdapter.from_pretrained(checkpoint, device="cpu", dtype="bfloat16")
     assert ("HiggsAudioV2ForConditionalGeneration", str(checkpoint)) in seen
     assert ("AutoProcessor", str(checkpoint)) in seen
+    # the requested dtype is honoured and still synthesises
+    assert loaded.model.dtype == torch.bfloat16 and loaded.facts.dtype_bytes == 2
+    wave = loaded.synthesize([AdapterRow("Hello.", None, None)], SynthesisParams(greedy=True, max_new_tokens=12))[0]
+    assert wave.dtype == np.float32 and wave.size > 0 and np.isfinite(wave).all()
 
 
 def test_same_seed_gives_identical_weights(checkpoint, tmp_path):
@@ -155,12 +159,15 @@ def test_facts_come_from_the_loaded_config(adapter):
 
 def test_position_estimate_covers_the_real_prompt(adapter, rows):
     """The engine sizes the KV cache from ``estimate_positions``; it must not undercount a real row."""
-    for row in rows:
+    no_transcript = AdapterRow("Reference without transcript.", rows[0].reference_audio, None)
+    no_reference = AdapterRow("No reference at all.", None, None)
+    for row in [*rows, no_transcript, no_reference]:
         inputs = adapter.preprocess([row], GREEDY)
         actual = int(inputs["batch"]["input_ids"].shape[1]) + MAX_NEW_TOKENS
-        reference_s = len(row.reference_audio) / adapter.facts.sampling_rate
-        estimate = adapter.estimate_positions(len(row.text), reference_s, len(row.reference_text), MAX_NEW_TOKENS)
-        assert actual <= estimate <= actual * 1.1 + 8
+        reference_s = 0.0 if row.reference_audio is None else len(row.reference_audio) / adapter.facts.sampling_rate
+        estimate = adapter.estimate_positions(len(row.text), reference_s, len(row.reference_text or ""),
+                                              MAX_NEW_TOKENS)
+        assert actual <= estimate <= actual * 1.1 + 8, row.text
 
 
 def test_synthesis_with_a_real_reference_gives_finite_float32_audio(adapter, rows):

@@ -124,11 +124,8 @@ def _row_seeded_sampler_class():
         def __init__(self, seeds: list[int], num_codebooks: int, temperature: float, top_k: int | None,
                      top_p: float | None):
             self.num_codebooks = num_codebooks
-            self.generators = []
-            for seed in seeds:
-                gen = torch.Generator(device="cpu")
-                gen.manual_seed(int(seed))
-                self.generators.append(gen)
+            self.seeds = [int(s) for s in seeds]
+            self.generators = None  # created on the scores' device at the first step (no host sync per step)
             self.warpers = [TemperatureLogitsWarper(temperature)]
             if top_k is not None:
                 self.warpers.append(TopKLogitsWarper(top_k))
@@ -138,13 +135,15 @@ def _row_seeded_sampler_class():
         def __call__(self, input_ids, scores):
             for warper in self.warpers:
                 scores = warper(input_ids, scores)
-            probs = torch.softmax(scores.float(), dim=-1).cpu()
-            chosen = torch.empty(probs.shape[0], dtype=torch.long)
-            for row, gen in enumerate(self.generators):
-                block = slice(row * self.num_codebooks, (row + 1) * self.num_codebooks)
-                chosen[block] = torch.multinomial(probs[block], 1, generator=gen).squeeze(1)
+            if self.generators is None:
+                self.generators = [torch.Generator(device=scores.device).manual_seed(s) for s in self.seeds]
+            probs = torch.softmax(scores.float(), dim=-1)  # (batch_size * num_codebooks, codebook_size)
+            chosen = torch.cat([
+                torch.multinomial(probs[row * self.num_codebooks:(row + 1) * self.num_codebooks], 1, generator=gen)
+                for row, gen in enumerate(self.generators)
+            ]).squeeze(1)
             out = torch.full_like(scores, -float("inf"))
-            out[torch.arange(scores.shape[0], device=scores.device), chosen.to(scores.device)] = 0.0
+            out[torch.arange(scores.shape[0], device=scores.device), chosen] = 0.0
             return out
 
     return RowSeededSampler
@@ -194,7 +193,9 @@ class HiggsAudioAdapter(TTSAdapter):
         try:
             model = HiggsAudioV2ForConditionalGeneration.from_pretrained(id_or_path, dtype=torch_dtype)
             processor = AutoProcessor.from_pretrained(id_or_path)
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:  # transformers/safetensors raise many types for a bad or missing checkpoint
             raise ModelLoadError(
                 f"cannot load Higgs Audio v2 checkpoint {id_or_path!r}: {exc}. If the hub is unreachable, point "
                 "--model at a local folder (`python -m tts_app make-tiny-model --family higgs --out DIR` writes a "
@@ -257,13 +258,13 @@ class HiggsAudioAdapter(TTSAdapter):
         empty = self._prompt_length("")
         per_char = max((self._prompt_length(t) - empty) / len(t) for t in (_MEASURE_TEXT_EN, _MEASURE_TEXT_ZH))
         rng = np.random.default_rng(0)
-        lengths = {}
-        for seconds in (1, 3):  # two clip lengths: slope = positions per second, intercept = fixed overhead
-            clip = (0.05 * rng.standard_normal(seconds * sr)).astype(np.float32)
-            lengths[seconds] = self._prompt_length("", reference_audio=clip, reference_text="")
-        ref_per_s = (lengths[3] - lengths[1]) / 2.0
+        clips = {seconds: (0.05 * rng.standard_normal(seconds * sr)).astype(np.float32) for seconds in (1, 3)}
+        # Slope over two clip lengths = positions per second; the fixed part is the larger of the two layouts
+        # (transcript turn + assistant audio, or clip in the scene description), so the estimate is an upper bound.
+        ref_per_s = (self._prompt_length("", clips[3], "a") - self._prompt_length("", clips[1], "a")) / 2.0
+        overhead = max(self._prompt_length("", clips[1], "a") - per_char, self._prompt_length("", clips[1], None))
         self.prompt_overhead_positions = empty
-        self.reference_overhead_positions = lengths[1] - empty - ref_per_s
+        self.reference_overhead_positions = overhead - empty - ref_per_s
         num_parameters = int(self.model.num_parameters() + self.processor.audio_tokenizer.num_parameters())
         return ModelFacts(
             family=self.family,
@@ -386,7 +387,7 @@ class HiggsAudioAdapter(TTSAdapter):
         if row.reference_audio is None:
             return [system, scene, target]
         audio = {"type": "audio", "audio": np.asarray(row.reference_audio, dtype=np.float32)}
-        if row.reference_text is None:
+        if not row.reference_text or not row.reference_text.strip():
             scene["content"] += [text("SPEAKER0:"), audio]
             return [system, scene, target]
         return [system, scene, {"role": "user", "content": [text(row.reference_text)]},
@@ -396,7 +397,8 @@ class HiggsAudioAdapter(TTSAdapter):
         """Rows -> processor inputs on the adapter's device (left-padded text, right-padded reference frames).
 
         Each row keeps its own reference audio (float32 ``(num_samples,)`` at ``facts.sampling_rate``) and
-        transcript. Rows with and without reference audio can share a batch.
+        transcript (a missing or blank transcript puts the clip in the scene description instead). Rows with and
+        without reference audio can share a batch.
 
         Raises:
             InputError: empty batch, empty text, or a reference that is not a 1-D float array.
