@@ -299,3 +299,37 @@ def test_cache_hits_name_the_callers_file(data_dir):
     with pytest.raises(ReferenceAudioError, match="'b.wav'") as caught:
         prepare_reference(silent, target_sampling_rate=RATE, cache=cache, name="b.wav")
     assert "a.wav" not in str(caught.value) and caught.value.report.name == "b.wav"
+
+
+def test_speech_without_a_pause_before_max_speech_s_is_cut_at_its_quietest_point(data_dir):
+    import soundfile as sf
+
+    original, rate = sf.read(data_dir / "en_female_1__long_45s.wav", dtype="float32")
+    config = ReferenceConfig(max_speech_s=1.5, min_speech_s=0.5)  # first VAD segment: 1.73 s, no pause
+    ref, report = prepare_reference((original[: 8 * rate], rate), target_sampling_rate=RATE, config=config)
+    assert report.cropped and report.speech_kept_s <= 1.5
+    assert any("quietest point" in warning for warning in report.warnings)
+    at = int(report.crop_at_s * rate)
+    first_words = original[int(report.speech_start_s * rate): at]
+    assert _rms_dbfs(original[at - rate // 50: at + rate // 50]) < _rms_dbfs(first_words) - 10
+
+
+def test_long_file_is_decoded_only_up_to_max_decode_s(data_dir):
+    config = ReferenceConfig(max_decode_s=20.0, max_speech_s=30.0)
+    ref, report = prepare_reference(data_dir / "en_female_1__long_45s.wav", target_sampling_rate=RATE, config=config)
+    assert report.head_only and report.duration_s == pytest.approx(20.0)
+    assert any("first 20 s" in warning for warning in report.warnings)
+    # The sentence running into the 20 s decode limit is not kept half-spoken.
+    assert report.cropped and report.crop_at_s < 19.0
+    assert _rms_dbfs(ref.samples[-RATE // 20:]) < _rms_dbfs(ref.samples) - 30
+
+
+@pytest.mark.parametrize("field, value", [("vad_threshold", 1.5), ("min_speech_s", 20.0), ("max_decode_s", 0.0)])
+def test_unworkable_config_is_refused_naming_the_field(data_dir, field, value):
+    from dataclasses import replace
+
+    from tts_app.errors import InputError
+
+    with pytest.raises(InputError, match=field):
+        prepare_reference(data_dir / "en_female_2.wav", target_sampling_rate=RATE,
+                          config=replace(CONFIG, **{field: value}))

@@ -230,6 +230,7 @@ def prepare_reference(source: ReferenceSource, *, target_sampling_rate: int,
     if not isinstance(target_sampling_rate, (int, np.integer)) or target_sampling_rate <= 0:
         raise InputError(f"target_sampling_rate={target_sampling_rate!r} must be a positive integer (Hz)")
     target_sampling_rate = int(target_sampling_rate)
+    _check_config(config)
     label, content_hash = _label_and_hash(source, name)
     settings = repr(dataclasses.astuple(config))
     key = hashlib.sha256(f"{content_hash}|{settings}|{target_sampling_rate}".encode()).hexdigest()[:32]
@@ -259,6 +260,26 @@ def prepare_reference(source: ReferenceSource, *, target_sampling_rate: int,
             f"reference audio {label!r} was cropped to {report.speech_kept_s:.1f} s of speech, so the reference "
             "text no longer matches the audio; shorten the text to the kept part or give a shorter clip")
     return ref, report
+
+
+def _check_config(config: ReferenceConfig) -> None:
+    """Raise InputError naming the first ReferenceConfig field that cannot work."""
+    problems = [
+        (config.max_decode_s > 0, f"max_decode_s={config.max_decode_s} must be > 0"),
+        (config.max_speech_s > 0, f"max_speech_s={config.max_speech_s} must be > 0"),
+        (0 <= config.min_speech_s <= config.max_speech_s,
+         f"min_speech_s={config.min_speech_s} must be in [0, max_speech_s={config.max_speech_s}]"),
+        (0 < config.vad_threshold < 1, f"vad_threshold={config.vad_threshold} must be in (0, 1)"),
+        (config.vad_pad_ms >= 0, f"vad_pad_ms={config.vad_pad_ms} must be >= 0"),
+        (config.max_internal_pause_ms >= 0, f"max_internal_pause_ms={config.max_internal_pause_ms} must be >= 0"),
+        (config.peak_ceiling_dbfs <= 0, f"peak_ceiling_dbfs={config.peak_ceiling_dbfs} must be <= 0"),
+        (config.target_loudness_dbfs <= 0, f"target_loudness_dbfs={config.target_loudness_dbfs} must be <= 0"),
+        (0 <= config.max_nonfinite_share <= 1, f"max_nonfinite_share={config.max_nonfinite_share} must be in [0, 1]"),
+        (0 <= config.max_clipping_share <= 1, f"max_clipping_share={config.max_clipping_share} must be in [0, 1]"),
+    ]
+    for ok, message in problems:
+        if not ok:
+            raise InputError(f"reference config: {message}")
 
 
 def _relabel_error(error: ReferenceAudioError, label: str) -> ReferenceAudioError:
@@ -405,8 +426,7 @@ def _prepare_uncached(source: ReferenceSource, label: str, key: str, target_samp
     wave_16k = wave if sampling_rate == VAD_SAMPLING_RATE else AF.resample(wave, sampling_rate, VAD_SAMPLING_RATE)
     samples_16k = wave_16k.numpy()
     probs = speech_probabilities(samples_16k)
-    segments = speech_segments(probs, len(samples_16k), threshold=config.vad_threshold,
-                               max_segment_s=config.max_speech_s)
+    segments = speech_segments(probs, len(samples_16k), threshold=config.vad_threshold)
     levels = estimate_snr(samples_16k, VAD_SAMPLING_RATE, segments, guard_s=config.vad_pad_ms / 1000.0)
     report.speech_level_dbfs, report.background_level_dbfs, report.snr_db, report.background = levels
     if not segments:
@@ -421,6 +441,11 @@ def _prepare_uncached(source: ReferenceSource, label: str, key: str, target_samp
     _level_warnings(report, config)
 
     # 6. Trim, shorten pauses, crop (in seconds of the original timeline), then splice at the target rate.
+    forced_cut = segments[0].duration_s > config.max_speech_s
+    if forced_cut:
+        segments = _split_at_quietest(segments, samples_16k, config.max_speech_s)
+        report.warnings.append(f"reference audio {label!r} has no pause in its first {config.max_speech_s:g} s "
+                               "of speech; it was cut at the quietest point instead")
     kept, cropped = _crop(segments, config.max_speech_s, head_only=info.head_only,
                           duration_s=len(samples_16k) / VAD_SAMPLING_RATE)
     pieces, num_shortened = _pieces(kept, segments, config, duration_s=report.duration_s)
@@ -429,8 +454,9 @@ def _prepare_uncached(source: ReferenceSource, label: str, key: str, target_samp
     if cropped:
         report.cropped = True
         report.crop_at_s = pieces[-1][1]
+        where = "at its quietest point" if forced_cut else "at a pause"
         report.warnings.append(f"reference audio {label!r} has {report.speech_s:.1f} s of speech; it was cropped "
-                               f"at a pause to {report.speech_kept_s:.1f} s (max_speech_s={config.max_speech_s:g})")
+                               f"{where} to {report.speech_kept_s:.1f} s (max_speech_s={config.max_speech_s:g})")
     wave_out = wave if sampling_rate == target_sampling_rate else AF.resample(wave, sampling_rate,
                                                                              target_sampling_rate)
     out = _splice(wave_out.numpy(), target_sampling_rate, pieces)
@@ -547,12 +573,32 @@ def _level_warnings(report: ReferenceReport, config: ReferenceConfig) -> None:
                                "the noise, use a cleaner recording")
 
 
+def _split_at_quietest(segments: list[SpeechSegment], samples_16k: np.ndarray, max_speech_s: float
+                       ) -> list[SpeechSegment]:
+    """Split the first segment (longer than ``max_speech_s``, no VAD pause) at its quietest 60 ms between
+    ``max_speech_s / 2`` and ``max_speech_s`` from its start: the likeliest gap between two words. The two halves
+    touch, so no padding is added at the cut (see ``_pieces``)."""
+    first = segments[0]
+    frame = LEVEL_FRAME_SAMPLES
+    lo = int((first.start_s + max_speech_s / 2) * VAD_SAMPLING_RATE)
+    hi = int((first.start_s + max_speech_s) * VAD_SAMPLING_RATE)
+    window = samples_16k[lo:hi].astype(np.float64)
+    num = len(window) // frame
+    if num < 3:
+        cut_s = first.start_s + max_speech_s
+    else:
+        power = np.mean(window[: num * frame].reshape(num, frame) ** 2, axis=1)
+        smoothed = np.convolve(power, np.ones(3) / 3, mode="same")  # 3 frames = 60 ms
+        cut_s = (lo + (int(np.argmin(smoothed[1:-1])) + 1.5) * frame) / VAD_SAMPLING_RATE
+    return [SpeechSegment(first.start_s, cut_s), SpeechSegment(cut_s, first.end_s), *segments[1:]]
+
+
 def _crop(segments: list[SpeechSegment], max_speech_s: float, *, head_only: bool, duration_s: float
           ) -> tuple[list[SpeechSegment], bool]:
     """The first ``k`` segments, with at most ``max_speech_s`` of speech, ending at the best pause.
 
-    Segments end at VAD pauses (and Silero splits any segment longer than ``max_speech_s`` at its longest pause),
-    so the crop never lands inside a word. Among the cut points that keep at least ``CROP_MIN_KEEP_SHARE`` of the
+    Segments end at VAD pauses (a first segment longer than ``max_speech_s`` was split at its quietest point), so
+    the crop never lands inside a word. Among the cut points that keep at least ``CROP_MIN_KEEP_SHARE`` of the
     speech the greedy cut keeps, the one before the longest pause wins (a sentence end rather than a breath
     between words). A last segment running into the end of a head-only decode was cut by the decode limit, not
     by a pause, so it is dropped when others remain.
