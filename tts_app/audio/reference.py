@@ -28,6 +28,9 @@ ReferenceSource = Union[str, Path, bytes, "tuple[np.ndarray, int]"]
 
 # A sample at or above this magnitude counts as clipped (full scale of 16-bit PCM is 32767/32768 = 0.99997).
 CLIP_LEVEL = 0.999
+# ... and so does a sample within 0.1% of the clip's own peak: audio clipped and then turned down has flat tops below
+# full scale. Unclipped speech has ~0.001-0.01% of its samples that close to its peak (measured on tests/data).
+CLIP_RELATIVE_LEVEL = 0.999
 # Stereo downmix: if the average of the channels keeps less than this share of the channels' mean energy, the
 # channels cancel (polarity-inverted or badly out of phase) and one channel is used instead. Uncorrelated channels
 # of equal power keep 0.5, so 0.25 (-6 dB) only fires when the mix destroys most of the signal.
@@ -72,7 +75,8 @@ class ReferenceReport:
         cropped: speech was removed to fit ``max_speech_s``; crop_at_s: where (original timeline), else None.
         pauses_shortened: internal pauses longer than ``max_internal_pause_ms`` that were shortened.
         channel_used: None when channels were averaged, else the 0-based channel used alone.
-        clipping_share: share of input samples at full scale (|x| >= 0.999), in [0, 1].
+        clipping_share: share of input samples at full scale (|x| >= 0.999) or flat-topped at the input's own peak
+            (within 0.1% of it: clipped, then turned down), in [0, 1].
         nonfinite_samples: NaN/Inf samples that were zeroed.
         speech_level_dbfs: RMS of the input speech frames; background_level_dbfs: RMS of the non-speech frames
             (or the minimum-statistics estimate, see ``estimate_snr``).
@@ -397,10 +401,12 @@ def _prepare_uncached(source: ReferenceSource, label: str, key: str, target_samp
                                "set to silence")
 
     # 2. Clipping share of the input, over all channels.
-    report.clipping_share = float(np.count_nonzero(np.abs(samples) >= CLIP_LEVEL)) / samples.size
+    magnitude = np.abs(samples)
+    clip_level = min(CLIP_LEVEL, CLIP_RELATIVE_LEVEL * float(magnitude.max()))
+    report.clipping_share = float(np.count_nonzero(magnitude >= clip_level)) / samples.size if clip_level > 0 else 0.0
     if report.clipping_share > config.max_clipping_share:
-        report.warnings.append(f"reference audio {label!r} is clipped ({report.clipping_share:.1%} of samples at "
-                               "full scale); the cloned voice may sound distorted, record at a lower level")
+        report.warnings.append(f"reference audio {label!r} is clipped ({report.clipping_share:.1%} of samples "
+                               "flat-topped at the peak); the cloned voice may sound distorted, record at a lower level")
 
     # 3. Mono.
     mono, report.channel_used = _to_mono(samples)
