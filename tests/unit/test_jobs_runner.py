@@ -230,13 +230,15 @@ def test_default_voice_and_audio_zip(job_dir, make_engine, tmp_path):
         zf.write(job_dir / "voices" / "wei.wav", "spk/wei.wav")
     path = write_jsonl(tmp_path / "upload.jsonl", [
         {"input_text": "From the zip.", "prompt_audio": "spk/wei.wav"},
-        {"input_text": "From the default voice."},
+        {"input_text": "From the default voice.", "cfg_scale": 2.0},
     ])
     out = job_dir / "out"
     summary = run_job(path, out, make_engine(), audio_dir=archive, default_voice=job_dir / "voices" / "anna.wav")
     assert summary.all_ok and summary.num_ok == 2
     assert (out / ".reference_audio" / "spk" / "wei.wav").is_file()  # unpacked inside the output folder only
     assert not any(p.name.endswith(".wav") for p in tmp_path.iterdir() if p.is_file())
+    by_line = {r["line"]: r for r in records(out)}
+    assert by_line[2]["warnings"] == ["cfg_scale ignored: the fake model has no classifier-free guidance"]
 
 
 def test_unreadable_inputs_raise_input_error(job_dir, make_engine):

@@ -165,6 +165,13 @@ def test_audio_zip_is_extracted_safely(job_dir, tmp_path_factory):
     good = _zip(tmp_path_factory.mktemp("z") / "voices.zip", {"spk/one.wav": wav})
     path = write_jsonl(job_dir / "job.jsonl", [{"input_text": "x", "prompt_audio": "spk/one.wav"}])
     assert validate_job(path, audio_dir=good).ok
+    outside = write_jsonl(job_dir / "out.jsonl", [{"input_text": "x", "prompt_audio": "spk/../../b.wav"},
+                                                  {"input_text": "x", "prompt_audio": "spk/two.wav"}])
+    rows = rows_by_line(validate_job(outside, audio_dir=good))
+    assert "leaves the audio ZIP" in rows[1][0][1]
+    assert "not found" in rows[2][0][1] and "voices.zip" in rows[2][0][1]
+    with pytest.raises(InputError, match="neither a folder nor a ZIP"):
+        validate_job(path, audio_dir=job_dir / "b.wav")
 
     dest_root = tmp_path_factory.mktemp("dest")
     slip = _zip(dest_root / "slip.zip", {"ok.wav": wav, "../../evil.wav": b"x"})

@@ -32,8 +32,9 @@ from typing import Any, Callable, Iterator
 
 from tts_app.audio.post import write_atomic, write_wav_atomic
 from tts_app.errors import InputError, RequestCancelledError, TTSAppError
-from tts_app.jobs.schema import (InvalidLine, JobConfig, JobLine, ValidationReport, check_default_voice,
-                                 extract_audio_zip, iter_job, make_sources, validate_lines)
+from tts_app.jobs.schema import (AudioSources, InvalidLine, JobConfig, JobLine, ValidationReport,
+                                 check_default_voice, extract_audio_zip, iter_job, make_sources, validate_lines,
+                                 zip_audio_members)
 from tts_app.request import Priority, ReferenceAudio, RequestStatus, SynthesisParams, SynthesisRequest
 
 logger = logging.getLogger(__name__)
@@ -201,11 +202,17 @@ def _audio_root(audio_dir: str | Path | None, scratch_dir: Path, config: JobConf
     audio_dir = Path(audio_dir)
     if audio_dir.is_dir():
         yield audio_dir
-    elif audio_dir.is_file() and zipfile.is_zipfile(audio_dir):
-        yield extract_audio_zip(audio_dir, scratch_dir, max_total_bytes=config.max_zip_bytes,
-                                max_members=config.max_zip_members)
     else:
-        raise InputError(f"audio folder {str(audio_dir)!r} is neither a folder nor a ZIP file")
+        yield extract_audio_zip(_zip_file(audio_dir), scratch_dir, max_total_bytes=config.max_zip_bytes,
+                                max_members=config.max_zip_members)
+
+
+def _zip_file(audio_dir: str | Path) -> Path:
+    """``audio_dir`` when it is a ZIP file, else an ``InputError`` saying what it is instead."""
+    path = Path(audio_dir)
+    if not (path.is_file() and zipfile.is_zipfile(path)):
+        raise InputError(f"audio folder {str(path)!r} is neither a folder nor a ZIP file")
+    return path
 
 
 def validate_job(jsonl_path: str | Path, *, audio_dir: str | Path | None = None,
@@ -226,10 +233,16 @@ def validate_job(jsonl_path: str | Path, *, audio_dir: str | Path | None = None,
             default voice file does not exist.
     """
     check_default_voice(default_voice)
-    with tempfile.TemporaryDirectory(prefix="tts_app_job_") as scratch:
-        with _audio_root(audio_dir, Path(scratch) / "audio", config) as root:
-            return validate_lines(jsonl_path, make_sources(jsonl_path, root, config),
-                                  has_default_voice=default_voice is not None, config=config)
+    has_default_voice = default_voice is not None
+    if audio_dir is not None and Path(audio_dir).is_file():
+        members = zip_audio_members(_zip_file(audio_dir), max_total_bytes=config.max_zip_bytes,
+                                    max_members=config.max_zip_members)
+        sources = AudioSources([Path(jsonl_path).parent], [Path(r) for r in config.extra_allowed_roots],
+                               zip_members=members, zip_path=Path(audio_dir))
+        return validate_lines(jsonl_path, sources, has_default_voice=has_default_voice, config=config)
+    with _audio_root(audio_dir, Path("unused"), config) as root:
+        return validate_lines(jsonl_path, make_sources(jsonl_path, root, config),
+                              has_default_voice=has_default_voice, config=config)
 
 
 # --------------------------------------------------------------------------------------------------- running
@@ -463,6 +476,17 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_d
     return summary
 
 
+def _unsupported_knobs(engine: Any, line: JobLine) -> list[str]:
+    """Warnings for per-line knobs the loaded model does not have (they are ignored, not an error)."""
+    facts = getattr(engine, "facts", None)
+    out = []
+    if facts is not None and "cfg_scale" in line.params and not getattr(facts, "has_cfg", True):
+        out.append(f"cfg_scale ignored: the {facts.family} model has no classifier-free guidance")
+    if facts is not None and "top_k" in line.params and not getattr(facts, "has_top_k", True):
+        out.append(f"top_k ignored: the {facts.family} model has no top-k sampling")
+    return out
+
+
 def _submit_line(run: _JobRun, line: JobLine, params: SynthesisParams, default_reference: ReferenceAudio | None,
                  default_voice_text: str | None, sampling_rate: int, cache: Any, reference_config: Any) -> None:
     """Reference audio + request for one valid line, submitted to the engine (or a failed record)."""
@@ -475,6 +499,7 @@ def _submit_line(run: _JobRun, line: JobLine, params: SynthesisParams, default_r
             reference, warnings = _load_reference(line.prompt_audio, line.prompt_text, sampling_rate, cache,
                                                   reference_config)
             reference_text = line.prompt_text
+        warnings = warnings + _unsupported_knobs(run.engine, line)
         request = SynthesisRequest(text=line.input_text, reference_audio=reference, reference_text=reference_text,
                                    params=line_params, priority=Priority.JOB)
         handle = run.engine.submit(request)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import json
+import posixpath
 import re
 import shutil
 import stat
@@ -257,9 +258,14 @@ class AudioSources:
 
     _MEMO_ENTRIES = 4096  # distinct prompt_audio values remembered (a job reuses a few voices on many lines)
 
-    def __init__(self, search_roots: list[Path], allowed_roots: list[Path]):
+    def __init__(self, search_roots: list[Path], allowed_roots: list[Path], *,
+                 zip_members: frozenset[str] | None = None, zip_path: Path | None = None):
+        """``zip_members``/``zip_path``: an audio ZIP searched first, by member name, without unpacking it
+        (validation only; paths returned for it are ``zip_path / member`` and are not files)."""
         self.search_roots = [Path(r).resolve() for r in search_roots]
         self.allowed_roots = [Path(r).resolve() for r in dict.fromkeys([*search_roots, *allowed_roots])]
+        self.zip_members = zip_members
+        self.zip_path = zip_path
         self._memo: dict[str, Path | str] = {}  # value -> resolved path, or the refusal message
 
     def resolve(self, value: str, line_number: int) -> Path:
@@ -293,6 +299,12 @@ class AudioSources:
             if not resolved.is_file():
                 raise JobLineError(line_number, f"prompt_audio file {value!r} does not exist")
             return resolved
+        if self.zip_members is not None:
+            member = posixpath.normpath(text)
+            if member == ".." or member.startswith("../"):
+                raise JobLineError(line_number, f"prompt_audio {value!r} leaves the audio ZIP; use a path inside it")
+            if member in self.zip_members:
+                return Path(self.zip_path or "audio.zip") / member
         for root in self.search_roots:
             candidate = (root / rel).resolve()
             if not _inside(candidate, self.allowed_roots):
@@ -300,8 +312,49 @@ class AudioSources:
                                                 "use a path inside the JSONL's folder or the audio folder")
             if candidate.is_file():
                 return candidate
-        looked = ", ".join(str(r) for r in self.search_roots)
+        looked = ", ".join([str(self.zip_path)] * (self.zip_members is not None) + [str(r) for r in self.search_roots])
         raise JobLineError(line_number, f"prompt_audio file {value!r} not found (looked in {looked})")
+
+
+def _checked_zip_members(archive: zipfile.ZipFile, *, max_total_bytes: int, max_members: int
+                         ) -> list[tuple[zipfile.ZipInfo, PurePosixPath]]:
+    """Files of an audio ZIP with their safe relative names, or an ``InputError`` naming the unsafe member."""
+    members = [m for m in archive.infolist() if not m.is_dir()]
+    if len(members) > max_members:
+        raise InputError(f"audio ZIP has {len(members)} files; at most {max_members} are accepted")
+    declared = sum(m.file_size for m in members)
+    if declared > max_total_bytes:
+        raise InputError(f"audio ZIP would unpack to {declared} bytes; the limit is {max_total_bytes} bytes")
+    targets: list[tuple[zipfile.ZipInfo, PurePosixPath]] = []
+    for m in members:
+        name = m.filename.replace("\\", "/")
+        rel = PurePosixPath(name)
+        if rel.is_absolute() or re.match(r"^[A-Za-z]:", name) or ".." in rel.parts:
+            raise InputError(f"audio ZIP member {m.filename!r} points outside the archive folder; refusing "
+                             "the ZIP (re-create it with plain relative names)")
+        if stat.S_ISLNK(m.external_attr >> 16):
+            raise InputError(f"audio ZIP member {m.filename!r} is a symbolic link; refusing the ZIP")
+        targets.append((m, rel))
+    return targets
+
+
+def _open_zip(zip_path: Path) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(zip_path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(f"audio archive {str(zip_path)!r} is not a readable ZIP file: {exc}") from exc
+
+
+def zip_audio_members(zip_path: Path, *, max_total_bytes: int, max_members: int) -> frozenset[str]:
+    """Relative names of the files in an audio ZIP, after the same safety checks as ``extract_audio_zip``;
+    nothing is unpacked (validation of an uploaded ZIP costs no disk).
+
+    Raises:
+        InputError: see ``extract_audio_zip``.
+    """
+    with _open_zip(zip_path) as archive:
+        return frozenset(str(rel) for _, rel in _checked_zip_members(
+            archive, max_total_bytes=max_total_bytes, max_members=max_members))
 
 
 def extract_audio_zip(zip_path: Path, dest_dir: Path, *, max_total_bytes: int, max_members: int) -> Path:
@@ -317,27 +370,8 @@ def extract_audio_zip(zip_path: Path, dest_dir: Path, *, max_total_bytes: int, m
     Raises:
         InputError: not a ZIP, or one of the refusals above (the message names the member and the limit).
     """
-    try:
-        archive = zipfile.ZipFile(zip_path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise InputError(f"audio archive {str(zip_path)!r} is not a readable ZIP file: {exc}") from exc
-    with archive:
-        members = [m for m in archive.infolist() if not m.is_dir()]
-        if len(members) > max_members:
-            raise InputError(f"audio ZIP has {len(members)} files; at most {max_members} are accepted")
-        declared = sum(m.file_size for m in members)
-        if declared > max_total_bytes:
-            raise InputError(f"audio ZIP would unpack to {declared} bytes; the limit is {max_total_bytes} bytes")
-        targets: list[tuple[zipfile.ZipInfo, PurePosixPath]] = []
-        for m in members:
-            name = m.filename.replace("\\", "/")
-            rel = PurePosixPath(name)
-            if rel.is_absolute() or re.match(r"^[A-Za-z]:", name) or ".." in rel.parts:
-                raise InputError(f"audio ZIP member {m.filename!r} points outside the archive folder; refusing "
-                                 "the ZIP (re-create it with plain relative names)")
-            if stat.S_ISLNK(m.external_attr >> 16):
-                raise InputError(f"audio ZIP member {m.filename!r} is a symbolic link; refusing the ZIP")
-            targets.append((m, rel))
+    with _open_zip(zip_path) as archive:
+        targets = _checked_zip_members(archive, max_total_bytes=max_total_bytes, max_members=max_members)
         if dest_dir.exists():
             shutil.rmtree(dest_dir)
         dest_dir.mkdir(parents=True)
