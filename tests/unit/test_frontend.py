@@ -167,6 +167,12 @@ def test_mixed_text_is_normalised_per_language_run():
     assert "five dollars" in normalized and "共三个" in normalized
 
 
+@pytest.mark.parametrize("text, spoken", [("我跑了5km。", "五公里"), ("买5kg大米", "五千克"), ("气温25°C。", "二十五摄氏度"),
+                                          ("I ran 5km today.", "five kilometers"), ("It is 25°C.", "degrees Celsius")])
+def test_units_in_latin_letters_read_in_the_language_around_them(text, spoken):
+    assert spoken in prepare_text(text).normalized_text
+
+
 def test_annotation_survives_normalisation_of_neighbouring_numbers():
     prepared = prepare_text("第3章(zhang1)有2行(hang2)字")
     assert prepared.normalized_text == "第三章有两行字" or prepared.normalized_text == "第三章有二行字"

@@ -28,13 +28,18 @@ _EMOJI_RE = re.compile(
     "\U000E0020-\U000E007F]"
 )
 _WS_RE = re.compile(r"\s+")
+# A number with a unit in Latin letters ("5kg", "100km/h", "3GB").
+_NUMBER_WITH_UNIT_RE = re.compile(r"(?<![A-Za-z\d.])\d+(?:\.\d+)?[A-Za-z]{1,4}(?:/[A-Za-z]{1,3})?(?![A-Za-z\d])")
+# Two-character symbols the normalisers only know as one character.
+_SYMBOLS = {"°C": "℃", "°F": "℉"}
 _HANZI_RE = re.compile(f"[{HANZI_CLASS}]")
 _LATIN_RE = re.compile(r"[A-Za-z\u00C0-\u024F]")
 
 
 def to_half_width(text: str) -> str:
     """Full-width ASCII letters, digits and symbols (U+FF01-U+FF5E) and the ideographic space become ASCII;
-    Chinese punctuation (，！？；：（）...) stays full-width, except ``：`` between digits (a clock time)."""
+    Chinese punctuation (，！？；：（）...) stays full-width, except ``：`` between digits (a clock time).
+    ``°C``/``°F`` become ``℃``/``℉``, the form wetext's zh grammar reads."""
     out = []
     for ch in text:
         code = ord(ch)
@@ -44,7 +49,10 @@ def to_half_width(text: str) -> str:
             out.append(chr(code - 0xFEE0))
         else:
             out.append(ch)
-    return re.sub(r"(?<=\d)：(?=\d)", ":", "".join(out))
+    text = re.sub(r"(?<=\d)：(?=\d)", ":", "".join(out))
+    for written, symbol in _SYMBOLS.items():
+        text = text.replace(written, symbol)
+    return text
 
 
 def strip_emoji(text: str) -> tuple[str, str]:
@@ -111,6 +119,14 @@ def language_runs(text: str, default_lang: str) -> list[tuple[str, str]]:
         split = space if space >= 0 else len(gap)
         for i in range(left + 1, right):
             langs[i] = lk if i - (left + 1) < split else rk
+    # A number with a Latin-letter unit next to Chinese text reads in Chinese: "跑了5km" -> 跑了五公里,
+    # "5kg大米" -> 五千克大米 (wetext's zh grammar knows the units).
+    for m in _NUMBER_WITH_UNIT_RE.finditer(text):
+        before = text[:m.start()].rstrip(" ")[-1:]
+        after = text[m.end():].lstrip(" ")[:1]
+        if (before and _HANZI_RE.match(before)) or (after and _HANZI_RE.match(after)):
+            for i in range(m.start(), m.end()):
+                langs[i] = "zh"
     runs: list[tuple[str, str]] = []
     for ch, lang in zip(text, langs):
         if runs and runs[-1][0] == lang:
