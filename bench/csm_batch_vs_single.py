@@ -49,8 +49,8 @@ def main() -> int:
         return wave[: int(seconds * sr)]
 
     rows = [
-        AdapterRow("Hello there, this sentence is a little longer than the others.", reference("en_female_1.wav", 4),
-                   "The morning train was late again.", seed=1),
+        AdapterRow("Hello there, this sentence is a little longer than the others.",
+                   reference("en_female_1.wav", 4), "The morning train was late again.", seed=1),
         AdapterRow("Short one.", reference("en_male_1.wav", 3), "Before you leave the office tonight.", seed=2),
         AdapterRow("今天天气很好，我们去公园散步吧。", reference("zh_female_1.wav", 5), "银行门口排起了长队。", seed=3),
     ]
@@ -69,8 +69,9 @@ def main() -> int:
     depth = model.depth_decoder.num_parameters()
     print(f"tiny csm parameters: total {total:,} (backbone + text/audio embeddings {total - codec - depth:,}, "
           f"depth decoder {depth:,}, Mimi codec {codec:,}); tied embeddings counted once")
-    print(f"greedy, max_new_tokens={args.max_new_tokens} frames ({args.max_new_tokens / 12.5:.1f} s of audio per row),"
-          f" best of {args.repeats}, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+    audio_s = args.max_new_tokens / adapter.facts.frames_per_second
+    print(f"greedy, max_new_tokens={args.max_new_tokens} frames ({audio_s:.1f} s of audio per row), "
+          f"best of {args.repeats}, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
     for use_cache in (True, False):
         params = SynthesisParams(greedy=True, max_new_tokens=args.max_new_tokens, use_cache=use_cache)
         batched = cpu_seconds(lambda: adapter.synthesize(rows, params))

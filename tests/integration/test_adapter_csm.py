@@ -55,7 +55,7 @@ def reference(adapter, data_dir, audio_manifest):
 @pytest.fixture(scope="module")
 def three_rows(reference):
     """Different text lengths and a different reference clip (and clip length) per row."""
-    clips = [("en_female_1.wav", 1.2), ("en_male_1.wav", 2.0), ("zh_female_1.wav", 1.6)]
+    clips = [("en_female_1.wav", 1.23), ("en_male_1.wav", 2.07), ("zh_female_1.wav", 1.61)]  # not whole frames
     texts = ["Hi.", "A much longer sentence, so this row has the most text of all three.", "中等长度的句子。"]
     rows = []
     for seed, ((name, seconds), text) in enumerate(zip(clips, texts)):
@@ -243,6 +243,8 @@ def test_bad_rows_raise_project_errors(adapter, reference):
         adapter.preprocess([AdapterRow(text="  ", reference_audio=wave, reference_text=None)], GREEDY)
     with pytest.raises(ReferenceAudioError, match="row 1"):
         adapter.preprocess([AdapterRow("ok", wave, None), AdapterRow("ok", np.stack([wave, wave]), None)], GREEDY)
+    with pytest.raises(InputError, match="max_new_tokens=3000 exceeds the model's 2048 positions"):
+        adapter.preprocess([AdapterRow("ok", wave, None)], SynthesisParams(max_new_tokens=3000))
     with pytest.raises(ReferenceAudioError, match="NaN"):
         adapter.preprocess([AdapterRow("ok", np.full(2400, np.nan, dtype=np.float32), None)], GREEDY)
 

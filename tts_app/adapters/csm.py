@@ -1,4 +1,5 @@
-"""Sesame CSM (Conversational Speech Model) adapter, on transformers' ``CsmForConditionalGeneration`` + ``CsmProcessor``.
+"""Sesame CSM (Conversational Speech Model) adapter on transformers' ``CsmForConditionalGeneration`` and
+``CsmProcessor``.
 
 CSM = a Llama backbone that reads text tokens and Mimi codec frames and predicts the first codebook of the next
 frame, plus a small "depth decoder" that predicts the remaining ``num_codebooks - 1`` codebooks of that frame from the
@@ -22,10 +23,12 @@ on the backbone no longer sees the text or the reference audio (wrong tokens at 
 growing from the prompt length, so at batch > 1 the 4-D mask no longer matches the query length and SDPA fails with
 "output with shape [B, H, q, 1] doesn't match the broadcast shape [B, H, q, L]". In addition the depth decoder's inner
 ``generate`` ignores the outer ``use_cache`` and its sampling draws come from the global RNG, shared by the batch.
-Our loop (``_prefill``/``_decode_one_frame``/``_depth_decode``) calls the library's own modules (backbone, lm_head,
-depth decoder, codec) and logits warpers, keeps the prompt embeddings, and recomputes the whole prefix every step when
-the cache is off; sampling draws come from one ``torch.Generator`` per row seeded with ``AdapterRow.seed``.
-Greedy output equals ``model.generate`` (cache on), which the integration tests check.
+Our loop (``generate`` -> ``_backbone_step`` + ``_depth_decode`` per frame) calls the library's own modules
+(backbone, lm_head, depth decoder, codec) and logits warpers, keeps the prompt embeddings, and recomputes the whole
+prefix every step when the cache is off; sampling draws come from one ``torch.Generator`` per row seeded with
+``AdapterRow.seed``.
+Greedy output equals the library's ``model.generate`` (cache on, same non-codec ids suppressed), which the
+integration tests check.
 
 KV cache accounting: the backbone cache grows by one position per prompt token and per generated frame; the depth
 decoder's cache lives only within one frame (a fresh ``DynamicCache`` of at most ``num_codebooks`` positions per
@@ -302,7 +305,8 @@ class CsmAdapter(TTSAdapter):
         config = CsmConfig(
             num_codebooks=num_codebooks, vocab_size=vocab_size, text_vocab_size=len(tokenizer), hidden_size=32,
             intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            max_position_embeddings=2048, initializer_range=INIT_STD, pad_token_id=token_id("<pad>"), codebook_pad_token_id=vocab_size - 1,
+            max_position_embeddings=2048, initializer_range=INIT_STD, pad_token_id=token_id("<pad>"),
+            codebook_pad_token_id=vocab_size - 1,
             codebook_eos_token_id=0, bos_token_id=token_id("<|begin_of_text|>"),
             audio_token_id=token_id("<|AUDIO|>"), audio_eos_token_id=token_id("<|audio_eos|>"),
             depth_decoder_config=depth, codec_config=codec.to_dict(),
@@ -341,7 +345,8 @@ class CsmAdapter(TTSAdapter):
         the audio, less faithfully).
 
         Raises:
-            InputError: empty batch or a row with empty text.
+            InputError: empty batch, a row with empty text, or a prompt that with ``max_new_tokens`` frames would
+                exceed ``config.max_position_embeddings``.
             ReferenceAudioError: a reference clip that is not a non-empty, finite, 1-D array.
         """
         import torch
@@ -369,6 +374,13 @@ class CsmAdapter(TTSAdapter):
         # Pad ids are masked out; give them a non-audio id so a tokenizer whose pad id is <|AUDIO|> cannot confuse
         # the audio-frame placement in ``_merge_input_ids_with_input_values``.
         input_ids = input_ids.masked_fill(attention_mask == 0, self.model.config.bos_token_id)
+        max_positions = self.model.config.max_position_embeddings
+        for i, prompt_len in enumerate(attention_mask.sum(dim=1).tolist()):
+            if prompt_len + self.max_new_tokens(params) > max_positions:
+                raise InputError(
+                    f"row {i}: prompt of {prompt_len} positions (reference audio + texts) plus max_new_tokens="
+                    f"{self.max_new_tokens(params)} exceeds the model's {max_positions} positions; use a shorter "
+                    "reference clip, shorter text segments or a smaller max_new_tokens")
         input_values = cutoffs = None
         if audios:
             input_values = encoded["input_values"].to(self.device, dtype=self.model.dtype)
