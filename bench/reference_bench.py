@@ -19,7 +19,6 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "en_female_1__long_45s.wav"
 

@@ -137,7 +137,14 @@ class ReferenceCache:
 
     A voice reused by many requests (e.g. 500 lines of a JSONL job) is decoded and cleaned once. Concurrent
     requests for the same key wait for the first one instead of all computing it. Refusals
-    (``ReferenceAudioError``) are cached too, so a bad file is not re-analysed for every line.
+    (``ReferenceAudioError``) are cached too, so a bad file is not re-analysed for every line. Hits return the
+    same ``ReferenceAudio`` object: treat its samples as read-only. ``hits`` / ``misses`` count lookups.
+
+    Args:
+        max_entries: most entries kept (``ReferenceConfig.cache_entries``); >= 1.
+
+    Raises:
+        InputError: ``max_entries`` < 1.
     """
 
     def __init__(self, max_entries: int = ReferenceConfig().cache_entries):
@@ -170,7 +177,7 @@ class ReferenceCache:
             with self._lock:
                 key_lock = self._key_locks.setdefault(key, threading.Lock())
             with key_lock:
-                found, value = self._lookup(key)
+                found, value = self._lookup(key, count=False)
                 if not found:
                     try:
                         value = compute()
@@ -183,13 +190,13 @@ class ReferenceCache:
             raise copy.copy(value)
         return value
 
-    def _lookup(self, key: str) -> tuple[bool, Any]:
+    def _lookup(self, key: str, count: bool = True) -> tuple[bool, Any]:
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return True, self._entries[key]
-            self.misses += 1
+            self.misses += count
             return False, None
 
     def _store(self, key: str, value: Any) -> None:
@@ -406,7 +413,8 @@ def _prepare_uncached(source: ReferenceSource, label: str, key: str, target_samp
     report.clipping_share = float(np.count_nonzero(magnitude >= clip_level)) / samples.size if clip_level > 0 else 0.0
     if report.clipping_share > config.max_clipping_share:
         report.warnings.append(f"reference audio {label!r} is clipped ({report.clipping_share:.1%} of samples "
-                               "flat-topped at the peak); the cloned voice may sound distorted, record at a lower level")
+                               "flat-topped at the peak); the cloned voice may sound distorted, record at a lower "
+                               "level")
 
     # 3. Mono.
     mono, report.channel_used = _to_mono(samples)
