@@ -236,3 +236,9 @@ def test_cli_json_and_bad_input(capsys):
                                    "position": 0, "candidates": list(char_candidates("重"))}
     assert main(["   "]) == 2
     assert "empty" in capsys.readouterr().err
+
+
+def test_quotes_and_backslashes_survive_normalisation():
+    assert prepare_text('He said "wait 5 minutes" and left.').normalized_text == \
+        'He said "wait five minutes" and left.'
+    assert prepare_text('他说"我有5个"。').normalized_text == '他说"我有五个"。'

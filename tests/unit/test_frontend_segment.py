@@ -37,6 +37,11 @@ def test_sentences_become_segments_with_default_pause_and_no_pause_after_the_las
     assert [s.pause_after_ms for s in prepared.segments] == [300, 300, 300, 0]
 
 
+def test_abbreviation_dot_before_a_lower_case_word_does_not_end_a_sentence():
+    prepared = prepare_text("We met on Main St. in the morning. Then we left.")
+    assert [s.source_text for s in prepared.segments] == ["We met on Main St. in the morning.", "Then we left."]
+
+
 def test_pause_markers_set_exact_silence_and_cut_segments():
     prepared = prepare_text("第一句话[pause:500ms]第二句话，[pause:1.5s]第三句话。[PAUSE : 2 s]")
     assert [(s.source_text, s.pause_after_ms) for s in prepared.segments] == [

@@ -10,6 +10,7 @@ joining a neighbour, see ``language_runs``) and each run goes through its own no
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
 from functools import lru_cache
 
@@ -136,6 +137,9 @@ def language_runs(text: str, default_lang: str) -> list[tuple[str, str]]:
     return runs
 
 
+_WETEXT_LOCK = threading.Lock()
+
+
 @lru_cache(maxsize=2)
 def _normalizer(lang: str):
     from wetext import Normalizer  # loads the FSTs (about 1 s), so only on first use
@@ -144,8 +148,9 @@ def _normalizer(lang: str):
 
 
 # Sentence ends: each sentence is normalised on its own, so the per-sentence cache below makes the live preview
-# re-normalise only the sentence being typed. (No number, date or unit spans a sentence end.)
-_SENTENCE_SPLIT_RE = re.compile(r"(?<=[。！？；!?;])|(?<=\.)(?=\s)")
+# re-normalise only the sentence being typed. (No number, date or unit spans a sentence end.) Not at ".", which
+# also ends abbreviations that wetext expands from their context ("Dr.", "St.").
+_SENTENCE_SPLIT_RE = re.compile(r"(?<=[。！？；!?;])")
 
 
 @lru_cache(maxsize=4096)
@@ -163,9 +168,12 @@ def wetext_normalize(text: str, lang: str) -> tuple[str, str | None]:
     lead = text[: len(text) - len(text.lstrip())]
     trail = text[len(text.rstrip()):]
     try:
-        out = _normalizer(lang).normalize(core)
+        with _WETEXT_LOCK:  # the engine and the UI preview call in from different threads; wetext is not
+            out = _normalizer(lang).normalize(core)  # documented as thread-safe
     except (AssertionError, RuntimeError, ValueError, IndexError) as exc:  # wetext's failure modes on odd input
         return text, f"the {lang} normaliser could not read {core!r} ({type(exc).__name__}); it is kept as written"
+    # wetext escapes quotes and backslashes in its output (its token serialisation leaks): undo it.
+    out = re.sub(r'\\(["\\])', r"\1", out)
     return lead + out + trail, None
 
 

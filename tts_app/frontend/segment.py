@@ -43,7 +43,7 @@ def _sentence_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
     spans, i, s = [], start, start
     while i < end:
         ch = text[i]
-        if ch in SENTENCE_END or (ch == "." and (i + 1 == end or text[i + 1].isspace())):
+        if ch in SENTENCE_END or (ch == "." and _ends_sentence(text, i, end)):
             j = i + 1
             while j < end and (text[j] in SENTENCE_END or text[j] == "." or text[j] in CLOSERS):
                 j += 1
@@ -54,6 +54,17 @@ def _sentence_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
     if s < end:
         spans.append((s, end))
     return spans
+
+
+def _ends_sentence(text: str, i: int, end: int) -> bool:
+    """A "." at ``i`` ends a sentence when the text ends there or whitespace follows and the next word does not
+    start with a lower-case letter ("Main St. in the" goes on; "home. Then" does not)."""
+    if i + 1 == end:
+        return True
+    if not text[i + 1].isspace():
+        return False
+    rest = text[i + 1:end].lstrip()
+    return not rest or not rest[0].islower()
 
 
 def _clause_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
