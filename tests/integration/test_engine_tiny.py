@@ -19,6 +19,7 @@ KV_STACK = {
     "vibevoice": ("text_config", 2),
     "csm": (None, 1),
     "higgs": (None, 1),
+    "dia": ("decoder_config", 2),
 }
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # the family used for audio comparisons: its tiny checkpoint speaks (non-empty audio) under greedy decoding
@@ -53,8 +54,8 @@ def test_kv_estimate_equals_the_analytic_cache_size_of_the_tiny_config(tiny_chec
         assert engine.estimator.kv_bytes(positions) == per_position * positions * cfg_rows
     # the whole-row estimate uses the adapter's position count for the row
     request = SynthesisRequest(text="Hello there.", reference_audio=_reference(adapter.facts.sampling_rate),
-                               params=SynthesisParams(max_new_tokens=10))
-    positions = adapter.estimate_positions(len("Hello there."), 1.5, 0, 10)
+                               params=SynthesisParams(max_new_tokens=40))
+    positions = adapter.estimate_positions(len("Hello there."), 1.5, 0, 40)
     assert engine.estimate_request_bytes(request) == per_position * positions * cfg_rows
 
 

@@ -305,3 +305,14 @@ def test_concurrent_submitters_each_get_their_own_audio():
         np.testing.assert_array_equal(results[i].audio, expected_audio(results[i], seed=11))
     assert max(engine.adapter.calls) > 1  # the wait window let concurrent requests share batches
     engine.shutdown()
+
+
+def test_adapter_refusal_comes_back_as_its_own_message():
+    def refuse(rows):
+        return InputError("max_new_tokens=8 is too small for this model; use at least 17")
+
+    engine = Engine(FakeAdapter(raise_if=refuse), EngineConfig(max_batch_size=4, wait_window_ms=0))
+    (result,) = run_all(engine, make_requests(["Hello."]))
+    assert result.status is RequestStatus.FAILED
+    assert result.error == "max_new_tokens=8 is too small for this model; use at least 17"
+    engine.shutdown()

@@ -540,8 +540,11 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - the worker must survive any batch
             if is_out_of_memory(exc):
                 oom = True
+            elif isinstance(exc, TTSAppError):  # the adapter refused these rows on purpose, with a message
+                error = str(exc)
+                logger.warning("batch of %d rows refused (requests %s): %s", len(batch), ", ".join(ids), error)
             else:
-                error = f"{type(exc).__name__}: {exc}"
+                error = f"synthesis failed: {type(exc).__name__}: {exc}"
                 logger.exception("batch of %d rows failed (requests %s)", len(batch), ", ".join(ids))
             del exc  # drop the traceback (and the tensors its frames hold) before freeing memory
         if oom:
@@ -569,7 +572,7 @@ class Engine:
                         self._finish_locked(s, RequestStatus.FAILED, msg, resolved)
             elif error is not None:
                 for _, s in live:
-                    self._finish_locked(s, RequestStatus.FAILED, f"synthesis failed: {error}", resolved)
+                    self._finish_locked(s, RequestStatus.FAILED, error, resolved)
             else:
                 self._num_batches += 1
                 self._last_batch_size = len(batch)
