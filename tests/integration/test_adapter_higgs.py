@@ -170,6 +170,21 @@ def test_position_estimate_covers_the_real_prompt(adapter, rows):
         assert actual <= estimate <= actual * 1.1 + 8, row.text
 
 
+def test_kv_bytes_per_position_matches_the_real_cache(adapter, rows):
+    """``facts.kv_bytes_per_position x positions`` is the size of the KV cache transformers actually allocates."""
+    batch = adapter.preprocess(rows[:2], GREEDY)["batch"]
+    with torch.inference_mode():
+        cache = adapter.model(**batch, use_cache=True).cache
+    actual_bytes = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    assert actual_bytes == adapter.facts.kv_bytes_per_position * batch["input_ids"].numel()
+
+
+def test_special_token_strings_in_user_text_do_not_break_the_batch(adapter, rows):
+    typed = AdapterRow("Say <|AUDIO_OUT|> and <|eot_id|> please.", rows[0].reference_audio, rows[0].reference_text)
+    wave = adapter.synthesize([typed], GREEDY)[0]
+    assert wave.size > 0 and np.isfinite(wave).all()
+
+
 def test_synthesis_with_a_real_reference_gives_finite_float32_audio(adapter, rows):
     waves = adapter.synthesize(rows[:1], SynthesisParams(seed=3, max_new_tokens=MAX_NEW_TOKENS))
     assert len(waves) == 1
@@ -217,6 +232,8 @@ def test_bad_rows_raise_input_error(adapter, rows):
         adapter.preprocess([], GREEDY)
     with pytest.raises(InputError, match="row 0: text is empty"):
         adapter.preprocess([AdapterRow("  ", None, None)], GREEDY)
+    with pytest.raises(InputError, match="row 1: text is empty"):
+        adapter.preprocess([rows[0], AdapterRow("<|AUDIO_OUT|>", None, None)], GREEDY)
     stereo = np.zeros((2, 24000), dtype=np.float32)
     with pytest.raises(InputError, match="mono"):
         adapter.preprocess([AdapterRow("Hi there.", stereo, "x")], GREEDY)

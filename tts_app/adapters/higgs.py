@@ -383,15 +383,31 @@ class HiggsAudioAdapter(TTSAdapter):
 
         system = {"role": "system", "content": [text(SYSTEM_PROMPT)]}
         scene = {"role": "scene", "content": [text(SCENE_PROMPT)]}
-        target = {"role": "user", "content": [text(row.text)]}
+        target = {"role": "user", "content": [text(self._strip_markup(row.text))]}
         if row.reference_audio is None:
             return [system, scene, target]
         audio = {"type": "audio", "audio": np.asarray(row.reference_audio, dtype=np.float32)}
-        if not row.reference_text or not row.reference_text.strip():
+        reference_text = self._strip_markup(row.reference_text or "")
+        if not reference_text.strip():
             scene["content"] += [text("SPEAKER0:"), audio]
             return [system, scene, target]
-        return [system, scene, {"role": "user", "content": [text(row.reference_text)]},
+        return [system, scene, {"role": "user", "content": [text(reference_text)]},
                 {"role": "assistant", "content": [audio]}, target]
+
+    def _strip_markup(self, text: str) -> str:
+        """Remove the tokenizer's special-token strings (e.g. ``<|AUDIO_OUT|>``, ``<|eot_id|>``) from user text:
+        the processor counts audio placeholders in the rendered prompt, so one typed by a user would break the
+        batch, and none of them is speakable."""
+        markup = getattr(self, "_markup", None)
+        if markup is None:
+            tok = self.processor.tokenizer
+            markup = sorted({*tok.all_special_tokens, *map(str, tok.added_tokens_decoder.values()),
+                             self.processor.audio_token, self.processor.audio_bos_token,
+                             self.processor.audio_eos_token, self.processor.audio_delay_token}, key=len, reverse=True)
+            self._markup = markup = [m for m in markup if m]
+        for token in markup:
+            text = text.replace(token, "")
+        return text
 
     def preprocess(self, rows: list[AdapterRow], params: SynthesisParams) -> dict[str, Any]:
         """Rows -> processor inputs on the adapter's device (left-padded text, right-padded reference frames).
@@ -406,8 +422,8 @@ class HiggsAudioAdapter(TTSAdapter):
         if not rows:
             raise InputError("the batch is empty; pass at least one row")
         for i, row in enumerate(rows):
-            if not row.text or not row.text.strip():
-                raise InputError(f"row {i}: text is empty; give the segment text to speak")
+            if not row.text or not self._strip_markup(row.text).strip():
+                raise InputError(f"row {i}: text is empty (or only special tokens); give the segment text to speak")
             if row.reference_audio is not None and np.asarray(row.reference_audio).ndim != 1:
                 raise InputError(f"row {i}: reference audio must be mono (num_samples,), got shape "
                                  f"{np.asarray(row.reference_audio).shape}")
