@@ -238,19 +238,22 @@ def test_sampled_rows_depend_only_on_their_own_seed(adapter, three_rows):
 def test_each_row_is_trimmed_at_its_own_end_of_audio(adapter, three_rows):
     """A row that reaches EOS early (EOS in codebook 0, the delayed codebooks follow, then PAD, as Dia's generate
     writes it) comes back shorter; its batch-mate keeps its full length."""
-    inputs = adapter.preprocess(three_rows[:2], GREEDY)
-    tokens = adapter.generate(inputs, GREEDY).clone()
+    inputs = adapter.preprocess(three_rows, GREEDY)
+    generated = adapter.generate(inputs, GREEDY)
+    tokens = generated.clone()
     dec = adapter.model.config.decoder_config
     delays = adapter.model.config.delay_pattern
-    eos_step = inputs.audio_prompt_len + 5  # row 0 stops after 5 frames
-    for channel, delay in enumerate(delays):
-        tokens[0, eos_step + delay, channel] = dec.eos_token_id
-        tokens[0, eos_step + delay + 1:, channel] = dec.pad_token_id
+    for row, num_frames in ((0, 5), (2, 0)):  # row 0 stops after 5 frames, row 2 at once
+        eos_step = inputs.audio_prompt_len + num_frames
+        for channel, delay in enumerate(delays):
+            tokens[row, eos_step + delay, channel] = dec.eos_token_id
+            tokens[row, eos_step + delay + 1:, channel] = dec.pad_token_id
     audio = adapter.postprocess(tokens, inputs)
-    full = adapter.postprocess(adapter.generate(inputs, GREEDY), inputs)
+    full = adapter.postprocess(generated, inputs)
     hop = 512  # DAC samples per frame
     assert full[0].size > 5 * hop
     assert audio[0].size == 5 * hop
+    assert audio[2].dtype == np.float32 and audio[2].size == 0
     np.testing.assert_array_equal(audio[1], full[1])
 
 
@@ -268,6 +271,12 @@ def test_bad_rows_raise_input_error(adapter):
         adapter.preprocess([AdapterRow(text="  ", reference_audio=None, reference_text=None)], GREEDY)
     with pytest.raises(InputError, match="float32"):
         adapter.preprocess([AdapterRow(text="Hi.", reference_audio=np.zeros((2, 100)), reference_text="x")], GREEDY)
+    with pytest.raises(InputError, match="max_new_tokens=16"):
+        adapter.preprocess([AdapterRow(text="Hi.", reference_audio=None, reference_text=None)],
+                           SynthesisParams(max_new_tokens=16))
+    with pytest.raises(InputError, match="cfg_scale"):
+        adapter.preprocess([AdapterRow(text="Hi.", reference_audio=None, reference_text=None)],
+                           SynthesisParams(cfg_scale=0.5, max_new_tokens=STEPS))
     too_long = "a" * (adapter.model.config.encoder_config.max_position_embeddings + 1)
     with pytest.raises(InputError, match="shorten"):
         adapter.preprocess([AdapterRow(text=too_long, reference_audio=None, reference_text=None)], GREEDY)

@@ -304,15 +304,21 @@ class DiaAdapter(TTSAdapter):
         left-padded with BOS (identical to what DiaProcessor does for a batch, which also pads with BOS on the left).
 
         Raises:
-            InputError: empty batch or text, reference audio without its transcript, wrong reference array, or a
-                row longer than the model's positions.
+            InputError: empty batch or text, reference audio without its transcript, wrong reference array, a
+                row longer than the model's positions, max_new_tokens too small to yield a frame, cfg_scale < 1.
         """
         import torch
 
         if not rows:
             raise InputError("the batch is empty; give at least one row")
+        self._sampling_knobs(params)  # validates cfg_scale before any work
         bos = self.config.decoder_config.bos_token_id
         max_new_tokens = self.max_new_tokens(params)
+        if max_new_tokens <= self.max_delay + 1:
+            raise InputError(
+                f"max_new_tokens={max_new_tokens} is too small for Dia: the last {self.max_delay + 1} decode steps "
+                f"flush the delayed codebooks; use at least {self.max_delay + 2} "
+                f"(about {self.facts.frames_per_second:.0f} more per second of audio)")
         sampling_rate = self.facts.sampling_rate
         per_row = []
         for i, row in enumerate(rows):
@@ -373,7 +379,12 @@ class DiaAdapter(TTSAdapter):
 
     def _sampling_knobs(self, params: SynthesisParams) -> tuple[float, float | None, int | None, float]:
         """(temperature, top_p, top_k, cfg_scale): the request's value, else the checkpoint's generation_config,
-        else the transformers Dia doc defaults."""
+        else the transformers Dia doc defaults. Temperatures below 1 are honoured (transformers' own Dia sampling
+        path clamps them to 1).
+
+        Raises:
+            InputError: cfg_scale below 1.
+        """
         gen = self.model.generation_config
 
         def pick(value, config_value, default):
@@ -381,10 +392,13 @@ class DiaAdapter(TTSAdapter):
                 return value
             return config_value if config_value is not None else default
 
+        cfg_scale = pick(params.cfg_scale, gen.guidance_scale, DEFAULT_CFG_SCALE)
+        if cfg_scale < 1:
+            raise InputError(f"cfg_scale={cfg_scale} must be >= 1 for Dia (1 turns guidance off, 3 is the default)")
         return (pick(params.temperature, gen.temperature, DEFAULT_TEMPERATURE),
                 pick(params.top_p, gen.top_p, DEFAULT_TOP_P),
                 pick(params.top_k, gen.top_k, DEFAULT_TOP_K),
-                pick(params.cfg_scale, gen.guidance_scale, DEFAULT_CFG_SCALE))
+                cfg_scale)
 
     @contextmanager
     def _row_seeded_sampling(self, processor, guidance_top_k: int | None):
@@ -446,9 +460,13 @@ class DiaAdapter(TTSAdapter):
         """Codes -> one float32 waveform ``(num_samples,)`` per row at ``facts.sampling_rate``: the delay is reverted,
         the audio prompt cut off and each row cut at its own EOS (``DiaProcessor.batch_decode``), then the DAC codec
         decodes it. A row that produced no frame gives an empty array."""
-        audios = self.processor.batch_decode(outputs, audio_prompt_len=inputs.audio_prompt_len)
-        result = []
-        for audio in audios:
-            wave = audio.detach().float().cpu().numpy().reshape(-1).astype(np.float32)
-            result.append(wave)
+        pad = self.config.decoder_config.pad_token_id
+        # Same end index as DiaProcessor.batch_decode: the step of the row's EOS in codebook 0 (PAD follows it).
+        end = outputs.shape[1] - (outputs[:, :, 0] == pad).sum(dim=-1) - 1
+        has_audio = [i for i in range(outputs.shape[0]) if int(end[i]) > inputs.audio_prompt_len]
+        result = [np.zeros(0, dtype=np.float32) for _ in range(outputs.shape[0])]
+        if has_audio:  # the codec cannot decode zero frames
+            audios = self.processor.batch_decode(outputs[has_audio], audio_prompt_len=inputs.audio_prompt_len)
+            for i, audio in zip(has_audio, audios):
+                result[i] = audio.detach().float().cpu().numpy().reshape(-1).astype(np.float32)
         return result
