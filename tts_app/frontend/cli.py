@@ -14,6 +14,7 @@ from dataclasses import asdict
 
 from tts_app.config import FrontendConfig
 from tts_app.errors import InputError
+from tts_app.frontend.prepare import DEFAULT_MAX_SEGMENT_CHARS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,7 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--supports-pinyin", action="store_true",
                    help="render overrides as {pinyin} tokens instead of single-reading homophones")
-    p.add_argument("--max-segment-chars", type=int, default=None, help="longest segment, in characters (default 200)")
+    p.add_argument("--max-segment-chars", type=int, default=None,
+                   help=f"longest segment, in characters (default {DEFAULT_MAX_SEGMENT_CHARS})")
     p.add_argument("--min-segment-chars", type=int, default=None,
                    help=f"shorter segments are merged (default {FrontendConfig.min_segment_chars})")
     p.add_argument("--default-pause-ms", type=int, default=None,

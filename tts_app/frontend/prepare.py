@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from tts_app.config import FrontendConfig
 from tts_app.errors import InputError
 from tts_app.frontend.g2p import char_candidates, g2p, is_hanzi
 from tts_app.frontend.markup import Annotation, TextPiece, parse_markup
@@ -19,6 +20,7 @@ from tts_app.frontend.segment import split_spans
 from tts_app.frontend.types import CharReading, PreparedText, PronunciationPreview, TextSegment
 
 MIN_MAX_SEGMENT_CHARS = 8  # same floor as SynthesisParams.max_segment_chars
+DEFAULT_MAX_SEGMENT_CHARS = 200  # when the model gives none (ModelFacts.max_segment_chars)
 
 
 @dataclass
@@ -130,8 +132,9 @@ def _analyse(text: str) -> _Analysis:
     return analysis
 
 
-def prepare_text(text: str, *, supports_pinyin: bool = False, max_segment_chars: int = 200,
-                 default_pause_ms: int = 200, min_segment_chars: int = 4) -> PreparedText:
+def prepare_text(text: str, *, supports_pinyin: bool = False, max_segment_chars: int = DEFAULT_MAX_SEGMENT_CHARS,
+                 default_pause_ms: int = FrontendConfig.default_pause_ms,
+                 min_segment_chars: int = FrontendConfig.min_segment_chars) -> PreparedText:
     """Normalise, read and segment one request's text.
 
     Args:

@@ -113,6 +113,8 @@ def _cut_priority(text: str, c: int, words: set[int]) -> int:
         return 2
     if a.isalnum() and b.isalnum():
         return 0
+    if b.isalnum() and c >= 2 and text[c - 2].isalnum() and not is_hanzi(text[c - 2]):
+        return 0  # inside "3.5", "U.S", "e.g"
     if a.isalnum() or b.isalnum():
         # punctuation next to a word: "word-" | "word" — allowed, but after the mark, not before it
         return 2 if not a.isalnum() else 0
