@@ -174,8 +174,8 @@ def test_noisy_and_music_backgrounds_are_reported(processed):
     _, clean = processed("zh_male_1.wav")
     assert noisy.background == "noise" and any("noisy background" in w for w in noisy.warnings)
     assert music.background == "music-like" and any("music-like" in w for w in music.warnings)
-    # Ground truth: pink noise at 20 dB SNR plus hum (which also counts as noise); music bed 18 dB below speech.
-    assert 8 < noisy.snr_db < 22
+    # Ground truth: pink noise at 20 dB SNR (the hum is notched out first); music bed 18 dB below the speech.
+    assert 16 < noisy.snr_db < 24
     assert 14 < music.snr_db < 22
     assert clean.snr_db > 40 and not any("background" in w for w in clean.warnings)
 
@@ -342,3 +342,17 @@ def test_unworkable_config_is_refused_naming_the_field(data_dir, field, value):
     with pytest.raises(InputError, match=field):
         prepare_reference(data_dir / "en_female_2.wav", target_sampling_rate=RATE,
                           config=replace(CONFIG, **{field: value}))
+
+
+def test_mains_hum_is_detected_and_notched_out(processed, data_dir):
+    from tts_app.audio.decode import load_audio
+    from tts_app.audio.reference import detect_hum
+
+    ref, report = processed("en_male_1__flac_48k_pinknoise_hum50.flac")
+    assert report.hum_hz[0] == 50.0
+    assert any("50 Hz mains hum" in warning for warning in report.warnings)
+    samples, rate, _ = load_audio(data_dir / "en_male_1__flac_48k_pinknoise_hum50.flac")
+    assert detect_hum(samples[:, 0], rate)[0] == 50.0
+    assert detect_hum(ref.samples, ref.sampling_rate) == []
+    for name in ["en_male_1.wav", "zh_male_1__music_bed.wav", "en_female_2__tel_8k.wav"]:
+        assert processed(name)[1].hum_hz == []
