@@ -72,7 +72,8 @@ def main() -> int:
     print(f"tiny higgs parameters: total {lm + codec:,} (language model {lm:,}, codec {codec:,})")
     print(f"greedy, max_new_tokens={args.max_new_tokens}, {audio_s:.2f} s of audio in total, "
           f"best of {args.repeats}, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
-    print(f"batch of 3: {batched:.2f} CPU s   3 single runs: {single:.2f} CPU s   single/batch: {single / batched:.2f}x")
+    print(f"batch of 3: {batched:.2f} CPU s   3 single runs: {single:.2f} CPU s   "
+          f"single/batch: {single / batched:.2f}x")
     return 0
 
 

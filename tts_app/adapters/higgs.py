@@ -178,7 +178,8 @@ class HiggsAudioAdapter(TTSAdapter):
         ``AutoProcessor.from_pretrained(id_or_path)`` (which loads the codec named in the processor config).
 
         Args:
-            id_or_path: hub id (e.g. ``bosonai/higgs-audio-v2-generation-3B-base``) or local checkpoint folder.
+            id_or_path: hub id of a transformers-format checkpoint (the transformers docs use
+                ``eustlb/higgs-audio-v2-generation-3B-base``) or a local checkpoint folder.
             device: torch device string ("cpu", "cuda", "cuda:1").
             dtype: "float32" | "bfloat16" | "float16" for the language model; the codec stays float32.
 
