@@ -115,6 +115,22 @@ def test_mixed_job_good_lines_get_audio_bad_lines_get_named_failures(job_dir, ma
     assert [d for d, _, _ in seen] == list(range(1, 10)) and {t for _, t, _ in seen} == {9}
 
 
+def hold_first_batch_until(engine: Engine, gate: threading.Event, num_submitted: int) -> None:
+    """The FakeAdapter's first batch waits at ``gate`` until ``num_submitted`` lines were submitted, so the queue
+    fills up as it does with a real (slow) model, whatever the load on the test machine."""
+    real_submit = engine.submit
+    count = {"n": 0}
+
+    def submit(request, on_progress=None):
+        handle = real_submit(request, on_progress)
+        count["n"] += 1
+        if count["n"] >= num_submitted:
+            gate.set()
+        return handle
+
+    engine.submit = submit
+
+
 def _wav_bytes_file(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
@@ -126,8 +142,10 @@ def test_segments_of_different_lines_share_batches_and_in_flight_is_bounded(job_
     rows = [{"input_text": f"Line {w} starts. The {w} line ends here.", "prompt_audio": "voices/anna.wav"}
             for w in words]
     path = write_jsonl(job_dir / "job.jsonl", rows)
-    adapter = FakeAdapter(delay_s=0.01)
+    gate = threading.Event()
+    adapter = FakeAdapter(gate=gate)
     engine = make_engine(adapter=adapter, max_batch_size=4)
+    hold_first_batch_until(engine, gate, 5)
     outstanding = {"now": 0, "max": 0}
     lock = threading.Lock()
     real_submit = engine.submit
@@ -157,8 +175,10 @@ def test_200_lines_survive_simulated_oom(job_dir, make_engine):
     rows = [{"input_text": f"Sentence {i} of the book.", "prompt_audio": voices[i % 2], "output_name": f"p{i}"}
             for i in range(200)]
     path = write_jsonl(job_dir / "job.jsonl", rows)
-    adapter = FakeAdapter(delay_s=0.01)  # a model that takes time, so lines queue up into big batches
+    gate = threading.Event()
+    adapter = FakeAdapter(gate=gate, delay_s=0.005)  # a model that takes time, so lines queue up into big batches
     engine = make_engine(adapter=adapter, max_batch_size=8, simulate_oom_above_batch=2)
+    hold_first_batch_until(engine, gate, 32)
     summary = run_job(path, job_dir / "out", engine)
     assert (summary.num_ok, summary.num_failed) == (200, 0)
     assert engine.stats().num_oom > 0  # the engine really hit (simulated) OOM and recovered
@@ -189,12 +209,18 @@ def test_cancel_then_resume_finishes_every_line_once(job_dir, make_engine):
 
     second = run_job(path, out, engine, resume=True)
     assert second.all_ok and second.num_skipped == len(ok_before) - 1 and second.num_ok == 30 - second.num_skipped
-    final = records(out)
-    assert sorted(r["line"] for r in final) == list(range(1, 31))  # every line exactly once
+    final = sorted(records(out), key=lambda r: r["line"])
+    assert [r["line"] for r in final] == list(range(1, 31))  # every line exactly once
     assert all(r["status"] == "ok" for r in final)
     assert all(decoded(out / r["audio_path"]).size > 0 for r in final)
     assert {n: (out / f"{n:05d}.wav").stat().st_mtime_ns for n in mtimes} == mtimes  # skipped lines untouched
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+    # a finished job stays finished on resume, even once its reference audio is gone (e.g. a cleaned upload)
+    (job_dir / "voices" / "anna.wav").unlink()
+    third = run_job(path, out, engine, resume=True)
+    assert (third.num_skipped, third.num_ok, third.num_failed) == (30, 0, 0)
+    assert sorted(records(out), key=lambda r: r["line"]) == final
 
 
 def test_without_resume_results_start_over(job_dir, make_engine):

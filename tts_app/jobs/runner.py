@@ -446,15 +446,17 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_d
                                  config=config, encoding=report.encoding):
                 if cancel_event is not None and cancel_event.is_set():
                     break
-                if isinstance(item, InvalidLine):
-                    run.record(item.line_number, item.output_name, "failed", error=item.message,
-                               warnings=item.warnings)
-                    continue
                 previous = kept.get(item.line_number)
-                if previous is not None and previous.get("output_name") == item.output_name:
+                if previous is not None and item.output_name is not None and \
+                        previous.get("output_name") == item.output_name:
+                    # done by an earlier run (even if, say, its reference file has since been removed)
                     summary.num_skipped += 1
                     run.tick({"line": item.line_number, "output_name": item.output_name, "status": "skipped",
                               "error": None})
+                    continue
+                if isinstance(item, InvalidLine):
+                    run.record(item.line_number, item.output_name, "failed", error=item.message,
+                               warnings=item.warnings)
                     continue
                 _submit_line(run, item, params, default_reference, default_voice_text, sampling_rate, cache,
                              reference_config)
