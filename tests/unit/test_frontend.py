@@ -242,3 +242,14 @@ def test_quotes_and_backslashes_survive_normalisation():
     assert prepare_text('He said "wait 5 minutes" and left.').normalized_text == \
         'He said "wait five minutes" and left.'
     assert prepare_text('他说"我有5个"。').normalized_text == '他说"我有五个"。'
+
+
+def test_polyphonic_flags_characters_with_more_than_one_reading_in_use():
+    prepared = prepare_text("他去银行找行长")
+    flags = {r.char: r.polyphonic for r in prepared.readings}
+    assert flags["行"] and flags["长"]
+    assert not flags["他"] and not flags["去"] and not flags["银"]  # 他 tuo2, 去 qu1 are rare readings
+    assert "tuo2" in {r.char: r.candidates for r in prepared.readings}["他"]
+    # Overriding with the only reading in use changes nothing for the model; a rare reading needs a homophone.
+    assert prepare_text("他(ta1)来了").segments[0].text == "他来了"
+    assert prepare_text("他(tuo2)来了").segments[0].text != "他来了"

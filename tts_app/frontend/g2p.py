@@ -42,6 +42,42 @@ def char_candidates(char: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=1)
+def _phrase_reading_counts() -> dict[str, dict[str, int]]:
+    """char -> {TONE3 reading: number of entries of pypinyin's phrase dictionary that read it so}."""
+    from collections import Counter, defaultdict
+
+    from pypinyin.contrib.tone_convert import to_tone3
+    from pypinyin.phrases_dict import phrases_dict
+
+    tone3: dict[str, str] = {}
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for phrase, readings in phrases_dict.items():
+        if len(readings) != len(phrase):
+            continue
+        for char, options in zip(phrase, readings):
+            marked = options[0]
+            if marked not in tone3:
+                tone3[marked] = to_tone3(marked, neutral_tone_with_five=True)
+            counts[char][tone3[marked]] += 1
+    return {char: dict(c) for char, c in counts.items()}
+
+
+MIN_PHRASES_FOR_COMMON = 2  # a non-default reading attested in fewer phrases than this counts as rare
+
+
+@lru_cache(maxsize=None)
+def common_readings(char: str) -> tuple[str, ...]:
+    """The readings of ``char`` in actual use: its default (first) reading plus every other reading that at least
+    ``MIN_PHRASES_FOR_COMMON`` entries of pypinyin's phrase dictionary use. Drops archaic or rare readings
+    (他 tuo2, 去 qu1, 还 fu2), so "polyphonic" flags the characters a reader can actually get wrong (行, 还, 得)."""
+    candidates = char_candidates(char)
+    if not candidates:
+        return ()
+    counts = _phrase_reading_counts().get(char, {})
+    return tuple(r for i, r in enumerate(candidates) if i == 0 or counts.get(r, 0) >= MIN_PHRASES_FOR_COMMON)
+
+
+@lru_cache(maxsize=1)
 def valid_readings() -> frozenset[str]:
     """Every TONE3 reading (syllable + tone) of any character in pypinyin's dictionary."""
     from pypinyin.contrib.tone_convert import to_tone3

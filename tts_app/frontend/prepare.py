@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from tts_app.config import FrontendConfig
 from tts_app.errors import InputError
-from tts_app.frontend.g2p import char_candidates, g2p, is_hanzi
+from tts_app.frontend.g2p import char_candidates, common_readings, g2p, is_hanzi
 from tts_app.frontend.markup import Annotation, TextPiece, parse_markup
 from tts_app.frontend.normalize import is_speakable, normalize_chunk
 from tts_app.frontend.render import render_char, render_text
@@ -128,7 +128,8 @@ def _analyse(text: str) -> _Analysis:
         elif not reading:
             analysis.warnings.append(f"no reading is known for '{char}' at position {pos} of the normalised text; "
                                      "annotate it, e.g. 字(zi4)")
-        analysis.readings.append(CharReading(char, reading, len(candidates) > 1, source, pos, candidates))
+        polyphonic = len(common_readings(char)) > 1
+        analysis.readings.append(CharReading(char, reading, polyphonic, source, pos, candidates))
     return analysis
 
 

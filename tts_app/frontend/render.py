@@ -10,12 +10,12 @@ Two ways, chosen by ``ModelFacts.supports_pinyin``:
   own G2P has no choice: 行(hang2) -> 航, 还(huan2) -> 环. Trade-off: the model now sees a different word ("银航"),
   which can cost naturalness of prosody and of neighbouring readings chosen from context, and for the rare readings
   with no single-reading character in GB2312 (mostly neutral tones, e.g. ``le5``) the original character is kept
-  (with a warning) and the override cannot be enforced. A character with only one reading is left as it is.
+  (with a warning) and the override cannot be enforced. A character whose only reading in common use is the requested one is left as it is.
 """
 
 from __future__ import annotations
 
-from tts_app.frontend.g2p import char_candidates, homophone
+from tts_app.frontend.g2p import common_readings, homophone
 
 
 def pinyin_token(reading: str) -> str:
@@ -32,8 +32,7 @@ def render_char(char: str, reading: str, *, supports_pinyin: bool) -> tuple[str,
     """
     if supports_pinyin:
         return pinyin_token(reading), None
-    candidates = char_candidates(char)
-    if candidates == (reading,):
+    if common_readings(char) == (reading,):  # nothing else a model would say
         return char, None
     sub = homophone(reading)
     if sub is None:

@@ -16,11 +16,13 @@ class CharReading:
         char: the character as it stands in ``PreparedText.normalized_text``.
         pinyin: its reading in TONE3 (``"zhong4"``; ``"lv4"`` for ü; neutral tone ``5``); ``""`` when no reading is
             known for the character (a warning says so).
-        polyphonic: the character has more than one reading in pypinyin's dictionary.
+        polyphonic: the character has more than one reading in common use (``g2p.common_readings``: readings that
+            pypinyin's phrase dictionary attests, so rare readings such as 他 tuo2 do not count).
         source: ``"g2p"`` (default G2P, pypinyin with its phrase dictionary) or ``"override"`` (a ``字(pinyin)``
             annotation in the input).
         position: 0-based index of ``char`` in ``PreparedText.normalized_text``.
-        candidates: every reading pypinyin knows for the character, TONE3, dictionary order.
+        candidates: every reading pypinyin knows for the character, rare ones included, TONE3, dictionary order
+            (the first is the default).
     """
 
     char: str
