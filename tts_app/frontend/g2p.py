@@ -185,38 +185,39 @@ def _gb2312_level(char: str) -> int:
 
 @lru_cache(maxsize=1)
 def homophone_table() -> dict[str, str]:
-    """TONE3 reading -> the most common character whose ONLY reading is that one.
+    """TONE3 reading -> the most common character whose only reading in use is that one.
 
-    Derived from pypinyin's dictionaries: candidates are BMP CJK characters with exactly one reading in
-    ``pinyin_dict``; "common" ranks GB2312 level 1 before level 2 before the rest, then by how many entries of
-    ``phrases_dict`` contain the character (a frequency proxy from the same dictionary), then by code point so the
-    table is deterministic. Characters outside GB2312 are never used (a model's vocabulary rarely has them), so
-    a few readings (mostly neutral tones, e.g. ``le5``) have no entry. Built once on first use (about 0.5 s) and cached.
+    Derived from pypinyin's dictionaries: candidates are BMP CJK characters whose ``common_readings`` are exactly
+    that reading (rare readings attested in fewer than ``MIN_PHRASES_FOR_COMMON`` phrases are ignored, so 光 can
+    stand for guang1) and that occur in at least one phrase; "common" ranks GB2312 level 1 before level 2, then by
+    how many entries of ``phrases_dict`` contain the character (a frequency proxy from the same dictionary), then by
+    code point so the table is deterministic. Characters outside GB2312 are never used (a model's vocabulary rarely has them), so a few
+    readings (mostly neutral tones, e.g. ``le5``) have no entry. Built once on first use (about 1 s) and cached.
     """
-    from collections import Counter
-
-    from pypinyin.phrases_dict import phrases_dict
     from pypinyin.pinyin_dict import pinyin_dict
 
-    phrase_count = Counter(c for phrase in phrases_dict for c in phrase)
+    phrase_counts = _phrase_reading_counts()
     best: dict[str, tuple[tuple[int, int, int], str]] = {}
     for code in pinyin_dict:
         if not 0x4E00 <= code <= 0x9FFF:
             continue
         char = chr(code)
-        readings = char_candidates(char)
-        if len(readings) != 1:
-            continue
         level = _gb2312_level(char)
         if level > 2:  # outside GB2312: too rare to be in a model's vocabulary
             continue
-        key = (level, -phrase_count.get(char, 0), code)
+        num_phrases = sum(phrase_counts.get(char, {}).values())
+        if num_phrases == 0:  # in no phrase at all: radicals (氵) and rarities a model may not know
+            continue
+        readings = common_readings(char)
+        if len(readings) != 1:
+            continue
+        key = (level, -num_phrases, code)
         if readings[0] not in best or key < best[readings[0]][0]:
             best[readings[0]] = (key, char)
     return {reading: char for reading, (_, char) in best.items()}
 
 
 def homophone(reading: str) -> str | None:
-    """The most common character whose only reading is ``reading`` (TONE3), or None when no such character exists
-    (see ``homophone_table``)."""
+    """The most common character whose only reading in use is ``reading`` (TONE3), or None when no such character
+    exists (see ``homophone_table``)."""
     return homophone_table().get(reading)
