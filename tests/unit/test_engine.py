@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -315,4 +316,33 @@ def test_adapter_refusal_comes_back_as_its_own_message():
     (result,) = run_all(engine, make_requests(["Hello."]))
     assert result.status is RequestStatus.FAILED
     assert result.error == "max_new_tokens=8 is too small for this model; use at least 17"
+    engine.shutdown()
+
+
+def test_device_cache_is_emptied_when_idle_not_after_every_batch():
+    probe = FakeMemoryProbe(available_bytes=None)
+    engine = Engine(FakeAdapter(), EngineConfig(max_batch_size=1, wait_window_ms=0, empty_cache_when_idle_s=0.3),
+                    memory_probe=probe)
+    results = run_all(engine, make_requests([f"Sentence {w}." for w in ("one", "two", "three", "four")]))
+    assert all(r.ok for r in results) and engine.stats().num_batches == 4
+    assert probe.num_empty_cache == 0  # four batches back to back: no empty_cache between them
+    deadline = time.monotonic() + 10
+    while probe.num_empty_cache == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert probe.num_empty_cache == 1  # once, after the idle period
+    time.sleep(0.5)
+    assert probe.num_empty_cache == 1  # and not again while nothing ran
+    engine.shutdown()
+
+
+def test_segment_without_audio_is_flagged_in_warnings():
+    class Mute(FakeAdapter):
+        def postprocess(self, outputs, inputs):
+            return [np.zeros(0, np.float32) if "mute" in r.text else fake_audio(r.text, r.seed, r.reference_audio)
+                    for r in outputs["rows"]]
+
+    engine = Engine(Mute(fake_facts(max_segment_chars=30)), EngineConfig(wait_window_ms=0))
+    (result,) = run_all(engine, make_requests(["This sentence speaks fine. This one is mute, sadly."]))
+    assert result.ok and len(result.segments) == 2
+    assert len(result.warnings) == 1 and "segment 2" in result.warnings[0] and "no audio" in result.warnings[0]
     engine.shutdown()

@@ -345,7 +345,8 @@ class Engine:
 
     def submit(self, request: SynthesisRequest,
                on_progress: Callable[[ProgressEvent], None] | None = None) -> RequestHandle:
-        """Queue a request. Never raises for a bad request: the handle's result is FAILED with ``error`` instead.
+        """Queue a request (runs the text front end here, in the caller's thread). Work queued before ``start()``
+        waits for it. Never raises for a bad request: the handle's result is FAILED with ``error`` instead.
 
         Args:
             request: the synthesis; ``reference_audio`` must be at ``engine.sampling_rate``.
@@ -456,8 +457,13 @@ class Engine:
         timings = [SegmentTiming(index=i, text=t, start_s=a, end_s=b, batch_size=state.batch_sizes[i],
                                  generate_s=state.generate_s[i])
                    for i, (t, (a, b)) in enumerate(zip(state.texts, spans))]
+        warnings = list(state.warnings)
+        for i, wave in enumerate(waves):
+            if wave.size == 0:
+                warnings.append(f"segment {i + 1} ({state.texts[i][:40]!r}) produced no audio: the model ended "
+                                "speech at once; try another seed, sampling instead of greedy, or a longer segment")
         return SynthesisResult(request_id=state.request.request_id, status=RequestStatus.DONE, audio=audio,
-                               sampling_rate=self.sampling_rate, segments=timings, warnings=list(state.warnings))
+                               sampling_rate=self.sampling_rate, segments=timings, warnings=warnings)
 
     # -- worker --------------------------------------------------------------------------------------------------
     def _worker(self) -> None:
