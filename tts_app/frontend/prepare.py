@@ -199,3 +199,13 @@ def preview_pronunciation(text: str) -> PronunciationPreview:
     except InputError as exc:
         return PronunciationPreview((), (str(exc),), "")
     return PronunciationPreview(tuple(analysis.readings), tuple(analysis.warnings), analysis.normalized_text)
+
+
+def warm_up() -> None:
+    """Load everything the front end loads lazily (pypinyin's dictionaries, wetext's zh and en FSTs, the homophone
+    table; about 2-5 s on a busy CPU), so the first request or keystroke does not pay for it. Call once at app
+    start, e.g. in a background thread."""
+    from tts_app.frontend.g2p import homophone_table
+
+    prepare_text("预热：共3个，重(zhong4)要。Warm up 2 normalisers.")
+    homophone_table()
