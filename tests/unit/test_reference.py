@@ -356,3 +356,19 @@ def test_mains_hum_is_detected_and_notched_out(processed, data_dir):
     assert detect_hum(ref.samples, ref.sampling_rate) == []
     for name in ["en_male_1.wav", "zh_male_1__music_bed.wav", "en_female_2__tel_8k.wav"]:
         assert processed(name)[1].hum_hz == []
+
+
+def test_batched_vad_finds_the_same_speech_as_the_sequential_pass(data_dir):
+    import soundfile as sf
+    import torch
+    import torchaudio.functional as AF
+
+    from tts_app.audio.vad import speech_probabilities, speech_segments
+
+    samples, rate = sf.read(data_dir / "en_female_1__long_45s.wav", dtype="float32")
+    samples_16k = AF.resample(torch.from_numpy(samples[: 20 * rate]), rate, 16000).numpy()
+    batched = speech_segments(speech_probabilities(samples_16k), len(samples_16k), threshold=0.5)
+    sequential = speech_segments(speech_probabilities(samples_16k, batched=False), len(samples_16k), threshold=0.5)
+    assert len(batched) == len(sequential) >= 5
+    for a, b in zip(batched, sequential):
+        assert a.start_s == pytest.approx(b.start_s, abs=0.065) and a.end_s == pytest.approx(b.end_s, abs=0.065)

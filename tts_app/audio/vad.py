@@ -2,6 +2,7 @@
 
 The model is loaded once, lazily, on first use, and shared. Silero's model keeps recurrent state between windows,
 so one lock serialises calls on the shared instance (each call is short: ~10 ms per second of audio on one core).
+The first call also pays TorchScript's one-off profiling runs (about 1-2 s of CPU).
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ import numpy as np
 VAD_SAMPLING_RATE = 16000
 # Silero VAD v5+ scores windows of 512 samples at 16 kHz (32 ms); see silero_vad.utils_vad.get_speech_timestamps.
 VAD_WINDOW_SAMPLES = 512
+# Batched VAD pass (see speech_probabilities): 2 s chunks, each warmed up on the 1 s of audio before it. Measured
+# on a 30 s clip, 1 thread: 0.28 s CPU vs 0.53 s sequential; edges within one window of the sequential pass.
+CHUNK_WINDOWS = 64
+CONTEXT_WINDOWS = 32
 # Silero's own default: a pause shorter than this does not end a speech segment.
 MIN_SILENCE_MS = 100
 # Silero's own default: speech segments shorter than this are dropped (clicks, breaths).
@@ -57,11 +62,19 @@ class SpeechSegment:
         return self.end_s - self.start_s
 
 
-def speech_probabilities(samples_16k: np.ndarray) -> np.ndarray:
+def speech_probabilities(samples_16k: np.ndarray, *, batched: bool = True) -> np.ndarray:
     """Silero VAD speech probability per 32 ms window.
+
+    Silero's model is recurrent and runs one window per call. ``batched=True`` (default) cuts the clip into chunks
+    of ``CHUNK_WINDOWS`` windows and runs all chunks side by side as one batch, each chunk preceded by
+    ``CONTEXT_WINDOWS`` windows of the audio before it so its recurrent state has settled when its own windows
+    start; the context windows' outputs are dropped. On a 30 s clip this takes about half the CPU time of the
+    sequential pass (``batched=False``, Silero's ``audio_forward``); on the speech clips in tests/data the speech
+    segments it gives match the sequential ones to within one window (32 ms) at each edge.
 
     Args:
         samples_16k: float32 mono waveform ``(num_samples,)`` at 16 kHz.
+        batched: chunked batch pass (faster) or one sequential pass.
 
     Returns:
         float32 ``(ceil(num_samples / 512),)``: probability in [0, 1] that window ``i`` (samples
@@ -73,13 +86,29 @@ def speech_probabilities(samples_16k: np.ndarray) -> np.ndarray:
     audio = torch.from_numpy(np.ascontiguousarray(samples_16k, dtype=np.float32))
     if audio.numel() == 0:
         return np.zeros(0, dtype=np.float32)
-    if audio.numel() < VAD_WINDOW_SAMPLES:  # the model refuses input shorter than one window
-        audio = torch.nn.functional.pad(audio, (0, VAD_WINDOW_SAMPLES - audio.numel()))
+    num_windows = -(-audio.numel() // VAD_WINDOW_SAMPLES)
+    if not batched:
+        if audio.numel() < VAD_WINDOW_SAMPLES:  # the model refuses input shorter than one window
+            audio = torch.nn.functional.pad(audio, (0, VAD_WINDOW_SAMPLES - audio.numel()))
+        with _call_lock, torch.inference_mode():
+            # audio_forward resets the recurrent state and runs the windows in TorchScript.
+            probs = model.audio_forward(audio, VAD_SAMPLING_RATE)
+        return probs.reshape(-1)[:num_windows].numpy().astype(np.float32, copy=False)
+    # windows: (num_windows, 512), zero-padded at the end.
+    windows = torch.nn.functional.pad(audio, (0, num_windows * VAD_WINDOW_SAMPLES - audio.numel()))
+    windows = windows.reshape(num_windows, VAD_WINDOW_SAMPLES)
+    starts = torch.arange(0, num_windows, CHUNK_WINDOWS)
+    num_steps = CONTEXT_WINDOWS + CHUNK_WINDOWS
+    # index: (num_chunks, num_steps) window index fed to each chunk at each step; before the clip: silence.
+    index = starts[:, None] - CONTEXT_WINDOWS + torch.arange(num_steps)[None, :]
+    inside = (index >= 0) & (index < num_windows)
+    frames = windows[index.clamp(0, num_windows - 1)] * inside[..., None]  # (num_chunks, num_steps, 512)
+    out = torch.empty(len(starts), num_steps)
     with _call_lock, torch.inference_mode():
-        # audio_forward runs the windows in TorchScript (one call instead of one Python call per window) and
-        # resets the recurrent state first; it gives the same probabilities as get_speech_timestamps' loop.
-        probs = model.audio_forward(audio, VAD_SAMPLING_RATE)
-    return probs.reshape(-1).numpy().astype(np.float32, copy=False)
+        model.reset_states()
+        for step in range(num_steps):
+            out[:, step] = model(frames[:, step].contiguous(), VAD_SAMPLING_RATE).reshape(-1)
+    return out[:, CONTEXT_WINDOWS:].reshape(-1)[:num_windows].numpy().astype(np.float32, copy=False)
 
 
 def speech_segments(probs: np.ndarray, num_samples_16k: int, *, threshold: float,
