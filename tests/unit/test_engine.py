@@ -346,3 +346,20 @@ def test_segment_without_audio_is_flagged_in_warnings():
     assert result.ok and len(result.segments) == 2
     assert len(result.warnings) == 1 and "segment 2" in result.warnings[0] and "no audio" in result.warnings[0]
     engine.shutdown()
+
+
+def test_a_crash_of_the_worker_loop_fails_requests_instead_of_hanging(monkeypatch):
+    engine = Engine(FakeAdapter(), EngineConfig(wait_window_ms=0))
+    handle = engine.submit(make_requests(["Hello."])[0])
+
+    def broken(*args, **kwargs):
+        raise KeyError("scheduler bug")
+
+    monkeypatch.setattr(engine.scheduler, "schedule", broken)
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the re-raised crash is expected here
+    engine.start()
+    result = handle.result(timeout=10)
+    assert result.status is RequestStatus.FAILED and "crashed" in result.error and "scheduler bug" in result.error
+    late = engine.submit(make_requests(["Later."])[0]).result(timeout=5)
+    assert late.status is RequestStatus.FAILED and "crashed" in late.error
+    engine.shutdown()

@@ -201,6 +201,7 @@ class Engine:
         self._requests: dict[str, _RequestState] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._stopped_reason = "engine shut down"
         self._busy = False
         self._rng = random.Random(0)  # simulated-OOM draws; seeded so a test run is repeatable
         self._budget_bytes = self._measure_budget()
@@ -385,7 +386,7 @@ class Engine:
         with self._cv:
             budget = self._budget_bytes
             if self._stopping:
-                error = "engine shut down"
+                error = self._stopped_reason
             elif budget is not None:
                 for w in works:
                     if self.estimator.batch_bytes([w.row_positions]) > budget:
@@ -444,12 +445,15 @@ class Engine:
         self._resolve(resolved)
         return True
 
-    def _cancel_all(self, reason: str) -> None:
+    def _cancel_all(self, reason: str, status: RequestStatus = RequestStatus.CANCELLED) -> None:
         resolved: list[tuple[Future, SynthesisResult]] = []
         with self._cv:
             for state in list(self._requests.values()):
-                self._finish_locked(state, RequestStatus.CANCELLED, reason, resolved)
+                self._finish_locked(state, status, reason, resolved)
         self._resolve(resolved)
+
+    def _fail_all(self, reason: str) -> None:
+        self._cancel_all(reason, RequestStatus.FAILED)
 
     def _assemble(self, state: _RequestState) -> SynthesisResult:
         waves = [w for w in state.waves if w is not None]
@@ -467,8 +471,22 @@ class Engine:
 
     # -- worker --------------------------------------------------------------------------------------------------
     def _worker(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:  # a bug in the loop itself: fail everything rather than leave callers hanging
+            logger.exception("engine worker crashed")
+            reason = f"engine worker crashed: {type(exc).__name__}: {exc}"
+            with self._cv:
+                self._stopping = True
+                self._stopped_reason = reason
+            self._fail_all(reason)
+            raise
+        self._cancel_all("engine shut down")
+
+    def _serve(self) -> None:
         idle_since: float | None = None
         while True:
+            empty_cache = False
             resolved: list[tuple[Future, SynthesisResult]] = []
             with self._cv:
                 if self._stopping:
@@ -492,11 +510,12 @@ class Engine:
                             idle_since = time.monotonic()
                         idle_for = time.monotonic() - idle_since
                         if self._used_since_empty and idle_for >= self.config.empty_cache_when_idle_s:
-                            self.probe.empty_cache()
+                            empty_cache = True  # outside the lock: gc + empty_cache can take a while
                             self._used_since_empty = False
-                        timeout = (max(0.0, self.config.empty_cache_when_idle_s - idle_for)
-                                   if self._used_since_empty else None)
-                        self._cv.wait(timeout=timeout)
+                        else:
+                            timeout = (max(0.0, self.config.empty_cache_when_idle_s - idle_for)
+                                       if self._used_since_empty else None)
+                            self._cv.wait(timeout=timeout)
                     batch = None
                 else:
                     idle_since = None
@@ -504,10 +523,11 @@ class Engine:
                     states = [self._requests[w.request_id] for w in batch]
                     self._busy = True
             self._resolve(resolved)
+            if empty_cache:
+                self.probe.empty_cache()
             if batch is None:
                 continue
             self._execute(batch, states)
-        self._cancel_all("engine shut down")
 
     def _generate(self, inputs: Any, params: Any, batch_size: int) -> Any:
         """``adapter.generate`` with the testing aids: a real ``torch.OutOfMemoryError`` for batches above
