@@ -101,3 +101,16 @@ def test_long_files_are_read_only_up_to_max_decode_s(data_dir, name):
     assert samples.shape[0] == 2 * sampling_rate
     assert info.head_only
     assert any("first 2 s" in warning for warning in info.warnings)
+
+
+@pytest.mark.parametrize("subtype, tolerance", [("PCM_U8", 1 / 64), ("PCM_16", 1e-4), ("PCM_24", 1e-4),
+                                                ("PCM_32", 1e-4), ("FLOAT", 1e-6), ("DOUBLE", 1e-6)])
+def test_every_wav_sample_width_decodes_to_the_same_waveform(data_dir, tmp_path, subtype, tolerance):
+    import soundfile as sf
+
+    original, rate = sf.read(data_dir / "en_female_2.wav", dtype="float32")
+    path = tmp_path / f"en_female_2_{subtype}.wav"
+    sf.write(path, original, rate, subtype=subtype)
+    samples, sampling_rate, info = load_audio(path)
+    assert sampling_rate == rate and info.subtype == subtype and samples.shape == (len(original), 1)
+    np.testing.assert_allclose(samples[:, 0], original, atol=tolerance)
