@@ -18,6 +18,8 @@ from tts_app.errors import ReferenceAudioError
 
 # soundfile reads in blocks so a file that breaks half way still gives its good head (a truncated FLAC/MP3).
 _READ_BLOCK_FRAMES = 1 << 16
+# A file this much shorter than its header claims is reported truncated (compressed formats estimate lengths).
+_LENGTH_TOLERANCE_S = 0.05
 # libsndfile's log (``SoundFile.extra_info``) says "data : 248160 (should be 124081)" when the WAV data chunk is
 # shorter than its header claims.
 _SNDFILE_SHORT_CHUNK = re.compile(r"^\s*data\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
@@ -165,8 +167,10 @@ def _load_soundfile(file, label: str, max_decode_s: float | None) -> tuple[np.nd
         sampling_rate=sampling_rate, channels=channels, duration_s=num_read / sampling_rate,
         file_duration_s=None if claimed_frames is None else claimed_frames / sampling_rate,
         decoder="soundfile", head_only=head_only)
+    # Compressed formats only estimate their length in the header; 50 ms short is not a truncated file.
     truncated = broke_off is not None or (
-        claimed_frames is not None and not head_only and num_read < claimed_frames)
+        claimed_frames is not None and not head_only
+        and num_read < claimed_frames - int(_LENGTH_TOLERANCE_S * sampling_rate))
     if truncated:
         info.truncated = True
         claimed = f"{info.file_duration_s:.2f} s" if info.file_duration_s else "more"
