@@ -77,7 +77,8 @@ def main() -> int:
     print(f"tiny dia parameters: total {model + codec:,} (Dia model {model:,}, DAC codec {codec:,})")
     print(f"greedy, max_new_tokens={args.max_new_tokens}, use_cache={params.use_cache}, {audio_s:.2f} s of audio "
           f"in total, references 4.8-6.3 s, best of {args.repeats}, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
-    print(f"batch of 3: {batched:.2f} CPU s   3 single runs: {single:.2f} CPU s   single/batch: {single / batched:.2f}x")
+    print(f"batch of 3: {batched:.2f} CPU s   3 single runs: {single:.2f} CPU s   "
+          f"single/batch: {single / batched:.2f}x")
     return 0
 
 

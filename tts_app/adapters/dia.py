@@ -191,6 +191,7 @@ class DiaAdapter(TTSAdapter):
         sampling_rate = int(self.processor.feature_extractor.sampling_rate)
         frames_per_second = codec.sampling_rate / math.prod(codec.downsampling_ratios)
         tokenizer = self.processor.tokenizer
+        # Upper bound over English (1 byte/char) and Chinese (3 bytes/char), so memory estimates never fall short.
         text_positions_per_char = max(
             len(tokenizer(sample, add_special_tokens=False)["input_ids"]) / len(sample)
             for sample in (_ENGLISH_SAMPLE, _CHINESE_SAMPLE)
@@ -238,8 +239,8 @@ class DiaAdapter(TTSAdapter):
 
         decoder positions = BOS + reference frames (``reference_s x reference_positions_per_second``, rounded up) +
         ``max_new_tokens`` (generate returns ``audio_prompt_len + max_new_tokens`` steps); encoder positions =
-        (text + reference text + two "[S1] " tags) x ``text_positions_per_char``. The cross-attention cache holds encoder positions at
-        ``cross_kv_bytes_per_position`` bytes each, so they are scaled by
+        (text + reference text + two "[S1] " tags) x ``text_positions_per_char``. The cross-attention cache holds
+        encoder positions at ``cross_kv_bytes_per_position`` bytes each, so they are scaled by
         ``cross_kv_bytes_per_position / facts.kv_bytes_per_position``.
         """
         f = self.facts
@@ -258,6 +259,10 @@ class DiaAdapter(TTSAdapter):
         DiaTokenizer = Dia's own byte-level tokenizer, built in code) and ``dac/`` (a tiny DacModel codec with the real
         9 codebooks x 1024 codes and hop 512). As with the hub checkpoint, ``processor_config.json`` names the codec by
         path; here that is the absolute path of ``out_dir/dac``, so move the folder by regenerating it.
+
+        The tokenizer is Dia's real one rather than ``tiny_vocab.build_char_tokenizer``: it is byte-level (UTF-8 bytes
+        plus ``[S1]``/``[S2]``), needs no vocabulary file, already covers ASCII and all Chinese, and so gives the real
+        checkpoint's positions per character.
 
         Same seed -> identical weights. Returns ``out_dir``.
         """
