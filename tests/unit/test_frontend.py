@@ -202,7 +202,7 @@ def test_bad_knobs_raise_input_error():
         prepare_text("你好", default_pause_ms=-1)
 
 
-# --- preview -----------------------------------------------------------------------------------------------------------
+# --- preview ----------------------------------------------------------------------------------------------------------
 
 def test_preview_matches_prepare_and_never_raises():
     text = "他先去银行(yin2 hang2)找行(xiao3)长"
@@ -216,7 +216,7 @@ def test_preview_matches_prepare_and_never_raises():
     assert "nothing to speak" in message
 
 
-# --- CLI ---------------------------------------------------------------------------------------------------------------
+# --- CLI --------------------------------------------------------------------------------------------------------------
 
 def test_cli_prints_segments_readings_and_warnings(capsys):
     from tts_app.frontend.cli import main

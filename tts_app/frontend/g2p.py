@@ -191,8 +191,9 @@ def homophone_table() -> dict[str, str]:
     that reading (rare readings attested in fewer than ``MIN_PHRASES_FOR_COMMON`` phrases are ignored, so 光 can
     stand for guang1) and that occur in at least one phrase; "common" ranks GB2312 level 1 before level 2, then by
     how many entries of ``phrases_dict`` contain the character (a frequency proxy from the same dictionary), then by
-    code point so the table is deterministic. Characters outside GB2312 are never used (a model's vocabulary rarely has them), so a few
-    readings (mostly neutral tones, e.g. ``le5``) have no entry. Built once on first use (about 1 s) and cached.
+    code point so the table is deterministic. Characters outside GB2312 are never used (a model's vocabulary rarely
+    has them), so a few readings (mostly neutral tones, e.g. ``le5``) have no entry. Built once on first use
+    (about 1 s) and cached.
     """
     from pypinyin.pinyin_dict import pinyin_dict
 

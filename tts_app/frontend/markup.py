@@ -76,7 +76,8 @@ def parse_pause_value(value: str | None) -> tuple[int | None, str | None]:
     unit = m.group(2).lower()
     pause_ms = int(round(number if unit in ("ms", "毫秒") else number * 1000.0))
     if pause_ms > MAX_PAUSE_MS:
-        return MAX_PAUSE_MS, f"pause of {pause_ms} ms is longer than the {MAX_PAUSE_MS} ms maximum; using {MAX_PAUSE_MS} ms"
+        return MAX_PAUSE_MS, (f"pause of {pause_ms} ms is longer than the {MAX_PAUSE_MS} ms maximum; "
+                              f"using {MAX_PAUSE_MS} ms")
     return pause_ms, None
 
 

@@ -9,6 +9,7 @@ joining a neighbour, see ``language_runs``) and each run goes through its own no
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import unicodedata
@@ -90,8 +91,9 @@ def language_runs(text: str, default_lang: str) -> list[tuple[str, str]]:
     Chinese characters are "zh", Latin letters "en"; everything else (digits, spaces, symbols, punctuation) joins a
     neighbour: the same language when both neighbours agree; between an English and a Chinese run, what follows the
     last space (touching the right run) goes right and the rest stays left, and with no space all of it stays left
-    ("I paid $5 给他" and "下载mp3文件" read the number in English, "iPhone 15发布" reads 15 in Chinese). Text with no letters at all
-    takes ``default_lang``.
+    ("I paid $5 给他" and "下载mp3文件" read the number in English, "iPhone 15发布" reads 15 in Chinese). A number
+    with a Latin-letter unit next to Chinese text is Chinese ("跑了5km"). Text with no letters at all takes
+    ``default_lang``.
     """
     kinds = []
     for ch in text:
@@ -128,12 +130,11 @@ def language_runs(text: str, default_lang: str) -> list[tuple[str, str]]:
         if (before and _HANZI_RE.match(before)) or (after and _HANZI_RE.match(after)):
             for i in range(m.start(), m.end()):
                 langs[i] = "zh"
-    runs: list[tuple[str, str]] = []
-    for ch, lang in zip(text, langs):
-        if runs and runs[-1][0] == lang:
-            runs[-1] = (lang, runs[-1][1] + ch)
-        else:
-            runs.append((lang, ch))
+    runs, start = [], 0
+    for lang, group in itertools.groupby(langs):
+        end = start + len(list(group))
+        runs.append((lang, text[start:end]))
+        start = end
     return runs
 
 

@@ -10,7 +10,8 @@ Two ways, chosen by ``ModelFacts.supports_pinyin``:
   own G2P has no choice: 行(hang2) -> 航, 还(huan2) -> 环. Trade-off: the model now sees a different word ("银航"),
   which can cost naturalness of prosody and of neighbouring readings chosen from context, and for the rare readings
   with no single-reading character in GB2312 (mostly neutral tones, e.g. ``le5``) the original character is kept
-  (with a warning) and the override cannot be enforced. A character whose only reading in common use is the requested one is left as it is.
+  (with a warning) and the override cannot be enforced. A character whose only reading in common use is the
+  requested one is left as it is.
 """
 
 from __future__ import annotations
