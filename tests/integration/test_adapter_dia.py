@@ -4,6 +4,7 @@ loaded through the same from_pretrained(path) calls as a hub id)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -136,6 +137,12 @@ def test_load_failures_raise_model_load_error(tmp_path, tiny_dia):
         DiaAdapter.from_pretrained(tmp_path)
     with pytest.raises(ModelLoadError, match="dtype"):
         DiaAdapter.from_pretrained(tiny_dia, dtype="int8")
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(tiny_dia, corrupt)
+    weights = corrupt / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(ModelLoadError, match="cannot load Dia checkpoint"):
+        DiaAdapter.from_pretrained(corrupt)
 
 
 def test_facts_come_from_the_loaded_config(adapter, tiny_dia):

@@ -166,7 +166,7 @@ class DiaAdapter(TTSAdapter):
         try:
             model = DiaForConditionalGeneration.from_pretrained(id_or_path, dtype=getattr(torch, dtype))
             processor = AutoProcessor.from_pretrained(id_or_path)
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        except Exception as exc:  # any failure here (missing files, corrupt weights, bad config) is a load failure
             raise ModelLoadError(
                 f"cannot load Dia checkpoint {id_or_path!r}: {exc}. If the hub is unreachable, download it once "
                 "(huggingface-cli download ID) or point --model at a local folder."
@@ -411,7 +411,8 @@ class DiaAdapter(TTSAdapter):
         processor its top-k (as ``generate(do_sample=True, top_k=...)`` would).
 
         Dia's ``_get_logits_processor`` (transformers generation_dia.py) builds its own list and ignores the
-        ``logits_processor`` argument of ``generate()``, so the instance method is wrapped for the call.
+        ``logits_processor`` argument of ``generate()``, so the instance method is wrapped for the call. Not
+        re-entrant: one ``generate`` at a time per adapter (the engine runs batches from a single worker).
         """
         from transformers.generation.logits_process import (DiaClassifierFreeGuidanceLogitsProcessor,
                                                             DiaEOSDelayPatternLogitsProcessor)
