@@ -372,3 +372,17 @@ def test_batched_vad_finds_the_same_speech_as_the_sequential_pass(data_dir):
     assert len(batched) == len(sequential) >= 5
     for a, b in zip(batched, sequential):
         assert a.start_s == pytest.approx(b.start_s, abs=0.065) and a.end_s == pytest.approx(b.end_s, abs=0.065)
+
+
+def test_python_m_tts_app_reference_exits_1_without_a_traceback(data_dir):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    bad = subprocess.run([sys.executable, "-m", "tts_app", "reference", str(data_dir / "silence_digital_5s.wav")],
+                         capture_output=True, text=True, env=env, cwd=root, timeout=120)
+    assert bad.returncode == 1
+    assert "no speech" in bad.stderr and "Traceback" not in bad.stderr
