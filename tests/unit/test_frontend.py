@@ -29,7 +29,8 @@ def _polyphone_rows():
 
 def test_import_does_not_pull_in_torch():
     code = "import sys, tts_app.frontend; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False"
 
 
