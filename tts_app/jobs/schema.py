@@ -1,7 +1,7 @@
 """JSONL job schema: reading, validation, path safety. Pure Python, no torch, no model.
 
-A *job* is a JSONL file: one JSON object per line, each one request. Fields (GLM-TTS release names accepted as
-aliases, see https://github.com/zai-org/GLM-TTS ``examples/*.jsonl``):
+A *job* is a JSONL file: one JSON object per line, each one request. Fields (the GLM-TTS release names are accepted
+as aliases, https://github.com/zai-org/GLM-TTS):
 
 ==================  =====================  ===============================================================
 field               alias                  meaning
