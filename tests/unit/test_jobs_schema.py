@@ -130,12 +130,14 @@ def test_reference_paths_cannot_leave_the_allowed_roots(job_dir, tmp_path_factor
         {"input_text": "x", "prompt_audio": "voices/link.wav"},
         {"input_text": "x", "prompt_audio": str(job_dir / "b.wav")},
         {"input_text": "x", "prompt_audio": "voices\\a.wav"},
+        {"input_text": "x", "prompt_audio": "C:\\voices\\a.wav"},
     ])
     rows = rows_by_line(validate_job(path))
     assert "leaves the allowed folders" in rows[1][0][1]
     assert "absolute path outside" in rows[2][0][1]
     assert "leaves the allowed folders" in rows[3][0][1]  # a symlink pointing out is refused too
     assert 4 not in rows and 5 not in rows  # absolute inside the job folder, Windows separators: fine
+    assert "Windows absolute path" in rows[6][0][1]
     # an extra allowed root (the setting) lets the absolute path through
     report = validate_job(path, config=JobConfig(extra_allowed_roots=(str(outside),)))
     assert 2 not in rows_by_line(report)

@@ -290,7 +290,10 @@ class AudioSources:
         text = value.strip().replace("\\", "/")  # JSONL written on Windows
         rel = PurePosixPath(text)
         roots_text = ", ".join(str(r) for r in self.allowed_roots)
-        if rel.is_absolute() or re.match(r"^[A-Za-z]:", text):
+        if re.match(r"^[A-Za-z]:", text):
+            raise JobLineError(line_number, f"prompt_audio {value!r} is a Windows absolute path; give a path "
+                                            "relative to the JSONL file or the audio folder")
+        if rel.is_absolute():
             resolved = Path(text).resolve()
             if not _inside(resolved, self.allowed_roots):
                 raise JobLineError(line_number, f"prompt_audio {value!r} is an absolute path outside the allowed "
