@@ -1,8 +1,9 @@
 """Voice activity detection with Silero VAD (the ``silero-vad`` package; its TorchScript model ships in the wheel).
 
 The model is loaded once, lazily, on first use, and shared. Silero's model keeps recurrent state between windows,
-so one lock serialises calls on the shared instance (each call is short: ~10 ms per second of audio on one core).
-The first call also pays TorchScript's one-off profiling runs (about 1-2 s of CPU).
+so one lock serialises calls on the shared instance (each call is short: ~5-10 ms of CPU per second of audio on one
+core). Loading costs about 2 s of CPU (mostly importing torch); the first call adds ~0.15 s of TorchScript
+profiling.
 """
 
 from __future__ import annotations
