@@ -7,6 +7,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 from tests.fakes import FakeAdapter, FakeMemoryProbe, fake_audio, fake_facts
@@ -362,4 +364,53 @@ def test_a_crash_of_the_worker_loop_fails_requests_instead_of_hanging(monkeypatc
     assert result.status is RequestStatus.FAILED and "crashed" in result.error and "scheduler bug" in result.error
     late = engine.submit(make_requests(["Later."])[0]).result(timeout=5)
     assert late.status is RequestStatus.FAILED and "crashed" in late.error
+    engine.shutdown()
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    specs=st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.sampled_from(list(Priority)), st.booleans()),
+                   min_size=1, max_size=12),
+    max_batch_size=st.integers(1, 6),
+    oom_probability=st.sampled_from([0.0, 0.3, 0.7]),
+)
+def test_random_mixes_of_requests_all_finish_with_their_own_audio(specs, max_batch_size, oom_probability):
+    """Any mix of lengths, batch keys, priorities and cancellations, with random simulated OOM: every request that
+    was not cancelled is DONE with exactly its own audio (segment i: seed + i), and the queue ends empty."""
+    engine = Engine(FakeAdapter(fake_facts(max_segment_chars=30)),
+                    EngineConfig(max_batch_size=max_batch_size, simulate_oom_probability=oom_probability,
+                                 wait_window_ms=0))
+    handles = []
+    for i, (num_sentences, greedy, priority, cancel) in enumerate(specs):
+        text = f"Request {i} starts here. " + " ".join(f"Sentence {j} of it." for j in range(num_sentences))
+        request = SynthesisRequest(text=text, reference_audio=REF, priority=priority,
+                                   params=SynthesisParams(seed=100 * i, greedy=greedy))
+        handles.append((engine.submit(request), cancel, 100 * i))
+    for handle, cancel, _ in handles:
+        if cancel:
+            assert handle.cancel()
+    engine.start()
+    for handle, cancel, seed in handles:
+        result = handle.result(timeout=60)
+        if cancel:
+            assert result.status is RequestStatus.CANCELLED
+        else:
+            assert result.ok, result.error
+            np.testing.assert_array_equal(result.audio, expected_audio(result, seed))
+    assert engine.stats().queue_depth == 0
+    engine.shutdown()
+
+
+def test_cancel_while_running_returns_at_once_and_the_engine_goes_on():
+    gate = threading.Event()
+    adapter = FakeAdapter(gate=gate)
+    engine = Engine(adapter, EngineConfig(max_batch_size=2, wait_window_ms=0)).start()
+    running = engine.submit(make_requests(["Being generated right now."])[0])
+    assert adapter.entered.wait(10)
+    assert running.cancel() is True
+    assert running.result(timeout=1).status is RequestStatus.CANCELLED  # no need to wait for the batch
+    gate.set()
+    assert engine.submit(make_requests(["Next one."])[0]).result(timeout=30).ok
+    stats = engine.stats()
+    assert stats.num_requests_cancelled == 1 and stats.num_requests_done == 1 and stats.num_requests_active == 0
     engine.shutdown()
