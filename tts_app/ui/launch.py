@@ -55,6 +55,12 @@ def build_context(args: argparse.Namespace):
     ctx = AppContext(model_config=model_config, engine_config=engine_config, lang=args.lang)
     if args.output_dir is not None:
         ctx.output_root = Path(args.output_dir)
+    import threading
+
+    from tts_app.frontend import warm_up
+
+    # Load the front end's dictionaries in the background so the first keystroke's preview is fast.
+    threading.Thread(target=warm_up, name="frontend-warm-up", daemon=True).start()
     try:
         from tts_app.adapters import load_adapter
         from tts_app.audio.reference import ReferenceCache
