@@ -201,14 +201,16 @@ def test_cancel_then_resume_finishes_every_line_once(job_dir, make_engine):
     assert first.num_cancelled > 0 and first.num_ok >= 5 and not first.all_ok
     ok_before = {r["line"] for r in records(out) if r["status"] == "ok"}
 
-    # damage one finished file: resume must redo it, keep the others
-    victim = sorted(ok_before)[0]
+    # damage two finished files (garbage; cut in half): resume must redo them, keep the others
+    victim, cut = sorted(ok_before)[:2]
     (out / f"{victim:05d}.wav").write_bytes(b"RIFF")
+    whole = (out / f"{cut:05d}.wav").read_bytes()
+    (out / f"{cut:05d}.wav").write_bytes(whole[: len(whole) // 2])
     (out / ".00003.wav.abc123.tmp").write_bytes(b"half written")  # as a kill mid-write leaves
-    mtimes = {n: (out / f"{n:05d}.wav").stat().st_mtime_ns for n in ok_before if n != victim}
+    mtimes = {n: (out / f"{n:05d}.wav").stat().st_mtime_ns for n in ok_before if n not in (victim, cut)}
 
     second = run_job(path, out, engine, resume=True)
-    assert second.all_ok and second.num_skipped == len(ok_before) - 1 and second.num_ok == 30 - second.num_skipped
+    assert second.all_ok and second.num_skipped == len(ok_before) - 2 and second.num_ok == 30 - second.num_skipped
     final = sorted(records(out), key=lambda r: r["line"])
     assert [r["line"] for r in final] == list(range(1, 31))  # every line exactly once
     assert all(r["status"] == "ok" for r in final)

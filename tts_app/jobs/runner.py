@@ -132,14 +132,26 @@ def read_results(out_dir: str | Path) -> dict[int, dict]:
 
 
 def audio_decodes(path: Path) -> bool:
-    """True when ``path`` is an audio file soundfile decodes with at least one sample."""
+    """True when ``path`` is a complete audio file: soundfile opens it, it has samples, its last block decodes,
+    and for WAV the RIFF size in the header matches the file size (libsndfile silently accepts a truncated WAV
+    as a shorter one, so a cut file would otherwise pass)."""
     import soundfile as sf
 
     try:
-        data, _ = sf.read(str(path), dtype="float32", always_2d=True)
+        if path.suffix.lower() == ".wav":
+            with open(path, "rb") as fh:
+                head = fh.read(12)
+            # RIFF header: b"RIFF", little-endian uint32 (file size - 8), b"WAVE" (Microsoft RIFF/WAVE spec)
+            if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE" or \
+                    int.from_bytes(head[4:8], "little") != path.stat().st_size - 8:
+                return False
+        with sf.SoundFile(str(path)) as f:
+            if f.frames <= 0:
+                return False
+            f.seek(max(0, f.frames - 1024))
+            return len(f.read(1024, dtype="float32")) > 0
     except Exception:  # soundfile raises LibsndfileError/RuntimeError/OSError variants for broken files
         return False
-    return data.shape[0] > 0
 
 
 def _resumable(out_dir: Path) -> dict[int, dict]:
