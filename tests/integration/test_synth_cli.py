@@ -81,3 +81,12 @@ def test_uncached_model_offline_exits_1_naming_model_dir(data_dir, tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "--model" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "x.wav").exists()
+
+
+def test_cuda_requested_without_a_device_is_a_usage_error(monkeypatch, data_dir, tmp_path, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code = main(["--model", "any", "--ref", str(data_dir / "en_female_1.wav"), "--text", "Hi.",
+                 "--out", str(tmp_path / "x.wav"), "--device", "cuda"])
+    assert code == 2 and "--device cpu" in capsys.readouterr().err

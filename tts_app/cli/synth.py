@@ -97,6 +97,12 @@ def _run(args: argparse.Namespace) -> int:
     from tts_app.adapters import load_adapter
     from tts_app.audio.post import to_srt, write_atomic, write_wav_atomic
 
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError("--device cuda was given but no CUDA device is available; use --device cpu or auto")
+
     adapter = load_adapter(args.model, device=args.device, dtype=args.dtype)
     warnings: list[str] = []
     reference = None
