@@ -72,10 +72,11 @@ def test_each_problem_is_reported_with_its_line_number(job_dir):
         {"input_text": "bad type", "prompt_audio": "b.wav", "seed": "seven"},
         [1, 2],
         {"input_text": "extra", "prompt_audio": "b.wav", "speaker": "x"},
+        '{"input_text": "nan", "prompt_audio": "b.wav", "temperature": NaN}',
     ])
     report = validate_job(path)
     rows = rows_by_line(report)
-    assert (report.num_lines, report.num_valid, report.num_invalid) == (10, 2, 8)
+    assert (report.num_lines, report.num_valid, report.num_invalid) == (11, 2, 9)
     assert 1 not in rows
     assert rows[2][0][0] == "error" and "bad JSON" in rows[2][0][1]
     assert "input_text" in rows[3][0][1]
@@ -86,6 +87,7 @@ def test_each_problem_is_reported_with_its_line_number(job_dir):
     assert "seed" in rows[8][0][1]
     assert "JSON object" in rows[9][0][1]
     assert rows[10] == [("warning", "unknown field 'speaker' ignored")]
+    assert "temperature" in rows[11][0][1] and "finite" in rows[11][0][1]
     assert not report.ok
 
 

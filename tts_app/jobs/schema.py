@@ -24,6 +24,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import json
+import math
 import posixpath
 import re
 import shutil
@@ -452,6 +453,8 @@ def _check_param(name: str, value: Any, line_number: int) -> Any:
           else isinstance(value, (int, float)) and not isinstance(value, bool))
     if not ok:
         raise JobLineError(line_number, f"{name}={value!r} must be {'true/false' if want is bool else want.__name__}")
+    if want is float and not math.isfinite(value):  # json.loads accepts NaN and Infinity
+        raise JobLineError(line_number, f"{name}={value!r} must be a finite number")
     return float(value) if want is float else value
 
 
