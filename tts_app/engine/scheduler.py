@@ -52,7 +52,7 @@ def expected_speech_s(text: str) -> float:
     return wide * CJK_CHAR_S + (len(text) - wide) * OTHER_CHAR_S
 
 
-@dataclass
+@dataclass(eq=False)  # identity, not field equality: two segments are never "the same" segment
 class SegmentWork:
     """One segment waiting for (or in) a batch.
 
