@@ -263,7 +263,7 @@ def test_default_voice_and_audio_zip(job_dir, make_engine, tmp_path):
     out = job_dir / "out"
     summary = run_job(path, out, make_engine(), audio_dir=archive, default_voice=job_dir / "voices" / "anna.wav")
     assert summary.all_ok and summary.num_ok == 2
-    assert (out / ".reference_audio" / "spk" / "wei.wav").is_file()  # unpacked inside the output folder only
+    assert not (out / ".reference_audio").exists()  # unpacked inside the output folder, removed after the job
     assert not any(p.name.endswith(".wav") for p in tmp_path.iterdir() if p.is_file())
     by_line = {r["line"]: r for r in records(out)}
     assert by_line[2]["warnings"] == ["cfg_scale ignored: the fake model has no classifier-free guidance"]

@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -214,9 +215,13 @@ def _audio_root(audio_dir: str | Path | None, scratch_dir: Path, config: JobConf
     audio_dir = Path(audio_dir)
     if audio_dir.is_dir():
         yield audio_dir
-    else:
-        yield extract_audio_zip(_zip_file(audio_dir), scratch_dir, max_total_bytes=config.max_zip_bytes,
-                                max_members=config.max_zip_members)
+        return
+    root = extract_audio_zip(_zip_file(audio_dir), scratch_dir, max_total_bytes=config.max_zip_bytes,
+                             max_members=config.max_zip_members)
+    try:
+        yield root
+    finally:  # only needed while the job runs; a resumed job unpacks it again
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _zip_file(audio_dir: str | Path) -> Path:
@@ -407,7 +412,8 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_d
         jsonl_path: the job file (see ``tts_app.jobs.schema`` for the fields).
         out_dir: output folder (created). Nothing is written outside it.
         engine: a started ``tts_app.engine.Engine`` (``submit``, ``sampling_rate``).
-        audio_dir: folder or ZIP of reference audio; a ZIP is unpacked (safely) into ``out_dir/.reference_audio``.
+        audio_dir: folder or ZIP of reference audio; a ZIP is unpacked (safely) into ``out_dir/.reference_audio``
+            for the duration of the job.
         resume: skip lines whose latest record is ok and whose audio decodes; otherwise results.jsonl starts over.
         progress: called as ``progress(done, total, info)`` after every line; ``info`` has ``line``,
             ``output_name``, ``status`` ("ok" | "failed" | "skipped") and ``error``.
