@@ -101,3 +101,20 @@ def test_long_text_batched_equals_one_by_one(audio_adapter):
     assert len(four.audio) == len(one.audio) > 0
     np.testing.assert_allclose(four.audio, one.audio, atol=1e-4)
     assert [s.start_s for s in four.segments] == [s.start_s for s in one.segments]
+
+
+def test_kv_estimate_equals_the_cache_vibevoice_really_allocates(tiny_checkpoint):
+    """Beyond the config arithmetic: prefill VibeVoice's language model and weigh the KV cache it keeps."""
+    import torch
+
+    adapter = load_adapter(tiny_checkpoint("vibevoice"), device="cpu", dtype="float32")
+    engine = Engine(adapter, EngineConfig(activation_bytes_per_row=0))
+    language_model = adapter.model.model.language_model
+    positions = 37
+    with torch.inference_mode():
+        out = language_model(inputs_embeds=torch.zeros(1, positions, language_model.config.hidden_size),
+                             use_cache=True)
+    cache = out.past_key_values
+    measured = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    # one forward row; the engine's figure covers both CFG rows of a user row
+    assert engine.estimator.kv_bytes(positions) == measured * adapter.facts.cfg_multiplier
