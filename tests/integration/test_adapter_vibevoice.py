@@ -1,0 +1,219 @@
+"""VibeVoice adapter on a tiny random checkpoint of the real architecture (built in code, loaded from disk through
+the same ``from_pretrained(path)`` calls as a hub id)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+import torchaudio
+
+from tts_app.adapters.base import AdapterRow
+from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
+from tts_app.request import SynthesisParams
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Rows of different text lengths, each with its own reference speaker.
+TEXTS = ["Hello there.", "A somewhat longer sentence to speak here.", "你好世界"]
+CLIPS = ["en_female_1.wav", "en_male_1.wav", "zh_female_1.wav"]
+MAX_NEW_TOKENS = 16  # every row of the tiny seed-0 model ends by itself before this
+AUDIO_ATOL = 1e-4  # float32 reassociation between batch shapes; the waveforms peak around 0.3
+
+
+def load_clip(data_dir: Path, name: str, sampling_rate: int) -> np.ndarray:
+    samples, file_rate = sf.read(data_dir / name, dtype="float32", always_2d=True)
+    mono = torch.from_numpy(samples.mean(axis=1))
+    return torchaudio.functional.resample(mono, file_rate, sampling_rate).numpy()
+
+
+@pytest.fixture(scope="module")
+def adapter(tiny_checkpoint):
+    from tts_app.adapters.vibevoice import VibeVoiceAdapter
+
+    return VibeVoiceAdapter.from_pretrained(tiny_checkpoint("vibevoice"), device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def rows(adapter, data_dir):
+    sr = adapter.facts.sampling_rate
+    return [AdapterRow(text=t, reference_audio=load_clip(data_dir, c, sr), reference_text=None, seed=10 + i)
+            for i, (t, c) in enumerate(zip(TEXTS, CLIPS))]
+
+
+def run(adapter, rows, params):
+    inputs = adapter.preprocess(rows, params)
+    outputs = adapter.generate(inputs, params)
+    return outputs.token_ids, adapter.postprocess(outputs, inputs)
+
+
+@pytest.fixture(scope="module")
+def greedy_runs(adapter, rows):
+    """tokens/audio for: batch of 3 and one by one, each with the KV cache on and off."""
+    results = {}
+    for use_cache in (True, False):
+        params = SynthesisParams(greedy=True, max_new_tokens=MAX_NEW_TOKENS, use_cache=use_cache)
+        results[("batch", use_cache)] = run(adapter, rows, params)
+        singles = [run(adapter, [row], params) for row in rows]
+        results[("single", use_cache)] = ([s[0][0] for s in singles], [s[1][0] for s in singles])
+    return results
+
+
+def assert_same(reference, other, what):
+    ref_tokens, ref_audio = reference
+    tokens, audio = other
+    for i in range(len(ref_tokens)):
+        assert torch.equal(ref_tokens[i], tokens[i]), f"{what}: row {i} tokens {tokens[i]} != {ref_tokens[i]}"
+        assert audio[i].shape == ref_audio[i].shape, f"{what}: row {i} length {audio[i].shape} != {ref_audio[i].shape}"
+        np.testing.assert_allclose(audio[i], ref_audio[i], rtol=0, atol=AUDIO_ATOL, err_msg=f"{what}: row {i}")
+
+
+def test_cli_writes_a_checkpoint_that_load_adapter_loads(tmp_path):
+    from tts_app.adapters import load_adapter
+    from tts_app.adapters.vibevoice import VibeVoiceAdapter
+
+    out = tmp_path / "tiny-vv"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "tts_app", "make-tiny-model", "--family", "vibevoice", "--out",
+                           str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    adapter = load_adapter(out, device="cpu", dtype="float32")
+    assert isinstance(adapter, VibeVoiceAdapter)
+    assert adapter.facts.family == "vibevoice" and adapter.facts.num_parameters < 5_000_000
+
+
+def test_same_seed_gives_identical_weights(tmp_path, tiny_checkpoint):
+    from safetensors.torch import load_file
+
+    from tts_app.adapters.vibevoice import VibeVoiceAdapter
+
+    again = VibeVoiceAdapter.make_tiny_checkpoint(tmp_path / "again", seed=0)
+    first = load_file(tiny_checkpoint("vibevoice") / "model.safetensors")
+    second = load_file(again / "model.safetensors")
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_synthesis_of_a_real_reference_gives_finite_audio(adapter, rows):
+    params = SynthesisParams(greedy=True, max_new_tokens=MAX_NEW_TOKENS)
+    (audio,) = adapter.synthesize(rows[:1], params)
+    assert adapter.facts.sampling_rate == adapter.processor.feature_extractor.sampling_rate == 24000
+    assert audio.dtype == np.float32 and audio.ndim == 1
+    assert audio.size > 0 and np.isfinite(audio).all()
+    assert np.abs(audio).max() > 1e-3  # audible, not a block of zeros
+    assert audio.size % 3200 == 0  # whole codec frames, no padding audio
+
+
+def test_greedy_rows_end_at_their_own_step(adapter, greedy_runs):
+    tokens, audio = greedy_runs[("batch", True)]
+    audio_token = adapter.model.config.audio_token_id
+    lengths = [len(a) for a in audio]
+    stopped = [int(t[-1]) != audio_token for t in tokens]
+    assert any(stopped) and len(set(lengths)) > 1, f"rows should stop at different steps; got {lengths}"
+    for t, a in zip(tokens, audio):
+        assert len(a) == int((t == audio_token).sum()) * 3200  # one frame per <audio> token, nothing else
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_greedy_batch_equals_one_by_one(greedy_runs, use_cache):
+    assert_same(greedy_runs[("single", use_cache)], greedy_runs[("batch", use_cache)],
+                f"batch of 3 vs one by one (use_cache={use_cache})")
+
+
+@pytest.mark.parametrize("mode", ["batch", "single"])
+def test_greedy_cache_on_equals_cache_off(greedy_runs, mode):
+    assert_same(greedy_runs[(mode, True)], greedy_runs[(mode, False)], f"cache on vs off ({mode})")
+
+
+def test_sampled_row_does_not_depend_on_its_batch_mates(adapter, rows):
+    params = SynthesisParams(greedy=False, temperature=1.5, top_k=3, top_p=0.95, max_new_tokens=8)
+    no_reference = AdapterRow(text="No voice given.", reference_audio=None, reference_text=None, seed=3)
+    batch = run(adapter, [rows[1], no_reference, rows[2]], params)
+    alone = [run(adapter, [row], params) for row in (rows[1], no_reference, rows[2])]
+    assert_same(([a[0][0] for a in alone], [a[1][0] for a in alone]), batch, "sampled batch vs one by one")
+
+
+def test_different_seeds_give_different_audio(adapter, rows):
+    params = SynthesisParams(greedy=True, max_new_tokens=4)
+    first = adapter.synthesize([rows[0]], params)[0]
+    other = adapter.synthesize([AdapterRow(rows[0].text, rows[0].reference_audio, None, seed=999)], params)[0]
+    assert first.size and other.size and not np.allclose(first[:min(first.size, other.size)],
+                                                         other[:min(first.size, other.size)])
+
+
+def test_loading_goes_through_the_hub_from_pretrained_calls(tiny_checkpoint, monkeypatch):
+    import transformers
+
+    from tts_app.adapters.vibevoice import VibeVoiceAdapter
+
+    seen = []
+    for cls in (transformers.VibeVoiceForConditionalGeneration, transformers.AutoProcessor):
+        original = cls.from_pretrained.__func__
+
+        def spy(klass, path, *args, _original=original, **kwargs):
+            seen.append((klass.__name__, path))
+            return _original(klass, path, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
+    folder = tiny_checkpoint("vibevoice")
+    VibeVoiceAdapter.from_pretrained(folder)
+    assert ("VibeVoiceForConditionalGeneration", str(folder)) in seen
+    assert ("AutoProcessor", str(folder)) in seen
+
+
+def test_load_errors_are_model_load_errors(tmp_path, tiny_checkpoint):
+    from tts_app.adapters.vibevoice import VibeVoiceAdapter
+
+    with pytest.raises(ModelLoadError, match="cannot load VibeVoice checkpoint"):
+        VibeVoiceAdapter.from_pretrained(tmp_path)  # empty folder
+    with pytest.raises(ModelLoadError, match="dtype"):
+        VibeVoiceAdapter.from_pretrained(tiny_checkpoint("vibevoice"), dtype="int8")
+
+
+def test_bad_rows_raise_the_projects_errors(adapter, rows):
+    params = SynthesisParams(greedy=True, max_new_tokens=2)
+    with pytest.raises(InputError, match="row 0: text is empty"):
+        adapter.preprocess([AdapterRow(text="  ", reference_audio=None, reference_text=None)], params)
+    bad = rows[0].reference_audio.copy()
+    bad[10] = np.nan
+    with pytest.raises(ReferenceAudioError, match="row 1"):
+        adapter.preprocess([rows[0], AdapterRow(text="hi", reference_audio=bad, reference_text=None)], params)
+
+
+def test_facts_match_the_loaded_config(adapter):
+    f = adapter.facts
+    text_config = adapter.model.config.text_config
+    assert (f.num_layers, f.num_kv_heads, f.head_dim) == (2, 2, 8) == (
+        text_config.num_hidden_layers, text_config.num_key_value_heads, text_config.head_dim)
+    assert f.frames_per_second == 7.5 and f.reference_positions_per_second == 7.5
+    assert f.text_positions_per_char == 1.0  # one token per character in the tiny tokenizer
+    assert f.cfg_multiplier == 2 and f.has_cfg and f.kv_cache_exact and f.dtype_bytes == 4
+    assert f.num_parameters == sum(p.numel() for p in adapter.model.parameters())
+
+
+def test_kv_estimate_covers_the_caches_generate_builds(adapter, rows, monkeypatch):
+    from tts_app.adapters import vibevoice
+
+    peak = {}
+    original = vibevoice._DecoderStream.forward
+
+    def spy(stream):
+        hidden = original(stream)
+        peak[id(stream)] = stream.cache.get_seq_length()
+        return hidden
+
+    monkeypatch.setattr(vibevoice._DecoderStream, "forward", spy)
+    row = rows[0]  # speaks longer than 4 frames, so it runs to the cap
+    tokens, _ = run(adapter, [row], SynthesisParams(greedy=True, max_new_tokens=4))
+    assert len(tokens[0]) == 4 and len(peak) == 2  # prompt stream + CFG negative stream
+    measured_bytes = sum(peak.values()) * adapter.facts.kv_bytes_per_position
+    positions = adapter.estimate_positions(len(row.text), len(row.reference_audio) / adapter.facts.sampling_rate,
+                                           0, max_new_tokens=4)
+    estimate_bytes = adapter.facts.kv_bytes_per_position * positions * adapter.facts.cfg_multiplier
+    # The last step's frame is never fed back (2 positions) and the split over 2 streams rounds up (1 position).
+    assert measured_bytes <= estimate_bytes <= measured_bytes + 3 * adapter.facts.kv_bytes_per_position

@@ -1,0 +1,563 @@
+"""VibeVoice adapter (the default family): Qwen2 LM + acoustic tokenizer (sigma-VAE codec) + semantic encoder +
+diffusion head, through transformers' ``VibeVoiceForConditionalGeneration`` / ``VibeVoiceProcessor``.
+
+How VibeVoice speaks (next-token diffusion, arXiv 2508.19205): the LM reads a prompt
+``system | Voice input: Speaker 0: <audio_bos> <audio>*N <audio_eos> | Text input: Speaker 0: text |
+Speech output: <audio_bos>`` in which the N reference placeholders are replaced by the projected acoustic latents of
+the reference audio (one per 3200 samples at 24 kHz = 7.5 frames/s). Each decode step the LM picks one of
+{``<audio>`` = "make one more frame", ``<audio_eos>``, ``<eos>``}. On ``<audio>`` the diffusion head turns the LM's
+last hidden state into one acoustic latent (DPM-Solver, v-prediction, classifier-free guidance against a second
+"negative" LM stream that starts from a lone ``<audio_bos>``), the codec decoder turns it into 3200 samples, and the
+next LM input is acoustic-projector(latent) + semantic-connector(semantic-encoder(those samples)).
+
+Why this file runs its own decode loop instead of ``model.generate`` (transformers 5.24.0,
+``models/vibevoice/generation_vibevoice.py``, ``VibeVoiceGenerationMixin._sample``):
+
+* ``use_cache=False`` is wrong there. Each step it calls ``prepare_inputs_for_generation(input_ids,
+  next_sequence_length=None)`` (so the model is asked to re-read the whole prefix) but then overwrites
+  ``model_inputs["inputs_embeds"]`` with only the last step's ``(batch, 1, hidden)`` embedding and drops
+  ``input_values``. The LM therefore sees a one-position sequence with no prefix (wrong tokens at batch 1), while the
+  attention mask / position ids still describe the full prefix, which crashes at batch > 1 (mask and embeds disagree in
+  length). The prefix cannot be rebuilt from ``input_ids`` either: the reference-audio embeddings and every generated
+  frame's acoustic+semantic embedding exist only as embeddings, and the mixin keeps only the last one. The negative
+  (CFG) stream in ``_step_negative_branch`` has the same defect.
+* Rows are coupled: the diffusion noise is one global ``torch.randn(batch, ...)`` draw (``_sample_audio_latent``), the
+  negative stream and the streaming codec/semantic conv caches advance for *every* row whenever *any* row makes a
+  frame (``_decode_audio_latent`` decodes zeros for the others), and ``encode(sample=True)`` draws the reference
+  latent noise from the global RNG. A row's audio then depends on its batch-mates.
+* ``do_sample`` is ignored (always argmax).
+
+Our loop keeps the whole input history as embeddings (no cache) or a ``DynamicCache`` (cache), computes position ids
+from the attention mask (left padding), advances streams and conv caches only for the rows that make a frame, and
+draws every random number of a row from ``torch.Generator().manual_seed(row.seed)``. Model math (LM, diffusion head,
+codec, connectors, noise scheduler) is all transformers'/diffusers' own.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tts_app.adapters.base import DTYPE_BYTES, AdapterRow, ModelFacts, TTSAdapter
+from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
+from tts_app.request import SynthesisParams
+
+# Published architecture of vibevoice/VibeVoice-1.5B-hf, for building the full-size model with random weights on a
+# GPU benchmark (no download). Sources: the defaults of transformers 5.24.0 ``VibeVoiceConfig`` /
+# ``VibeVoiceDiffusionHeadConfig`` / ``VibeVoiceAcousticTokenizerConfig`` (documented as those of
+# ``vibevoice/VibeVoice-1.5B-hf``: token ids, diffusion head 4 layers x 1536 / 4608, codec 64-d latents, ratios
+# [2,2,4,5,5,8] = hop 3200, semantic encoder 128-d) and the Qwen2.5-1.5B decoder the model card names (28 layers,
+# hidden 1536, 12 query / 2 KV heads of 128, MLP 8960, vocab 151936, tied embeddings, rope theta 1e6).
+VIBEVOICE_1_5B_CONFIG: dict = {
+    "text_config": {
+        "model_type": "qwen2",
+        "vocab_size": 151936,
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "max_position_embeddings": 65536,
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True,
+    },
+    "audio_config": {
+        "model_type": "vibevoice_acoustic_tokenizer",
+        "hidden_size": 64,
+        "num_filters": 32,
+        "downsampling_ratios": [2, 2, 4, 5, 5, 8],
+        "depths": [3, 3, 3, 3, 3, 3, 8],
+    },
+    "semantic_model_config": {
+        "model_type": "vibevoice_acoustic_tokenizer_encoder",
+        "hidden_size": 128,
+        "num_filters": 32,
+        "downsampling_ratios": [2, 2, 4, 5, 5, 8],
+        "depths": [3, 3, 3, 3, 3, 3, 8],
+    },
+    "diffusion_head_config": {"num_hidden_layers": 4, "intermediate_size": 4608},
+    "pad_token_id": 151643,
+    "eos_token_id": 151643,
+    "audio_bos_token_id": 151652,
+    "audio_eos_token_id": 151653,
+    "audio_token_id": 151654,
+}
+
+# Prompt layout of VibeVoice's own processor (original microsoft/VibeVoice ``vibevoice_processor.py``; the same text
+# the hf chat template renders). One ``{audio}`` placeholder is expanded by ``VibeVoiceProcessor`` to one token per
+# acoustic frame of the reference.
+SYSTEM_PROMPT = (" Transform the text provided by various speakers into speech output, utilizing the distinct voice "
+                 "of each respective speaker.\n")
+VOICE_SECTION = " Voice input:\n Speaker 0:{audio_bos}{audio}{audio_eos}\n"
+TEXT_SECTION = " Text input:\n Speaker 0: {text}\n Speech output:\n{audio_bos}"
+
+DEFAULT_CFG_SCALE = 1.3  # VibeVoice demo default (``--cfg_scale 1.3``); used when generation_config has none
+DEFAULT_NUM_DIFFUSION_STEPS = 10  # transformers' VibeVoiceGenerationMixin fallback
+DEFAULT_MAX_NEW_TOKENS = 600  # 80 s of audio at 7.5 frames/s: ample for one max_segment_chars segment
+MAX_SEGMENT_CHARS = 250  # ~15-20 s of speech per segment; the 1.5B model is trained on long context, so this is safe
+
+TINY_SHARED_COMPONENT = 0.2
+TINY_STOP_MARGIN = 0.12
+TINY_CODEC_INIT_RANGE = 0.1
+
+# Sample text used to measure tokens per character of whatever tokenizer the checkpoint ships (Qwen2 BPE for real
+# checkpoints, one token per character for tiny ones). Mixed English / Chinese; the larger of the two ratios is used
+# so the KV estimate errs high.
+_TOKENS_PER_CHAR_SAMPLES = (
+    "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun.",
+    "今天天气很好，我们一起去公园散步，看看湖边的花开了没有。",
+)
+
+
+@dataclass
+class VibeVoiceInputs:
+    """Model inputs of one batch (output of ``preprocess``).
+
+    Attributes:
+        inputs_embeds: ``(batch_size, prompt_len, hidden_size)`` prompt embeddings with the reference frames in place.
+        attention_mask: ``(batch_size, prompt_len)`` int64, 1 = real token, left padding = 0.
+        input_ids: ``(batch_size, prompt_len)`` int64 prompt token ids (for inspection).
+        seeds: per-row seeds.
+    """
+
+    inputs_embeds: object
+    attention_mask: object
+    input_ids: object
+    seeds: list[int]
+
+
+@dataclass
+class VibeVoiceOutputs:
+    """Output of ``generate``.
+
+    Attributes:
+        token_ids: per row, the generated LM token ids (``<audio>`` per frame, then ``<audio_eos>``/``<eos>`` when the
+            row ended by itself; absent when it hit ``max_new_tokens``), int64 ``(num_steps,)``.
+        audio_chunks: per row, float32 ``(samples_per_frame,)`` tensors, one per generated frame.
+    """
+
+    token_ids: list = field(default_factory=list)
+    audio_chunks: list = field(default_factory=list)
+
+
+class _RowStreamingCache:
+    """Per-row state of a streaming causal conv stack (codec decoder or semantic encoder) for a whole batch.
+
+    transformers' ``VibeVoiceAcousticTokenizerConv1dPaddingCache`` holds one ``(batch, channels, left_pad)`` tensor per
+    conv layer and advances every row on every call. Here each call runs only the rows that produced a frame: their
+    slices are gathered into a fresh padding cache, the conv stack runs on that sub-batch, and the updated slices are
+    scattered back. Rows not yet run keep zeros, which is what the library's lazy initialisation gives a fresh row.
+    """
+
+    def __init__(self, batch_size: int):
+        self.batch_size = batch_size
+        self.layers: dict = {}  # cache_key -> (template cache layer, tensor (batch_size, channels, left_pad))
+
+    def run(self, conv_stack, inputs, rows):
+        """Run ``conv_stack(inputs, padding_cache=..., use_cache=True)`` for batch rows ``rows`` (int64 index)."""
+        from transformers.models.vibevoice_acoustic_tokenizer.modeling_vibevoice_acoustic_tokenizer import (
+            VibeVoiceAcousticTokenizerConv1dPaddingCache,
+        )
+
+        sub_cache = VibeVoiceAcousticTokenizerConv1dPaddingCache()
+        for key, (template, full) in self.layers.items():
+            layer = copy.copy(template)
+            layer.cache = full[rows].clone()
+            sub_cache.layers[key] = layer
+        outputs = conv_stack(inputs, padding_cache=sub_cache, use_cache=True)
+        for key, layer in sub_cache.layers.items():
+            if key not in self.layers:
+                full = layer.cache.new_zeros((self.batch_size, *layer.cache.shape[1:]))
+                self.layers[key] = (layer, full)
+            self.layers[key][1][rows] = layer.cache
+        return outputs
+
+
+class _DecoderStream:
+    """One LM input stream (the positive prompt stream, or the CFG negative stream) of a batch.
+
+    Holds the attention mask of every position so far (left padding and finished rows are 0) and either a
+    ``DynamicCache`` (``use_cache=True``: each forward reads only the new positions) or the whole embedding history
+    (``use_cache=False``: each forward re-reads every position). Position ids come from the mask
+    (``cumsum(mask) - 1``), so a row's positions do not depend on how much padding its batch-mates forced on it.
+    """
+
+    def __init__(self, language_model, inputs_embeds, attention_mask, use_cache: bool):
+        from transformers import DynamicCache
+
+        self.language_model = language_model
+        self.use_cache = use_cache
+        self.cache = DynamicCache(config=language_model.config) if use_cache else None
+        self.history = inputs_embeds[:, :0]  # positions already run (kept only without cache)
+        self.pending = inputs_embeds  # positions not yet run
+        self.attention_mask = attention_mask
+
+    def append(self, inputs_embeds, active):
+        """Queue one position ``(batch_size, 1, hidden)``; ``active`` (bool ``(batch_size,)``) rows attend to it."""
+        import torch
+
+        self.pending = torch.cat([self.pending, inputs_embeds], dim=1)
+        self.attention_mask = torch.cat([self.attention_mask, active.to(self.attention_mask.dtype)[:, None]], dim=1)
+
+    def forward(self):
+        """Run the queued positions; returns the last position's hidden state ``(batch_size, hidden)``."""
+        import torch
+
+        position_ids = (self.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        if self.use_cache:
+            num_new = self.pending.shape[1]
+            outputs = self.language_model(inputs_embeds=self.pending, attention_mask=self.attention_mask,
+                                          position_ids=position_ids[:, -num_new:], cache=self.cache, use_cache=True)
+        else:
+            self.history = torch.cat([self.history, self.pending], dim=1)
+            outputs = self.language_model(inputs_embeds=self.history, attention_mask=self.attention_mask,
+                                          position_ids=position_ids, use_cache=False)
+        self.pending = self.pending[:, :0]
+        return outputs.last_hidden_state[:, -1]
+
+
+class VibeVoiceAdapter(TTSAdapter):
+    """Adapter for VibeVoice checkpoints (``model_type == "vibevoice"``, e.g. ``vibevoice/VibeVoice-1.5B-hf``).
+
+    Reference text is not used (VibeVoice clones from the reference audio alone). Rows without reference audio get
+    the prompt without its "Voice input" section.
+    """
+
+    family = "vibevoice"
+
+    def __init__(self, model, processor, device: str, dtype: str):
+        self.model = model
+        self.processor = processor
+        self.device = device
+        self.dtype = dtype
+        self.facts = self._measure_facts()
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def from_pretrained(cls, id_or_path: str | Path, *, device: str = "cpu", dtype: str = "float32"
+                        ) -> "VibeVoiceAdapter":
+        """Load with ``VibeVoiceForConditionalGeneration.from_pretrained(id_or_path)`` and
+        ``AutoProcessor.from_pretrained(id_or_path)`` (hub id or local folder alike).
+
+        Args:
+            device: "cpu", "cuda", "cuda:N".
+            dtype: "float32", "bfloat16" or "float16".
+
+        Raises:
+            ModelLoadError: unknown dtype, or the checkpoint cannot be read / is not a VibeVoice checkpoint.
+        """
+        import torch
+        from transformers import AutoProcessor, VibeVoiceForConditionalGeneration
+
+        if dtype not in DTYPE_BYTES:
+            raise ModelLoadError(f"dtype {dtype!r} is not supported; choose one of {sorted(DTYPE_BYTES)}")
+        id_or_path = str(id_or_path)
+        try:
+            model = VibeVoiceForConditionalGeneration.from_pretrained(id_or_path, dtype=getattr(torch, dtype))
+            processor = AutoProcessor.from_pretrained(id_or_path)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ModelLoadError(f"cannot load VibeVoice checkpoint {id_or_path!r}: {exc}. Point --model at a "
+                                 "VibeVoice folder, or write a tiny one with `python -m tts_app make-tiny-model "
+                                 "--family vibevoice --out DIR`.") from exc
+        model.to(device).eval()
+        processor.tokenizer.padding_side = "left"
+        return cls(model, processor, device=device, dtype=dtype)
+
+    def _measure_facts(self) -> ModelFacts:
+        config = self.model.config
+        text_config = config.text_config
+        feature_extractor = self.processor.feature_extractor
+        hop = int(config.audio_config.hop_length)
+        tokenizer = self.processor.tokenizer
+        tokens_per_char = max(len(tokenizer(s, add_special_tokens=False)["input_ids"]) / len(s)
+                              for s in _TOKENS_PER_CHAR_SAMPLES)
+        head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
+        generation_config = self.model.generation_config
+        self._default_cfg_scale = float(getattr(generation_config, "guidance_scale", None) or DEFAULT_CFG_SCALE)
+        # The checkpoint's noise scheduler (diffusers class + config named in its generation config), built once:
+        # importing diffusers takes seconds.
+        self._noise_scheduler = self.model._build_default_noise_scheduler(generation_config)
+        self._num_diffusion_steps = int(getattr(generation_config, "num_diffusion_steps", None)
+                                        or DEFAULT_NUM_DIFFUSION_STEPS)
+        # Fixed prompt positions besides the text and the reference frames (system prompt, headers, speaker tags).
+        self._prompt_overhead = len(tokenizer(self._prompt("", num_frames=0), add_special_tokens=False)["input_ids"])
+        return ModelFacts(
+            family=self.family,
+            sampling_rate=int(feature_extractor.sampling_rate),
+            num_layers=int(text_config.num_hidden_layers),
+            num_kv_heads=int(text_config.num_key_value_heads),
+            head_dim=int(head_dim),
+            dtype_bytes=DTYPE_BYTES[self.dtype],
+            cfg_multiplier=2,
+            frames_per_second=feature_extractor.sampling_rate / hop,
+            text_positions_per_char=tokens_per_char,
+            reference_positions_per_second=feature_extractor.sampling_rate / hop,
+            default_max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
+            max_segment_chars=MAX_SEGMENT_CHARS,
+            supports_pinyin=False,
+            has_cfg=True,
+            has_top_k=True,
+            num_parameters=int(sum(p.numel() for p in self.model.parameters())),
+            kv_cache_exact=True,
+        )
+
+    def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
+                           max_new_tokens: int) -> int:
+        """KV positions per forward row, such that ``kv_bytes_per_position x positions x cfg_multiplier`` is the
+        row's whole KV cache.
+
+        A row keeps two caches of the same LM: the prompt stream (prompt + reference frames + new tokens) and the CFG
+        negative stream (1 + new tokens; it never sees the prompt). Their sum is split over ``cfg_multiplier = 2``,
+        rounded up. The reference text is not part of VibeVoice's prompt.
+        """
+        f = self.facts
+        prompt = (self._prompt_overhead + math.ceil(reference_s * f.reference_positions_per_second)
+                  + math.ceil(text_chars * f.text_positions_per_char))
+        positive = prompt + max_new_tokens
+        negative = 1 + max_new_tokens
+        return math.ceil((positive + negative) / f.cfg_multiplier)
+
+    # ------------------------------------------------------------------ tiny checkpoint
+
+    @classmethod
+    def make_tiny_checkpoint(cls, out_dir: str | Path, seed: int = 0) -> Path:
+        """Write a tiny random VibeVoice (real architecture, every sub-model shrunk) plus its processor.
+
+        Qwen2 LM: 2 layers, hidden 32, 4 query / 2 KV heads of 8. Codec and semantic encoder: the real downsampling
+        ratios (hop 3200 samples = 7.5 frames/s at 24 kHz) with 2 base filters and one block per stage. Diffusion
+        head: 1 layer. Tokenizer: one token per character (``build_char_tokenizer``) plus the Qwen2 special tokens
+        VibeVoice uses. Same seed -> identical weights. Returns ``out_dir``.
+        """
+        import torch
+        from transformers import (VibeVoiceAcousticTokenizerFeatureExtractor, VibeVoiceConfig,
+                                  VibeVoiceForConditionalGeneration, VibeVoiceProcessor)
+
+        from tts_app.adapters.tiny_vocab import build_char_tokenizer
+
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        specials = ["<unk>", "<|endoftext|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>"]
+        tokenizer = build_char_tokenizer(specials, unk_token="<unk>", pad_token="<|endoftext|>",
+                                         eos_token="<|endoftext|>", padding_side="left")
+        ids = {t: tokenizer.convert_tokens_to_ids(t) for t in specials}
+        # initializer_range / layer_scale_init_value: the codec's defaults (0.01, 1e-6) make a random decoder output
+        # ~1e-9; these give an audible (if meaningless) waveform.
+        codec = {"num_filters": 2, "downsampling_ratios": [2, 2, 4, 5, 5, 8], "depths": [1] * 7,
+                 "initializer_range": TINY_CODEC_INIT_RANGE, "layer_scale_init_value": 1.0}
+        config = VibeVoiceConfig(
+            text_config={"model_type": "qwen2", "vocab_size": len(tokenizer), "hidden_size": 32,
+                         "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                         "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 4096,
+                         "tie_word_embeddings": True},
+            audio_config={"model_type": "vibevoice_acoustic_tokenizer", "hidden_size": 8, **codec},
+            semantic_model_config={"model_type": "vibevoice_acoustic_tokenizer_encoder", "hidden_size": 8, **codec},
+            diffusion_head_config={"num_hidden_layers": 1, "intermediate_size": 64, "frequency_embedding_size": 32},
+            pad_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|endoftext|>"],
+            audio_bos_token_id=ids["<|vision_start|>"], audio_eos_token_id=ids["<|vision_end|>"],
+            audio_token_id=ids["<|vision_pad|>"],
+        )
+        torch.manual_seed(seed)
+        model = VibeVoiceForConditionalGeneration(config).eval()
+        # A random LM picks among <audio> / <audio_eos> / <eos> arbitrarily (mostly: stops at once). Give every
+        # input embedding (text tokens and both frame connectors) a shared component on feature 0 and give the two
+        # stop tokens a slightly smaller one, so the tied LM head leans towards <audio> with a margin of the same size
+        # as the step-to-step variation: rows then speak for a few to a few dozen frames and stop at different steps,
+        # like a trained model. Values chosen by a scan on seed 0 (TINY_SHARED_COMPONENT, TINY_STOP_MARGIN).
+        with torch.no_grad():
+            embeddings = model.model.language_model.embed_tokens.weight
+            embeddings[:, 0] = TINY_SHARED_COMPONENT
+            embeddings[config.eos_token_id, 0] -= TINY_STOP_MARGIN
+            embeddings[config.audio_eos_token_id, 0] -= TINY_STOP_MARGIN
+            model.model.multi_modal_projector.linear_2.bias[0] += TINY_SHARED_COMPONENT
+            model.model.semantic_connector.linear_2.bias[0] += TINY_SHARED_COMPONENT
+        model.generation_config.noise_scheduler_class = "DPMSolverMultistepScheduler"
+        model.generation_config.noise_scheduler_config = {"beta_schedule": "squaredcos_cap_v2",
+                                                          "prediction_type": "v_prediction"}
+        model.generation_config.num_diffusion_steps = 4
+        model.generation_config.guidance_scale = DEFAULT_CFG_SCALE
+        feature_extractor = VibeVoiceAcousticTokenizerFeatureExtractor(
+            sampling_rate=24000, pad_to_multiple_of=config.audio_config.hop_length)
+        processor = VibeVoiceProcessor(feature_extractor=feature_extractor, tokenizer=tokenizer)
+        model.save_pretrained(out_dir, safe_serialization=True)
+        processor.save_pretrained(out_dir)
+        return out_dir
+
+    # ------------------------------------------------------------------ batch pipeline
+
+    def _prompt(self, text: str, num_frames: int | None) -> str:
+        """Prompt text of one row; ``num_frames=None`` = no reference audio, else one audio placeholder (the
+        processor expands it to the frame count)."""
+        p = self.processor
+        voice = ""
+        if num_frames is not None:
+            voice = VOICE_SECTION.format(audio_bos=p.audio_bos_token, audio=p.audio_token * (num_frames > 0),
+                                         audio_eos=p.audio_eos_token)
+        return SYSTEM_PROMPT + voice + TEXT_SECTION.format(text=text, audio_bos=p.audio_bos_token)
+
+    def preprocess(self, rows: list[AdapterRow], params: SynthesisParams) -> VibeVoiceInputs:
+        """Tokenise the rows (left-padded) and put each row's reference frames into its prompt embeddings.
+
+        Each row's reference audio (float32 ``(num_samples,)`` at ``facts.sampling_rate``) is encoded on its own, with
+        the codec's sigma-VAE noise drawn from a generator seeded with ``row.seed``.
+
+        Raises:
+            InputError: no rows, or a row's text is empty.
+            ReferenceAudioError: a reference is not a finite 1-D array with at least one sample.
+        """
+        import torch
+
+        if not rows:
+            raise InputError("preprocess got no rows; pass at least one AdapterRow")
+        audios = []
+        for i, row in enumerate(rows):
+            if not row.text or not row.text.strip():
+                raise InputError(f"row {i}: text is empty; give the segment some text to speak")
+            if row.reference_audio is not None:
+                ref = np.asarray(row.reference_audio, dtype=np.float32)
+                if ref.ndim != 1 or ref.size == 0 or not np.isfinite(ref).all():
+                    raise ReferenceAudioError(
+                        f"row {i}: reference audio must be a finite mono array (num_samples,) with samples; got shape "
+                        f"{ref.shape}. Clean it with `python -m tts_app reference FILE` first.")
+                audios.append(ref)
+        prompts = [self._prompt(row.text.strip(), None if row.reference_audio is None else 1) for row in rows]
+        kwargs = {"padding": True, "return_tensors": "pt"}
+        if audios:
+            kwargs.update(audio=audios, sampling_rate=self.facts.sampling_rate)
+        batch = self.processor(text=prompts, **kwargs)
+        input_ids = batch["input_ids"].to(self.device)
+        attention_mask = batch["attention_mask"].to(self.device)
+        lm = self.model.model
+        with torch.inference_mode():
+            inputs_embeds = lm.get_input_embeddings()(input_ids)
+            audio_index = 0
+            for i, row in enumerate(rows):
+                if row.reference_audio is None:
+                    continue
+                num_samples = int(batch["padding_mask"][audio_index].sum())
+                padded = math.ceil(num_samples / self.processor.feature_extractor.pad_to_multiple_of) * \
+                    self.processor.feature_extractor.pad_to_multiple_of
+                values = batch["input_values"][audio_index:audio_index + 1, :, :padded].to(self.device, lm.dtype)
+                mask = batch["padding_mask"][audio_index:audio_index + 1, :padded].to(self.device)
+                with torch.random.fork_rng(devices=[torch.device(self.device)] if "cuda" in self.device else []):
+                    torch.manual_seed(row.seed)
+                    frames = lm.get_audio_features(values, mask, sample=True).pooler_output  # (num_frames, hidden)
+                placeholder = input_ids[i] == self.model.config.audio_token_id
+                inputs_embeds[i, placeholder] = frames.to(inputs_embeds.dtype)
+                audio_index += 1
+        return VibeVoiceInputs(inputs_embeds=inputs_embeds, attention_mask=attention_mask, input_ids=input_ids,
+                               seeds=[int(row.seed) for row in rows])
+
+    def _select_tokens(self, hidden, params: SynthesisParams, generators, allowed):
+        """Next token per row from the LM head, restricted to ``allowed``; argmax when greedy, else sampled with
+        transformers' temperature / top-k / top-p warpers and the row's own generator."""
+        import torch
+        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+        logits = self.model.lm_head(hidden).float()  # (batch, vocab)
+        scores = torch.full_like(logits, float("-inf"))
+        scores[:, allowed] = logits[:, allowed]
+        if params.greedy:
+            return scores.argmax(dim=-1)
+        warpers = LogitsProcessorList()
+        if params.temperature is not None:
+            warpers.append(TemperatureLogitsWarper(params.temperature))
+        if params.top_k is not None:
+            warpers.append(TopKLogitsWarper(params.top_k))
+        if params.top_p is not None:
+            warpers.append(TopPLogitsWarper(params.top_p))
+        probs = torch.softmax(warpers(None, scores), dim=-1)
+        return torch.cat([torch.multinomial(probs[i], 1, generator=generators[i]) for i in range(len(generators))])
+
+    def _sample_latents(self, positive, negative, cfg_scale: float, generators, scheduler):
+        """One acoustic latent per row ``(n, latent_size)`` by DPM-Solver with classifier-free guidance; the starting
+        noise of row i comes from ``generators[i]``. Follows ``VibeVoiceGenerationMixin._sample_audio_latent``."""
+        import torch
+
+        head = self.model.model.diffusion_head
+        latent_size = self.model.config.audio_config.hidden_size
+        scheduler.set_timesteps(num_inference_steps=self._num_diffusion_steps)
+        noise = torch.stack([torch.randn(latent_size, generator=g, device=positive.device) for g in generators])
+        latent = noise.to(positive.dtype)
+        condition = torch.cat([positive, negative], dim=0)
+        for timestep in scheduler.timesteps:
+            both = torch.cat([latent, latent], dim=0)
+            eps = head(both, timestep.repeat(both.shape[0]).to(both), condition=condition)
+            cond_eps, uncond_eps = eps.chunk(2, dim=0)
+            guided = uncond_eps + cfg_scale * (cond_eps - uncond_eps)
+            latent = scheduler.step(guided, timestep, latent).prev_sample
+        return latent
+
+    def generate(self, inputs: VibeVoiceInputs, params: SynthesisParams) -> VibeVoiceOutputs:
+        """Decode until every row says ``<audio_eos>``/``<eos>`` or ``max_new_tokens`` frames are made.
+
+        Honours ``params.greedy`` (argmax) / temperature / top_k / top_p (LM token choice), ``cfg_scale``
+        (guidance of the diffusion head; default from the checkpoint's generation config, else 1.3),
+        ``max_new_tokens`` and ``use_cache`` (same tokens on or off). May raise ``torch.OutOfMemoryError``.
+        """
+        import torch
+
+        model, config = self.model, self.model.config
+        batch_size = inputs.inputs_embeds.shape[0]
+        max_new_tokens = self.max_new_tokens(params)
+        cfg_scale = params.cfg_scale if params.cfg_scale is not None else self._default_cfg_scale
+        device = inputs.inputs_embeds.device
+        generators = [torch.Generator(device=device).manual_seed(seed) for seed in inputs.seeds]
+        allowed = torch.tensor([config.audio_token_id, config.audio_eos_token_id, config.eos_token_id], device=device)
+        scheduler = copy.deepcopy(self._noise_scheduler)
+        language_model = model.model.language_model
+        embed = model.model.get_input_embeddings()
+        hop = int(config.audio_config.hop_length)
+        outputs = VibeVoiceOutputs(token_ids=[[] for _ in range(batch_size)],
+                                   audio_chunks=[[] for _ in range(batch_size)])
+        with torch.inference_mode():
+            positive = _DecoderStream(language_model, inputs.inputs_embeds, inputs.attention_mask, params.use_cache)
+            bos = embed(torch.full((batch_size, 1), config.audio_bos_token_id, device=device))
+            negative = _DecoderStream(language_model, bos, torch.ones_like(inputs.attention_mask[:, :1]),
+                                      params.use_cache)
+            decoder_cache = _RowStreamingCache(batch_size)
+            semantic_cache = _RowStreamingCache(batch_size)
+            finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
+            hidden = positive.forward()  # prefill: (batch, hidden)
+            for step in range(max_new_tokens):
+                next_tokens = self._select_tokens(hidden, params, generators, allowed)
+                for i in (~finished).nonzero().flatten().tolist():
+                    outputs.token_ids[i].append(int(next_tokens[i]))
+                active = ~finished & (next_tokens == config.audio_token_id)
+                finished = ~active
+                if not active.any():
+                    break
+                rows = active.nonzero().flatten()
+                negative_hidden = negative.forward()
+                latent = self._sample_latents(hidden[rows], negative_hidden[rows], cfg_scale,
+                                              [generators[i] for i in rows.tolist()], scheduler)  # (n, latent)
+                scaled = latent / model.model.latent_scaling_factor - model.model.latent_bias_factor
+                audio = decoder_cache.run(model.model.audio_tower.decode, scaled[:, None, :], rows).audio
+                semantic = semantic_cache.run(model.model.semantic_tokenizer_encoder, audio, rows).latents
+                frame_embeds = (model.model.multi_modal_projector(latent[:, None, :])
+                                + model.model.semantic_connector(semantic))  # (n, 1, hidden)
+                for j, i in enumerate(rows.tolist()):
+                    outputs.audio_chunks[i].append(audio[j, 0, :hop].float())
+                if step + 1 == max_new_tokens:
+                    break
+                next_embeds = embed(next_tokens)[:, None, :]
+                next_embeds[rows] = frame_embeds.to(next_embeds.dtype)
+                positive.append(next_embeds, active)
+                negative.append(next_embeds, active)
+                hidden = positive.forward()
+        outputs.token_ids = [torch.tensor(t, dtype=torch.long) for t in outputs.token_ids]
+        return outputs
+
+    def postprocess(self, outputs: VibeVoiceOutputs, inputs: VibeVoiceInputs) -> list[np.ndarray]:
+        """One float32 waveform ``(num_frames * 3200,)`` per row at ``facts.sampling_rate``, only that row's frames
+        (empty when the row ended before making a frame)."""
+        import torch
+
+        return [torch.cat(chunks).cpu().numpy().astype(np.float32) if chunks else np.zeros(0, dtype=np.float32)
+                for chunks in outputs.audio_chunks]
