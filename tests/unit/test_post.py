@@ -18,3 +18,13 @@ def test_write_wav_atomic_leaves_only_the_decodable_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.wav"]
     data, sr = sf.read(out)
     assert sr == 24000 and len(data) == 2400
+
+
+def test_written_files_get_ordinary_permissions(tmp_path):
+    import os
+    import stat
+
+    out = write_wav_atomic(tmp_path / "y.wav", np.zeros(10, dtype=np.float32), 8000)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
