@@ -114,13 +114,31 @@ class FakeAdapter(TTSAdapter):
 
 
 class FakeMemoryProbe:
-    """A device-memory probe with fixed numbers (bytes). Counts ``empty_cache`` calls."""
+    """A device-memory probe with fixed numbers (bytes). Counts ``empty_cache`` calls.
 
-    def __init__(self, available_bytes: int | None, total_bytes: int | None = None, device: str = "cuda:0"):
+    ``allocated`` / ``peak`` (bytes, None = unknown) stand for ``torch.cuda.memory_allocated`` /
+    ``max_memory_allocated``; ``allocate(n)`` simulates a batch touching ``n`` more bytes at its peak.
+    """
+
+    def __init__(self, available_bytes: int | None, total_bytes: int | None = None, device: str = "cuda:0",
+                 allocated_bytes: int | None = None):
         self.device = device
         self._available = available_bytes
         self._total = total_bytes if total_bytes is not None else available_bytes
         self.num_empty_cache = 0
+        self.allocated = allocated_bytes
+        self.peak = allocated_bytes
+
+    def allocated_bytes(self) -> int | None:
+        return self.allocated
+
+    def peak_bytes(self) -> int | None:
+        return self.peak
+
+    def allocate(self, num_bytes: int) -> None:
+        """A transient allocation: raises the peak to ``allocated + num_bytes``, leaves ``allocated`` as it was."""
+        if self.allocated is not None:
+            self.peak = max(self.peak or 0, self.allocated + num_bytes)
 
     def available_bytes(self) -> int | None:
         return self._available

@@ -52,7 +52,10 @@ def test_real_cuda_oom_is_survived_and_memory_given_back():
         (seg,) = r.segments
         np.testing.assert_array_equal(r.audio, fake_audio(seg.text, 5, ref.samples))
     stats = engine.stats()
-    print(f"cap history {engine.batch_cap.history}, OOMs {stats.num_oom}, batches {adapter.calls}")
+    print(f"cap history {engine.batch_cap.history}, OOMs {stats.num_oom}, batches {adapter.calls}, "
+          f"learned activation/KV ratio {engine.estimator.activation_kv_ratio:.3g}")
+    # the measured peak of the 2-row batches taught the estimator: a 3-row batch no longer fits the budget
+    assert engine.estimator.batch_bytes([1000] * 3) > budget
     assert stats.num_oom >= 1 and max(len(b) for b in adapter.batches) <= 2
     assert torch.cuda.memory_allocated() - baseline < 64 * 1024**2  # nothing leaked from the failed batches
     engine.shutdown()

@@ -414,3 +414,18 @@ def test_cancel_while_running_returns_at_once_and_the_engine_goes_on():
     stats = engine.stats()
     assert stats.num_requests_cancelled == 1 and stats.num_requests_done == 1 and stats.num_requests_active == 0
     engine.shutdown()
+
+
+def test_a_batch_that_peaks_above_its_estimate_teaches_the_estimator():
+    probe = FakeMemoryProbe(available_bytes=10**12, allocated_bytes=10**9)
+    facts = fake_facts(default_max_new_tokens=50)
+    engine = Engine(FakeAdapter(facts, raise_if=lambda rows: probe.allocate(len(rows) * 3 * 10**8)),
+                    EngineConfig(max_batch_size=2, wait_window_ms=0), memory_probe=probe)
+    before = engine.stats().default_row_bytes
+    strings = ["One row here.", "Another row."]
+    results = run_all(engine, make_requests(strings))
+    assert all(r.ok for r in results) and engine.adapter.calls == [2]
+    after = engine.stats().default_row_bytes
+    positions = [engine.adapter.estimate_positions(len(t), REF.duration_s, 0, 50) for t in strings]
+    assert after > before and engine.estimator.batch_bytes(positions) >= 2 * 3 * 10**8
+    engine.shutdown()

@@ -81,3 +81,18 @@ def test_max_text_chars_for_budget_is_the_largest_fitting_length():
     row = lambda chars: 1000 + 10 * chars  # noqa: E731
     assert max_text_chars_for_budget(row, 1000 + 10 * 37) == 37
     assert max_text_chars_for_budget(row, 999) == 0
+
+
+def test_observe_raises_the_activation_estimate_to_a_measured_peak_and_never_lowers_it():
+    est = MemoryEstimator(kv_bytes_per_position=1000, cfg_multiplier=1)
+    positions = [400, 500]
+    before = est.batch_bytes(positions)
+    assert not est.observe(positions, before // 2)  # below the estimate: nothing learned
+    assert est.batch_bytes(positions) == before
+    assert est.observe(positions, 3 * before)
+    assert 3 * before <= est.batch_bytes(positions) <= 3 * before + 16
+    raised = est.activation_kv_ratio
+    assert not est.observe(positions, before)
+    assert est.activation_kv_ratio == raised
+    fixed = MemoryEstimator(kv_bytes_per_position=1000, activation_bytes_per_row=5)
+    assert not fixed.observe(positions, 10**12) and fixed.batch_bytes(positions) == 2 * (500_000 + 5)

@@ -555,12 +555,31 @@ class Engine:
             raise RuntimeError(f"adapter returned {len(waves)} waveforms for {len(rows)} rows")
         return [np.asarray(w, dtype=np.float32).reshape(-1) for w in waves], generate_s
 
+    def _probe_reading(self, name: str) -> int | None:
+        reader = getattr(self.probe, name, None)  # optional probe methods (older/custom probes may lack them)
+        return reader() if reader is not None else None
+
+    def _calibrate(self, batch: list[SegmentWork], allocated_before: int | None, peak_before: int | None) -> None:
+        """When the batch set a new allocation high-water mark, its exact peak is known: feed it to the estimator
+        (see ``tts_app.engine.memory``). Lock held."""
+        peak_after = self._probe_reading("peak_bytes")
+        if allocated_before is None or peak_before is None or peak_after is None or peak_after <= peak_before:
+            return
+        positions = [w.row_positions for w in batch]
+        estimate = self.estimator.batch_bytes(positions)
+        measured = peak_after - allocated_before
+        if self.estimator.observe(positions, measured):
+            logger.info("a batch of %d rows peaked at %s against an estimate of %s; activation estimate raised "
+                        "to %.2f x the KV cache", len(batch), format_bytes(measured), format_bytes(estimate),
+                        self.estimator.activation_kv_ratio)
+
     def _execute(self, batch: list[SegmentWork], states: list[_RequestState]) -> None:
         ids = sorted({w.request_id for w in batch})
         oom = False
         error: str | None = None
         waves: list[np.ndarray] = []
         generate_s = 0.0
+        allocated_before, peak_before = self._probe_reading("allocated_bytes"), self._probe_reading("peak_bytes")
         try:
             waves, generate_s = self._run_batch(batch, states)
         except Exception as exc:  # noqa: BLE001 - the worker must survive any batch
@@ -603,6 +622,7 @@ class Engine:
                 self._num_batches += 1
                 self._last_batch_size = len(batch)
                 self.batch_cap.on_success(len(batch))
+                self._calibrate(batch, allocated_before, peak_before)
                 touched: dict[str, _RequestState] = {}
                 for (w, s), wave in zip(zip(batch, states), waves):
                     if s.finished:

@@ -18,13 +18,18 @@ intermediate 8960, 28 layers, 2 KV heads x 128, bf16) that is ~(1536 x 4 + 8960 
 against 28 KiB of KV per position for all layers, i.e. ~1.7x. We use 2x (plus a floor for logits of the last
 position, e.g. 151,936 x 4 B = 0.6 MiB, and the codec/diffusion head) to stay on the safe side; OOM survival
 catches what an estimate misses.
+
+Calibration (CUDA): when a batch sets a new high-water mark of ``torch.cuda.max_memory_allocated``, its true peak
+is known exactly (new peak - memory allocated before the batch). If that exceeds the estimate, the activation ratio
+is raised so the same batch would be estimated at its measured peak (``MemoryEstimator.observe``). It only ever
+grows, never resets the peak counter (the memory gauge reads it), and is off when ``activation_bytes_per_row`` is
+given.
 """
 
 from __future__ import annotations
 
 import gc
 import re
-from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from tts_app.errors import InputError
@@ -90,6 +95,12 @@ class MemoryProbe(Protocol):
     def empty_cache(self) -> None:
         """Return cached, unused blocks to the device (no-op where there is no cache)."""
 
+    def allocated_bytes(self) -> int | None:
+        """Bytes allocated by this process's tensors now (None = unknown)."""
+
+    def peak_bytes(self) -> int | None:
+        """High-water mark of ``allocated_bytes`` since the process started (None = unknown)."""
+
 
 class CpuMemoryProbe:
     """CPU: no device budget (the engine then uses ``EngineConfig.memory_budget_bytes`` or none)."""
@@ -110,6 +121,12 @@ class CpuMemoryProbe:
 
     def empty_cache(self) -> None:
         pass  # no device cache on CPU
+
+    def allocated_bytes(self) -> int | None:
+        return None
+
+    def peak_bytes(self) -> int | None:
+        return None
 
 
 class CudaMemoryProbe:
@@ -140,6 +157,16 @@ class CudaMemoryProbe:
         gc.collect()  # tensors caught in reference cycles (e.g. an exception's frames) are freed only by the GC
         torch.cuda.empty_cache()
 
+    def allocated_bytes(self) -> int | None:
+        import torch
+
+        return int(torch.cuda.memory_allocated(self.device))
+
+    def peak_bytes(self) -> int | None:
+        import torch
+
+        return int(torch.cuda.max_memory_allocated(self.device))
+
 
 def probe_for_device(device: str) -> MemoryProbe:
     """The right probe for a device string ("cuda..." -> CUDA probe, anything else -> CPU probe)."""
@@ -162,30 +189,32 @@ def memory_budget_bytes(probe: MemoryProbe, *, memory_budget_bytes: int | None, 
 
 
 # -- estimate --------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
 class MemoryEstimator:
     """Per-row and per-batch memory estimate (see module docstring for the formula and its sources).
 
-    Attributes:
+    Args:
         kv_bytes_per_position: ``ModelFacts.kv_bytes_per_position`` (2 x layers x KV heads x head dim x dtype bytes).
         cfg_multiplier: forward rows per user row (2 with classifier-free guidance).
-        activation_bytes_per_row: fixed per-row activation overhead; None = ``ACTIVATION_KV_RATIO`` x row KV bytes +
-            ``ACTIVATION_FLOOR_BYTES``.
+        activation_bytes_per_row: fixed per-row activation overhead; None = ``activation_kv_ratio`` x row KV bytes +
+            ``ACTIVATION_FLOOR_BYTES``, with the ratio starting at ``ACTIVATION_KV_RATIO`` and raised by ``observe``.
     """
 
-    kv_bytes_per_position: int
-    cfg_multiplier: int = 1
-    activation_bytes_per_row: int | None = None
+    def __init__(self, kv_bytes_per_position: int, cfg_multiplier: int = 1,
+                 activation_bytes_per_row: int | None = None):
+        self.kv_bytes_per_position = int(kv_bytes_per_position)
+        self.cfg_multiplier = int(cfg_multiplier)
+        self.activation_bytes_per_row = activation_bytes_per_row
+        self.activation_kv_ratio = ACTIVATION_KV_RATIO
 
     def kv_bytes(self, positions: int) -> int:
         """KV-cache bytes of one user row holding ``positions`` positions (all its CFG rows included)."""
-        return int(self.kv_bytes_per_position) * int(positions) * int(self.cfg_multiplier)
+        return self.kv_bytes_per_position * int(positions) * self.cfg_multiplier
 
     def activation_bytes(self, positions: int) -> int:
         """Transient activation bytes of one row (see module docstring)."""
         if self.activation_bytes_per_row is not None:
             return int(self.activation_bytes_per_row)
-        return int(ACTIVATION_KV_RATIO * self.kv_bytes(positions)) + ACTIVATION_FLOOR_BYTES
+        return int(self.activation_kv_ratio * self.kv_bytes(positions)) + ACTIVATION_FLOOR_BYTES
 
     def row_bytes(self, positions: int) -> int:
         """KV cache + activations of one row running alone."""
@@ -196,6 +225,23 @@ class MemoryEstimator:
         if not row_positions:
             return 0
         return len(row_positions) * self.row_bytes(max(row_positions))
+
+    def observe(self, row_positions: Sequence[int], measured_peak_bytes: int) -> bool:
+        """Learn from a batch whose true peak is known: if ``measured_peak_bytes`` exceeds the estimate, raise the
+        activation ratio so this batch would be estimated at its measured peak. Never lowers it; does nothing when
+        a fixed ``activation_bytes_per_row`` was given. Returns True when the ratio was raised."""
+        if self.activation_bytes_per_row is not None or not row_positions:
+            return False
+        if measured_peak_bytes <= self.batch_bytes(row_positions):
+            return False
+        kv = self.kv_bytes(max(row_positions))
+        if kv <= 0:
+            return False
+        per_row = measured_peak_bytes / len(row_positions)
+        self.activation_kv_ratio = max(self.activation_kv_ratio, (per_row - kv - ACTIVATION_FLOOR_BYTES) / kv)
+        # round up by a hair so integer truncation cannot leave the estimate just below the measurement
+        self.activation_kv_ratio += 1e-6
+        return True
 
 
 def max_text_chars_for_budget(row_bytes_for_chars: Callable[[int], int], budget_bytes: int,
