@@ -23,28 +23,53 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def bucketing_vs_fifo() -> None:
+def count_steps(steps: list[int], cap: int, bucketing: bool) -> tuple[int, int, int]:
+    """Run the real ``Scheduler`` over segments of ``steps`` expected decode steps (all queued at once) with batch
+    cap ``cap``. Returns (decode steps the device runs = sum of each batch's longest row, padded row-steps by the
+    scheduler's own ``padded_steps``, row-steps in all = decode steps x rows summed per batch)."""
     from tts_app.engine.memory import MemoryEstimator
     from tts_app.engine.scheduler import Scheduler, SegmentWork, padded_steps
     from tts_app.request import Priority
 
+    est = MemoryEstimator(kv_bytes_per_position=1024, activation_bytes_per_row=0)
+    sched = Scheduler(est.batch_bytes, wait_window_s=0.0, bucketing=bucketing)
+    sched.add([SegmentWork(f"r{i}", 0, "", 0, "k", Priority.JOB, s, s + 50, 0.0) for i, s in enumerate(steps)])
+    total = padded = row_steps = 0
+    while sched.num_waiting:
+        batch = sched.schedule(1.0, cap, None).batch
+        longest = max(s.expected_steps for s in batch)
+        total += longest
+        row_steps += longest * len(batch)
+        padded += padded_steps(batch)
+    return total, padded, row_steps
+
+
+def bucketing_vs_fifo() -> None:
     rng = random.Random(0)
     steps = [rng.choice([rng.randint(20, 60), rng.randint(300, 400)]) for _ in range(256)]
-    est = MemoryEstimator(kv_bytes_per_position=1024, activation_bytes_per_row=0)
     for cap in (4, 8, 16):
-        out = {}
-        for bucketing in (False, True):
-            sched = Scheduler(est.batch_bytes, wait_window_s=0.0, bucketing=bucketing)
-            sched.add([SegmentWork(f"r{i}", 0, "", 0, "k", Priority.JOB, s, s + 50, 0.0) for i, s in enumerate(steps)])
-            total = padded = 0
-            while sched.num_waiting:
-                batch = sched.schedule(1.0, cap, None).batch
-                total += max(s.expected_steps for s in batch)
-                padded += padded_steps(batch)
-            out[bucketing] = (total, padded)
+        out = {bucketing: count_steps(steps, cap, bucketing)[:2] for bucketing in (False, True)}
         print(f"cap {cap:2d}: decode steps fifo {out[False][0]} bucketed {out[True][0]} "
               f"(ratio {out[True][0] / out[False][0]:.2f}); padded row-steps fifo {out[False][1]} "
               f"bucketed {out[True][1]} (ratio {out[True][1] / max(1, out[False][1]):.2f})")
+
+
+def run_engine(adapter, requests: list, config, *, bucketing: bool = True, clock=time.perf_counter):
+    """Submit every request to a fresh ``Engine`` before starting it (so the scheduler sees the whole workload),
+    wait for all results. Returns (seconds by ``clock`` from start to the last result, ``EngineStats`` after,
+    ``SynthesisResult`` list in submission order)."""
+    from tts_app.engine import Engine
+
+    engine = Engine(adapter, config, bucketing=bucketing)
+    handles = [engine.submit(r) for r in requests]
+    t0 = clock()
+    engine.start()
+    try:
+        results = [h.result() for h in handles]
+        seconds = clock() - t0
+    finally:
+        engine.shutdown()
+    return seconds, engine.stats(), results
 
 
 def engine_throughput(family: str, num_requests: int, max_new_tokens: int) -> None:
@@ -53,7 +78,6 @@ def engine_throughput(family: str, num_requests: int, max_new_tokens: int) -> No
 
     from tts_app.adapters import adapter_class, load_adapter
     from tts_app.config import EngineConfig
-    from tts_app.engine import Engine
     from tts_app.request import ReferenceAudio, SynthesisParams, SynthesisRequest
 
     torch.set_num_threads(1)
@@ -69,15 +93,11 @@ def engine_throughput(family: str, num_requests: int, max_new_tokens: int) -> No
     params = SynthesisParams(greedy=True, max_new_tokens=max_new_tokens)
 
     def run(config: EngineConfig) -> tuple[float, int]:
-        engine = Engine(adapter, config)
-        handles = [engine.submit(SynthesisRequest(text=x, reference_audio=ref, params=params)) for x in texts]
-        t0 = time.process_time()
-        engine.start()
-        results = [h.result() for h in handles]
-        seconds = time.process_time() - t0
-        engine.shutdown()
+        seconds, stats, results = run_engine(
+            adapter, [SynthesisRequest(text=x, reference_audio=ref, params=params) for x in texts], config,
+            clock=time.process_time)
         assert all(r.ok for r in results)
-        return seconds, engine.stats().num_batches
+        return seconds, stats.num_batches
 
     run(EngineConfig(max_batch_size=8, wait_window_ms=0))  # warm-up
     one, n1 = run(EngineConfig(max_batch_size=1, wait_window_ms=0))

@@ -44,7 +44,9 @@ def rss_peak_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-def bench_validation(work: Path, num_lines: int) -> None:
+def bench_validation(work: Path, num_lines: int) -> dict:
+    """Validate a ``num_lines`` job written into ``work`` (needs ``work/voices/{a,b}.wav``); prints and returns
+    ``{"num_lines", "file_bytes", "seconds", "lines_per_s", "heap_peak_bytes", "rss_growth_bytes"}``."""
     path = work / "big.jsonl"
     write_job(path, num_lines, ["voices/a.wav", "voices/b.wav"])
     size = path.stat().st_size
@@ -61,7 +63,10 @@ def bench_validation(work: Path, num_lines: int) -> None:
     print(f"  time {elapsed:.2f} s = {report.num_lines / elapsed:,.0f} lines/s")
     print(f"  peak heap {heap_peak / 1e6:.2f} MB = {heap_peak / size:.2f} x file size "
           f"({heap_peak / report.num_lines:.0f} B/line: the output-name set for duplicate detection)")
-    print(f"  peak RSS growth {max(0, rss_peak_bytes() - rss_before) / 1e6:.2f} MB (tracemalloc adds its own)")
+    rss_growth = max(0, rss_peak_bytes() - rss_before)
+    print(f"  peak RSS growth {rss_growth / 1e6:.2f} MB (tracemalloc adds its own)")
+    return {"num_lines": report.num_lines, "file_bytes": size, "seconds": elapsed,
+            "lines_per_s": report.num_lines / elapsed, "heap_peak_bytes": heap_peak, "rss_growth_bytes": rss_growth}
 
 
 def bench_runner(work: Path, num_lines: int) -> None:
@@ -101,16 +106,21 @@ def bench_runner(work: Path, num_lines: int) -> None:
           "(validation pass, reference hash per line, WAV write + 2 fsyncs per line)")
 
 
+def make_work_dir(work: Path) -> Path:
+    """Put the two reference voices the generated jobs name into ``work/voices``. Returns ``work``."""
+    (work / "voices").mkdir(parents=True, exist_ok=True)
+    shutil.copy(DATA / "en_female_1.wav", work / "voices" / "a.wav")
+    shutil.copy(DATA / "zh_male_1.wav", work / "voices" / "b.wav")
+    return work
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--lines", type=int, default=10_000)
     parser.add_argument("--run-lines", type=int, default=300)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="jobs_bench_") as tmp:
-        work = Path(tmp)
-        (work / "voices").mkdir()
-        shutil.copy(DATA / "en_female_1.wav", work / "voices" / "a.wav")
-        shutil.copy(DATA / "zh_male_1.wav", work / "voices" / "b.wav")
+        work = make_work_dir(Path(tmp))
         bench_validation(work, args.lines)
         if args.run_lines > 0:
             bench_runner(work, args.run_lines)

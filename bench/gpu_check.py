@@ -1,0 +1,325 @@
+"""GPU check: the full-size VibeVoice-1.5B architecture (random bfloat16 weights, built in code, nothing downloaded)
+on one CUDA device, in a few minutes, ending with a JSON report.
+
+    python bench/gpu_check.py [--json OUT] [--batch-sizes 1,2,4,8,16] [--new-tokens 32] [--budget-s 420]
+    python bench/gpu_check.py --device cpu --tiny      # the same code paths on CPU with the tiny config
+
+Measures:
+
+1. decode frames/s at batch 1, 2, 4, 8, 16 with the KV cache on and off, through the adapter's own decode loop
+   (``VibeVoiceAdapter.generate``: positive + CFG-negative LM streams, diffusion head, codec decoder, semantic
+   encoder per frame). The LM is made to always choose "one more frame" so every row decodes exactly
+   ``--new-tokens`` frames (a random LM would stop at arbitrary steps); per-frame work is unchanged by that.
+   Decode time = time(prefill + N frames) - time(prefill + 1 frame).
+2. peak memory (``torch.cuda.max_memory_allocated`` growth) per run vs the engine's estimate for the same batch
+   (``MemoryEstimator.batch_bytes``).
+3. the memory-bandwidth bound at batch 1: every frame reads the LM's layer weights twice (positive and negative
+   stream), the LM head (tied to the input embedding) once, the diffusion head once per diffusion step (10), the
+   codec decoder, the semantic encoder and the two connectors once. bound frames/s = bandwidth / those bytes; printed with measured / bound.
+4. OOM back-off through the real ``Engine``: ``torch.cuda.set_per_process_memory_fraction`` caps this process
+   between the measured peaks of small and large batches; 16 requests at max batch 16 must all finish while the
+   engine halves its cap on each real ``torch.OutOfMemoryError``. On CPU (``--device cpu``) the OOM is simulated
+   (``simulate_oom_above_batch``).
+
+Without CUDA (and without ``--device cpu``) it prints one line saying so and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+# Peak memory bandwidth, bytes/s, by device name. Sources: NVIDIA product pages / datasheets — H200 SXM 141 GB HBM3e
+# 4.8 TB/s (https://www.nvidia.com/en-us/data-center/h200/), H100 SXM 3.35 TB/s and H100 PCIe 2.0 TB/s
+# (https://www.nvidia.com/en-us/data-center/h100/), A100 80GB SXM 2.039 TB/s (A100 datasheet).
+DEVICE_BANDWIDTH_BYTES_PER_S = {"H200": 4.8e12, "H100 PCIe": 2.0e12, "H100": 3.35e12, "A100-SXM4-80GB": 2.039e12}
+# Nominal CPU figure used only to exercise the code path on CPU (one DDR4-3200 channel = 25.6 GB/s); not measured.
+CPU_NOMINAL_BANDWIDTH_BYTES_PER_S = 25.6e9
+NUM_DIFFUSION_STEPS = 10  # transformers' VibeVoiceGenerationMixin default, as in tts_app/adapters/vibevoice.py
+REFERENCE = ("en_female_1.wav", 3.0)  # real speech from tests/data; 3 s = 23 reference frames at 7.5 frames/s
+TEXT = ("The morning train was late again, so Maria finished a chapter of her book while she waited on the "
+        "platform.")
+
+NO_CUDA_MESSAGE = ("gpu_check: no CUDA device (torch.cuda.is_available() is False); this check measures a GPU. Run "
+                   "it on a CUDA machine, or run `python bench/gpu_check.py --device cpu --tiny` to exercise its code "
+                   "paths on CPU.")
+
+
+def forced_frames_adapter_class():
+    """``VibeVoiceAdapter`` whose LM always picks ``<audio>`` (one more frame), so each row decodes exactly
+    ``max_new_tokens`` frames. Everything else is the adapter's own code."""
+    from tts_app.adapters.vibevoice import VibeVoiceAdapter
+
+    class ForcedFramesAdapter(VibeVoiceAdapter):
+        def _select_tokens(self, hidden, params, generators, allowed):
+            import torch
+
+            self.model.lm_head(hidden)  # keep the LM-head read, as a real step does
+            return torch.full((hidden.shape[0],), self.model.config.audio_token_id, dtype=torch.long,
+                              device=hidden.device)
+
+    return ForcedFramesAdapter
+
+
+def build_full_adapter(device: str):
+    """VibeVoice-1.5B (``VIBEVOICE_1_5B_CONFIG``) with random bfloat16 weights, created on ``device``, and a
+    processor built in code. The tokenizer is the tiny one-token-per-character tokenizer (``build_char_tokenizer``);
+    the config's special-token ids are set to that tokenizer's ids, which leaves every weight shape (vocabulary
+    151,936 included) as published."""
+    import copy
+
+    import torch
+    from transformers import (VibeVoiceAcousticTokenizerFeatureExtractor, VibeVoiceConfig,
+                              VibeVoiceForConditionalGeneration, VibeVoiceProcessor)
+
+    from tts_app.adapters.tiny_vocab import build_char_tokenizer
+    from tts_app.adapters.vibevoice import VIBEVOICE_1_5B_CONFIG
+
+    specials = ["<unk>", "<|endoftext|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>"]
+    tokenizer = build_char_tokenizer(specials, unk_token="<unk>", pad_token="<|endoftext|>",
+                                     eos_token="<|endoftext|>", padding_side="left")
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in specials}
+    values = copy.deepcopy(VIBEVOICE_1_5B_CONFIG)
+    values.update(pad_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|endoftext|>"],
+                  audio_bos_token_id=ids["<|vision_start|>"], audio_eos_token_id=ids["<|vision_end|>"],
+                  audio_token_id=ids["<|vision_pad|>"])
+    config = VibeVoiceConfig(**values)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = VibeVoiceForConditionalGeneration._from_config(config, dtype=torch.bfloat16).eval()
+    model.generation_config.noise_scheduler_class = "DPMSolverMultistepScheduler"
+    model.generation_config.noise_scheduler_config = {"beta_schedule": "squaredcos_cap_v2",
+                                                      "prediction_type": "v_prediction"}
+    model.generation_config.num_diffusion_steps = NUM_DIFFUSION_STEPS
+    feature_extractor = VibeVoiceAcousticTokenizerFeatureExtractor(
+        sampling_rate=24000, pad_to_multiple_of=config.audio_config.hop_length)
+    processor = VibeVoiceProcessor(feature_extractor=feature_extractor, tokenizer=tokenizer)
+    return forced_frames_adapter_class()(model, processor, device=device, dtype="bfloat16")
+
+
+def build_tiny_adapter(device: str, work_dir: Path):
+    """The tiny VibeVoice checkpoint (``make_tiny_checkpoint``), float32, loaded like a real one."""
+    from tts_app.adapters.vibevoice import VibeVoiceAdapter
+
+    path = VibeVoiceAdapter.make_tiny_checkpoint(work_dir / "tiny-vibevoice")
+    base = VibeVoiceAdapter.from_pretrained(path, device=device, dtype="float32")
+    return forced_frames_adapter_class()(base.model, base.processor, device=device, dtype="float32")
+
+
+def module_bytes(module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def bandwidth_bound(adapter, device: str, bandwidth: float) -> dict:
+    """Bytes of weights one frame reads at batch 1 and the frames/s that bandwidth allows (see module docstring)."""
+    inner = adapter.model.model
+    # the input embedding is only looked up (a few rows), not streamed; the LM head (tied to it) is read in full
+    lm = module_bytes(inner.language_model) - module_bytes(inner.language_model.get_input_embeddings())
+    head = module_bytes(adapter.model.lm_head)
+    diffusion = module_bytes(inner.diffusion_head) * adapter._num_diffusion_steps
+    codec_decoder = module_bytes(inner.audio_tower.decoder) if hasattr(inner.audio_tower, "decoder") else \
+        module_bytes(inner.audio_tower) // 2
+    semantic = module_bytes(inner.semantic_tokenizer_encoder)
+    connectors = module_bytes(inner.multi_modal_projector) + module_bytes(inner.semantic_connector)
+    per_frame = 2 * lm + head + diffusion + codec_decoder + semantic + connectors
+    return {"bandwidth_bytes_per_s": bandwidth, "weight_bytes_per_frame": per_frame,
+            "parts_bytes": {"language_model_x2": 2 * lm, "lm_head": head, "diffusion_head_x_steps": diffusion,
+                            "codec_decoder": codec_decoder, "semantic_encoder": semantic, "connectors": connectors},
+            "bound_tokens_per_s": bandwidth / per_frame}
+
+
+def device_bandwidth(device: str, override: float | None) -> tuple[float, str]:
+    if override is not None:
+        return override, "given by --bandwidth-gbps"
+    if not device.startswith("cuda"):
+        return CPU_NOMINAL_BANDWIDTH_BYTES_PER_S, "nominal CPU figure (one DDR4-3200 channel), not measured"
+    import torch
+
+    name = torch.cuda.get_device_name(device)
+    for key, value in DEVICE_BANDWIDTH_BYTES_PER_S.items():
+        if key in name:
+            return value, f"{name}: published peak ({key})"
+    return DEVICE_BANDWIDTH_BYTES_PER_S["H200"], f"{name}: unknown, assumed H200's 4.8 TB/s (pass --bandwidth-gbps)"
+
+
+def rows_for(adapter, batch_size: int):
+    from tts_app.adapters.base import AdapterRow
+
+    ref, _ = common.reference_clip(REFERENCE[0], adapter.facts.sampling_rate, REFERENCE[1])
+    return [AdapterRow(text=TEXT, reference_audio=ref, reference_text=None, seed=i) for i in range(batch_size)]
+
+
+def timed_generate(adapter, rows, new_tokens: int, use_cache: bool, device: str) -> tuple[float, int | None]:
+    """Wall seconds (CUDA synchronised) of preprocess + generate for ``rows``, and the CUDA peak growth."""
+    from tts_app.request import SynthesisParams
+
+    params = SynthesisParams(greedy=True, max_new_tokens=new_tokens, use_cache=use_cache)
+    with common.cuda_peak(device) as peak, common.wall_timer(device) as t:
+        outputs = adapter.generate(adapter.preprocess(rows, params), params)
+    frames = {len(c) for c in outputs.audio_chunks}
+    if frames != {new_tokens}:
+        raise RuntimeError(f"expected {new_tokens} frames per row, got {sorted(frames)}")
+    return t["s"], peak["peak_bytes"]
+
+
+def measure_decode(adapter, device: str, batch_sizes: list[int], new_tokens: int, deadline: float) -> list[dict]:
+    from tts_app.engine.memory import MemoryEstimator
+
+    facts = adapter.facts
+    estimator = MemoryEstimator(facts.kv_bytes_per_position, facts.cfg_multiplier)
+    ref_s = REFERENCE[1]
+    results = []
+    timed_generate(adapter, rows_for(adapter, 1), 2, True, device)  # warm-up (kernels, allocator)
+    for batch_size in batch_sizes:
+        rows = rows_for(adapter, batch_size)
+        positions = adapter.estimate_positions(len(TEXT), ref_s, 0, new_tokens)
+        for use_cache in (True, False):
+            if time.monotonic() > deadline:
+                results.append({"batch_size": batch_size, "use_cache": use_cache, "skipped": "time budget spent"})
+                continue
+            one_s, _ = timed_generate(adapter, rows, 1, use_cache, device)
+            full_s, peak = timed_generate(adapter, rows, new_tokens, use_cache, device)
+            decode_s = max(full_s - one_s, 1e-9)
+            row = {"batch_size": batch_size, "use_cache": use_cache, "new_tokens": new_tokens,
+                   "prefill_plus_one_s": one_s, "total_s": full_s, "decode_s": decode_s,
+                   "tokens_per_s": batch_size * (new_tokens - 1) / decode_s,
+                   "est_batch_bytes": estimator.batch_bytes([positions] * batch_size)}
+            if peak is not None:
+                row["cuda_peak_bytes"] = peak
+                row["est_vs_peak"] = row["est_batch_bytes"] / max(peak, 1)
+            results.append(row)
+            print(f"  batch {batch_size:2d} cache {'on ' if use_cache else 'off'}: {row['tokens_per_s']:8.1f} frames/s"
+                  + (f", peak {peak / 2**20:8.1f} MiB, estimate {row['est_batch_bytes'] / 2**20:8.1f} MiB"
+                     if peak is not None else ""), flush=True)
+    return results
+
+
+def measure_oom_backoff(adapter, device: str, decode: list[dict], new_tokens: int, num_requests: int) -> dict:
+    """16 requests at max batch 16 through the real Engine, with device memory capped (CUDA) or OOM simulated
+    (CPU). Returns submitted / completed / num_oom / cap history / wall seconds."""
+    import torch
+
+    from tts_app.config import EngineConfig
+    from tts_app.engine import Engine
+    from tts_app.request import ReferenceAudio, SynthesisParams, SynthesisRequest
+
+    ref, _ = common.reference_clip(REFERENCE[0], adapter.facts.sampling_rate, REFERENCE[1])
+    params = SynthesisParams(greedy=True, max_new_tokens=new_tokens)
+    requests = [SynthesisRequest(text=TEXT, reference_audio=ReferenceAudio(ref, adapter.facts.sampling_rate),
+                                 params=params.with_seed(i)) for i in range(num_requests)]
+    out: dict = {"submitted": num_requests, "max_batch_size": num_requests}
+    config = dict(max_batch_size=num_requests, wait_window_ms=0.0, memory_utilization=1.0, safety_margin_bytes=0,
+                  grow_after_successes=1000)
+    cuda = device.startswith("cuda")
+    if cuda:
+        peaks = {r["batch_size"]: r["cuda_peak_bytes"] for r in decode
+                 if r.get("use_cache") and "cuda_peak_bytes" in r}
+        small = peaks.get(2) or min(peaks.values())
+        large = peaks.get(num_requests) or max(peaks.values())
+        torch.cuda.empty_cache()
+        weights = torch.cuda.memory_allocated(device)
+        total = torch.cuda.get_device_properties(device).total_memory
+        limit = weights + (small + large) / 2
+        fraction = min(1.0, limit / total)
+        out.update(mode="real CUDA OOM", memory_fraction=fraction, limit_bytes=int(limit), weights_bytes=weights)
+        torch.cuda.set_per_process_memory_fraction(fraction, device)
+    else:
+        config["simulate_oom_above_batch"] = max(1, num_requests // 4)
+        out.update(mode=f"simulated (no CUDA): OOM above batch {config['simulate_oom_above_batch']}")
+    engine = Engine(adapter, EngineConfig(**config))
+    try:
+        handles = [engine.submit(r) for r in requests]
+        with common.wall_timer(device) as t:
+            engine.start()
+            results = [h.result() for h in handles]
+    finally:
+        engine.shutdown()
+        if cuda:
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+    stats = engine.stats()
+    out.update(completed=sum(r.ok for r in results), failed=[r.error for r in results if not r.ok][:3],
+               num_oom=stats.num_oom, final_cap=stats.batch_cap, cap_history=list(engine.batch_cap.history),
+               num_batches=stats.num_batches, wall_s=t["s"])
+    return out
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu (code-path check)")
+    parser.add_argument("--tiny", action="store_true", help="tiny VibeVoice config instead of the 1.5B one")
+    parser.add_argument("--batch-sizes", default=None, help="comma-separated (default 1,2,4,8,16; --tiny 1,2,4)")
+    parser.add_argument("--new-tokens", type=int, default=None, help="frames per row (default 32; --tiny 4)")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting new decode runs after this")
+    parser.add_argument("--bandwidth-gbps", type=float, default=None, help="device memory bandwidth in GB/s")
+    parser.add_argument("--json", dest="json_out", default=None, help="write the report here too")
+    args = parser.parse_args(argv)
+    args.batch_sizes = [int(x) for x in (args.batch_sizes or ("1,2,4" if args.tiny else "1,2,4,8,16")).split(",")]
+    if args.new_tokens is None:
+        args.new_tokens = 4 if args.tiny else 32
+    if args.new_tokens < 2 or min(args.batch_sizes) < 1:
+        parser.error("--new-tokens must be >= 2 and batch sizes >= 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    common.setup(num_threads=1)
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(NO_CUDA_MESSAGE, file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    deadline = started + args.budget_s
+    device = args.device
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        with common.wall_timer(device) as t:
+            adapter = build_tiny_adapter(device, Path(tmp)) if args.tiny else build_full_adapter(device)
+    build_s = t["s"]
+    num_parameters = sum(p.numel() for p in adapter.model.parameters())
+    weight_bytes = module_bytes(adapter.model)
+    print(f"gpu_check: {'tiny' if args.tiny else 'VibeVoice-1.5B'} random {adapter.dtype}, "
+          f"{num_parameters / 1e9:.3f} B parameters ({weight_bytes / 2**30:.2f} GiB), built in {build_s:.1f} s on "
+          f"{device}" + (f" ({torch.cuda.get_device_name(device)})" if device.startswith("cuda") else ""), flush=True)
+
+    decode = measure_decode(adapter, device, args.batch_sizes, args.new_tokens, deadline)
+    bandwidth, bandwidth_source = device_bandwidth(device, None if args.bandwidth_gbps is None
+                                                   else args.bandwidth_gbps * 1e9)
+    bound = bandwidth_bound(adapter, device, bandwidth)
+    bound["source"] = bandwidth_source
+    batch1 = next((r for r in decode if r["batch_size"] == 1 and r["use_cache"] and "tokens_per_s" in r), None)
+    if batch1 is not None:
+        bound["measured_tokens_per_s"] = batch1["tokens_per_s"]
+        bound["measured_vs_bound"] = batch1["tokens_per_s"] / bound["bound_tokens_per_s"]
+    print(f"  bandwidth bound at batch 1: {bound['weight_bytes_per_frame'] / 2**30:.2f} GiB of weights per frame / "
+          f"{bandwidth / 1e12:.3g} TB/s ({bandwidth_source}) = {bound['bound_tokens_per_s']:.1f} frames/s"
+          + (f"; measured {bound['measured_tokens_per_s']:.1f} = {bound['measured_vs_bound']:.1%} of the bound"
+             if batch1 else ""), flush=True)
+
+    oom = measure_oom_backoff(adapter, device, decode, args.new_tokens, max(args.batch_sizes))
+    print(f"  OOM back-off ({oom['mode']}): {oom['completed']}/{oom['submitted']} completed, {oom['num_oom']} OOM, "
+          f"cap history {oom['cap_history']}, {oom['wall_s']:.1f} s", flush=True)
+
+    report = {"device": device, "device_name": torch.cuda.get_device_name(device) if device.startswith("cuda")
+              else "cpu", "model": "tiny VibeVoice" if args.tiny else "VibeVoice-1.5B (random weights)",
+              "dtype": adapter.dtype, "num_parameters": num_parameters, "weight_bytes": weight_bytes,
+              "build_s": build_s, "decode": decode, "bandwidth_bound": bound, "oom_backoff": oom,
+              "torch": torch.__version__, "elapsed_s": time.monotonic() - started}
+    text = json.dumps(report, indent=1, default=lambda x: None if isinstance(x, float) and not math.isfinite(x)
+                      else str(x))
+    if args.json_out:
+        Path(args.json_out).write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
