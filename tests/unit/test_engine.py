@@ -429,3 +429,17 @@ def test_a_batch_that_peaks_above_its_estimate_teaches_the_estimator():
     positions = [engine.adapter.estimate_positions(len(t), REF.duration_s, 0, 50) for t in strings]
     assert after > before and engine.estimator.batch_bytes(positions) >= 2 * 3 * 10**8
     engine.shutdown()
+
+
+def test_segment_timings_show_what_the_user_wrote_not_the_models_stand_ins():
+    # A characters-only model gets a homophone for an overridden polyphone; subtitles must keep the user's text.
+    adapter = FakeAdapter()
+    engine = Engine(adapter, EngineConfig(max_batch_size=4, wait_window_ms=0))
+    [result] = run_all(engine, [SynthesisRequest(text="他去银行(yin2 hang2)取钱。", reference_audio=REF,
+                                                 params=SynthesisParams(greedy=True))])
+    engine.shutdown()
+    assert result.ok
+    model_text = "".join(t for batch in adapter.batches for t in batch)
+    shown = "".join(s.text for s in result.segments)
+    assert "银行" in shown and "(" not in shown
+    assert "银行" not in model_text  # the model read a stand-in for 行 (hang2)

@@ -153,6 +153,7 @@ class _RequestState:
     generate_s: list[float] = field(default_factory=list)
     num_done: int = 0
     finished: bool = False
+    source_texts: list[str] = field(default_factory=list)  # what the user wrote, for timings and subtitles
 
     @property
     def num_segments(self) -> int:
@@ -284,7 +285,7 @@ class Engine:
         Raises:
             InputError: the text is empty or unspeakable (from the front end).
         """
-        texts, _, _ = self._segments_of(request)
+        texts, _, _, _ = self._segments_of(request)
         ref_s, ref_chars, max_new = self._row_context(request)
         return max(self.estimator.row_bytes(self._positions(len(t), ref_s, ref_chars, max_new)) for t in texts)
 
@@ -315,7 +316,9 @@ class Engine:
             )
 
     # -- submit / cancel -----------------------------------------------------------------------------------------
-    def _segments_of(self, request: SynthesisRequest) -> tuple[list[str], list[int], list[str]]:
+    def _segments_of(self, request: SynthesisRequest) -> tuple[list[str], list[int], list[str], list[str]]:
+        """(model texts, pauses after in ms, front-end warnings, source texts) of the request's segments. The model
+        text may hold homophone stand-ins or pinyin tokens; the source text is what the user wrote (subtitles)."""
         params = request.params
         max_chars = params.max_segment_chars if params.max_segment_chars is not None else self.facts.max_segment_chars
         prepared = _prepare_text(request.text, supports_pinyin=self.facts.supports_pinyin,
@@ -323,7 +326,8 @@ class Engine:
         texts = [s.text for s in prepared.segments]
         if not texts:
             raise InputError("the text has nothing to speak; type some words")
-        return texts, [int(s.pause_after_ms) for s in prepared.segments], list(prepared.warnings)
+        return (texts, [int(s.pause_after_ms) for s in prepared.segments], list(prepared.warnings),
+                [s.source_text for s in prepared.segments])
 
     def _row_context(self, request: SynthesisRequest) -> tuple[float, int, int]:
         ref = request.reference_audio
@@ -356,7 +360,7 @@ class Engine:
         """
         handle = RequestHandle(request.request_id, self)
         try:
-            texts, pauses, warnings = self._segments_of(request)
+            texts, pauses, warnings, source_texts = self._segments_of(request)
             ref = request.reference_audio
             if ref is not None and int(ref.sampling_rate) != self.sampling_rate:
                 raise ReferenceAudioError(
@@ -381,7 +385,8 @@ class Engine:
             ))
         state = _RequestState(request=request, handle=handle, texts=texts, pauses_after_ms=pauses,
                               on_progress=on_progress, warnings=warnings, waves=[None] * len(texts),
-                              batch_sizes=[0] * len(texts), generate_s=[0.0] * len(texts))
+                              batch_sizes=[0] * len(texts), generate_s=[0.0] * len(texts),
+                              source_texts=source_texts)
         error = None
         with self._cv:
             budget = self._budget_bytes
@@ -460,11 +465,11 @@ class Engine:
         audio, spans = join_segments(waves, state.pauses_after_ms, self.sampling_rate)
         timings = [SegmentTiming(index=i, text=t, start_s=a, end_s=b, batch_size=state.batch_sizes[i],
                                  generate_s=state.generate_s[i])
-                   for i, (t, (a, b)) in enumerate(zip(state.texts, spans))]
+                   for i, (t, (a, b)) in enumerate(zip(state.source_texts, spans))]
         warnings = list(state.warnings)
         for i, wave in enumerate(waves):
             if wave.size == 0:
-                warnings.append(f"segment {i + 1} ({state.texts[i][:40]!r}) produced no audio: the model ended "
+                warnings.append(f"segment {i + 1} ({state.source_texts[i][:40]!r}) produced no audio: the model ended "
                                 "speech at once; try another seed, sampling instead of greedy, or a longer segment")
         return SynthesisResult(request_id=state.request.request_id, status=RequestStatus.DONE, audio=audio,
                                sampling_rate=self.sampling_rate, segments=timings, warnings=warnings)
