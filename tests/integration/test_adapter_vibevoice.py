@@ -217,3 +217,38 @@ def test_kv_estimate_covers_the_caches_generate_builds(adapter, rows, monkeypatc
     estimate_bytes = adapter.facts.kv_bytes_per_position * positions * adapter.facts.cfg_multiplier
     # The last step's frame is never fed back (2 positions) and the split over 2 streams rounds up (1 position).
     assert measured_bytes <= estimate_bytes <= measured_bytes + 3 * adapter.facts.kv_bytes_per_position
+
+
+def test_batch_of_one_matches_transformers_generate(adapter, rows, monkeypatch):
+    """Where transformers' own VibeVoice generate is right (batch 1, KV cache on, guidance 1.0 so its generic LM-logit
+    CFG processor stays off) our loop gives the same tokens and the same audio, once both get the same noise: the
+    reference is encoded without sigma-VAE noise and our per-row draws are routed to the global RNG in the shape
+    upstream draws them (``randn(2 * rows, latent)``, first half used)."""
+    model, processor = adapter.model, adapter.processor
+    row = rows[1]
+    original_features = model.model.get_audio_features
+    monkeypatch.setattr(model.model, "get_audio_features",
+                        lambda values, mask, sample=True: original_features(values, mask, sample=False))
+    inputs = processor(text=[adapter._prompt(row.text, 1)], audio=[row.reference_audio], sampling_rate=24000,
+                       padding=True, return_tensors="pt")
+    torch.manual_seed(0)
+    upstream = model.generate(**inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, guidance_scale=1.0,
+                              num_diffusion_steps=adapter._num_diffusion_steps, return_dict_in_generate=True,
+                              suppress_tokens=[model.config.audio_bos_token_id])  # we never emit a 2nd speaker turn
+    upstream_tokens = upstream.sequences[0, inputs["input_ids"].shape[1]:]
+
+    randn = torch.randn
+
+    def upstream_shaped_randn(*size, generator=None, **kwargs):
+        return randn(2, *size, **kwargs)[0] if generator is not None else randn(*size, **kwargs)
+
+    params = SynthesisParams(greedy=True, max_new_tokens=MAX_NEW_TOKENS, cfg_scale=1.0)
+    ours_inputs = adapter.preprocess([row], params)
+    monkeypatch.setattr(torch, "randn", upstream_shaped_randn)
+    torch.manual_seed(0)
+    ours = adapter.generate(ours_inputs, params)
+    monkeypatch.setattr(torch, "randn", randn)
+    audio = adapter.postprocess(ours, ours_inputs)[0]
+    num_ours = len(ours.token_ids[0])
+    assert torch.equal(ours.token_ids[0], upstream_tokens[:num_ours])
+    np.testing.assert_allclose(audio, upstream.audio[0].squeeze().numpy()[:len(audio)], rtol=0, atol=AUDIO_ATOL)
