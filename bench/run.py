@@ -49,6 +49,16 @@ RAW_GENERATE_UNUSABLE = {
 }
 
 
+# Decode steps a family spends on top of the audio frames asked for: Dia's last 16 steps only flush its delayed
+# codebooks (tts_app/adapters/dia.py refuses max_new_tokens <= 16).
+EXTRA_STEPS = {"dia": 16}
+
+
+def new_tokens_for(family: str, frames: int) -> int:
+    """``max_new_tokens`` giving ``frames`` audio frames' worth of decode steps for ``family``."""
+    return frames + EXTRA_STEPS.get(family, 0)
+
+
 # -- sizes -----------------------------------------------------------------------------------------------------------
 def sizes(tiny: bool) -> dict:
     """Workload sizes of the full and the tiny (CI) mode."""
@@ -145,9 +155,9 @@ def measure_throughput(adapters: dict, texts: list[str], cfg: dict, throughput: 
     from tts_app.config import EngineConfig
     from tts_app.request import SynthesisParams
 
-    max_new = cfg["max_new_tokens"]
-    params = SynthesisParams(greedy=True, max_new_tokens=max_new)
     for family, adapter in adapters.items():
+        max_new = new_tokens_for(family, cfg["max_new_tokens"])
+        params = SynthesisParams(greedy=True, max_new_tokens=max_new)
         device = str(getattr(adapter, "device", "cpu"))
         sr = adapter.facts.sampling_rate
         work = Workload(adapter, texts)
@@ -205,6 +215,7 @@ def measure_throughput(adapters: dict, texts: list[str], cfg: dict, throughput: 
                          "completed": sum(r.ok for r in results), "num_oom": stats.num_oom,
                          "final_cap": stats.batch_cap, "wall_s": seconds, "wall_s_no_oom": clean["wall_s"],
                          "time_cost": ratio(seconds, clean["wall_s"])})
+        print(f"[bench] throughput + OOM of {family} done", file=sys.stderr, flush=True)
 
 
 # -- 2. padding ------------------------------------------------------------------------------------------------------
@@ -237,7 +248,7 @@ def measure_kv_cache(adapter, texts: list[str], cfg: dict, table: Table) -> None
 
     device = str(getattr(adapter, "device", "cpu"))
     rows = Workload(adapter, texts).rows(SynthesisParams())[: cfg["kv_rows"]]
-    for new_tokens in cfg["kv_lengths"]:
+    for new_tokens in (new_tokens_for(adapter.family, n) for n in cfg["kv_lengths"]):
         on_s = None
         for use_cache in (True, False):
             params = SynthesisParams(greedy=True, max_new_tokens=new_tokens, use_cache=use_cache)
@@ -261,9 +272,9 @@ def measure_memory(adapters: dict, texts: list[str], cfg: dict, table: Table) ->
     from tts_app.engine.memory import MemoryEstimator
     from tts_app.request import SynthesisParams
 
-    new_tokens = max(cfg["kv_lengths"])
-    params = SynthesisParams(greedy=True, max_new_tokens=new_tokens)
     for family, adapter in adapters.items():
+        new_tokens = new_tokens_for(family, max(cfg["kv_lengths"]))
+        params = SynthesisParams(greedy=True, max_new_tokens=new_tokens)
         facts = adapter.facts
         device = str(getattr(adapter, "device", "cpu"))
         row = max(Workload(adapter, texts).rows(params), key=lambda r: len(r.text))
@@ -446,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         for family in args.families:
             adapters[family] = common.load_tiny_adapter(family, Path(tmp), device=device)
         timings["load_s"] = time.perf_counter() - t0
+        print(f"[bench] loaded {', '.join(args.families)} in {timings['load_s']:.1f} s", file=sys.stderr, flush=True)
 
         for name, fn in (
             ("throughput", lambda: measure_throughput(adapters, texts, cfg, tables["throughput"], tables["oom"])),
@@ -458,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             fn()
             timings[f"{name}_s"] = time.perf_counter() - t0
+            print(f"[bench] {name} done in {timings[f'{name}_s']:.1f} s", file=sys.stderr, flush=True)
     if device.startswith("cuda"):
         for name in ("kv_cache", "memory"):
             extra = ["cuda_peak_bytes"] + (["est_row_bytes", "est_row_vs_cuda_peak"] if name == "memory" else [])
