@@ -25,7 +25,13 @@ Why this file runs its own decode loop instead of ``model.generate`` (transforme
   negative stream and the streaming codec/semantic conv caches advance for *every* row whenever *any* row makes a
   frame (``_decode_audio_latent`` decodes zeros for the others), and ``encode(sample=True)`` draws the reference
   latent noise from the global RNG. A row's audio then depends on its batch-mates.
-* ``do_sample`` is ignored (always argmax).
+* ``do_sample`` is ignored (always argmax), and a ``guidance_scale`` != 1 also switches on the generic
+  ``UnbatchedClassifierFreeGuidanceLogitsProcessor`` (``GenerationMixin._get_logits_processor``), which applies CFG to
+  the LM's token logits too (with an extra unconditional forward per step over placeholder ids). The original
+  VibeVoice applies CFG only inside the diffusion head; so do we. With guidance 1.0, batch 1 and the KV cache on,
+  our loop gives transformers' tokens and audio exactly when fed the same noise (see the integration test).
+* A second speaker turn (``<audio_bos>`` after ``<audio_eos>``) is not offered: tts_app sends one speaker per segment,
+  so a row ends at ``<audio_eos>`` or ``<eos>``.
 
 Our loop keeps the whole input history as embeddings (no cache) or a ``DynamicCache`` (cache), computes position ids
 from the attention mask (left padding), advances streams and conv caches only for the rows that make a frame, and
@@ -150,9 +156,10 @@ class _RowStreamingCache:
     """Per-row state of a streaming causal conv stack (codec decoder or semantic encoder) for a whole batch.
 
     transformers' ``VibeVoiceAcousticTokenizerConv1dPaddingCache`` holds one ``(batch, channels, left_pad)`` tensor per
-    conv layer and advances every row on every call. Here each call runs only the rows that produced a frame: their
-    slices are gathered into a fresh padding cache, the conv stack runs on that sub-batch, and the updated slices are
-    scattered back. Rows not yet run keep zeros, which is what the library's lazy initialisation gives a fresh row.
+    conv layer and advances every row on every call. Here each call runs only the rows that produced a frame (finished
+    rows cost nothing and their state is never touched): their slices are gathered into a fresh padding cache, the
+    conv stack runs on that sub-batch, and the updated slices are scattered back. Rows not yet run keep zeros, which is
+    what the library's lazy initialisation gives a fresh row.
     """
 
     def __init__(self, batch_size: int):
@@ -445,7 +452,7 @@ class VibeVoiceAdapter(TTSAdapter):
                     self.processor.feature_extractor.pad_to_multiple_of
                 values = batch["input_values"][audio_index:audio_index + 1, :, :padded].to(self.device, lm.dtype)
                 mask = batch["padding_mask"][audio_index:audio_index + 1, :padded].to(self.device)
-                with torch.random.fork_rng(devices=[torch.device(self.device)] if "cuda" in self.device else []):
+                with torch.random.fork_rng(devices=self._rng_devices()):
                     torch.manual_seed(row.seed)
                     frames = lm.get_audio_features(values, mask, sample=True).pooler_output  # (num_frames, hidden)
                 placeholder = input_ids[i] == self.model.config.audio_token_id
@@ -453,6 +460,15 @@ class VibeVoiceAdapter(TTSAdapter):
                 audio_index += 1
         return VibeVoiceInputs(inputs_embeds=inputs_embeds, attention_mask=attention_mask, input_ids=input_ids,
                                seeds=[int(row.seed) for row in rows])
+
+    def _rng_devices(self) -> list[int]:
+        """CUDA device indices whose RNG state ``fork_rng`` must save and restore (none on CPU)."""
+        import torch
+
+        device = torch.device(self.device)
+        if device.type != "cuda":
+            return []
+        return [device.index if device.index is not None else torch.cuda.current_device()]
 
     def _select_tokens(self, hidden, params: SynthesisParams, generators, allowed):
         """Next token per row from the LM head, restricted to ``allowed``; argmax when greedy, else sampled with
