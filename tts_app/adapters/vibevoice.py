@@ -58,6 +58,8 @@ from tts_app.request import SynthesisParams
 # ``vibevoice/VibeVoice-1.5B-hf``: token ids, diffusion head 4 layers x 1536 / 4608, codec 64-d latents, ratios
 # [2,2,4,5,5,8] = hop 3200, semantic encoder 128-d) and the Qwen2.5-1.5B decoder the model card names (28 layers,
 # hidden 1536, 12 query / 2 KV heads of 128, MLP 8960, vocab 151936, tied embeddings, rope theta 1e6).
+# ``VibeVoiceConfig(**VIBEVOICE_1_5B_CONFIG)`` builds 2,704,021,987 parameters (LM 1,543,714,304; codec 687,392,001;
+# semantic encoder 344,613,600; diffusion head 123,279,360), matching the published 2.7B total.
 VIBEVOICE_1_5B_CONFIG: dict = {
     "text_config": {
         "model_type": "qwen2",
