@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 import time
@@ -313,8 +312,7 @@ def main(argv=None) -> int:
               "dtype": adapter.dtype, "num_parameters": num_parameters, "weight_bytes": weight_bytes,
               "build_s": build_s, "decode": decode, "bandwidth_bound": bound, "oom_backoff": oom,
               "torch": torch.__version__, "elapsed_s": time.monotonic() - started}
-    text = json.dumps(report, indent=1, default=lambda x: None if isinstance(x, float) and not math.isfinite(x)
-                      else str(x))
+    text = json.dumps(report, indent=1, default=str)
     if args.json_out:
         Path(args.json_out).write_text(text, encoding="utf-8")
     print(text)
