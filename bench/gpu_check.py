@@ -221,6 +221,9 @@ def measure_oom_backoff(adapter, device: str, decode: list[dict], new_tokens: in
     if cuda:
         peaks = {r["batch_size"]: r["cuda_peak_bytes"] for r in decode
                  if r.get("use_cache") and "cuda_peak_bytes" in r}
+        if len(peaks) < 2:
+            out.update(mode="skipped", reason="fewer than two batch sizes were measured (time budget spent)")
+            return out
         small = peaks.get(2) or min(peaks.values())
         large = peaks.get(num_requests) or max(peaks.values())
         torch.cuda.empty_cache()
@@ -304,8 +307,11 @@ def main(argv=None) -> int:
              if batch1 else ""), flush=True)
 
     oom = measure_oom_backoff(adapter, device, decode, args.new_tokens, max(args.batch_sizes))
-    print(f"  OOM back-off ({oom['mode']}): {oom['completed']}/{oom['submitted']} completed, {oom['num_oom']} OOM, "
-          f"cap history {oom['cap_history']}, {oom['wall_s']:.1f} s", flush=True)
+    if "completed" in oom:
+        print(f"  OOM back-off ({oom['mode']}): {oom['completed']}/{oom['submitted']} completed, {oom['num_oom']} "
+              f"OOM, cap history {oom['cap_history']}, {oom['wall_s']:.1f} s", flush=True)
+    else:
+        print(f"  OOM back-off skipped: {oom['reason']}", flush=True)
 
     report = {"device": device, "device_name": torch.cuda.get_device_name(device) if device.startswith("cuda")
               else "cpu", "model": "tiny VibeVoice" if args.tiny else "VibeVoice-1.5B (random weights)",
