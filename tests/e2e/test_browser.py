@@ -45,7 +45,8 @@ def page(app_url):
 
 def test_single_synthesis_in_the_browser(page, data_dir):
     page.locator("#ref-audio input[type=file]").set_input_files(str(data_dir / "zh_female_1.wav"))
-    page.wait_for_selector("#ref-report table", timeout=60_000)
+    page.wait_for_function("() => document.querySelector('#ref-report')?.innerText.includes('speech kept')",
+                           timeout=60_000)
     page.locator("#text textarea").fill("重(chong2)新开始，银行很近。")
     # The preview marks the override.
     page.wait_for_function(
@@ -53,10 +54,13 @@ def test_single_synthesis_in_the_browser(page, data_dir):
         timeout=30_000)
     assert "override" in page.locator("#preview").inner_text()
     page.locator("#generate").click()
-    page.wait_for_function(
-        "() => { const a = document.querySelector('#out-audio audio'); return a && a.duration > 0; }",
-        timeout=120_000)
-    duration = page.evaluate("() => document.querySelector('#out-audio audio').duration")
+    page.wait_for_selector("#out-audio audio[src]", state="attached", timeout=120_000)
+    # gradio's waveform player keeps its <audio> in a shadow root and loads lazily; playwright's locator pierces the
+    # shadow DOM, and we ask the element for its metadata as a play click would.
+    duration = page.locator("#out-audio audio[src]").first.evaluate("""async (a) => {
+        a.preload = 'metadata'; a.load();
+        if (!(a.duration > 0)) await new Promise(r => { a.onloadedmetadata = r; setTimeout(r, 10000); });
+        return a.duration; }""")
     assert duration > 0
     page.screenshot(path=str(SHOTS / "single.png"), full_page=True)
 
@@ -68,8 +72,13 @@ def test_batch_tab_runs_three_lines(page, data_dir, tmp_path):
     jsonl = tmp_path / "job.jsonl"
     jsonl.write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in lines), encoding="utf-8")
     page.get_by_role("tab", name="Batch (JSONL)").click()
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "voices.zip", "w") as zf:
+        zf.write(tmp_path / "voice.wav", "voice.wav")
     page.locator("#jsonl input[type=file]").set_input_files(str(jsonl))
-    page.wait_for_timeout(1000)
+    page.locator("#audio-zip input[type=file]").set_input_files(str(tmp_path / "voices.zip"))
+    page.wait_for_timeout(1500)
     page.locator("#run-job").click()
     page.wait_for_function(
         "() => (document.querySelector('#job-results')?.innerText.match(/\\bok\\b/g) || []).length >= 3",

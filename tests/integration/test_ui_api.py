@@ -54,8 +54,8 @@ def test_batch_job_returns_a_result_for_every_line(app_url, data_dir, tmp_path):
     jsonl.write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in lines) + "\n", encoding="utf-8")
     client = gradio_client.Client(app_url, verbose=False)
     summary, results, zip_path = client.predict(
-        gradio_client.handle_file(str(jsonl)), gradio_client.handle_file(str(tmp_path / "voices.zip")), 4, True,
-        True, 0, api_name="/run_job")
+        gradio_client.handle_file(str(jsonl)), gradio_client.handle_file(str(tmp_path / "voices.zip")), None, 4,
+        True, True, 0, api_name="/run_job")
     statuses = {row[1]: row[2] for row in results["data"]}
     assert statuses == {"a": "ok", "b": "ok", "c": "failed"}
     with zipfile.ZipFile(zip_path) as zf:

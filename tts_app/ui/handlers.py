@@ -46,19 +46,28 @@ def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | No
         raise gr.Error(str(exc)) from exc
 
 
+REPORT_FIELDS = (  # (report key, label, unit) shown in the UI; the CLI's --json has everything
+    ("format", "format", ""), ("sampling_rate", "sampling rate", "Hz"), ("channels", "channels", ""),
+    ("duration_s", "duration", "s"), ("speech_start_s", "speech starts", "s"), ("speech_end_s", "speech ends", "s"),
+    ("speech_kept_s", "speech kept", "s"), ("snr_db", "estimated SNR", "dB"), ("clipping_share", "clipped share", ""),
+    ("speech_level_dbfs", "speech level", "dBFS"), ("cropped", "cropped", ""),
+)
+
+
 def _report_markdown(report) -> str:
     d = report.to_dict()
-    lines = ["| | |", "|---|---|"]
-    for key, value in d.items():
-        if key in ("warnings", "errors"):
+    cells = []
+    for key, label, unit in REPORT_FIELDS:
+        if key not in d or d[key] is None:
             continue
-        if isinstance(value, float):
-            value = f"{value:.2f}"
-        lines.append(f"| {key} | {value} |")
-    for w in d.get("warnings", []):
-        lines.append(f"\n⚠️ {w}")
-    for e in d.get("errors", []):
-        lines.append(f"\n❌ {e}")
+        value = d[key]
+        value = f"{value:.2f}" if isinstance(value, float) else str(value)
+        cells.append(f"{label}: **{value}**{' ' + unit if unit else ''}")
+    lines = [" · ".join(cells)]
+    lines += [f"- ⚠️ {w}" for w in d.get("warnings", [])]
+    lines += [f"- ❌ {e}" for e in d.get("errors", [])]
+    if not d.get("warnings") and not d.get("errors"):
+        lines.append("- ✅ no problems found")
     return "\n".join(lines)
 
 
@@ -165,20 +174,20 @@ def _session(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or "anonymous"
 
 
-def validate_job(ctx: AppContext, jsonl_file, audio_zip):
+def validate_job(ctx: AppContext, jsonl_file, audio_zip, default_voice=None):
     """JSONL (+ZIP) uploaded -> validation table rows [line, status, message]. Loads no model."""
     from tts_app.jobs.runner import validate_job as _validate
 
     if not jsonl_file:
         raise gr.Error("Upload a JSONL task file first.")
     try:
-        report = _validate(Path(jsonl_file), audio_dir=audio_zip or None)
+        report = _validate(Path(jsonl_file), audio_dir=audio_zip or None, default_voice=default_voice or None)
     except TTSAppError as exc:
         raise gr.Error(str(exc)) from exc
     return report.as_table()
 
 
-def run_job(ctx: AppContext, jsonl_file, audio_zip, max_batch_size, use_cache, greedy, seed,
+def run_job(ctx: AppContext, jsonl_file, audio_zip, default_voice, max_batch_size, use_cache, greedy, seed,
             request: gr.Request = None, progress=gr.Progress()):
     """Run a JSONL job -> (summary text, results rows [line, output_name, status, error, duration_s], ZIP path).
 
@@ -201,7 +210,8 @@ def run_job(ctx: AppContext, jsonl_file, audio_zip, max_batch_size, use_cache, g
     try:
         params = SynthesisParams(seed=int(seed), greedy=bool(greedy), use_cache=bool(use_cache))
         summary = _run(Path(jsonl_file), out_dir, engine, audio_dir=audio_zip or None, progress=on_progress,
-                       cancel_event=cancel, params=params, reference_config=ctx.reference_config)
+                       cancel_event=cancel, params=params, reference_config=ctx.reference_config,
+                       default_voice=default_voice or None)
     except TTSAppError as exc:
         raise gr.Error(str(exc)) from exc
     records = read_results(out_dir)

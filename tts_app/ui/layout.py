@@ -23,7 +23,8 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
     facts = ctx.engine.facts if ctx.engine is not None else None
 
     with gr.Blocks(title="tts_app") as demo:
-        gr.Markdown(f"# {i18n('title')}\n{i18n('intro')}")
+        gr.Markdown(i18n("title"), elem_id="title")
+        gr.Markdown(i18n("intro"))
         if ctx.load_error:
             gr.Markdown(f"### ⚠️ {ctx.load_error}", elem_id="load-error")
         else:
@@ -79,7 +80,10 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             with gr.Row():
                 jsonl = gr.File(label=i18n("jsonl_file"), file_types=[".jsonl", ".json", ".txt"], type="filepath",
                                 elem_id="jsonl")
-                audio_zip = gr.File(label=i18n("audio_zip"), file_types=[".zip"], type="filepath")
+                audio_zip = gr.File(label=i18n("audio_zip"), file_types=[".zip"], type="filepath",
+                                    elem_id="audio-zip")
+                default_voice = gr.Audio(label=i18n("default_voice"), sources=["upload"], type="filepath",
+                                         elem_id="default-voice")
             with gr.Row():
                 validate_btn = gr.Button(i18n("validate"), elem_id="validate")
                 run_btn = gr.Button(i18n("run_job"), variant="primary", elem_id="run-job")
@@ -107,9 +111,10 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                         cfg, seed, randomize, segment_chars, pause_ms],
                        [out_audio, wav_file, srt_file, timings, used_seed], api_name="synthesize",
                        **MODEL_CONCURRENCY)
-        validate_btn.click(_wrap(handlers.validate_job, ctx), [jsonl, audio_zip], [validation],
+        validate_btn.click(_wrap(handlers.validate_job, ctx), [jsonl, audio_zip, default_voice], [validation],
                            api_name="validate_job")
-        run_btn.click(_wrap(handlers.run_job, ctx), [jsonl, audio_zip, max_batch, use_cache, greedy, seed],
+        run_btn.click(_wrap(handlers.run_job, ctx),
+                      [jsonl, audio_zip, default_voice, max_batch, use_cache, greedy, seed],
                       [job_status, results, results_zip], api_name="run_job", **MODEL_CONCURRENCY)
         cancel_btn.click(_wrap(handlers.cancel_job, ctx), None, [job_status], api_name="cancel_job", queue=False)
         timer.tick(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], api_name="memory", queue=False,

@@ -4,7 +4,7 @@ forces one). Keys are stable identifiers; values are what the user reads."""
 from __future__ import annotations
 
 EN: dict[str, str] = {
-    "title": "tts_app — voice-cloning text to speech",
+    "title": "# tts_app — voice-cloning text to speech",
     "intro": "Upload a few seconds of a voice, type Chinese or English text, and get speech in that voice.",
     "tab_single": "Single synthesis",
     "tab_batch": "Batch (JSONL)",
@@ -38,6 +38,7 @@ EN: dict[str, str] = {
     "timings": "Segments",
     "jsonl_file": "Task file (JSONL)",
     "audio_zip": "Reference audio (ZIP, optional)",
+    "default_voice": "Default voice for lines without prompt_audio (optional)",
     "validate": "Validate",
     "validation": "Validation report",
     "run_job": "Run job",
@@ -51,7 +52,7 @@ EN: dict[str, str] = {
 }
 
 ZH: dict[str, str] = {
-    "title": "tts_app — 声音克隆语音合成",
+    "title": "# tts_app — 声音克隆语音合成",
     "intro": "上传几秒钟的参考声音，输入中文或英文文本，即可用该声音朗读。",
     "tab_single": "单条合成",
     "tab_batch": "批量（JSONL）",
@@ -85,6 +86,7 @@ ZH: dict[str, str] = {
     "timings": "分段",
     "jsonl_file": "任务文件（JSONL）",
     "audio_zip": "参考音频（ZIP，可选）",
+    "default_voice": "默认声音（用于没有 prompt_audio 的行，可选）",
     "validate": "校验",
     "validation": "校验报告",
     "run_job": "运行任务",
