@@ -60,6 +60,20 @@ def _nvml_utilization(index: int) -> float | None:
 _cpu_peak_rss = 0
 
 
+def _cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what ``platform`` knows."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
 def read_memory(device: str = "cpu") -> MemoryReading:
     """Read memory now for ``device`` ("cpu", "cuda" or "cuda:N")."""
     global _cpu_peak_rss
@@ -76,15 +90,13 @@ def read_memory(device: str = "cpu") -> MemoryReading:
             torch_reserved_bytes=torch.cuda.memory_reserved(index),
             torch_peak_bytes=torch.cuda.max_memory_allocated(index),
             utilization_percent=_nvml_utilization(index), is_cpu=False)
-    import platform
-
     import psutil
 
     vm = psutil.virtual_memory()
     rss = psutil.Process().memory_info().rss
     _cpu_peak_rss = max(_cpu_peak_rss, rss)
     return MemoryReading(
-        time_s=now, device="cpu", device_name=platform.processor() or platform.machine() or "CPU",
+        time_s=now, device="cpu", device_name=_cpu_name(),
         total_bytes=vm.total, used_bytes=vm.total - vm.available, free_bytes=vm.available,
         torch_allocated_bytes=rss, torch_reserved_bytes=rss, torch_peak_bytes=_cpu_peak_rss,
         utilization_percent=None, is_cpu=True)
