@@ -61,3 +61,31 @@ def test_batch_job_returns_a_result_for_every_line(app_url, data_dir, tmp_path):
     with zipfile.ZipFile(zip_path) as zf:
         names = zf.namelist()
     assert "results.jsonl" in names and any(n.endswith("a.wav") for n in names)
+
+
+def test_app_without_a_model_starts_explains_and_still_checks_references(tmp_path, data_dir):
+    import re
+    from pathlib import Path
+
+    missing = tmp_path / "no-such-model"
+    missing.mkdir()
+    proc, url = start_app(missing)
+    log = Path(missing.parent / f"app-{url.rsplit(':', 1)[1].strip('/')}.log")
+    try:
+        import urllib.request
+
+        config = urllib.request.urlopen(url + "config", timeout=10).read().decode("utf-8")
+        assert "make-tiny-model" in config  # the page's banner says how to get a model offline
+        client = gradio_client.Client(url, verbose=False)
+        cleaned, report = client.predict(gradio_client.handle_file(str(data_dir / "en_male_1.wav")), "",
+                                         api_name="/reference_report")
+        assert "speech kept" in report
+        assert client.predict(api_name="/cancel_job") == "no job of yours is running"
+        with pytest.raises(Exception, match="make-tiny-model|model"):
+            client.predict(gradio_client.handle_file(str(data_dir / "en_male_1.wav")), "", "hello", 4, True, 24,
+                           True, 1.0, 1.0, 50, 1.3, 7, False, 0, 200, api_name="/synthesize")
+    finally:
+        stop_app(proc)
+    # SIGTERM removes the temporary output folder the app announced.
+    temp_root = re.search(r"Generated files go to (\S+) \(temporary", log.read_text()).group(1)
+    assert not Path(temp_root).exists()

@@ -54,7 +54,9 @@ def family_of(id_or_path: str | Path) -> str:
         raise ModelLoadError(f"model folder {id_or_path!r} does not exist; pass --model with an existing checkpoint "
                              "folder or a hub id such as vibevoice/VibeVoice-1.5B-hf")
     if Path(id_or_path).exists() and not (Path(id_or_path) / "config.json").is_file():
-        raise ModelLoadError(f"{id_or_path!r} is a folder without config.json; it is not a model checkpoint")
+        raise ModelLoadError(f"{id_or_path!r} is a folder without config.json; it is not a model checkpoint. "
+                             "Point --model at a checkpoint folder or a hub id; `python -m tts_app make-tiny-model "
+                             "--family vibevoice --out DIR` writes a tiny random one for trying the app offline.")
     try:
         config = AutoConfig.from_pretrained(id_or_path)
     except OSError as exc:  # transformers raises OSError for missing repos / offline misses

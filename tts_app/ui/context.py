@@ -33,13 +33,28 @@ class AppContext:
     load_error: str | None = None
     reference_config: ReferenceConfig = field(default_factory=ReferenceConfig)
     frontend_config: FrontendConfig = field(default_factory=FrontendConfig)
-    output_root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tts_app_")))
+    output_root: Path | None = None  # None: a temporary folder, removed when the app stops
     lang: str | None = None
     history: MemoryHistory = field(default_factory=MemoryHistory)
     reference_cache: object | None = None
     cancel_events: dict[str, threading.Event] = field(default_factory=dict)
+    running_jobs: set[str] = field(default_factory=set)  # session hashes with a batch job in progress
     _last_oom_count: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.owns_output_root = self.output_root is None
+        if self.output_root is None:
+            self.output_root = Path(tempfile.mkdtemp(prefix="tts_app_"))
+
+    def close(self) -> None:
+        """Stop the engine and remove the temporary output folder (a user-given --output-dir is kept)."""
+        import shutil
+
+        if self.engine is not None:
+            self.engine.shutdown(wait=False)
+        if self.owns_output_root:
+            shutil.rmtree(self.output_root, ignore_errors=True)
 
     def cancel_event(self, session_hash: str) -> threading.Event:
         """The cancel flag of one browser session's batch job (created on first use)."""

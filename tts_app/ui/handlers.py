@@ -31,19 +31,24 @@ def _engine(ctx: AppContext):
     return ctx.engine
 
 
+# Rate used to check a reference when no model is loaded (the quality report does not depend on it).
+REPORT_SAMPLING_RATE = 24000
+
+
 def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | None):
-    """(ReferenceAudio, report) for an uploaded/recorded file, through the shared cache."""
+    """(ReferenceAudio, report) for an uploaded/recorded file, through the shared cache. Works without a model
+    (the clip is then cleaned at ``REPORT_SAMPLING_RATE``)."""
     from tts_app.audio.reference import prepare_reference
 
     if not audio_path:
         raise gr.Error("Upload or record a reference audio clip first (a few seconds of the voice to clone).")
-    engine = _engine(ctx)
+    rate = ctx.engine.sampling_rate if ctx.engine is not None else REPORT_SAMPLING_RATE
     try:
-        return prepare_reference(audio_path, target_sampling_rate=engine.sampling_rate,
+        return prepare_reference(audio_path, target_sampling_rate=rate,
                                  config=ctx.reference_config, reference_text=reference_text or None,
-                                 cache=ctx.reference_cache)
+                                 cache=ctx.reference_cache, name=Path(audio_path).name)
     except TTSAppError as exc:
-        raise gr.Error(str(exc)) from exc
+        raise gr.Error(_hide_paths(str(exc), ctx, audio_path)) from exc
 
 
 REPORT_FIELDS = (  # (report key, label, unit) shown in the UI; the CLI's --json has everything
@@ -52,6 +57,21 @@ REPORT_FIELDS = (  # (report key, label, unit) shown in the UI; the CLI's --json
     ("speech_kept_s", "speech kept", "s"), ("snr_db", "estimated SNR", "dB"), ("clipping_share", "clipped share", ""),
     ("speech_level_dbfs", "speech level", "dBFS"), ("cropped", "cropped", ""),
 )
+
+
+def _hide_paths(message: str, ctx: AppContext, *uploads: str | None) -> str:
+    """Server folders mean nothing to a browser user (and reveal the server's layout): replace the upload and
+    output folders in a message by short names."""
+    import tempfile
+
+    replacements = [(str(ctx.output_root), "<outputs>")]
+    for upload in uploads:
+        if upload:
+            replacements.append((str(Path(upload).parent), "<your upload>"))
+    replacements.append((tempfile.gettempdir(), "<server temp>"))
+    for folder, name in replacements:
+        message = message.replace(folder, name)
+    return message
 
 
 def _report_markdown(report) -> str:
@@ -183,8 +203,9 @@ def validate_job(ctx: AppContext, jsonl_file, audio_zip, default_voice=None):
     try:
         report = _validate(Path(jsonl_file), audio_dir=audio_zip or None, default_voice=default_voice or None)
     except TTSAppError as exc:
-        raise gr.Error(str(exc)) from exc
-    return report.as_table()
+        raise gr.Error(_hide_paths(str(exc), ctx, jsonl_file, audio_zip)) from exc
+    return [[line, status, _hide_paths(str(message), ctx, jsonl_file, audio_zip)]
+            for line, status, message in report.as_table()]
 
 
 def run_job(ctx: AppContext, jsonl_file, audio_zip, default_voice, max_batch_size, use_cache, greedy, seed,
@@ -207,15 +228,20 @@ def run_job(ctx: AppContext, jsonl_file, audio_zip, default_voice, max_batch_siz
     def on_progress(done, total, info=None):
         progress(done / max(total, 1), desc=f"lines {done}/{total} · batch cap {engine.stats().batch_cap}")
 
+    session = _session(request)
+    ctx.running_jobs.add(session)
     try:
         params = SynthesisParams(seed=int(seed), greedy=bool(greedy), use_cache=bool(use_cache))
         summary = _run(Path(jsonl_file), out_dir, engine, audio_dir=audio_zip or None, progress=on_progress,
                        cancel_event=cancel, params=params, reference_config=ctx.reference_config,
                        default_voice=default_voice or None)
     except TTSAppError as exc:
-        raise gr.Error(str(exc)) from exc
+        raise gr.Error(_hide_paths(str(exc), ctx, jsonl_file, audio_zip)) from exc
+    finally:
+        ctx.running_jobs.discard(session)
     records = read_results(out_dir)
-    rows = [[n, r.get("output_name"), r.get("status"), r.get("error") or "", r.get("duration_s")]
+    rows = [[n, r.get("output_name"), r.get("status"), _hide_paths(r.get("error") or "", ctx, jsonl_file, audio_zip),
+             r.get("duration_s")]
             for n, r in sorted(records.items())]
     if summary.num_failed:
         gr.Warning(f"{summary.num_failed} line(s) failed; see the results table.")
@@ -225,7 +251,11 @@ def run_job(ctx: AppContext, jsonl_file, audio_zip, default_voice, max_batch_siz
 
 
 def cancel_job(ctx: AppContext, request: gr.Request = None):
-    ctx.cancel_event(_session(request)).set()
+    """Cancel this browser session's running job (other users' jobs are untouched)."""
+    session = _session(request)
+    if session not in ctx.running_jobs:
+        return "no job of yours is running"
+    ctx.cancel_event(session).set()
     gr.Info("Cancelling: lines already running finish, the rest are skipped.")
     return "cancelling…"
 

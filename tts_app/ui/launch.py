@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -52,9 +53,8 @@ def build_context(args: argparse.Namespace):
         engine_kwargs["memory_budget_bytes"] = parse_size(args.memory_budget)
     model_config = ModelConfig(model_id=args.model, device=args.device, dtype=args.dtype)
     engine_config = EngineConfig(**engine_kwargs)
-    ctx = AppContext(model_config=model_config, engine_config=engine_config, lang=args.lang)
-    if args.output_dir is not None:
-        ctx.output_root = Path(args.output_dir)
+    ctx = AppContext(model_config=model_config, engine_config=engine_config, lang=args.lang,
+                     output_root=Path(args.output_dir) if args.output_dir is not None else None)
     import threading
 
     from tts_app.frontend import warm_up
@@ -85,8 +85,15 @@ def main(argv: list[str]) -> int:
     ctx = build_context(args)
     from tts_app.ui.layout import build_demo
 
+    print(f"Generated files go to {ctx.output_root}"
+          + (" (temporary; removed when the app stops)" if ctx.owns_output_root else ""), flush=True)
     demo, i18n = build_demo(ctx)
     demo.queue(default_concurrency_limit=8)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, i18n=i18n,
-                allowed_paths=[str(ctx.output_root)])
+    # SIGTERM (e.g. from a service manager) ends like Ctrl-C, so the engine stops and temporary files go.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        demo.launch(server_name=args.host, server_port=args.port, share=args.share, i18n=i18n,
+                    allowed_paths=[str(ctx.output_root)])
+    finally:
+        ctx.close()
     return 0
