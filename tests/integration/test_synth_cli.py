@@ -90,3 +90,28 @@ def test_cuda_requested_without_a_device_is_a_usage_error(monkeypatch, data_dir,
     code = main(["--model", "any", "--ref", str(data_dir / "en_female_1.wav"), "--text", "Hi.",
                  "--out", str(tmp_path / "x.wav"), "--device", "cuda"])
     assert code == 2 and "--device cpu" in capsys.readouterr().err
+
+
+def test_unusable_output_paths_are_refused_before_the_model_loads(data_dir, tmp_path, capsys):
+    # "--model" names no checkpoint: had the model been loaded first, the exit status would be 1 (load failure).
+    (tmp_path / "afile").write_bytes(b"")
+    ref = str(data_dir / "en_female_1.wav")
+    cases = [(["--out", str(tmp_path)], "is a folder"),
+             (["--out", str(tmp_path / "afile" / "x.wav")], "is a file, not a folder"),
+             (["--out", str(tmp_path / "x.wav"), "--srt", str(tmp_path)], "--srt"),
+             (["--out", str(tmp_path / "x.wav"), "--srt", str(tmp_path / "afile" / "sub" / "x.srt")], "afile")]
+    for flags, needle in cases:
+        code = main(["--model", str(tmp_path / "no-model"), "--ref", ref, "--text", "Hi.", *flags])
+        err = capsys.readouterr().err
+        assert code == 2, (flags, err)
+        assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing written
+
+
+def test_negative_or_zero_memory_budget_is_a_usage_error(data_dir, tmp_path, capsys):
+    for flags in (["--memory-budget", "-5MB"], ["--memory-budget=-5MB"], ["--memory-budget", "0"]):
+        code = main(["--model", "any", "--ref", str(data_dir / "en_female_1.wav"), "--text", "Hi.",
+                     "--out", str(tmp_path / "x.wav"), *flags])
+        err = capsys.readouterr().err
+        assert code == 2 and "memory budget must be positive" in err, (flags, err)
+        assert "expected one argument" not in err

@@ -15,18 +15,9 @@ import logging
 import sys
 from pathlib import Path
 
+from tts_app.cli.args import check_output_file, join_negative_values, memory_budget, positive_int
 from tts_app.config import DEFAULT_MODEL_ID, EngineConfig
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError, TTSAppError
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,15 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="base seed; segment i uses seed + i (default 0)")
     p.add_argument("--greedy", action="store_true", help="greedy decoding (deterministic)")
     p.add_argument("--no-kv-cache", action="store_true", help="decode without KV cache (slower, same output)")
-    p.add_argument("--max-new-tokens", type=_positive_int, help="cap on decode steps per segment")
+    p.add_argument("--max-new-tokens", type=positive_int, help="cap on decode steps per segment")
     p.add_argument("--max-segment-chars", type=int, help="split the text into segments of at most this many chars")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--batch-size", type=_positive_int, help="most segments per forward call (default "
+    p.add_argument("--batch-size", type=positive_int, help="most segments per forward call (default "
                    f"{EngineConfig().max_batch_size})")
-    p.add_argument("--memory-budget", help="memory for KV cache + activations, e.g. 2GiB or 512MB "
+    p.add_argument("--memory-budget", type=memory_budget,
+                   help="memory for KV cache + activations, e.g. 2GiB or 512MB "
                    "(default: from free device memory on CUDA, unlimited on CPU)")
-    p.add_argument("--simulate-oom-above-batch", type=_positive_int,
+    p.add_argument("--simulate-oom-above-batch", type=positive_int,
                    help="testing aid: raise a real out-of-memory error for batches larger than N")
     return p
 
@@ -70,7 +62,10 @@ def _load_reference(path: str, sampling_rate: int, reference_text: str | None):
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(join_negative_values(list(argv), ("--memory-budget",)))
+    except SystemExit as exc:  # argparse exits 2 on bad arguments, 0 on --help
+        return int(exc.code or 0)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return _run(args)
@@ -84,11 +79,15 @@ def main(argv: list[str]) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from tts_app.engine import Engine
-    from tts_app.engine.memory import format_bytes, parse_size
+    from tts_app.engine.memory import format_bytes
     from tts_app.request import SynthesisParams, SynthesisRequest
 
+    # Output paths first: a folder given as --out must not cost a model load and a whole synthesis.
+    check_output_file(args.out, "--out")
+    if args.srt:
+        check_output_file(args.srt, "--srt", "out.srt")
     text = sys.stdin.read() if args.text == "-" else args.text
-    budget = parse_size(args.memory_budget) if args.memory_budget is not None else None
+    budget = args.memory_budget
     params = SynthesisParams(seed=args.seed, greedy=args.greedy, use_cache=not args.no_kv_cache,
                              max_new_tokens=args.max_new_tokens, max_segment_chars=args.max_segment_chars)
     if args.ref is not None and not Path(args.ref).is_file():  # fail fast, before loading the model
