@@ -124,6 +124,11 @@ class MemoryHistory:
         with self._lock:
             self._oom_times.append(time.time() if time_s is None else time_s)
 
+    def oom_times(self) -> list[float]:
+        """``time.time()`` of the OOM events still inside the window, oldest first."""
+        with self._lock:
+            return list(self._oom_times)
+
     def _trim(self, now: float) -> None:
         while self._readings and now - self._readings[0].time_s > self.window_s:
             self._readings.popleft()

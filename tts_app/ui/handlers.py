@@ -291,6 +291,10 @@ def gauge(ctx: AppContext):
                   f"OOM count {stats.num_oom} · queue depth {stats.queue_depth} segments",
                   f"- KV-cache + activations estimate per row (default settings): "
                   f"{stats.default_row_bytes / 1024**2:.1f} MiB"]
+        ooms = ctx.history.oom_times()
+        if ooms:
+            lines.append(f"- 🔴 {len(ooms)} out-of-memory event(s) in the plotted window, the last "
+                         f"{reading.time_s - ooms[-1]:.0f} s ago (batch halved and retried; nothing lost)")
     else:
         lines.append(f"- no model loaded: {ctx.load_error}")
     frame = pd.DataFrame(ctx.history.rows() or [{"seconds_ago": 0.0, "used_gib": 0.0, "torch_gib": 0.0,
