@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -237,6 +238,19 @@ def test_cli_json_and_bad_input(capsys):
                                    "position": 0, "candidates": list(char_candidates("重"))}
     assert main(["   "]) == 2
     assert "empty" in capsys.readouterr().err
+
+
+def test_cli_exits_quietly_when_the_reader_closes_the_pipe_early():
+    """``python -m tts_app frontend --all-chars LONG | head -2``: no BrokenPipeError traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "tts_app", "frontend", "--all-chars", "重要" * 2000],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    first_lines = [proc.stdout.readline() for _ in range(2)]  # the report is ~200 kB, more than a pipe buffer
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0
+    assert first_lines[0].startswith(b"normalised:")
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
 
 
 def test_quotes_and_backslashes_survive_normalisation():

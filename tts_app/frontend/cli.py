@@ -2,19 +2,21 @@
 
 Prints what the front end makes of a text: the normalised text, the segments (rendered text and pause after, in
 ms), per-character readings (char, TONE3, polyphonic, source) and warnings. No model is loaded.
-Exit status: 0 ok, 2 bad input or usage.
+Exit status: 0 ok (also when the reader closes the pipe early, e.g. ``... | head``: no traceback), 2 bad input or usage.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict
 
 from tts_app.config import FrontendConfig
 from tts_app.errors import InputError
 from tts_app.frontend.prepare import DEFAULT_MAX_SEGMENT_CHARS
+from tts_app.frontend.types import PreparedText
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,9 +53,21 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:
+        _print_report(prepared, args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped early (``| head``). Point stdout at devnull so the interpreter's own flush at exit does
+        # not raise again (the recipe of Python's ``signal`` docs, "Note on SIGPIPE").
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 0
+
+
+def _print_report(prepared: PreparedText, args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(asdict(prepared), ensure_ascii=False, indent=2))
-        return 0
+        return
     print(f"normalised: {prepared.normalized_text}")
     print(f"segments ({len(prepared.segments)}):")
     for i, seg in enumerate(prepared.segments):
@@ -70,7 +84,6 @@ def main(argv: list[str] | None = None) -> int:
         print("warnings:")
         for w in prepared.warnings:
             print(f"  - {w}")
-    return 0
 
 
 if __name__ == "__main__":
