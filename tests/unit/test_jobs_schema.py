@@ -230,3 +230,42 @@ def test_validation_streams_a_large_file_in_small_memory(job_dir):
     assert report.ok and report.num_lines == 3000
     # rows are kept only for problems; the file itself is never held whole
     assert peak < size, (peak, size)
+
+
+def test_missing_field_with_a_near_miss_name_says_what_to_rename(job_dir):
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"text": "Hello.", "prompt_audio": "b.wav"},
+        {"input_txt": "Hello.", "prompt_audio": "b.wav"},
+        {"input_text": "Hello.", "ref_audio": "b.wav"},
+        {"prompt_audio": "b.wav", "speaker": "x"},
+    ])
+    rows = rows_by_line(validate_job(path))
+    assert ("error", "missing field 'input_text' (found 'text'; rename it to input_text)") in rows[1]
+    assert ("error", "missing field 'input_text' (found 'input_txt'; rename it to input_text)") in rows[2]
+    assert any("found 'ref_audio'; rename it to prompt_audio" in m for _, m in rows[3])
+    assert ("error", "missing field 'input_text' (the text to speak)") in rows[4]  # nothing close: no guess
+
+
+def test_renamed_output_names_are_reported_with_both_names(job_dir):
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"input_text": "a", "prompt_audio": "b.wav", "output_name": "CON"},
+        {"input_text": "b", "prompt_audio": "b.wav", "output_name": ".hidden"},
+        {"input_text": "c", "prompt_audio": "b.wav", "output_name": "a:b"},
+        {"input_text": "d", "prompt_audio": "b.wav", "output_name": "plain.wav"},
+    ])
+    report = validate_job(path)
+    rows = rows_by_line(report)
+    assert report.ok and 4 not in rows  # dropping ".wav" is not a rename
+    for line, old, new in [(1, "CON", "_CON"), (2, ".hidden", "hidden"), (3, "a:b", "a_b")]:
+        ((status, message),) = rows[line]
+        assert status == "warning" and repr(old) in message and repr(new) in message, message
+    (first, *_) = list(iter_job(path, make_sources(path, None, JobConfig())))
+    assert first.output_name == "_CON" and "'_CON'" in first.warnings[0]
+
+
+def test_file_level_rows_are_labelled_job_file_not_line_0(job_dir):
+    path = write_jsonl(job_dir / "gbk.jsonl", [{"input_text": "今天天气很好。", "prompt_audio": "b.wav"}],
+                       encoding="gbk")
+    text = validate_job(path).format_text()
+    assert "job file: warning:" in text and "GB18030" in text
+    assert "line 0" not in text

@@ -83,6 +83,13 @@ PARAM_TYPES: dict[str, type] = {
 
 KNOWN_FIELDS = frozenset(ALIASES) | {a for names in ALIASES.values() for a in names} | frozenset(PARAM_TYPES)
 
+# Names people write for a required field (other TTS tools' JSONL, plain guesses); a line missing the field but
+# holding one of these gets a "rename it" hint. Close spellings of the field are found by difflib as well.
+NEAR_MISSES: dict[str, tuple[str, ...]] = {
+    "input_text": ("text", "input", "tts_text", "target_text", "content", "sentence", "utterance"),
+    "prompt_audio": ("audio", "prompt_wav", "ref_audio", "reference_audio", "speaker_audio", "wav", "voice"),
+}
+
 # Characters Windows, macOS or shells choke on in file names; replaced by "_".
 _UNSAFE_CHARS = re.compile(r'[\x00-\x1f\x7f<>:"|?*]')
 # Device names Windows refuses as file names (any extension).
@@ -153,7 +160,7 @@ class ValidationReport:
         encoding: codec the file was read with ("utf-8", "utf-8-sig", "utf-16", "gb18030").
         num_lines: non-blank lines.
         num_valid, num_invalid: lines that can / cannot run.
-        rows: one row per error or warning, in line order; ``line`` 0 means the whole file.
+        rows: one row per error or warning, in line order; ``line`` 0 means the whole file (shown as "job file").
     """
 
     jsonl_path: Path
@@ -179,7 +186,8 @@ class ValidationReport:
         """Human-readable summary plus one line per problem."""
         head = (f"{self.jsonl_path}: {self.num_lines} lines, {self.num_valid} valid, {self.num_invalid} invalid, "
                 f"{self.num_warnings} warnings (encoding {self.encoding})")
-        return "\n".join([head] + [f"  line {r.line}: {r.status}: {r.message}" for r in self.rows])
+        return "\n".join([head] + [f"  {'job file' if r.line == 0 else f'line {r.line}'}: {r.status}: {r.message}"
+                                   for r in self.rows])
 
 
 # --------------------------------------------------------------------------------------------------- encoding
@@ -429,6 +437,17 @@ def sanitize_output_name(value: Any, line_number: int) -> str:
     return name
 
 
+def rename_warning(value: Any, name: str) -> str | None:
+    """A warning when ``sanitize_output_name`` changed the name (beyond dropping a ``.wav`` ending), else None."""
+    wanted = unicodedata.normalize("NFC", str(value)).strip()
+    if wanted.lower().endswith(".wav"):
+        wanted = wanted[:-4]
+    if name == wanted:
+        return None
+    return (f"output_name {str(value)!r} was renamed to {name!r} (the original is not a safe file name on every "
+            f"system); the audio is {name + '.wav'!r}")
+
+
 def default_output_name(line_number: int, digits: int) -> str:
     """Zero-padded 1-based line number, e.g. ``00007``."""
     return f"{line_number:0{digits}d}"
@@ -458,6 +477,19 @@ def _check_param(name: str, value: Any, line_number: int) -> Any:
     return float(value) if want is float else value
 
 
+def _missing_field(canonical: str, meaning: str, obj: dict) -> str:
+    """"missing field 'input_text' (found 'text'; rename it to input_text)" when the line holds a near-miss
+    name (``NEAR_MISSES`` or a close spelling), else "missing field 'input_text' (the text to speak)"."""
+    import difflib
+
+    unknown = [k for k in obj if isinstance(k, str) and k not in KNOWN_FIELDS]
+    near = [k for k in unknown if k.strip().lower() in NEAR_MISSES.get(canonical, ())]
+    near = near or difflib.get_close_matches(canonical, unknown, n=1, cutoff=0.75)
+    if near:
+        return f"missing field {canonical!r} (found {near[0]!r}; rename it to {canonical})"
+    return f"missing field {canonical!r} ({meaning})"
+
+
 def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default_voice: bool,
                digits: int) -> JobLine:
     """Validate one decoded JSON value into a ``JobLine`` (output-name uniqueness is checked by ``iter_job``).
@@ -471,12 +503,17 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
     warnings = [f"unknown field {k!r} ignored" for k in obj if k not in KNOWN_FIELDS]
 
     name_value = _pick(obj, "output_name", line_number)
-    output_name = (default_output_name(line_number, digits) if name_value in (None, "")
-                   else sanitize_output_name(name_value, line_number))
+    if name_value in (None, ""):
+        output_name = default_output_name(line_number, digits)
+    else:
+        output_name = sanitize_output_name(name_value, line_number)
+        renamed = rename_warning(name_value, output_name)
+        if renamed is not None:
+            warnings.append(renamed)
 
     text = _pick(obj, "input_text", line_number)
     if text is None:
-        raise JobLineError(line_number, "missing field 'input_text' (the text to speak)")
+        raise JobLineError(line_number, _missing_field("input_text", "the text to speak", obj))
     if not isinstance(text, str) or not text.strip():
         raise JobLineError(line_number, "'input_text' must be a non-empty string")
 
@@ -489,8 +526,8 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
     audio_value = _pick(obj, "prompt_audio", line_number)
     if audio_value in (None, ""):
         if not has_default_voice:
-            raise JobLineError(line_number, "missing field 'prompt_audio' (the reference audio file) and no default "
-                                            "voice was given")
+            raise JobLineError(line_number, _missing_field("prompt_audio", "the reference audio file", obj)
+                               + " and no default voice was given")
         prompt_audio = None
     elif not isinstance(audio_value, str):
         raise JobLineError(line_number, "'prompt_audio' must be a file path string")
