@@ -278,3 +278,29 @@ def test_unreadable_inputs_raise_input_error(job_dir, make_engine):
     with pytest.raises(InputError, match="cannot read"):
         run_job(job_dir / "missing.jsonl", job_dir / "out", engine)
     assert read_results(job_dir / "nowhere") == {}
+
+
+def test_lines_to_run_counts_valid_lines_not_done_and_run_job_needs_no_engine_for_none(job_dir, make_engine):
+    from tts_app.jobs.runner import count_lines_to_run
+
+    bad = write_jsonl(job_dir / "bad.jsonl", [{"text": "Hi.", "prompt_audio": "voices/anna.wav"},
+                                               {"input_text": "Ghost.", "prompt_audio": "voices/ghost.wav"}])
+    assert count_lines_to_run(bad, job_dir / "out0") == 0
+    summary = run_job(bad, job_dir / "out0", None)  # every line invalid: no model needed
+    assert (summary.num_failed, summary.num_ok) == (2, 0)
+    assert [r["status"] for r in records(job_dir / "out0")] == ["failed", "failed"]
+    assert "rename it to input_text" in records(job_dir / "out0")[0]["error"]
+
+    good = write_jsonl(job_dir / "good.jsonl", [{"input_text": "One.", "prompt_audio": "voices/anna.wav"},
+                                                 {"input_text": "Two.", "prompt_audio": "voices/anna.wav"}])
+    out = job_dir / "out"
+    assert count_lines_to_run(good, out, resume=True) == 2  # no results yet
+    assert run_job(good, out, make_engine()).all_ok
+    assert count_lines_to_run(good, out) == 2  # without resume everything runs again
+    assert count_lines_to_run(good, out, resume=True) == 0
+    again = run_job(good, out, None, resume=True)  # all done: no model needed
+    assert (again.num_skipped, again.num_ok) == (2, 0) and again.all_ok
+    (out / "00002.wav").write_bytes(b"RIFF")  # a damaged output must be redone
+    assert count_lines_to_run(good, out, resume=True) == 1
+    with pytest.raises(ValueError, match="engine=None"):
+        run_job(good, out, None, resume=True)

@@ -1,7 +1,8 @@
 """``python -m tts_app batch TASKS.jsonl --out-dir DIR [--audio-dir DIR|ZIP] [--resume] [engine flags]``
 
-Validates the whole file first (no model), loads the model, runs every line through one engine and writes
-``DIR/<output_name>.wav`` per line plus ``DIR/results.jsonl``. A progress bar goes to stderr.
+Checks the arguments and validates the whole file first (no model), loads the model only when some line needs it,
+runs every line through one engine and writes ``DIR/<output_name>.wav`` per line plus ``DIR/results.jsonl``.
+A progress bar goes to stderr.
 
 Exit status: 0 every line ok; 1 some lines failed (listed on stderr); 2 usage error (bad arguments, unreadable
 or undecodable job file, unusable audio folder/default voice, model load failure).
@@ -13,15 +14,35 @@ import argparse
 import logging
 import sys
 
+from tts_app.cli.args import check_output_dir, join_negative_values, memory_budget, positive_int
 from tts_app.config import EngineConfig, ModelConfig
 from tts_app.errors import TTSAppError
 from tts_app.request import SynthesisParams
 
 logger = logging.getLogger(__name__)
 
+JSONL_HELP = """\
+job file (JSONL): one JSON object per line, UTF-8; blank lines are skipped.
+  field           alias          meaning
+  input_text      syn_text       text to speak (required)
+  prompt_audio    prompt_speech  reference audio file, relative to --audio-dir, then to the JSONL's folder
+                                 (required unless --default-voice is given)
+  prompt_text                    transcript of the reference audio (optional; Dia needs it to clone a voice)
+  output_name     uttid          output file name without .wav (default: the zero-padded line number)
+  seed, greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars,
+  pause_between_segments_ms      per-line generation settings (optional; override --seed etc.)
+
+example line:
+  {"input_text": "你好，欢迎收听。", "prompt_audio": "voices/mei.wav", "prompt_text": "大家好。", "output_name": "intro"}
+
+outputs: DIR/<output_name>.wav per ok line, and DIR/results.jsonl with one record per line (line, output_name,
+status ok|failed|skipped, error, audio_path, duration_s, num_segments, elapsed_s, warnings). A bad line is
+recorded as failed and the job goes on. --resume skips lines already ok whose audio still decodes.
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tts_app batch", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tts_app batch", description=__doc__, epilog=JSONL_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("tasks", metavar="TASKS.jsonl", help="job file: one JSON object per line")
     p.add_argument("--out-dir", required=True, help="output folder (created); nothing is written outside it")
@@ -39,25 +60,24 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model", default=None, help=f"hub id or local folder (default {ModelConfig().model_id})")
     g.add_argument("--device", default=None, help="auto | cpu | cuda (default auto)")
     g.add_argument("--dtype", default=None, help="auto | float32 | bfloat16 | float16 (default auto)")
-    g.add_argument("--batch-size", type=int, default=None, help="max segments per forward call")
+    g.add_argument("--batch-size", type=positive_int, default=None, help="max segments per forward call")
     g.add_argument("--no-kv-cache", action="store_true", help="decode without the KV cache (slow; same output)")
-    g.add_argument("--memory-budget", default=None, help="KV cache + activations budget, e.g. 2GiB, 512MB")
-    g.add_argument("--simulate-oom-above-batch", type=int, default=None,
+    g.add_argument("--memory-budget", type=memory_budget, default=None,
+                   help="KV cache + activations budget, e.g. 2GiB, 512MB")
+    g.add_argument("--simulate-oom-above-batch", type=positive_int, default=None,
                    help="testing aid: raise a real out-of-memory error for batches larger than this")
     s = p.add_argument_group("generation defaults (a line's own fields override them)")
     s.add_argument("--seed", type=int, default=None, help="base seed (default 0)")
     s.add_argument("--greedy", action="store_true", help="greedy decoding (deterministic)")
-    s.add_argument("--max-new-tokens", type=int, default=None, help="cap on decode steps per segment")
+    s.add_argument("--max-new-tokens", type=positive_int, default=None, help="cap on decode steps per segment")
     return p
 
 
 def _engine_config(args: argparse.Namespace) -> EngineConfig:
     """EngineConfig with only the flags that were given (None = not given, the dataclass default applies)."""
-    from tts_app.engine import parse_size
-
     given = {
         "max_batch_size": args.batch_size,
-        "memory_budget_bytes": parse_size(args.memory_budget) if args.memory_budget is not None else None,
+        "memory_budget_bytes": args.memory_budget,
         "simulate_oom_above_batch": args.simulate_oom_above_batch,
     }
     return EngineConfig(**{k: v for k, v in given.items() if v is not None})
@@ -73,16 +93,19 @@ def main(argv: list[str] | None = None) -> int:
     """Run the ``batch`` command; returns the exit status (0 all ok, 1 some lines failed, 2 usage error)."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(join_negative_values(list(sys.argv[1:] if argv is None else argv),
+                                                      ("--memory-budget",)))
     except SystemExit as exc:  # argparse exits 2 on bad arguments, 0 on --help
         return int(exc.code or 0)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    from tts_app.jobs.runner import run_job, validate_job
+    from tts_app.jobs.runner import count_lines_to_run, run_job, validate_job
     from tts_app.jobs.schema import JobConfig
 
+    # Everything that can be checked without the model is checked before it loads (a model load takes minutes).
     config = JobConfig(extra_allowed_roots=tuple(args.allowed_root))
     try:
+        check_output_dir(args.out_dir, "--out-dir")
         params = _params(args)
         engine_config = _engine_config(args)
         report = validate_job(args.tasks, audio_dir=args.audio_dir, default_voice=args.default_voice,
@@ -97,19 +120,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.validate_only:
         print(f"{report.num_valid} of {report.num_lines} lines valid")
         return 0 if report.ok else 1
-
-    from tts_app.adapters import load_adapter
-    from tts_app.engine import Engine
-
-    model = ModelConfig()
     try:
-        adapter = load_adapter(args.model if args.model is not None else model.model_id,
-                               device=args.device if args.device is not None else model.device,
-                               dtype=args.dtype if args.dtype is not None else model.dtype)
-        engine = Engine(adapter, engine_config).start()
+        num_to_run = count_lines_to_run(args.tasks, args.out_dir, audio_dir=args.audio_dir,
+                                        default_voice=args.default_voice, resume=args.resume, config=config)
     except TTSAppError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+    engine = None
+    if num_to_run > 0:
+        from tts_app.adapters import load_adapter
+        from tts_app.engine import Engine
+
+        model = ModelConfig()
+        try:
+            adapter = load_adapter(args.model if args.model is not None else model.model_id,
+                                   device=args.device if args.device is not None else model.device,
+                                   dtype=args.dtype if args.dtype is not None else model.dtype)
+            engine = Engine(adapter, engine_config).start()
+        except TTSAppError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    else:
+        print("no line needs the model (every line is invalid or already done); not loading it", file=sys.stderr)
 
     from tqdm import tqdm
 
@@ -134,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; finished lines are kept, rerun with --resume to continue", file=sys.stderr)
         return 130
     finally:
-        engine.shutdown(wait=False)
+        if engine is not None:
+            engine.shutdown(wait=False)
     bar.close()
     print(summary.format_text().splitlines()[0])
     if summary.failed:

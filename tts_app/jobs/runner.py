@@ -232,6 +232,21 @@ def _zip_file(audio_dir: str | Path) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _validation_sources(jsonl_path: str | Path, audio_dir: str | Path | None, config: JobConfig
+                        ) -> Iterator[AudioSources]:
+    """``AudioSources`` for checking a job without running it: an audio ZIP is searched by member name (nothing
+    unpacked), an audio folder directly."""
+    if audio_dir is not None and Path(audio_dir).is_file():
+        members = zip_audio_members(_zip_file(audio_dir), max_total_bytes=config.max_zip_bytes,
+                                    max_members=config.max_zip_members)
+        yield AudioSources([Path(jsonl_path).parent], [Path(r) for r in config.extra_allowed_roots],
+                           zip_members=members, zip_path=Path(audio_dir))
+        return
+    with _audio_root(audio_dir, Path("unused"), config) as root:
+        yield make_sources(jsonl_path, root, config)
+
+
 def validate_job(jsonl_path: str | Path, *, audio_dir: str | Path | None = None,
                  default_voice: str | Path | None = None, config: JobConfig = JobConfig()) -> ValidationReport:
     """Check a job file without loading any model: JSON, fields, parameter values, output names (safe, unique)
@@ -239,7 +254,7 @@ def validate_job(jsonl_path: str | Path, *, audio_dir: str | Path | None = None,
 
     Args:
         jsonl_path: the job file.
-        audio_dir: folder or ZIP of reference audio (a ZIP is unpacked into a temporary folder and removed).
+        audio_dir: folder or ZIP of reference audio (a ZIP is only listed, not unpacked).
         default_voice: reference audio used by lines without ``prompt_audio``.
 
     Returns:
@@ -250,16 +265,34 @@ def validate_job(jsonl_path: str | Path, *, audio_dir: str | Path | None = None,
             default voice file does not exist.
     """
     check_default_voice(default_voice)
-    has_default_voice = default_voice is not None
-    if audio_dir is not None and Path(audio_dir).is_file():
-        members = zip_audio_members(_zip_file(audio_dir), max_total_bytes=config.max_zip_bytes,
-                                    max_members=config.max_zip_members)
-        sources = AudioSources([Path(jsonl_path).parent], [Path(r) for r in config.extra_allowed_roots],
-                               zip_members=members, zip_path=Path(audio_dir))
-        return validate_lines(jsonl_path, sources, has_default_voice=has_default_voice, config=config)
-    with _audio_root(audio_dir, Path("unused"), config) as root:
-        return validate_lines(jsonl_path, make_sources(jsonl_path, root, config),
-                              has_default_voice=has_default_voice, config=config)
+    with _validation_sources(jsonl_path, audio_dir, config) as sources:
+        return validate_lines(jsonl_path, sources, has_default_voice=default_voice is not None, config=config)
+
+
+def _already_done(item: JobLine | InvalidLine, kept: dict[int, dict]) -> bool:
+    """True when an earlier run finished this line under the same output name (``resume``)."""
+    previous = kept.get(item.line_number)
+    return previous is not None and item.output_name is not None and \
+        previous.get("output_name") == item.output_name
+
+
+def count_lines_to_run(jsonl_path: str | Path, out_dir: str | Path, *, audio_dir: str | Path | None = None,
+                       default_voice: str | Path | None = None, resume: bool = False,
+                       config: JobConfig = JobConfig()) -> int:
+    """How many lines of a job would go to the model: valid lines, less those an earlier run finished when
+    ``resume`` (same rule as ``run_job``). Loads no model and writes nothing; when it returns 0, ``run_job`` can
+    be called with ``engine=None``.
+
+    Raises:
+        InputError: as ``validate_job``.
+    """
+    check_default_voice(default_voice)
+    out_dir = Path(out_dir)
+    kept = _resumable(out_dir) if resume and out_dir.is_dir() else {}
+    with _validation_sources(jsonl_path, audio_dir, config) as sources:
+        return sum(1 for item in iter_job(jsonl_path, sources, has_default_voice=default_voice is not None,
+                                          config=config)
+                   if isinstance(item, JobLine) and not _already_done(item, kept))
 
 
 # --------------------------------------------------------------------------------------------------- running
@@ -411,7 +444,8 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_d
     Args:
         jsonl_path: the job file (see ``tts_app.jobs.schema`` for the fields).
         out_dir: output folder (created). Nothing is written outside it.
-        engine: a started ``tts_app.engine.Engine`` (``submit``, ``sampling_rate``).
+        engine: a started ``tts_app.engine.Engine`` (``submit``, ``sampling_rate``); None when no line needs the
+            model (every line invalid or, with ``resume``, already done; see ``count_lines_to_run``).
         audio_dir: folder or ZIP of reference audio; a ZIP is unpacked (safely) into ``out_dir/.reference_audio``
             for the duration of the job.
         resume: skip lines whose latest record is ok and whose audio decodes; otherwise results.jsonl starts over.
@@ -428,6 +462,7 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_d
 
     Raises:
         InputError: job file unreadable/undecodable, audio folder/ZIP unusable or unsafe, default voice missing.
+        ValueError: ``engine`` is None but a line needs the model.
         ReferenceAudioError: the default voice cannot be used.
         OSError: an output cannot be written (disk full, permissions); finished lines are kept for ``resume``.
     """
@@ -448,10 +483,10 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_d
         summary.num_lines = report.num_lines
         summary.warnings.extend(r.message for r in report.rows if r.line == 0)
 
-        sampling_rate = int(engine.sampling_rate)
+        sampling_rate = int(engine.sampling_rate) if engine is not None else 0
         cache = _new_reference_cache(reference_config)
         default_reference = None
-        if default_voice_path is not None:
+        if default_voice_path is not None and engine is not None:
             default_reference, _ = _load_reference(default_voice_path, default_voice_text, sampling_rate, cache,
                                                    reference_config)
 
@@ -464,9 +499,7 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_d
                                  config=config, encoding=report.encoding):
                 if cancel_event is not None and cancel_event.is_set():
                     break
-                previous = kept.get(item.line_number)
-                if previous is not None and item.output_name is not None and \
-                        previous.get("output_name") == item.output_name:
+                if _already_done(item, kept):
                     # done by an earlier run (even if, say, its reference file has since been removed)
                     summary.num_skipped += 1
                     run.tick({"line": item.line_number, "output_name": item.output_name, "status": "skipped",
@@ -476,6 +509,8 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_d
                     run.record(item.line_number, item.output_name, "failed", error=item.message,
                                warnings=item.warnings)
                     continue
+                if engine is None:
+                    raise ValueError(f"line {item.line_number} needs the model but run_job was given engine=None")
                 _submit_line(run, item, params, default_reference, default_voice_text, sampling_rate, cache,
                              reference_config)
                 run.harvest()
