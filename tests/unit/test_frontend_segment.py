@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tts_app.errors import InputError
 from tts_app.frontend import prepare_text
-from tts_app.frontend.segment import num_speakable
+from tts_app.frontend.segment import TRAILING_PUNCTUATION, num_speakable
 
 
 def _locate(prepared):
@@ -47,6 +47,17 @@ def test_pause_markers_set_exact_silence_and_cut_segments():
     assert [(s.source_text, s.pause_after_ms) for s in prepared.segments] == [
         ("第一句话", 500), ("第二句话，", 1500), ("第三句话。", 2000)]
     assert "pause" not in prepared.normalized_text.lower()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("很重(zhòng)要[pause:500ms]，请去银行。", [("很重要，", 500), ("请去银行。", 0)]),
+    ("好的[pause:1s] 。。走吧！", [("好的 。。", 1000), ("走吧！", 0)]),
+    ("Wait[pause:300ms], then go.", [("Wait,", 300), ("then go.", 0)]),
+    ("他说[pause:300ms]“走吧”。", [("他说", 300), ("“走吧”。", 0)]),  # an opening quote starts the next segment
+])
+def test_punctuation_right_after_a_pause_marker_ends_the_segment_before_the_pause(text, expected):
+    prepared = prepare_text(text)
+    assert [(s.source_text, s.pause_after_ms) for s in prepared.segments] == expected
 
 
 def test_short_segment_is_merged_but_never_across_a_pause_marker():
@@ -119,3 +130,5 @@ def test_segmentation_loses_nothing_and_never_cuts_words(pieces, max_chars, min_
     for seg in prepared.segments:
         assert seg.pause_after_ms >= 0
         assert num_speakable(seg.source_text) > 0 or len(prepared.segments) == 1
+    for seg in prepared.segments[1:]:  # punctuation closes the segment before it, never opens the next one
+        assert seg.source_text[0] not in TRAILING_PUNCTUATION, [s.source_text for s in prepared.segments]

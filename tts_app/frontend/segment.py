@@ -5,7 +5,9 @@ half-width, a ``.`` before a space or the end, a line break), then, only inside 
 ``max_segment_chars``, clause punctuation (，,、；;：:—), then, only inside a clause still too long, a hard split at a
 space or between two Chinese characters (preferring a word boundary of pypinyin's phrase segmenter). Never inside an
 English word or a number. Leftovers with fewer than ``min_segment_chars`` speakable characters are merged into a
-neighbour, never across a pause marker.
+neighbour, never across a pause marker. Punctuation right after a pause marker (``重要[pause:500ms]，请``) ends the
+segment before the pause instead of starting the next one (``_attach_trailing_punctuation``), so no segment starts
+with clause or sentence punctuation.
 
 Works on character offsets only: the spans returned cover the text exactly, so nothing is dropped or repeated.
 """
@@ -21,6 +23,9 @@ SENTENCE_END = frozenset("。！？!?…\n")
 CLAUSE_END = frozenset("，,、；;：:—")
 # Closing quotes/brackets stay with the sentence they close.
 CLOSERS = frozenset("”’」』）)]】》〉\"'")
+# What a pause marker's cut moves past: punctuation that closes what came before. Straight quotes are left out (after
+# a pause they usually open a quotation), and so is the line break (a boundary of its own).
+TRAILING_PUNCTUATION = (SENTENCE_END | CLAUSE_END | CLOSERS | {"."}) - {"\n", '"', "'"}
 
 
 @dataclass(frozen=True)
@@ -45,8 +50,9 @@ def _sentence_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
         ch = text[i]
         if ch in SENTENCE_END or (ch == "." and _ends_sentence(text, i, end)):
             j = i + 1
-            while j < end and (text[j] in SENTENCE_END or text[j] == "." or text[j] in CLOSERS):
+            while j < end and (text[j] in TRAILING_PUNCTUATION or text[j] in SENTENCE_END or text[j] in CLOSERS):
                 j += 1
+            j = _attach_trailing_punctuation(text, j, end)
             spans.append((s, j))
             s = i = j
         else:
@@ -68,16 +74,19 @@ def _ends_sentence(text: str, i: int, end: int) -> bool:
 
 
 def _clause_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    spans, s = [], start
-    for i in range(start, end):
+    spans, s, i = [], start, start
+    while i < end:
         if text[i] in CLAUSE_END and not (text[i] in ",:" and 0 < i < end - 1 and text[i - 1].isdigit()
                                           and text[i + 1].isdigit()):  # 1,000 / 3:30 left by the normaliser
             j = i + 1
-            while j < end and text[j] in CLOSERS:
+            while j < end and (text[j] in CLOSERS or text[j] in CLAUSE_END):  # "，，" and "：”" stay together
                 j += 1
+            j = _attach_trailing_punctuation(text, j, end)
             if j > s:
                 spans.append((s, j))
-            s = j
+            s = i = j
+        else:
+            i += 1
     if s < end:
         spans.append((s, end))
     return [sp for sp in spans if sp[1] > sp[0]]
@@ -100,8 +109,10 @@ def _word_boundaries(text: str, start: int, end: int) -> set[int]:
 def _cut_priority(text: str, c: int, words: set[int]) -> int:
     """How good a hard cut between ``text[c-1]`` and ``text[c]`` is: 3 after a space, 2 at a word or script
     boundary next to a Chinese character, 1 between two Chinese characters inside a word, 0 forbidden (inside an
-    English word or a number, or before a space)."""
+    English word or a number, before a space, or before punctuation in ``TRAILING_PUNCTUATION``)."""
     a, b = text[c - 1], text[c]
+    if b in TRAILING_PUNCTUATION:
+        return 0  # punctuation ends the segment before it, never starts one
     if a.isspace():
         return 3
     if b.isspace():
@@ -164,7 +175,8 @@ def split_spans(text: str, boundaries: list[tuple[int, int]], *, max_segment_cha
     Args:
         text: normalised text.
         boundaries: ``[(offset, pause_ms), ...]`` from pause markers, offsets in ``text`` (0 < offset <= len(text)),
-            sorted; a marker at ``len(text)`` sets the pause after the last segment.
+            sorted; a marker at ``len(text)`` sets the pause after the last segment. A marker's cut is moved past
+            the punctuation right after it (``_attach_trailing_punctuation``).
         max_segment_chars: most characters per segment (exceeded only when no allowed cut exists).
         min_segment_chars: segments with fewer speakable characters are merged into a neighbour in the same block.
         default_pause_ms: silence between segments not separated by a marker.
@@ -174,11 +186,11 @@ def split_spans(text: str, boundaries: list[tuple[int, int]], *, max_segment_cha
         Spans in order, covering ``text`` without gaps or overlaps, except that spans holding only whitespace are
         dropped.
     """
-    cuts = sorted({min(max(off, 0), len(text)) for off, _ in boundaries} | {0, len(text)})
     marker_ms: dict[int, int] = {}
     for off, ms in boundaries:
-        off = min(max(off, 0), len(text))
+        off = _attach_trailing_punctuation(text, min(max(off, 0), len(text)))
         marker_ms[off] = marker_ms.get(off, 0) + ms
+    cuts = sorted(set(marker_ms) | {0, len(text)})
     spans: list[Span] = []
     for block, (bs, be) in enumerate(zip(cuts, cuts[1:])):
         pieces: list[tuple[int, int]] = []
@@ -200,6 +212,19 @@ def split_spans(text: str, boundaries: list[tuple[int, int]], *, max_segment_cha
         end_pause = marker_ms.get(len(text), final_pause_ms if final_pause_ms is not None else 0)
         spans[-1] = Span(last.start, last.end, end_pause, last.block)
     return spans
+
+
+def _attach_trailing_punctuation(text: str, offset: int, end: int | None = None) -> int:
+    """Move a cut at ``offset`` past the punctuation that follows it (spaces between included), not beyond ``end``
+    (default ``len(text)``), so "很重要[pause:500ms]，请去银行。" gives "很重要，" + pause + "请去银行。" and no
+    segment starts with "，"."""
+    end = len(text) if end is None else end
+    cut = i = offset
+    while i < end and (text[i] in TRAILING_PUNCTUATION or text[i] in " \t"):
+        i += 1
+        if text[i - 1] in TRAILING_PUNCTUATION:
+            cut = i
+    return cut
 
 
 def _merge_short(text: str, spans: list[Span], min_chars: int) -> list[Span]:
