@@ -269,8 +269,12 @@ def test_each_row_is_trimmed_at_its_own_end_of_audio(adapter, three_rows):
 
 def test_reference_audio_without_transcript_is_refused(adapter, three_rows):
     row = AdapterRow(text="Hello.", reference_audio=three_rows[0].reference_audio, reference_text=None)
-    with pytest.raises(InputError, match="transcript"):
+    with pytest.raises(InputError, match="transcript") as caught:
         adapter.preprocess([row], GREEDY)
+    message = str(caught.value)
+    # names the fix in each front end, and no internal row index
+    assert "--ref-text" in message and "Reference text" in message and "prompt_text" in message
+    assert not message.startswith("row")
 
 
 def test_bad_rows_raise_input_error(adapter):

@@ -115,3 +115,21 @@ def test_negative_or_zero_memory_budget_is_a_usage_error(data_dir, tmp_path, cap
         err = capsys.readouterr().err
         assert code == 2 and "memory budget must be positive" in err, (flags, err)
         assert "expected one argument" not in err
+
+
+def test_dia_reference_without_its_text_is_one_clear_error_line(tiny_checkpoint, data_dir, tmp_path):
+    # a subprocess: the user's stderr, with the CLI's own logging set-up (pytest's log capture would hide a
+    # duplicate WARNING line)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tts_app", "synth", "--model", str(tiny_checkpoint("dia")),
+         "--ref", str(data_dir / "en_female_1.wav"), "--text", "Hi.", "--out", str(tmp_path / "x.wav"),
+         "--greedy", "--max-new-tokens", "20", "--device", "cpu"],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    lines = proc.stderr.replace("\r", "\n").splitlines()
+    assert proc.returncode == 1, proc.stderr
+    mentions = [line for line in lines if "transcript" in line]
+    assert len(mentions) == 1 and mentions[0].startswith("error: Dia clones a voice only with"), lines
+    assert "--ref-text" in mentions[0]
+    assert not [line for line in lines if "WARNING" in line or "Traceback" in line], lines
+    assert not (tmp_path / "x.wav").exists()

@@ -337,8 +337,10 @@ class DiaAdapter(TTSAdapter):
                     raise InputError(f"row {i}: reference audio must be a non-empty float32 mono array "
                                      f"(num_samples,), got dtype {audio.dtype} shape {audio.shape}")
                 if not row.reference_text or not row.reference_text.strip():
-                    raise InputError(f"row {i}: Dia needs the transcript of the reference audio (reference text) "
-                                     "to clone a voice; type what the reference says, or leave out the reference")
+                    # No row prefix: the row index means nothing to the user, and the message is the same for all.
+                    raise InputError("Dia clones a voice only with the reference audio's transcript: pass --ref-text "
+                                     "(the UI's 'Reference text' box, or prompt_text in a JSONL line), or leave "
+                                     "out the reference audio")
                 text = f"{_tagged(row.reference_text)} {text}"
             # DiaProcessor silently truncates the text to the tokenizer's max_length, so check before it runs.
             text_len = len(self.processor.tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -592,7 +592,9 @@ class Engine:
                 oom = True
             elif isinstance(exc, TTSAppError):  # the adapter refused these rows on purpose, with a message
                 error = str(exc)
-                logger.warning("batch of %d rows refused (requests %s): %s", len(batch), ", ".join(ids), error)
+                # INFO, not WARNING: the message reaches every request's result (the CLI prints it, the UI shows
+                # it), so a WARNING here would show the user the same error twice.
+                logger.info("batch of %d rows refused (requests %s): %s", len(batch), ", ".join(ids), error)
             else:
                 error = f"synthesis failed: {type(exc).__name__}: {exc}"
                 logger.exception("batch of %d rows failed (requests %s)", len(batch), ", ".join(ids))
