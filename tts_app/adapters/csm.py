@@ -104,8 +104,9 @@ class CsmOutputs:
 
 
 class _Sampler:
-    """Token selection for one batch: argmax when greedy, else temperature / top-k / top-p warping (transformers'
-    logits warpers) and one multinomial draw per row from that row's own ``torch.Generator``.
+    """Token selection for one batch: argmax when greedy, else ``RowSampler`` (tts_app/adapters/sampling.py) with
+    the backbone's and the depth decoder's own temperature / top-k / top-p, both drawing from the row's one
+    generator (backbone token first, then the depth decoder's, frame by frame).
 
     Ids the codec cannot decode (``>= codec_config.codebook_size``; CSM's codebook vocabulary has 3 extra ids, e.g.
     2051 vs 2048, one of them the pad id) are suppressed first: a trained model never picks them, a random one does
@@ -113,27 +114,22 @@ class _Sampler:
 
     def __init__(self, params: SynthesisParams, seeds: list[int], device, backbone_config, depth_config,
                  vocab_size: int, codec_codebook_size: int):
-        import torch
-        from transformers.generation.logits_process import (LogitsProcessorList, SuppressTokensLogitsProcessor,
-                                                            TemperatureLogitsWarper, TopKLogitsWarper,
-                                                            TopPLogitsWarper)
+        from transformers.generation.logits_process import SuppressTokensLogitsProcessor
+
+        from tts_app.adapters.sampling import RowSampler
 
         self.greedy = params.greedy
         self.suppress = SuppressTokensLogitsProcessor(list(range(codec_codebook_size, vocab_size)), device=device)
-        self.warpers = {}
+        self.samplers = {}
         if not self.greedy:
-            self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
-            for level, gen_config in (("backbone", backbone_config), ("depth", depth_config)):
-                temperature = _first_set(params.temperature, getattr(gen_config, "temperature", None),
-                                         DEFAULT_TEMPERATURE)
-                top_k = _first_set(params.top_k, getattr(gen_config, "top_k", None), DEFAULT_TOP_K)
-                top_p = _first_set(params.top_p, getattr(gen_config, "top_p", None), 1.0)
-                warpers = LogitsProcessorList([TemperatureLogitsWarper(float(temperature))])
-                if top_k and top_k > 0:
-                    warpers.append(TopKLogitsWarper(int(top_k)))
-                if top_p < 1.0:
-                    warpers.append(TopPLogitsWarper(float(top_p)))
-                self.warpers[level] = warpers
+            knobs = {level: dict(
+                temperature=_first_set(params.temperature, getattr(gen_config, "temperature", None),
+                                       DEFAULT_TEMPERATURE),
+                top_k=_first_set(params.top_k, getattr(gen_config, "top_k", None), DEFAULT_TOP_K),
+                top_p=_first_set(params.top_p, getattr(gen_config, "top_p", None), 1.0),
+            ) for level, gen_config in (("backbone", backbone_config), ("depth", depth_config))}
+            backbone = RowSampler(seeds, **knobs["backbone"])
+            self.samplers = {"backbone": backbone, "depth": backbone.with_knobs(**knobs["depth"])}
 
     def pick(self, logits, level: str):
         """logits ``(batch_size, vocab)`` float32 -> token ids ``(batch_size,)`` int64."""
@@ -142,10 +138,7 @@ class _Sampler:
         logits = self.suppress(None, logits)
         if self.greedy:
             return torch.argmax(logits, dim=-1)
-        scores = self.warpers[level](None, logits)
-        probs = torch.softmax(scores, dim=-1)
-        # One draw per row from the row's generator: a row's tokens never depend on its batch-mates' draws.
-        return torch.cat([torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(self.generators)])
+        return self.samplers[level].sample(logits)
 
 
 def _first_set(*values):
