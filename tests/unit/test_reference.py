@@ -386,3 +386,18 @@ def test_python_m_tts_app_reference_exits_1_without_a_traceback(data_dir):
                          capture_output=True, text=True, env=env, cwd=root, timeout=120)
     assert bad.returncode == 1
     assert "no speech" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_cli_text_report_reads_as_words_not_python_values(data_dir, capsys):
+    assert cli_main([str(data_dir / "en_female_1.wav")]) == 0
+    out = capsys.readouterr().out
+    fields = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line and not line.startswith("warn"))
+    assert fields["cropped"] == "no" and fields["crop_at_s"] == "—" and fields["hum_hz"] == "—"
+    assert "None" not in out and "False" not in out and "True" not in out and "[]" not in out
+
+
+@pytest.mark.parametrize("rate", ["100", "0", "-5", "400000", "fast"])
+def test_cli_sampling_rate_outside_8k_192k_is_a_usage_error(data_dir, capsys, tmp_path, rate):
+    code = cli_main([str(data_dir / "en_female_1.wav"), "--sampling-rate", rate, "--out", str(tmp_path / "o.wav")])
+    assert code == 2 and "--sampling-rate" in capsys.readouterr().err
+    assert not (tmp_path / "o.wav").exists()

@@ -11,6 +11,21 @@ import json
 import sys
 
 DEFAULT_SAMPLING_RATE = 24000
+# Accepted --sampling-rate range in Hz: 8 kHz is telephone speech, the lowest rate any of our models or codecs
+# uses as input; 192 kHz is the highest common audio-interface rate (soundfile/libsndfile write it fine).
+MIN_SAMPLING_RATE, MAX_SAMPLING_RATE = 8000, 192000
+
+
+def _sampling_rate(text: str) -> int:
+    """argparse ``type=``: a whole number of Hz in [MIN_SAMPLING_RATE, MAX_SAMPLING_RATE]."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of Hz, e.g. 24000") from None
+    if not MIN_SAMPLING_RATE <= value <= MAX_SAMPLING_RATE:
+        raise argparse.ArgumentTypeError(f"{value} Hz is outside {MIN_SAMPLING_RATE}..{MAX_SAMPLING_RATE} Hz; "
+                                         f"use e.g. {DEFAULT_SAMPLING_RATE}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -20,16 +35,30 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("audio", help="reference audio file (WAV, FLAC, OGG, MP3, M4A, ...)")
     parser.add_argument("--out", default=None, help="write the cleaned clip here as 16-bit WAV")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--sampling-rate", type=int, default=None,
-                        help=f"sampling rate of the cleaned clip in Hz (default {DEFAULT_SAMPLING_RATE})")
+    parser.add_argument("--sampling-rate", type=_sampling_rate, default=None,
+                        help=f"sampling rate of the cleaned clip in Hz, {MIN_SAMPLING_RATE}..{MAX_SAMPLING_RATE} "
+                             f"(default {DEFAULT_SAMPLING_RATE})")
     return parser
+
+
+def _display(value) -> str:
+    """A report value as a person reads it: "—" for unknown/none, yes/no for flags, lists comma-separated."""
+    if value is None or value == []:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(_display(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 def _print_text(report: dict) -> None:
     skip = {"warnings", "errors"}
     for name, value in report.items():
         if name not in skip:
-            print(f"{name}: {value}")
+            print(f"{name}: {_display(value)}")
     for warning in report["warnings"]:
         print(f"warning: {warning}")
     for error in report["errors"]:
@@ -43,9 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     sampling_rate = DEFAULT_SAMPLING_RATE if args.sampling_rate is None else args.sampling_rate
-    if sampling_rate <= 0:
-        print(f"--sampling-rate={sampling_rate} must be a positive number of Hz", file=sys.stderr)
-        return 2
 
     from tts_app.audio.post import write_wav_atomic
     from tts_app.audio.reference import prepare_reference
