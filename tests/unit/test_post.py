@@ -28,3 +28,14 @@ def test_written_files_get_ordinary_permissions(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
+
+
+def test_segments_without_audio_get_no_subtitle_cue_and_numbering_stays_consecutive():
+    sr = 1000
+    _, spans = join_segments([np.ones(100), np.zeros(0), np.ones(50)], [250, 117, 100], sr)
+    assert spans[1][0] == spans[1][1]  # the middle segment produced no audio
+    cues = to_srt(["first", "silent", "third"], spans).strip().split("\n\n")
+    assert [c.splitlines()[0] for c in cues] == ["1", "2"]
+    assert "silent" not in "".join(cues) and cues[1].endswith("third")
+    assert "00:00:00,467 --> 00:00:00,517" in cues[1]
+    assert to_srt(["a"], [(1.0, 1.0)]) == ""

@@ -55,9 +55,21 @@ def _srt_time(seconds: float) -> str:
 
 
 def to_srt(texts: list[str], spans: list[tuple[float, float]]) -> str:
-    """SubRip subtitles, one cue per segment. Format: https://en.wikipedia.org/wiki/SubRip"""
-    cues = [f"{i}\n{_srt_time(a)} --> {_srt_time(b)}\n{t.strip()}\n" for i, (t, (a, b)) in
-            enumerate(zip(texts, spans), start=1)]
+    """SubRip subtitles, one cue per segment that has audio. Format: https://en.wikipedia.org/wiki/SubRip
+
+    Args:
+        texts: segment texts, in order.
+        spans: per segment (start_s, end_s) in the joined audio, as ``join_segments`` returns them.
+
+    A segment that produced no audio (its span is empty at SRT's millisecond resolution) gets no cue: a
+    zero-length cue is never shown and some players reject it. Cues are numbered 1, 2, ... without gaps.
+    """
+    cues = []
+    for text, (start_s, end_s) in zip(texts, spans):
+        start, end = _srt_time(start_s), _srt_time(end_s)
+        if end <= start:  # same-width "HH:MM:SS,mmm" strings compare in time order
+            continue
+        cues.append(f"{len(cues) + 1}\n{start} --> {end}\n{text.strip()}\n")
     return "\n".join(cues)
 
 
