@@ -304,3 +304,12 @@ def test_lines_to_run_counts_valid_lines_not_done_and_run_job_needs_no_engine_fo
     assert count_lines_to_run(good, out, resume=True) == 1
     with pytest.raises(ValueError, match="engine=None"):
         run_job(good, out, None, resume=True)
+
+
+def test_results_record_of_a_renamed_output_names_both_names(job_dir, make_engine):
+    path = write_jsonl(job_dir / "job.jsonl", [{"input_text": "Hi.", "prompt_audio": "voices/anna.wav",
+                                                 "output_name": "a:b"}])
+    assert run_job(path, job_dir / "out", make_engine()).all_ok
+    (record,) = records(job_dir / "out")
+    assert record["audio_path"] == "a_b.wav" and (job_dir / "out" / "a_b.wav").is_file()
+    assert any("'a:b'" in w and "'a_b'" in w for w in record["warnings"]), record["warnings"]
