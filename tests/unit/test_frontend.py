@@ -123,6 +123,31 @@ def test_bad_annotations_are_warned_never_silently_dropped():
         assert not any(r.source == "override" for r in prepared.readings), text
 
 
+@pytest.mark.parametrize("text, normalized, expected", [
+    ("重(xyz)要", "重要", "'xyz' is not a Mandarin syllable"),  # splits the word 重要: an attempt, not a gloss
+    ("这很重(zhong)要", "这很重要", "no tone"),
+    ("长(chang2", "长", "not closed; write it as 长(chang2)"),
+    ("他说长（cháng 很好", "他说长 很好", "not closed"),
+])
+def test_failed_annotation_is_removed_from_what_the_model_reads(text, normalized, expected):
+    prepared = prepare_text(text)
+    assert prepared.normalized_text == normalized
+    assert "".join(s.text for s in prepared.segments).replace(" ", "") == normalized.replace(" ", "")
+    (warning,) = prepared.warnings
+    assert expected in warning and "position" in warning
+    for valid in char_candidates("重" if "重" in text else "长"):
+        assert valid in warning
+    assert not any(r.source == "override" for r in prepared.readings)
+
+
+def test_reading_the_character_does_not_have_is_not_applied():
+    prepared = prepare_text("去银行(yin2)取钱")  # one reading: it annotates 行, which has no reading yin2
+    assert prepared.segments[0].text == "去银行取钱"  # not 去银银取钱
+    assert _readings(prepared, "行") == ["hang2"] and prepared.readings[2].source == "g2p"
+    (warning,) = prepared.warnings
+    assert "position 3" in warning and "hang2" in warning and "银(yin2)" in warning
+
+
 def test_parenthesised_words_that_are_not_pinyin_stay_text():
     prepared = prepare_text("下载(mp3)文件和苹果(apple)")
     assert "(mp" in prepared.normalized_text and "(apple)" in prepared.normalized_text

@@ -16,6 +16,7 @@ from functools import lru_cache
 HANZI_CLASS = "\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
 HANZI_RUN_RE = re.compile(f"[{HANZI_CLASS}]+")
 _HANZI_RE = re.compile(f"[{HANZI_CLASS}]")
+_HANZI_TAIL_RE = re.compile(f"[{HANZI_CLASS}]+$")
 
 # Precomposed vowels with a tone mark, as pinyin writes them (ü with a tone mark included).
 TONE_MARK_CHARS = "āáǎàēéěèīíǐìōóǒòūúǔùǖǘǚǜńňǹḿ"
@@ -139,6 +140,27 @@ def classify_pinyin_token(token: str) -> tuple[str, str]:
     if tone not in "12345":
         return "bad_tone", f"{token!r} has tone {tone}; tones are 1-4, and 5 or 0 for the neutral tone"
     return "ok", base + tone
+
+
+MAX_PHRASE_CHARS = 10  # the longest entry of pypinyin.phrases_dict (measured on pypinyin 0.55.0)
+
+
+def joins_word(before: str, after: str) -> bool:
+    """True when the Chinese characters at the end of ``before`` and at the start of ``after`` (each at least one,
+    no other character between) form a phrase of pypinyin's phrase dictionary, e.g. ``("很重", "要")`` (重要).
+
+    That dictionary holds the phrases whose reading needs the phrase (those with a polyphone, 47k entries), so a
+    parenthesis at such a junction splits a word whose reading it was most likely meant to change.
+    """
+    from pypinyin.phrases_dict import phrases_dict
+
+    m_left = _HANZI_TAIL_RE.search(before[-MAX_PHRASE_CHARS:])
+    m_right = HANZI_RUN_RE.match(after[:MAX_PHRASE_CHARS])
+    if not m_left or not m_right:
+        return False
+    a, b = m_left.group(), m_right.group()
+    return any(a[-k:] + b[:n] in phrases_dict for k in range(1, len(a) + 1) for n in range(1, len(b) + 1)
+               if k + n <= MAX_PHRASE_CHARS)
 
 
 def g2p(text: str) -> list[tuple[int, str, str]]:

@@ -39,13 +39,26 @@ def _is_word_char(char: str) -> bool:
 
 def _apply_annotation(acc: str, ann: Annotation, analysis: _Analysis) -> str | None:
     """Record the overrides of one annotation against the normalised text so far (``acc``). Returns text to append
-    to ``acc`` instead (a toneless "annotation" is kept as ordinary text), or None."""
+    to ``acc`` instead (a toneless "annotation" that splits no word is kept as ordinary text), or None. Policy for
+    bad annotations: ``tts_app.frontend.markup``'s docstring."""
     end = len(acc.rstrip(" "))
     hanzi_start = end
     while hanzi_start > 0 and is_hanzi(acc[hanzi_start - 1]):
         hanzi_start -= 1
     where = f"annotation {ann.raw!r} at input position {ann.start}"
     kinds = [kind for kind, _ in ann.parsed]
+    if not ann.closed or "not_pinyin" in kinds or ("toneless" in kinds and ann.inside_word):
+        # An attempt that cannot be applied: removed, so the model never reads its letters inside Chinese text.
+        char = acc[end - 1] if end > hanzi_start else ""
+        if not ann.closed:
+            chars = acc[max(hanzi_start, end - len(ann.tokens)):end]
+            why = f" is not closed; write it as {chars}({' '.join(ann.tokens)})"
+        else:
+            why = ": " + "; ".join(p for k, p in ann.parsed if k != "ok")
+        kept = (f"'{char}' keeps its default reading (valid readings of '{char}': "
+                f"{', '.join(char_candidates(char)) or 'none known'})") if char else "nothing was applied"
+        analysis.warnings.append(f"{where}{why}; it was removed and {kept}")
+        return None
     if "toneless" in kinds:
         if end > hanzi_start:
             problems = "; ".join(p for k, p in ann.parsed if k != "ok")
@@ -71,9 +84,16 @@ def _apply_annotation(acc: str, ann: Annotation, analysis: _Analysis) -> str | N
             analysis.warnings.append(f"{where}: {value}; '{char}' keeps its default reading (valid readings of "
                                      f"'{char}': {valid})")
             continue
-        if value not in known:
-            analysis.warnings.append(f"{where}: {value} is not a known reading of '{char}' (valid: {valid}); it is "
-                                     "used as written")
+        if known and value not in known:
+            # Not applied: forcing a reading the character does not have makes a characters-only model read a
+            # different character (银行(yin2) would become 银银). A character pypinyin cannot read at all takes any
+            # reading (that is how its reading is supplied).
+            hint = next((f"; {value} is a reading of '{acc[i]}': put it right after that character, "
+                         f"{acc[i]}({token})" for i in range(end - 1, hanzi_start - 1, -1)
+                         if i != offset and value in char_candidates(acc[i])), "")
+            analysis.warnings.append(f"{where}: {value} is not a reading of '{char}' (valid: {valid}); it was not "
+                                     f"applied and '{char}' keeps its default reading{hint}")
+            continue
         analysis.overrides[offset] = value
     return None
 
