@@ -18,8 +18,9 @@ Quirks handled here (all verified by tests/integration/test_adapter_higgs.py):
   only, no ``input_ids``) whenever every earlier audio frame is masked. Without a cache that drops the whole prefix
   when the prompt holds no reference audio, so the adapter restores the full inputs in that case.
 * Sampling: transformers draws with ``torch.multinomial`` from the global RNG, so a row's audio would depend on its
-  batch-mates. The adapter samples in a logits processor with one ``torch.Generator`` per row (seeded with
-  ``AdapterRow.seed``) and hands transformers a one-hot score row, which its greedy path then picks.
+  batch-mates. The adapter samples in a logits processor (``SampledTokenProcessor`` of tts_app/adapters/sampling.py)
+  with one ``torch.Generator`` per row (seeded with ``AdapterRow.seed``) and hands transformers a one-hot score row,
+  which its greedy path then picks.
   Repetition-aware sampling (``ras_win_len``) is switched off for the same reason (it draws from the global RNG).
 """
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import math
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -104,49 +104,6 @@ def _torch_dtype(dtype: str):
     if dtype not in DTYPE_BYTES:
         raise ModelLoadError(f"dtype={dtype!r} is not supported; choose one of {sorted(DTYPE_BYTES)}")
     return getattr(torch, dtype)
-
-
-@lru_cache(maxsize=1)
-def _row_seeded_sampler_class():
-    """Build the per-row sampling logits processor class (imports torch/transformers lazily)."""
-    import torch
-    from transformers import LogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
-
-    class RowSeededSampler(LogitsProcessor):
-        """Sample one token per (row, codebook) from a generator seeded with that row's seed.
-
-        Runs after transformers' delay-pattern processor, so ``scores`` is ``(batch_size * num_codebooks,
-        codebook_size)`` float32. Applies temperature / top-k / top-p with transformers' own warpers, draws with
-        ``torch.multinomial(generator=row_generator)`` and returns scores that are ``-inf`` everywhere except the
-        drawn token, so the greedy selection in ``generate`` picks exactly that token.
-        """
-
-        def __init__(self, seeds: list[int], num_codebooks: int, temperature: float, top_k: int | None,
-                     top_p: float | None):
-            self.num_codebooks = num_codebooks
-            self.seeds = [int(s) for s in seeds]
-            self.generators = None  # created on the scores' device at the first step (no host sync per step)
-            self.warpers = [TemperatureLogitsWarper(temperature)]
-            if top_k is not None:
-                self.warpers.append(TopKLogitsWarper(top_k))
-            if top_p is not None and top_p < 1.0:
-                self.warpers.append(TopPLogitsWarper(top_p))
-
-        def __call__(self, input_ids, scores):
-            for warper in self.warpers:
-                scores = warper(input_ids, scores)
-            if self.generators is None:
-                self.generators = [torch.Generator(device=scores.device).manual_seed(s) for s in self.seeds]
-            probs = torch.softmax(scores.float(), dim=-1)  # (batch_size * num_codebooks, codebook_size)
-            chosen = torch.cat([
-                torch.multinomial(probs[row * self.num_codebooks:(row + 1) * self.num_codebooks], 1, generator=gen)
-                for row, gen in enumerate(self.generators)
-            ]).squeeze(1)
-            out = torch.full_like(scores, -float("inf"))
-            out[torch.arange(scores.shape[0], device=scores.device), chosen] = 0.0
-            return out
-
-    return RowSeededSampler
 
 
 class HiggsAudioAdapter(TTSAdapter):
@@ -498,13 +455,17 @@ class HiggsAudioAdapter(TTSAdapter):
             temperature = params.temperature if params.temperature is not None else (defaults[0] or 1.0)
             top_k = params.top_k if params.top_k is not None else defaults[1]
             top_p = params.top_p if params.top_p is not None else defaults[2]
-            sampler = _row_seeded_sampler_class()(inputs["seeds"], self.model.config.num_codebooks,
-                                                  float(temperature), top_k, top_p)
+            from transformers import LogitsProcessorList
+
+            from tts_app.adapters.sampling import RowSampler, SampledTokenProcessor
+
+            # Runs after transformers' delay-pattern processor: scores (batch_size * num_codebooks, codebook_size),
+            # one generator per row for all of that row's codebooks.
+            sampler = SampledTokenProcessor(RowSampler(inputs["seeds"], temperature=float(temperature), top_k=top_k,
+                                                       top_p=top_p, rows_per_seed=self.model.config.num_codebooks))
             # transformers' Higgs mixin only admits score-only processors; ours is one (it reads scores only).
             self.model._supported_logits_processor_types = (
                 *type(self.model)._supported_logits_processor_types, type(sampler))
-            from transformers import LogitsProcessorList
-
             kwargs["logits_processor"] = LogitsProcessorList([sampler])
         batch = inputs["batch"]
         with torch.inference_mode():
