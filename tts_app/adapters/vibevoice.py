@@ -472,26 +472,18 @@ class VibeVoiceAdapter(TTSAdapter):
             return []
         return [device.index if device.index is not None else torch.cuda.current_device()]
 
-    def _select_tokens(self, hidden, params: SynthesisParams, generators, allowed):
-        """Next token per row from the LM head, restricted to ``allowed``; argmax when greedy, else sampled with
-        transformers' temperature / top-k / top-p warpers and the row's own generator."""
+    def _select_tokens(self, hidden, params: SynthesisParams, sampler, allowed):
+        """Next token per row ``(batch,)`` int64 from the LM head, restricted to ``allowed``; argmax when greedy, else
+        drawn by ``sampler`` (a ``RowSampler``: transformers' temperature / top-k / top-p warpers and the row's own
+        generator)."""
         import torch
-        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
         logits = self.model.lm_head(hidden).float()  # (batch, vocab)
         scores = torch.full_like(logits, float("-inf"))
         scores[:, allowed] = logits[:, allowed]
         if params.greedy:
             return scores.argmax(dim=-1)
-        warpers = LogitsProcessorList()
-        if params.temperature is not None:
-            warpers.append(TemperatureLogitsWarper(params.temperature))
-        if params.top_k is not None:
-            warpers.append(TopKLogitsWarper(params.top_k))
-        if params.top_p is not None:
-            warpers.append(TopPLogitsWarper(params.top_p))
-        probs = torch.softmax(warpers(None, scores), dim=-1)
-        return torch.cat([torch.multinomial(probs[i], 1, generator=generators[i]) for i in range(len(generators))])
+        return sampler.sample(scores)
 
     def _sample_latents(self, positive, negative, cfg_scale: float, generators, scheduler):
         """One acoustic latent per row ``(n, latent_size)`` by DPM-Solver with classifier-free guidance; the starting
@@ -521,12 +513,16 @@ class VibeVoiceAdapter(TTSAdapter):
         """
         import torch
 
+        from tts_app.adapters.sampling import RowSampler
+
         model, config = self.model, self.model.config
         batch_size = inputs.inputs_embeds.shape[0]
         max_new_tokens = self.max_new_tokens(params)
         cfg_scale = params.cfg_scale if params.cfg_scale is not None else self._default_cfg_scale
         device = inputs.inputs_embeds.device
-        generators = [torch.Generator(device=device).manual_seed(seed) for seed in inputs.seeds]
+        # One random stream per row for its token draws AND its diffusion noise, in decode order.
+        sampler = RowSampler(inputs.seeds, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
+        generators = sampler.generators(device)
         allowed = torch.tensor([config.audio_token_id, config.audio_eos_token_id, config.eos_token_id], device=device)
         scheduler = copy.deepcopy(self._noise_scheduler)
         language_model = model.model.language_model
@@ -544,7 +540,7 @@ class VibeVoiceAdapter(TTSAdapter):
             finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
             hidden = positive.forward()  # prefill: (batch, hidden)
             for step in range(max_new_tokens):
-                next_tokens = self._select_tokens(hidden, params, generators, allowed)
+                next_tokens = self._select_tokens(hidden, params, sampler, allowed)
                 for i in (~finished).nonzero().flatten().tolist():
                     outputs.token_ids[i].append(int(next_tokens[i]))
                 active = ~finished & (next_tokens == config.audio_token_id)
