@@ -13,9 +13,10 @@ Everything Dia-specific lives here. Model and processor are transformers' own ``
 
 Sampling: Dia's ``generate()`` drops user ``logits_processor`` lists and draws with the global torch RNG, so a row's
 draws would depend on its batch-mates. We decode with ``do_sample=False`` and insert our own processor
-(``_RowSeededSampler``) before Dia's EOS delay-pattern processor: it applies temperature / top-k / top-p with
-transformers' warpers, then adds Gumbel noise drawn from a generator seeded with the row's seed, so the argmax is an
-exact sample of the warped distribution (Gumbel-max trick; Gumbel 1954, Maddison et al. 2014 "A* Sampling").
+(``GumbelNoiseProcessor`` of tts_app/adapters/sampling.py) before Dia's EOS delay-pattern processor: it applies
+temperature / top-k / top-p with transformers' warpers, then adds Gumbel noise drawn from a generator seeded with the
+row's seed, so the argmax is an exact sample of the warped distribution (Gumbel-max trick; Gumbel 1954, Maddison et
+al. 2014 "A* Sampling").
 """
 
 from __future__ import annotations
@@ -86,41 +87,6 @@ class DiaInputs:
     decoder_position_ids: Any
     audio_prompt_len: int
     seeds: list[int]
-
-
-def _row_seeded_sampler_class():
-    """Build the sampler class lazily so importing this module does not import torch/transformers."""
-    import torch
-    from transformers import LogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
-
-    class _RowSeededSampler(LogitsProcessor):
-        """Temperature/top-k/top-p warping, then per-row Gumbel noise so that argmax == one sample per row.
-
-        Scores arrive as ``(batch_size * num_channels, vocab_size)`` (row-major: row ``b`` owns
-        ``b * num_channels ... b * num_channels + num_channels - 1``), after Dia's CFG and EOS channel filter.
-        """
-
-        def __init__(self, seeds: list[int], num_channels: int, temperature: float, top_k: int | None,
-                     top_p: float | None):
-            self.generators = [torch.Generator(device="cpu").manual_seed(int(s)) for s in seeds]
-            self.num_channels = num_channels
-            self.warpers = [TemperatureLogitsWarper(temperature)]
-            if top_k is not None:
-                self.warpers.append(TopKLogitsWarper(top_k))
-            if top_p is not None and top_p < 1.0:
-                self.warpers.append(TopPLogitsWarper(top_p))
-
-        def __call__(self, input_ids, scores):
-            for warper in self.warpers:
-                scores = warper(input_ids, scores)
-            scores = scores.float()
-            # (batch_size, num_channels, vocab): one noise draw per row from that row's own generator
-            shape = (self.num_channels, scores.shape[-1])
-            uniform = torch.stack([torch.rand(shape, generator=g) for g in self.generators])
-            gumbel = -torch.log(-torch.log(uniform.clamp_(1e-10, 1.0 - 1e-7)))
-            return scores + gumbel.view(-1, scores.shape[-1]).to(scores.device)
-
-    return _RowSeededSampler
 
 
 class DiaAdapter(TTSAdapter):
@@ -449,6 +415,8 @@ class DiaAdapter(TTSAdapter):
         """
         import torch
 
+        from tts_app.adapters.sampling import GumbelNoiseProcessor, RowSampler
+
         temperature, top_p, top_k, cfg_scale = self._sampling_knobs(params)
         kwargs = dict(
             input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
@@ -460,7 +428,11 @@ class DiaAdapter(TTSAdapter):
         with torch.inference_mode():
             if params.greedy:
                 return self.model.generate(**kwargs)
-            sampler = _row_seeded_sampler_class()(inputs.seeds, self.num_channels, temperature, top_k, top_p)
+            # Scores reach it as (batch_size * num_channels, vocab_size), after Dia's CFG and EOS channel filter.
+            # Generators on the CPU: the noise of a seed is the same on every device.
+            sampler = GumbelNoiseProcessor(RowSampler(inputs.seeds, temperature=temperature, top_k=top_k,
+                                                      top_p=top_p, rows_per_seed=self.num_channels,
+                                                      generator_device="cpu"))
             with self._row_seeded_sampling(sampler, guidance_top_k=top_k):
                 return self.model.generate(**kwargs)
 
