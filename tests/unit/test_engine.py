@@ -443,3 +443,20 @@ def test_segment_timings_show_what_the_user_wrote_not_the_models_stand_ins():
     shown = "".join(s.text for s in result.segments)
     assert "银行" in shown and "(" not in shown
     assert "银行" not in model_text  # the model read a stand-in for 行 (hang2)
+
+
+def test_a_row_the_adapter_refuses_fails_alone_and_its_batch_mates_succeed():
+    from tts_app.errors import InputError as AdapterInputError
+
+    def refuse_bad(rows):
+        bad = [r for r in rows if "broken" in r.text]
+        return AdapterInputError("this row needs a transcript") if bad else None
+
+    adapter = FakeAdapter(raise_if=refuse_bad)
+    engine = Engine(adapter, EngineConfig(max_batch_size=8, wait_window_ms=0))
+    requests = make_requests(["Good one.", "This broken request.", "Another good one."])
+    results = run_all(engine, requests)
+    engine.shutdown()
+    assert [r.status for r in results] == [RequestStatus.DONE, RequestStatus.FAILED, RequestStatus.DONE]
+    assert "transcript" in results[1].error
+    assert max(adapter.calls) == 3  # they did share a batch first, then were isolated

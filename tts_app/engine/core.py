@@ -601,6 +601,14 @@ class Engine:
             del exc  # drop the traceback (and the tensors its frames hold) before freeing memory
         if oom:
             free_after_oom(self.probe)
+        elif error is not None and len(batch) > 1:
+            # One row's bad input (or a row-specific failure) must not fail its batch-mates, which may be other
+            # users' requests: run each row alone, so only the rows that fail by themselves fail.
+            logger.info("isolating the %d rows of the failed batch (requests %s)", len(batch), ", ".join(ids))
+            for work, state in zip(batch, states):
+                if not state.finished:
+                    self._execute([work], [state])
+            return
 
         resolved: list[tuple[Future, SynthesisResult]] = []
         events: list[tuple[Callable[[ProgressEvent], None], ProgressEvent]] = []
