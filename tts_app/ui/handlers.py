@@ -204,7 +204,8 @@ def validate_job(ctx: AppContext, jsonl_file, audio_zip, default_voice=None):
         report = _validate(Path(jsonl_file), audio_dir=audio_zip or None, default_voice=default_voice or None)
     except TTSAppError as exc:
         raise gr.Error(_hide_paths(str(exc), ctx, jsonl_file, audio_zip)) from exc
-    return [[line, status, _hide_paths(str(message), ctx, jsonl_file, audio_zip)]
+    # Line 0 is the job file as a whole (encoding, audio ZIP, default voice).
+    return [[line if line else "job file", status, _hide_paths(str(message), ctx, jsonl_file, audio_zip)]
             for line, status, message in report.as_table()]
 
 
