@@ -166,7 +166,7 @@ def test_homophone_table_only_maps_to_characters_with_one_reading_in_use():
 @pytest.mark.parametrize("text, spoken", [
     ("他生于1998年。", "一九九八年"),
     ("增长了15%。", "百分之十五"),
-    ("售价¥128.50。", "一百二十八点五零元"),
+    ("售价¥128.50。", "一百二十八元五角"),
     ("电话13812345678。", "幺三八幺二三四五六七八"),
     ("下午3:30见。", "三点三十分"),
     ("气温-5℃。", "负五摄氏度"),
@@ -187,6 +187,33 @@ def test_chinese_normalisation(text, spoken):
 def test_english_normalisation(text, spoken):
     normalized = prepare_text(text).normalized_text
     assert spoken in normalized and not any(ch.isdigit() for ch in normalized)
+
+
+# Numbers wetext 0.1.8 reads wrongly, worked around in tts_app.frontend.wetext_quirks (each case read wrongly before).
+@pytest.mark.parametrize("text, normalized", [
+    ("It costs $1,299.99", "It costs one thousand two hundred and ninety nine point nine nine dollars"),
+    ("1,000 cars", "one thousand cars"),
+    ("1000 cars", "one thousand cars"),
+    ("1299 cars", "one thousand two hundred and ninety nine cars"),
+    ("We sold 1001 cars.", "We sold one thousand and one cars."),
+    ("a thousand cars and 1,000 trucks", "a thousand cars and one thousand trucks"),  # the written word stays
+    ("It was built in 1999.", "It was built in nineteen ninety nine."),  # a year in context stays a year
+    ("from 1990 to 1999", "from nineteen ninety to nineteen ninety nine"),
+    ("￥12.50元", "十二元五角"),
+    ("￥12", "十二元"),
+    ("售价¥128.50。", "售价一百二十八元五角。"),
+    ("找零¥0.05", "找零五分"),
+    ("共¥12.05", "共十二元零五分"),
+    ("汇率¥7.1234", "汇率七点一二三四元"),  # more than 2 decimals: a plain number of 元
+    ("2行", "两行"),
+    ("去了2次，读2年级", "去了两次，读二年级"),
+    ("第2名", "第二名"),
+    ("第2个和第200名", "第二个和第二百名"),
+])
+def test_numbers_wetext_gets_wrong_are_read_right(text, normalized):
+    prepared = prepare_text(text)
+    assert prepared.normalized_text == normalized
+    assert prepared.warnings == []
 
 
 def test_mixed_text_is_normalised_per_language_run():

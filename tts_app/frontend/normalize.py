@@ -16,6 +16,7 @@ import unicodedata
 from functools import lru_cache
 
 from tts_app.frontend.g2p import HANZI_CLASS
+from tts_app.frontend.wetext_quirks import after_wetext, before_wetext
 
 # Full-width punctuation that Chinese text uses as its own punctuation and that must stay as it is
 # (segmentation reads it; half-width would look like English to wetext). Everything else in U+FF01-U+FF5E
@@ -39,9 +40,10 @@ _LATIN_RE = re.compile(r"[A-Za-z\u00C0-\u024F]")
 
 
 def to_half_width(text: str) -> str:
-    """Full-width ASCII letters, digits and symbols (U+FF01-U+FF5E) and the ideographic space become ASCII;
-    Chinese punctuation (，！？；：（）...) stays full-width, except ``：`` between digits (a clock time).
-    ``°C``/``°F`` become ``℃``/``℉``, the form wetext's zh grammar reads."""
+    """Full-width ASCII letters, digits and symbols (U+FF01-U+FF5E) and the ideographic space become ASCII, and the
+    full-width signs U+FFE0-U+FFE6 (￥ ￡ ￠ ...) their Unicode compatibility twins (NFKC: ￥ -> ¥), which both of
+    wetext's grammars know; Chinese punctuation (，！？；：（）...) stays full-width, except ``：`` between digits (a
+    clock time). ``°C``/``°F`` become ``℃``/``℉``, the form wetext's zh grammar reads."""
     out = []
     for ch in text:
         code = ord(ch)
@@ -49,6 +51,8 @@ def to_half_width(text: str) -> str:
             out.append(" ")
         elif 0xFF01 <= code <= 0xFF5E and ch not in _KEEP_FULL_WIDTH:
             out.append(chr(code - 0xFEE0))
+        elif 0xFFE0 <= code <= 0xFFE6:
+            out.append(unicodedata.normalize("NFKC", ch))
         else:
             out.append(ch)
     text = re.sub(r"(?<=\d)：(?=\d)", ":", "".join(out))
@@ -83,6 +87,18 @@ def collapse_whitespace(text: str) -> str:
 def is_speakable(text: str) -> bool:
     """True when ``text`` holds at least one letter, digit or Chinese character (Unicode categories L* and N*)."""
     return any(unicodedata.category(ch)[0] in "LN" for ch in text)
+
+
+_CHINESE_CURRENCY = frozenset("¥￥")
+
+
+def default_language(text: str) -> str:
+    """The language of a text's runs that have no letters: "zh" when ``text`` holds a Chinese character, or holds no
+    Latin letter but a yuan sign (``￥12`` alone is 十二元; with a Latin letter nearby, "It costs ¥12", it is yen and
+    English), else "en"."""
+    if _HANZI_RE.search(text) or (not _LATIN_RE.search(text) and any(ch in _CHINESE_CURRENCY for ch in text)):
+        return "zh"
+    return "en"
 
 
 def language_runs(text: str, default_lang: str) -> list[tuple[str, str]]:
@@ -162,20 +178,23 @@ def wetext_normalize(text: str, lang: str) -> tuple[str, str | None]:
     Returns:
         ``(normalised, problem)``: ``problem`` is None, or a sentence saying wetext failed on this run (it raises
         AssertionError on some inputs, e.g. en "2024年"); the run is then returned unchanged.
+
+    Known wetext mistakes with numbers are worked around before and after the call (``wetext_quirks``).
     """
     core = text.strip()
     if not core or (lang == "zh" and not any(ch.isdigit() for ch in core)):
         return text, None  # wetext's zh TN changes nothing without a digit (its own should_normalize)
     lead = text[: len(text) - len(text.lstrip())]
     trail = text[len(text.rstrip()):]
+    prepared, state = before_wetext(core, lang)
     try:
         with _WETEXT_LOCK:  # the engine and the UI preview call in from different threads; wetext is not
-            out = _normalizer(lang).normalize(core)  # documented as thread-safe
+            out = _normalizer(lang).normalize(prepared)  # documented as thread-safe
     except (AssertionError, RuntimeError, ValueError, IndexError) as exc:  # wetext's failure modes on odd input
         return text, f"the {lang} normaliser could not read {core!r} ({type(exc).__name__}); it is kept as written"
     # wetext escapes quotes and backslashes in its output (its token serialisation leaks): undo it.
     out = re.sub(r'\\(["\\])', r"\1", out)
-    return lead + out + trail, None
+    return lead + after_wetext(out, lang, state) + trail, None
 
 
 def normalize_chunk(text: str, default_lang: str) -> tuple[str, list[str]]:

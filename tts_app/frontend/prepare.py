@@ -14,7 +14,7 @@ from tts_app.config import FrontendConfig
 from tts_app.errors import InputError
 from tts_app.frontend.g2p import char_candidates, common_readings, g2p, is_hanzi
 from tts_app.frontend.markup import Annotation, TextPiece, parse_markup
-from tts_app.frontend.normalize import is_speakable, normalize_chunk
+from tts_app.frontend.normalize import default_language, is_speakable, normalize_chunk
 from tts_app.frontend.render import render_char, render_text
 from tts_app.frontend.segment import split_spans
 from tts_app.frontend.types import CharReading, PreparedText, PronunciationPreview, TextSegment
@@ -104,7 +104,7 @@ def _analyse(text: str) -> _Analysis:
     if not text.strip():
         raise InputError("text is empty; type the words to speak")
     items = parse_markup(text)
-    default_lang = "zh" if any(is_hanzi(ch) for ch in text) else "en"
+    default_lang = default_language(text)
     analysis = _Analysis("")
     acc = ""
     removed_markup = False  # markup was just removed: keep the words on either side apart ("hello[pause]world")
