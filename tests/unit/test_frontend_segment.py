@@ -108,7 +108,8 @@ _ZH = st.sampled_from(list("我们今天去银行找行长还没钱的了重要�
 _EN = st.sampled_from(["hello", "world", "Supercalifragilistic", "a", "TTS", "I"])
 _DIGITS = st.integers(min_value=0, max_value=10**9).map(str)
 _PUNCT = st.sampled_from(list("，。！？、；：,.!?;: —…()\"'“”\n"))
-_MARKUP = st.sampled_from(["[pause:300ms]", "[pause:1s]", "(hang2)", "(zhong4)", "[pause]"])
+_MARKUP = st.sampled_from(["[pause:300ms]", "[pause:1s]", "(hang2)", "(zhong4)", "[pause]", "(xyz)", "(chang2",
+                           "(yin2)"])
 _PIECE = st.one_of(_ZH, _ZH, _ZH, _EN, _DIGITS, _PUNCT, st.just(" "), _MARKUP)
 
 

@@ -8,8 +8,9 @@ warnings), called once per request by the engine; ``preview_pronunciation(text)`
 show users and subtitles ``TextSegment.source_text``.
 
 Input markup: pinyin annotations ``重(zhong4)`` / ``银行(yin2 hang2)`` and pause markers ``[pause:500ms]``
-(see ``tts_app.frontend.markup``). Modules: ``normalize`` (wetext per language run), ``g2p`` (pypinyin readings,
-homophones), ``markup``, ``segment``, ``render``, ``prepare``; ``cli`` is ``python -m tts_app frontend``.
+(see ``tts_app.frontend.markup``). Modules: ``normalize`` (wetext per language run), ``wetext_quirks`` (fixes of
+wetext's known number mistakes), ``g2p`` (pypinyin readings, homophones), ``markup``, ``segment``, ``render``,
+``prepare``; ``cli`` is ``python -m tts_app frontend``.
 """
 
 from tts_app.frontend.prepare import prepare_text, preview_pronunciation, warm_up
