@@ -10,41 +10,34 @@ on the same rows: equal. (``<audio_bos>`` is suppressed in the upstream call so 
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (bench/common.py; pins threads before torch loads)
 
-import soundfile as sf  # noqa: E402
+common.setup()
+
 import torch  # noqa: E402
-import torchaudio  # noqa: E402
 
+from batch_vs_single import workload_rows  # noqa: E402  (the rows of the batch benchmark)
 from tts_app.adapters.base import AdapterRow  # noqa: E402
-from tts_app.adapters.vibevoice import VibeVoiceAdapter  # noqa: E402
 from tts_app.request import SynthesisParams  # noqa: E402
-
-TEXTS = ["Hello there.", "A somewhat longer sentence to speak here.", "你好世界"]
-CLIPS = ["en_female_1.wav", "en_male_1.wav", "zh_female_1.wav"]
 
 
 def main() -> int:
-    torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        adapter = VibeVoiceAdapter.from_pretrained(VibeVoiceAdapter.make_tiny_checkpoint(Path(tmp) / "tiny"))
+        adapter = common.load_tiny_adapter("vibevoice", Path(tmp))
     model, processor = adapter.model, adapter.processor
-    refs = []
-    for name in CLIPS:
-        samples, rate = sf.read(ROOT / "tests" / "data" / name, dtype="float32", always_2d=True)
-        refs.append(torchaudio.functional.resample(torch.from_numpy(samples.mean(axis=1)), rate, 24000).numpy())
+    sr = adapter.facts.sampling_rate
+    workload = workload_rows(sr)
+    texts = [row.text for row in workload]
+    refs = [row.reference_audio for row in workload]
     for n in (1, 3):
-        prompts = [adapter._prompt(t, 1) for t in TEXTS[:n]]
+        prompts = [adapter._prompt(t, 1) for t in texts[:n]]
         for use_cache in (True, False):
-            inputs = processor(text=prompts, audio=refs[:n], sampling_rate=24000, padding=True, return_tensors="pt")
+            inputs = processor(text=prompts, audio=refs[:n], sampling_rate=sr, padding=True, return_tensors="pt")
             torch.manual_seed(0)
             try:
                 out = model.generate(**inputs, use_cache=use_cache, max_new_tokens=8, do_sample=False, sample=False,
@@ -53,7 +46,7 @@ def main() -> int:
                       f"{out.sequences[:, inputs['input_ids'].shape[1]:].tolist()}")
             except Exception as exc:  # the bug being shown
                 print(f"transformers generate, batch {n}, use_cache={use_cache}: {type(exc).__name__}: {exc}")
-        rows = [AdapterRow(t, r, None, seed=0) for t, r in zip(TEXTS[:n], refs[:n])]
+        rows = [AdapterRow(t, r, None, seed=0) for t, r in zip(texts[:n], refs[:n])]
         for use_cache in (True, False):
             params = SynthesisParams(greedy=True, max_new_tokens=8, use_cache=use_cache)
             tokens = adapter.generate(adapter.preprocess(rows, params), params).token_ids
