@@ -87,16 +87,112 @@ class AdapterRow:
     seed: int = 0
 
 
+def count_parameters(*modules) -> int:
+    """Parameters of ``modules`` together, each tensor once (tied or shared weights are not counted twice)."""
+    seen: dict[int, int] = {}
+    for module in modules:
+        for p in module.parameters():
+            seen[id(p)] = p.numel()
+    return sum(seen.values())
+
+
 class TTSAdapter(abc.ABC):
     """Base class of every model adapter.
 
-    Subclasses set ``family`` and implement ``from_pretrained``, ``preprocess``, ``generate``, ``postprocess`` and
-    ``make_tiny_checkpoint``. Rows of a batch are left-padded; ``postprocess`` returns one waveform per row trimmed
-    to that row's own length (never padding audio).
+    Subclasses set ``family`` and ``display_name`` and implement ``from_pretrained`` (usually ``_load_pretrained``
+    plus the family's processor quirks), ``_measure_facts`` (usually through ``_model_facts``), ``preprocess``,
+    ``generate``, ``postprocess`` and ``make_tiny_checkpoint``. Rows of a batch are left-padded; ``postprocess``
+    returns one waveform per row trimmed to that row's own length (never padding audio).
     """
 
     family: ClassVar[str]
+    #: the family's name in messages ("CSM", "Higgs Audio v2", ...)
+    display_name: ClassVar[str]
     facts: ModelFacts
+
+    def __init__(self, model, processor, device: str, dtype: str):
+        """Keep the loaded model and processor, then measure ``facts`` (``_measure_facts``).
+
+        Args:
+            model: the transformers model, already on ``device`` and in eval mode.
+            processor: the checkpoint's processor (tokenizer, feature extractor, codec where it holds one).
+            device: torch device string ("cpu", "cuda", "cuda:N").
+            dtype: "float32" | "bfloat16" | "float16", the model's weights and KV cache.
+        """
+        self.model = model
+        self.processor = processor
+        self.device = device
+        self.dtype = dtype
+        self.facts = self._measure_facts()
+
+    def _measure_facts(self) -> ModelFacts:
+        """ModelFacts from the loaded model and processor; every family measures its own."""
+        raise NotImplementedError(f"{type(self).__name__} does not measure its ModelFacts")
+
+    def _model_facts(self, *, num_parameters: int | None = None, **family_facts: Any) -> ModelFacts:
+        """``ModelFacts(**family_facts)`` plus the fields every family fills the same way: ``family``,
+        ``dtype_bytes`` (``DTYPE_BYTES[self.dtype]``) and ``num_parameters`` (of ``self.model``, each tensor once,
+        i.e. tied embeddings counted once; pass it when the family counts more, e.g. a codec outside the model)."""
+        if num_parameters is None:
+            num_parameters = count_parameters(self.model)
+        return ModelFacts(family=self.family, dtype_bytes=DTYPE_BYTES[self.dtype], num_parameters=num_parameters,
+                          **family_facts)
+
+    @classmethod
+    def _load_pretrained(cls, model_class, id_or_path: str | Path, device: str, dtype: str):
+        """``model_class.from_pretrained(id_or_path, dtype=...)`` and ``AutoProcessor.from_pretrained(id_or_path)``
+        (hub id or local folder, the same calls for both), the model moved to ``device`` in eval mode. A codec the
+        processor holds (``processor.audio_tokenizer``: Dia's DAC, Higgs' audio tokenizer) goes to ``device`` too and
+        stays float32.
+
+        Args:
+            model_class: the transformers model class, e.g. ``CsmForConditionalGeneration``.
+            id_or_path: hub id or a folder written by ``save_pretrained``.
+            device: "cpu", "cuda", "cuda:N".
+            dtype: "float32" | "bfloat16" | "float16" (keys of ``DTYPE_BYTES``).
+
+        Returns:
+            (model, processor).
+
+        Raises:
+            ModelLoadError: unknown dtype; a hub id that is not cached while the hub cannot be reached (the message
+                names ``--model DIR`` as the way out); files that are missing, corrupt or of another architecture; a
+                device the model cannot be moved to.
+            torch.OutOfMemoryError: the weights do not fit (the caller decides what to do).
+        """
+        import torch
+        from transformers import AutoProcessor
+
+        from tts_app.adapters import _offline_hint
+        from tts_app.errors import ModelLoadError
+
+        if dtype not in DTYPE_BYTES:
+            raise ModelLoadError(f"dtype {dtype!r} is not supported for {cls.display_name}; "
+                                 f"choose one of {sorted(DTYPE_BYTES)}")
+        id_or_path = str(id_or_path)
+        try:
+            model = model_class.from_pretrained(id_or_path, dtype=getattr(torch, dtype))
+            processor = AutoProcessor.from_pretrained(id_or_path)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:  # transformers/safetensors raise many types for a missing, bad or foreign checkpoint
+            if isinstance(exc, OSError) and not Path(id_or_path).exists():  # not cached, hub unreachable
+                raise ModelLoadError(_offline_hint(id_or_path)) from exc
+            raise ModelLoadError(
+                f"cannot load {cls.display_name} checkpoint {id_or_path!r}: {exc}. Point --model at a "
+                f"{cls.display_name} checkpoint folder or hub id; `python -m tts_app make-tiny-model --family "
+                f"{cls.family} --out DIR` writes a tiny random one."
+            ) from exc
+        try:
+            model = model.to(device).eval()
+            codec = getattr(processor, "audio_tokenizer", None)
+            if isinstance(codec, torch.nn.Module):
+                codec.to(device=device, dtype=torch.float32).eval()
+        except torch.OutOfMemoryError:
+            raise
+        except (RuntimeError, AssertionError) as exc:  # bad device string / CUDA not compiled in
+            raise ModelLoadError(f"cannot move {cls.display_name} to device {device!r}: {exc}") from exc
+        return model, processor
 
     @classmethod
     @abc.abstractmethod

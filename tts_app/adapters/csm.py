@@ -45,8 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tts_app.adapters.base import DTYPE_BYTES, AdapterRow, ModelFacts, TTSAdapter
-from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
+from tts_app.adapters.base import AdapterRow, ModelFacts, TTSAdapter
+from tts_app.errors import InputError, ReferenceAudioError
 from tts_app.request import SynthesisParams
 
 SPEAKER_ID = 0
@@ -152,20 +152,14 @@ class CsmAdapter(TTSAdapter):
     """Adapter for CSM checkpoints (``model_type == "csm"``, e.g. ``sesame/csm-1b``)."""
 
     family = "csm"
-
-    def __init__(self, model, processor, device: str, dtype: str):
-        self.model = model
-        self.processor = processor
-        self.device = device
-        self.dtype = dtype
-        self.facts = self._measure_facts()
+    display_name = "CSM"
 
     # ------------------------------------------------------------------ loading
 
     @classmethod
     def from_pretrained(cls, id_or_path: str | Path, *, device: str = "cpu", dtype: str = "float32") -> "CsmAdapter":
         """Load ``CsmForConditionalGeneration.from_pretrained(id_or_path)`` and ``AutoProcessor.from_pretrained(
-        id_or_path)`` (hub id or local folder, the same calls for both).
+        id_or_path)`` (hub id or local folder, the same calls for both; ``TTSAdapter._load_pretrained``).
 
         Args:
             id_or_path: hub id (e.g. "sesame/csm-1b") or a folder written by ``save_pretrained``.
@@ -175,26 +169,9 @@ class CsmAdapter(TTSAdapter):
         Raises:
             ModelLoadError: unknown dtype, checkpoint not found / not cached offline, or weights that do not load.
         """
-        import torch
-        from transformers import AutoProcessor, CsmForConditionalGeneration
+        from transformers import CsmForConditionalGeneration
 
-        from tts_app.adapters import _offline_hint
-
-        if dtype not in DTYPE_BYTES:
-            raise ModelLoadError(f"dtype {dtype!r} is not supported for CSM; choose one of {sorted(DTYPE_BYTES)}")
-        id_or_path = str(id_or_path)
-        try:
-            model = CsmForConditionalGeneration.from_pretrained(id_or_path, dtype=getattr(torch, dtype))
-            processor = AutoProcessor.from_pretrained(id_or_path)
-            model = model.to(device).eval()
-        except torch.OutOfMemoryError:
-            raise
-        except OSError as exc:  # missing files, not cached while offline
-            if Path(id_or_path).exists():
-                raise ModelLoadError(f"cannot load the CSM checkpoint {id_or_path!r}: {exc}") from exc
-            raise ModelLoadError(_offline_hint(id_or_path)) from exc
-        except (ValueError, RuntimeError, KeyError, TypeError) as exc:
-            raise ModelLoadError(f"cannot load the CSM checkpoint {id_or_path!r}: {exc}") from exc
+        model, processor = cls._load_pretrained(CsmForConditionalGeneration, id_or_path, device, dtype)
         tokenizer = processor.tokenizer
         if tokenizer.pad_token is None:  # the prompt batch is left-padded; pad positions are masked out anyway
             tokenizer.pad_token = tokenizer.eos_token
@@ -226,24 +203,18 @@ class CsmAdapter(TTSAdapter):
 
         gen_max = getattr(self.model.generation_config, "max_new_tokens", None)
         default_max_new_tokens = int(gen_max) if gen_max else int(round(DEFAULT_MAX_AUDIO_S * frames_per_second))
-        return ModelFacts(
-            family=self.family,
+        return self._model_facts(
             sampling_rate=sampling_rate,
             num_layers=config.num_hidden_layers,
             num_kv_heads=config.num_key_value_heads,
             head_dim=config.head_dim,
-            dtype_bytes=DTYPE_BYTES[self.dtype],
             cfg_multiplier=1,
             frames_per_second=frames_per_second,
             text_positions_per_char=text_positions_per_char,
             reference_positions_per_second=reference_positions_per_second,
             default_max_new_tokens=default_max_new_tokens,
             max_segment_chars=MAX_SEGMENT_CHARS,
-            supports_pinyin=False,
             has_cfg=False,
-            has_top_k=True,
-            num_parameters=sum(p.numel() for p in self.model.parameters()),
-            kv_cache_exact=True,
         )
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,

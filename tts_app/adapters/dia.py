@@ -97,23 +97,20 @@ class DiaAdapter(TTSAdapter):
     """
 
     family = "dia"
+    display_name = "Dia"
 
     def __init__(self, model, processor, device: str, dtype: str):
-        self.model = model
-        self.processor = processor
-        self.device = device
-        self.dtype = dtype
         self.config = model.config
         self.delay_pattern = list(self.config.delay_pattern)
         self.max_delay = max(self.delay_pattern)
         self.num_channels = self.config.decoder_config.num_channels
-        self.facts = self._measure_facts()
+        super().__init__(model, processor, device, dtype)
 
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_pretrained(cls, id_or_path: str | Path, *, device: str = "cpu", dtype: str = "float32") -> "DiaAdapter":
         """Load ``DiaForConditionalGeneration`` and ``AutoProcessor`` (``DiaProcessor`` + DAC codec) from a hub id or
-        a local folder with the same ``from_pretrained(id_or_path)`` calls.
+        a local folder with the same ``from_pretrained(id_or_path)`` calls (``TTSAdapter._load_pretrained``).
 
         Args:
             id_or_path: hub id (e.g. "nari-labs/Dia-1.6B-0626") or a folder written by ``make_tiny_checkpoint``.
@@ -121,26 +118,13 @@ class DiaAdapter(TTSAdapter):
             dtype: "float32", "bfloat16" or "float16" for the Dia model; the DAC codec stays float32.
 
         Raises:
-            ModelLoadError: unknown dtype, or the model/processor cannot be loaded.
+            ModelLoadError: unknown dtype, or the model/processor cannot be loaded, or the processor is not Dia's.
         """
-        import torch
-        from transformers import AutoProcessor, DiaForConditionalGeneration
+        from transformers import DiaForConditionalGeneration
 
-        if dtype not in DTYPE_BYTES:
-            raise ModelLoadError(f"dtype={dtype!r} is not supported; choose one of {sorted(DTYPE_BYTES)}")
-        id_or_path = str(id_or_path)
-        try:
-            model = DiaForConditionalGeneration.from_pretrained(id_or_path, dtype=getattr(torch, dtype))
-            processor = AutoProcessor.from_pretrained(id_or_path)
-        except Exception as exc:  # any failure here (missing files, corrupt weights, bad config) is a load failure
-            raise ModelLoadError(
-                f"cannot load Dia checkpoint {id_or_path!r}: {exc}. If the hub is unreachable, download it once "
-                "(huggingface-cli download ID) or point --model at a local folder."
-            ) from exc
+        model, processor = cls._load_pretrained(DiaForConditionalGeneration, id_or_path, device, dtype)
         if type(processor).__name__ != "DiaProcessor":
-            raise ModelLoadError(f"{id_or_path!r}: expected a DiaProcessor, found {type(processor).__name__}")
-        model.to(device).eval()
-        processor.audio_tokenizer.to(device).eval()
+            raise ModelLoadError(f"{str(id_or_path)!r}: expected a DiaProcessor, found {type(processor).__name__}")
         return cls(model, processor, device=device, dtype=dtype)
 
     def _measure_facts(self) -> ModelFacts:
@@ -179,24 +163,18 @@ class DiaAdapter(TTSAdapter):
                                          dec.max_position_embeddings // 2)
         self.cross_kv_bytes_per_position = (2 * dec.num_hidden_layers * dec.cross_num_key_value_heads
                                             * dec.cross_head_dim * DTYPE_BYTES[self.dtype])
-        return ModelFacts(
-            family=self.family,
+        return self._model_facts(
             sampling_rate=sampling_rate,
             num_layers=dec.num_hidden_layers,
             num_kv_heads=dec.num_key_value_heads,
             head_dim=dec.head_dim,
-            dtype_bytes=DTYPE_BYTES[self.dtype],
             cfg_multiplier=2,
             frames_per_second=float(frames_per_second),
             text_positions_per_char=float(text_positions_per_char),
             reference_positions_per_second=reference_positions_per_second,
             default_max_new_tokens=default_max_new_tokens,
             max_segment_chars=MAX_SEGMENT_CHARS,
-            supports_pinyin=False,
             has_cfg=True,
-            has_top_k=True,
-            num_parameters=int(sum(p.numel() for p in self.model.parameters())),
-            kv_cache_exact=True,
         )
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from tts_app.adapters.base import DTYPE_BYTES, AdapterRow, ModelFacts, TTSAdapter
-from tts_app.errors import InputError, ModelLoadError
+from tts_app.adapters.base import AdapterRow, ModelFacts, TTSAdapter, count_parameters
+from tts_app.errors import InputError
 from tts_app.request import SynthesisParams
 
 # Prompt wording from the transformers docs' voice-cloning example (model_doc/higgs_audio_v2.md).
@@ -98,14 +98,6 @@ _MEASURE_TEXT_EN = "The quick brown fox jumps over the lazy dog, then runs home 
 _MEASURE_TEXT_ZH = "今天天气很好，我们一起去公园散步，然后回家吃饭。"
 
 
-def _torch_dtype(dtype: str):
-    import torch
-
-    if dtype not in DTYPE_BYTES:
-        raise ModelLoadError(f"dtype={dtype!r} is not supported; choose one of {sorted(DTYPE_BYTES)}")
-    return getattr(torch, dtype)
-
-
 class HiggsAudioAdapter(TTSAdapter):
     """Adapter of the Higgs Audio v2 family (``model_type="higgs_audio_v2"``).
 
@@ -116,15 +108,12 @@ class HiggsAudioAdapter(TTSAdapter):
     """
 
     family = "higgs"
+    display_name = "Higgs Audio v2"
 
     def __init__(self, model, processor, *, device: str, dtype: str, name_or_path: str):
-        self.model = model
-        self.processor = processor
-        self.device = device
-        self.dtype = dtype
         self.name_or_path = name_or_path
-        self._install_no_cache_fix()
-        self.facts = self._measure_facts()
+        self._install_no_cache_fix(model)
+        super().__init__(model, processor, device, dtype)
 
     # ------------------------------------------------------------------ loading
 
@@ -132,7 +121,8 @@ class HiggsAudioAdapter(TTSAdapter):
     def from_pretrained(cls, id_or_path: str | Path, *, device: str = "cpu", dtype: str = "float32"
                         ) -> "HiggsAudioAdapter":
         """Load ``HiggsAudioV2ForConditionalGeneration.from_pretrained(id_or_path)`` and
-        ``AutoProcessor.from_pretrained(id_or_path)`` (which loads the codec named in the processor config).
+        ``AutoProcessor.from_pretrained(id_or_path)`` (which loads the codec named in the processor config), through
+        ``TTSAdapter._load_pretrained``.
 
         Args:
             id_or_path: hub id of a transformers-format checkpoint (the transformers docs use
@@ -141,39 +131,23 @@ class HiggsAudioAdapter(TTSAdapter):
             dtype: "float32" | "bfloat16" | "float16" for the language model; the codec stays float32.
 
         Raises:
-            ModelLoadError: unsupported dtype, or the checkpoint/processor/codec cannot be loaded.
+            ModelLoadError: unsupported dtype, or the checkpoint/processor/codec cannot be loaded or moved to
+                ``device``.
         """
-        import torch
-        from transformers import AutoProcessor, HiggsAudioV2ForConditionalGeneration
+        from transformers import HiggsAudioV2ForConditionalGeneration
 
-        torch_dtype = _torch_dtype(dtype)
-        id_or_path = str(id_or_path)
-        try:
-            model = HiggsAudioV2ForConditionalGeneration.from_pretrained(id_or_path, dtype=torch_dtype)
-            processor = AutoProcessor.from_pretrained(id_or_path)
-        except torch.OutOfMemoryError:
-            raise
-        except Exception as exc:  # transformers/safetensors raise many types for a bad or missing checkpoint
-            raise ModelLoadError(
-                f"cannot load Higgs Audio v2 checkpoint {id_or_path!r}: {exc}. If the hub is unreachable, point "
-                "--model at a local folder (`python -m tts_app make-tiny-model --family higgs --out DIR` writes a "
-                "tiny random one)."
-            ) from exc
-        try:
-            model = model.to(device).eval()
-            processor.audio_tokenizer.to(device=device, dtype=torch.float32).eval()
-        except (RuntimeError, AssertionError) as exc:  # bad device string / CUDA not compiled in
-            raise ModelLoadError(f"cannot move Higgs Audio v2 to device {device!r}: {exc}") from exc
-        return cls(model, processor, device=device, dtype=dtype, name_or_path=id_or_path)
+        model, processor = cls._load_pretrained(HiggsAudioV2ForConditionalGeneration, id_or_path, device, dtype)
+        return cls(model, processor, device=device, dtype=dtype, name_or_path=str(id_or_path))
 
-    def _install_no_cache_fix(self) -> None:
+    @staticmethod
+    def _install_no_cache_fix(model) -> None:
         """Wrap ``model.prepare_inputs_for_generation`` so ``use_cache=False`` always sees the whole prefix.
 
         transformers 5.24 passes only the last audio frame (and drops ``input_ids``) when every earlier frame of
         ``audio_input_ids_mask`` is False; with a cache that is the decode step, without one it throws the prompt
         away (it happens when the prompt has no reference audio). Found by the cache-on == cache-off test.
         """
-        original = self.model.prepare_inputs_for_generation
+        original = model.prepare_inputs_for_generation
 
         def prepare_inputs_for_generation(input_ids, audio_input_ids=None, audio_input_ids_mask=None, **kwargs):
             model_inputs = original(input_ids, audio_input_ids=audio_input_ids,
@@ -184,7 +158,7 @@ class HiggsAudioAdapter(TTSAdapter):
                 model_inputs["audio_input_ids_mask"] = audio_input_ids_mask
             return model_inputs
 
-        self.model.prepare_inputs_for_generation = prepare_inputs_for_generation
+        model.prepare_inputs_for_generation = prepare_inputs_for_generation
 
     # ------------------------------------------------------------------ facts
 
@@ -223,25 +197,20 @@ class HiggsAudioAdapter(TTSAdapter):
         overhead = max(self._prompt_length("", clips[1], "a") - per_char, self._prompt_length("", clips[1], None))
         self.prompt_overhead_positions = empty
         self.reference_overhead_positions = overhead - empty - ref_per_s
-        num_parameters = int(self.model.num_parameters() + self.processor.audio_tokenizer.num_parameters())
-        return ModelFacts(
-            family=self.family,
+        return self._model_facts(
+            # the codec is the processor's, outside the model; it runs for every reference and every output
+            num_parameters=count_parameters(self.model, self.processor.audio_tokenizer),
             sampling_rate=sr,
             num_layers=int(cfg.num_hidden_layers),
             num_kv_heads=int(cfg.num_key_value_heads),
             head_dim=int(cfg.head_dim),
-            dtype_bytes=DTYPE_BYTES[self.dtype],
             cfg_multiplier=1,
             frames_per_second=float(codec_cfg.frame_rate),
             text_positions_per_char=float(per_char),
             reference_positions_per_second=float(ref_per_s),
             default_max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
             max_segment_chars=MAX_SEGMENT_CHARS,
-            supports_pinyin=False,
             has_cfg=False,
-            has_top_k=True,
-            num_parameters=num_parameters,
-            kv_cache_exact=True,
         )
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,

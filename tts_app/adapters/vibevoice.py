@@ -48,8 +48,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tts_app.adapters.base import DTYPE_BYTES, AdapterRow, ModelFacts, TTSAdapter
-from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
+from tts_app.adapters.base import AdapterRow, ModelFacts, TTSAdapter
+from tts_app.errors import InputError, ReferenceAudioError
 from tts_app.request import SynthesisParams
 
 # Published architecture of vibevoice/VibeVoice-1.5B-hf, for building the full-size model with random weights on a
@@ -239,13 +239,7 @@ class VibeVoiceAdapter(TTSAdapter):
     """
 
     family = "vibevoice"
-
-    def __init__(self, model, processor, device: str, dtype: str):
-        self.model = model
-        self.processor = processor
-        self.device = device
-        self.dtype = dtype
-        self.facts = self._measure_facts()
+    display_name = "VibeVoice"
 
     # ------------------------------------------------------------------ loading
 
@@ -253,7 +247,7 @@ class VibeVoiceAdapter(TTSAdapter):
     def from_pretrained(cls, id_or_path: str | Path, *, device: str = "cpu", dtype: str = "float32"
                         ) -> "VibeVoiceAdapter":
         """Load with ``VibeVoiceForConditionalGeneration.from_pretrained(id_or_path)`` and
-        ``AutoProcessor.from_pretrained(id_or_path)`` (hub id or local folder alike).
+        ``AutoProcessor.from_pretrained(id_or_path)`` (hub id or local folder alike; ``TTSAdapter._load_pretrained``).
 
         Args:
             device: "cpu", "cuda", "cuda:N".
@@ -262,20 +256,9 @@ class VibeVoiceAdapter(TTSAdapter):
         Raises:
             ModelLoadError: unknown dtype, or the checkpoint cannot be read / is not a VibeVoice checkpoint.
         """
-        import torch
-        from transformers import AutoProcessor, VibeVoiceForConditionalGeneration
+        from transformers import VibeVoiceForConditionalGeneration
 
-        if dtype not in DTYPE_BYTES:
-            raise ModelLoadError(f"dtype {dtype!r} is not supported; choose one of {sorted(DTYPE_BYTES)}")
-        id_or_path = str(id_or_path)
-        try:
-            model = VibeVoiceForConditionalGeneration.from_pretrained(id_or_path, dtype=getattr(torch, dtype))
-            processor = AutoProcessor.from_pretrained(id_or_path)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ModelLoadError(f"cannot load VibeVoice checkpoint {id_or_path!r}: {exc}. Point --model at a "
-                                 "VibeVoice folder, or write a tiny one with `python -m tts_app make-tiny-model "
-                                 "--family vibevoice --out DIR`.") from exc
-        model.to(device).eval()
+        model, processor = cls._load_pretrained(VibeVoiceForConditionalGeneration, id_or_path, device, dtype)
         processor.tokenizer.padding_side = "left"
         return cls(model, processor, device=device, dtype=dtype)
 
@@ -297,24 +280,18 @@ class VibeVoiceAdapter(TTSAdapter):
                                         or DEFAULT_NUM_DIFFUSION_STEPS)
         # Fixed prompt positions besides the text and the reference frames (system prompt, headers, speaker tags).
         self._prompt_overhead = len(tokenizer(self._prompt("", num_frames=0), add_special_tokens=False)["input_ids"])
-        return ModelFacts(
-            family=self.family,
+        return self._model_facts(
             sampling_rate=int(feature_extractor.sampling_rate),
             num_layers=int(text_config.num_hidden_layers),
             num_kv_heads=int(text_config.num_key_value_heads),
             head_dim=int(head_dim),
-            dtype_bytes=DTYPE_BYTES[self.dtype],
             cfg_multiplier=2,
             frames_per_second=feature_extractor.sampling_rate / hop,
             text_positions_per_char=tokens_per_char,
             reference_positions_per_second=feature_extractor.sampling_rate / hop,
             default_max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
             max_segment_chars=MAX_SEGMENT_CHARS,
-            supports_pinyin=False,
             has_cfg=True,
-            has_top_k=True,
-            num_parameters=int(sum(p.numel() for p in self.model.parameters())),
-            kv_cache_exact=True,
         )
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
