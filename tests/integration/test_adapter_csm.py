@@ -3,23 +3,19 @@ built in code, saved with save_pretrained and loaded through the same from_pretr
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-torchaudio = pytest.importorskip("torchaudio")
-sf = pytest.importorskip("soundfile")
 
+from tests.adapter_helpers import (load_reference, rows_with_references, run_batch, run_make_tiny_model,  # noqa: E402
+                                   spy_from_pretrained)
 from tts_app.adapters.base import AdapterRow  # noqa: E402
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError  # noqa: E402
 from tts_app.request import SynthesisParams  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 FRAMES = 12  # decode steps (codec frames, ~1 s of audio) per test: small for CPU time
 GREEDY = SynthesisParams(greedy=True, max_new_tokens=FRAMES)
 
@@ -37,40 +33,22 @@ def adapter(tiny_csm):
 
 
 @pytest.fixture(scope="module")
-def reference(adapter, data_dir, audio_manifest):
+def reference(adapter):
     """``reference(name, seconds=None)`` -> (float32 waveform at facts.sampling_rate, transcript)."""
-    transcripts = {f["name"]: f.get("transcript") for f in audio_manifest["files"]}
-
-    def load(name: str, seconds: float | None = None):
-        samples, sampling_rate = sf.read(data_dir / name, dtype="float32", always_2d=True)
-        wave = torch.from_numpy(samples.mean(axis=1))[None]
-        wave = torchaudio.functional.resample(wave, sampling_rate, adapter.facts.sampling_rate)[0].numpy()
-        if seconds is not None:
-            wave = wave[: int(seconds * adapter.facts.sampling_rate)]
-        return wave.astype(np.float32), transcripts[name]
-
-    return load
+    return lambda name, seconds=None: load_reference(name, adapter.facts.sampling_rate, seconds)
 
 
 @pytest.fixture(scope="module")
-def three_rows(reference):
+def three_rows(adapter):
     """Different text lengths and a different reference clip (and clip length) per row."""
     clips = [("en_female_1.wav", 1.23), ("en_male_1.wav", 2.07), ("zh_female_1.wav", 1.61)]  # not whole frames
     texts = ["Hi.", "A much longer sentence, so this row has the most text of all three.", "中等长度的句子。"]
-    rows = []
-    for seed, ((name, seconds), text) in enumerate(zip(clips, texts)):
-        wave, transcript = reference(name, seconds)
-        rows.append(AdapterRow(text=text, reference_audio=wave, reference_text=transcript.split(",")[0],
-                               seed=seed + 1))
-    return rows
+    return rows_with_references(adapter.facts.sampling_rate, clips, texts, first_seed=1)
 
 
 def run(adapter, rows, params, mutate=None):
-    inputs = adapter.preprocess(rows, params)
-    if mutate is not None:
-        mutate(inputs)
-    outputs = adapter.generate(inputs, params)
-    return outputs.codes, adapter.postprocess(outputs, inputs)
+    _, outputs, audio = run_batch(adapter, rows, params, mutate)
+    return outputs.codes, audio
 
 
 def rows_equal(batch_codes, batch_audio, single_runs) -> list[bool]:
@@ -86,9 +64,7 @@ def rows_equal(batch_codes, batch_audio, single_runs) -> list[bool]:
 
 def test_make_tiny_model_cli_writes_a_loadable_seeded_checkpoint(tmp_path, tiny_csm):
     out = tmp_path / "tiny-csm"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, "-m", "tts_app", "make-tiny-model", "--family", "csm", "--out", str(out)],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_make_tiny_model("csm", out)
     assert proc.returncode == 0, proc.stderr
     assert (out / "model.safetensors").is_file() and (out / "processor_config.json").is_file()
 
@@ -109,15 +85,7 @@ def test_loading_goes_through_the_hub_from_pretrained_calls(monkeypatch, tiny_cs
 
     from tts_app.adapters.csm import CsmAdapter
 
-    seen = []
-    for cls in (transformers.CsmForConditionalGeneration, transformers.AutoProcessor):
-        original = cls.from_pretrained.__func__
-
-        def spy(klass, path, *args, _original=original, **kwargs):
-            seen.append((klass.__name__, path))
-            return _original(klass, path, *args, **kwargs)
-
-        monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
+    seen = spy_from_pretrained(monkeypatch, transformers.CsmForConditionalGeneration, transformers.AutoProcessor)
     CsmAdapter.from_pretrained(tiny_csm, dtype="bfloat16")
     assert ("CsmForConditionalGeneration", str(tiny_csm)) in seen
     assert ("AutoProcessor", str(tiny_csm)) in seen

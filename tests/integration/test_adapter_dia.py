@@ -3,24 +3,20 @@ loaded through the same from_pretrained(path) calls as a hub id)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-torchaudio = pytest.importorskip("torchaudio")
-sf = pytest.importorskip("soundfile")
 
+from tests.adapter_helpers import (load_reference, rows_with_references, run_batch, run_make_tiny_model,  # noqa: E402
+                                   spy_from_pretrained)
 from tts_app.adapters.base import AdapterRow  # noqa: E402
 from tts_app.errors import InputError, ModelLoadError  # noqa: E402
 from tts_app.request import SynthesisParams  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # Decode steps per test: > 16 (Dia's max delay + 1) so every row yields audio frames, small for CPU time.
 STEPS = 24
 GREEDY = SynthesisParams(greedy=True, max_new_tokens=STEPS)
@@ -39,39 +35,22 @@ def adapter(tiny_dia):
 
 
 @pytest.fixture(scope="module")
-def reference(adapter, data_dir, audio_manifest):
+def reference(adapter):
     """``reference(name, seconds=None)`` -> (float32 waveform at facts.sampling_rate, transcript)."""
-    transcripts = {f["name"]: f.get("transcript") for f in audio_manifest["files"]}
-
-    def load(name: str, seconds: float | None = None):
-        samples, sampling_rate = sf.read(data_dir / name, dtype="float32", always_2d=True)
-        wave = torch.from_numpy(samples.mean(axis=1))[None]
-        wave = torchaudio.functional.resample(wave, sampling_rate, adapter.facts.sampling_rate)[0].numpy()
-        if seconds is not None:
-            wave = wave[: int(seconds * adapter.facts.sampling_rate)]
-        return wave.astype(np.float32), transcripts[name]
-
-    return load
+    return lambda name, seconds=None: load_reference(name, adapter.facts.sampling_rate, seconds)
 
 
 @pytest.fixture(scope="module")
-def three_rows(reference):
+def three_rows(adapter):
     """Different text lengths and a different reference clip (and length) per row."""
     clips = [("en_female_1.wav", 0.5), ("en_male_1.wav", 0.9), ("zh_female_1.wav", 0.7)]
     texts = ["Hi.", "A much longer sentence, so this row has the most text of all three.", "Medium length text."]
-    rows = []
-    for seed, ((name, seconds), text) in enumerate(zip(clips, texts)):
-        wave, transcript = reference(name, seconds)
-        rows.append(AdapterRow(text=text, reference_audio=wave, reference_text=transcript.split(",")[0], seed=seed))
-    return rows
+    return rows_with_references(adapter.facts.sampling_rate, clips, texts, first_seed=0)
 
 
 def run(adapter, rows, params, mutate=None):
-    inputs = adapter.preprocess(rows, params)
-    if mutate is not None:
-        mutate(inputs)
-    outputs = adapter.generate(inputs, params)
-    return outputs, adapter.postprocess(outputs, inputs)
+    _, outputs, audio = run_batch(adapter, rows, params, mutate)
+    return outputs, audio
 
 
 def assert_rows_equal(batch_tokens, batch_audio, single_runs):
@@ -91,9 +70,7 @@ def test_cli_make_tiny_model_loads_through_registry(tmp_path):
     from tts_app.adapters.dia import DiaAdapter
 
     out = tmp_path / "tiny-dia"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT))
-    done = subprocess.run([sys.executable, "-m", "tts_app", "make-tiny-model", "--family", "dia", "--out", str(out)],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = run_make_tiny_model("dia", out)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (out / "model.safetensors").is_file() and (out / "processor_config.json").is_file()
     assert family_of(out) == "dia"
@@ -117,17 +94,9 @@ def test_loading_goes_through_transformers_from_pretrained_with_the_folder(tiny_
 
     from tts_app.adapters.dia import DiaAdapter
 
-    seen = {}
-    for cls in (transformers.DiaForConditionalGeneration, transformers.AutoProcessor):
-        original = cls.from_pretrained.__func__
-
-        def spy(klass, path, *args, _original=original, _name=cls.__name__, **kwargs):
-            seen[_name] = path
-            return _original(klass, path, *args, **kwargs)
-
-        monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
+    seen = spy_from_pretrained(monkeypatch, transformers.DiaForConditionalGeneration, transformers.AutoProcessor)
     DiaAdapter.from_pretrained(tiny_dia)
-    assert seen == {"DiaForConditionalGeneration": str(tiny_dia), "AutoProcessor": str(tiny_dia)}
+    assert dict(seen) == {"DiaForConditionalGeneration": str(tiny_dia), "AutoProcessor": str(tiny_dia)}
 
 
 def test_load_failures_raise_model_load_error(tmp_path, tiny_dia):

@@ -6,25 +6,20 @@ depend only on the row's own seed; loading must go through the same ``from_pretr
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-torchaudio = pytest.importorskip("torchaudio")
-sf = pytest.importorskip("soundfile")
 
+from tests.adapter_helpers import load_reference, run_batch, run_make_tiny_model, spy_from_pretrained  # noqa: E402
 from tts_app.adapters import load_adapter  # noqa: E402
 from tts_app.adapters.base import AdapterRow  # noqa: E402
 from tts_app.adapters.higgs import HiggsAudioAdapter  # noqa: E402
 from tts_app.errors import InputError, ModelLoadError  # noqa: E402
 from tts_app.request import SynthesisParams  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 MAX_NEW_TOKENS = 32
 
 
@@ -39,16 +34,10 @@ def adapter(checkpoint) -> HiggsAudioAdapter:
 
 
 @pytest.fixture(scope="module")
-def references(data_dir, audio_manifest, adapter):
+def references(adapter):
     """name -> (waveform at facts.sampling_rate, transcript) for three real speech clips."""
-    transcripts = {f["name"]: f.get("transcript") for f in audio_manifest["files"]}
-    out = {}
-    for name in ("en_female_1.wav", "en_male_1.wav", "zh_female_1.wav"):
-        samples, sr = sf.read(data_dir / name, dtype="float32", always_2d=True)
-        mono = torch.from_numpy(samples.mean(axis=1))
-        wave = torchaudio.functional.resample(mono, sr, adapter.facts.sampling_rate).numpy().astype(np.float32)
-        out[name] = (wave, transcripts[name])
-    return out
+    return {name: load_reference(name, adapter.facts.sampling_rate)
+            for name in ("en_female_1.wav", "en_male_1.wav", "zh_female_1.wav")}
 
 
 @pytest.fixture(scope="module")
@@ -64,15 +53,14 @@ def rows(references):
 
 def _run(adapter, rows, params):
     """preprocess -> generate; returns (generated frames per row trimmed to the row's end, waveforms)."""
-    inputs = adapter.preprocess(rows, params)
-    outputs = adapter.generate(inputs, params)
+    inputs, outputs, waves = run_batch(adapter, rows, params)
     num_ref_frames = inputs["batch"]["audio_input_ids"].shape[1] if "audio_input_ids" in inputs["batch"] else 0
     eos = adapter.processor.audio_stream_eos_id
     frames = []
     for row in outputs[:, num_ref_frames:]:
         ended = (row == eos).all(-1).nonzero()
         frames.append(row[: int(ended[0, 0]) + 1] if len(ended) else row)
-    return frames, adapter.postprocess(outputs, inputs)
+    return frames, waves
 
 
 def _assert_same(a, b):
@@ -96,9 +84,7 @@ GREEDY_NO_CACHE = SynthesisParams(greedy=True, max_new_tokens=MAX_NEW_TOKENS, us
 
 def test_make_tiny_model_cli_writes_a_folder_the_registry_loads(tmp_path):
     out = tmp_path / "tiny-higgs"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, "-m", "tts_app", "make-tiny-model", "--family", "higgs", "--out",
-                           str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_make_tiny_model("higgs", out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
     loaded = load_adapter(out, device="cpu", dtype="float32")
@@ -109,15 +95,8 @@ def test_make_tiny_model_cli_writes_a_folder_the_registry_loads(tmp_path):
 def test_loading_uses_the_same_from_pretrained_calls_as_a_hub_id(checkpoint, monkeypatch):
     import transformers
 
-    seen = []
-    for cls in (transformers.HiggsAudioV2ForConditionalGeneration, transformers.AutoProcessor):
-        original = cls.from_pretrained.__func__
-
-        def spy(klass, path, *args, _original=original, _name=cls.__name__, **kwargs):
-            seen.append((_name, path))
-            return _original(klass, path, *args, **kwargs)
-
-        monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
+    seen = spy_from_pretrained(monkeypatch, transformers.HiggsAudioV2ForConditionalGeneration,
+                               transformers.AutoProcessor)
     loaded = HiggsAudioAdapter.from_pretrained(checkpoint, device="cpu", dtype="bfloat16")
     assert ("HiggsAudioV2ForConditionalGeneration", str(checkpoint)) in seen
     assert ("AutoProcessor", str(checkpoint)) in seen

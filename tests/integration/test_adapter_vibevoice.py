@@ -3,33 +3,20 @@ the same ``from_pretrained(path)`` calls as a hub id)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-import soundfile as sf
 import torch
-import torchaudio
 
+from tests.adapter_helpers import load_reference, run_batch, run_make_tiny_model, spy_from_pretrained
 from tts_app.adapters.base import AdapterRow
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
 from tts_app.request import SynthesisParams
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # Rows of different text lengths, each with its own reference speaker.
 TEXTS = ["Hello there.", "A somewhat longer sentence to speak here.", "你好世界"]
 CLIPS = ["en_female_1.wav", "en_male_1.wav", "zh_female_1.wav"]
 MAX_NEW_TOKENS = 16  # every row of the tiny seed-0 model ends by itself before this
 AUDIO_ATOL = 1e-4  # float32 reassociation between batch shapes; the waveforms peak around 0.3
-
-
-def load_clip(data_dir: Path, name: str, sampling_rate: int) -> np.ndarray:
-    samples, file_rate = sf.read(data_dir / name, dtype="float32", always_2d=True)
-    mono = torch.from_numpy(samples.mean(axis=1))
-    return torchaudio.functional.resample(mono, file_rate, sampling_rate).numpy()
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +27,15 @@ def adapter(tiny_checkpoint):
 
 
 @pytest.fixture(scope="module")
-def rows(adapter, data_dir):
+def rows(adapter):
     sr = adapter.facts.sampling_rate
-    return [AdapterRow(text=t, reference_audio=load_clip(data_dir, c, sr), reference_text=None, seed=10 + i)
+    return [AdapterRow(text=t, reference_audio=load_reference(c, sr)[0], reference_text=None, seed=10 + i)
             for i, (t, c) in enumerate(zip(TEXTS, CLIPS))]
 
 
 def run(adapter, rows, params):
-    inputs = adapter.preprocess(rows, params)
-    outputs = adapter.generate(inputs, params)
-    return outputs.token_ids, adapter.postprocess(outputs, inputs)
+    _, outputs, audio = run_batch(adapter, rows, params)
+    return outputs.token_ids, audio
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +64,7 @@ def test_cli_writes_a_checkpoint_that_load_adapter_loads(tmp_path):
     from tts_app.adapters.vibevoice import VibeVoiceAdapter
 
     out = tmp_path / "tiny-vv"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "tts_app", "make-tiny-model", "--family", "vibevoice", "--out",
-                           str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_make_tiny_model("vibevoice", out)
     assert proc.returncode == 0, proc.stderr
     adapter = load_adapter(out, device="cpu", dtype="float32")
     assert isinstance(adapter, VibeVoiceAdapter)
@@ -151,15 +135,8 @@ def test_loading_goes_through_the_hub_from_pretrained_calls(tiny_checkpoint, mon
 
     from tts_app.adapters.vibevoice import VibeVoiceAdapter
 
-    seen = []
-    for cls in (transformers.VibeVoiceForConditionalGeneration, transformers.AutoProcessor):
-        original = cls.from_pretrained.__func__
-
-        def spy(klass, path, *args, _original=original, **kwargs):
-            seen.append((klass.__name__, path))
-            return _original(klass, path, *args, **kwargs)
-
-        monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
+    seen = spy_from_pretrained(monkeypatch, transformers.VibeVoiceForConditionalGeneration,
+                               transformers.AutoProcessor)
     folder = tiny_checkpoint("vibevoice")
     VibeVoiceAdapter.from_pretrained(folder)
     assert ("VibeVoiceForConditionalGeneration", str(folder)) in seen
