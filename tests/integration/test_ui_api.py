@@ -89,3 +89,17 @@ def test_app_without_a_model_starts_explains_and_still_checks_references(tmp_pat
     # SIGTERM removes the temporary output folder the app announced.
     temp_root = re.search(r"Generated files go to (\S+) \(temporary", log.read_text()).group(1)
     assert not Path(temp_root).exists()
+
+
+def test_validation_says_when_every_line_is_valid_in_the_browsers_language(app_url, data_dir, tmp_path):
+    import shutil
+
+    shutil.copy(data_dir / "en_female_1.wav", tmp_path / "ref.wav")
+    jsonl = tmp_path / "ok.jsonl"
+    jsonl.write_text(json.dumps({"input_text": "好。"}) + "\n", encoding="utf-8")  # uses the default voice
+    for accept, expected in (("en-US,en;q=0.9", "all valid"), ("zh-CN,zh;q=0.9", "全部有效")):
+        client = gradio_client.Client(app_url, verbose=False, headers={"Accept-Language": accept})
+        table, summary = client.predict(gradio_client.handle_file(str(jsonl)), None,
+                                        gradio_client.handle_file(str(tmp_path / "ref.wav")),
+                                        api_name="/validate_job")
+        assert expected in summary

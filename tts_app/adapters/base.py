@@ -42,6 +42,8 @@ class ModelFacts:
         has_cfg, has_top_k: which knobs exist for this family (the UI hides the others).
         num_parameters: total parameter count.
         kv_cache_exact: True when ``use_cache=False`` gives the same tokens as ``use_cache=True`` in this adapter.
+        needs_reference_text: True when cloning from reference audio also needs its transcript (the UI marks the
+            reference-text box as required).
     """
 
     family: str
@@ -61,6 +63,7 @@ class ModelFacts:
     has_top_k: bool = True
     num_parameters: int = 0
     kv_cache_exact: bool = True
+    needs_reference_text: bool = False
 
     @property
     def kv_bytes_per_position(self) -> int:

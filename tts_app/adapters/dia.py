@@ -175,6 +175,7 @@ class DiaAdapter(TTSAdapter):
             default_max_new_tokens=default_max_new_tokens,
             max_segment_chars=MAX_SEGMENT_CHARS,
             has_cfg=True,
+            needs_reference_text=True,  # Dia clones a voice only with the reference audio's transcript
         )
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,

@@ -19,10 +19,25 @@ from tts_app.errors import TTSAppError
 from tts_app.monitor import GIB, read_memory
 from tts_app.request import Priority, SynthesisParams, SynthesisRequest
 from tts_app.ui.context import AppContext
+from tts_app.ui.texts import pick_language, server_text
 
 log = logging.getLogger(__name__)
 
 MAX_SEED = 2**31 - 1
+
+
+def _lang(ctx: AppContext, request: gr.Request | None) -> str:
+    """The language for server-composed text: --lang, else the browser's Accept-Language."""
+    headers = getattr(request, "headers", None) or {}
+    return pick_language(ctx.lang, headers.get("accept-language"))
+
+
+def _table(rows: list[list], lang: str, key: str):
+    """A table value with localised column headers (``key`` names a "|"-separated header list). A plain
+    DataFrame (not a component update), so API clients get ``{"headers": [...], "data": [...]}``."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=server_text(lang, key).split("|"))
 
 
 def _engine(ctx: AppContext):
@@ -35,27 +50,26 @@ def _engine(ctx: AppContext):
 REPORT_SAMPLING_RATE = 24000
 
 
-def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | None):
+def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | None, lang: str = "en"):
     """(ReferenceAudio, report) for an uploaded/recorded file, through the shared cache. Works without a model
     (the clip is then cleaned at ``REPORT_SAMPLING_RATE``)."""
     from tts_app.audio.reference import prepare_reference
 
     if not audio_path:
-        raise gr.Error("Upload or record a reference audio clip first (a few seconds of the voice to clone).")
+        raise gr.Error(server_text(lang, "need_reference"))
     rate = ctx.engine.sampling_rate if ctx.engine is not None else REPORT_SAMPLING_RATE
     try:
         return prepare_reference(audio_path, target_sampling_rate=rate,
                                  config=ctx.reference_config, reference_text=reference_text or None,
                                  cache=ctx.reference_cache, name=Path(audio_path).name)
     except TTSAppError as exc:
-        raise gr.Error(_hide_paths(str(exc), ctx, audio_path)) from exc
+        raise gr.Error(_hide_paths(str(exc), ctx, audio_path), duration=None) from exc
 
 
-REPORT_FIELDS = (  # (report key, label, unit) shown in the UI; the CLI's --json has everything
-    ("format", "format", ""), ("sampling_rate", "sampling rate", "Hz"), ("channels", "channels", ""),
-    ("duration_s", "duration", "s"), ("speech_start_s", "speech starts", "s"), ("speech_end_s", "speech ends", "s"),
-    ("speech_kept_s", "speech kept", "s"), ("snr_db", "estimated SNR", "dB"), ("clipping_share", "clipped share", ""),
-    ("speech_level_dbfs", "speech level", "dBFS"), ("cropped", "cropped", ""),
+REPORT_FIELDS = (  # (report key, unit) shown in the UI; the CLI's --json has everything
+    ("format", ""), ("sampling_rate", "Hz"), ("channels", ""), ("duration_s", "s"), ("speech_start_s", "s"),
+    ("speech_end_s", "s"), ("speech_kept_s", "s"), ("snr_db", "dB"), ("clipping_share", ""),
+    ("speech_level_dbfs", "dBFS"), ("cropped", ""),
 )
 
 
@@ -74,52 +88,80 @@ def _hide_paths(message: str, ctx: AppContext, *uploads: str | None) -> str:
     return message
 
 
-def _report_markdown(report) -> str:
-    d = report.to_dict()
+def _report_markdown(report: dict, lang: str) -> str:
     cells = []
-    for key, label, unit in REPORT_FIELDS:
-        if key not in d or d[key] is None:
+    for key, unit in REPORT_FIELDS:
+        value = report.get(key)
+        if value is None:
             continue
-        value = d[key]
-        value = f"{value:.2f}" if isinstance(value, float) else str(value)
-        cells.append(f"{label}: **{value}**{' ' + unit if unit else ''}")
+        if isinstance(value, bool):
+            value = server_text(lang, "yes" if value else "no")
+        elif isinstance(value, float):
+            value = f"{value:.2f}"
+        cells.append(f"{server_text(lang, key)}: **{value}**{' ' + unit if unit else ''}")
     lines = [" · ".join(cells)]
-    lines += [f"- ⚠️ {w}" for w in d.get("warnings", [])]
-    lines += [f"- ❌ {e}" for e in d.get("errors", [])]
-    if not d.get("warnings") and not d.get("errors"):
-        lines.append("- ✅ no problems found")
+    lines += [f"- ⚠️ {w}" for w in report.get("warnings", [])]
+    lines += [f"- ❌ {e}" for e in report.get("errors", [])]
+    if not report.get("warnings") and not report.get("errors"):
+        lines.append(f"- {server_text(lang, 'no_problems')}")
     return "\n".join(lines)
 
 
-def reference_report(ctx: AppContext, audio_path: str | None, reference_text: str | None):
-    """Reference uploaded -> (cleaned clip for listening, quality report markdown)."""
+def reference_report(ctx: AppContext, audio_path: str | None, reference_text: str | None,
+                     request: gr.Request = None):
+    """Reference uploaded -> (cleaned clip for listening, quality report markdown).
+
+    A refused clip does not raise: its reason stays visible in the report box (a pop-up would vanish)."""
+    from tts_app.audio.reference import prepare_reference
+
+    lang = _lang(ctx, request)
     if not audio_path:
         return None, ""
-    ref, report = _reference(ctx, audio_path, reference_text)
+    rate = ctx.engine.sampling_rate if ctx.engine is not None else REPORT_SAMPLING_RATE
+    try:
+        ref, report = prepare_reference(audio_path, target_sampling_rate=rate, config=ctx.reference_config,
+                                        reference_text=reference_text or None, cache=ctx.reference_cache,
+                                        name=Path(audio_path).name)
+    except TTSAppError as exc:
+        partial = getattr(exc, "report", None)
+        details = _report_markdown(partial.to_dict(), lang) + "\n" if partial is not None else ""
+        message = _hide_paths(str(exc), ctx, audio_path)
+        gr.Warning(message)
+        return None, f"**❌ {server_text(lang, 'reference_refused')}:** {message}\n\n{details}"
     for w in report.warnings:
         gr.Warning(w)
-    return (ref.sampling_rate, ref.samples), _report_markdown(report)
+    return (ref.sampling_rate, ref.samples), _report_markdown(report.to_dict(), lang)
 
 
-def pronunciation_preview(ctx: AppContext, text: str):
-    """Text typed -> (highlighted characters: polyphones / overrides labelled, warnings markdown)."""
+def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None):
+    """Text typed -> (highlighted spans: overrides / polyphones labelled with their reading, warnings markdown).
+
+    Plain characters are grouped into runs, so English words are never broken apart."""
     from tts_app.frontend import preview_pronunciation
 
+    lang = _lang(ctx, request)
     if not text or not text.strip():
         return [], ""
     preview = preview_pronunciation(text)
     by_pos = {r.position: r for r in preview.readings}
     spans: list[tuple[str, str | None]] = []
+    plain = ""
     for i, ch in enumerate(preview.text):
         r = by_pos.get(i)
-        if r is None:
-            spans.append((ch, None))
-        elif r.source == "override":
-            spans.append((f"{ch}({r.pinyin})", "override"))
-        elif r.polyphonic:
-            spans.append((f"{ch}({r.pinyin})", "polyphone"))
-        else:
-            spans.append((ch, None))
+        label = None
+        if r is not None and r.source == "override":
+            label = server_text(lang, "override")
+        elif r is not None and r.polyphonic:
+            label = server_text(lang, "polyphone")
+        if label is None:
+            plain += ch
+            continue
+        if plain:
+            spans.append((plain, None))
+            plain = ""
+        spans.append((f"{ch}({r.pinyin})", label))
+    if plain:
+        spans.append((plain, None))
     warnings = "\n".join(f"- ⚠️ {w}" for w in preview.warnings)
     return spans, warnings
 
@@ -141,15 +183,18 @@ def _params(engine, *, use_cache, max_new_tokens, greedy, temperature, top_p, to
 
 def synthesize(ctx: AppContext, audio_path, reference_text, text, max_batch_size, use_cache, max_new_tokens, greedy,
                temperature, top_p, top_k, cfg_scale, seed, randomize_seed, segment_chars, pause_ms,
-               progress=gr.Progress()):
-    """Generate -> (audio, WAV path, SRT path, per-segment rows, used seed)."""
+               request: gr.Request = None, progress=gr.Progress()):
+    """Generate -> (audio, WAV path, SRT path, per-segment table, used seed).
+
+    Errors stay on screen until closed and name the seed used, so a failed random seed can be reported or avoided."""
     from tts_app.audio.post import to_srt, write_atomic, write_wav_atomic
 
+    lang = _lang(ctx, request)
     engine = _engine(ctx)
     if not text or not text.strip():
-        raise gr.Error("Type some text to speak.")
+        raise gr.Error(server_text(lang, "need_text"))
     seed = random.randint(0, MAX_SEED) if randomize_seed else int(seed)
-    ref, report = _reference(ctx, audio_path, reference_text)
+    ref, report = _reference(ctx, audio_path, reference_text, lang)
     for w in report.warnings:
         gr.Warning(w)
     if max_batch_size:
@@ -157,27 +202,27 @@ def synthesize(ctx: AppContext, audio_path, reference_text, text, max_batch_size
     params = _params(engine, use_cache=use_cache, max_new_tokens=max_new_tokens, greedy=greedy,
                      temperature=temperature, top_p=top_p, top_k=top_k, cfg_scale=cfg_scale, seed=seed,
                      segment_chars=segment_chars, pause_ms=pause_ms)
-    request = SynthesisRequest(text=text, reference_audio=ref, reference_text=reference_text or None, params=params,
-                               priority=Priority.INTERACTIVE)
+    synthesis_request = SynthesisRequest(text=text, reference_audio=ref, reference_text=reference_text or None,
+                                         params=params, priority=Priority.INTERACTIVE)
     state = {"done": 0, "total": 1}
 
     def on_progress(event):  # engine worker thread: only store numbers
         state["done"], state["total"] = event.segments_done, event.segments_total
 
-    handle = engine.submit(request, on_progress=on_progress)
-    progress(0.0, desc="queued")
+    handle = engine.submit(synthesis_request, on_progress=on_progress)
+    progress(0.0, desc=server_text(lang, "queued"))
     while True:
         try:
             result = handle.result(timeout=0.25)
             break
         except TimeoutError:
             progress(state["done"] / max(state["total"], 1),
-                     desc=f"segment {state['done']}/{state['total']}")
+                     desc=server_text(lang, "segment_progress", done=state["done"], total=state["total"]))
     if not result.ok:
-        raise gr.Error(f"Synthesis failed: {result.error}")
+        raise gr.Error(server_text(lang, "synthesis_failed", seed=seed, error=result.error), duration=None)
     if result.audio.size == 0:
-        raise gr.Error("The model produced no audio for this text (it ended speech at once). Try another seed, "
-                       "sampling instead of greedy decoding, or a larger max new tokens.")
+        raise gr.Error(server_text(lang, "no_audio_greedy" if greedy else "no_audio_sampling", seed=seed),
+                       duration=None)
     for w in result.warnings:
         gr.Warning(w)
     out_dir = ctx.output_root / "single"
@@ -187,49 +232,57 @@ def synthesize(ctx: AppContext, audio_path, reference_text, text, max_batch_size
     srt_path = write_atomic(out_dir / f"{stem}.srt", srt.encode("utf-8"))
     rows = [[s.index + 1, s.text, round(s.start_s, 2), round(s.end_s, 2), s.batch_size, round(s.generate_s, 2)]
             for s in result.segments]
-    return ((result.sampling_rate, result.audio.astype(np.float32)), str(wav_path), str(srt_path), rows, seed)
+    return ((result.sampling_rate, result.audio.astype(np.float32)), str(wav_path), str(srt_path),
+            _table(rows, lang, "col_timings"), seed)
 
 
 def _session(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or "anonymous"
 
 
-def validate_job(ctx: AppContext, jsonl_file, audio_zip, default_voice=None):
-    """JSONL (+ZIP) uploaded -> validation table rows [line, status, message]. Loads no model."""
+def validate_job(ctx: AppContext, jsonl_file, audio_zip, default_voice=None, request: gr.Request = None):
+    """JSONL (+ZIP) uploaded -> (problem table [line, status, message], summary). Loads no model."""
     from tts_app.jobs.runner import validate_job as _validate
 
+    lang = _lang(ctx, request)
     if not jsonl_file:
-        raise gr.Error("Upload a JSONL task file first.")
+        raise gr.Error(server_text(lang, "need_jsonl"))
     try:
         report = _validate(Path(jsonl_file), audio_dir=audio_zip or None, default_voice=default_voice or None)
     except TTSAppError as exc:
-        raise gr.Error(_hide_paths(str(exc), ctx, jsonl_file, audio_zip)) from exc
+        raise gr.Error(_hide_paths(str(exc), ctx, jsonl_file, audio_zip), duration=None) from exc
     # Line 0 is the job file as a whole (encoding, audio ZIP, default voice).
-    return [[line if line else "job file", status, _hide_paths(str(message), ctx, jsonl_file, audio_zip)]
-            for line, status, message in report.as_table()]
+    rows = [[line if line else server_text(lang, "job_file"), status,
+             _hide_paths(str(message), ctx, jsonl_file, audio_zip)] for line, status, message in report.as_table()]
+    counts = dict(num_lines=report.num_lines, num_valid=report.num_valid, num_invalid=report.num_invalid,
+                  num_warnings=report.num_warnings)
+    summary = server_text(lang, "validation_ok" if report.ok else "validation_bad", **counts)
+    return _table(rows, lang, "col_validation"), summary
 
 
 def run_job(ctx: AppContext, jsonl_file, audio_zip, default_voice, max_batch_size, use_cache, greedy, seed,
             request: gr.Request = None, progress=gr.Progress()):
-    """Run a JSONL job -> (summary text, results rows [line, output_name, status, error, duration_s], ZIP path).
+    """Run a JSONL job -> (summary text, results table [line, output_name, status, error, duration_s], ZIP path).
 
     Lines are streamed to the shared engine, so several users' jobs (and single requests) share batches."""
     from tts_app.jobs.runner import make_results_zip, read_results
     from tts_app.jobs.runner import run_job as _run
 
+    lang = _lang(ctx, request)
     engine = _engine(ctx)
     if not jsonl_file:
-        raise gr.Error("Upload a JSONL task file first.")
-    cancel = ctx.cancel_event(_session(request))
+        raise gr.Error(server_text(lang, "need_jsonl"))
+    session = _session(request)
+    cancel = ctx.cancel_event(session)
     cancel.clear()
     if max_batch_size:
         engine.set_max_batch_size(int(max_batch_size))
-    out_dir = ctx.output_root / "jobs" / f"{time.strftime('%Y%m%d-%H%M%S')}_{_session(request)[:8]}"
+    out_dir = ctx.output_root / "jobs" / f"{time.strftime('%Y%m%d-%H%M%S')}_{session[:8]}"
 
     def on_progress(done, total, info=None):
-        progress(done / max(total, 1), desc=f"lines {done}/{total} · batch cap {engine.stats().batch_cap}")
+        progress(done / max(total, 1),
+                 desc=server_text(lang, "job_progress", done=done, total=total, cap=engine.stats().batch_cap))
 
-    session = _session(request)
     ctx.running_jobs.add(session)
     try:
         params = SynthesisParams(seed=int(seed), greedy=bool(greedy), use_cache=bool(use_cache))
@@ -237,34 +290,39 @@ def run_job(ctx: AppContext, jsonl_file, audio_zip, default_voice, max_batch_siz
                        cancel_event=cancel, params=params, reference_config=ctx.reference_config,
                        default_voice=default_voice or None)
     except TTSAppError as exc:
-        raise gr.Error(_hide_paths(str(exc), ctx, jsonl_file, audio_zip)) from exc
+        raise gr.Error(_hide_paths(str(exc), ctx, jsonl_file, audio_zip), duration=None) from exc
     finally:
         ctx.running_jobs.discard(session)
     records = read_results(out_dir)
     rows = [[n, r.get("output_name"), r.get("status"), _hide_paths(r.get("error") or "", ctx, jsonl_file, audio_zip),
              r.get("duration_s")]
             for n, r in sorted(records.items())]
+    if summary.num_cancelled:
+        text = server_text(lang, "job_cancelled", ok=summary.num_ok, cancelled=summary.num_cancelled)
+    else:
+        text = server_text(lang, "job_summary", ok=summary.num_ok, failed=summary.num_failed,
+                           skipped=summary.num_skipped)
     if summary.num_failed:
-        gr.Warning(f"{summary.num_failed} line(s) failed; see the results table.")
-    text = (f"ok {summary.num_ok} · failed {summary.num_failed} · skipped {summary.num_skipped}"
-            + (f" · cancelled {summary.num_cancelled}" if summary.num_cancelled else ""))
-    return text, rows, str(make_results_zip(out_dir))
+        gr.Warning(server_text(lang, "lines_failed", failed=summary.num_failed))
+    return text, _table(rows, lang, "col_results"), str(make_results_zip(out_dir))
 
 
 def cancel_job(ctx: AppContext, request: gr.Request = None):
     """Cancel this browser session's running job (other users' jobs are untouched)."""
+    lang = _lang(ctx, request)
     session = _session(request)
     if session not in ctx.running_jobs:
-        return "no job of yours is running"
+        return server_text(lang, "no_job")
     ctx.cancel_event(session).set()
-    gr.Info("Cancelling: lines already running finish, the rest are skipped.")
-    return "cancelling…"
+    gr.Info(server_text(lang, "cancel_info"))
+    return server_text(lang, "cancelling")
 
 
-def gauge(ctx: AppContext):
+def gauge(ctx: AppContext, request: gr.Request = None):
     """Timer tick -> (summary markdown, plot rows). Reads memory, records it, and marks new OOM events."""
     import pandas as pd
 
+    lang = _lang(ctx, request)
     device = "cpu"
     stats = None
     if ctx.engine is not None:
@@ -276,28 +334,32 @@ def gauge(ctx: AppContext):
             ctx._last_oom_count = stats.num_oom
     reading = read_memory(device)
     ctx.history.add(reading)
-    what = "system RAM (CPU run: no GPU)" if reading.is_cpu else "GPU memory"
+    gib = lambda n: f"{n / GIB:.3f}"  # noqa: E731 - MiB resolution, so the gauge visibly moves
+    what = server_text(lang, "cpu_memory" if reading.is_cpu else "gpu_memory")
     lines = [f"**{reading.device_name}** ({reading.device}) — {what}",
-             f"- total {reading.total_bytes / GIB:.2f} GiB · used {reading.used_bytes / GIB:.3f} GiB · "
-             f"free {reading.free_bytes / GIB:.3f} GiB",
-             (f"- process RSS {reading.torch_allocated_bytes / GIB:.3f} GiB · peak {reading.torch_peak_bytes / GIB:.3f} GiB"
-              if reading.is_cpu else
-              f"- torch allocated {reading.torch_allocated_bytes / GIB:.2f} GiB · reserved "
-              f"{reading.torch_reserved_bytes / GIB:.2f} GiB · peak {reading.torch_peak_bytes / GIB:.2f} GiB")]
+             "- " + server_text(lang, "mem_totals", total=f"{reading.total_bytes / GIB:.2f}",
+                                used=gib(reading.used_bytes), free=gib(reading.free_bytes))]
+    if reading.is_cpu:
+        lines.append("- " + server_text(lang, "mem_cpu_process", rss=gib(reading.torch_allocated_bytes),
+                                        peak=gib(reading.torch_peak_bytes)))
+    else:
+        lines.append("- " + server_text(lang, "mem_torch", alloc=gib(reading.torch_allocated_bytes),
+                                        reserved=gib(reading.torch_reserved_bytes),
+                                        peak=gib(reading.torch_peak_bytes)))
     if reading.utilization_percent is not None:
-        lines.append(f"- utilisation {reading.utilization_percent:.0f} %")
+        lines.append("- " + server_text(lang, "mem_util", util=f"{reading.utilization_percent:.0f}"))
     if stats is not None:
-        budget = "unlimited" if stats.memory_budget_bytes is None else f"{stats.memory_budget_bytes / GIB:.2f} GiB"
-        lines += [f"- engine budget {budget} · batch cap {stats.batch_cap} / {stats.max_batch_size} · "
-                  f"OOM count {stats.num_oom} · queue depth {stats.queue_depth} segments",
-                  f"- KV-cache + activations estimate per row (default settings): "
-                  f"{stats.default_row_bytes / 1024**2:.1f} MiB"]
+        budget = (server_text(lang, "unlimited") if stats.memory_budget_bytes is None
+                  else f"{stats.memory_budget_bytes / GIB:.2f} GiB")
+        lines.append("- " + server_text(lang, "mem_engine", budget=budget, cap=stats.batch_cap,
+                                        max=stats.max_batch_size, oom=stats.num_oom, queue=stats.queue_depth))
+        lines.append("- " + server_text(lang, "mem_row", mib=f"{stats.default_row_bytes / 1024**2:.1f}"))
         ooms = ctx.history.oom_times()
         if ooms:
-            lines.append(f"- 🔴 {len(ooms)} out-of-memory event(s) in the plotted window, the last "
-                         f"{reading.time_s - ooms[-1]:.0f} s ago (batch halved and retried; nothing lost)")
+            lines.append("- " + server_text(lang, "mem_oom", count=len(ooms),
+                                            ago=f"{reading.time_s - ooms[-1]:.0f}"))
     else:
-        lines.append(f"- no model loaded: {ctx.load_error}")
+        lines.append("- " + server_text(lang, "no_model", error=ctx.load_error))
     frame = pd.DataFrame(ctx.history.rows() or [{"seconds_ago": 0.0, "used_gib": 0.0, "torch_gib": 0.0,
                                                   "event": "ok"}])
     return "\n".join(lines), frame

@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
     ctx = build_context(args)
-    from tts_app.ui.layout import build_demo
+    from tts_app.ui.layout import CSS, build_demo
 
     print(f"Generated files go to {ctx.output_root}"
           + (" (temporary; removed when the app stops)" if ctx.owns_output_root else ""), flush=True)
@@ -92,7 +92,7 @@ def main(argv: list[str]) -> int:
     # SIGTERM (e.g. from a service manager) ends like Ctrl-C, so the engine stops and temporary files go.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        demo.launch(server_name=args.host, server_port=args.port, share=args.share, i18n=i18n,
+        demo.launch(server_name=args.host, server_port=args.port, share=args.share, i18n=i18n, css=CSS,
                     allowed_paths=[str(ctx.output_root)])
     finally:
         ctx.close()

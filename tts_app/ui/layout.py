@@ -12,9 +12,15 @@ import gradio as gr
 
 from tts_app.ui import handlers
 from tts_app.ui.context import AppContext
-from tts_app.ui.texts import translations
+from tts_app.ui.texts import SERVER, translations
 
 MODEL_CONCURRENCY = dict(concurrency_id="model", concurrency_limit=32)
+
+# Long text must not grow the preview without bound; empty download boxes stay small.
+CSS = """
+#preview { max-height: 260px; overflow-y: auto; }
+.download-box { min-height: 0 !important; }
+"""
 
 
 def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
@@ -36,14 +42,19 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                 with gr.Column():
                     ref_audio = gr.Audio(label=i18n("reference_audio"), sources=["upload", "microphone"],
                                          type="filepath", elem_id="ref-audio")
-                    ref_text = gr.Textbox(label=i18n("reference_text"), lines=1, elem_id="ref-text")
+                    needs_text = facts is not None and facts.needs_reference_text
+                    ref_text = gr.Textbox(label=i18n("reference_text_required" if needs_text else "reference_text"),
+                                          lines=1, elem_id="ref-text")
                     ref_report = gr.Markdown(elem_id="ref-report")
                     ref_clean = gr.Audio(label=i18n("cleaned_reference"), interactive=False, elem_id="ref-clean")
                 with gr.Column():
                     text = gr.Textbox(label=i18n("text"), placeholder=i18n("text_placeholder"), lines=5,
                                       elem_id="text")
                     preview = gr.HighlightedText(label=i18n("preview"), combine_adjacent=False,
-                                                 color_map={"override": "green", "polyphone": "orange"},
+                                                 color_map={SERVER["en"]["override"]: "green",
+                                                            SERVER["zh"]["override"]: "green",
+                                                            SERVER["en"]["polyphone"]: "orange",
+                                                            SERVER["zh"]["polyphone"]: "orange"},
                                                  show_legend=True, elem_id="preview")
                     preview_notes = gr.Markdown(elem_id="preview-notes")
             with gr.Accordion(i18n("settings"), open=False):
@@ -69,10 +80,12 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             generate = gr.Button(i18n("generate"), variant="primary", elem_id="generate")
             with gr.Row():
                 out_audio = gr.Audio(label=i18n("output_audio"), interactive=False, elem_id="out-audio")
-                used_seed = gr.Number(label=i18n("used_seed"), interactive=False, elem_id="used-seed")
+                used_seed = gr.Number(value=None, label=i18n("used_seed"), interactive=False, elem_id="used-seed")
             with gr.Row():
-                wav_file = gr.File(label=i18n("download_wav"), interactive=False)
-                srt_file = gr.File(label=i18n("download_srt"), interactive=False)
+                wav_file = gr.File(label=i18n("download_wav"), interactive=False, height=90,
+                                   elem_classes="download-box")
+                srt_file = gr.File(label=i18n("download_srt"), interactive=False, height=90,
+                                   elem_classes="download-box")
             timings = gr.Dataframe(headers=["#", "text", "start_s", "end_s", "batch_size", "generate_s"],
                                    label=i18n("timings"), interactive=False, elem_id="timings")
 
@@ -88,10 +101,10 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                 validate_btn = gr.Button(i18n("validate"), elem_id="validate")
                 run_btn = gr.Button(i18n("run_job"), variant="primary", elem_id="run-job")
                 cancel_btn = gr.Button(i18n("cancel_job"), variant="stop", elem_id="cancel-job")
-            validation = gr.Dataframe(headers=["line", "status", "message"], label=i18n("validation"),
+            validation = gr.Dataframe(headers=["line", "status", "message"], label=i18n("validation"), wrap=True,
                                       interactive=False, elem_id="validation")
             job_status = gr.Markdown(elem_id="job-status")
-            results = gr.Dataframe(headers=["line", "output_name", "status", "error", "duration_s"],
+            results = gr.Dataframe(headers=["line", "output_name", "status", "error", "duration_s"], wrap=True,
                                    label=i18n("job_results"), interactive=False, elem_id="job-results")
             results_zip = gr.File(label=i18n("download_zip"), interactive=False, elem_id="results-zip")
 
@@ -111,11 +124,13 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                         cfg, seed, randomize, segment_chars, pause_ms],
                        [out_audio, wav_file, srt_file, timings, used_seed], api_name="synthesize",
                        **MODEL_CONCURRENCY)
-        validate_btn.click(_wrap(handlers.validate_job, ctx), [jsonl, audio_zip, default_voice], [validation],
+        validate_btn.click(_wrap(handlers.validate_job, ctx), [jsonl, audio_zip, default_voice],
+                           [validation, job_status],
                            api_name="validate_job")
         run_btn.click(_wrap(handlers.run_job, ctx),
                       [jsonl, audio_zip, default_voice, max_batch, use_cache, greedy, seed],
-                      [job_status, results, results_zip], api_name="run_job", **MODEL_CONCURRENCY)
+                      [job_status, results, results_zip], api_name="run_job", show_progress_on=[job_status],
+                      **MODEL_CONCURRENCY)
         cancel_btn.click(_wrap(handlers.cancel_job, ctx), None, [job_status], api_name="cancel_job", queue=False)
         timer.tick(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], api_name="memory", queue=False,
                    show_progress="hidden")

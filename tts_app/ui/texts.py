@@ -13,6 +13,7 @@ EN: dict[str, str] = {
     "reference_report": "Reference quality report",
     "cleaned_reference": "Cleaned reference (what the model hears)",
     "reference_text": "Reference text (transcript of the reference, optional)",
+    "reference_text_required": "Reference text (transcript of the reference — required by this model)",
     "text": "Text to speak",
     "text_placeholder": "Type text. Fix a polyphone with pinyin: 重(zhòng)要, 银行(yin2 hang2). Pause: [pause:500ms]",
     "preview": "Pronunciation preview (polyphones highlighted)",
@@ -56,11 +57,12 @@ ZH: dict[str, str] = {
     "intro": "上传几秒钟的参考声音，输入中文或英文文本，即可用该声音朗读。",
     "tab_single": "单条合成",
     "tab_batch": "批量（JSONL）",
-    "tab_memory": "显存",
+    "tab_memory": "内存 / 显存",
     "reference_audio": "参考音频（上传或录音）",
     "reference_report": "参考音频质量报告",
     "cleaned_reference": "处理后的参考音频（模型实际听到的）",
     "reference_text": "参考文本（参考音频的文字内容，可选）",
+    "reference_text_required": "参考文本（参考音频的文字内容——此模型必填）",
     "text": "要朗读的文本",
     "text_placeholder": "输入文本。用拼音纠正多音字：重(zhòng)要、银行(yin2 hang2)。停顿：[pause:500ms]",
     "preview": "读音预览（多音字高亮）",
@@ -74,8 +76,8 @@ ZH: dict[str, str] = {
     "top_p": "Top-p",
     "top_k": "Top-k",
     "cfg_scale": "CFG 强度",
-    "seed": "随机种子",
-    "randomize_seed": "随机种子",
+    "seed": "种子",
+    "randomize_seed": "随机生成种子",
     "segment_chars": "每段最大字数（0 = 模型默认）",
     "pause_ms": "段间停顿（毫秒）",
     "generate": "生成",
@@ -109,3 +111,107 @@ def translations(lang: str | None) -> dict[str, dict[str, str]]:
         return {"en": EN, "zh": ZH, "zh-CN": ZH}
     chosen = ZH if lang == "zh" else EN
     return {"en": chosen, "zh": chosen, "zh-CN": chosen}
+
+
+# Strings the server composes (reports, summaries, progress, notices). Messages raised by the engine, front end and
+# job runner stay in English (they name values and fixes precisely); the UI shows them as they are.
+SERVER: dict[str, dict[str, str]] = {
+    "en": {
+        "format": "format", "sampling_rate": "sampling rate", "channels": "channels", "duration_s": "duration",
+        "speech_start_s": "speech starts", "speech_end_s": "speech ends", "speech_kept_s": "speech kept",
+        "snr_db": "estimated SNR", "clipping_share": "clipped share", "speech_level_dbfs": "speech level",
+        "cropped": "cropped", "yes": "yes", "no": "no",
+        "no_problems": "no problems found", "reference_refused": "This reference cannot be used",
+        "override": "override", "polyphone": "polyphone",
+        "need_reference": "Upload or record a reference audio clip first (a few seconds of the voice to clone).",
+        "need_text": "Type some text to speak.", "need_jsonl": "Upload a JSONL task file first.",
+        "queued": "queued", "segment_progress": "segment {done}/{total}",
+        "synthesis_failed": "Synthesis failed (seed {seed}): {error}",
+        "no_audio_sampling": "The model produced no audio for this text (seed {seed}): it ended speech at once. "
+                             "Try another seed or a larger max new tokens.",
+        "no_audio_greedy": "The model produced no audio for this text: it ended speech at once. Try sampling "
+                           "instead of greedy decoding, or a larger max new tokens.",
+        "col_timings": "#|text|start (s)|end (s)|batch size|generate (s)",
+        "col_validation": "line|status|message",
+        "col_results": "line|output name|status|error|duration (s)",
+        "job_file": "job file",
+        "validation_ok": "✓ {num_lines} lines, all valid ({num_warnings} warnings). Ready to run.",
+        "validation_bad": "{num_lines} lines: {num_valid} valid, {num_invalid} invalid (they will be recorded as "
+                          "failed; the valid lines still run), {num_warnings} warnings.",
+        "job_progress": "lines {done}/{total} · batch cap {cap}",
+        "job_summary": "ok {ok} · failed {failed} · already done {skipped}",
+        "job_cancelled": "Job cancelled: {ok} lines finished, {cancelled} not run.",
+        "lines_failed": "{failed} line(s) failed; see the results table.",
+        "cancelling": "cancelling…", "no_job": "no job of yours is running",
+        "cancel_info": "Cancelling: lines already running finish, the rest are not run.",
+        "cpu_memory": "system RAM (CPU run: no GPU)", "gpu_memory": "GPU memory",
+        "mem_totals": "total {total} GiB · used {used} GiB · free {free} GiB",
+        "mem_cpu_process": "process RSS {rss} GiB · peak {peak} GiB",
+        "mem_torch": "torch allocated {alloc} GiB · reserved {reserved} GiB · peak {peak} GiB",
+        "mem_util": "utilisation {util} %",
+        "mem_engine": "engine budget {budget} · batch cap {cap} / {max} · OOM count {oom} · queue depth {queue} "
+                      "segments",
+        "unlimited": "unlimited",
+        "mem_row": "KV cache + activations estimate per row (default settings): {mib} MiB",
+        "mem_oom": "🔴 {count} out-of-memory event(s) in the plotted window, the last {ago} s ago (batch halved and "
+                   "retried; nothing lost)",
+        "no_model": "no model loaded: {error}",
+    },
+    "zh": {
+        "format": "格式", "sampling_rate": "采样率", "channels": "声道", "duration_s": "时长",
+        "speech_start_s": "语音开始", "speech_end_s": "语音结束", "speech_kept_s": "保留语音",
+        "snr_db": "估计信噪比", "clipping_share": "削波比例", "speech_level_dbfs": "语音电平",
+        "cropped": "已裁剪", "yes": "是", "no": "否",
+        "no_problems": "未发现问题", "reference_refused": "该参考音频无法使用",
+        "override": "指定读音", "polyphone": "多音字",
+        "need_reference": "请先上传或录制一段参考音频（几秒钟要克隆的声音）。",
+        "need_text": "请输入要朗读的文本。", "need_jsonl": "请先上传 JSONL 任务文件。",
+        "queued": "排队中", "segment_progress": "第 {done}/{total} 段",
+        "synthesis_failed": "合成失败（种子 {seed}）：{error}",
+        "no_audio_sampling": "模型没有为这段文本生成音频（种子 {seed}）：它立即结束了。请换一个种子，或调大最大新 token 数。",
+        "no_audio_greedy": "模型没有为这段文本生成音频：它立即结束了。请改用采样解码，或调大最大新 token 数。",
+        "col_timings": "#|文本|开始（秒）|结束（秒）|批大小|生成（秒）",
+        "col_validation": "行|状态|说明",
+        "col_results": "行|输出名|状态|错误|时长（秒）",
+        "job_file": "任务文件",
+        "validation_ok": "✓ 共 {num_lines} 行，全部有效（{num_warnings} 条提示），可以运行。",
+        "validation_bad": "共 {num_lines} 行：{num_valid} 行有效，{num_invalid} 行无效（将记为失败，有效行照常运行），"
+                          "{num_warnings} 条提示。",
+        "job_progress": "已完成 {done}/{total} 行 · 批大小上限 {cap}",
+        "job_summary": "成功 {ok} · 失败 {failed} · 之前已完成 {skipped}",
+        "job_cancelled": "任务已取消：完成 {ok} 行，{cancelled} 行未运行。",
+        "lines_failed": "{failed} 行失败，详见结果表。",
+        "cancelling": "正在取消…", "no_job": "你没有正在运行的任务",
+        "cancel_info": "正在取消：已在运行的行会完成，其余不再运行。",
+        "cpu_memory": "系统内存（CPU 运行：无 GPU）", "gpu_memory": "显存",
+        "mem_totals": "总量 {total} GiB · 已用 {used} GiB · 空闲 {free} GiB",
+        "mem_cpu_process": "进程常驻内存 {rss} GiB · 峰值 {peak} GiB",
+        "mem_torch": "torch 已分配 {alloc} GiB · 已保留 {reserved} GiB · 峰值 {peak} GiB",
+        "mem_util": "利用率 {util} %",
+        "mem_engine": "引擎预算 {budget} · 批大小上限 {cap} / {max} · OOM 次数 {oom} · 队列 {queue} 段",
+        "unlimited": "不限",
+        "mem_row": "每行 KV 缓存 + 激活估计（默认设置）：{mib} MiB",
+        "mem_oom": "🔴 图中时间窗内发生 {count} 次显存不足，最近一次在 {ago} 秒前（批大小减半后重试，未丢失任何内容）",
+        "no_model": "未加载模型：{error}",
+    },
+}
+assert SERVER["en"].keys() == SERVER["zh"].keys()
+
+
+def pick_language(forced: str | None, accept_language: str | None) -> str:
+    """"zh" or "en": ``--lang`` when given, else the browser's first supported language (Accept-Language header,
+    RFC 9110 §12.5.4), else English."""
+    if forced in ("zh", "en"):
+        return forced
+    for part in (accept_language or "").split(","):
+        tag = part.split(";")[0].strip().lower()
+        if tag.startswith("zh"):
+            return "zh"
+        if tag.startswith("en"):
+            return "en"
+    return "en"
+
+
+def server_text(lang: str, key: str, **values) -> str:
+    """A server-composed string in ``lang``, formatted with ``values``."""
+    return SERVER.get(lang, SERVER["en"])[key].format(**values)
