@@ -37,7 +37,7 @@ def test_preview_marks_an_override(app_url):
     spans, notes = client.predict("重(chong2)新开始", api_name="/preview")
     labels = [item["class_or_confidence"] for item in spans] if isinstance(spans, list) else \
         [item[1] for item in spans["data"]]
-    assert "override" in labels
+    assert any(label and "override" in label for label in labels)
 
 
 def test_batch_job_returns_a_result_for_every_line(app_url, data_dir, tmp_path):

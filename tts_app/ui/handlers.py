@@ -19,7 +19,7 @@ from tts_app.errors import TTSAppError
 from tts_app.monitor import GIB, read_memory
 from tts_app.request import Priority, SynthesisParams, SynthesisRequest
 from tts_app.ui.context import AppContext
-from tts_app.ui.texts import pick_language, server_text
+from tts_app.ui.texts import pick_language, preview_label, server_text
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +100,8 @@ def _report_markdown(report: dict, lang: str) -> str:
             value = f"{value:.2f}"
         cells.append(f"{server_text(lang, key)}: **{value}**{' ' + unit if unit else ''}")
     lines = [" · ".join(cells)]
-    lines += [f"- ⚠️ {w}" for w in report.get("warnings", [])]
-    lines += [f"- ❌ {e}" for e in report.get("errors", [])]
+    lines += [f"- ⚠ {w}" for w in report.get("warnings", [])]
+    lines += [f"- ✖ {e}" for e in report.get("errors", [])]
     if not report.get("warnings") and not report.get("errors"):
         lines.append(f"- {server_text(lang, 'no_problems')}")
     return "\n".join(lines)
@@ -124,10 +124,12 @@ def reference_report(ctx: AppContext, audio_path: str | None, reference_text: st
                                         name=Path(audio_path).name)
     except TTSAppError as exc:
         partial = getattr(exc, "report", None)
-        details = _report_markdown(partial.to_dict(), lang) + "\n" if partial is not None else ""
         message = _hide_paths(str(exc), ctx, audio_path)
         gr.Warning(message)
-        return None, f"**❌ {server_text(lang, 'reference_refused')}:** {message}\n\n{details}"
+        if partial is not None and partial.to_dict().get("errors"):  # the report lists the reason itself
+            return None, f"**✖ {server_text(lang, 'reference_refused')}**\n\n" + _report_markdown(
+                partial.to_dict(), lang)
+        return None, f"**✖ {server_text(lang, 'reference_refused')}:** {message}"
     for w in report.warnings:
         gr.Warning(w)
     return (ref.sampling_rate, ref.samples), _report_markdown(report.to_dict(), lang)
@@ -150,9 +152,9 @@ def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None
         r = by_pos.get(i)
         label = None
         if r is not None and r.source == "override":
-            label = server_text(lang, "override")
+            label = preview_label(ctx.lang, "override")
         elif r is not None and r.polyphonic:
-            label = server_text(lang, "polyphone")
+            label = preview_label(ctx.lang, "polyphone")
         if label is None:
             plain += ch
             continue
@@ -162,7 +164,7 @@ def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None
         spans.append((f"{ch}({r.pinyin})", label))
     if plain:
         spans.append((plain, None))
-    warnings = "\n".join(f"- ⚠️ {w}" for w in preview.warnings)
+    warnings = "\n".join(f"- ⚠ {w}" for w in preview.warnings)
     return spans, warnings
 
 

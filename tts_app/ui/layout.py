@@ -12,14 +12,14 @@ import gradio as gr
 
 from tts_app.ui import handlers
 from tts_app.ui.context import AppContext
-from tts_app.ui.texts import SERVER, translations
+from tts_app.ui.texts import preview_label, server_text, translations
 
 MODEL_CONCURRENCY = dict(concurrency_id="model", concurrency_limit=32)
 
 # Long text must not grow the preview without bound; empty download boxes stay small.
 CSS = """
 #preview { max-height: 260px; overflow-y: auto; }
-.download-box { min-height: 0 !important; }
+.download-box { max-height: 150px; overflow: hidden; }
 """
 
 
@@ -32,7 +32,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         gr.Markdown(i18n("title"), elem_id="title")
         gr.Markdown(i18n("intro"))
         if ctx.load_error:
-            gr.Markdown(f"### ⚠️ {ctx.load_error}", elem_id="load-error")
+            gr.Markdown(f"### ⚠ {ctx.load_error}", elem_id="load-error")
         else:
             gr.Markdown(f"{i18n('model_status')}: `{ctx.model_config.model_id}` · {facts.family} · "
                         f"{facts.sampling_rate} Hz", elem_id="model-status")
@@ -51,10 +51,8 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     text = gr.Textbox(label=i18n("text"), placeholder=i18n("text_placeholder"), lines=5,
                                       elem_id="text")
                     preview = gr.HighlightedText(label=i18n("preview"), combine_adjacent=False,
-                                                 color_map={SERVER["en"]["override"]: "green",
-                                                            SERVER["zh"]["override"]: "green",
-                                                            SERVER["en"]["polyphone"]: "orange",
-                                                            SERVER["zh"]["polyphone"]: "orange"},
+                                                 color_map={preview_label(ctx.lang, "override"): "green",
+                                                            preview_label(ctx.lang, "polyphone"): "orange"},
                                                  show_legend=True, elem_id="preview")
                     preview_notes = gr.Markdown(elem_id="preview-notes")
             with gr.Accordion(i18n("settings"), open=False):
@@ -86,7 +84,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                                    elem_classes="download-box")
                 srt_file = gr.File(label=i18n("download_srt"), interactive=False, height=90,
                                    elem_classes="download-box")
-            timings = gr.Dataframe(headers=["#", "text", "start_s", "end_s", "batch_size", "generate_s"],
+            timings = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_timings").split("|"),
                                    label=i18n("timings"), interactive=False, elem_id="timings")
 
         with gr.Tab(i18n("tab_batch"), id="batch"):
@@ -101,10 +99,10 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                 validate_btn = gr.Button(i18n("validate"), elem_id="validate")
                 run_btn = gr.Button(i18n("run_job"), variant="primary", elem_id="run-job")
                 cancel_btn = gr.Button(i18n("cancel_job"), variant="stop", elem_id="cancel-job")
-            validation = gr.Dataframe(headers=["line", "status", "message"], label=i18n("validation"), wrap=True,
+            validation = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_validation").split("|"), label=i18n("validation"), wrap=True,
                                       interactive=False, elem_id="validation")
             job_status = gr.Markdown(elem_id="job-status")
-            results = gr.Dataframe(headers=["line", "output_name", "status", "error", "duration_s"], wrap=True,
+            results = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_results").split("|"), wrap=True,
                                    label=i18n("job_results"), interactive=False, elem_id="job-results")
             results_zip = gr.File(label=i18n("download_zip"), interactive=False, elem_id="results-zip")
 

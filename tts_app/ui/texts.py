@@ -215,3 +215,11 @@ def pick_language(forced: str | None, accept_language: str | None) -> str:
 def server_text(lang: str, key: str, **values) -> str:
     """A server-composed string in ``lang``, formatted with ``values``."""
     return SERVER.get(lang, SERVER["en"])[key].format(**values)
+
+
+def preview_label(forced: str | None, kind: str) -> str:
+    """Category of a highlighted preview span ("override" or "polyphone"). The legend is built once for all
+    users, so without ``--lang`` the label is bilingual ("override / 指定读音")."""
+    if forced in ("zh", "en"):
+        return SERVER[forced][kind]
+    return f"{SERVER['en'][kind]} / {SERVER['zh'][kind]}"
