@@ -50,18 +50,23 @@ def _engine(ctx: AppContext):
 REPORT_SAMPLING_RATE = 24000
 
 
-def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | None, lang: str = "en"):
-    """(ReferenceAudio, report) for an uploaded/recorded file, through the shared cache. Works without a model
-    (the clip is then cleaned at ``REPORT_SAMPLING_RATE``)."""
+def _prepare_reference(ctx: AppContext, audio_path: str, reference_text: str | None):
+    """(ReferenceAudio, report) for an uploaded/recorded file, through the shared cache, at the model's rate (or
+    ``REPORT_SAMPLING_RATE`` without a model). Raises ``ReferenceAudioError`` for an unusable clip."""
     from tts_app.audio.reference import prepare_reference
 
+    rate = ctx.engine.sampling_rate if ctx.engine is not None else REPORT_SAMPLING_RATE
+    return prepare_reference(audio_path, target_sampling_rate=rate, config=ctx.reference_config,
+                             reference_text=reference_text or None, cache=ctx.reference_cache,
+                             name=Path(audio_path).name)
+
+
+def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | None, lang: str = "en"):
+    """``_prepare_reference`` for synthesis: a missing or unusable clip stops the event with ``gr.Error``."""
     if not audio_path:
         raise gr.Error(server_text(lang, "need_reference"))
-    rate = ctx.engine.sampling_rate if ctx.engine is not None else REPORT_SAMPLING_RATE
     try:
-        return prepare_reference(audio_path, target_sampling_rate=rate,
-                                 config=ctx.reference_config, reference_text=reference_text or None,
-                                 cache=ctx.reference_cache, name=Path(audio_path).name)
+        return _prepare_reference(ctx, audio_path, reference_text)
     except TTSAppError as exc:
         raise gr.Error(_hide_paths(str(exc), ctx, audio_path), duration=None) from exc
 
@@ -112,16 +117,11 @@ def reference_report(ctx: AppContext, audio_path: str | None, reference_text: st
     """Reference uploaded -> (cleaned clip for listening, quality report markdown).
 
     A refused clip does not raise: its reason stays visible in the report box (a pop-up would vanish)."""
-    from tts_app.audio.reference import prepare_reference
-
     lang = _lang(ctx, request)
     if not audio_path:
         return None, ""
-    rate = ctx.engine.sampling_rate if ctx.engine is not None else REPORT_SAMPLING_RATE
     try:
-        ref, report = prepare_reference(audio_path, target_sampling_rate=rate, config=ctx.reference_config,
-                                        reference_text=reference_text or None, cache=ctx.reference_cache,
-                                        name=Path(audio_path).name)
+        ref, report = _prepare_reference(ctx, audio_path, reference_text)
     except TTSAppError as exc:
         partial = getattr(exc, "report", None)
         message = _hide_paths(str(exc), ctx, audio_path)
