@@ -15,11 +15,13 @@ status FAILED / CANCELLED and ``error``.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import random
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -48,6 +50,19 @@ logger = logging.getLogger(__name__)
 
 # Reference length assumed by ``EngineStats.default_row_bytes`` (a typical cleaned reference clip), in seconds.
 DEFAULT_REFERENCE_S = 10.0
+
+# Engines whose worker thread is running. A worker still alive when the interpreter finalises can abort the
+# process ("terminate called without an active exception", exit status 134): when the thread ends it drops its
+# reference to the engine, torch frees tensors from that thread, and freeing a tensor takes the GIL, which a
+# finalising interpreter answers with pthread_exit *inside* a noexcept C++ destructor. ``shutdown(wait=True)``
+# joins the worker; this atexit hook (run before finalisation) does it for any engine a caller left running.
+_LIVE_ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_live_engines() -> None:
+    for engine in list(_LIVE_ENGINES):
+        engine.shutdown(wait=True)
 
 
 @dataclass(frozen=True)
@@ -232,10 +247,16 @@ class Engine:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._worker, name="tts-engine-worker", daemon=True)
                 self._thread.start()
+                _LIVE_ENGINES.add(self)
         return self
 
     def shutdown(self, wait: bool = True) -> None:
-        """Stop the worker after the batch in flight; unfinished requests end CANCELLED ("engine shut down")."""
+        """Stop the worker after the batch in flight; unfinished requests end CANCELLED ("engine shut down").
+
+        ``wait=True`` (what every command line and the web app use) returns once the worker thread has ended, so
+        no thread holding model tensors outlives the caller (see ``_LIVE_ENGINES``); it waits for the batch in
+        flight. ``wait=False`` only signals the worker; an atexit hook joins it before the interpreter exits.
+        """
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
@@ -244,6 +265,7 @@ class Engine:
             thread.join()
         if thread is None or wait:
             self._cancel_all("engine shut down")
+            _LIVE_ENGINES.discard(self)
 
     def __enter__(self) -> "Engine":
         return self.start()

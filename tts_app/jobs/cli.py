@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         if engine is not None:
-            engine.shutdown(wait=False)
+            engine.shutdown()  # joins the worker thread: a live one can abort the interpreter's exit (status 134)
     bar.close()
     print(summary.format_text().splitlines()[0])
     if summary.failed:

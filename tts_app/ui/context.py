@@ -52,7 +52,7 @@ class AppContext:
         import shutil
 
         if self.engine is not None:
-            self.engine.shutdown(wait=False)
+            self.engine.shutdown()  # joins the worker (see Engine.shutdown)
         if self.owns_output_root:
             shutil.rmtree(self.output_root, ignore_errors=True)
 
