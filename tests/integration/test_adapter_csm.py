@@ -223,3 +223,11 @@ def test_rows_without_reference_audio_mix_with_cloned_rows(adapter, three_rows):
     single = [run(adapter, [row], GREEDY) for row in rows]
     codes, audio = run(adapter, rows, GREEDY)
     assert rows_equal(codes, audio, single) == [True, True]
+
+
+def test_unencodable_characters_are_those_the_tokenizer_maps_to_unk(adapter):
+    """The tiny checkpoint's char tokenizer knows the GB2312 level-1 hanzi only: 囧 and 叒 become <unk>, 好 does not
+    (the front end uses this to replace or drop such characters instead of sending <unk>)."""
+    assert adapter.unencodable_characters("好囧叒a") == {"囧", "叒"}
+    tok = adapter.processor.tokenizer
+    assert tok.unk_token_id in tok("囧", add_special_tokens=False)["input_ids"]  # the same fact, straight from it

@@ -260,3 +260,10 @@ def test_bad_rows_raise_input_error(adapter):
     too_long = "a" * (adapter.model.config.encoder_config.max_position_embeddings + 1)
     with pytest.raises(InputError, match="shorten"):
         adapter.preprocess([AdapterRow(text=too_long, reference_audio=None, reference_text=None)], GREEDY)
+
+
+def test_dia_declares_its_tags_and_encodes_every_character(adapter):
+    """Dia's byte-level tokenizer has no unknown token, so no character is unencodable; its speaker and non-verbal
+    tags are declared for the front end."""
+    assert adapter.unencodable_characters("好囧叒") == set()
+    assert "(laughs)" in adapter.facts.control_tags and "[S1]" in adapter.facts.control_tags

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterable
 
 import numpy as np
 
@@ -44,6 +44,10 @@ class ModelFacts:
         kv_cache_exact: True when ``use_cache=False`` gives the same tokens as ``use_cache=True`` in this adapter.
         needs_reference_text: True when cloning from reference audio also needs its transcript (the UI marks the
             reference-text box as required).
+        control_tags: the non-speech tags the model understands, each written in the model's own syntax (e.g.
+            ``"(laughs)"`` for Dia). The front end passes a tag of the user's text through, in this syntax, when its
+            name (the letters between the brackets, case-insensitive) matches one of these, and strips it with a
+            warning otherwise. Empty: the model knows no tags.
     """
 
     family: str
@@ -64,6 +68,7 @@ class ModelFacts:
     num_parameters: int = 0
     kv_cache_exact: bool = True
     needs_reference_text: bool = False
+    control_tags: tuple[str, ...] = ()
 
     @property
     def kv_bytes_per_position(self) -> int:
@@ -126,6 +131,7 @@ class TTSAdapter(abc.ABC):
         self.processor = processor
         self.device = device
         self.dtype = dtype
+        self._unencodable: dict[str, bool] = {}  # character -> maps to the unknown token (unencodable_characters)
         self.facts = self._measure_facts()
 
     def _measure_facts(self) -> ModelFacts:
@@ -232,6 +238,35 @@ class TTSAdapter(abc.ABC):
         inputs = self.preprocess(rows, params)
         outputs = self.generate(inputs, params)
         return self.postprocess(outputs, inputs)
+
+    def unencodable_characters(self, chars: Iterable[str]) -> set[str]:
+        """The characters of ``chars`` that the model's text tokenizer maps to its unknown token (rare hanzi such as
+        囧 in a vocabulary without them), so the front end can replace them by a homophone or warn that they are
+        skipped instead of letting them become ``<unk>`` silently.
+
+        Default: each character is tokenized alone with ``self.processor.tokenizer`` (no special tokens); it is
+        unencodable when the ids hold ``unk_token_id`` or are empty. A tokenizer without an unknown token
+        (byte-level BPE: Qwen2, Llama 3, Dia's bytes) encodes everything, so the answer is empty. Answers are
+        cached per character. Families whose text tokenizer lives elsewhere override this.
+
+        Args:
+            chars: characters (strings of length 1; longer strings are checked as a whole).
+
+        Returns:
+            The subset of ``chars`` the tokenizer cannot encode.
+        """
+        tokenizer = self.processor.tokenizer
+        unk_id = tokenizer.unk_token_id
+        if unk_id is None:
+            return set()
+        out = set()
+        for char in set(chars):
+            if char not in self._unencodable:
+                ids = tokenizer(char, add_special_tokens=False)["input_ids"]
+                self._unencodable[char] = not ids or unk_id in ids
+            if self._unencodable[char]:
+                out.add(char)
+        return out
 
     def max_new_tokens(self, params: SynthesisParams) -> int:
         return params.max_new_tokens if params.max_new_tokens is not None else self.facts.default_max_new_tokens

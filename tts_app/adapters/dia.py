@@ -35,6 +35,12 @@ from tts_app.request import SynthesisParams
 
 # Speaker tag Dia's transcripts start with (nari-labs/dia README: "[S1] ... [S2] ...").
 SPEAKER_TAGS = ("[S1]", "[S2]")
+# Non-verbal tags Dia was trained with (nari-labs/dia README, "Features": the list of supported non-verbal tags). The
+# front end passes these (and the speaker tags) through to Dia and strips any other bracketed tag
+# (``ModelFacts.control_tags``).
+NONVERBAL_TAGS = ("(laughs)", "(clears throat)", "(sighs)", "(gasps)", "(coughs)", "(singing)", "(sings)",
+                  "(mumbles)", "(beep)", "(groans)", "(sniffs)", "(claps)", "(screams)", "(inhales)", "(exhales)",
+                  "(applause)", "(burps)", "(humming)", "(sneezes)", "(chuckle)", "(whistles)")
 
 # Sampling defaults from the transformers Dia model doc example (docs/source/en/model_doc/dia.md:
 # guidance_scale=3.0, temperature=1.8, top_p=0.90, top_k=45); a checkpoint's generation_config overrides them.
@@ -176,6 +182,7 @@ class DiaAdapter(TTSAdapter):
             max_segment_chars=MAX_SEGMENT_CHARS,
             has_cfg=True,
             needs_reference_text=True,  # Dia clones a voice only with the reference audio's transcript
+            control_tags=SPEAKER_TAGS + NONVERBAL_TAGS,
         )
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
