@@ -77,6 +77,7 @@ class FakeAdapter(TTSAdapter):
         self.gate = gate
         self.raise_if = raise_if
         self.device = device
+        self.dtype = "float32"
         self.samples_per_char = samples_per_char
         self.batches: list[list[str]] = []
         self.calls: list[int] = []

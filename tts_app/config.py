@@ -2,13 +2,53 @@
 
 CLI overrides use ``None`` for "not given" (never ``x or default``, which eats a legitimate 0 or False).
 Per-call knobs live in ``tts_app.request.SynthesisParams``, not here.
+
+Each dataclass checks its own values in ``__post_init__`` and raises ``ConfigError`` naming the field, the value and
+the allowed range, so every entry point (``app.py``, ``synth``, ``batch``, library callers) refuses a bad value the
+same way; ``tts_app.cli.args`` turns that into a one-line usage error naming the flag.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from tts_app.errors import ConfigError
+
 DEFAULT_MODEL_ID = "vibevoice/VibeVoice-1.5B-hf"
+#: ``ModelConfig.device`` values besides "cuda:N"
+DEVICES = ("auto", "cpu", "cuda")
+#: ``ModelConfig.dtype`` values
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+_CUDA_INDEX = re.compile(r"^cuda:\d+$")
+
+#: Segments are never capped below this many characters (shorter caps would split inside words and phrases);
+#: the floor of ``SynthesisParams.max_segment_chars`` and of the front end's ``max_segment_chars``.
+MIN_MAX_SEGMENT_CHARS = 8
+#: Accepted reference sampling rates in Hz: 8 kHz is telephone speech, the lowest rate any of our models or codecs
+#: uses as input; 192 kHz is the highest common audio-interface rate (soundfile/libsndfile write it fine).
+MIN_SAMPLING_RATE, MAX_SAMPLING_RATE = 8000, 192000
+#: Segment length cap when the model gives none (``ModelFacts.max_segment_chars`` usually does).
+DEFAULT_MAX_SEGMENT_CHARS = 200
+
+
+def check_device(device: str) -> str:
+    """``device`` if it is "auto", "cpu", "cuda" or "cuda:N"; else ``ConfigError`` listing the choices."""
+    if device in DEVICES or (isinstance(device, str) and _CUDA_INDEX.match(device)):
+        return device
+    raise ConfigError("device", f"device {device!r} is not one of {', '.join(DEVICES)} or cuda:N (e.g. cuda:1)")
+
+
+def check_dtype(dtype: str) -> str:
+    """``dtype`` if it is one of ``DTYPES``; else ``ConfigError`` listing them."""
+    if dtype in DTYPES:
+        return dtype
+    raise ConfigError("dtype", f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+
+
+def _check(field: str, ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(field, message)
 
 
 @dataclass(frozen=True)
@@ -24,6 +64,12 @@ class ModelConfig:
     model_id: str = DEFAULT_MODEL_ID
     device: str = "auto"
     dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        _check("model_id", isinstance(self.model_id, str) and bool(self.model_id.strip()),
+               f"model {self.model_id!r} is empty; give a hub id (default {DEFAULT_MODEL_ID}) or a checkpoint folder")
+        check_device(self.device)
+        check_dtype(self.dtype)
 
 
 @dataclass(frozen=True)
@@ -58,6 +104,26 @@ class EngineConfig:
     simulate_oom_probability: float = 0.0
     empty_cache_when_idle_s: float = 5.0
 
+    def __post_init__(self) -> None:
+        _check("max_batch_size", self.max_batch_size >= 1, f"max batch size {self.max_batch_size} must be >= 1")
+        _check("memory_budget_bytes", self.memory_budget_bytes is None or self.memory_budget_bytes > 0,
+               f"memory budget {self.memory_budget_bytes} bytes must be positive; write e.g. 2GiB or 512MB")
+        _check("memory_utilization", 0 < self.memory_utilization <= 1,
+               f"memory utilization {self.memory_utilization} must be in (0, 1]")
+        _check("safety_margin_bytes", self.safety_margin_bytes >= 0,
+               f"safety margin {self.safety_margin_bytes} bytes must be >= 0")
+        _check("activation_bytes_per_row", self.activation_bytes_per_row is None or self.activation_bytes_per_row >= 0,
+               f"activation bytes per row {self.activation_bytes_per_row} must be >= 0")
+        _check("wait_window_ms", self.wait_window_ms >= 0, f"wait window {self.wait_window_ms} ms must be >= 0")
+        _check("grow_after_successes", self.grow_after_successes >= 1,
+               f"grow_after_successes={self.grow_after_successes} must be >= 1")
+        _check("simulate_oom_above_batch", self.simulate_oom_above_batch is None or self.simulate_oom_above_batch >= 1,
+               f"simulate_oom_above_batch={self.simulate_oom_above_batch} must be >= 1")
+        _check("simulate_oom_probability", 0 <= self.simulate_oom_probability <= 1,
+               f"simulate_oom_probability={self.simulate_oom_probability} must be in [0, 1]")
+        _check("empty_cache_when_idle_s", self.empty_cache_when_idle_s >= 0,
+               f"empty_cache_when_idle_s={self.empty_cache_when_idle_s} must be >= 0")
+
 
 @dataclass(frozen=True)
 class ReferenceConfig:
@@ -79,6 +145,9 @@ class ReferenceConfig:
         max_clipping_share: warn "clipped" when more than this share of samples sits at full scale.
         min_snr_db: warn "noisy background" when the estimated SNR (speech vs non-speech power) is below this, in dB.
         min_speech_level_dbfs: warn "low level" when the speech RMS of the input is below this, in dBFS.
+        default_sampling_rate: Hz of the cleaned clip when no model says which rate it needs (the ``reference``
+            command without ``--sampling-rate``, the web app's quality report with no model loaded); 24 kHz is the
+            rate of VibeVoice, CSM and Higgs Audio v2.
     """
 
     max_decode_s: float = 300.0
@@ -95,6 +164,33 @@ class ReferenceConfig:
     max_clipping_share: float = 0.001
     min_snr_db: float = 25.0
     min_speech_level_dbfs: float = -40.0
+    default_sampling_rate: int = 24000
+
+    def __post_init__(self) -> None:
+        problems = [
+            ("max_decode_s", self.max_decode_s > 0, f"max_decode_s={self.max_decode_s} must be > 0"),
+            ("max_speech_s", self.max_speech_s > 0, f"max_speech_s={self.max_speech_s} must be > 0"),
+            ("min_speech_s", 0 <= self.min_speech_s <= self.max_speech_s,
+             f"min_speech_s={self.min_speech_s} must be in [0, max_speech_s={self.max_speech_s}]"),
+            ("vad_threshold", 0 < self.vad_threshold < 1, f"vad_threshold={self.vad_threshold} must be in (0, 1)"),
+            ("vad_pad_ms", self.vad_pad_ms >= 0, f"vad_pad_ms={self.vad_pad_ms} must be >= 0"),
+            ("max_internal_pause_ms", self.max_internal_pause_ms >= 0,
+             f"max_internal_pause_ms={self.max_internal_pause_ms} must be >= 0"),
+            ("peak_ceiling_dbfs", self.peak_ceiling_dbfs <= 0,
+             f"peak_ceiling_dbfs={self.peak_ceiling_dbfs} must be <= 0"),
+            ("target_loudness_dbfs", self.target_loudness_dbfs <= 0,
+             f"target_loudness_dbfs={self.target_loudness_dbfs} must be <= 0"),
+            ("cache_entries", self.cache_entries >= 1, f"cache_entries={self.cache_entries} must be >= 1"),
+            ("max_nonfinite_share", 0 <= self.max_nonfinite_share <= 1,
+             f"max_nonfinite_share={self.max_nonfinite_share} must be in [0, 1]"),
+            ("max_clipping_share", 0 <= self.max_clipping_share <= 1,
+             f"max_clipping_share={self.max_clipping_share} must be in [0, 1]"),
+            ("default_sampling_rate", MIN_SAMPLING_RATE <= self.default_sampling_rate <= MAX_SAMPLING_RATE,
+             f"default_sampling_rate={self.default_sampling_rate} Hz must be in "
+             f"{MIN_SAMPLING_RATE}..{MAX_SAMPLING_RATE}"),
+        ]
+        for field, ok, message in problems:
+            _check(field, ok, f"reference config: {message}")
 
 
 @dataclass(frozen=True)
@@ -108,3 +204,8 @@ class FrontendConfig:
 
     default_pause_ms: int = 200
     min_segment_chars: int = 4
+
+    def __post_init__(self) -> None:
+        _check("default_pause_ms", self.default_pause_ms >= 0, f"default pause {self.default_pause_ms} ms must be >= 0")
+        _check("min_segment_chars", self.min_segment_chars >= 0,
+               f"min_segment_chars={self.min_segment_chars} must be >= 0")

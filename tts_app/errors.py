@@ -15,6 +15,14 @@ class InputError(TTSAppError, ValueError):
     """Bad user input (text, parameters, CLI values). The message names the item and the fix."""
 
 
+class ConfigError(InputError):
+    """A configuration value is out of range. ``field`` names the config field (the CLI maps it to its flag)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
 class ReferenceAudioError(TTSAppError, ValueError):
     """A reference audio file or array cannot be used (corrupt, empty, silent, too short)."""
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tts_app.errors import InputError
+from tts_app.config import MIN_MAX_SEGMENT_CHARS, FrontendConfig
+from tts_app.errors import ConfigError
 
 
 class RequestStatus(str, enum.Enum):
@@ -59,21 +60,24 @@ class SynthesisParams:
     max_new_tokens: int | None = None
     use_cache: bool = True
     max_segment_chars: int | None = None
-    pause_between_segments_ms: int = 200
+    pause_between_segments_ms: int = FrontendConfig.default_pause_ms
 
     def __post_init__(self) -> None:
-        if self.temperature is not None and self.temperature <= 0:
-            raise InputError(f"temperature={self.temperature} must be > 0 (use greedy=True for argmax decoding)")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise InputError(f"top_p={self.top_p} must be in (0, 1]")
-        if self.top_k is not None and self.top_k < 1:
-            raise InputError(f"top_k={self.top_k} must be >= 1")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise InputError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
-        if self.max_segment_chars is not None and self.max_segment_chars < 8:
-            raise InputError(f"max_segment_chars={self.max_segment_chars} must be >= 8")
-        if self.pause_between_segments_ms < 0:
-            raise InputError(f"pause_between_segments_ms={self.pause_between_segments_ms} must be >= 0")
+        checks = [
+            ("temperature", self.temperature is None or self.temperature > 0,
+             f"temperature={self.temperature} must be > 0 (use greedy=True for argmax decoding)"),
+            ("top_p", self.top_p is None or 0 < self.top_p <= 1, f"top_p={self.top_p} must be in (0, 1]"),
+            ("top_k", self.top_k is None or self.top_k >= 1, f"top_k={self.top_k} must be >= 1"),
+            ("max_new_tokens", self.max_new_tokens is None or self.max_new_tokens >= 1,
+             f"max_new_tokens={self.max_new_tokens} must be >= 1"),
+            ("max_segment_chars", self.max_segment_chars is None or self.max_segment_chars >= MIN_MAX_SEGMENT_CHARS,
+             f"max_segment_chars={self.max_segment_chars} must be >= {MIN_MAX_SEGMENT_CHARS}"),
+            ("pause_between_segments_ms", self.pause_between_segments_ms >= 0,
+             f"pause_between_segments_ms={self.pause_between_segments_ms} must be >= 0"),
+        ]
+        for name, ok, message in checks:
+            if not ok:
+                raise ConfigError(name, message)
 
     def batch_key(self) -> tuple:
         """Segments can share one batch only when every generation knob except the seed is equal."""
@@ -139,6 +143,8 @@ class SegmentTiming:
         start_s, end_s: position of the segment's audio in the request's final waveform, in seconds.
         batch_size: number of rows in the batch that produced it.
         generate_s: wall-clock seconds of that batch's generate call.
+        seed: the seed this segment was generated with (the request's seed + ``index``).
+        model_text: the text as the model received it (front-end rendering: homophone stand-ins, pinyin tokens).
     """
 
     index: int
@@ -147,6 +153,8 @@ class SegmentTiming:
     end_s: float
     batch_size: int = 1
     generate_s: float = 0.0
+    seed: int = 0
+    model_text: str = ""
 
 
 @dataclass
@@ -161,15 +169,17 @@ class SynthesisResult:
         segments: one timing per segment, in order.
         error: message when FAILED / CANCELLED.
         warnings: notices for the user (front-end warnings, cropped reference, ...).
+        normalized_text: the request's text after the front end's normalisation ("" when it failed before that).
     """
 
     request_id: str
     status: RequestStatus
+    sampling_rate: int
     audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
-    sampling_rate: int = 24000
     segments: list[SegmentTiming] = field(default_factory=list)
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
+    normalized_text: str = ""
 
     @property
     def duration_s(self) -> float:

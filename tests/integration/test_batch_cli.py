@@ -72,6 +72,16 @@ def test_mixed_file_exit_1_good_lines_have_audio_bad_lines_named(job_dir, tiny_m
         data, sr = sf.read(out / f"{name}.wav")
         assert len(data) > 0 and sr == 24000
     assert not list(job_dir.glob("escaped*")) and not list(out.glob("*escaped*"))
+    # each ok line has a complete sidecar next to its audio, named in its results record
+    from tests.sidecar_check import check_sidecar
+
+    for n, name, text, voice in [(1, "hello", "Good morning to you.", "anna.wav"), (7, "zh", "你好，欢迎收听。",
+                                                                                    "mei.wav")]:
+        meta = check_sidecar(out / f"{name}.wav", entry_point="job", text=text, reference=job_dir / "voices" / voice,
+                             model_id=str(tiny_model))
+        assert by_line[n]["metadata_path"] == f"{name}.json"
+        assert meta["job"] == {"file": "tasks.jsonl", "line": n, "output_name": name}
+        assert meta["generation"]["max_new_tokens"] == 12
 
 
 def test_usage_errors_exit_2(job_dir, tiny_model, capsys):
@@ -81,6 +91,10 @@ def test_usage_errors_exit_2(job_dir, tiny_model, capsys):
     assert main([str(path), "--out-dir", str(job_dir / "o"), "--model", str(job_dir / "voices")]) == 2
     assert "config.json" in capsys.readouterr().err  # the model-load message reaches the user
     assert main([str(path), "--out-dir", str(job_dir / "o"), "--memory-budget", "lots"]) == 2
+    capsys.readouterr()
+    assert main([str(path), "--out-dir", str(job_dir / "o"), "--device", "gpu0"]) == 2
+    err = capsys.readouterr().err
+    assert "--device" in err and "gpu0" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
 def test_small_job_survives_simulated_oom_on_the_tiny_model(job_dir, tiny_model):
@@ -131,4 +145,5 @@ def test_sigkill_midway_then_resume_finishes_every_line_once(job_dir, tiny_model
         data, _ = sf.read(out / r["audio_path"])
         assert len(data) > 0
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
-    assert sorted(p.name for p in out.iterdir()) == sorted([r["audio_path"] for r in final] + ["results.jsonl"])
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [r["audio_path"] for r in final] + [r["metadata_path"] for r in final] + ["results.jsonl"])

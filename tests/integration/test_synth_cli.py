@@ -133,3 +133,22 @@ def test_dia_reference_without_its_text_is_one_clear_error_line(tiny_checkpoint,
     assert "--ref-text" in mentions[0]
     assert not [line for line in lines if "WARNING" in line or "Traceback" in line], lines
     assert not (tmp_path / "x.wav").exists()
+
+
+def test_synth_writes_a_complete_sidecar_next_to_the_audio(tiny_checkpoint, data_dir, tmp_path):
+    from tests.sidecar_check import check_sidecar
+
+    model, ref = tiny_checkpoint(FAMILY), data_dir / "en_female_1.wav"
+    assert _synth(model, ref, tmp_path / "out.wav", "--seed", "5", "--srt", str(tmp_path / "out.srt")) == 0
+    meta = check_sidecar(tmp_path / "out.wav", entry_point="synth", text=TEXT, reference=ref, model_id=str(model))
+    assert meta["generation"]["seed"] == 5 and meta["generation"]["greedy"] is True
+    assert meta["generation"]["max_new_tokens"] == 4 and meta["generation_sources"]["max_new_tokens"] == "request"
+    assert meta["generation"]["max_segment_chars"] == 50 and len(meta["segments"]) == 4
+    assert meta["subtitles"]["file"] == "out.srt"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "out.srt", "out.wav"]  # no temp files
+
+
+def test_srt_path_that_would_overwrite_the_sidecar_is_refused(data_dir, tmp_path, capsys):
+    code = main(["--model", str(tmp_path / "no-model"), "--ref", str(data_dir / "en_female_1.wav"), "--text", "Hi.",
+                 "--out", str(tmp_path / "x.wav"), "--srt", str(tmp_path / "x.json")])
+    assert code == 2 and "sidecar" in capsys.readouterr().err

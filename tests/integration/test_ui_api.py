@@ -13,23 +13,72 @@ gradio_client = pytest.importorskip("gradio_client")
 
 
 @pytest.fixture(scope="module")
-def app_url(tiny_checkpoint, tmp_path_factory):
-    proc, url = start_app(tiny_checkpoint("vibevoice"), "--max-batch-size", "4",
-                          "--output-dir", str(tmp_path_factory.mktemp("ui-out")))
+def ui_out(tmp_path_factory):
+    """The app's --output-dir."""
+    return tmp_path_factory.mktemp("ui-out")
+
+
+@pytest.fixture(scope="module")
+def app_url(tiny_checkpoint, ui_out):
+    proc, url = start_app(tiny_checkpoint("vibevoice"), "--max-batch-size", "4", "--output-dir", str(ui_out))
     yield url
     stop_app(proc)
 
 
 def test_single_synthesis_returns_decodable_audio_and_subtitles(app_url, data_dir):
     client = gradio_client.Client(app_url, verbose=False)
-    audio, wav, srt, rows, used_seed = client.predict(
-        gradio_client.handle_file(str(data_dir / "zh_female_1.wav")), "", "你好。今天天气很好。", 4, True, 24,
-        True, 1.0, 1.0, 50, 1.3, 7, False, 0, 200, api_name="/synthesize")
-    data, sr = sf.read(wav)
+    audio, srt, metadata, rows, used_seed = client.predict(
+        reference_audio=gradio_client.handle_file(str(data_dir / "zh_female_1.wav")), text="你好。今天天气很好。",
+        seed=7, greedy=True, max_new_tokens=24, max_batch_size=4, api_name="/synthesize")
+    data, sr = sf.read(audio)
     assert sr > 0 and len(data) > 0
     assert used_seed == 7
     assert "-->" in open(srt, encoding="utf-8").read()
     assert len(rows["data"]) >= 1
+    sidecar = json.loads(open(metadata, encoding="utf-8").read())
+    assert sidecar["generation"]["max_new_tokens"] == 24 and sidecar["generation"]["greedy"] is True
+
+
+def test_synthesize_needs_only_reference_audio_and_text_and_returns_the_wav_itself(app_url, data_dir,
+                                                                                   tiny_checkpoint, ui_out):
+    import hashlib
+
+    from tests.sidecar_check import check_sidecar
+
+    client = gradio_client.Client(app_url, verbose=False)
+    audio, srt, metadata, rows, used_seed = client.predict(
+        gradio_client.handle_file(str(data_dir / "en_female_1.wav")), "Hello there.", api_name="/synthesize")
+    sidecar = json.loads(open(metadata, encoding="utf-8").read())
+    # The player gets the very file that was written (16-bit PCM, not re-encoded or peak-normalised by gradio).
+    assert hashlib.sha256(open(audio, "rb").read()).hexdigest() == sidecar["audio"]["sha256"]
+    assert sf.info(audio).subtype == "PCM_16"
+    # Everything not given ran with the model's defaults, and the sidecar says so.
+    assert sidecar["requested"]["max_new_tokens"] is None
+    assert sidecar["generation_sources"]["max_new_tokens"] != "request"
+    assert sidecar["reference"]["name"] == "en_female_1.wav" and sidecar["text"]["input"] == "Hello there."
+    # the server keeps the WAV and its complete sidecar side by side in --output-dir
+    check_sidecar(ui_out / "single" / sidecar["audio"]["file"], entry_point="web", text="Hello there.",
+                  reference=data_dir / "en_female_1.wav", model_id=str(tiny_checkpoint("vibevoice")))
+    port = app_url.rstrip("/").rsplit(":", 1)[1]
+    log = (tiny_checkpoint("vibevoice").parent / f"app-{port}.log").read_text()
+    assert "to 16-bit int format" not in log  # gradio converts (and warns about) float arrays, never our WAV
+
+
+def test_every_api_value_has_a_name(app_url):
+    client = gradio_client.Client(app_url, verbose=False)
+    endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    assert {"/synthesize", "/preview", "/reference_report", "/validate_job", "/run_job", "/cancel_job",
+            "/memory"} <= set(endpoints)
+    for name, info in endpoints.items():
+        labels = [r["label"] for r in info["returns"]] + [p["parameter_name"] for p in info["parameters"]]
+        assert all(isinstance(x, str) and x and not x.startswith(("value_", "parameter_")) for x in labels), \
+            (name, labels)
+    assert [r["label"] for r in endpoints["/synthesize"]["returns"]] == ["audio", "subtitles", "metadata",
+                                                                         "segments", "used_seed"]
+    required = {name: [p["parameter_name"] for p in info["parameters"] if not p["parameter_has_default"]]
+                for name, info in endpoints.items()}
+    assert required["/synthesize"] == ["reference_audio", "text"]
+    assert required["/validate_job"] == required["/run_job"] == ["jsonl_file"]
 
 
 def test_preview_marks_an_override(app_url):
@@ -54,13 +103,25 @@ def test_batch_job_returns_a_result_for_every_line(app_url, data_dir, tmp_path):
     jsonl.write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in lines) + "\n", encoding="utf-8")
     client = gradio_client.Client(app_url, verbose=False)
     summary, results, zip_path = client.predict(
-        gradio_client.handle_file(str(jsonl)), gradio_client.handle_file(str(tmp_path / "voices.zip")), None, 4,
-        True, True, 0, api_name="/run_job")
+        gradio_client.handle_file(str(jsonl)), gradio_client.handle_file(str(tmp_path / "voices.zip")),
+        greedy=True, api_name="/run_job")
     statuses = {row[1]: row[2] for row in results["data"]}
     assert statuses == {"a": "ok", "b": "ok", "c": "failed"}
     with zipfile.ZipFile(zip_path) as zf:
         names = zf.namelist()
-    assert "results.jsonl" in names and any(n.endswith("a.wav") for n in names)
+        sidecar = json.loads(zf.read("a.json"))
+    assert {"results.jsonl", "a.wav", "a.json", "b.wav", "b.json"} <= set(names)
+    assert sidecar["job"]["line"] == 1 and sidecar["entry_point"] == "job" and sidecar["audio"]["file"] == "a.wav"
+
+
+def test_job_endpoints_need_only_the_jsonl_file(app_url, tmp_path):
+    jsonl = tmp_path / "solo.jsonl"
+    jsonl.write_text(json.dumps({"input_text": "Hi.", "prompt_audio": "nowhere.wav"}) + "\n", encoding="utf-8")
+    client = gradio_client.Client(app_url, verbose=False)
+    table, summary = client.predict(gradio_client.handle_file(str(jsonl)), api_name="/validate_job")
+    assert table["data"][0][0] == 1 and "nowhere.wav" in table["data"][0][2]
+    summary, results, zip_path = client.predict(gradio_client.handle_file(str(jsonl)), api_name="/run_job")
+    assert [row[2] for row in results["data"]] == ["failed"] and zip_path.endswith(".zip")
 
 
 def test_app_without_a_model_starts_explains_and_still_checks_references(tmp_path, data_dir):
@@ -77,13 +138,13 @@ def test_app_without_a_model_starts_explains_and_still_checks_references(tmp_pat
         config = urllib.request.urlopen(url + "config", timeout=10).read().decode("utf-8")
         assert "make-tiny-model" in config  # the page's banner says how to get a model offline
         client = gradio_client.Client(url, verbose=False)
-        cleaned, report = client.predict(gradio_client.handle_file(str(data_dir / "en_male_1.wav")), "",
+        cleaned, report = client.predict(gradio_client.handle_file(str(data_dir / "en_male_1.wav")),
                                          api_name="/reference_report")
         assert "speech kept" in report
         assert client.predict(api_name="/cancel_job") == "no job of yours is running"
         with pytest.raises(Exception, match="make-tiny-model|model"):
-            client.predict(gradio_client.handle_file(str(data_dir / "en_male_1.wav")), "", "hello", 4, True, 24,
-                           True, 1.0, 1.0, 50, 1.3, 7, False, 0, 200, api_name="/synthesize")
+            client.predict(gradio_client.handle_file(str(data_dir / "en_male_1.wav")), "hello",
+                           api_name="/synthesize")
     finally:
         stop_app(proc)
     # SIGTERM removes the temporary output folder the app announced.

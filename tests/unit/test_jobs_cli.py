@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 
+from tts_app.cli.args import engine_args_from, params_from_args
 from tts_app.config import EngineConfig
-from tts_app.jobs.cli import _engine_config, _params, build_parser, main
+from tts_app.jobs.cli import build_parser, main
 from tts_app.request import SynthesisParams
+
+
+def _engine_config(args) -> EngineConfig:
+    return engine_args_from(args).engine
 
 
 def parse(*flags: str):
@@ -15,8 +20,8 @@ def parse(*flags: str):
 
 def test_flags_not_given_keep_the_defaults_and_given_zeros_are_kept():
     assert _engine_config(parse()) == EngineConfig()
-    assert _params(parse()) == SynthesisParams()
-    params = _params(parse("--seed", "0", "--greedy", "--no-kv-cache", "--max-new-tokens", "30"))
+    assert params_from_args(parse()) == SynthesisParams()
+    params = params_from_args(parse("--seed", "0", "--greedy", "--no-kv-cache", "--max-new-tokens", "30"))
     assert (params.seed, params.greedy, params.use_cache, params.max_new_tokens) == (0, True, False, 30)
 
 
@@ -70,19 +75,19 @@ def test_out_dir_that_is_a_file_is_a_usage_error_before_anything_loads(tmp_path,
 
 def test_no_model_is_loaded_when_every_line_is_invalid_or_already_done(tmp_path, data_dir, capsys, monkeypatch):
     from tests.fakes import FakeAdapter
-    from tts_app.engine import Engine
     from tts_app.jobs.runner import run_job
+    from tts_app.runtime import Runtime
 
     (tmp_path / "v.wav").write_bytes((data_dir / "en_male_1.wav").read_bytes())
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "Hi.", "prompt_audio": "v.wav"}\n{"input_text": "Hi."}\n', encoding="utf-8")
     good = tmp_path / "good.jsonl"
     good.write_text(json.dumps({"input_text": "Hi.", "prompt_audio": "v.wav"}) + "\n", encoding="utf-8")
-    engine = Engine(FakeAdapter(), EngineConfig(wait_window_ms=0.0)).start()
+    runtime = Runtime.from_adapter(FakeAdapter(), "fake", EngineConfig(wait_window_ms=0.0))
     try:
-        assert run_job(good, tmp_path / "done", engine).all_ok
+        assert run_job(good, tmp_path / "done", runtime).all_ok
     finally:
-        engine.shutdown()
+        runtime.close()
 
     calls = _no_model_load(monkeypatch)
     assert main([str(bad), "--out-dir", str(tmp_path / "o")]) == 1  # lines failed, recorded

@@ -16,6 +16,7 @@ from tests.fakes import FakeAdapter
 from tts_app.audio.post import encode_wav
 from tts_app.config import EngineConfig
 from tts_app.engine import Engine
+from tts_app.runtime import Runtime
 from tts_app.errors import InputError
 from tts_app.jobs.runner import RESULTS_NAME, make_results_zip, read_results, run_job
 from tts_app.jobs.schema import JobConfig
@@ -33,18 +34,19 @@ def job_dir(tmp_path, data_dir) -> Path:
 
 
 @pytest.fixture()
-def make_engine():
-    engines = []
+def make_runtime():
+    """Factory: a ``Runtime`` (engine + reference preparer) around a ``FakeAdapter``."""
+    runtimes = []
 
-    def build(**config) -> Engine:
+    def build(**config) -> Runtime:
         adapter = config.pop("adapter", None) or FakeAdapter()
-        engine = Engine(adapter, EngineConfig(**{"wait_window_ms": 5.0, **config})).start()
-        engines.append(engine)
-        return engine
+        runtime = Runtime.from_adapter(adapter, "fake-model", EngineConfig(**{"wait_window_ms": 5.0, **config}))
+        runtimes.append(runtime)
+        return runtime
 
     yield build
-    for engine in engines:
-        engine.shutdown()
+    for runtime in runtimes:
+        runtime.close()
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -75,12 +77,13 @@ MIXED = [
 ]
 
 
-def test_mixed_job_good_lines_get_audio_bad_lines_get_named_failures(job_dir, make_engine):
+def test_mixed_job_good_lines_get_audio_bad_lines_get_named_failures(job_dir, make_runtime):
     path = write_jsonl(job_dir / "job.jsonl", MIXED)
-    engine = make_engine()
+    runtime = make_runtime()
+    engine = runtime.engine
     out = job_dir / "out"
     seen: list[tuple[int, int, dict]] = []
-    summary = run_job(path, out, engine, progress=lambda d, t, info: seen.append((d, t, info)))
+    summary = run_job(path, out, runtime, progress=lambda d, t, info: seen.append((d, t, info)))
 
     assert (summary.num_lines, summary.num_ok, summary.num_failed) == (9, 3, 6)
     assert not summary.all_ok
@@ -136,7 +139,7 @@ def _wav_bytes_file(path: Path, data: bytes) -> Path:
     return path
 
 
-def test_segments_of_different_lines_share_batches_and_in_flight_is_bounded(job_dir, make_engine):
+def test_segments_of_different_lines_share_batches_and_in_flight_is_bounded(job_dir, make_runtime):
     words = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
              "quebec romeo sierra tango uniform victor whiskey yankee").split()
     rows = [{"input_text": f"Line {w} starts. The {w} line ends here.", "prompt_audio": "voices/anna.wav"}
@@ -144,7 +147,8 @@ def test_segments_of_different_lines_share_batches_and_in_flight_is_bounded(job_
     path = write_jsonl(job_dir / "job.jsonl", rows)
     gate = threading.Event()
     adapter = FakeAdapter(gate=gate)
-    engine = make_engine(adapter=adapter, max_batch_size=4)
+    runtime = make_runtime(adapter=adapter, max_batch_size=4)
+    engine = runtime.engine
     hold_first_batch_until(engine, gate, 5)
     outstanding = {"now": 0, "max": 0}
     lock = threading.Lock()
@@ -163,30 +167,31 @@ def test_segments_of_different_lines_share_batches_and_in_flight_is_bounded(job_
         return handle
 
     engine.submit = counting_submit
-    summary = run_job(path, job_dir / "out", engine, config=JobConfig(max_in_flight_lines=5))
+    summary = run_job(path, job_dir / "out", runtime, config=JobConfig(max_in_flight_lines=5))
     assert summary.num_ok == 24
     assert 1 < outstanding["max"] <= 5
     mixed = [b for b in adapter.batches if len({w for t in b for w in words if w in t}) > 1]
     assert mixed, adapter.batches  # batches held segments of several lines
 
 
-def test_200_lines_survive_simulated_oom(job_dir, make_engine):
+def test_200_lines_survive_simulated_oom(job_dir, make_runtime):
     voices = ["voices/anna.wav", "voices/wei.wav"]
     rows = [{"input_text": f"Sentence {i} of the book.", "prompt_audio": voices[i % 2], "output_name": f"p{i}"}
             for i in range(200)]
     path = write_jsonl(job_dir / "job.jsonl", rows)
     gate = threading.Event()
     adapter = FakeAdapter(gate=gate, delay_s=0.005)  # a model that takes time, so lines queue up into big batches
-    engine = make_engine(adapter=adapter, max_batch_size=8, simulate_oom_above_batch=2)
+    runtime = make_runtime(adapter=adapter, max_batch_size=8, simulate_oom_above_batch=2)
+    engine = runtime.engine
     hold_first_batch_until(engine, gate, 32)
-    summary = run_job(path, job_dir / "out", engine)
+    summary = run_job(path, job_dir / "out", runtime)
     assert (summary.num_ok, summary.num_failed) == (200, 0)
     assert engine.stats().num_oom > 0  # the engine really hit (simulated) OOM and recovered
     assert max(len(b) for b in adapter.batches) <= 2
     assert len(list((job_dir / "out").glob("p*.wav"))) == 200
 
 
-def test_cancel_then_resume_finishes_every_line_once(job_dir, make_engine):
+def test_cancel_then_resume_finishes_every_line_once(job_dir, make_runtime):
     rows = [{"input_text": f"Chapter line {i}.", "prompt_audio": "voices/anna.wav"} for i in range(30)]
     path = write_jsonl(job_dir / "job.jsonl", rows)
     out = job_dir / "out"
@@ -196,8 +201,9 @@ def test_cancel_then_resume_finishes_every_line_once(job_dir, make_engine):
         if done >= 5:
             cancel.set()
 
-    engine = make_engine(adapter=FakeAdapter(delay_s=0.02), max_batch_size=2)
-    first = run_job(path, out, engine, progress=stop_early, cancel_event=cancel)
+    runtime = make_runtime(adapter=FakeAdapter(delay_s=0.02), max_batch_size=2)
+    engine = runtime.engine
+    first = run_job(path, out, runtime, progress=stop_early, cancel_event=cancel)
     assert first.num_cancelled > 0 and first.num_ok >= 5 and not first.all_ok
     ok_before = {r["line"] for r in records(out) if r["status"] == "ok"}
 
@@ -209,7 +215,7 @@ def test_cancel_then_resume_finishes_every_line_once(job_dir, make_engine):
     (out / ".00003.wav.abc123.tmp").write_bytes(b"half written")  # as a kill mid-write leaves
     mtimes = {n: (out / f"{n:05d}.wav").stat().st_mtime_ns for n in ok_before if n not in (victim, cut)}
 
-    second = run_job(path, out, engine, resume=True)
+    second = run_job(path, out, runtime, resume=True)
     assert second.all_ok and second.num_skipped == len(ok_before) - 2 and second.num_ok == 30 - second.num_skipped
     final = sorted(records(out), key=lambda r: r["line"])
     assert [r["line"] for r in final] == list(range(1, 31))  # every line exactly once
@@ -220,21 +226,22 @@ def test_cancel_then_resume_finishes_every_line_once(job_dir, make_engine):
 
     # a finished job stays finished on resume, even once its reference audio is gone (e.g. a cleaned upload)
     (job_dir / "voices" / "anna.wav").unlink()
-    third = run_job(path, out, engine, resume=True)
+    third = run_job(path, out, runtime, resume=True)
     assert (third.num_skipped, third.num_ok, third.num_failed) == (30, 0, 0)
     assert sorted(records(out), key=lambda r: r["line"]) == final
 
 
-def test_without_resume_results_start_over(job_dir, make_engine):
+def test_without_resume_results_start_over(job_dir, make_runtime):
     path = write_jsonl(job_dir / "job.jsonl", [{"input_text": "One.", "prompt_audio": "voices/anna.wav"}])
-    engine = make_engine()
-    run_job(path, job_dir / "out", engine)
-    summary = run_job(path, job_dir / "out", engine)
+    runtime = make_runtime()
+    engine = runtime.engine
+    run_job(path, job_dir / "out", runtime)
+    summary = run_job(path, job_dir / "out", runtime)
     assert summary.num_ok == 1 and summary.num_skipped == 0
     assert len(records(job_dir / "out")) == 1
 
 
-def test_results_zip_holds_results_and_ok_audio_only(job_dir, make_engine):
+def test_results_zip_holds_results_and_ok_audio_only(job_dir, make_runtime):
     path = write_jsonl(job_dir / "job.jsonl", [
         {"input_text": "Kept.", "prompt_audio": "voices/anna.wav", "output_name": "kept"},
         {"input_text": "Broken voice.", "prompt_audio": "voices/broken.wav", "output_name": "lost"},
@@ -242,17 +249,17 @@ def test_results_zip_holds_results_and_ok_audio_only(job_dir, make_engine):
     out = job_dir / "out"
     (out).mkdir()
     (out / "stale.wav").write_bytes(b"old")
-    run_job(path, out, make_engine())
+    run_job(path, out, make_runtime())
     zip_path = make_results_zip(out)
     assert zip_path.parent == out
     with zipfile.ZipFile(zip_path) as zf:
-        assert sorted(zf.namelist()) == ["kept.wav", RESULTS_NAME]
+        assert sorted(zf.namelist()) == ["kept.json", "kept.wav", RESULTS_NAME]  # audio + its sidecar
         assert len(zf.read(RESULTS_NAME).decode().splitlines()) == 2
     with pytest.raises(InputError, match="results.jsonl"):
         make_results_zip(job_dir / "voices")
 
 
-def test_default_voice_and_audio_zip(job_dir, make_engine, tmp_path):
+def test_default_voice_and_audio_zip(job_dir, make_runtime, tmp_path):
     archive = tmp_path / "voices.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         zf.write(job_dir / "voices" / "wei.wav", "spk/wei.wav")
@@ -261,7 +268,7 @@ def test_default_voice_and_audio_zip(job_dir, make_engine, tmp_path):
         {"input_text": "From the default voice.", "cfg_scale": 2.0},
     ])
     out = job_dir / "out"
-    summary = run_job(path, out, make_engine(), audio_dir=archive, default_voice=job_dir / "voices" / "anna.wav")
+    summary = run_job(path, out, make_runtime(), audio_dir=archive, default_voice=job_dir / "voices" / "anna.wav")
     assert summary.all_ok and summary.num_ok == 2
     assert not (out / ".reference_audio").exists()  # unpacked inside the output folder, removed after the job
     assert not any(p.name.endswith(".wav") for p in tmp_path.iterdir() if p.is_file())
@@ -269,18 +276,19 @@ def test_default_voice_and_audio_zip(job_dir, make_engine, tmp_path):
     assert by_line[2]["warnings"] == ["cfg_scale ignored: the fake model has no classifier-free guidance"]
 
 
-def test_unreadable_inputs_raise_input_error(job_dir, make_engine):
-    engine = make_engine()
+def test_unreadable_inputs_raise_input_error(job_dir, make_runtime):
+    runtime = make_runtime()
+    engine = runtime.engine
     empty = job_dir / "empty.jsonl"
     empty.write_text("\n\n", encoding="utf-8")
     with pytest.raises(InputError, match="no lines"):
-        run_job(empty, job_dir / "out", engine)
+        run_job(empty, job_dir / "out", runtime)
     with pytest.raises(InputError, match="cannot read"):
-        run_job(job_dir / "missing.jsonl", job_dir / "out", engine)
+        run_job(job_dir / "missing.jsonl", job_dir / "out", runtime)
     assert read_results(job_dir / "nowhere") == {}
 
 
-def test_lines_to_run_counts_valid_lines_not_done_and_run_job_needs_no_engine_for_none(job_dir, make_engine):
+def test_lines_to_run_counts_valid_lines_not_done_and_run_job_needs_no_engine_for_none(job_dir, make_runtime):
     from tts_app.jobs.runner import count_lines_to_run
 
     bad = write_jsonl(job_dir / "bad.jsonl", [{"text": "Hi.", "prompt_audio": "voices/anna.wav"},
@@ -295,21 +303,21 @@ def test_lines_to_run_counts_valid_lines_not_done_and_run_job_needs_no_engine_fo
                                                  {"input_text": "Two.", "prompt_audio": "voices/anna.wav"}])
     out = job_dir / "out"
     assert count_lines_to_run(good, out, resume=True) == 2  # no results yet
-    assert run_job(good, out, make_engine()).all_ok
+    assert run_job(good, out, make_runtime()).all_ok
     assert count_lines_to_run(good, out) == 2  # without resume everything runs again
     assert count_lines_to_run(good, out, resume=True) == 0
     again = run_job(good, out, None, resume=True)  # all done: no model needed
     assert (again.num_skipped, again.num_ok) == (2, 0) and again.all_ok
     (out / "00002.wav").write_bytes(b"RIFF")  # a damaged output must be redone
     assert count_lines_to_run(good, out, resume=True) == 1
-    with pytest.raises(ValueError, match="engine=None"):
+    with pytest.raises(ValueError, match="runtime=None"):
         run_job(good, out, None, resume=True)
 
 
-def test_results_record_of_a_renamed_output_names_both_names(job_dir, make_engine):
+def test_results_record_of_a_renamed_output_names_both_names(job_dir, make_runtime):
     path = write_jsonl(job_dir / "job.jsonl", [{"input_text": "Hi.", "prompt_audio": "voices/anna.wav",
                                                  "output_name": "a:b"}])
-    assert run_job(path, job_dir / "out", make_engine()).all_ok
+    assert run_job(path, job_dir / "out", make_runtime()).all_ok
     (record,) = records(job_dir / "out")
     assert record["audio_path"] == "a_b.wav" and (job_dir / "out" / "a_b.wav").is_file()
     assert any("'a:b'" in w and "'a_b'" in w for w in record["warnings"]), record["warnings"]

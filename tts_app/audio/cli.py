@@ -10,10 +10,9 @@ import argparse
 import json
 import sys
 
-DEFAULT_SAMPLING_RATE = 24000
-# Accepted --sampling-rate range in Hz: 8 kHz is telephone speech, the lowest rate any of our models or codecs
-# uses as input; 192 kHz is the highest common audio-interface rate (soundfile/libsndfile write it fine).
-MIN_SAMPLING_RATE, MAX_SAMPLING_RATE = 8000, 192000
+from tts_app.config import MAX_SAMPLING_RATE, MIN_SAMPLING_RATE, ReferenceConfig
+
+DEFAULT_SAMPLING_RATE = ReferenceConfig().default_sampling_rate
 
 
 def _sampling_rate(text: str) -> int:

@@ -1,8 +1,21 @@
-"""Command-line argument checks shared by ``synth`` and ``batch``: argparse ``type=`` parsers and output-path
-checks that run before any model is loaded (so a typo costs a second, not a model load plus a synthesis).
+"""Command-line flags shared by ``app.py``, ``synth`` and ``batch`` (one definition each, as vLLM's ``EngineArgs``),
+argparse ``type=`` parsers, and output-path checks that run before any model is loaded (so a typo costs a second, not
+a model load plus a synthesis).
 
-Everything here is pure Python (no torch); errors are ``argparse.ArgumentTypeError`` (argparse turns them into
-``usage: ... error: argument --flag: <message>`` and exit status 2) or ``InputError`` naming the flag and the fix.
+    parser = CliParser(prog="python -m tts_app synth")
+    add_engine_args(parser)                      # --model --device --dtype --max-batch-size --memory-budget ...
+    add_generation_args(parser)                  # --seed --greedy --no-kv-cache --temperature ... (synth, batch)
+    args = parse_cli(parser, argv)               # an int is the exit status (usage error 2, --help 0)
+    engine_args = engine_args_from(args)         # EngineArgs(model=ModelConfig, engine=EngineConfig)
+    params = params_from_args(args)              # SynthesisParams with only the flags that were given
+
+Every flag defaults to ``None`` ("not given"), so the value comes from the config dataclass (``tts_app.config``) or
+``SynthesisParams`` (and, for generation knobs, from the loaded checkpoint): each default lives there, once. Values
+are checked by the dataclasses' own ``__post_init__``; a ``ConfigError`` becomes a one-line usage error naming the
+flag (``CliParser.error``: exit status 2, no traceback).
+
+Everything here is pure Python (no torch) except ``check_device_available``, which imports torch only for a CUDA
+device.
 """
 
 from __future__ import annotations
@@ -10,13 +23,33 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from tts_app.errors import InputError
+from tts_app.config import DEFAULT_MODEL_ID, DEVICES, DTYPES, EngineConfig, ModelConfig, check_device
+from tts_app.errors import ConfigError, InputError
 
 # "-5MB", "-0.5GiB", "-3": values that argparse would otherwise take for an unknown option (it only accepts plain
 # negative numbers such as "-3" as values, and only when no option looks like one).
 _NEGATIVE_VALUE = re.compile(r"^-\d")
+
+
+class CliParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose usage errors are one line on stderr (``prog: error: message (see prog
+    --help)``) with exit status 2, instead of the usage block plus the message."""
+
+    def error(self, message: str):  # argparse's hook for every usage error
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def parse_cli(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace | int:
+    """``parser.parse_args(argv)`` with negative sizes joined to their flag (``join_negative_values``). Returns the
+    exit status instead of raising ``SystemExit``: 2 after a usage error, 0 after ``--help``."""
+    try:
+        return parser.parse_args(join_negative_values(list(argv), ("--memory-budget",)))
+    except SystemExit as exc:  # argparse exits 2 on bad arguments, 0 on --help
+        return int(exc.code or 0)
 
 
 def positive_int(text: str) -> int:
@@ -112,3 +145,194 @@ def check_output_dir(value: str, flag: str) -> None:
     if path.exists() and not path.is_dir():
         raise InputError(f"{flag} {value!r} is a file, not a folder; give a folder (it is created if missing)")
     _check_creatable_in(path, flag, value)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse ``type=``: a whole number >= 0.
+
+    Raises:
+        argparse.ArgumentTypeError: not a whole number, or < 0.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
+    return value
+
+
+def number(text: str) -> float:
+    """argparse ``type=``: a finite decimal number (ranges are checked by the dataclass that receives it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def device_arg(text: str) -> str:
+    """argparse ``type=``: "auto", "cpu", "cuda" or "cuda:N" (``tts_app.config.check_device``)."""
+    try:
+        return check_device(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------------------------- model and engine
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """What the engine/model flags of every command resolve to.
+
+    Attributes:
+        model: which checkpoint, on which device, in which dtype.
+        engine: batching, memory budget and OOM testing aids.
+    """
+
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+
+
+#: flag of each config field set by ``add_engine_args`` (for messages naming the flag)
+ENGINE_FLAGS: dict[str, str] = {
+    "model_id": "--model", "device": "--device", "dtype": "--dtype", "max_batch_size": "--max-batch-size",
+    "memory_budget_bytes": "--memory-budget", "simulate_oom_above_batch": "--simulate-oom-above-batch",
+}
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    """Add the model and engine flags every command shares (all default to None = the config's default)."""
+    model, engine = ModelConfig(), EngineConfig()
+    g = parser.add_argument_group("model and engine (the same flags for app.py, synth and batch)")
+    g.add_argument("--model", default=None, metavar="ID_OR_DIR",
+                   help=f"hub id or local checkpoint folder (default {DEFAULT_MODEL_ID}); `python -m tts_app "
+                        "make-tiny-model` writes a tiny offline one")
+    g.add_argument("--device", type=device_arg, default=None, metavar="|".join(DEVICES) + "|cuda:N",
+                   help=f"where the model runs (default {model.device}: cuda when available, else cpu)")
+    g.add_argument("--dtype", choices=DTYPES, default=None,
+                   help=f"weights and KV cache dtype (default {model.dtype}: bfloat16 on cuda, float32 on cpu)")
+    g.add_argument("--max-batch-size", "--batch-size", dest="max_batch_size", type=positive_int, default=None,
+                   metavar="N", help=f"most segments in one forward call (default {engine.max_batch_size})")
+    g.add_argument("--memory-budget", type=memory_budget, default=None, metavar="SIZE",
+                   help="memory for KV cache + activations, e.g. 2GiB or 512MB (default: from free device memory "
+                        "on CUDA, unlimited on CPU)")
+    g.add_argument("--simulate-oom-above-batch", type=positive_int, default=None, metavar="N",
+                   help="testing aid: raise a real out-of-memory error for batches larger than N")
+
+
+def _given(args: argparse.Namespace, names: dict[str, str]) -> dict:
+    """{field: value} for the namespace attributes in ``names`` (attribute -> field) that were given (not None)."""
+    out = {}
+    for attr, field_name in names.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            out[field_name] = value
+    return out
+
+
+def _usage_error(exc: ConfigError, flags: dict[str, str]) -> InputError:
+    flag = flags.get(exc.field)
+    return InputError(f"{flag}: {exc}" if flag else str(exc))
+
+
+def engine_args_from(args: argparse.Namespace, **engine_overrides) -> EngineArgs:
+    """``EngineArgs`` from the flags of ``add_engine_args``: a flag not given keeps the dataclass default.
+
+    Args:
+        args: parsed namespace.
+        engine_overrides: ``EngineConfig`` fields a command sets itself (``synth`` runs one request, so it waits
+            for no batch-mates: ``wait_window_ms=0``).
+
+    Raises:
+        InputError: a value the config refuses, naming the flag.
+    """
+    try:
+        model = ModelConfig(**_given(args, {"model": "model_id", "device": "device", "dtype": "dtype"}))
+        engine = EngineConfig(**{**_given(args, {"max_batch_size": "max_batch_size",
+                                                 "memory_budget": "memory_budget_bytes",
+                                                 "simulate_oom_above_batch": "simulate_oom_above_batch"}),
+                                 **engine_overrides})
+    except ConfigError as exc:
+        raise _usage_error(exc, ENGINE_FLAGS) from None
+    return EngineArgs(model=model, engine=engine)
+
+
+def check_device_available(model: ModelConfig) -> None:
+    """Refuse a CUDA device on a machine without one before any model work (imports torch only then).
+
+    Raises:
+        InputError: ``--device cuda[:N]`` but torch sees no (such) CUDA device.
+    """
+    if not model.device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise InputError(f"--device {model.device} was given but no CUDA device is available; use --device cpu or "
+                         "auto")
+    index = int(model.device.split(":")[1]) if ":" in model.device else 0
+    if index >= torch.cuda.device_count():
+        raise InputError(f"--device {model.device}: this machine has {torch.cuda.device_count()} CUDA device(s) "
+                         f"(cuda:0..cuda:{torch.cuda.device_count() - 1})")
+
+
+# --------------------------------------------------------------------------------------------- generation
+
+
+#: flag of each ``SynthesisParams`` field set by ``add_generation_args``
+GENERATION_FLAGS: dict[str, str] = {
+    "seed": "--seed", "greedy": "--greedy", "use_cache": "--no-kv-cache", "temperature": "--temperature",
+    "top_p": "--top-p", "top_k": "--top-k", "cfg_scale": "--cfg-scale", "max_new_tokens": "--max-new-tokens",
+    "max_segment_chars": "--max-segment-chars", "pause_between_segments_ms": "--pause-ms",
+}
+
+
+def add_generation_args(parser: argparse.ArgumentParser, title: str = "generation settings") -> None:
+    """Add the per-request generation flags (``synth``; ``batch``, where a line's own fields override them). A
+    flag not given means "the model's default" (from the checkpoint's generation config)."""
+    from tts_app.request import SynthesisParams
+
+    defaults = SynthesisParams()
+    g = parser.add_argument_group(title)
+    g.add_argument("--seed", type=int, default=None,
+                   help=f"base seed; segment i uses seed + i (default {defaults.seed})")
+    g.add_argument("--greedy", action="store_const", const=True, default=None,
+                   help="greedy decoding (deterministic) instead of sampling")
+    g.add_argument("--no-kv-cache", dest="use_cache", action="store_const", const=False, default=None,
+                   help="decode without the KV cache (slower, same output)")
+    g.add_argument("--temperature", type=number, default=None, help="sampling temperature (> 0; default: model's)")
+    g.add_argument("--top-p", type=number, default=None, help="nucleus sampling share, (0, 1] (default: model's)")
+    g.add_argument("--top-k", type=positive_int, default=None, help="top-k sampling (default: model's)")
+    g.add_argument("--cfg-scale", type=number, default=None,
+                   help="classifier-free guidance scale, for models that have it (default: model's)")
+    g.add_argument("--max-new-tokens", type=positive_int, default=None,
+                   help="cap on decode steps per segment (default: model's)")
+    g.add_argument("--max-segment-chars", type=int, default=None,
+                   help="split the text into segments of at most this many characters (default: model's)")
+    g.add_argument("--pause-ms", dest="pause_between_segments_ms", type=non_negative_int, default=None,
+                   help=f"silence between segments in ms (default {defaults.pause_between_segments_ms})")
+
+
+def params_from_args(args: argparse.Namespace):
+    """``SynthesisParams`` with only the generation flags that were given (the rest keep their defaults).
+
+    Raises:
+        InputError: a value ``SynthesisParams`` refuses, naming the flag.
+    """
+    from tts_app.request import SynthesisParams
+
+    given = _given(args, {name: name for name in GENERATION_FLAGS})
+    try:
+        return SynthesisParams(**given)
+    except ConfigError as exc:
+        raise _usage_error(exc, GENERATION_FLAGS) from None
+
+
+def usage_error(prog: str, exc: InputError) -> int:
+    """Print a one-line usage error for ``prog`` (as ``CliParser.error``) and return exit status 2."""
+    print(f"{prog}: error: {exc}", file=sys.stderr)
+    return 2

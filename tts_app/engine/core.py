@@ -30,7 +30,7 @@ import numpy as np
 
 from tts_app.adapters.base import AdapterRow, ModelFacts, TTSAdapter
 from tts_app.audio.post import join_segments
-from tts_app.config import EngineConfig
+from tts_app.config import MIN_MAX_SEGMENT_CHARS, EngineConfig
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
 from tts_app.engine.memory import (
     MemoryEstimator,
@@ -169,6 +169,8 @@ class _RequestState:
     num_done: int = 0
     finished: bool = False
     source_texts: list[str] = field(default_factory=list)  # what the user wrote, for timings and subtitles
+    normalized_text: str = ""
+    seeds: list[int] = field(default_factory=list)  # per segment, as the scheduler's SegmentWork carries them
 
     @property
     def num_segments(self) -> int:
@@ -196,13 +198,7 @@ class Engine:
     def __init__(self, adapter: TTSAdapter, config: EngineConfig | None = None,
                  memory_probe: MemoryProbe | None = None, *, bucketing: bool = True):
         self.adapter = adapter
-        self.config = config = config or EngineConfig()
-        if config.max_batch_size < 1:
-            raise InputError(f"max_batch_size={config.max_batch_size} must be >= 1")
-        if not 0 < config.memory_utilization <= 1:
-            raise InputError(f"memory_utilization={config.memory_utilization} must be in (0, 1]")
-        if not 0 <= config.simulate_oom_probability <= 1:
-            raise InputError(f"simulate_oom_probability={config.simulate_oom_probability} must be in [0, 1]")
+        self.config = config = config or EngineConfig()  # EngineConfig checks its own values
         self.device = str(getattr(adapter, "device", "cpu"))
         self.probe = memory_probe if memory_probe is not None else probe_for_device(self.device)
         self.estimator = MemoryEstimator(
@@ -307,7 +303,7 @@ class Engine:
         Raises:
             InputError: the text is empty or unspeakable (from the front end).
         """
-        texts, _, _, _ = self._segments_of(request)
+        texts = [segment.text for segment in self._segments_of(request).segments]
         ref_s, ref_chars, max_new = self._row_context(request)
         return max(self.estimator.row_bytes(self._positions(len(t), ref_s, ref_chars, max_new)) for t in texts)
 
@@ -338,18 +334,21 @@ class Engine:
             )
 
     # -- submit / cancel -----------------------------------------------------------------------------------------
-    def _segments_of(self, request: SynthesisRequest) -> tuple[list[str], list[int], list[str], list[str]]:
-        """(model texts, pauses after in ms, front-end warnings, source texts) of the request's segments. The model
-        text may hold homophone stand-ins or pinyin tokens; the source text is what the user wrote (subtitles)."""
+    def _segments_of(self, request: SynthesisRequest):
+        """The front end's ``PreparedText`` for the request: normalised text and segments (each with the model text,
+        which may hold homophone stand-ins or pinyin tokens, the source text the user wrote, for subtitles, and the
+        pause after it in ms) and warnings.
+
+        Raises:
+            InputError: the text has nothing to speak.
+        """
         params = request.params
         max_chars = params.max_segment_chars if params.max_segment_chars is not None else self.facts.max_segment_chars
         prepared = _prepare_text(request.text, supports_pinyin=self.facts.supports_pinyin,
                                  max_segment_chars=max_chars, default_pause_ms=params.pause_between_segments_ms)
-        texts = [s.text for s in prepared.segments]
-        if not texts:
+        if not prepared.segments:
             raise InputError("the text has nothing to speak; type some words")
-        return (texts, [int(s.pause_after_ms) for s in prepared.segments], list(prepared.warnings),
-                [s.source_text for s in prepared.segments])
+        return prepared
 
     def _row_context(self, request: SynthesisRequest) -> tuple[float, int, int]:
         ref = request.reference_audio
@@ -366,7 +365,7 @@ class Engine:
                 f"{format_bytes(need)} but the memory budget is {format_bytes(budget)}")
         if fit_chars > 0:
             return (f"{head}; segments of at most {fit_chars} characters fit — shorten the text or set "
-                    f"max_segment_chars <= {max(8, fit_chars)}, or lower max_new_tokens (now {max_new})")
+                    f"max_segment_chars <= {max(MIN_MAX_SEGMENT_CHARS, fit_chars)}, or lower max_new_tokens (now {max_new})")
         return (f"{head}; even an empty segment does not fit with max_new_tokens={max_new} and a {ref_s:.1f} s "
                 "reference — lower max_new_tokens, use a shorter reference, or raise the memory budget")
 
@@ -382,7 +381,11 @@ class Engine:
         """
         handle = RequestHandle(request.request_id, self)
         try:
-            texts, pauses, warnings, source_texts = self._segments_of(request)
+            prepared = self._segments_of(request)
+            texts = [segment.text for segment in prepared.segments]
+            pauses = [int(segment.pause_after_ms) for segment in prepared.segments]
+            source_texts = [segment.source_text for segment in prepared.segments]
+            warnings = list(prepared.warnings)
             ref = request.reference_audio
             if ref is not None and int(ref.sampling_rate) != self.sampling_rate:
                 raise ReferenceAudioError(
@@ -408,7 +411,8 @@ class Engine:
         state = _RequestState(request=request, handle=handle, texts=texts, pauses_after_ms=pauses,
                               on_progress=on_progress, warnings=warnings, waves=[None] * len(texts),
                               batch_sizes=[0] * len(texts), generate_s=[0.0] * len(texts),
-                              source_texts=source_texts)
+                              source_texts=source_texts, normalized_text=prepared.normalized_text,
+                              seeds=[w.seed for w in works])
         error = None
         with self._cv:
             budget = self._budget_bytes
@@ -486,7 +490,7 @@ class Engine:
         waves = [w for w in state.waves if w is not None]
         audio, spans = join_segments(waves, state.pauses_after_ms, self.sampling_rate)
         timings = [SegmentTiming(index=i, text=t, start_s=a, end_s=b, batch_size=state.batch_sizes[i],
-                                 generate_s=state.generate_s[i])
+                                 generate_s=state.generate_s[i], seed=state.seeds[i], model_text=state.texts[i])
                    for i, (t, (a, b)) in enumerate(zip(state.source_texts, spans))]
         warnings = list(state.warnings)
         for i, wave in enumerate(waves):
@@ -494,7 +498,8 @@ class Engine:
                 warnings.append(f"segment {i + 1} ({state.source_texts[i][:40]!r}) produced no audio: the model ended "
                                 "speech at once; try another seed, sampling instead of greedy, or a longer segment")
         return SynthesisResult(request_id=state.request.request_id, status=RequestStatus.DONE, audio=audio,
-                               sampling_rate=self.sampling_rate, segments=timings, warnings=warnings)
+                               sampling_rate=self.sampling_rate, segments=timings, warnings=warnings,
+                               normalized_text=state.normalized_text)
 
     # -- worker --------------------------------------------------------------------------------------------------
     def _worker(self) -> None:

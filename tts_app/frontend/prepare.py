@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from tts_app.config import FrontendConfig
+from tts_app.config import DEFAULT_MAX_SEGMENT_CHARS, MIN_MAX_SEGMENT_CHARS, FrontendConfig
 from tts_app.errors import InputError
 from tts_app.frontend.g2p import char_candidates, common_readings, g2p, is_hanzi
 from tts_app.frontend.markup import Annotation, TextPiece, parse_markup
@@ -19,8 +19,7 @@ from tts_app.frontend.render import render_char, render_text
 from tts_app.frontend.segment import split_spans
 from tts_app.frontend.types import CharReading, PreparedText, PronunciationPreview, TextSegment
 
-MIN_MAX_SEGMENT_CHARS = 8  # same floor as SynthesisParams.max_segment_chars
-DEFAULT_MAX_SEGMENT_CHARS = 200  # when the model gives none (ModelFacts.max_segment_chars)
+__all__ = ["DEFAULT_MAX_SEGMENT_CHARS", "MIN_MAX_SEGMENT_CHARS", "prepare_text", "preview_pronunciation", "warm_up"]
 
 
 @dataclass

@@ -14,10 +14,9 @@ import argparse
 import logging
 import sys
 
-from tts_app.cli.args import check_output_dir, join_negative_values, memory_budget, positive_int
-from tts_app.config import EngineConfig, ModelConfig
+from tts_app.cli.args import (CliParser, add_engine_args, add_generation_args, check_output_dir, engine_args_from,
+                              params_from_args, parse_cli)
 from tts_app.errors import TTSAppError
-from tts_app.request import SynthesisParams
 
 logger = logging.getLogger(__name__)
 
@@ -35,15 +34,16 @@ job file (JSONL): one JSON object per line, UTF-8; blank lines are skipped.
 example line:
   {"input_text": "你好，欢迎收听。", "prompt_audio": "voices/mei.wav", "prompt_text": "大家好。", "output_name": "intro"}
 
-outputs: DIR/<output_name>.wav per ok line, and DIR/results.jsonl with one record per line (line, output_name,
+outputs: DIR/<output_name>.wav and its metadata sidecar DIR/<output_name>.json (model, effective settings,
+seeds, reference hash, segments) per ok line, and DIR/results.jsonl with one record per line (line, output_name,
 status ok|failed|skipped, error, audio_path, duration_s, num_segments, elapsed_s, warnings). A bad line is
 recorded as failed and the job goes on. --resume skips lines already ok whose audio still decodes.
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tts_app batch", description=__doc__, epilog=JSONL_HELP,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CliParser(prog="python -m tts_app batch", description=__doc__, epilog=JSONL_HELP,
+                  formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("tasks", metavar="TASKS.jsonl", help="job file: one JSON object per line")
     p.add_argument("--out-dir", required=True, help="output folder (created); nothing is written outside it")
     p.add_argument("--audio-dir", default=None,
@@ -56,47 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--default-voice-text", default=None, help="transcript of --default-voice")
     p.add_argument("--allowed-root", action="append", default=[], metavar="DIR",
                    help="extra folder prompt_audio may point into (repeatable)")
-    g = p.add_argument_group("model and engine")
-    g.add_argument("--model", default=None, help=f"hub id or local folder (default {ModelConfig().model_id})")
-    g.add_argument("--device", default=None, help="auto | cpu | cuda (default auto)")
-    g.add_argument("--dtype", default=None, help="auto | float32 | bfloat16 | float16 (default auto)")
-    g.add_argument("--batch-size", type=positive_int, default=None, help="max segments per forward call")
-    g.add_argument("--no-kv-cache", action="store_true", help="decode without the KV cache (slow; same output)")
-    g.add_argument("--memory-budget", type=memory_budget, default=None,
-                   help="KV cache + activations budget, e.g. 2GiB, 512MB")
-    g.add_argument("--simulate-oom-above-batch", type=positive_int, default=None,
-                   help="testing aid: raise a real out-of-memory error for batches larger than this")
-    s = p.add_argument_group("generation defaults (a line's own fields override them)")
-    s.add_argument("--seed", type=int, default=None, help="base seed (default 0)")
-    s.add_argument("--greedy", action="store_true", help="greedy decoding (deterministic)")
-    s.add_argument("--max-new-tokens", type=positive_int, default=None, help="cap on decode steps per segment")
+    add_engine_args(p)
+    add_generation_args(p, "generation defaults (a line's own fields override them; not given = the model's)")
     return p
-
-
-def _engine_config(args: argparse.Namespace) -> EngineConfig:
-    """EngineConfig with only the flags that were given (None = not given, the dataclass default applies)."""
-    given = {
-        "max_batch_size": args.batch_size,
-        "memory_budget_bytes": args.memory_budget,
-        "simulate_oom_above_batch": args.simulate_oom_above_batch,
-    }
-    return EngineConfig(**{k: v for k, v in given.items() if v is not None})
-
-
-def _params(args: argparse.Namespace) -> SynthesisParams:
-    given = {"seed": args.seed, "max_new_tokens": args.max_new_tokens}
-    return SynthesisParams(greedy=args.greedy, use_cache=not args.no_kv_cache,
-                           **{k: v for k, v in given.items() if v is not None})
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``batch`` command; returns the exit status (0 all ok, 1 some lines failed, 2 usage error)."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(join_negative_values(list(sys.argv[1:] if argv is None else argv),
-                                                      ("--memory-budget",)))
-    except SystemExit as exc:  # argparse exits 2 on bad arguments, 0 on --help
-        return int(exc.code or 0)
+    args = parse_cli(build_parser(), list(sys.argv[1:] if argv is None else argv))
+    if isinstance(args, int):
+        return args
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     from tts_app.jobs.runner import count_lines_to_run, run_job, validate_job
@@ -106,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     config = JobConfig(extra_allowed_roots=tuple(args.allowed_root))
     try:
         check_output_dir(args.out_dir, "--out-dir")
-        params = _params(args)
-        engine_config = _engine_config(args)
+        params = params_from_args(args)
+        engine_args = engine_args_from(args)
         report = validate_job(args.tasks, audio_dir=args.audio_dir, default_voice=args.default_voice,
                               config=config)
     except TTSAppError as exc:
@@ -127,17 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    engine = None
+    runtime = None
     if num_to_run > 0:
-        from tts_app.adapters import load_adapter
-        from tts_app.engine import Engine
+        from tts_app.runtime import Runtime
 
-        model = ModelConfig()
         try:
-            adapter = load_adapter(args.model if args.model is not None else model.model_id,
-                                   device=args.device if args.device is not None else model.device,
-                                   dtype=args.dtype if args.dtype is not None else model.dtype)
-            engine = Engine(adapter, engine_config).start()
+            runtime = Runtime.load(engine_args.model, engine_args.engine)
         except TTSAppError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -155,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         bar.update(done - bar.n)
 
     try:
-        summary = run_job(args.tasks, args.out_dir, engine, audio_dir=args.audio_dir, resume=args.resume,
+        summary = run_job(args.tasks, args.out_dir, runtime, audio_dir=args.audio_dir, resume=args.resume,
                           progress=progress, params=params, default_voice=args.default_voice,
                           default_voice_text=args.default_voice_text, config=config)
     except TTSAppError as exc:
@@ -167,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; finished lines are kept, rerun with --resume to continue", file=sys.stderr)
         return 130
     finally:
-        if engine is not None:
-            engine.shutdown()  # joins the worker thread: a live one can abort the interpreter's exit (status 134)
+        if runtime is not None:
+            runtime.close()  # joins the worker thread: a live one can abort the interpreter's exit (status 134)
     bar.close()
     print(summary.format_text().splitlines()[0])
     if summary.failed:

@@ -2,16 +2,18 @@
 
 Flow (one job)::
 
-    validate every line (streaming)  ->  for each line: reference audio (one cache per job) -> engine.submit
-    (at most K lines in flight, so the engine's batches mix lines)  ->  as each line completes: WAV written
-    atomically (temp + rename), one record appended to results.jsonl (append + flush + fsync)
+    validate every line (streaming)  ->  for each line: reference audio (the runtime's ReferencePreparer, shared
+    with every other caller) -> engine.submit (at most K lines in flight, so the engine's batches mix lines)  ->  as
+    each line completes: WAV and its metadata sidecar written atomically (``tts_app.outputs.save_outputs``), one
+    record appended to results.jsonl (append + flush + fsync)
 
 A failing line becomes a ``failed`` record and the job goes on. ``resume=True`` skips lines whose latest record is
 ``ok`` and whose audio file still decodes. Output files never leave ``out_dir``.
 
 ``results.jsonl`` record fields: ``line`` (1-based), ``output_name``, ``status`` ("ok" | "failed" | "skipped"
-= cancelled before it finished), ``error`` (message or null), ``audio_path`` (relative to ``out_dir``, or null),
-``duration_s``, ``num_segments``, ``elapsed_s`` (wall seconds from submission to completion), ``warnings``.
+= cancelled before it finished), ``error`` (message or null), ``audio_path`` and ``metadata_path`` (the sidecar
+JSON, see ``tts_app.outputs``; relative to ``out_dir``, or null), ``duration_s``, ``num_segments``, ``elapsed_s``
+(wall seconds from submission to completion), ``warnings``.
 When the job file changes between runs a line can have more than one record; the last one counts.
 """
 
@@ -29,14 +31,19 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from tts_app.audio.post import write_atomic, write_wav_atomic
+from tts_app.audio.post import write_atomic
 from tts_app.errors import InputError, RequestCancelledError, TTSAppError
 from tts_app.jobs.schema import (AudioSources, InvalidLine, JobConfig, JobLine, ValidationReport,
                                  check_default_voice, extract_audio_zip, iter_job, make_sources, validate_lines,
                                  zip_audio_members)
-from tts_app.request import Priority, ReferenceAudio, RequestStatus, SynthesisParams, SynthesisRequest
+from tts_app.request import Priority, RequestStatus, SynthesisParams, SynthesisRequest
+
+if TYPE_CHECKING:
+    from tts_app.adapters.base import ModelFacts
+    from tts_app.audio.preparer import PreparedReference
+    from tts_app.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +181,8 @@ def _remove_stale_temp_files(out_dir: Path) -> None:
 
 
 def make_results_zip(out_dir: str | Path) -> Path:
-    """Bundle ``results.jsonl`` and the audio of every ok line into ``out_dir/results.zip`` (written atomically).
+    """Bundle ``results.jsonl`` and the audio and metadata sidecar of every ok line into ``out_dir/results.zip``
+    (written atomically).
 
     Returns:
         Path of the ZIP.
@@ -196,6 +204,9 @@ def make_results_zip(out_dir: str | Path) -> Path:
                 audio = record.get("audio_path")
                 if record.get("status") == "ok" and isinstance(audio, str) and (out_dir / audio).is_file():
                     zf.write(out_dir / audio, audio, compress_type=zipfile.ZIP_STORED)  # PCM barely compresses
+                    sidecar = record.get("metadata_path")
+                    if isinstance(sidecar, str) and (out_dir / sidecar).is_file():
+                        zf.write(out_dir / sidecar, sidecar, compress_type=zipfile.ZIP_DEFLATED)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -281,7 +292,7 @@ def count_lines_to_run(jsonl_path: str | Path, out_dir: str | Path, *, audio_dir
                        config: JobConfig = JobConfig()) -> int:
     """How many lines of a job would go to the model: valid lines, less those an earlier run finished when
     ``resume`` (same rule as ``run_job``). Loads no model and writes nothing; when it returns 0, ``run_job`` can
-    be called with ``engine=None``.
+    be called with ``runtime=None``.
 
     Raises:
         InputError: as ``validate_job``.
@@ -298,53 +309,24 @@ def count_lines_to_run(jsonl_path: str | Path, out_dir: str | Path, *, audio_dir
 # --------------------------------------------------------------------------------------------------- running
 
 
-def _load_reference(path: Path, reference_text: str | None, sampling_rate: int, cache: Any,
-                    reference_config: Any) -> tuple[ReferenceAudio, list[str]]:
-    """Cleaned reference audio at the engine's rate, plus warnings for the results record.
-
-    Raises:
-        ReferenceAudioError: the file cannot be used.
-    """
-    from tts_app.audio.reference import prepare_reference
-
-    kwargs = {} if reference_config is None else {"config": reference_config}
-    reference, report = prepare_reference(path, target_sampling_rate=sampling_rate, reference_text=reference_text,
-                                          cache=cache, **kwargs)
-    return reference, list(getattr(report, "warnings", None) or [])
-
-
-def _new_reference_cache(reference_config: Any) -> Any:
-    from tts_app.audio.reference import ReferenceCache
-
-    entries = getattr(reference_config, "cache_entries", None)
-    return ReferenceCache(entries) if entries is not None else ReferenceCache()
-
-
-def _engine_max_batch_size(engine: Any) -> int:
-    """The engine's current max batch size (the UI may change it per job), else its configured one, else 8."""
-    size = None
-    if hasattr(engine, "stats"):
-        size = getattr(engine.stats(), "max_batch_size", None)
-    if not isinstance(size, int):
-        size = getattr(getattr(engine, "config", None), "max_batch_size", None)
-    return int(size) if isinstance(size, int) and size > 0 else 8
-
-
 @dataclass
 class _Pending:
     line: JobLine
-    handle: Any
+    handle: Any  # tts_app.engine.RequestHandle
     started_s: float
     warnings: list[str]
+    request: SynthesisRequest
+    reference: PreparedReference | None
 
 
 class _JobRun:
     """State of one running job (kept out of ``run_job`` so each step reads as a short method)."""
 
-    def __init__(self, engine: Any, out_dir: Path, writer: ResultsWriter, summary: JobSummary,
-                 progress: ProgressFn | None):
-        self.engine = engine
+    def __init__(self, runtime: Runtime, out_dir: Path, writer: ResultsWriter, summary: JobSummary,
+                 progress: ProgressFn | None, jsonl_path: Path):
+        self.runtime = runtime
         self.out_dir = out_dir
+        self.jsonl_path = jsonl_path
         self.writer = writer
         self.summary = summary
         self.progress = progress
@@ -352,11 +334,13 @@ class _JobRun:
         self.in_flight: dict[cf.Future, _Pending] = {}
 
     def record(self, line: int, output_name: str | None, status: str, *, error: str | None = None,
-               audio_path: str | None = None, duration_s: float | None = None, num_segments: int | None = None,
-               elapsed_s: float = 0.0, warnings: list[str] | tuple[str, ...] = ()) -> None:
+               audio_path: str | None = None, metadata_path: str | None = None, duration_s: float | None = None,
+               num_segments: int | None = None, elapsed_s: float = 0.0,
+               warnings: list[str] | tuple[str, ...] = ()) -> None:
         self.writer.append({"line": line, "output_name": output_name, "status": status, "error": error,
-                            "audio_path": audio_path, "duration_s": duration_s, "num_segments": num_segments,
-                            "elapsed_s": round(elapsed_s, 3), "warnings": list(warnings)})
+                            "audio_path": audio_path, "metadata_path": metadata_path, "duration_s": duration_s,
+                            "num_segments": num_segments, "elapsed_s": round(elapsed_s, 3),
+                            "warnings": list(warnings)})
         if status == "ok":
             self.summary.num_ok += 1
         elif status == "failed":
@@ -389,7 +373,8 @@ class _JobRun:
             self.record(line.line_number, line.output_name, "failed", error=f"internal error: {exc!r}",
                         elapsed_s=elapsed)
             return
-        warnings = pending.warnings + list(result.warnings or [])
+        reference_warnings = pending.reference.warnings if pending.reference is not None else []
+        warnings = list(dict.fromkeys(pending.warnings + reference_warnings + list(result.warnings or [])))
         if result.status is RequestStatus.CANCELLED:
             self.record(line.line_number, line.output_name, "skipped", error=result.error or "cancelled",
                         elapsed_s=elapsed, warnings=warnings)
@@ -397,11 +382,15 @@ class _JobRun:
             self.record(line.line_number, line.output_name, "failed", error=result.error or "no audio produced",
                         elapsed_s=elapsed, warnings=warnings)
         else:
-            audio_name = f"{line.output_name}.wav"
-            write_wav_atomic(self.out_dir / audio_name, result.audio, result.sampling_rate)
-            self.record(line.line_number, line.output_name, "ok", audio_path=audio_name,
-                        duration_s=round(result.duration_s, 3), num_segments=len(result.segments),
-                        elapsed_s=elapsed, warnings=warnings)
+            from tts_app.outputs import output_metadata, save_outputs
+
+            job = {"job": {"file": self.jsonl_path.name, "line": line.line_number, "output_name": line.output_name}}
+            metadata = output_metadata(self.runtime, pending.request, result, entry_point="job",
+                                       reference=pending.reference, warnings=pending.warnings, extra=job)
+            files = save_outputs(self.out_dir / f"{line.output_name}.wav", result, metadata)
+            self.record(line.line_number, line.output_name, "ok", audio_path=files.audio.name,
+                        metadata_path=files.metadata.name, duration_s=round(result.duration_s, 3),
+                        num_segments=len(result.segments), elapsed_s=elapsed, warnings=warnings)
 
     def harvest(self) -> None:
         """Write out every line that has already finished, without waiting (outputs appear as lines complete)."""
@@ -430,12 +419,13 @@ class _JobRun:
                         elapsed_s=time.monotonic() - pending.started_s)
 
 
-def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_dir: str | Path | None = None,
+def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None, *, audio_dir: str | Path | None = None,
             resume: bool = False, progress: ProgressFn | None = None,
             cancel_event: threading.Event | None = None, params: SynthesisParams | None = None,
             default_voice: str | Path | None = None, default_voice_text: str | None = None,
-            config: JobConfig = JobConfig(), reference_config: Any = None) -> JobSummary:
-    """Run a JSONL job through ``engine``: one ``<output_name>.wav`` per line plus ``results.jsonl`` in ``out_dir``.
+            config: JobConfig = JobConfig()) -> JobSummary:
+    """Run a JSONL job through ``runtime``: one ``<output_name>.wav`` and its sidecar ``<output_name>.json`` per line
+    plus ``results.jsonl`` in ``out_dir``.
 
     Every line is validated (streaming) before any model work. Lines are then streamed to the engine with at most
     ``config.max_in_flight_lines`` (default 4 x the engine's max batch size) in flight, so the engine batches
@@ -444,8 +434,9 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_d
     Args:
         jsonl_path: the job file (see ``tts_app.jobs.schema`` for the fields).
         out_dir: output folder (created). Nothing is written outside it.
-        engine: a started ``tts_app.engine.Engine`` (``submit``, ``sampling_rate``); None when no line needs the
-            model (every line invalid or, with ``resume``, already done; see ``count_lines_to_run``).
+        runtime: a ``tts_app.runtime.Runtime`` (its engine runs the lines, its reference preparer cleans their
+            references); None when no line needs the model (every line invalid or, with ``resume``, already done;
+            see ``count_lines_to_run``).
         audio_dir: folder or ZIP of reference audio; a ZIP is unpacked (safely) into ``out_dir/.reference_audio``
             for the duration of the job.
         resume: skip lines whose latest record is ok and whose audio decodes; otherwise results.jsonl starts over.
@@ -455,14 +446,14 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_d
             "skipped"; resume later with ``resume=True``.
         params: the job's default ``SynthesisParams`` (per-line fields override them); priority is always JOB.
         default_voice, default_voice_text: reference audio (and its transcript) for lines without prompt_audio.
-        config: runner settings; reference_config: a ``ReferenceConfig`` for reference cleanup (None = defaults).
+        config: runner settings.
 
     Returns:
         ``JobSummary`` (counts, failed lines, elapsed time).
 
     Raises:
         InputError: job file unreadable/undecodable, audio folder/ZIP unusable or unsafe, default voice missing.
-        ValueError: ``engine`` is None but a line needs the model.
+        ValueError: ``runtime`` is None but a line needs the model.
         ReferenceAudioError: the default voice cannot be used.
         OSError: an output cannot be written (disk full, permissions); finished lines are kept for ``resume``.
     """
@@ -483,17 +474,15 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_d
         summary.num_lines = report.num_lines
         summary.warnings.extend(r.message for r in report.rows if r.line == 0)
 
-        sampling_rate = int(engine.sampling_rate) if engine is not None else 0
-        cache = _new_reference_cache(reference_config)
         default_reference = None
-        if default_voice_path is not None and engine is not None:
-            default_reference, _ = _load_reference(default_voice_path, default_voice_text, sampling_rate, cache,
-                                                   reference_config)
+        if default_voice_path is not None and runtime is not None:
+            default_reference = runtime.references.prepare(default_voice_path, reference_text=default_voice_text)
 
         kept = _resumable(out_dir) if resume else {}
         writer = ResultsWriter(summary.results_path, [kept[n] for n in sorted(kept)])
-        run = _JobRun(engine, out_dir, writer, summary, progress)
-        max_in_flight = config.max_in_flight_lines or 4 * _engine_max_batch_size(engine)
+        run = _JobRun(runtime, out_dir, writer, summary, progress, jsonl_path)
+        max_in_flight = config.max_in_flight_lines or (
+            4 * runtime.engine.stats().max_batch_size if runtime is not None else 1)
         try:
             for item in iter_job(jsonl_path, sources, has_default_voice=default_voice_path is not None,
                                  config=config, encoding=report.encoding):
@@ -509,10 +498,9 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_d
                     run.record(item.line_number, item.output_name, "failed", error=item.message,
                                warnings=item.warnings)
                     continue
-                if engine is None:
-                    raise ValueError(f"line {item.line_number} needs the model but run_job was given engine=None")
-                _submit_line(run, item, params, default_reference, default_voice_text, sampling_rate, cache,
-                             reference_config)
+                if runtime is None:
+                    raise ValueError(f"line {item.line_number} needs the model but run_job was given runtime=None")
+                _submit_line(run, item, params, default_reference, default_voice_text)
                 run.harvest()
                 run.wait(cancel_event, until_below=max_in_flight)
             if cancel_event is not None and cancel_event.is_set():
@@ -531,33 +519,31 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, engine: Any, *, audio_d
     return summary
 
 
-def _unsupported_knobs(engine: Any, line: JobLine) -> list[str]:
+def _unsupported_knobs(facts: ModelFacts, line: JobLine) -> list[str]:
     """Warnings for per-line knobs the loaded model does not have (they are ignored, not an error)."""
-    facts = getattr(engine, "facts", None)
     out = []
-    if facts is not None and "cfg_scale" in line.params and not getattr(facts, "has_cfg", True):
+    if "cfg_scale" in line.params and not facts.has_cfg:
         out.append(f"cfg_scale ignored: the {facts.family} model has no classifier-free guidance")
-    if facts is not None and "top_k" in line.params and not getattr(facts, "has_top_k", True):
+    if "top_k" in line.params and not facts.has_top_k:
         out.append(f"top_k ignored: the {facts.family} model has no top-k sampling")
     return out
 
 
-def _submit_line(run: _JobRun, line: JobLine, params: SynthesisParams, default_reference: ReferenceAudio | None,
-                 default_voice_text: str | None, sampling_rate: int, cache: Any, reference_config: Any) -> None:
+def _submit_line(run: _JobRun, line: JobLine, params: SynthesisParams, default_reference: PreparedReference | None,
+                 default_voice_text: str | None) -> None:
     """Reference audio + request for one valid line, submitted to the engine (or a failed record)."""
     started = time.monotonic()
     try:
         line_params = line.synthesis_params(params)
         if line.prompt_audio is None:
-            reference, reference_text, warnings = default_reference, line.prompt_text or default_voice_text, []
+            reference, reference_text = default_reference, line.prompt_text or default_voice_text
         else:
-            reference, warnings = _load_reference(line.prompt_audio, line.prompt_text, sampling_rate, cache,
-                                                  reference_config)
+            reference = run.runtime.references.prepare(line.prompt_audio, reference_text=line.prompt_text)
             reference_text = line.prompt_text
-        warnings = warnings + _unsupported_knobs(run.engine, line)
-        request = SynthesisRequest(text=line.input_text, reference_audio=reference, reference_text=reference_text,
-                                   params=line_params, priority=Priority.JOB)
-        handle = run.engine.submit(request)
+        warnings = list(line.warnings) + _unsupported_knobs(run.runtime.engine.facts, line)
+        request = SynthesisRequest(text=line.input_text, reference_audio=reference.audio if reference else None,
+                                   reference_text=reference_text, params=line_params, priority=Priority.JOB)
+        handle = run.runtime.engine.submit(request)
     except TTSAppError as exc:
         run.record(line.line_number, line.output_name, "failed", error=exc.args[0] if exc.args else str(exc),
                    elapsed_s=time.monotonic() - started, warnings=line.warnings)
@@ -567,4 +553,4 @@ def _submit_line(run: _JobRun, line: JobLine, params: SynthesisParams, default_r
         run.record(line.line_number, line.output_name, "failed", error=f"internal error: {exc!r}",
                    elapsed_s=time.monotonic() - started, warnings=line.warnings)
         return
-    run.in_flight[handle.future] = _Pending(line, handle, started, list(line.warnings) + warnings)
+    run.in_flight[handle.future] = _Pending(line, handle, started, warnings, request, reference)

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import gradio as gr
-import numpy as np
 
+from tts_app.audio.post import write_wav_atomic
 from tts_app.errors import TTSAppError
 from tts_app.monitor import GIB, read_memory
 from tts_app.request import Priority, SynthesisParams, SynthesisRequest
@@ -46,19 +46,11 @@ def _engine(ctx: AppContext):
     return ctx.engine
 
 
-# Rate used to check a reference when no model is loaded (the quality report does not depend on it).
-REPORT_SAMPLING_RATE = 24000
-
-
 def _prepare_reference(ctx: AppContext, audio_path: str, reference_text: str | None):
-    """(ReferenceAudio, report) for an uploaded/recorded file, through the shared cache, at the model's rate (or
-    ``REPORT_SAMPLING_RATE`` without a model). Raises ``ReferenceAudioError`` for an unusable clip."""
-    from tts_app.audio.reference import prepare_reference
-
-    rate = ctx.engine.sampling_rate if ctx.engine is not None else REPORT_SAMPLING_RATE
-    return prepare_reference(audio_path, target_sampling_rate=rate, config=ctx.reference_config,
-                             reference_text=reference_text or None, cache=ctx.reference_cache,
-                             name=Path(audio_path).name)
+    """``PreparedReference`` for an uploaded/recorded file, through the runtime's reference preparer (the one the
+    CLI and jobs use: the model's rate, one config, one cache). Raises ``ReferenceAudioError`` for an unusable
+    clip."""
+    return ctx.references.prepare(audio_path, reference_text=reference_text or None, name=Path(audio_path).name)
 
 
 def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | None, lang: str = "en"):
@@ -112,27 +104,32 @@ def _report_markdown(report: dict, lang: str) -> str:
     return "\n".join(lines)
 
 
-def reference_report(ctx: AppContext, audio_path: str | None, reference_text: str | None,
+def reference_report(ctx: AppContext, reference_audio: str | None, reference_text: str | None = None,
                      request: gr.Request = None):
     """Reference uploaded -> (cleaned clip for listening, quality report markdown).
 
     A refused clip does not raise: its reason stays visible in the report box (a pop-up would vanish)."""
     lang = _lang(ctx, request)
-    if not audio_path:
+    if not reference_audio:
         return None, ""
     try:
-        ref, report = _prepare_reference(ctx, audio_path, reference_text)
+        prepared = _prepare_reference(ctx, reference_audio, reference_text)
     except TTSAppError as exc:
         partial = getattr(exc, "report", None)
-        message = _hide_paths(str(exc), ctx, audio_path)
+        message = _hide_paths(str(exc), ctx, reference_audio)
         gr.Warning(message)
         if partial is not None and partial.to_dict().get("errors"):  # the report lists the reason itself
             return None, f"**✖ {server_text(lang, 'reference_refused')}**\n\n" + _report_markdown(
                 partial.to_dict(), lang)
         return None, f"**✖ {server_text(lang, 'reference_refused')}:** {message}"
-    for w in report.warnings:
+    for w in prepared.warnings:
         gr.Warning(w)
-    return (ref.sampling_rate, ref.samples), _report_markdown(report.to_dict(), lang)
+    # The cleaned clip as a 16-bit WAV file (one per distinct clip and model rate): the player gets exactly these
+    # samples (a numpy array would be peak-normalised and converted by gradio on every upload).
+    clean_path = ctx.output_root / "references" / f"{prepared.audio.key or prepared.sha256[:32]}.wav"
+    if not clean_path.is_file():
+        write_wav_atomic(clean_path, prepared.audio.samples, prepared.audio.sampling_rate)
+    return str(clean_path), _report_markdown(prepared.report.to_dict(), lang)
 
 
 def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None):
@@ -168,44 +165,47 @@ def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None
     return spans, warnings
 
 
-def _params(engine, *, use_cache, max_new_tokens, greedy, temperature, top_p, top_k, cfg_scale, seed,
-            segment_chars, pause_ms) -> SynthesisParams:
-    facts = engine.facts
-    try:
-        return SynthesisParams(
-            seed=int(seed), greedy=bool(greedy), temperature=float(temperature) if not greedy else None,
-            top_p=float(top_p) if not greedy else None,
-            top_k=int(top_k) if (not greedy and facts.has_top_k and top_k) else None,
-            cfg_scale=float(cfg_scale) if facts.has_cfg else None,
-            max_new_tokens=int(max_new_tokens) or None, use_cache=bool(use_cache),
-            max_segment_chars=int(segment_chars) or None, pause_between_segments_ms=int(pause_ms))
-    except TTSAppError as exc:
-        raise gr.Error(str(exc)) from exc
+def synthesize(ctx: AppContext, reference_audio: str | None, text: str, reference_text: str | None = None,
+               seed: int | None = 0, randomize_seed: bool = False, greedy: bool = False,
+               temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
+               cfg_scale: float | None = None, max_new_tokens: int | None = None,
+               max_segment_chars: int | None = None, pause_ms: int | None = None, use_cache: bool = True,
+               max_batch_size: int | None = None, request: gr.Request = None, progress=gr.Progress()):
+    """Generate speech in the reference voice -> (audio, subtitles, metadata, segments, seed used).
 
+    Only ``reference_audio`` and ``text`` are needed; every other input left out (or equal to the model's default)
+    means "the model's default", as in ``synth`` and JSONL jobs. ``max_batch_size`` sets the engine's ceiling for
+    everyone (None: unchanged).
 
-def synthesize(ctx: AppContext, audio_path, reference_text, text, max_batch_size, use_cache, max_new_tokens, greedy,
-               temperature, top_p, top_k, cfg_scale, seed, randomize_seed, segment_chars, pause_ms,
-               request: gr.Request = None, progress=gr.Progress()):
-    """Generate -> (audio, WAV path, SRT path, per-segment table, used seed).
+    Returns:
+        audio: the WAV file (16-bit PCM; the player plays these samples as they are); subtitles: SubRip file;
+        metadata: the sidecar JSON (``tts_app.outputs``); segments: per-segment table; seed: the seed used.
 
     Errors stay on screen until closed and name the seed used, so a failed random seed can be reported or avoided."""
-    from tts_app.audio.post import to_srt, write_atomic, write_wav_atomic
+    from tts_app.outputs import output_metadata, save_outputs
+    from tts_app.ui.controls import params_from_controls
 
     lang = _lang(ctx, request)
     engine = _engine(ctx)
     if not text or not text.strip():
         raise gr.Error(server_text(lang, "need_text"))
-    seed = random.randint(0, MAX_SEED) if randomize_seed else int(seed)
-    ref, report = _reference(ctx, audio_path, reference_text, lang)
-    for w in report.warnings:
+    seed = random.randint(0, MAX_SEED) if randomize_seed else int(seed or 0)
+    reference = _reference(ctx, reference_audio, reference_text, lang)
+    for w in reference.warnings:
         gr.Warning(w)
     if max_batch_size:
         engine.set_max_batch_size(int(max_batch_size))
-    params = _params(engine, use_cache=use_cache, max_new_tokens=max_new_tokens, greedy=greedy,
-                     temperature=temperature, top_p=top_p, top_k=top_k, cfg_scale=cfg_scale, seed=seed,
-                     segment_chars=segment_chars, pause_ms=pause_ms)
-    synthesis_request = SynthesisRequest(text=text, reference_audio=ref, reference_text=reference_text or None,
-                                         params=params, priority=Priority.INTERACTIVE)
+    try:
+        params = params_from_controls(engine.facts, seed=seed, greedy=bool(greedy), use_cache=bool(use_cache),
+                                      values={"temperature": temperature, "top_p": top_p, "top_k": top_k,
+                                              "cfg_scale": cfg_scale, "max_new_tokens": max_new_tokens,
+                                              "max_segment_chars": max_segment_chars,
+                                              "pause_between_segments_ms": pause_ms})
+    except TTSAppError as exc:
+        raise gr.Error(str(exc)) from exc
+    synthesis_request = SynthesisRequest(text=text, reference_audio=reference.audio,
+                                         reference_text=reference_text or None, params=params,
+                                         priority=Priority.INTERACTIVE)
     state = {"done": 0, "total": 1}
 
     def on_progress(event):  # engine worker thread: only store numbers
@@ -229,20 +229,19 @@ def synthesize(ctx: AppContext, audio_path, reference_text, text, max_batch_size
         gr.Warning(w)
     out_dir = ctx.output_root / "single"
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}_{result.request_id}"
-    wav_path = write_wav_atomic(out_dir / f"{stem}.wav", result.audio, result.sampling_rate)
-    srt = to_srt([s.text for s in result.segments], [(s.start_s, s.end_s) for s in result.segments])
-    srt_path = write_atomic(out_dir / f"{stem}.srt", srt.encode("utf-8"))
+    metadata = output_metadata(ctx.runtime, synthesis_request, result, entry_point="web", reference=reference)
+    files = save_outputs(out_dir / f"{stem}.wav", result, metadata, subtitles_path=out_dir / f"{stem}.srt")
     rows = [[s.index + 1, s.text, round(s.start_s, 2), round(s.end_s, 2), s.batch_size, round(s.generate_s, 2)]
             for s in result.segments]
-    return ((result.sampling_rate, result.audio.astype(np.float32)), str(wav_path), str(srt_path),
-            _table(rows, lang, "col_timings"), seed)
+    return str(files.audio), str(files.subtitles), str(files.metadata), _table(rows, lang, "col_timings"), seed
 
 
 def _session(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or "anonymous"
 
 
-def validate_job(ctx: AppContext, jsonl_file, audio_zip, default_voice=None, request: gr.Request = None):
+def validate_job(ctx: AppContext, jsonl_file: str | None, audio_zip: str | None = None,
+                 default_voice: str | None = None, request: gr.Request = None):
     """JSONL (+ZIP) uploaded -> (problem table [line, status, message], summary). Loads no model."""
     from tts_app.jobs.runner import validate_job as _validate
 
@@ -262,9 +261,12 @@ def validate_job(ctx: AppContext, jsonl_file, audio_zip, default_voice=None, req
     return _table(rows, lang, "col_validation"), summary
 
 
-def run_job(ctx: AppContext, jsonl_file, audio_zip, default_voice, max_batch_size, use_cache, greedy, seed,
+def run_job(ctx: AppContext, jsonl_file: str | None, audio_zip: str | None = None, default_voice: str | None = None,
+            max_batch_size: int | None = None, use_cache: bool = True, greedy: bool = False, seed: int | None = 0,
             request: gr.Request = None, progress=gr.Progress()):
     """Run a JSONL job -> (summary text, results table [line, output_name, status, error, duration_s], ZIP path).
+
+    Only ``jsonl_file`` is needed; the ZIP holds each line's WAV and metadata sidecar plus ``results.jsonl``.
 
     Lines are streamed to the shared engine, so several users' jobs (and single requests) share batches."""
     from tts_app.jobs.runner import make_results_zip, read_results
@@ -287,10 +289,9 @@ def run_job(ctx: AppContext, jsonl_file, audio_zip, default_voice, max_batch_siz
 
     ctx.running_jobs.add(session)
     try:
-        params = SynthesisParams(seed=int(seed), greedy=bool(greedy), use_cache=bool(use_cache))
-        summary = _run(Path(jsonl_file), out_dir, engine, audio_dir=audio_zip or None, progress=on_progress,
-                       cancel_event=cancel, params=params, reference_config=ctx.reference_config,
-                       default_voice=default_voice or None)
+        params = SynthesisParams(seed=int(seed or 0), greedy=bool(greedy), use_cache=bool(use_cache))
+        summary = _run(Path(jsonl_file), out_dir, ctx.runtime, audio_dir=audio_zip or None, progress=on_progress,
+                       cancel_event=cancel, params=params, default_voice=default_voice or None)
     except TTSAppError as exc:
         raise gr.Error(_hide_paths(str(exc), ctx, jsonl_file, audio_zip), duration=None) from exc
     finally:

@@ -1,8 +1,9 @@
-"""``python app.py [--model ID_OR_DIR] [--device] [--dtype] [--host] [--port] [--share] [--memory-budget SIZE]
-[--max-batch-size N] [--lang zh|en]``: load the model once, build the engine and the UI, launch.
+"""``python app.py [model and engine flags] [--host] [--port] [--share] [--lang zh|en] [--output-dir DIR]``: load
+the model once, build the runtime (engine + reference preparer) and the UI, launch.
 
-If the model cannot be loaded (not cached and the hub unreachable, say), the app still starts and the page says how
-to point ``--model`` at a local folder.
+The model and engine flags are the ones ``synth`` and ``batch`` take (``tts_app.cli.args.add_engine_args``); a bad
+value is a one-line usage error with exit status 2. If the model cannot be loaded (not cached and the hub
+unreachable, say), the app still starts and the page says how to point ``--model`` at a local folder.
 """
 
 from __future__ import annotations
@@ -12,66 +13,43 @@ import logging
 import os
 import signal
 import sys
-import time
 
-from tts_app.config import DEFAULT_MODEL_ID, EngineConfig, ModelConfig
-from tts_app.errors import TTSAppError
+from tts_app.cli.args import (CliParser, EngineArgs, add_engine_args, check_device_available, engine_args_from,
+                              parse_cli, positive_int, usage_error)
+from tts_app.errors import InputError, TTSAppError
 
 log = logging.getLogger("tts_app")
+PROG = "python app.py"
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python app.py", description="tts_app web UI")
-    p.add_argument("--model", default=DEFAULT_MODEL_ID,
-                   help="hub id or local checkpoint folder (default %(default)s); "
-                        "`python -m tts_app make-tiny-model` writes a tiny offline one")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--host", default="127.0.0.1", help="use 0.0.0.0 to serve the local network")
-    p.add_argument("--port", type=int, default=None, help="default: gradio's (7860 or the next free one)")
-    p.add_argument("--share", action="store_true", help="create a public gradio.live link")
-    p.add_argument("--memory-budget", default=None,
-                   help="memory for KV cache + activations, e.g. 6GiB (default: derived from free GPU memory)")
-    p.add_argument("--max-batch-size", type=int, default=None, help="rows per forward call (default 8)")
-    p.add_argument("--lang", choices=["zh", "en"], default=None, help="interface language (default: browser's)")
-    p.add_argument("--output-dir", default=None, help="where generated files are kept (default: a temp folder)")
-    return p.parse_args(argv)
+def build_parser() -> argparse.ArgumentParser:
+    p = CliParser(prog=PROG, description="tts_app web UI")
+    add_engine_args(p)
+    g = p.add_argument_group("web server")
+    g.add_argument("--host", default="127.0.0.1", help="use 0.0.0.0 to serve the local network")
+    g.add_argument("--port", type=positive_int, default=None, help="default: gradio's (7860 or the next free one)")
+    g.add_argument("--share", action="store_true", help="create a public gradio.live link")
+    g.add_argument("--lang", choices=["zh", "en"], default=None, help="interface language (default: browser's)")
+    g.add_argument("--output-dir", default=None, help="where generated files are kept (default: a temp folder)")
+    return p
 
 
-def build_context(args: argparse.Namespace):
-    """Load the model (printing progress) and start the engine; on failure keep the error for the page."""
+def build_context(args: argparse.Namespace, engine_args: EngineArgs):
+    """Load the model (printing progress) and start the runtime; on failure keep the error for the page."""
+    import threading
     from pathlib import Path
 
+    from tts_app.frontend import warm_up
+    from tts_app.runtime import Runtime
     from tts_app.ui.context import AppContext
 
-    engine_kwargs = {}
-    if args.max_batch_size is not None:
-        engine_kwargs["max_batch_size"] = args.max_batch_size
-    if args.memory_budget is not None:
-        from tts_app.engine import parse_size
-
-        engine_kwargs["memory_budget_bytes"] = parse_size(args.memory_budget)
-    model_config = ModelConfig(model_id=args.model, device=args.device, dtype=args.dtype)
-    engine_config = EngineConfig(**engine_kwargs)
-    ctx = AppContext(model_config=model_config, engine_config=engine_config, lang=args.lang,
+    ctx = AppContext(model_config=engine_args.model, engine_config=engine_args.engine, lang=args.lang,
                      output_root=Path(args.output_dir) if args.output_dir is not None else None)
-    import threading
-
-    from tts_app.frontend import warm_up
-
     # Load the front end's dictionaries in the background so the first keystroke's preview is fast.
     threading.Thread(target=warm_up, name="frontend-warm-up", daemon=True).start()
     try:
-        from tts_app.adapters import load_adapter
-        from tts_app.audio.reference import ReferenceCache
-        from tts_app.engine import Engine
-
-        started = time.perf_counter()
-        print(f"Loading model {args.model} (hub downloads show their own progress bars) ...", flush=True)
-        adapter = load_adapter(args.model, device=args.device, dtype=args.dtype)
-        print(f"Loaded {adapter.facts.family} in {time.perf_counter() - started:.1f} s", flush=True)
-        ctx.engine = Engine(adapter, engine_config).start()
-        ctx.reference_cache = ReferenceCache(ctx.reference_config.cache_entries)
+        ctx.runtime = Runtime.load(engine_args.model, engine_args.engine, ctx.reference_config,
+                                   on_status=lambda line: print(line, flush=True))
     except TTSAppError as exc:
         ctx.load_error = str(exc)
         print(f"error: {exc}", file=sys.stderr, flush=True)
@@ -80,9 +58,16 @@ def build_context(args: argparse.Namespace):
 
 def main(argv: list[str]) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    args = parse_cli(build_parser(), argv)
+    if isinstance(args, int):
+        return args
+    try:
+        engine_args = engine_args_from(args)
+        check_device_available(engine_args.model)
+    except InputError as exc:
+        return usage_error(PROG, exc)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args = parse_args(argv)
-    ctx = build_context(args)
+    ctx = build_context(args, engine_args)
     from tts_app.ui.layout import CSS, build_demo
 
     print(f"Generated files go to {ctx.output_root}"

@@ -9,9 +9,11 @@ from __future__ import annotations
 import functools
 
 import gradio as gr
+from gradio.i18n import I18nData
 
 from tts_app.ui import handlers
 from tts_app.ui.context import AppContext
+from tts_app.ui.controls import Control, generation_controls
 from tts_app.ui.texts import preview_label, server_text, translations
 
 MODEL_CONCURRENCY = dict(concurrency_id="model", concurrency_limit=32)
@@ -28,7 +30,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
     i18n = gr.I18n(**translations(ctx.lang))
     facts = ctx.engine.facts if ctx.engine is not None else None
 
-    with gr.Blocks(title="tts_app") as demo:
+    with _Blocks(title="tts_app") as demo:
         gr.Markdown(i18n("title"), elem_id="title")
         gr.Markdown(i18n("intro"))
         if ctx.load_error:
@@ -45,7 +47,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     needs_text = facts is not None and facts.needs_reference_text
                     ref_text = gr.Textbox(label=i18n("reference_text_required" if needs_text else "reference_text"),
                                           lines=1, elem_id="ref-text")
-                    ref_report = gr.Markdown(elem_id="ref-report")
+                    ref_report = gr.Markdown(label=i18n("reference_report"), elem_id="ref-report")
                     ref_clean = gr.Audio(label=i18n("cleaned_reference"), interactive=False, elem_id="ref-clean")
                 with gr.Column():
                     text = gr.Textbox(label=i18n("text"), placeholder=i18n("text_placeholder"), lines=5,
@@ -54,36 +56,36 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                                                  color_map={preview_label(ctx.lang, "override"): "green",
                                                             preview_label(ctx.lang, "polyphone"): "orange"},
                                                  show_legend=True, elem_id="preview")
-                    preview_notes = gr.Markdown(elem_id="preview-notes")
+                    preview_notes = gr.Markdown(label=i18n("preview_warnings"), elem_id="preview-notes")
+            controls = generation_controls(facts)
             with gr.Accordion(i18n("settings"), open=False):
-                with gr.Row():
-                    max_batch = gr.Slider(1, 64, value=ctx.engine_config.max_batch_size, step=1,
-                                          label=i18n("max_batch_size"))
-                    use_cache = gr.Checkbox(value=True, label=i18n("use_cache"))
-                    max_new = gr.Number(value=0, precision=0, minimum=0, label=i18n("max_new_tokens"))
-                with gr.Row():
-                    greedy = gr.Checkbox(value=False, label=i18n("greedy"))
-                    temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label=i18n("temperature"))
-                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label=i18n("top_p"))
-                    top_k = gr.Number(value=50, precision=0, minimum=0, label=i18n("top_k"),
-                                      visible=bool(facts is None or facts.has_top_k))
-                    cfg = gr.Slider(1.0, 5.0, value=1.3, step=0.1, label=i18n("cfg_scale"),
-                                    visible=bool(facts is None or facts.has_cfg))
+                gr.Markdown(i18n("settings_note"))
                 with gr.Row():
                     seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="seed")
                     randomize = gr.Checkbox(value=False, label=i18n("randomize_seed"))
-                    segment_chars = gr.Number(value=0, precision=0, minimum=0, label=i18n("segment_chars"))
-                    pause_ms = gr.Slider(0, 2000, value=ctx.frontend_config.default_pause_ms, step=50,
-                                         label=i18n("pause_ms"))
+                    greedy = gr.Checkbox(value=False, label=i18n("greedy"), elem_id="greedy")
+                    use_cache = gr.Checkbox(value=True, label=i18n("use_cache"))
+                with gr.Row():
+                    knobs = {name: _control_widget(c, i18n) for name, c in controls.items()
+                             if name in ("temperature", "top_p", "top_k", "cfg_scale")}
+                with gr.Row():
+                    knobs.update({name: _control_widget(c, i18n) for name, c in controls.items()
+                                  if name in ("max_new_tokens", "max_segment_chars", "pause_between_segments_ms")})
+                with gr.Row():
+                    max_batch = gr.Slider(1, 64, value=ctx.engine_config.max_batch_size, step=1,
+                                          label=i18n("max_batch_size"))
+                    reset = gr.Button(i18n("reset_defaults"), size="sm", elem_id="reset-defaults")
             generate = gr.Button(i18n("generate"), variant="primary", elem_id="generate")
             with gr.Row():
-                out_audio = gr.Audio(label=i18n("output_audio"), interactive=False, elem_id="out-audio")
+                # A WAV file path: the player gets the file's own 16-bit samples (its download button saves it).
+                out_audio = gr.Audio(label=i18n("output_audio"), type="filepath", interactive=False,
+                                     elem_id="out-audio")
                 used_seed = gr.Number(value=None, label=i18n("used_seed"), interactive=False, elem_id="used-seed")
             with gr.Row():
-                wav_file = gr.File(label=i18n("download_wav"), interactive=False, height=90,
-                                   elem_classes="download-box")
                 srt_file = gr.File(label=i18n("download_srt"), interactive=False, height=90,
-                                   elem_classes="download-box")
+                                   elem_classes="download-box", elem_id="srt-file")
+                metadata_file = gr.File(label=i18n("download_metadata"), interactive=False, height=90,
+                                        elem_classes="download-box", elem_id="metadata-file")
             timings = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_timings").split("|"),
                                    label=i18n("timings"), interactive=False, elem_id="timings")
 
@@ -101,13 +103,13 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                 cancel_btn = gr.Button(i18n("cancel_job"), variant="stop", elem_id="cancel-job")
             validation = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_validation").split("|"), label=i18n("validation"), wrap=True,
                                       interactive=False, elem_id="validation")
-            job_status = gr.Markdown(elem_id="job-status")
+            job_status = gr.Markdown(label=i18n("job_status"), elem_id="job-status")
             results = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_results").split("|"), wrap=True,
                                    label=i18n("job_results"), interactive=False, elem_id="job-results")
             results_zip = gr.File(label=i18n("download_zip"), interactive=False, elem_id="results-zip")
 
         with gr.Tab(i18n("tab_memory"), id="memory"):
-            gauge_md = gr.Markdown(elem_id="gauge")
+            gauge_md = gr.Markdown(label=i18n("memory_summary"), elem_id="gauge")
             gauge_plot = gr.LinePlot(x="seconds_ago", y="used_gib", color="event", label=i18n("memory_plot"),
                                      color_map={"ok": "#4c78a8", "OOM": "#e45756"}, elem_id="gauge-plot")
             timer = gr.Timer(1.0)
@@ -117,11 +119,15 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                          api_name="reference_report", **MODEL_CONCURRENCY)
         text.change(_wrap(handlers.pronunciation_preview, ctx), [text], [preview, preview_notes],
                     api_name="preview", trigger_mode="always_last", queue=False)
+        knob_order = ["temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens", "max_segment_chars",
+                      "pause_between_segments_ms"]
         generate.click(_wrap(handlers.synthesize, ctx),
-                       [ref_audio, ref_text, text, max_batch, use_cache, max_new, greedy, temperature, top_p, top_k,
-                        cfg, seed, randomize, segment_chars, pause_ms],
-                       [out_audio, wav_file, srt_file, timings, used_seed], api_name="synthesize",
+                       [ref_audio, text, ref_text, seed, randomize, greedy, *(knobs[n] for n in knob_order),
+                        use_cache, max_batch],
+                       [out_audio, srt_file, metadata_file, timings, used_seed], api_name="synthesize",
                        **MODEL_CONCURRENCY)
+        reset.click(lambda: [controls[n].default for n in knob_order], None, [knobs[n] for n in knob_order],
+                    queue=False, api_visibility="private")
         validate_btn.click(_wrap(handlers.validate_job, ctx), [jsonl, audio_zip, default_voice],
                            [validation, job_status],
                            api_name="validate_job")
@@ -132,7 +138,8 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         cancel_btn.click(_wrap(handlers.cancel_job, ctx), None, [job_status], api_name="cancel_job", queue=False)
         timer.tick(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], api_name="memory", queue=False,
                    show_progress="hidden")
-        demo.load(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], queue=False, show_progress="hidden")
+        demo.load(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], queue=False, show_progress="hidden",
+                  api_visibility="private")  # the same as /memory
     return demo, i18n
 
 
@@ -151,3 +158,33 @@ def _wrap(fn, ctx: AppContext):
     bound.__signature__ = sig.replace(parameters=params)
     del bound.__wrapped__
     return bound
+
+
+def _control_widget(control: Control, i18n: gr.I18n):
+    """A slider for one generation control, starting at the model's default; hidden when the family lacks it."""
+    return gr.Slider(control.minimum, control.maximum, value=control.default, step=control.step,
+                     label=i18n(control.name), visible=control.visible, elem_id=control.name.replace("_", "-"))
+
+
+#: API names of outputs whose interface text key reads badly as a name
+API_NAMES = {"output_audio": "audio", "download_srt": "subtitles", "download_metadata": "metadata",
+             "timings": "segments", "preview_warnings": "notes", "reference_report": "report",
+             "cleaned_reference": "cleaned_reference", "memory_summary": "summary", "memory_plot": "plot",
+             "job_results": "results", "download_zip": "zip", "validation": "validation"}
+
+
+class _Blocks(gr.Blocks):
+    """``gr.Blocks`` whose API description names values after their interface text key (``API_NAMES``), not the
+    translation record gradio puts there for ``gr.I18n`` labels (an ``I18nData``, sent as ``{"key": ...,
+    "_type": "translation_metadata"}``, which ``gradio_client.view_api`` prints as "key")."""
+
+    def get_api_info(self, *args, **kwargs):
+        info = super().get_api_info(*args, **kwargs)
+        for endpoint in (info or {}).get("named_endpoints", {}).values():
+            for item in endpoint.get("parameters", []) + endpoint.get("returns", []):
+                label = item.get("label")
+                key = label.get("key") if isinstance(label, dict) else label.key if isinstance(label, I18nData) \
+                    else None
+                if isinstance(key, str):
+                    item["label"] = API_NAMES.get(key, key)
+        return info

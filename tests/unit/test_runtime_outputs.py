@@ -1,0 +1,74 @@
+"""Runtime (engine + the one reference preparer) and the metadata sidecar written next to every output."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tests.fakes import FakeAdapter
+from tests.sidecar_check import check_sidecar
+from tts_app.config import EngineConfig
+from tts_app.request import SynthesisParams, SynthesisRequest
+from tts_app.runtime import Runtime, checkpoint_sha256
+
+
+@pytest.fixture()
+def runtime():
+    rt = Runtime.from_adapter(FakeAdapter(), "fake-model", EngineConfig(wait_window_ms=0.0))
+    yield rt
+    rt.close()
+
+
+def test_one_reference_preparer_at_the_models_rate_shared_by_every_caller(runtime, data_dir, tmp_path):
+    from tts_app.jobs.runner import run_job
+
+    voice = tmp_path / "voice.wav"
+    voice.write_bytes((data_dir / "en_female_1.wav").read_bytes())
+    prepared = runtime.references.prepare(voice)  # as the UI does on upload
+    assert prepared.audio.sampling_rate == runtime.engine.sampling_rate == 16000
+    job = tmp_path / "job.jsonl"
+    job.write_text("".join(json.dumps({"input_text": f"Line {i}.", "prompt_audio": "voice.wav"}) + "\n"
+                           for i in range(3)), encoding="utf-8")
+    assert run_job(job, tmp_path / "out", runtime).all_ok
+    cache = runtime.references.cache
+    assert (cache.misses, cache.hits) == (1, 3)  # cleaned once for the upload and all three job lines
+
+
+def test_sidecar_is_complete_and_written_after_the_audio(runtime, data_dir, tmp_path):
+    from tts_app.outputs import output_metadata, save_outputs
+
+    ref_path = data_dir / "en_female_1.wav"
+    reference = runtime.references.prepare(ref_path, reference_text="A transcript.")
+    text = "第1句话。Second sentence here!"
+    request = SynthesisRequest(text=text, reference_audio=reference.audio, reference_text="A transcript.",
+                               params=SynthesisParams(seed=11, max_segment_chars=8, temperature=0.7))
+    result = runtime.engine.submit(request).result()
+    assert result.ok and len(result.segments) >= 2
+    meta = output_metadata(runtime, request, result, entry_point="synth", reference=reference,
+                           warnings=["caller's own notice"])
+    files = save_outputs(tmp_path / "o.wav", result, meta, subtitles_path=tmp_path / "o.srt")
+    got = check_sidecar(files.audio, entry_point="synth", text=text, reference=ref_path, model_id="fake-model")
+    assert got["text"]["normalized"] == result.normalized_text and "一" in got["text"]["normalized"]
+    assert got["generation"]["temperature"] == 0.7 and got["generation_sources"]["temperature"] == "request"
+    assert got["generation_sources"]["top_p"] != "request" and got["requested"]["top_p"] is None
+    assert got["reference"]["text"] == "A transcript." and "caller's own notice" in got["warnings"]
+    assert [s["seed"] for s in got["segments"]] == [11 + i for i in range(len(result.segments))]
+    data, rate = sf.read(files.audio, dtype="float32")
+    assert rate == 16000 and data.shape == result.audio.shape
+    np.testing.assert_allclose(data, result.audio, atol=1 / 32768)  # the result itself, as 16-bit PCM
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.json", "o.srt", "o.wav"]  # no temporary files left
+
+
+def test_checkpoint_hash_follows_the_content_of_the_folder(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 10)
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / ".cache" / "x").write_text("ignored")
+    first = checkpoint_sha256(tmp_path)
+    (tmp_path / ".cache" / "x").write_text("changed, still ignored")
+    assert checkpoint_sha256(tmp_path) == first
+    (tmp_path / "model.safetensors").write_bytes(b"\1" * 10)
+    assert checkpoint_sha256(tmp_path) != first

@@ -1,0 +1,111 @@
+"""The one place that prepares reference audio for the loaded model.
+
+``ReferencePreparer`` is built once next to the engine (``tts_app.runtime.Runtime.references``) with the model's
+sampling rate, one ``ReferenceConfig`` and one ``ReferenceCache``; the web UI, the API, ``synth`` and the JSONL job
+runner all call ``prepare``, so the same clip is cleaned the same way (and only once) whichever way it arrives.
+Without a model (the web app's quality report when loading failed) one is built at
+``ReferenceConfig.default_sampling_rate``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tts_app.audio.reference import ReferenceCache, ReferenceReport, ReferenceSource, prepare_reference
+from tts_app.config import ReferenceConfig
+from tts_app.errors import ReferenceAudioError
+from tts_app.request import ReferenceAudio
+
+
+@dataclass(frozen=True)
+class PreparedReference:
+    """A cleaned reference clip with what is known about it.
+
+    Attributes:
+        audio: the cleaned clip (float32 ``(num_samples,)`` at the model's rate).
+        report: the quality report (``report.warnings`` are for the user).
+        name: the name messages use (the file name, or the name given).
+        sha256: hex SHA-256 of the source as given (the file's bytes, the uploaded bytes, or for an array its dtype,
+            shape, rate and samples), before any cleanup.
+    """
+
+    audio: ReferenceAudio
+    report: ReferenceReport
+    name: str
+    sha256: str
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.report.warnings)
+
+    def metadata(self) -> dict[str, Any]:
+        """The sidecar's ``reference`` block: name, source hash, cleaned duration (s) and rate (Hz), warnings."""
+        return {"name": self.name, "sha256": self.sha256, "cleaned_duration_s": round(self.audio.duration_s, 3),
+                "sampling_rate": self.audio.sampling_rate, "cropped": bool(self.report.cropped),
+                "warnings": self.warnings}
+
+
+def source_sha256(source: ReferenceSource) -> str:
+    """Hex SHA-256 of a reference source as given (see ``PreparedReference.sha256``).
+
+    Raises:
+        ReferenceAudioError: a file that cannot be read.
+    """
+    digest = hashlib.sha256()
+    if isinstance(source, tuple) and len(source) == 2:
+        samples, sampling_rate = source
+        array = np.ascontiguousarray(np.asarray(samples))
+        digest.update(f"array|{array.dtype.str}|{array.shape}|{sampling_rate}|".encode())
+        digest.update(array.tobytes())
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        digest.update(bytes(source))
+    else:
+        try:
+            with open(Path(source), "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError as error:
+            raise ReferenceAudioError(f"reference audio {str(source)!r} cannot be read: {error.strerror or error}"
+                                      ) from None
+    return digest.hexdigest()
+
+
+class ReferencePreparer:
+    """Cleans reference audio for one model: at its sampling rate, with one config and one shared cache.
+
+    Args:
+        sampling_rate: Hz the model expects (``Engine.sampling_rate``).
+        config: cleanup settings.
+        cache: processed references shared by every caller; None = a new one of ``config.cache_entries``.
+
+    Thread-safe (the cache is); many users' requests may call ``prepare`` at once.
+    """
+
+    def __init__(self, sampling_rate: int, config: ReferenceConfig = ReferenceConfig(),
+                 cache: ReferenceCache | None = None):
+        self.sampling_rate = int(sampling_rate)
+        self.config = config
+        self.cache = cache if cache is not None else ReferenceCache(config.cache_entries)
+
+    def prepare(self, source: ReferenceSource, *, reference_text: str | None = None,
+                name: str | None = None) -> PreparedReference:
+        """Decode, clean and check a reference clip (``tts_app.audio.reference.prepare_reference``), cached.
+
+        Args:
+            source: file path, file bytes or ``(samples, sampling_rate)``.
+            reference_text: its transcript, if known (only used to warn when cropping cut speech).
+            name: name for messages (default: the file name).
+
+        Raises:
+            ReferenceAudioError: unusable clip (missing, corrupt, silent, too short); the message names it.
+        """
+        if isinstance(source, (str, Path)) and not Path(source).is_file():
+            raise ReferenceAudioError(f"reference audio {name or str(source)!r} does not exist; give an audio file")
+        audio, report = prepare_reference(source, target_sampling_rate=self.sampling_rate, config=self.config,
+                                          reference_text=reference_text or None, cache=self.cache, name=name)
+        return PreparedReference(audio=audio, report=report, name=report.name, sha256=source_sha256(source))

@@ -1,0 +1,160 @@
+"""What ran, written down: every synthesis output (web UI and API, ``synth``, each JSONL job line) is written by
+``save_outputs`` as a 16-bit WAV, optional SubRip subtitles and a metadata sidecar JSON next to the audio
+(``name.wav`` -> ``name.json``), each file atomically (temporary file, fsync, rename), the sidecar last.
+
+Sidecar fields (``schema_version`` 1):
+
+- ``app``: ``name``, ``version``; ``entry_point``: "web" (UI and its API), "synth" or "job"; ``created_utc``;
+  ``request_id``.
+- ``model``: ``id``, ``revision`` (hub commit or null), ``checkpoint_sha256``, ``family``, ``dtype``, ``device``,
+  ``num_parameters`` (``tts_app.runtime.ModelInfo``).
+- ``generation``: every effective generation setting after resolving defaults (``seed`` is the base seed);
+  ``generation_sources``: where each value came from ("request", or the default's source).
+- ``requested``: the request's ``SynthesisParams`` as given (null = not given).
+- ``engine``: ``max_batch_size``, ``memory_budget_bytes`` at the time.
+- ``reference``: ``name``, ``sha256`` of the file as given, ``cleaned_duration_s``, ``sampling_rate``, ``cropped``,
+  ``warnings``, ``text`` (the transcript given, or null); null when no reference audio was used.
+- ``text``: ``input`` (as typed) and ``normalized`` (after the front end).
+- ``segments``: per segment ``index``, ``text`` (normalised source), ``model_text`` (as the model got it),
+  ``seed``, ``start_s``, ``end_s``, ``batch_size``, ``generate_s``.
+- ``audio``: ``file`` (name, next to the sidecar), ``sha256`` of its bytes, ``sampling_rate``, ``num_samples``,
+  ``duration_s``, ``format``.
+- ``warnings``: everything the user was told (reference, front end, engine, caller's own).
+- plus the caller's ``extra`` block (a job line adds ``job``: file, line, output name).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tts_app.audio.post import encode_wav, to_srt, write_atomic
+from tts_app.request import SynthesisParams, SynthesisRequest, SynthesisResult
+
+if TYPE_CHECKING:
+    from tts_app.adapters.base import ModelFacts
+    from tts_app.audio.preparer import PreparedReference
+    from tts_app.runtime import Runtime
+
+SCHEMA_VERSION = 1
+AUDIO_FORMAT = "WAV PCM_16"
+
+
+@dataclass(frozen=True)
+class OutputFiles:
+    """Paths ``save_outputs`` wrote."""
+
+    audio: Path
+    metadata: Path
+    subtitles: Path | None = None
+
+
+def metadata_path(audio_path: str | Path) -> Path:
+    """Where the sidecar of ``audio_path`` goes: same folder, same stem, ``.json``."""
+    return Path(audio_path).with_suffix(".json")
+
+
+def generation_settings(facts: ModelFacts, params: SynthesisParams) -> tuple[dict[str, Any], dict[str, str]]:
+    """(effective settings, source of each) for a request on a model: a value the request gives wins, else the
+    model's default (``ModelFacts``), else ``SynthesisParams``' own default."""
+    settings: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+
+    def put(name: str, value: Any, source: str) -> None:
+        settings[name] = value
+        sources[name] = source
+
+    put("seed", params.seed, "request")
+    put("greedy", params.greedy, "request")
+    put("use_cache", params.use_cache, "request")
+    for name in ("temperature", "top_p", "top_k", "cfg_scale"):
+        value = getattr(params, name)
+        put(name, value, "request" if value is not None else "model default")
+    put("max_new_tokens", params.max_new_tokens if params.max_new_tokens is not None else facts.default_max_new_tokens,
+        "request" if params.max_new_tokens is not None else "model default")
+    put("max_segment_chars",
+        params.max_segment_chars if params.max_segment_chars is not None else facts.max_segment_chars,
+        "request" if params.max_segment_chars is not None else "model default")
+    put("pause_between_segments_ms", params.pause_between_segments_ms, "request")
+    return settings, sources
+
+
+def output_metadata(runtime: Runtime, request: SynthesisRequest, result: SynthesisResult, *, entry_point: str,
+                    reference: PreparedReference | None = None, warnings: list[str] | tuple[str, ...] = (),
+                    extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The sidecar dict (module docstring) for one finished request, without its ``audio`` block.
+
+    Args:
+        runtime: the ``tts_app.runtime.Runtime`` that ran it.
+        request, result: the request and its DONE result.
+        entry_point: "web", "synth" or "job".
+        reference: the ``PreparedReference`` used, or None.
+        warnings: the caller's own notices (e.g. a job line's ignored knobs), listed before the result's.
+        extra: blocks added as they are (e.g. ``{"job": {...}}``).
+    """
+    from tts_app import __version__
+
+    engine = runtime.engine
+    settings, sources = generation_settings(engine.facts, request.params)
+    stats = engine.stats()
+    reference_block = None
+    if reference is not None:
+        reference_block = {**reference.metadata(), "text": request.reference_text}
+    all_warnings = list(reference.warnings if reference is not None else []) + list(warnings) + list(result.warnings)
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "app": {"name": "tts_app", "version": __version__},
+        "entry_point": entry_point,
+        "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "request_id": result.request_id,
+        "model": runtime.model.to_dict(),
+        "generation": settings,
+        "generation_sources": sources,
+        "requested": dataclasses.asdict(request.params),
+        "engine": {"max_batch_size": stats.max_batch_size, "memory_budget_bytes": stats.memory_budget_bytes},
+        "reference": reference_block,
+        "text": {"input": request.text, "normalized": result.normalized_text},
+        "segments": [{"index": s.index, "text": s.text, "model_text": s.model_text, "seed": s.seed,
+                      "start_s": round(s.start_s, 4), "end_s": round(s.end_s, 4), "batch_size": s.batch_size,
+                      "generate_s": round(s.generate_s, 4)} for s in result.segments],
+        "warnings": list(dict.fromkeys(all_warnings)),  # in order, each once
+    }
+    if extra:
+        out.update(extra)
+    return out
+
+
+def save_outputs(audio_path: str | Path, result: SynthesisResult, metadata: dict[str, Any], *,
+                 subtitles_path: str | Path | None = None) -> OutputFiles:
+    """Write the result's audio (16-bit PCM WAV), subtitles when asked, and the sidecar (``metadata`` plus its
+    ``audio`` block), each atomically; the sidecar goes last, so a sidecar's audio is always complete.
+
+    Args:
+        audio_path: where the WAV goes; the sidecar goes to ``metadata_path(audio_path)``.
+        result: a DONE ``SynthesisResult``.
+        metadata: from ``output_metadata``.
+        subtitles_path: where SubRip subtitles (one cue per segment) go, or None.
+
+    Raises:
+        OSError: a file cannot be written (nothing half-written is left behind).
+    """
+    audio_path = Path(audio_path)
+    wav = encode_wav(result.audio, result.sampling_rate)
+    write_atomic(audio_path, wav)
+    subtitles = None
+    if subtitles_path is not None:
+        srt = to_srt([s.text for s in result.segments], [(s.start_s, s.end_s) for s in result.segments])
+        subtitles = write_atomic(subtitles_path, srt.encode("utf-8"))
+    sidecar = {**metadata, "audio": {
+        "file": audio_path.name, "sha256": hashlib.sha256(wav).hexdigest(), "sampling_rate": result.sampling_rate,
+        "num_samples": int(result.audio.size), "duration_s": round(result.duration_s, 4), "format": AUDIO_FORMAT}}
+    if subtitles is not None:
+        sidecar["subtitles"] = {"file": subtitles.name}
+    path = write_atomic(metadata_path(audio_path),
+                        (json.dumps(sidecar, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
+    return OutputFiles(audio=audio_path, metadata=path, subtitles=subtitles)
