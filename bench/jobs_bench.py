@@ -71,25 +71,24 @@ def bench_validation(work: Path, num_lines: int) -> dict:
 
 def bench_runner(work: Path, num_lines: int) -> None:
     from tests.fakes import FakeAdapter
-    from tts_app.audio.reference import ReferenceCache, prepare_reference
     from tts_app.config import EngineConfig
-    from tts_app.engine import Engine
     from tts_app.request import Priority, SynthesisParams, SynthesisRequest
+    from tts_app.runtime import Runtime
 
     path = work / "run.jsonl"
     write_job(path, num_lines, ["voices/a.wav", "voices/b.wav"])
-    engine = Engine(FakeAdapter(samples_per_char=4), EngineConfig(max_batch_size=16, wait_window_ms=2.0)).start()
+    runtime = Runtime.from_adapter(FakeAdapter(samples_per_char=4), "fake",
+                                   EngineConfig(max_batch_size=16, wait_window_ms=2.0))
+    engine = runtime.engine
     try:
         write_job(work / "warm.jsonl", 2, ["voices/a.wav", "voices/b.wav"])
-        run_job(work / "warm.jsonl", work / "warm", engine)  # loads Silero VAD, warms torch
+        run_job(work / "warm.jsonl", work / "warm", runtime)  # loads Silero VAD, warms torch
         t0 = time.perf_counter()
-        summary = run_job(path, work / "out", engine)
+        summary = run_job(path, work / "out", runtime)
         job_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        cache = ReferenceCache()
-        refs = [prepare_reference(work / "voices" / n, target_sampling_rate=engine.sampling_rate, cache=cache)[0]
-                for n in ("a.wav", "b.wav")]
+        refs = [runtime.references.prepare(work / "voices" / n).audio for n in ("a.wav", "b.wav")]
         handles = [engine.submit(SynthesisRequest(text=f"{TEXTS[i % len(TEXTS)]} ({i})", reference_audio=refs[i % 2],
                                                   reference_text="reference words", priority=Priority.JOB,
                                                   params=SynthesisParams(seed=i)))
@@ -98,12 +97,12 @@ def bench_runner(work: Path, num_lines: int) -> None:
             h.result()
         direct_s = time.perf_counter() - t0
     finally:
-        engine.shutdown()
+        runtime.close()
     print(f"[runner] {summary.num_ok}/{summary.num_lines} ok through run_job in {job_s:.2f} s "
           f"({summary.num_lines / job_s:,.0f} lines/s)")
     print(f"  same requests straight to the engine (2 references prepared, no files written): {direct_s:.2f} s")
     print(f"  run_job / direct = {job_s / direct_s:.2f}x; extra per line {(job_s - direct_s) / num_lines * 1e3:.1f} ms "
-          "(validation pass, reference hash per line, WAV write + 2 fsyncs per line)")
+          "(validation pass, reference hash per line, WAV + sidecar writes + 3 fsyncs per line)")
 
 
 def make_work_dir(work: Path) -> Path:
