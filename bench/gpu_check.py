@@ -58,7 +58,7 @@ def forced_frames_adapter_class():
     from tts_app.adapters.vibevoice import VibeVoiceAdapter
 
     class ForcedFramesAdapter(VibeVoiceAdapter):
-        def _select_tokens(self, hidden, params, generators, allowed):
+        def _select_tokens(self, hidden, allowed):
             import torch
 
             self.model.lm_head(hidden)  # keep the LM-head read, as a real step does

@@ -16,8 +16,11 @@ from typing import Callable
 
 import numpy as np
 
-from tts_app.adapters.base import AdapterRow, ModelFacts, TTSAdapter
-from tts_app.request import SynthesisParams
+from tts_app.adapters.base import AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter
+from tts_app.request import StopReason, SynthesisParams
+
+FAKE_GENERATION_DEFAULTS = GenerationDefaults(greedy=False, temperature=1.0, top_p=1.0, top_k=50, cfg_scale=None,
+                                              max_new_tokens=400, sources={"max_new_tokens": "fake default"})
 
 FAKE_FACTS = ModelFacts(
     family="fake",
@@ -30,13 +33,16 @@ FAKE_FACTS = ModelFacts(
     frames_per_second=50.0,
     text_positions_per_char=1.0,
     reference_positions_per_second=10.0,
-    default_max_new_tokens=400,
     max_segment_chars=60,
+    generation_defaults=FAKE_GENERATION_DEFAULTS,
+    languages=("en", "zh"),
 )
 
 
-def fake_facts(**overrides) -> ModelFacts:
-    """``FAKE_FACTS`` with some fields replaced."""
+def fake_facts(*, default_max_new_tokens: int | None = None, **overrides) -> ModelFacts:
+    """``FAKE_FACTS`` with some fields replaced (``default_max_new_tokens`` sets ``generation_defaults``'s cap)."""
+    if default_max_new_tokens is not None:
+        overrides["generation_defaults"] = replace(FAKE_GENERATION_DEFAULTS, max_new_tokens=default_max_new_tokens)
     return replace(FAKE_FACTS, **overrides)
 
 
@@ -60,6 +66,8 @@ class FakeAdapter(TTSAdapter):
         gate: when given, generate waits until the event is set (hold the worker inside a batch).
         raise_if: ``raise_if(rows)`` -> exception to raise inside generate, or None.
         device: reported device string.
+        cap_if: ``cap_if(row)`` -> True when that row should report ``StopReason.MAX_NEW_TOKENS`` (a segment cut at
+            its cap); default: never.
 
     Attributes:
         batches: texts of every generate call that ran to completion, in order.
@@ -67,11 +75,13 @@ class FakeAdapter(TTSAdapter):
     """
 
     family = "fake"
+    display_name = "Fake"
 
     def __init__(self, facts: ModelFacts | None = None, *, delay_s: float = 0.0,
                  gate: threading.Event | None = None,
                  raise_if: Callable[[list[AdapterRow]], BaseException | None] | None = None,
-                 device: str = "cpu", samples_per_char: int = 40):
+                 device: str = "cpu", samples_per_char: int = 40,
+                 cap_if: Callable[[AdapterRow], bool] | None = None):
         self.facts = facts or FAKE_FACTS
         self.delay_s = delay_s
         self.gate = gate
@@ -79,6 +89,8 @@ class FakeAdapter(TTSAdapter):
         self.device = device
         self.dtype = "float32"
         self.samples_per_char = samples_per_char
+        self.cap_if = cap_if
+        self.params_seen: list[SynthesisParams] = []  # params of every generate call, in order
         self.batches: list[list[str]] = []
         self.calls: list[int] = []
         self.entered = threading.Event()  # set when a generate call starts
@@ -97,6 +109,7 @@ class FakeAdapter(TTSAdapter):
     def generate(self, inputs, params: SynthesisParams):
         rows = inputs["rows"]
         self.calls.append(len(rows))
+        self.params_seen.append(params)
         self.entered.set()
         if self.gate is not None:
             self.gate.wait(timeout=30)
@@ -111,6 +124,10 @@ class FakeAdapter(TTSAdapter):
 
     def postprocess(self, outputs, inputs) -> list[np.ndarray]:
         return [fake_audio(r.text, r.seed, r.reference_audio, self.facts.sampling_rate, self.samples_per_char)
+                for r in outputs["rows"]]
+
+    def stop_reasons(self, outputs, inputs) -> list[StopReason]:
+        return [StopReason.MAX_NEW_TOKENS if self.cap_if is not None and self.cap_if(r) else StopReason.END_OF_SPEECH
                 for r in outputs["rows"]]
 
 

@@ -27,6 +27,22 @@ class RequestStatus(str, enum.Enum):
     CANCELLED = "cancelled"
 
 
+class StopReason(str, enum.Enum):
+    """Why decoding of one row (one segment) stopped.
+
+    A plain value the adapter reports per row (``TTSAdapter.stop_reasons``) and the engine turns into
+    ``SegmentTiming.stop_reason`` plus a per-segment warning; a step-wise (continuous batching) decode loop reports
+    the same value for each row the step finishes.
+
+    Members:
+        END_OF_SPEECH: the model ended the row itself (its end-of-speech / end-of-audio token).
+        MAX_NEW_TOKENS: the row was cut at ``max_new_tokens`` decode steps; its audio may end mid-word.
+    """
+
+    END_OF_SPEECH = "end_of_speech"
+    MAX_NEW_TOKENS = "max_new_tokens"
+
+
 class Priority(enum.IntEnum):
     """Lower value is served first. Interactive (UI single synthesis) goes ahead of batch-job segments."""
 
@@ -36,13 +52,15 @@ class Priority(enum.IntEnum):
 
 @dataclass(frozen=True)
 class SynthesisParams:
-    """Per-call generation knobs. ``None`` means "use the model's default".
+    """Per-call generation knobs. ``None`` means "not given": the loaded checkpoint's default applies
+    (``ModelFacts.generation_defaults``, resolved once per model from its generation config;
+    ``GenerationDefaults.resolve`` fills them in).
 
     Attributes:
         seed: base seed of the request; segment ``i`` uses ``seed + i`` so a segment's audio never depends on its
             batch-mates.
-        greedy: greedy decoding (argmax) instead of sampling. Greedy output is deterministic and equal batched or
-            one by one, cache on or off.
+        greedy: True = greedy decoding (argmax), False = sampling, None = the checkpoint's choice (its
+            ``do_sample``). Greedy output is deterministic and equal batched or one by one, cache on or off.
         temperature, top_p, top_k: sampling knobs where the model has them (ignored when ``greedy``).
         cfg_scale: classifier-free guidance scale where the model has it.
         max_new_tokens: cap on decode steps per segment.
@@ -52,7 +70,7 @@ class SynthesisParams:
     """
 
     seed: int = 0
-    greedy: bool = False
+    greedy: bool | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -145,6 +163,9 @@ class SegmentTiming:
         generate_s: wall-clock seconds of that batch's generate call.
         seed: the seed this segment was generated with (the request's seed + ``index``).
         model_text: the text as the model received it (front-end rendering: homophone stand-ins, pinyin tokens).
+        stop_reason: why its decoding stopped (``StopReason.MAX_NEW_TOKENS``: cut at the cap, a warning in
+            ``SynthesisResult.warnings`` names the segment).
+        max_new_tokens: the decode-step cap it ran under (after resolving the model default).
     """
 
     index: int
@@ -155,6 +176,13 @@ class SegmentTiming:
     generate_s: float = 0.0
     seed: int = 0
     model_text: str = ""
+    stop_reason: StopReason = StopReason.END_OF_SPEECH
+    max_new_tokens: int | None = None
+
+    @property
+    def hit_max_new_tokens(self) -> bool:
+        """True when the segment was cut at its ``max_new_tokens`` cap."""
+        return self.stop_reason is StopReason.MAX_NEW_TOKENS
 
 
 @dataclass
@@ -170,6 +198,10 @@ class SynthesisResult:
         error: message when FAILED / CANCELLED.
         warnings: notices for the user (front-end warnings, cropped reference, ...).
         normalized_text: the request's text after the front end's normalisation ("" when it failed before that).
+        warnings: notices for the user (front-end warnings, text in a language the model was not trained on, a
+            segment cut at its ``max_new_tokens`` cap, ...).
+        effective_params: the knobs that ran: the request's ``params`` with every one not given set to the
+            checkpoint's default (``GenerationDefaults.resolve``); None when the request failed before that.
     """
 
     request_id: str
@@ -180,6 +212,7 @@ class SynthesisResult:
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
     normalized_text: str = ""
+    effective_params: SynthesisParams | None = None
 
     @property
     def duration_s(self) -> float:

@@ -54,8 +54,9 @@ def test_kv_estimate_equals_the_analytic_cache_size_of_the_tiny_config(tiny_chec
     for positions in (1, 77, 1000):
         assert engine.estimator.kv_bytes(positions) == per_position * positions * cfg_rows
     # the whole-row estimate uses the adapter's position count for the row
+    # one segment whatever the family's default segment length (tiny Dia's 1 s cap makes it ~10 characters)
     request = SynthesisRequest(text="Hello there.", reference_audio=_reference(adapter.facts.sampling_rate),
-                               params=SynthesisParams(max_new_tokens=40))
+                               params=SynthesisParams(max_new_tokens=40, max_segment_chars=200))
     positions = adapter.estimate_positions(len("Hello there."), 1.5, 0, 40)
     assert engine.estimate_request_bytes(request) == per_position * positions * cfg_rows
 
@@ -118,3 +119,37 @@ def test_kv_estimate_equals_the_cache_vibevoice_really_allocates(tiny_checkpoint
     measured = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
     # one forward row; the engine's figure covers both CFG rows of a user row
     assert engine.estimator.kv_bytes(positions) == measured * adapter.facts.cfg_multiplier
+
+
+@pytest.mark.parametrize("family", ["dia", "csm"])
+def test_chinese_text_on_an_english_only_model_gets_a_language_warning(tiny_checkpoint, family):
+    adapter = load_adapter(tiny_checkpoint(family), device="cpu", dtype="float32")
+    assert adapter.facts.languages == ("en",)
+    with Engine(adapter, EngineConfig(wait_window_ms=0)) as engine:
+        result = engine.submit(SynthesisRequest(text="你好，世界。", params=SynthesisParams(
+            greedy=True, max_new_tokens=20))).result(timeout=300)
+    assert result.ok  # it still runs: the user is told what to expect, not refused
+    language = [w for w in result.warnings if "Chinese (zh)" in w]
+    assert language == [f"the text is in Chinese (zh), but {adapter.display_name} was trained on English (en) only: "
+                        "expect mispronounced or garbled speech there. Use a model trained on Chinese, or write that "
+                        "text in English."]
+
+
+def test_chinese_text_on_vibevoice_gets_no_language_warning(tiny_checkpoint):
+    adapter = load_adapter(tiny_checkpoint("vibevoice"), device="cpu", dtype="float32")
+    with Engine(adapter, EngineConfig(wait_window_ms=0)) as engine:
+        result = engine.submit(SynthesisRequest(text="你好，世界。", params=SynthesisParams(
+            max_new_tokens=4))).result(timeout=300)
+    assert result.ok and not any("trained on" in w for w in result.warnings)
+
+
+def test_a_segment_cut_at_max_new_tokens_is_reported(tiny_checkpoint):
+    adapter = load_adapter(tiny_checkpoint("csm"), device="cpu", dtype="float32")
+    with Engine(adapter, EngineConfig(wait_window_ms=0)) as engine:
+        result = engine.submit(SynthesisRequest(text="Hello there.", reference_audio=_reference(24000),
+                                                params=SynthesisParams(greedy=True, max_new_tokens=3))
+                               ).result(timeout=300)
+    assert result.ok and result.segments[0].hit_max_new_tokens
+    cap = [w for w in result.warnings if "cap" in w]
+    assert cap == ["segment 1 ('Hello there.') hit the 0.2 s cap (max_new_tokens=3) and was cut off; shorten it "
+                   "(max_segment_chars) or raise max_new_tokens"]

@@ -475,3 +475,58 @@ def test_a_row_the_adapter_refuses_fails_alone_and_its_batch_mates_succeed():
     assert [r.status for r in results] == [RequestStatus.DONE, RequestStatus.FAILED, RequestStatus.DONE]
     assert "transcript" in results[1].error
     assert max(adapter.calls) == 3  # they did share a batch first, then were isolated
+
+
+def test_a_segment_cut_at_its_cap_is_named_in_the_warnings_and_its_timing():
+    adapter = FakeAdapter(fake_facts(max_segment_chars=30, frames_per_second=12.5),
+                          cap_if=lambda row: "long" in row.text)
+    engine = Engine(adapter, EngineConfig(wait_window_ms=0))
+    (result,) = run_all(engine, make_requests(["This sentence speaks fine. This one is long, sadly. Short again."],
+                                              max_new_tokens=125))
+    assert result.ok and len(result.segments) == 3
+    assert [s.hit_max_new_tokens for s in result.segments] == [False, True, False]
+    assert all(s.max_new_tokens == 125 for s in result.segments)
+    (warning,) = result.warnings
+    audio_s = result.segments[1].end_s - result.segments[1].start_s
+    assert warning.startswith(f"segment 2 ('This one is long, sadly.') hit the {round(audio_s, 1):g} s cap")
+    assert "shorten it" in warning and "raise max_new_tokens" in warning
+    engine.shutdown()
+
+
+@pytest.mark.parametrize("languages, text, expected", [
+    (("en",), "你好，世界。今天天气很好。", "the text is in Chinese (zh), but Fake was trained on English (en) only"),
+    (("en",), "Hello there, my friend. 我们今天去公园散步吧。 Goodbye now.", "segment 2 is in Chinese (zh)"),
+    (("zh",), "Hello there.", "the text is in English (en), but Fake was trained on Chinese (zh) only"),
+])
+def test_text_in_a_language_the_model_was_not_trained_on_gets_a_warning(languages, text, expected):
+    engine = Engine(FakeAdapter(fake_facts(languages=languages, max_segment_chars=30)), EngineConfig(wait_window_ms=0))
+    (result,) = run_all(engine, make_requests([text]))
+    assert result.ok  # a warning, not a refusal
+    (warning,) = result.warnings
+    assert expected in warning and "garbled" in warning
+    engine.shutdown()
+
+
+def test_text_in_a_trained_language_gets_no_language_warning():
+    engine = Engine(FakeAdapter(fake_facts(languages=("en", "zh"), max_segment_chars=30)),
+                    EngineConfig(wait_window_ms=0))
+    (result,) = run_all(engine, make_requests(["Hello there. 你好，世界。 2024!"]))
+    assert result.ok and result.warnings == []
+    engine.shutdown()
+
+
+def test_knobs_not_given_run_as_the_checkpoint_defaults_and_share_a_batch_with_them():
+    adapter = FakeAdapter()
+    engine = Engine(adapter, EngineConfig(wait_window_ms=0))
+    defaults = adapter.facts.generation_defaults
+    left_out = SynthesisRequest(text="Hello.", reference_audio=REF, params=SynthesisParams(seed=1))
+    spelled_out = SynthesisRequest(text="Hello.", reference_audio=REF, params=SynthesisParams(
+        seed=2, greedy=defaults.greedy, temperature=defaults.temperature, top_p=defaults.top_p, top_k=defaults.top_k,
+        max_new_tokens=defaults.max_new_tokens))
+    results = run_all(engine, [left_out, spelled_out])
+    assert adapter.calls == [2]  # one batch: "not given" resolved to the same knobs
+    ran = adapter.params_seen[0]
+    assert (ran.greedy, ran.temperature, ran.top_p, ran.top_k, ran.max_new_tokens) == (
+        defaults.greedy, defaults.temperature, defaults.top_p, defaults.top_k, defaults.max_new_tokens)
+    assert results[0].effective_params == defaults.resolve(left_out.params)
+    engine.shutdown()

@@ -9,15 +9,122 @@ instead of in a generic layer.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Iterable
 
 import numpy as np
 
-from tts_app.request import SynthesisParams
+from tts_app.request import StopReason, SynthesisParams
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+#: ``GenerationDefaults.sources`` value of a knob read from the loaded checkpoint's ``generation_config.json``.
+SOURCE_CHECKPOINT = "checkpoint generation_config"
+
+# GenerationDefaults field -> the transformers GenerationConfig attribute it is read from.
+_CONFIG_KEYS = {"greedy": "do_sample", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
+                "cfg_scale": "guidance_scale", "max_new_tokens": "max_new_tokens", "ras_win_len": "ras_win_len",
+                "ras_win_max_num_repeat": "ras_win_max_num_repeat"}
+
+
+@dataclass(frozen=True)
+class GenerationDefaults:
+    """The effective generation defaults of the loaded checkpoint: what runs when a request leaves a knob out
+    (``SynthesisParams`` field None). Resolved once per adapter, at load, from the checkpoint's generation config
+    (transformers ``GenerationConfig``), falling back to the family's documented defaults
+    (``GenerationDefaults.from_generation_config``). The UI builds its controls from it; the engine resolves every
+    request with ``resolve``.
+
+    A knob the family does not have is None (e.g. ``cfg_scale`` for CSM, ``temperature`` for VibeVoice, whose
+    language model always takes the argmax); ``max_new_tokens`` always has a value.
+
+    Attributes:
+        greedy: True = argmax decoding, False = sampling (the checkpoint's ``not do_sample``); None = no such choice.
+        temperature: softmax temperature when sampling (> 0); None = no such knob.
+        top_p: nucleus-sampling mass in (0, 1]; 1.0 = off; None = no such knob.
+        top_k: keep the k most likely tokens (>= 1); None = no such knob.
+        cfg_scale: classifier-free guidance scale; None = the family has no guidance.
+        max_new_tokens: decode-step cap per segment (codec frames; Dia counts its delay-pattern flush steps too).
+        ras_win_len, ras_win_max_num_repeat: repetition-aware sampling (Higgs Audio v2: a token repeated
+            ``ras_win_max_num_repeat`` times in the last ``ras_win_len`` frames is redrawn); None = not used.
+        sources: field name -> where its value came from: ``SOURCE_CHECKPOINT`` plus the key and value, or the
+            family default with its documented source, or why the family has no such knob.
+    """
+
+    greedy: bool | None
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    cfg_scale: float | None
+    max_new_tokens: int
+    ras_win_len: int | None = None
+    ras_win_max_num_repeat: int | None = None
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @classmethod
+    def from_generation_config(cls, generation_config: Any, *, family_defaults: Mapping[str, tuple[Any, str]],
+                               absent: Mapping[str, str] = ()) -> "GenerationDefaults":
+        """Each field from ``generation_config`` (a transformers ``GenerationConfig``) when the checkpoint sets it
+        (not None), else from ``family_defaults``.
+
+        Args:
+            generation_config: the loaded model's ``generation_config``; ``do_sample`` gives ``greedy`` (inverted),
+                ``guidance_scale`` gives ``cfg_scale``, the other fields have their own names.
+            family_defaults: field -> (value, documented source), used when the checkpoint leaves the field unset.
+                ``max_new_tokens`` must be present.
+            absent: field -> why the family has no such knob; the field is None whatever the checkpoint says.
+
+        Raises:
+            KeyError: ``max_new_tokens`` is in neither the checkpoint nor ``family_defaults``.
+        """
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for name, key in _CONFIG_KEYS.items():
+            if name in absent:
+                values[name], sources[name] = None, absent[name]
+                continue
+            value = getattr(generation_config, key, None)
+            if value is not None:
+                values[name] = (not value) if name == "greedy" else value
+                sources[name] = f"{SOURCE_CHECKPOINT} ({key}={value!r})"
+            elif name in family_defaults:
+                values[name], sources[name] = family_defaults[name]
+            elif name == "max_new_tokens":
+                raise KeyError("max_new_tokens needs a family default when the checkpoint gives none")
+            else:
+                values[name], sources[name] = None, "not used by this checkpoint"
+        for name in ("temperature", "top_p", "cfg_scale"):
+            if values[name] is not None:
+                values[name] = float(values[name])
+        for name in ("top_k", "max_new_tokens", "ras_win_len", "ras_win_max_num_repeat"):
+            if values[name] is not None:
+                values[name] = int(values[name])
+        return cls(**values, sources=sources)
+
+    def with_value(self, name: str, value: Any, source: str) -> "GenerationDefaults":
+        """A copy with field ``name`` set to ``value`` and its source to ``source`` (e.g. a family cap applied on
+        top of the checkpoint's value)."""
+        return replace(self, **{name: value}, sources={**self.sources, name: source})
+
+    def resolve(self, params: SynthesisParams) -> SynthesisParams:
+        """``params`` with every knob left None (not given) set to this default. A knob the family does not have
+        (default None) comes back None even when given, so the result says what really runs. ``seed``,
+        ``use_cache``, ``max_segment_chars`` and the pause are kept as given.
+
+        Raises:
+            InputError: a resolved value ``SynthesisParams`` refuses (e.g. a checkpoint temperature of 0).
+        """
+        def pick(given, default):
+            if default is None:
+                return None
+            return given if given is not None else default
+
+        return replace(params, greedy=pick(params.greedy, self.greedy),
+                       temperature=pick(params.temperature, self.temperature), top_p=pick(params.top_p, self.top_p),
+                       top_k=pick(params.top_k, self.top_k), cfg_scale=pick(params.cfg_scale, self.cfg_scale),
+                       max_new_tokens=pick(params.max_new_tokens, self.max_new_tokens))
 
 
 @dataclass(frozen=True)
@@ -36,10 +143,13 @@ class ModelFacts:
         frames_per_second: decode steps per second of output audio (codec frame rate).
         text_positions_per_char: sequence positions one text character occupies (tokenizer-dependent estimate).
         reference_positions_per_second: sequence positions one second of reference audio occupies.
-        default_max_new_tokens: decode-step cap used when the request does not give one.
-        max_segment_chars: default segment length for the text front end.
+        max_segment_chars: default segment length for the text front end, derived from the default cap
+            (``tts_app.engine.scheduler.max_chars_for_speech_s``) so an ordinary sentence never hits it.
+        generation_defaults: the checkpoint's effective generation defaults (``GenerationDefaults``); also gives
+            ``default_max_new_tokens``, ``has_cfg`` and ``has_top_k``.
+        languages: ISO 639-1 codes of the languages the family was trained on (from its model card), e.g.
+            ``("en",)``; text in another language gets a warning.
         supports_pinyin: whether the tokenizer understands pinyin tokens (else overrides become homophones).
-        has_cfg, has_top_k: which knobs exist for this family (the UI hides the others).
         num_parameters: total parameter count.
         kv_cache_exact: True when ``use_cache=False`` gives the same tokens as ``use_cache=True`` in this adapter.
         needs_reference_text: True when cloning from reference audio also needs its transcript (the UI marks the
@@ -60,15 +170,29 @@ class ModelFacts:
     frames_per_second: float
     text_positions_per_char: float
     reference_positions_per_second: float
-    default_max_new_tokens: int
     max_segment_chars: int
+    generation_defaults: GenerationDefaults
+    languages: tuple[str, ...]
     supports_pinyin: bool = False
-    has_cfg: bool = False
-    has_top_k: bool = True
     num_parameters: int = 0
     kv_cache_exact: bool = True
     needs_reference_text: bool = False
     control_tags: tuple[str, ...] = ()
+
+    @property
+    def default_max_new_tokens(self) -> int:
+        """Decode-step cap used when the request does not give one (``generation_defaults.max_new_tokens``)."""
+        return self.generation_defaults.max_new_tokens
+
+    @property
+    def has_cfg(self) -> bool:
+        """The family has classifier-free guidance (a ``cfg_scale`` knob)."""
+        return self.generation_defaults.cfg_scale is not None
+
+    @property
+    def has_top_k(self) -> bool:
+        """The family has a top-k knob."""
+        return self.generation_defaults.top_k is not None
 
     @property
     def kv_bytes_per_position(self) -> int:
@@ -233,6 +357,12 @@ class TTSAdapter(abc.ABC):
         """Decode generated tokens to audio: list of float32 arrays ``(num_samples,)`` at ``facts.sampling_rate``,
         one per row, each trimmed to its own length."""
 
+    @abc.abstractmethod
+    def stop_reasons(self, outputs: Any, inputs: Any) -> list[StopReason]:
+        """Why each row's decoding stopped, one ``StopReason`` per row of ``outputs`` (of ``generate``):
+        ``MAX_NEW_TOKENS`` when the row was still speaking at its cap, else ``END_OF_SPEECH``. The engine turns
+        ``MAX_NEW_TOKENS`` into a per-segment warning."""
+
     def synthesize(self, rows: list[AdapterRow], params: SynthesisParams) -> list[np.ndarray]:
         """preprocess -> generate -> postprocess for one batch."""
         inputs = self.preprocess(rows, params)
@@ -269,7 +399,12 @@ class TTSAdapter(abc.ABC):
         return out
 
     def max_new_tokens(self, params: SynthesisParams) -> int:
+        """The request's decode-step cap, else the checkpoint default (``facts.generation_defaults``)."""
         return params.max_new_tokens if params.max_new_tokens is not None else self.facts.default_max_new_tokens
+
+    def resolve(self, params: SynthesisParams) -> SynthesisParams:
+        """``params`` with every knob not given set to the checkpoint default (``GenerationDefaults.resolve``)."""
+        return self.facts.generation_defaults.resolve(params)
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
                            max_new_tokens: int) -> int:

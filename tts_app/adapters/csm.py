@@ -40,14 +40,15 @@ estimate_positions(...) x cfg_multiplier`` is the analytic peak KV size of one r
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from tts_app.adapters.base import AdapterRow, ModelFacts, TTSAdapter
+from tts_app.adapters.base import AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter
+from tts_app.engine.scheduler import max_chars_for_speech_s
 from tts_app.errors import InputError, ReferenceAudioError
-from tts_app.request import SynthesisParams
+from tts_app.request import StopReason, SynthesisParams
 
 SPEAKER_ID = 0
 # Cap on generated audio when neither the request nor the checkpoint's generation_config gives one (seconds). Segments
@@ -58,6 +59,10 @@ MAX_SEGMENT_CHARS = 150
 # used when neither the request nor the checkpoint's generation_config gives a value.
 DEFAULT_TEMPERATURE = 0.9
 DEFAULT_TOP_K = 50
+_SESAME_GENERATOR = "Sesame reference generator (SesameAILabs/csm generator.py)"
+# sesame/csm-1b model card: "trained primarily on English data; some capacity for non-English languages exists due to
+# data contamination in the training data, but it likely won't do well".
+LANGUAGES = ("en",)
 # Sample sentences for measuring tokens per character of the loaded tokenizer (the larger ratio is used).
 _MEASURE_TEXTS = ("The quick brown fox jumps over the lazy dog, then naps in the sun for an hour.",
                   "今天天气很好，我们一起去公园散步，然后在湖边喝茶。")
@@ -98,22 +103,24 @@ class CsmOutputs:
     Attributes:
         codes: ``(batch_size, num_frames, num_codebooks)`` int64. After a row's end-of-audio frame (all codebooks
             equal to ``config.codebook_eos_token_id``) the row holds that frame, then ``codebook_pad_token_id``.
+        stop_reasons: per row, ``MAX_NEW_TOKENS`` when it had no end-of-audio frame at the cap.
     """
 
     codes: "torch.Tensor"
+    stop_reasons: list = field(default_factory=list)
 
 
 class _Sampler:
-    """Token selection for one batch: argmax when greedy, else ``RowSampler`` (tts_app/adapters/sampling.py) with
-    the backbone's and the depth decoder's own temperature / top-k / top-p, both drawing from the row's one
-    generator (backbone token first, then the depth decoder's, frame by frame).
+    """Token selection for one batch: argmax when ``params.greedy``, else ``RowSampler`` (tts_app/adapters/
+    sampling.py) with ``params``' temperature / top-k / top-p (``params`` resolved: checkpoint defaults filled in),
+    drawing from the row's one generator (backbone token first, then the depth decoder's, frame by frame).
 
     Ids the codec cannot decode (``>= codec_config.codebook_size``; CSM's codebook vocabulary has 3 extra ids, e.g.
     2051 vs 2048, one of them the pad id) are suppressed first: a trained model never picks them, a random one does
     and the Mimi decoder would then fail with an index error."""
 
-    def __init__(self, params: SynthesisParams, seeds: list[int], device, backbone_config, depth_config,
-                 vocab_size: int, codec_codebook_size: int):
+    def __init__(self, params: SynthesisParams, seeds: list[int], device, vocab_size: int,
+                 codec_codebook_size: int):
         from transformers.generation.logits_process import SuppressTokensLogitsProcessor
 
         from tts_app.adapters.sampling import RowSampler
@@ -122,14 +129,10 @@ class _Sampler:
         self.suppress = SuppressTokensLogitsProcessor(list(range(codec_codebook_size, vocab_size)), device=device)
         self.samplers = {}
         if not self.greedy:
-            knobs = {level: dict(
-                temperature=_first_set(params.temperature, getattr(gen_config, "temperature", None),
-                                       DEFAULT_TEMPERATURE),
-                top_k=_first_set(params.top_k, getattr(gen_config, "top_k", None), DEFAULT_TOP_K),
-                top_p=_first_set(params.top_p, getattr(gen_config, "top_p", None), 1.0),
-            ) for level, gen_config in (("backbone", backbone_config), ("depth", depth_config))}
-            backbone = RowSampler(seeds, **knobs["backbone"])
-            self.samplers = {"backbone": backbone, "depth": backbone.with_knobs(**knobs["depth"])}
+            # One set of knobs (the request's, resolved against the checkpoint defaults) for both levels, as
+            # Sesame's generator.py samples every codebook with one temperature and top-k.
+            backbone = RowSampler(seeds, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
+            self.samplers = {"backbone": backbone, "depth": backbone}
 
     def pick(self, logits, level: str):
         """logits ``(batch_size, vocab)`` float32 -> token ids ``(batch_size,)`` int64."""
@@ -139,13 +142,6 @@ class _Sampler:
         if self.greedy:
             return torch.argmax(logits, dim=-1)
         return self.samplers[level].sample(logits)
-
-
-def _first_set(*values):
-    for v in values:
-        if v is not None:
-            return v
-    return None
 
 
 class CsmAdapter(TTSAdapter):
@@ -201,8 +197,17 @@ class CsmAdapter(TTSAdapter):
         backbone_elems = config.num_hidden_layers * config.num_key_value_heads * config.head_dim
         self._depth_positions = math.ceil(depth_elems / backbone_elems)
 
-        gen_max = getattr(self.model.generation_config, "max_new_tokens", None)
-        default_max_new_tokens = int(gen_max) if gen_max else int(round(DEFAULT_MAX_AUDIO_S * frames_per_second))
+        defaults = GenerationDefaults.from_generation_config(
+            self.model.generation_config,
+            family_defaults={
+                "greedy": (False, f"{_SESAME_GENERATOR}: samples"),
+                "temperature": (DEFAULT_TEMPERATURE, _SESAME_GENERATOR),
+                "top_k": (DEFAULT_TOP_K, _SESAME_GENERATOR),
+                "top_p": (1.0, "off (the Sesame generator has no top-p)"),
+                "max_new_tokens": (int(round(DEFAULT_MAX_AUDIO_S * frames_per_second)),
+                                   f"tts_app default: {DEFAULT_MAX_AUDIO_S:g} s of audio"),
+            },
+            absent={"cfg_scale": "CSM has no classifier-free guidance"})
         return self._model_facts(
             sampling_rate=sampling_rate,
             num_layers=config.num_hidden_layers,
@@ -212,9 +217,10 @@ class CsmAdapter(TTSAdapter):
             frames_per_second=frames_per_second,
             text_positions_per_char=text_positions_per_char,
             reference_positions_per_second=reference_positions_per_second,
-            default_max_new_tokens=default_max_new_tokens,
-            max_segment_chars=MAX_SEGMENT_CHARS,
-            has_cfg=False,
+            max_segment_chars=min(MAX_SEGMENT_CHARS, max_chars_for_speech_s(
+                defaults.max_new_tokens / frames_per_second, LANGUAGES)),
+            generation_defaults=defaults,
+            languages=LANGUAGES,
         )
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
@@ -370,9 +376,10 @@ class CsmAdapter(TTSAdapter):
 
         model = self.model
         config = model.config
-        max_frames = self.max_new_tokens(params)
-        sampler = _Sampler(params, inputs.seeds, inputs.input_ids.device, model.generation_config,
-                           model.depth_decoder.generation_config, config.vocab_size, config.codec_config.codebook_size)
+        params = self.resolve(params)
+        max_frames = params.max_new_tokens
+        sampler = _Sampler(params, inputs.seeds, inputs.input_ids.device, config.vocab_size,
+                           config.codec_config.codebook_size)
         with torch.no_grad():  # not inference_mode: Mimi caches its codebook tensor on first use
             # (batch, prompt_len, hidden): text embeddings with the codec-encoded reference frames placed at the
             # <|AUDIO|> positions (the library's own merge, which encodes each clip on its own).
@@ -392,7 +399,13 @@ class CsmAdapter(TTSAdapter):
                 frames.append(codes)
                 if bool(finished.all()):
                     break
-            return CsmOutputs(codes=torch.stack(frames, dim=1))
+            return CsmOutputs(codes=torch.stack(frames, dim=1),
+                              stop_reasons=[StopReason.END_OF_SPEECH if done else StopReason.MAX_NEW_TOKENS
+                                            for done in finished.tolist()])
+
+    def stop_reasons(self, outputs: CsmOutputs, inputs: CsmInputs) -> list[StopReason]:
+        """``MAX_NEW_TOKENS`` for a row without an end-of-audio frame at the cap, else ``END_OF_SPEECH``."""
+        return list(outputs.stop_reasons)
 
     def _backbone_step(self, prompt_embeds, prompt_mask, frames, cache, use_cache):
         """One backbone forward; returns (last hidden state ``(batch, hidden)``, cache).

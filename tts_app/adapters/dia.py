@@ -29,9 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from tts_app.adapters.base import DTYPE_BYTES, AdapterRow, ModelFacts, TTSAdapter
+from tts_app.adapters.base import DTYPE_BYTES, AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter
+from tts_app.engine.scheduler import max_chars_for_speech_s
 from tts_app.errors import InputError, ModelLoadError
-from tts_app.request import SynthesisParams
+from tts_app.request import StopReason, SynthesisParams
 
 # Speaker tag Dia's transcripts start with (nari-labs/dia README: "[S1] ... [S2] ...").
 SPEAKER_TAGS = ("[S1]", "[S2]")
@@ -48,6 +49,9 @@ DEFAULT_CFG_SCALE = 3.0
 DEFAULT_TEMPERATURE = 1.8
 DEFAULT_TOP_P = 0.90
 DEFAULT_TOP_K = 45
+_DOC_EXAMPLE = "transformers Dia docs example (docs/source/en/model_doc/dia.md)"
+# Dia is trained on English only (nari-labs/dia README: "Dia currently only supports English generation").
+LANGUAGES = ("en",)
 
 # Dia produces 5-20 s of audio per call well (nari-labs/dia README, "Features"/"Generation guidelines"); at
 # ~15 characters/s of English speech 200 characters is ~13 s.
@@ -84,6 +88,7 @@ class DiaInputs:
         audio_prompt_len: ``prompt_len`` (same for every row thanks to the left padding): index of the first
             generated frame after reverting the delay.
         seeds: one seed per row.
+        max_new_tokens: the decode-step cap of this batch (to tell a row cut at the cap from one that ended).
     """
 
     input_ids: Any
@@ -93,6 +98,7 @@ class DiaInputs:
     decoder_position_ids: Any
     audio_prompt_len: int
     seeds: list[int]
+    max_new_tokens: int
 
 
 class DiaAdapter(TTSAdapter):
@@ -162,11 +168,22 @@ class DiaAdapter(TTSAdapter):
         reference_positions_per_second = (lengths[1] - lengths[0]) / 3.0
 
         gen = self.model.generation_config
-        if gen.max_new_tokens is not None:
-            default_max_new_tokens = int(gen.max_new_tokens)
-        else:
-            default_max_new_tokens = min(int(DEFAULT_MAX_AUDIO_S * frames_per_second) + self.max_delay,
-                                         dec.max_position_embeddings // 2)
+        fallback_steps = min(int(DEFAULT_MAX_AUDIO_S * frames_per_second) + self.max_delay,
+                             dec.max_position_embeddings // 2)
+        defaults = GenerationDefaults.from_generation_config(gen, family_defaults={
+            "greedy": (False, f"{_DOC_EXAMPLE}: do_sample=True"),
+            "temperature": (DEFAULT_TEMPERATURE, _DOC_EXAMPLE),
+            "top_p": (DEFAULT_TOP_P, _DOC_EXAMPLE),
+            "top_k": (DEFAULT_TOP_K, _DOC_EXAMPLE),
+            "cfg_scale": (DEFAULT_CFG_SCALE, _DOC_EXAMPLE),
+            "max_new_tokens": (fallback_steps, f"tts_app default: {DEFAULT_MAX_AUDIO_S:g} s of audio plus the "
+                                               f"{self.max_delay}-step delay flush"),
+        })
+        if gen.max_new_tokens is None and gen.max_length is not None:
+            # A checkpoint that caps the whole decoder length: its new steps are at most that many.
+            defaults = defaults.with_value("max_new_tokens", int(gen.max_length),
+                                           f"checkpoint generation_config (max_length={gen.max_length})")
+        max_audio_s = (defaults.max_new_tokens - self.max_delay - 1) / frames_per_second
         self.cross_kv_bytes_per_position = (2 * dec.num_hidden_layers * dec.cross_num_key_value_heads
                                             * dec.cross_head_dim * DTYPE_BYTES[self.dtype])
         return self._model_facts(
@@ -178,9 +195,9 @@ class DiaAdapter(TTSAdapter):
             frames_per_second=float(frames_per_second),
             text_positions_per_char=float(text_positions_per_char),
             reference_positions_per_second=reference_positions_per_second,
-            default_max_new_tokens=default_max_new_tokens,
-            max_segment_chars=MAX_SEGMENT_CHARS,
-            has_cfg=True,
+            max_segment_chars=min(MAX_SEGMENT_CHARS, max_chars_for_speech_s(max(0.0, max_audio_s), LANGUAGES)),
+            generation_defaults=defaults,
+            languages=LANGUAGES,
             needs_reference_text=True,  # Dia clones a voice only with the reference audio's transcript
             control_tags=SPEAKER_TAGS + NONVERBAL_TAGS,
         )
@@ -334,30 +351,22 @@ class DiaAdapter(TTSAdapter):
             decoder_input_ids=decoder_input_ids.to(dev), decoder_attention_mask=decoder_attention_mask.to(dev),
             decoder_position_ids=decoder_position_ids.to(dev),
             audio_prompt_len=decoder_len - self.max_delay, seeds=[row.seed for row in rows],
+            max_new_tokens=max_new_tokens,
         )
 
-    def _sampling_knobs(self, params: SynthesisParams) -> tuple[float, float | None, int | None, float]:
-        """(temperature, top_p, top_k, cfg_scale): the request's value, else the checkpoint's generation_config,
-        else the transformers Dia doc defaults. Temperatures below 1 are honoured (transformers' own Dia sampling
-        path clamps them to 1).
+    def _sampling_knobs(self, params: SynthesisParams) -> SynthesisParams:
+        """``params`` with every knob not given set to the checkpoint default (``facts.generation_defaults``: the
+        checkpoint's generation_config, else the transformers Dia doc example). Temperatures below 1 are honoured
+        (transformers' own Dia sampling path clamps them to 1).
 
         Raises:
             InputError: cfg_scale below 1.
         """
-        gen = self.model.generation_config
-
-        def pick(value, config_value, default):
-            if value is not None:
-                return value
-            return config_value if config_value is not None else default
-
-        cfg_scale = pick(params.cfg_scale, gen.guidance_scale, DEFAULT_CFG_SCALE)
-        if cfg_scale < 1:
-            raise InputError(f"cfg_scale={cfg_scale} must be >= 1 for Dia (1 turns guidance off, 3 is the default)")
-        return (pick(params.temperature, gen.temperature, DEFAULT_TEMPERATURE),
-                pick(params.top_p, gen.top_p, DEFAULT_TOP_P),
-                pick(params.top_k, gen.top_k, DEFAULT_TOP_K),
-                cfg_scale)
+        resolved = self.resolve(params)
+        if resolved.cfg_scale < 1:
+            raise InputError(f"cfg_scale={resolved.cfg_scale} must be >= 1 for Dia (1 turns guidance off, 3 is the "
+                             "default)")
+        return resolved
 
     @contextmanager
     def _row_seeded_sampling(self, processor, guidance_top_k: int | None):
@@ -403,32 +412,54 @@ class DiaAdapter(TTSAdapter):
 
         from tts_app.adapters.sampling import GumbelNoiseProcessor, RowSampler
 
-        temperature, top_p, top_k, cfg_scale = self._sampling_knobs(params)
+        knobs = self._sampling_knobs(params)
         kwargs = dict(
             input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
             decoder_input_ids=inputs.decoder_input_ids, decoder_attention_mask=inputs.decoder_attention_mask,
             decoder_position_ids=inputs.decoder_position_ids,
-            max_new_tokens=self.max_new_tokens(params), use_cache=params.use_cache, do_sample=False,
-            guidance_scale=cfg_scale, temperature=None, top_p=None, top_k=None,
+            max_new_tokens=inputs.max_new_tokens, use_cache=params.use_cache, do_sample=False,
+            guidance_scale=knobs.cfg_scale, temperature=None, top_p=None, top_k=None,
         )
         with torch.inference_mode():
-            if params.greedy:
-                return self.model.generate(**kwargs)
+            if knobs.greedy:
+                # do_sample=False adds no top-k warper, but Dia's CFG processor still reads top_k (its guidance
+                # top-k filter), exactly as ``generate(do_sample=False)`` with the checkpoint's config does.
+                return self.model.generate(**{**kwargs, "top_k": knobs.top_k})
             # Scores reach it as (batch_size * num_channels, vocab_size), after Dia's CFG and EOS channel filter.
             # Generators on the CPU: the noise of a seed is the same on every device.
-            sampler = GumbelNoiseProcessor(RowSampler(inputs.seeds, temperature=temperature, top_k=top_k,
-                                                      top_p=top_p, rows_per_seed=self.num_channels,
+            sampler = GumbelNoiseProcessor(RowSampler(inputs.seeds, temperature=knobs.temperature, top_k=knobs.top_k,
+                                                      top_p=knobs.top_p, rows_per_seed=self.num_channels,
                                                       generator_device="cpu"))
-            with self._row_seeded_sampling(sampler, guidance_top_k=top_k):
+            with self._row_seeded_sampling(sampler, guidance_top_k=knobs.top_k):
                 return self.model.generate(**kwargs)
+
+    def _end_steps(self, outputs):
+        """Per row, the index in ``outputs`` (``(batch, steps, channels)``) of its end-of-audio step in codebook 0
+        (the step before its PAD run; the last step when there is none), as ``DiaProcessor.batch_decode`` finds it."""
+        pad = self.config.decoder_config.pad_token_id
+        return outputs.shape[1] - (outputs[:, :, 0] == pad).sum(dim=-1) - 1
+
+    def stop_reasons(self, outputs, inputs: DiaInputs) -> list[StopReason]:
+        """``MAX_NEW_TOKENS`` for a row whose end of audio was forced at the cap, else ``END_OF_SPEECH``.
+
+        transformers' ``DiaEOSDelayPatternLogitsProcessor`` forces EOS in codebook 0 when the cap leaves just the
+        ``max(delay_pattern) + 1`` steps that flush the delayed codebooks, i.e. at output step
+        ``audio_prompt_len + max_new_tokens - max_delay - 1``; a row whose EOS sits there was cut, an earlier EOS is
+        the model's own."""
+        eos = self.config.decoder_config.eos_token_id
+        forced_at = inputs.audio_prompt_len + inputs.max_new_tokens - self.max_delay - 1
+        reasons = []
+        for row, end in zip(outputs, self._end_steps(outputs).tolist()):
+            ended = int(row[end, 0]) == eos and end < forced_at
+            reasons.append(StopReason.END_OF_SPEECH if ended else StopReason.MAX_NEW_TOKENS)
+        return reasons
 
     def postprocess(self, outputs, inputs: DiaInputs) -> list[np.ndarray]:
         """Codes -> one float32 waveform ``(num_samples,)`` per row at ``facts.sampling_rate``: the delay is reverted,
         the audio prompt cut off and each row cut at its own EOS (``DiaProcessor.batch_decode``), then the DAC codec
         decodes it. A row that produced no frame gives an empty array."""
-        pad = self.config.decoder_config.pad_token_id
         # Same end index as DiaProcessor.batch_decode: the step of the row's EOS in codebook 0 (PAD follows it).
-        end = outputs.shape[1] - (outputs[:, :, 0] == pad).sum(dim=-1) - 1
+        end = self._end_steps(outputs)
         has_audio = [i for i in range(outputs.shape[0]) if int(end[i]) > inputs.audio_prompt_len]
         result = [np.zeros(0, dtype=np.float32) for _ in range(outputs.shape[0])]
         if has_audio:  # the codec cannot decode zero frames

@@ -33,9 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from tts_app.adapters.base import AdapterRow, ModelFacts, TTSAdapter, count_parameters
+from tts_app.adapters.base import AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter, count_parameters
+from tts_app.engine.scheduler import max_chars_for_speech_s
 from tts_app.errors import InputError
-from tts_app.request import SynthesisParams
+from tts_app.request import StopReason, SynthesisParams
 
 # Prompt wording from the transformers docs' voice-cloning example (model_doc/higgs_audio_v2.md).
 SYSTEM_PROMPT = "Generate audio following instruction."
@@ -90,8 +91,24 @@ TINY_CODEC_CODEBOOK_SIZE = 64
 TINY_NUM_CODEBOOKS = 4
 TINY_TARGET_BANDWIDTH_KBPS = 0.6  # num_quantizers = 1000 * 0.6 // (25 Hz * log2(64) bits) = 4
 
+# Defaults for what a checkpoint's generation config leaves unset. The transformers docs (model_doc/higgs_audio_v2.md,
+# every example) decode with do_sample=False; when sampling is chosen, Boson AI's own examples (higgs-audio README,
+# examples/generation.py) use temperature 0.3, top_p 0.95, top_k 50 and max_new_tokens 1024; repetition-aware
+# sampling 7 / 2 is what transformers' conversion script (convert_higgs_audio_v2_to_hf.py) writes into the
+# converted checkpoint's generation config.
+_TRANSFORMERS_DOCS = "transformers Higgs Audio v2 docs (model_doc/higgs_audio_v2.md): do_sample=False"
+_BOSON_EXAMPLE = "Boson AI higgs-audio README example"
+_CONVERSION = "transformers convert_higgs_audio_v2_to_hf.py"
+DEFAULT_TEMPERATURE = 0.3
+DEFAULT_TOP_P = 0.95
+DEFAULT_TOP_K = 50
 DEFAULT_MAX_NEW_TOKENS = 1024  # decode steps; about 41 s of audio at 25 frames/s, ample for one segment
+DEFAULT_RAS_WIN_LEN = 7
+DEFAULT_RAS_WIN_MAX_NUM_REPEAT = 2
 MAX_SEGMENT_CHARS = 200
+# Languages tts_app's front end tells apart that the model card demonstrates (bosonai/higgs-audio-v2-generation-3B-base:
+# English and Chinese among its multilingual examples).
+LANGUAGES = ("en", "zh")
 # Texts used to measure tokens per character from the loaded tokenizer (the larger of the two is kept, so the
 # estimate is an upper bound for English and Chinese).
 _MEASURE_TEXT_EN = "The quick brown fox jumps over the lazy dog, then runs home before the rain."
@@ -197,6 +214,18 @@ class HiggsAudioAdapter(TTSAdapter):
         overhead = max(self._prompt_length("", clips[1], "a") - per_char, self._prompt_length("", clips[1], None))
         self.prompt_overhead_positions = empty
         self.reference_overhead_positions = overhead - empty - ref_per_s
+        defaults = GenerationDefaults.from_generation_config(
+            self.model.generation_config,
+            family_defaults={
+                "greedy": (True, _TRANSFORMERS_DOCS),
+                "temperature": (DEFAULT_TEMPERATURE, _BOSON_EXAMPLE),
+                "top_p": (DEFAULT_TOP_P, _BOSON_EXAMPLE),
+                "top_k": (DEFAULT_TOP_K, _BOSON_EXAMPLE),
+                "max_new_tokens": (DEFAULT_MAX_NEW_TOKENS, _BOSON_EXAMPLE),
+                "ras_win_len": (DEFAULT_RAS_WIN_LEN, _CONVERSION),
+                "ras_win_max_num_repeat": (DEFAULT_RAS_WIN_MAX_NUM_REPEAT, _CONVERSION),
+            },
+            absent={"cfg_scale": "Higgs Audio v2 has no classifier-free guidance"})
         return self._model_facts(
             # the codec is the processor's, outside the model; it runs for every reference and every output
             num_parameters=count_parameters(self.model, self.processor.audio_tokenizer),
@@ -208,9 +237,10 @@ class HiggsAudioAdapter(TTSAdapter):
             frames_per_second=float(codec_cfg.frame_rate),
             text_positions_per_char=float(per_char),
             reference_positions_per_second=float(ref_per_s),
-            default_max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
-            max_segment_chars=MAX_SEGMENT_CHARS,
-            has_cfg=False,
+            max_segment_chars=min(MAX_SEGMENT_CHARS, max_chars_for_speech_s(
+                defaults.max_new_tokens / float(codec_cfg.frame_rate), LANGUAGES)),
+            generation_defaults=defaults,
+            languages=LANGUAGES,
         )
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
@@ -410,20 +440,18 @@ class HiggsAudioAdapter(TTSAdapter):
         """
         import torch
 
+        params = self.resolve(params)
         gen_config = copy.deepcopy(self.model.generation_config)
         # Repetition-aware sampling resamples from the global RNG; off so a row never depends on its batch-mates.
         gen_config.ras_win_len = None
         gen_config.ras_win_max_num_repeat = None
-        defaults = (gen_config.temperature, gen_config.top_k, gen_config.top_p)
         gen_config.do_sample = False
         gen_config.temperature = gen_config.top_k = gen_config.top_p = None
-        gen_config.max_new_tokens = self.max_new_tokens(params)
+        gen_config.max_new_tokens = params.max_new_tokens
         gen_config.use_cache = params.use_cache
         kwargs: dict[str, Any] = {}
         if not params.greedy:
-            temperature = params.temperature if params.temperature is not None else (defaults[0] or 1.0)
-            top_k = params.top_k if params.top_k is not None else defaults[1]
-            top_p = params.top_p if params.top_p is not None else defaults[2]
+            temperature, top_k, top_p = params.temperature, params.top_k, params.top_p
             from transformers import LogitsProcessorList
 
             from tts_app.adapters.sampling import RowSampler, SampledTokenProcessor
@@ -439,6 +467,14 @@ class HiggsAudioAdapter(TTSAdapter):
         batch = inputs["batch"]
         with torch.inference_mode():
             return self.model.generate(**batch, generation_config=gen_config, **kwargs)
+
+    def stop_reasons(self, outputs, inputs: dict[str, Any]) -> list[StopReason]:
+        """``MAX_NEW_TOKENS`` for a row without an all-stream-EOS frame among its generated frames (still speaking,
+        or still flushing its delayed codebooks, at the cap), else ``END_OF_SPEECH``."""
+        batch = inputs["batch"]
+        num_ref_frames = batch["audio_input_ids"].shape[1] if "audio_input_ids" in batch else 0
+        ended = (outputs[:, num_ref_frames:] == self.processor.audio_stream_eos_id).all(-1).any(-1)
+        return [StopReason.END_OF_SPEECH if e else StopReason.MAX_NEW_TOKENS for e in ended.tolist()]
 
     def postprocess(self, outputs, inputs: dict[str, Any]) -> list[np.ndarray]:
         """Codec frames -> one float32 waveform ``(num_samples,)`` per row at ``facts.sampling_rate``.

@@ -48,9 +48,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tts_app.adapters.base import AdapterRow, ModelFacts, TTSAdapter
+from tts_app.adapters.base import AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter
+from tts_app.engine.scheduler import max_chars_for_speech_s
 from tts_app.errors import InputError, ReferenceAudioError
-from tts_app.request import SynthesisParams
+from tts_app.request import StopReason, SynthesisParams
 
 # Published architecture of vibevoice/VibeVoice-1.5B-hf, for building the full-size model with random weights on a
 # GPU benchmark (no download). Sources: the defaults of transformers 5.24.0 ``VibeVoiceConfig`` /
@@ -107,8 +108,17 @@ TEXT_SECTION = " Text input:\n Speaker 0: {text}\n Speech output:\n{audio_bos}"
 
 DEFAULT_CFG_SCALE = 1.3  # VibeVoice demo default (``--cfg_scale 1.3``); used when generation_config has none
 DEFAULT_NUM_DIFFUSION_STEPS = 10  # transformers' VibeVoiceGenerationMixin fallback
-DEFAULT_MAX_NEW_TOKENS = 600  # 80 s of audio at 7.5 frames/s: ample for one max_segment_chars segment
+# Decode-step cap per segment: 80 s of audio at 7.5 frames/s. The converted checkpoints' generation config sets
+# max_new_tokens for a whole podcast (40500 = 90 min for 1.5B, transformers convert_vibevoice_to_hf.py); one tts_app
+# segment is at most MAX_SEGMENT_CHARS characters (~60 s of slow Mandarin), and the KV-cache estimate (hence the
+# batch size) grows with the cap, so the checkpoint's value is capped here.
+MAX_NEW_TOKENS_PER_SEGMENT = 600
 MAX_SEGMENT_CHARS = 250  # ~15-20 s of speech per segment; the 1.5B model is trained on long context, so this is safe
+# Languages of the training data (VibeVoice-1.5B model card: "English and Chinese").
+LANGUAGES = ("en", "zh")
+_ARGMAX_ONLY = ("VibeVoice always takes the argmax for its language-model tokens (original model and transformers "
+                "VibeVoiceGenerationMixin._sample; checkpoint do_sample=False); its only randomness is the "
+                "diffusion noise, drawn from the row's seed")
 
 TINY_SHARED_COMPONENT = 0.2
 TINY_STOP_MARGIN = 0.12
@@ -148,10 +158,12 @@ class VibeVoiceOutputs:
         token_ids: per row, the generated LM token ids (``<audio>`` per frame, then ``<audio_eos>``/``<eos>`` when the
             row ended by itself; absent when it hit ``max_new_tokens``), int64 ``(num_steps,)``.
         audio_chunks: per row, float32 ``(samples_per_frame,)`` tensors, one per generated frame.
+        stop_reasons: per row, why it stopped (``MAX_NEW_TOKENS`` when it was still speaking at the cap).
     """
 
     token_ids: list = field(default_factory=list)
     audio_chunks: list = field(default_factory=list)
+    stop_reasons: list = field(default_factory=list)
 
 
 class _RowStreamingCache:
@@ -272,7 +284,18 @@ class VibeVoiceAdapter(TTSAdapter):
                               for s in _TOKENS_PER_CHAR_SAMPLES)
         head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
         generation_config = self.model.generation_config
-        self._default_cfg_scale = float(getattr(generation_config, "guidance_scale", None) or DEFAULT_CFG_SCALE)
+        defaults = GenerationDefaults.from_generation_config(
+            generation_config,
+            family_defaults={"cfg_scale": (DEFAULT_CFG_SCALE, "VibeVoice demo default (--cfg_scale 1.3)"),
+                             "max_new_tokens": (MAX_NEW_TOKENS_PER_SEGMENT,
+                                                "tts_app per-segment cap (80 s at 7.5 frames/s)")},
+            absent={"greedy": _ARGMAX_ONLY, "temperature": _ARGMAX_ONLY, "top_p": _ARGMAX_ONLY,
+                    "top_k": _ARGMAX_ONLY})
+        if defaults.max_new_tokens > MAX_NEW_TOKENS_PER_SEGMENT:
+            defaults = defaults.with_value(
+                "max_new_tokens", MAX_NEW_TOKENS_PER_SEGMENT,
+                f"{defaults.sources['max_new_tokens']}, capped to {MAX_NEW_TOKENS_PER_SEGMENT} per segment "
+                "(80 s at 7.5 frames/s; the checkpoint's value covers a whole podcast)")
         # The checkpoint's noise scheduler (diffusers class + config named in its generation config), built once:
         # importing diffusers takes seconds.
         self._noise_scheduler = self.model._build_default_noise_scheduler(generation_config)
@@ -280,18 +303,20 @@ class VibeVoiceAdapter(TTSAdapter):
                                         or DEFAULT_NUM_DIFFUSION_STEPS)
         # Fixed prompt positions besides the text and the reference frames (system prompt, headers, speaker tags).
         self._prompt_overhead = len(tokenizer(self._prompt("", num_frames=0), add_special_tokens=False)["input_ids"])
+        frames_per_second = feature_extractor.sampling_rate / hop
         return self._model_facts(
             sampling_rate=int(feature_extractor.sampling_rate),
             num_layers=int(text_config.num_hidden_layers),
             num_kv_heads=int(text_config.num_key_value_heads),
             head_dim=int(head_dim),
             cfg_multiplier=2,
-            frames_per_second=feature_extractor.sampling_rate / hop,
+            frames_per_second=frames_per_second,
             text_positions_per_char=tokens_per_char,
             reference_positions_per_second=feature_extractor.sampling_rate / hop,
-            default_max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
-            max_segment_chars=MAX_SEGMENT_CHARS,
-            has_cfg=True,
+            max_segment_chars=min(MAX_SEGMENT_CHARS, max_chars_for_speech_s(
+                defaults.max_new_tokens / frames_per_second, LANGUAGES)),
+            generation_defaults=defaults,
+            languages=LANGUAGES,
         )
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
@@ -449,18 +474,15 @@ class VibeVoiceAdapter(TTSAdapter):
             return []
         return [device.index if device.index is not None else torch.cuda.current_device()]
 
-    def _select_tokens(self, hidden, params: SynthesisParams, sampler, allowed):
-        """Next token per row ``(batch,)`` int64 from the LM head, restricted to ``allowed``; argmax when greedy, else
-        drawn by ``sampler`` (a ``RowSampler``: transformers' temperature / top-k / top-p warpers and the row's own
-        generator)."""
+    def _select_tokens(self, hidden, allowed):
+        """Next token per row ``(batch,)`` int64: the argmax of the LM head restricted to ``allowed``, always (as the
+        original model and transformers do; sampling the stop decision would end speech early)."""
         import torch
 
         logits = self.model.lm_head(hidden).float()  # (batch, vocab)
         scores = torch.full_like(logits, float("-inf"))
         scores[:, allowed] = logits[:, allowed]
-        if params.greedy:
-            return scores.argmax(dim=-1)
-        return sampler.sample(scores)
+        return scores.argmax(dim=-1)
 
     def _sample_latents(self, positive, negative, cfg_scale: float, generators, scheduler):
         """One acoustic latent per row ``(n, latent_size)`` by DPM-Solver with classifier-free guidance; the starting
@@ -484,9 +506,10 @@ class VibeVoiceAdapter(TTSAdapter):
     def generate(self, inputs: VibeVoiceInputs, params: SynthesisParams) -> VibeVoiceOutputs:
         """Decode until every row says ``<audio_eos>``/``<eos>`` or ``max_new_tokens`` frames are made.
 
-        Honours ``params.greedy`` (argmax) / temperature / top_k / top_p (LM token choice), ``cfg_scale``
-        (guidance of the diffusion head; default from the checkpoint's generation config, else 1.3),
-        ``max_new_tokens`` and ``use_cache`` (same tokens on or off). May raise ``torch.OutOfMemoryError``.
+        LM tokens are always the argmax (``greedy``, ``temperature``, ``top_k`` and ``top_p`` do not apply); the
+        diffusion noise comes from the row's seed. Honours ``cfg_scale`` (guidance of the diffusion head; default
+        from the checkpoint's generation config, else 1.3), ``max_new_tokens`` and ``use_cache`` (same tokens on or
+        off). May raise ``torch.OutOfMemoryError``.
         """
         import torch
 
@@ -495,11 +518,10 @@ class VibeVoiceAdapter(TTSAdapter):
         model, config = self.model, self.model.config
         batch_size = inputs.inputs_embeds.shape[0]
         max_new_tokens = self.max_new_tokens(params)
-        cfg_scale = params.cfg_scale if params.cfg_scale is not None else self._default_cfg_scale
+        cfg_scale = params.cfg_scale if params.cfg_scale is not None else self.facts.generation_defaults.cfg_scale
         device = inputs.inputs_embeds.device
-        # One random stream per row for its token draws AND its diffusion noise, in decode order.
-        sampler = RowSampler(inputs.seeds, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
-        generators = sampler.generators(device)
+        # One random stream per row for its diffusion noise, in decode order.
+        generators = RowSampler(inputs.seeds).generators(device)
         allowed = torch.tensor([config.audio_token_id, config.audio_eos_token_id, config.eos_token_id], device=device)
         scheduler = copy.deepcopy(self._noise_scheduler)
         language_model = model.model.language_model
@@ -517,7 +539,7 @@ class VibeVoiceAdapter(TTSAdapter):
             finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
             hidden = positive.forward()  # prefill: (batch, hidden)
             for step in range(max_new_tokens):
-                next_tokens = self._select_tokens(hidden, params, sampler, allowed)
+                next_tokens = self._select_tokens(hidden, allowed)
                 for i in (~finished).nonzero().flatten().tolist():
                     outputs.token_ids[i].append(int(next_tokens[i]))
                 active = ~finished & (next_tokens == config.audio_token_id)
@@ -543,7 +565,13 @@ class VibeVoiceAdapter(TTSAdapter):
                 negative.append(next_embeds, active)
                 hidden = positive.forward()
         outputs.token_ids = [torch.tensor(t, dtype=torch.long) for t in outputs.token_ids]
+        outputs.stop_reasons = [StopReason.END_OF_SPEECH if len(t) and int(t[-1]) != config.audio_token_id
+                                else StopReason.MAX_NEW_TOKENS for t in outputs.token_ids]
         return outputs
+
+    def stop_reasons(self, outputs: VibeVoiceOutputs, inputs: VibeVoiceInputs) -> list[StopReason]:
+        """``MAX_NEW_TOKENS`` for a row still making frames at the cap, else ``END_OF_SPEECH``."""
+        return list(outputs.stop_reasons)
 
     def postprocess(self, outputs: VibeVoiceOutputs, inputs: VibeVoiceInputs) -> list[np.ndarray]:
         """One float32 waveform ``(num_frames * 3200,)`` per row at ``facts.sampling_rate``, only that row's frames

@@ -44,7 +44,8 @@ from tts_app.engine.memory import (
     probe_for_device,
 )
 from tts_app.engine.scheduler import BatchCap, Scheduler, SegmentWork, expected_speech_s
-from tts_app.request import RequestStatus, SegmentTiming, SynthesisRequest, SynthesisResult
+from tts_app.request import (RequestStatus, SegmentTiming, StopReason, SynthesisParams, SynthesisRequest,
+                             SynthesisResult)
 
 logger = logging.getLogger(__name__)
 
@@ -162,10 +163,12 @@ class _RequestState:
     texts: list[str]
     pauses_after_ms: list[int]
     on_progress: Callable[[ProgressEvent], None] | None
+    params: SynthesisParams  # the request's knobs with the checkpoint defaults filled in (what runs)
     warnings: list[str] = field(default_factory=list)
     waves: list[np.ndarray | None] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
     generate_s: list[float] = field(default_factory=list)
+    stop_reasons: list[StopReason] = field(default_factory=list)
     num_done: int = 0
     finished: bool = False
     source_texts: list[str] = field(default_factory=list)  # what the user wrote, for timings and subtitles
@@ -183,6 +186,55 @@ def _prepare_text(text: str, *, supports_pinyin: bool, max_segment_chars: int, d
 
     return prepare_text(text, supports_pinyin=supports_pinyin, max_segment_chars=max_segment_chars,
                         default_pause_ms=default_pause_ms)
+
+
+# ISO 639-1 code -> language name in messages, for the languages the text front end tells apart.
+LANGUAGE_NAMES = {"en": "English", "zh": "Chinese"}
+
+
+def segment_languages(text: str) -> set[str]:
+    """Languages ("zh", "en") of the letters in ``text``: Chinese characters are "zh", Latin letters "en" (the text
+    front end's ``language_runs``); digits, punctuation and symbols alone count as no language."""
+    from tts_app.frontend.normalize import language_runs
+
+    return {lang for lang, run in language_runs(text, "en") if any(ch.isalpha() for ch in run)}
+
+
+def language_warnings(source_texts: list[str], languages: tuple[str, ...], model_name: str) -> list[str]:
+    """One warning per language of ``source_texts`` (segment texts, in order) that is not in ``languages`` (the
+    model's training languages), naming the segments (1-based) written in it.
+
+    Why a warning and not a refusal: the speech of an untrained language is unreliable (mispronounced or garbled)
+    but not always useless (an English sentence with one Chinese name still comes out mostly right), the language of
+    a mixed segment is a guess from its script, and refusing would fail whole job lines or requests the user may
+    still want. So the request runs and the result (UI, CLI, job line) says what to expect.
+    """
+    trained = set(languages)
+    found: dict[str, list[int]] = {}
+    for i, text in enumerate(source_texts):
+        for lang in sorted(segment_languages(text) - trained):
+            found.setdefault(lang, []).append(i + 1)
+    trained_names = " and ".join(f"{LANGUAGE_NAMES.get(code, code)} ({code})" for code in languages)
+    warnings = []
+    for lang, segments in found.items():
+        name = f"{LANGUAGE_NAMES.get(lang, lang)} ({lang})"
+        if len(segments) == len(source_texts):
+            where = "the text is"
+        elif len(segments) == 1:
+            where = f"segment {segments[0]} is"
+        else:
+            where = f"segments {', '.join(map(str, segments))} are"
+        language, first = LANGUAGE_NAMES.get(lang, lang), LANGUAGE_NAMES.get(languages[0], languages[0])
+        warnings.append(f"{where} in {name}, but {model_name} was trained on {trained_names} only: expect "
+                        f"mispronounced or garbled speech there. Use a model trained on {language}, or write that "
+                        f"text in {first}.")
+    return warnings
+
+
+def cap_warning(index: int, text: str, audio_s: float, max_new_tokens: int) -> str:
+    """The warning for segment ``index`` (0-based) cut at its ``max_new_tokens`` cap after ``audio_s`` s of audio."""
+    return (f"segment {index + 1} ({text[:40]!r}) hit the {round(audio_s, 1):g} s cap (max_new_tokens="
+            f"{max_new_tokens}) and was cut off; shorten it (max_segment_chars) or raise max_new_tokens")
 
 
 class Engine:
@@ -398,21 +450,25 @@ class Engine:
                 self._outcomes[RequestStatus.FAILED] += 1
             return handle
 
+        # Resolved once here: "not given" and "given as the default" then share batches, and the result records
+        # what really ran.
+        params = self.adapter.resolve(request.params)
+        warnings += language_warnings(source_texts, self.facts.languages, self.adapter.display_name)
         ref_s, ref_chars, max_new = self._row_context(request)
         now = time.monotonic()
         works: list[SegmentWork] = []
         for i, text in enumerate(texts):
             steps = max(1, min(max_new, math.ceil(expected_speech_s(text) * self.facts.frames_per_second)))
             works.append(SegmentWork(
-                request_id=request.request_id, index=i, text=text, seed=request.params.seed + i,
-                batch_key=request.params.batch_key(), priority=request.priority, expected_steps=steps,
+                request_id=request.request_id, index=i, text=text, seed=params.seed + i,
+                batch_key=params.batch_key(), priority=request.priority, expected_steps=steps,
                 row_positions=self._positions(len(text), ref_s, ref_chars, max_new), arrival_s=now,
             ))
         state = _RequestState(request=request, handle=handle, texts=texts, pauses_after_ms=pauses,
-                              on_progress=on_progress, warnings=warnings, waves=[None] * len(texts),
+                              on_progress=on_progress, params=params, warnings=warnings, waves=[None] * len(texts),
                               batch_sizes=[0] * len(texts), generate_s=[0.0] * len(texts),
-                              source_texts=source_texts, normalized_text=prepared.normalized_text,
-                              seeds=[w.seed for w in works])
+                              stop_reasons=[StopReason.END_OF_SPEECH] * len(texts), source_texts=source_texts,
+                              normalized_text=prepared.normalized_text, seeds=[w.seed for w in works])
         error = None
         with self._cv:
             budget = self._budget_bytes
@@ -489,17 +545,22 @@ class Engine:
     def _assemble(self, state: _RequestState) -> SynthesisResult:
         waves = [w for w in state.waves if w is not None]
         audio, spans = join_segments(waves, state.pauses_after_ms, self.sampling_rate)
+        max_new_tokens = state.params.max_new_tokens
         timings = [SegmentTiming(index=i, text=t, start_s=a, end_s=b, batch_size=state.batch_sizes[i],
-                                 generate_s=state.generate_s[i], seed=state.seeds[i], model_text=state.texts[i])
+                                 generate_s=state.generate_s[i], seed=state.seeds[i], model_text=state.texts[i],
+                                 stop_reason=state.stop_reasons[i], max_new_tokens=max_new_tokens)
                    for i, (t, (a, b)) in enumerate(zip(state.source_texts, spans))]
         warnings = list(state.warnings)
         for i, wave in enumerate(waves):
-            if wave.size == 0:
+            if state.stop_reasons[i] is StopReason.MAX_NEW_TOKENS:
+                audio_s = wave.size / self.sampling_rate if wave.size else max_new_tokens / self.facts.frames_per_second
+                warnings.append(cap_warning(i, state.source_texts[i], audio_s, max_new_tokens))
+            elif wave.size == 0:
                 warnings.append(f"segment {i + 1} ({state.source_texts[i][:40]!r}) produced no audio: the model ended "
                                 "speech at once; try another seed, sampling instead of greedy, or a longer segment")
         return SynthesisResult(request_id=state.request.request_id, status=RequestStatus.DONE, audio=audio,
                                sampling_rate=self.sampling_rate, segments=timings, warnings=warnings,
-                               normalized_text=state.normalized_text)
+                               normalized_text=state.normalized_text, effective_params=state.params)
 
     # -- worker --------------------------------------------------------------------------------------------------
     def _worker(self) -> None:
@@ -571,21 +632,26 @@ class Engine:
             raise make_simulated_oom(batch_size, f"simulate_oom_probability={cfg.simulate_oom_probability}")
         return self.adapter.generate(inputs, params)
 
-    def _run_batch(self, batch: list[SegmentWork], states: list[_RequestState]) -> tuple[list[np.ndarray], float]:
+    def _run_batch(self, batch: list[SegmentWork], states: list[_RequestState]
+                   ) -> tuple[list[np.ndarray], list[StopReason], float]:
+        """preprocess -> generate -> postprocess of one batch: (one waveform and one stop reason per row, seconds
+        of the generate call)."""
         rows = []
         for work, state in zip(batch, states):
             ref = state.request.reference_audio
             rows.append(AdapterRow(text=work.text, reference_audio=None if ref is None else ref.samples,
                                    reference_text=state.request.reference_text, seed=work.seed))
-        params = states[0].request.params.with_seed(batch[0].seed)  # knobs equal across the batch (batch_key)
+        params = states[0].params.with_seed(batch[0].seed)  # knobs equal across the batch (batch_key)
         inputs = self.adapter.preprocess(rows, params)
         t0 = time.perf_counter()
         outputs = self._generate(inputs, params, len(rows))
         generate_s = time.perf_counter() - t0
         waves = self.adapter.postprocess(outputs, inputs)
-        if len(waves) != len(rows):
-            raise RuntimeError(f"adapter returned {len(waves)} waveforms for {len(rows)} rows")
-        return [np.asarray(w, dtype=np.float32).reshape(-1) for w in waves], generate_s
+        reasons = list(self.adapter.stop_reasons(outputs, inputs))
+        if len(waves) != len(rows) or len(reasons) != len(rows):
+            raise RuntimeError(f"adapter returned {len(waves)} waveforms and {len(reasons)} stop reasons for "
+                               f"{len(rows)} rows")
+        return [np.asarray(w, dtype=np.float32).reshape(-1) for w in waves], reasons, generate_s
 
     def _probe_reading(self, name: str) -> int | None:
         reader = getattr(self.probe, name, None)  # optional probe methods (older/custom probes may lack them)
@@ -610,10 +676,11 @@ class Engine:
         oom = False
         error: str | None = None
         waves: list[np.ndarray] = []
+        reasons: list[StopReason] = []
         generate_s = 0.0
         allocated_before, peak_before = self._probe_reading("allocated_bytes"), self._probe_reading("peak_bytes")
         try:
-            waves, generate_s = self._run_batch(batch, states)
+            waves, reasons, generate_s = self._run_batch(batch, states)
         except Exception as exc:  # noqa: BLE001 - the worker must survive any batch
             if is_out_of_memory(exc):
                 oom = True
@@ -666,10 +733,11 @@ class Engine:
                 self.batch_cap.on_success(len(batch))
                 self._calibrate(batch, allocated_before, peak_before)
                 touched: dict[str, _RequestState] = {}
-                for (w, s), wave in zip(zip(batch, states), waves):
+                for (w, s), wave, reason in zip(zip(batch, states), waves, reasons):
                     if s.finished:
                         continue
                     s.waves[w.index] = wave
+                    s.stop_reasons[w.index] = reason
                     s.batch_sizes[w.index] = len(batch)
                     s.generate_s[w.index] = generate_s
                     s.num_done += 1

@@ -1,0 +1,79 @@
+"""GenerationDefaults: the checkpoint's generation config first, documented family defaults second, each with its
+source; ``resolve`` fills the knobs a request leaves out."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import GenerationConfig
+
+from tts_app.adapters.base import SOURCE_CHECKPOINT, GenerationDefaults
+from tts_app.engine.scheduler import CJK_CHAR_S, OTHER_CHAR_S, max_chars_for_speech_s
+from tts_app.errors import InputError
+from tts_app.request import SynthesisParams
+
+FAMILY = {"greedy": (False, "family doc"), "temperature": (0.9, "family doc"), "top_p": (1.0, "family doc"),
+          "top_k": (50, "family doc"), "max_new_tokens": (300, "family cap")}
+
+
+def test_checkpoint_values_win_and_name_their_key():
+    config = GenerationConfig(do_sample=True, temperature=1.8, top_k=45, guidance_scale=3.0, max_new_tokens=125)
+    defaults = GenerationDefaults.from_generation_config(config, family_defaults={**FAMILY,
+                                                                                   "cfg_scale": (1.5, "doc")})
+    assert (defaults.greedy, defaults.temperature, defaults.top_k, defaults.cfg_scale, defaults.max_new_tokens) == (
+        False, 1.8, 45, 3.0, 125)
+    assert defaults.sources["temperature"] == f"{SOURCE_CHECKPOINT} (temperature=1.8)"
+    assert defaults.sources["greedy"] == f"{SOURCE_CHECKPOINT} (do_sample=True)"
+    assert defaults.sources["cfg_scale"] == f"{SOURCE_CHECKPOINT} (guidance_scale=3.0)"
+    # not in the checkpoint: the family default and its documented source
+    assert defaults.top_p == 1.0 and defaults.sources["top_p"] == "family doc"
+
+
+def test_a_knob_the_family_lacks_is_none_even_if_the_checkpoint_sets_it():
+    config = GenerationConfig(guidance_scale=2.0, do_sample=False)
+    defaults = GenerationDefaults.from_generation_config(config, family_defaults=FAMILY,
+                                                         absent={"cfg_scale": "no guidance in this family"})
+    assert defaults.cfg_scale is None and defaults.sources["cfg_scale"] == "no guidance in this family"
+    assert defaults.greedy is True  # do_sample=False
+    assert defaults.ras_win_len is None
+
+
+def test_max_new_tokens_needs_a_source():
+    with pytest.raises(KeyError, match="max_new_tokens"):
+        GenerationDefaults.from_generation_config(GenerationConfig(), family_defaults={})
+
+
+def test_resolve_fills_only_what_the_request_left_out_and_drops_absent_knobs():
+    defaults = GenerationDefaults(greedy=False, temperature=0.9, top_p=1.0, top_k=50, cfg_scale=None,
+                                  max_new_tokens=125)
+    resolved = defaults.resolve(SynthesisParams(seed=4, top_k=7, cfg_scale=2.0, use_cache=False))
+    assert (resolved.greedy, resolved.temperature, resolved.top_p, resolved.top_k, resolved.max_new_tokens) == (
+        False, 0.9, 1.0, 7, 125)
+    assert resolved.cfg_scale is None  # the family has no guidance: what runs has none
+    assert resolved.seed == 4 and resolved.use_cache is False
+    assert defaults.resolve(resolved) == resolved  # idempotent
+    # a given False/0-like value is kept, never replaced by the default
+    assert defaults.resolve(SynthesisParams(greedy=True)).greedy is True
+
+
+def test_resolve_refuses_a_bad_checkpoint_value_with_the_projects_error():
+    bad = GenerationDefaults(greedy=False, temperature=0.0, top_p=1.0, top_k=50, cfg_scale=None, max_new_tokens=10)
+    with pytest.raises(InputError, match="temperature"):
+        bad.resolve(SynthesisParams())
+
+
+def test_with_value_records_the_new_source():
+    defaults = GenerationDefaults(greedy=True, temperature=None, top_p=None, top_k=None, cfg_scale=1.3,
+                                  max_new_tokens=40500, sources={"max_new_tokens": "checkpoint"})
+    capped = defaults.with_value("max_new_tokens", 600, "capped per segment")
+    assert capped.max_new_tokens == 600 and capped.sources["max_new_tokens"] == "capped per segment"
+    assert defaults.max_new_tokens == 40500
+
+
+def test_segment_length_from_the_cap_fits_the_slowest_language():
+    # 10 s cap, English only: 0.7 x 10 s at 15 characters/s
+    assert max_chars_for_speech_s(10.0, ("en",)) == int(10.0 * 0.7 / OTHER_CHAR_S) == 105
+    # with Chinese the slower rate decides
+    assert max_chars_for_speech_s(10.0, ("en", "zh")) == int(10.0 * 0.7 / CJK_CHAR_S) == 31
+    assert max_chars_for_speech_s(0.5, ("en",)) == 8  # never below the front end's floor
+    with pytest.raises(ValueError):
+        max_chars_for_speech_s(10.0, ())
