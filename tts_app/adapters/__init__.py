@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from tts_app.config import ModelConfig
 from tts_app.errors import ModelLoadError
 
 # family name -> (module, class name, transformers model_type values)
@@ -89,7 +90,7 @@ def resolve_dtype(dtype: str, device: str) -> str:
     return "bfloat16" if device.startswith("cuda") else "float32"
 
 
-def load_adapter(id_or_path: str | Path, *, device: str = "auto", dtype: str = "auto"):
+def load_adapter(id_or_path: str | Path, *, device: str = ModelConfig.device, dtype: str = ModelConfig.dtype):
     """Load a checkpoint (hub id or local folder) into its family's adapter.
 
     Raises:
