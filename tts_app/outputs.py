@@ -7,16 +7,18 @@ Sidecar fields (``schema_version`` 1):
 - ``app``: ``name``, ``version``; ``entry_point``: "web" (UI and its API), "synth" or "job"; ``created_utc``;
   ``request_id``.
 - ``model``: ``id``, ``revision`` (hub commit or null), ``checkpoint_sha256``, ``family``, ``dtype``, ``device``,
-  ``num_parameters`` (``tts_app.runtime.ModelInfo``).
-- ``generation``: every effective generation setting after resolving defaults (``seed`` is the base seed);
-  ``generation_sources``: where each value came from ("request", or the default's source).
+  ``num_parameters`` (``tts_app.runtime.ModelInfo``), ``languages`` it was trained on.
+- ``generation``: every effective generation setting after resolving defaults (``seed`` is the base seed; a knob
+  the family lacks is null); ``generation_sources``: where each value came from ("request", or the default's
+  source, e.g. "checkpoint generation_config (temperature=1.8)", or why the family has no such knob).
 - ``requested``: the request's ``SynthesisParams`` as given (null = not given).
 - ``engine``: ``max_batch_size``, ``memory_budget_bytes`` at the time.
 - ``reference``: ``name``, ``sha256`` of the file as given, ``cleaned_duration_s``, ``sampling_rate``, ``cropped``,
   ``warnings``, ``text`` (the transcript given, or null); null when no reference audio was used.
 - ``text``: ``input`` (as typed) and ``normalized`` (after the front end).
 - ``segments``: per segment ``index``, ``text`` (normalised source), ``model_text`` (as the model got it),
-  ``seed``, ``start_s``, ``end_s``, ``batch_size``, ``generate_s``.
+  ``seed``, ``start_s``, ``end_s``, ``batch_size``, ``generate_s``, ``max_new_tokens`` (its cap) and
+  ``stop_reason`` ("end_of_speech", or "max_new_tokens" when it was cut at the cap).
 - ``audio``: ``file`` (name, next to the sidecar), ``sha256`` of its bytes, ``sampling_rate``, ``num_samples``,
   ``duration_s``, ``format``.
 - ``warnings``: everything the user was told (reference, front end, engine, caller's own).
@@ -59,28 +61,48 @@ def metadata_path(audio_path: str | Path) -> Path:
     return Path(audio_path).with_suffix(".json")
 
 
-def generation_settings(facts: ModelFacts, params: SynthesisParams) -> tuple[dict[str, Any], dict[str, str]]:
-    """(effective settings, source of each) for a request on a model: a value the request gives wins, else the
-    model's default (``ModelFacts``), else ``SynthesisParams``' own default."""
+#: ``generation_sources`` value of a setting the request gave itself
+SOURCE_REQUEST = "request"
+
+
+def generation_settings(facts: ModelFacts, requested: SynthesisParams, effective: SynthesisParams | None
+                        ) -> tuple[dict[str, Any], dict[str, str]]:
+    """(every effective generation setting, where each came from) for one request on a model.
+
+    Args:
+        facts: the model's ``ModelFacts`` (``generation_defaults`` and its ``sources``).
+        requested: the request's params as given (None = not given).
+        effective: what ran (``SynthesisResult.effective_params``: ``requested`` resolved against the checkpoint's
+            defaults); None falls back to resolving ``requested`` here.
+
+    A knob the family does not have is null, its source says why. ``max_segment_chars`` not given is the model's
+    segment length (``ModelFacts.max_segment_chars``).
+    """
+    defaults = facts.generation_defaults
+    if effective is None:
+        effective = defaults.resolve(requested)
     settings: dict[str, Any] = {}
     sources: dict[str, str] = {}
-
-    def put(name: str, value: Any, source: str) -> None:
-        settings[name] = value
-        sources[name] = source
-
-    put("seed", params.seed, "request")
-    put("greedy", params.greedy, "request")
-    put("use_cache", params.use_cache, "request")
-    for name in ("temperature", "top_p", "top_k", "cfg_scale"):
-        value = getattr(params, name)
-        put(name, value, "request" if value is not None else "model default")
-    put("max_new_tokens", params.max_new_tokens if params.max_new_tokens is not None else facts.default_max_new_tokens,
-        "request" if params.max_new_tokens is not None else "model default")
-    put("max_segment_chars",
-        params.max_segment_chars if params.max_segment_chars is not None else facts.max_segment_chars,
-        "request" if params.max_segment_chars is not None else "model default")
-    put("pause_between_segments_ms", params.pause_between_segments_ms, "request")
+    for name in ("seed", "greedy", "temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens",
+                 "ras_win_len", "ras_win_max_num_repeat", "use_cache", "max_segment_chars",
+                 "pause_between_segments_ms"):
+        if name in ("ras_win_len", "ras_win_max_num_repeat"):  # not request knobs: the checkpoint's, if any
+            settings[name] = getattr(defaults, name)
+            sources[name] = defaults.sources.get(name, "not used by this model")
+            continue
+        given = getattr(requested, name)
+        value = getattr(effective, name)
+        if name == "max_segment_chars" and value is None:
+            value, source = facts.max_segment_chars, "model default (fits its max_new_tokens cap)"
+        elif name in ("seed", "use_cache", "pause_between_segments_ms"):
+            source = SOURCE_REQUEST  # always set by the caller (dataclass defaults: seed 0, cache on, 200 ms)
+        elif value is None:
+            source = defaults.sources.get(name, "not used by this model")
+        elif given is not None:
+            source = SOURCE_REQUEST
+        else:
+            source = defaults.sources.get(name, "model default")
+        settings[name], sources[name] = value, source
     return settings, sources
 
 
@@ -100,7 +122,7 @@ def output_metadata(runtime: Runtime, request: SynthesisRequest, result: Synthes
     from tts_app import __version__
 
     engine = runtime.engine
-    settings, sources = generation_settings(engine.facts, request.params)
+    settings, sources = generation_settings(engine.facts, request.params, result.effective_params)
     stats = engine.stats()
     reference_block = None
     if reference is not None:
@@ -112,7 +134,7 @@ def output_metadata(runtime: Runtime, request: SynthesisRequest, result: Synthes
         "entry_point": entry_point,
         "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "request_id": result.request_id,
-        "model": runtime.model.to_dict(),
+        "model": {**runtime.model.to_dict(), "languages": list(engine.facts.languages)},
         "generation": settings,
         "generation_sources": sources,
         "requested": dataclasses.asdict(request.params),
@@ -121,7 +143,8 @@ def output_metadata(runtime: Runtime, request: SynthesisRequest, result: Synthes
         "text": {"input": request.text, "normalized": result.normalized_text},
         "segments": [{"index": s.index, "text": s.text, "model_text": s.model_text, "seed": s.seed,
                       "start_s": round(s.start_s, 4), "end_s": round(s.end_s, 4), "batch_size": s.batch_size,
-                      "generate_s": round(s.generate_s, 4)} for s in result.segments],
+                      "generate_s": round(s.generate_s, 4), "max_new_tokens": s.max_new_tokens,
+                      "stop_reason": s.stop_reason.value} for s in result.segments],
         "warnings": list(dict.fromkeys(all_warnings)),  # in order, each once
     }
     if extra:

@@ -65,6 +65,27 @@ def test_single_synthesis_in_the_browser(page, data_dir):
     page.screenshot(path=str(SHOTS / "single.png"), full_page=True)
 
 
+def test_settings_start_at_the_model_defaults_and_reset_to_them(page):
+    page.get_by_role("tab", name="Single synthesis").click()
+    page.locator("#settings button").first.click()
+    cfg = page.locator("#cfg-scale input[type=number]")
+    cfg.wait_for(timeout=30_000)
+    assert float(cfg.input_value()) == 1.3  # the tiny VibeVoice checkpoint's guidance_scale
+    assert page.locator("#model-languages").inner_text().strip().endswith("en, zh")
+    assert "i18n" not in page.locator("#model-status").inner_text()
+    # VibeVoice takes the argmax for its tokens: no sampling knobs to show
+    for knob in ("#temperature", "#top-p", "#top-k", "#greedy"):
+        assert page.locator(knob).count() == 0 or not page.locator(knob).first.is_visible(), knob
+    cfg.fill("2.5")
+    cfg.press("Enter")
+    page.wait_for_timeout(300)
+    assert float(cfg.input_value()) == 2.5
+    page.locator("#reset-defaults").click()
+    page.wait_for_function("() => document.querySelector('#cfg-scale input[type=number]').value === '1.3'",
+                           timeout=10_000)
+    page.screenshot(path=str(SHOTS / "settings.png"), full_page=True)
+
+
 def test_batch_tab_runs_three_lines(page, data_dir, tmp_path):
     shutil.copy(data_dir / "en_female_1.wav", tmp_path / "voice.wav")
     lines = [{"input_text": t, "prompt_audio": "voice.wav", "output_name": f"line{i}"}

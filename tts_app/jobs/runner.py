@@ -520,13 +520,12 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
 
 
 def _unsupported_knobs(facts: ModelFacts, line: JobLine) -> list[str]:
-    """Warnings for per-line knobs the loaded model does not have (they are ignored, not an error)."""
-    out = []
-    if "cfg_scale" in line.params and not facts.has_cfg:
-        out.append(f"cfg_scale ignored: the {facts.family} model has no classifier-free guidance")
-    if "top_k" in line.params and not facts.has_top_k:
-        out.append(f"top_k ignored: the {facts.family} model has no top-k sampling")
-    return out
+    """Warnings for per-line knobs the loaded model does not have (ignored, not an error), with the reason
+    (``GenerationDefaults.sources``)."""
+    defaults = facts.generation_defaults
+    return [f"{name} ignored: the {facts.family} model has no such setting ({defaults.sources.get(name, 'absent')})"
+            for name in ("greedy", "temperature", "top_p", "top_k", "cfg_scale")
+            if name in line.params and getattr(defaults, name) is None]
 
 
 def _submit_line(run: _JobRun, line: JobLine, params: SynthesisParams, default_reference: PreparedReference | None,

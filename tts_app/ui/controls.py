@@ -1,10 +1,12 @@
 """The generation controls of the Single tab, built from the loaded model's defaults. No gradio import.
 
-``generation_controls(facts)`` says, per knob, its default (the model's), its range and whether the family has it;
-the layout builds its widgets from it and the "reset to model defaults" button restores those values.
-``params_from_controls`` turns widget values back into ``SynthesisParams``: a value equal to the model's default (an
-untouched control, or one put back) is sent as "not given" (None), so the request runs exactly as ``synth`` and a
-JSONL line without that field do, and the sidecar names the checkpoint as the value's source.
+``generation_controls(facts)`` says, per knob, its default (the loaded checkpoint's, from
+``ModelFacts.generation_defaults``: its generation config, else the family's documented default), its range and
+whether the family has it at all; the layout builds its widgets from it, hides the knobs the family lacks, and the
+"reset to model defaults" button restores the defaults. ``params_from_controls`` turns widget values back into
+``SynthesisParams``: a value equal to the model's default (an untouched control, or one put back) is sent as "not
+given" (None), so the request runs exactly as ``synth`` and a JSONL line that leave the knob out, and the sidecar
+names the checkpoint as the value's source.
 """
 
 from __future__ import annotations
@@ -13,13 +15,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tts_app.config import MIN_MAX_SEGMENT_CHARS, FrontendConfig
+from tts_app.config import DEFAULT_MAX_SEGMENT_CHARS, MIN_MAX_SEGMENT_CHARS, FrontendConfig
 from tts_app.errors import ConfigError, InputError
 from tts_app.request import SynthesisParams
 
-# Shown when no model is loaded (the page then only explains how to load one); values are never sent.
-_NO_MODEL = {"temperature": 1.0, "top_p": 1.0, "top_k": 50, "cfg_scale": 1.0, "max_new_tokens": 1,
-             "max_segment_chars": 200}
+#: knobs that only matter when sampling (dropped from a greedy request)
+SAMPLING_KNOBS = ("temperature", "top_p", "top_k")
 
 
 @dataclass(frozen=True)
@@ -28,10 +29,11 @@ class Control:
 
     Attributes:
         name: the ``SynthesisParams`` field it sets.
-        default: the model's value (what "not given" runs with); None = the model applies none (e.g. no top-k).
-        visible: the family has this knob.
-        minimum, maximum, step: widget range.
+        default: the model's value (what "not given" runs with).
+        visible: the family has this knob (a hidden control is never sent).
+        minimum, maximum, step: widget range (sliders); unused for the greedy checkbox.
         integer: whole numbers only.
+        source: where the default comes from (``GenerationDefaults.sources``), shown as the widget's info.
     """
 
     name: str
@@ -41,62 +43,58 @@ class Control:
     maximum: float = 1.0
     step: float = 1.0
     integer: bool = False
+    source: str = ""
 
 
 def generation_controls(facts) -> dict[str, Control]:
-    """Controls for a model (``ModelFacts``), or placeholders when ``facts`` is None (no model loaded)."""
+    """Controls for a loaded model (``ModelFacts``) in display order; None (no model loaded) gives every control
+    hidden (the page then only explains how to load a model)."""
+    pause = FrontendConfig.default_pause_ms
     if facts is None:
-        d = _NO_MODEL
-        return {
-            "temperature": Control("temperature", d["temperature"], True, 0.05, 2.0, 0.05),
-            "top_p": Control("top_p", d["top_p"], True, 0.05, 1.0, 0.05),
-            "top_k": Control("top_k", d["top_k"], True, 1, 200, 1, integer=True),
-            "cfg_scale": Control("cfg_scale", d["cfg_scale"], True, 1.0, 5.0, 0.1),
-            "max_new_tokens": Control("max_new_tokens", d["max_new_tokens"], True, 1, 10_000, 1, integer=True),
-            "max_segment_chars": Control("max_segment_chars", d["max_segment_chars"], True, MIN_MAX_SEGMENT_CHARS,
-                                         1000, 1, integer=True),
-            "pause_between_segments_ms": Control("pause_between_segments_ms", FrontendConfig.default_pause_ms,
-                                                 True, 0, 2000, 50, integer=True),
-        }
-    defaults = model_defaults(facts)
+        return {name: Control(name, default, visible=False, integer=isinstance(default, int))
+                for name, default in (("greedy", False), ("temperature", 1.0), ("top_p", 1.0), ("top_k", 50),
+                                      ("cfg_scale", 1.0), ("max_new_tokens", 1),
+                                      ("max_segment_chars", DEFAULT_MAX_SEGMENT_CHARS),
+                                      ("pause_between_segments_ms", pause))}
+    d = facts.generation_defaults
+    src = d.sources
+
+    def knob(name: str, minimum: float, maximum: float, step: float, integer: bool = False) -> Control:
+        value = getattr(d, name)
+        if value is None:  # the family has no such knob: hidden, never sent
+            return Control(name, None, False, minimum, maximum, step, integer, src.get(name, ""))
+        return Control(name, value, True, minimum, max(maximum, value), step, integer, src.get(name, ""))
+
     return {
-        "temperature": Control("temperature", defaults["temperature"], True, 0.05, max(2.0, defaults["temperature"]),
-                               0.05),
-        "top_p": Control("top_p", defaults["top_p"], True, 0.05, 1.0, 0.05),
-        "top_k": Control("top_k", defaults["top_k"], bool(facts.has_top_k), 1, max(200, defaults["top_k"] or 0), 1, integer=True),
-        "cfg_scale": Control("cfg_scale", defaults["cfg_scale"], bool(facts.has_cfg), 1.0,
-                             max(5.0, defaults["cfg_scale"] or 0), 0.1),
-        "max_new_tokens": Control("max_new_tokens", facts.default_max_new_tokens, True, 1,
-                                  max(10_000, facts.default_max_new_tokens), 1, integer=True),
+        "greedy": Control("greedy", d.greedy, d.greedy is not None, source=src.get("greedy", "")),
+        "temperature": knob("temperature", 0.05, 2.0, 0.05),
+        "top_p": knob("top_p", 0.05, 1.0, 0.01),
+        "top_k": knob("top_k", 1, 200, 1, integer=True),
+        "cfg_scale": knob("cfg_scale", 1.0, 5.0, 0.05),
+        "max_new_tokens": knob("max_new_tokens", 1, 4 * d.max_new_tokens, 1, integer=True),
         "max_segment_chars": Control("max_segment_chars", facts.max_segment_chars, True, MIN_MAX_SEGMENT_CHARS,
-                                     max(1000, facts.max_segment_chars), 1, integer=True),
-        "pause_between_segments_ms": Control("pause_between_segments_ms", FrontendConfig.default_pause_ms, True, 0,
-                                             2000, 50, integer=True),
+                                     max(1000, facts.max_segment_chars), 1, True,
+                                     "model default (fits its max_new_tokens cap)"),
+        "pause_between_segments_ms": Control("pause_between_segments_ms", pause, True, 0, 2000, 50, True,
+                                             "app default"),
     }
 
 
-def model_defaults(facts) -> dict[str, Any]:
-    """The model's sampling defaults: temperature, top_p, top_k, cfg_scale."""
-    return {"temperature": 1.0, "top_p": 1.0, "top_k": 50 if facts.has_top_k else None,
-            "cfg_scale": 1.3 if facts.has_cfg else None}
+def _same(value: Any, control: Control) -> bool:
+    """True when a widget value is the control's default (numbers within half a widget step: sliders round)."""
+    if isinstance(control.default, bool) or isinstance(value, bool):
+        return bool(value) == bool(control.default)
+    return math.isclose(float(value), float(control.default), abs_tol=control.step / 2)
 
 
-def _same(value: Any, default: Any, step: float) -> bool:
-    """True when a widget value is the default (floats within half a widget step: sliders round)."""
-    if default is None or value is None:
-        return value is None and default is None
-    return math.isclose(float(value), float(default), abs_tol=step / 2)
-
-
-def params_from_controls(facts, *, seed: int, greedy: bool, use_cache: bool, values: dict[str, Any]
-                         ) -> SynthesisParams:
-    """``SynthesisParams`` from widget values: None or the model's default -> not given; knobs the family lacks are
-    dropped; sampling knobs are dropped under greedy decoding.
+def params_from_controls(facts, *, seed: int, use_cache: bool, values: dict[str, Any]) -> SynthesisParams:
+    """``SynthesisParams`` from widget values: a value left out, None or equal to the model's default -> not given;
+    knobs the family lacks are dropped; sampling knobs are dropped when greedy decoding is chosen.
 
     Args:
         facts: the loaded model's ``ModelFacts``.
-        seed, greedy, use_cache: as in ``SynthesisParams``.
-        values: control name -> widget value (names of ``generation_controls``).
+        seed, use_cache: as in ``SynthesisParams``.
+        values: control name (``generation_controls``) -> widget value.
 
     Raises:
         InputError: a value ``SynthesisParams`` refuses, naming the control.
@@ -105,12 +103,17 @@ def params_from_controls(facts, *, seed: int, greedy: bool, use_cache: bool, val
     given: dict[str, Any] = {}
     for name, control in controls.items():
         value = values.get(name)
-        if value is None or not control.visible or _same(value, control.default, control.step):
+        if value is None or not control.visible or _same(value, control):
             continue
-        if greedy and name in ("temperature", "top_p", "top_k"):
-            continue
-        given[name] = int(round(value)) if control.integer else float(value)
+        if name == "greedy":
+            given[name] = bool(value)
+        else:
+            given[name] = int(round(value)) if control.integer else float(value)
+    greedy = given.get("greedy", controls["greedy"].default)
+    if greedy:
+        for name in SAMPLING_KNOBS:
+            given.pop(name, None)
     try:
-        return SynthesisParams(seed=int(seed), greedy=bool(greedy), use_cache=bool(use_cache), **given)
+        return SynthesisParams(seed=int(seed), use_cache=bool(use_cache), **given)
     except ConfigError as exc:
         raise InputError(str(exc)) from None

@@ -17,7 +17,7 @@ import gradio as gr
 from tts_app.audio.post import write_wav_atomic
 from tts_app.errors import TTSAppError
 from tts_app.monitor import GIB, read_memory
-from tts_app.request import Priority, SynthesisParams, SynthesisRequest
+from tts_app.request import Priority, SynthesisRequest
 from tts_app.ui.context import AppContext
 from tts_app.ui.texts import pick_language, preview_label, server_text
 
@@ -166,7 +166,7 @@ def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None
 
 
 def synthesize(ctx: AppContext, reference_audio: str | None, text: str, reference_text: str | None = None,
-               seed: int | None = 0, randomize_seed: bool = False, greedy: bool = False,
+               seed: int | None = 0, randomize_seed: bool = False, greedy: bool | None = None,
                temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
                cfg_scale: float | None = None, max_new_tokens: int | None = None,
                max_segment_chars: int | None = None, pause_ms: int | None = None, use_cache: bool = True,
@@ -196,8 +196,9 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     if max_batch_size:
         engine.set_max_batch_size(int(max_batch_size))
     try:
-        params = params_from_controls(engine.facts, seed=seed, greedy=bool(greedy), use_cache=bool(use_cache),
-                                      values={"temperature": temperature, "top_p": top_p, "top_k": top_k,
+        params = params_from_controls(engine.facts, seed=seed, use_cache=bool(use_cache),
+                                      values={"greedy": greedy, "temperature": temperature, "top_p": top_p,
+                                              "top_k": top_k,
                                               "cfg_scale": cfg_scale, "max_new_tokens": max_new_tokens,
                                               "max_segment_chars": max_segment_chars,
                                               "pause_between_segments_ms": pause_ms})
@@ -223,7 +224,8 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     if not result.ok:
         raise gr.Error(server_text(lang, "synthesis_failed", seed=seed, error=result.error), duration=None)
     if result.audio.size == 0:
-        raise gr.Error(server_text(lang, "no_audio_greedy" if greedy else "no_audio_sampling", seed=seed),
+        ran_greedy = result.effective_params is not None and result.effective_params.greedy is not False
+        raise gr.Error(server_text(lang, "no_audio_greedy" if ran_greedy else "no_audio_sampling", seed=seed),
                        duration=None)
     for w in result.warnings:
         gr.Warning(w)
@@ -262,7 +264,8 @@ def validate_job(ctx: AppContext, jsonl_file: str | None, audio_zip: str | None 
 
 
 def run_job(ctx: AppContext, jsonl_file: str | None, audio_zip: str | None = None, default_voice: str | None = None,
-            max_batch_size: int | None = None, use_cache: bool = True, greedy: bool = False, seed: int | None = 0,
+            max_batch_size: int | None = None, use_cache: bool = True, greedy: bool | None = None,
+            seed: int | None = 0,
             request: gr.Request = None, progress=gr.Progress()):
     """Run a JSONL job -> (summary text, results table [line, output_name, status, error, duration_s], ZIP path).
 
@@ -271,6 +274,7 @@ def run_job(ctx: AppContext, jsonl_file: str | None, audio_zip: str | None = Non
     Lines are streamed to the shared engine, so several users' jobs (and single requests) share batches."""
     from tts_app.jobs.runner import make_results_zip, read_results
     from tts_app.jobs.runner import run_job as _run
+    from tts_app.ui.controls import params_from_controls
 
     lang = _lang(ctx, request)
     engine = _engine(ctx)
@@ -289,7 +293,8 @@ def run_job(ctx: AppContext, jsonl_file: str | None, audio_zip: str | None = Non
 
     ctx.running_jobs.add(session)
     try:
-        params = SynthesisParams(seed=int(seed or 0), greedy=bool(greedy), use_cache=bool(use_cache))
+        params = params_from_controls(engine.facts, seed=int(seed or 0), use_cache=bool(use_cache),
+                                      values={"greedy": greedy})  # the model's own choice unless changed
         summary = _run(Path(jsonl_file), out_dir, ctx.runtime, audio_dir=audio_zip or None, progress=on_progress,
                        cancel_event=cancel, params=params, default_voice=default_voice or None)
     except TTSAppError as exc:

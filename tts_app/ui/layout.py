@@ -36,8 +36,10 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         if ctx.load_error:
             gr.Markdown(f"### ⚠ {ctx.load_error}", elem_id="load-error")
         else:
+            # one translated key per Markdown: gradio translates a string's leading i18n token only
             gr.Markdown(f"{i18n('model_status')}: `{ctx.model_config.model_id}` · {facts.family} · "
                         f"{facts.sampling_rate} Hz", elem_id="model-status")
+            gr.Markdown(f"{i18n('languages')}: {', '.join(facts.languages)}", elem_id="model-languages")
 
         with gr.Tab(i18n("tab_single"), id="single"):
             with gr.Row():
@@ -58,12 +60,13 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                                                  show_legend=True, elem_id="preview")
                     preview_notes = gr.Markdown(label=i18n("preview_warnings"), elem_id="preview-notes")
             controls = generation_controls(facts)
-            with gr.Accordion(i18n("settings"), open=False):
+            with gr.Accordion(i18n("settings"), open=False, elem_id="settings"):
                 gr.Markdown(i18n("settings_note"))
                 with gr.Row():
                     seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="seed")
                     randomize = gr.Checkbox(value=False, label=i18n("randomize_seed"))
-                    greedy = gr.Checkbox(value=False, label=i18n("greedy"), elem_id="greedy")
+                    greedy = gr.Checkbox(value=bool(controls["greedy"].default), label=i18n("greedy"),
+                                         visible=controls["greedy"].visible, elem_id="greedy")
                     use_cache = gr.Checkbox(value=True, label=i18n("use_cache"))
                 with gr.Row():
                     knobs = {name: _control_widget(c, i18n) for name, c in controls.items()
@@ -126,8 +129,8 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                         use_cache, max_batch],
                        [out_audio, srt_file, metadata_file, timings, used_seed], api_name="synthesize",
                        **MODEL_CONCURRENCY)
-        reset.click(lambda: [controls[n].default for n in knob_order], None, [knobs[n] for n in knob_order],
-                    queue=False, api_visibility="private")
+        reset.click(lambda: [bool(controls["greedy"].default)] + [controls[n].default for n in knob_order], None,
+                    [greedy] + [knobs[n] for n in knob_order], queue=False, api_visibility="private")
         validate_btn.click(_wrap(handlers.validate_job, ctx), [jsonl, audio_zip, default_voice],
                            [validation, job_status],
                            api_name="validate_job")
@@ -162,8 +165,9 @@ def _wrap(fn, ctx: AppContext):
 
 def _control_widget(control: Control, i18n: gr.I18n):
     """A slider for one generation control, starting at the model's default; hidden when the family lacks it."""
-    return gr.Slider(control.minimum, control.maximum, value=control.default, step=control.step,
-                     label=i18n(control.name), visible=control.visible, elem_id=control.name.replace("_", "-"))
+    value = control.default if control.default is not None else control.minimum  # hidden: never sent
+    return gr.Slider(control.minimum, control.maximum, value=value, step=control.step, label=i18n(control.name),
+                     visible=control.visible, elem_id=control.name.replace("_", "-"))
 
 
 #: API names of outputs whose interface text key reads badly as a name

@@ -54,6 +54,7 @@ EN: dict[str, str] = {
     "memory_summary": "Device memory",
     "memory_plot": "Memory use over the last minutes (OOM events marked)",
     "model_status": "Model",
+    "languages": "Languages the model was trained on (other text gets a warning)",
 }
 
 ZH: dict[str, str] = {
@@ -106,6 +107,7 @@ ZH: dict[str, str] = {
     "memory_summary": "设备内存",
     "memory_plot": "最近几分钟的内存占用（标出 OOM 事件）",
     "model_status": "模型",
+    "languages": "模型训练所用的语言（其他语言的文本会收到提示）",
 }
 
 assert EN.keys() == ZH.keys()  # a missing translation is a programming error, caught at import

@@ -1,0 +1,63 @@
+"""The Single tab's controls start at the loaded model's defaults and send "not given" for untouched ones."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tests.fakes import FAKE_GENERATION_DEFAULTS, fake_facts
+from tts_app.errors import InputError
+from tts_app.request import SynthesisParams
+from tts_app.ui.controls import generation_controls, params_from_controls
+
+# Dia's real generation config (nari-labs/Dia-1.6B-0626): do_sample, temperature 1.8, top_p 0.9, top_k 45, CFG 3.0
+DIA_LIKE = fake_facts(generation_defaults=replace(
+    FAKE_GENERATION_DEFAULTS, greedy=False, temperature=1.8, top_p=0.9, top_k=45, cfg_scale=3.0, max_new_tokens=3072,
+    sources={"temperature": "checkpoint generation_config (temperature=1.8)"}))
+# VibeVoice: argmax only (no greedy/temperature/top-p/top-k), CFG 1.3
+VIBEVOICE_LIKE = fake_facts(generation_defaults=replace(
+    FAKE_GENERATION_DEFAULTS, greedy=None, temperature=None, top_p=None, top_k=None, cfg_scale=1.3,
+    max_new_tokens=600))
+
+
+def _start_values(facts) -> dict:
+    return {name: c.default for name, c in generation_controls(facts).items()}
+
+
+def test_controls_start_at_the_checkpoints_values_and_hide_what_the_family_lacks():
+    dia = generation_controls(DIA_LIKE)
+    assert (dia["temperature"].default, dia["top_p"].default, dia["top_k"].default, dia["cfg_scale"].default,
+            dia["max_new_tokens"].default, dia["greedy"].default) == (1.8, 0.9, 45, 3.0, 3072, False)
+    assert all(c.visible for c in dia.values())
+    assert dia["temperature"].source.startswith("checkpoint generation_config")
+    vv = generation_controls(VIBEVOICE_LIKE)
+    assert {n for n, c in vv.items() if not c.visible} == {"greedy", "temperature", "top_p", "top_k"}
+    assert vv["cfg_scale"].default == 1.3 and vv["max_new_tokens"].default == 600
+    assert vv["max_segment_chars"].default == VIBEVOICE_LIKE.max_segment_chars
+    assert not any(c.visible for c in generation_controls(None).values())  # no model: nothing to set
+
+
+@pytest.mark.parametrize("facts", [DIA_LIKE, VIBEVOICE_LIKE])
+def test_untouched_controls_are_sent_as_not_given(facts):
+    params = params_from_controls(facts, seed=5, use_cache=True, values=_start_values(facts))
+    assert params == SynthesisParams(seed=5)  # exactly what synth / a JSONL line without the fields send
+    nudged = {**_start_values(facts), "cfg_scale": 3.0 + 0.01}  # slider rounding stays "untouched"
+    if facts is DIA_LIKE:
+        assert params_from_controls(facts, seed=5, use_cache=True, values=nudged) == SynthesisParams(seed=5)
+
+
+def test_changed_controls_are_sent_and_hidden_or_irrelevant_ones_are_not():
+    values = {**_start_values(DIA_LIKE), "temperature": 1.2, "top_k": 10, "pause_between_segments_ms": 0}
+    params = params_from_controls(DIA_LIKE, seed=1, use_cache=False, values=values)
+    assert (params.temperature, params.top_k, params.pause_between_segments_ms, params.use_cache) == (1.2, 10, 0,
+                                                                                                        False)
+    assert params.top_p is None and params.cfg_scale is None and params.greedy is None
+    greedy = params_from_controls(DIA_LIKE, seed=1, use_cache=True, values={**values, "greedy": True})
+    assert greedy.greedy is True and (greedy.temperature, greedy.top_k) == (None, None)  # sampling knobs dropped
+    # a knob the family lacks is never sent, whatever its (hidden) widget holds
+    vv = params_from_controls(VIBEVOICE_LIKE, seed=0, use_cache=True, values={"temperature": 0.3, "greedy": True,
+                                                                               "cfg_scale": 2.0})
+    assert (vv.temperature, vv.greedy, vv.cfg_scale) == (None, None, 2.0)
+    with pytest.raises(InputError, match="max_segment_chars"):
+        params_from_controls(DIA_LIKE, seed=0, use_cache=True, values={"max_segment_chars": 3})
