@@ -61,3 +61,11 @@ def test_changed_controls_are_sent_and_hidden_or_irrelevant_ones_are_not():
     assert (vv.temperature, vv.greedy, vv.cfg_scale) == (None, None, 2.0)
     with pytest.raises(InputError, match="max_segment_chars"):
         params_from_controls(DIA_LIKE, seed=0, use_cache=True, values={"max_segment_chars": 3})
+
+
+@pytest.mark.parametrize("facts", [DIA_LIKE, VIBEVOICE_LIKE, None])
+def test_every_widget_starts_inside_its_own_range(facts):
+    # gradio refuses a value outside a slider's range, so an API call leaving the control out would fail
+    for control in generation_controls(facts).values():
+        if control.name != "greedy" and control.default is not None:
+            assert control.minimum <= control.default <= control.maximum, control

@@ -51,7 +51,7 @@ def generation_controls(facts) -> dict[str, Control]:
     hidden (the page then only explains how to load a model)."""
     pause = FrontendConfig.default_pause_ms
     if facts is None:
-        return {name: Control(name, default, visible=False, integer=isinstance(default, int))
+        return {name: Control(name, default, visible=False, maximum=max(1, default), integer=isinstance(default, int))
                 for name, default in (("greedy", False), ("temperature", 1.0), ("top_p", 1.0), ("top_k", 50),
                                       ("cfg_scale", 1.0), ("max_new_tokens", 1),
                                       ("max_segment_chars", DEFAULT_MAX_SEGMENT_CHARS),
