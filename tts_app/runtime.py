@@ -23,16 +23,16 @@ from tts_app.config import EngineConfig, ModelConfig, ReferenceConfig
 logger = logging.getLogger(__name__)
 
 
-def hub_revision(model_id: str) -> tuple[str | None, Path | None]:
+def hub_revision(model_id: str, cache_dir: str | Path | None = None) -> tuple[str | None, Path | None]:
     """(commit hash, snapshot folder) of a hub id in the local Hugging Face cache, or (None, None) when ``model_id``
     is a local folder or not cached. Offline: reads the cache only (``huggingface_hub.try_to_load_from_cache``;
-    a snapshot folder is named after its commit)."""
+    a snapshot folder is named after its commit). ``cache_dir``: the hub cache (default: the hub client's)."""
     if Path(model_id).expanduser().exists():
         return None, None
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        found = try_to_load_from_cache(model_id, "config.json")
+        found = try_to_load_from_cache(model_id, "config.json", cache_dir=cache_dir)
     except Exception:  # noqa: BLE001 - an id the hub client rejects (bad characters) is simply "not cached"
         return None, None
     if not isinstance(found, str):

@@ -72,3 +72,39 @@ def test_checkpoint_hash_follows_the_content_of_the_folder(tmp_path):
     assert checkpoint_sha256(tmp_path) == first
     (tmp_path / "model.safetensors").write_bytes(b"\1" * 10)
     assert checkpoint_sha256(tmp_path) != first
+
+
+def test_a_cached_hub_model_is_identified_by_its_commit_and_blob_hashes(tmp_path):
+    """The hub cache layout (huggingface_hub docs, "Manage the cache"): snapshots/<commit>/<file> links to
+    blobs/<hash>; refs/main names the commit."""
+    import hashlib
+    import os
+
+    from tts_app.runtime import hub_revision
+
+    repo = tmp_path / "models--org--tts-model"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "blobs").mkdir()
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for name, data in (("config.json", b"{}"), ("model.safetensors", b"\0" * 64)):
+        blob = hashlib.sha256(data).hexdigest()
+        (repo / "blobs" / blob).write_bytes(data)
+        os.symlink(repo / "blobs" / blob, snapshot / name)
+    assert hub_revision("org/tts-model", cache_dir=tmp_path) == (commit, snapshot)
+    assert hub_revision("org/not-cached", cache_dir=tmp_path) == (None, None)
+    assert hub_revision(str(tmp_path)) == (None, None)  # a local folder has no hub revision
+    # a snapshot is identified by its files' blob hashes: another commit with other weights differs, one with the
+    # same files does not
+    other = repo / "snapshots" / ("f" * 40)
+    other.mkdir()
+    for link in snapshot.iterdir():
+        os.symlink(link.resolve(), other / link.name)
+    assert checkpoint_sha256(other) == checkpoint_sha256(snapshot)
+    new_weights = hashlib.sha256(b"\1" * 64).hexdigest()
+    (repo / "blobs" / new_weights).write_bytes(b"\1" * 64)
+    (other / "model.safetensors").unlink()
+    os.symlink(repo / "blobs" / new_weights, other / "model.safetensors")
+    assert checkpoint_sha256(other) != checkpoint_sha256(snapshot)
