@@ -15,7 +15,7 @@ from tests.adapter_helpers import (load_reference, rows_with_references, run_bat
                                    spy_from_pretrained)
 from tts_app.adapters.base import AdapterRow  # noqa: E402
 from tts_app.errors import InputError, ModelLoadError  # noqa: E402
-from tts_app.request import SynthesisParams  # noqa: E402
+from tts_app.request import StopReason, SynthesisParams  # noqa: E402
 
 # Decode steps per test: > 16 (Dia's max delay + 1) so every row yields audio frames, small for CPU time.
 STEPS = 24
@@ -231,6 +231,10 @@ def test_each_row_is_trimmed_at_its_own_end_of_audio(adapter, three_rows):
     assert audio[0].size == 5 * hop
     assert audio[2].dtype == np.float32 and audio[2].size == 0
     np.testing.assert_array_equal(audio[1], full[1])
+    # the rows that ended by themselves vs the one whose EOS the cap forced (the tiny model never stops alone)
+    assert adapter.stop_reasons(generated, inputs) == [StopReason.MAX_NEW_TOKENS] * 3
+    assert adapter.stop_reasons(tokens, inputs) == [StopReason.END_OF_SPEECH, StopReason.MAX_NEW_TOKENS,
+                                                    StopReason.END_OF_SPEECH]
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -267,3 +271,56 @@ def test_dia_declares_its_tags_and_encodes_every_character(adapter):
     tags are declared for the front end."""
     assert adapter.unencodable_characters("好囧叒") == set()
     assert "(laughs)" in adapter.facts.control_tags and "[S1]" in adapter.facts.control_tags
+
+
+# --------------------------------------------------------------------------------- upstream and prompt fidelity
+
+
+@pytest.mark.parametrize("reference_text, text, prompt", [
+    ("Hello from the reference.", "Now the new words.", "[S1] Hello from the reference. Now the new words."),
+    ("[S1] Hello from the reference.", "[S1] Now the new words.", "[S1] Hello from the reference. Now the new words."),
+    ("[S1] One voice. [S2] Another voice.", "Now the new words.",
+     "[S1] One voice. [S2] Another voice. [S1] Now the new words."),
+    (None, "[S1] Hi. [S1] Still me. [S2] You.", "[S1] Hi. Still me. [S2] You."),
+])
+def test_the_prompt_never_repeats_a_speaker_tag_back_to_back(adapter, reference, reference_text, text, prompt):
+    """Dia's published guidelines: begin with [S1] and alternate speakers; the reference transcript and the text in
+    its voice are one [S1] turn."""
+    from tts_app.adapters.dia import dialogue
+
+    pieces = (reference_text, text) if reference_text else (text,)
+    assert dialogue(*pieces) == prompt
+    wave = reference("en_female_1.wav", 0.5)[0] if reference_text else None
+    inputs = adapter.preprocess([AdapterRow(text, wave, reference_text)], GREEDY)
+    assert adapter.processor.tokenizer.decode(inputs.input_ids[0]) == prompt
+
+
+def _dia_official(adapter, texts, clips, **generate_kwargs):
+    """transformers' own path: DiaProcessor on the whole batch, then DiaForConditionalGeneration.generate with the
+    checkpoint's generation config (guidance 3.0, top_k 45)."""
+    kwargs = {"audio": clips, "sampling_rate": adapter.facts.sampling_rate} if clips else {}
+    inputs = adapter.processor(text=texts, padding=True, return_tensors="pt", **kwargs)
+    with torch.inference_mode():
+        return adapter.model.generate(**inputs, max_new_tokens=STEPS, **generate_kwargs)
+
+
+@pytest.mark.filterwarnings("ignore:`max_length` is ignored")  # DiaProcessor's own text defaults, upstream side
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_greedy_equals_transformers_generate_with_the_official_processor(adapter, reference, batch_size):
+    """Greedy: our rows equal transformers' generate(do_sample=False) on DiaProcessor's batch, which keeps the
+    CFG top-k filter of the generation config (45); without that filter the tokens differ. References of one length
+    (different speakers, transcripts and texts), so the official batch needs no audio-prompt padding (whose
+    positions upstream does not correct)."""
+    from tts_app.adapters.dia import dialogue
+
+    clips = [("en_female_1.wav", 0.6), ("en_male_1.wav", 0.6), ("zh_female_1.wav", 0.6)][:batch_size]
+    texts = ["Hi.", "A much longer sentence, so this row has the most text of all three.", "Medium text."]
+    rows = rows_with_references(adapter.facts.sampling_rate, clips, texts[:batch_size])
+    assert adapter.model.generation_config.top_k == 45
+    official = _dia_official(adapter, [dialogue(r.reference_text, r.text) for r in rows],
+                             [r.reference_audio for r in rows], do_sample=False)
+    ours, _ = run(adapter, rows, GREEDY)
+    assert torch.equal(ours, official)
+    without_top_k = _dia_official(adapter, [dialogue(r.reference_text, r.text) for r in rows],
+                                  [r.reference_audio for r in rows], do_sample=False, top_k=None)
+    assert not torch.equal(ours, without_top_k)

@@ -6,6 +6,8 @@ depend only on the row's own seed; loading must go through the same ``from_pretr
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,7 @@ from tts_app.adapters import load_adapter  # noqa: E402
 from tts_app.adapters.base import AdapterRow  # noqa: E402
 from tts_app.adapters.higgs import HiggsAudioAdapter  # noqa: E402
 from tts_app.errors import InputError, ModelLoadError  # noqa: E402
-from tts_app.request import SynthesisParams  # noqa: E402
+from tts_app.request import StopReason, SynthesisParams  # noqa: E402
 
 MAX_NEW_TOKENS = 32
 
@@ -216,3 +218,96 @@ def test_bad_rows_raise_input_error(adapter, rows):
     stereo = np.zeros((2, 24000), dtype=np.float32)
     with pytest.raises(InputError, match="mono"):
         adapter.preprocess([AdapterRow("Hi there.", stereo, "x")], GREEDY)
+
+
+def _upstream(adapter, rows, patch, seed: int, **generate_kwargs):
+    """transformers' own ``generate`` on the adapter's batch (its processor output), with the checkpoint's
+    generation config (repetition-aware sampling 7 / 2 included), global RNG seeded with ``seed``; returns the audio
+    frames ``(batch, frames, codebooks)``."""
+    inputs = adapter.preprocess(rows, GREEDY)["batch"]
+    torch.manual_seed(seed)
+    with torch.inference_mode():
+        return adapter.model.generate(**inputs, max_new_tokens=MAX_NEW_TOKENS, **generate_kwargs)
+
+
+def _ours_with_global_draws(adapter, rows, params, patch, seed: int):
+    """Our generate with the per-row generators' draws taken from the global RNG instead (same calls, same shapes:
+    exactly upstream's draws at batch 1), global RNG seeded with ``seed``."""
+    multinomial = torch.multinomial
+
+    def global_multinomial(probs, num_samples, replacement=False, *, generator=None, **kwargs):
+        return multinomial(probs, num_samples, replacement=replacement, **kwargs)
+
+    inputs = adapter.preprocess(rows, params)
+    patch.setattr(torch, "multinomial", global_multinomial)
+    torch.manual_seed(seed)
+    return adapter.generate(inputs, params)
+
+
+def test_greedy_with_repetition_aware_sampling_matches_transformers(adapter, rows, monkeypatch):
+    """The checkpoint's ras_win_len / ras_win_max_num_repeat apply even when greedy, as upstream: with the same
+    random draws our frames equal transformers' generate(do_sample=False), and the redraws really happened."""
+    defaults = adapter.facts.generation_defaults
+    assert (defaults.ras_win_len, defaults.ras_win_max_num_repeat) == (7, 2)
+    assert defaults.sources["ras_win_len"] == "checkpoint generation_config (ras_win_len=7)"
+    with monkeypatch.context() as patch:
+        upstream = _upstream(adapter, rows[:1], patch, seed=0, do_sample=False)
+    with monkeypatch.context() as patch:
+        ours = _ours_with_global_draws(adapter, rows[:1], GREEDY, patch, seed=0)
+    assert adapter._last_selector.num_redraws > 0
+    assert torch.equal(ours, upstream)
+    # without repetition-aware sampling the frames differ: the comparison covers it
+    with monkeypatch.context() as patch:
+        plain = _upstream(adapter, rows[:1], patch, seed=0, do_sample=False, ras_win_len=None)
+    assert not torch.equal(plain, upstream)
+
+
+def test_sampling_with_repetition_aware_sampling_matches_transformers(adapter, rows, monkeypatch):
+    params = SynthesisParams(greedy=False, temperature=0.7, top_k=20, top_p=0.9, max_new_tokens=MAX_NEW_TOKENS)
+    sampling = dict(do_sample=True, temperature=0.7, top_k=20, top_p=0.9)
+    with monkeypatch.context() as patch:
+        upstream = _upstream(adapter, rows[:1], patch, seed=0, **sampling)
+    with monkeypatch.context() as patch:
+        ours = _ours_with_global_draws(adapter, rows[:1], params, patch, seed=0)
+    assert adapter._last_selector.num_redraws > 0
+    assert torch.equal(ours, upstream)
+    with monkeypatch.context() as patch:
+        plain = _upstream(adapter, rows[:1], patch, seed=0, ras_win_len=None, **sampling)
+    assert not torch.equal(plain, upstream)
+
+
+def test_a_right_padding_tokenizer_config_still_gives_left_padded_batches(adapter, checkpoint, rows, tmp_path):
+    """A checkpoint whose tokenizer_config.json says padding_side: right: rows are still left-padded, so a batched
+    row equals the same row alone (and the left-padding checkpoint's output)."""
+    right = tmp_path / "right-padding"
+    shutil.copytree(checkpoint, right)
+    config_file = right / "tokenizer_config.json"
+    tokenizer_config = json.loads(config_file.read_text())
+    tokenizer_config["padding_side"] = "right"
+    config_file.write_text(json.dumps(tokenizer_config))
+    loaded = HiggsAudioAdapter.from_pretrained(right, device="cpu", dtype="float32")
+    batch = loaded.preprocess(rows, GREEDY)["batch"]
+    assert (batch["attention_mask"][:, -1] == 1).all() and (batch["attention_mask"][:, 0] == 0).any()
+    batched = _run(loaded, rows, GREEDY)
+    _assert_same(batched, _one_by_one(loaded, rows, GREEDY))
+    _assert_same(batched, _run(adapter, rows, GREEDY))
+
+
+def test_reference_without_transcript_uses_the_docs_speaker_tag(adapter, rows):
+    """As the docs' voice-cloning example: 'SPEAKER0:' and the clip in the scene, the text tagged '[SPEAKER0] '."""
+    row = AdapterRow("Hello there.", rows[0].reference_audio, None)
+    prompt = adapter.processor.tokenizer.decode(adapter.preprocess([row], GREEDY)["batch"]["input_ids"][0])
+    assert "SPEAKER0: <|audio_out_bos|>" in prompt
+    assert "<|end_header_id|><unk><unk>[SPEAKER0] Hello there.<|eot_id|>" in prompt  # tiny tokenizer: newline -> <unk>
+    transcribed = adapter.processor.tokenizer.decode(adapter.preprocess(rows[:1], GREEDY)["batch"]["input_ids"][0])
+    assert "SPEAKER0" not in transcribed  # with a transcript: the zero-shot cloning layout, no tag
+
+
+def test_stop_reasons_tell_a_row_cut_at_the_cap_from_one_that_ended(adapter, rows):
+    inputs, outputs, _ = run_batch(adapter, rows, GREEDY)
+    frames, _ = _run(adapter, rows, GREEDY)
+    eos = adapter.processor.audio_stream_eos_id
+    expected = [StopReason.END_OF_SPEECH if (f == eos).all(-1).any() else StopReason.MAX_NEW_TOKENS for f in frames]
+    assert adapter.stop_reasons(outputs, inputs) == expected
+    _, short, _ = run_batch(adapter, rows, SynthesisParams(greedy=True, max_new_tokens=3))
+    assert adapter.stop_reasons(short, adapter.preprocess(rows, GREEDY)) == [StopReason.MAX_NEW_TOKENS] * 3

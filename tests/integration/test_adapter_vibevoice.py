@@ -10,7 +10,7 @@ import torch
 from tests.adapter_helpers import load_reference, run_batch, run_make_tiny_model, spy_from_pretrained
 from tts_app.adapters.base import AdapterRow
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
-from tts_app.request import SynthesisParams
+from tts_app.request import StopReason, SynthesisParams
 
 # Rows of different text lengths, each with its own reference speaker.
 TEXTS = ["Hello there.", "A somewhat longer sentence to speak here.", "你好世界"]
@@ -196,36 +196,172 @@ def test_kv_estimate_covers_the_caches_generate_builds(adapter, rows, monkeypatc
     assert measured_bytes <= estimate_bytes <= measured_bytes + 3 * adapter.facts.kv_bytes_per_position
 
 
-def test_batch_of_one_matches_transformers_generate(adapter, rows, monkeypatch):
-    """Where transformers' own VibeVoice generate is right (batch 1, KV cache on, guidance 1.0 so its generic LM-logit
-    CFG processor stays off) our loop gives the same tokens and the same audio, once both get the same noise: the
-    reference is encoded without sigma-VAE noise and our per-row draws are routed to the global RNG in the shape
-    upstream draws them (``randn(2 * rows, latent)``, first half used)."""
-    model, processor = adapter.model, adapter.processor
-    row = rows[1]
-    original_features = model.model.get_audio_features
-    monkeypatch.setattr(model.model, "get_audio_features",
-                        lambda values, mask, sample=True: original_features(values, mask, sample=False))
-    inputs = processor(text=[adapter._prompt(row.text, 1)], audio=[row.reference_audio], sampling_rate=24000,
-                       padding=True, return_tensors="pt")
-    torch.manual_seed(0)
-    upstream = model.generate(**inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, guidance_scale=1.0,
-                              num_diffusion_steps=adapter._num_diffusion_steps, return_dict_in_generate=True,
-                              suppress_tokens=[model.config.audio_bos_token_id])  # we never emit a 2nd speaker turn
-    upstream_tokens = upstream.sequences[0, inputs["input_ids"].shape[1]:]
+def _upstream(adapter, row, patch, *, max_new_tokens, cfg_scale, logits_processor=None, seed=0):
+    """transformers' own ``VibeVoiceForConditionalGeneration.generate`` on ``row`` (batch 1, KV cache on), without the
+    generic LM-logit CFG processor (``UnbatchedClassifierFreeGuidanceLogitsProcessor``, which the original model does
+    not have), global RNG seeded with ``seed``. Returns (new tokens, audio float32)."""
+    from transformers import LogitsProcessorList
+    from transformers.generation.logits_process import UnbatchedClassifierFreeGuidanceLogitsProcessor
 
+    model = adapter.model
+    inputs = adapter.processor(text=[adapter._prompt(row.text, 1)], audio=[row.reference_audio], sampling_rate=24000,
+                               padding=True, return_tensors="pt")
+    original = model._get_logits_processor
+
+    def without_lm_cfg(*args, **kwargs):
+        return LogitsProcessorList([p for p in original(*args, **kwargs)
+                                    if not isinstance(p, UnbatchedClassifierFreeGuidanceLogitsProcessor)])
+
+    patch.setattr(model, "_get_logits_processor", without_lm_cfg)
+    torch.manual_seed(seed)
+    out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, guidance_scale=cfg_scale,
+                         num_diffusion_steps=adapter._num_diffusion_steps, return_dict_in_generate=True,
+                         logits_processor=LogitsProcessorList(logits_processor or []))
+    return out.sequences[0, inputs["input_ids"].shape[1]:], out.audio[0].squeeze().numpy()
+
+
+def _ours_with_upstream_noise(adapter, rows, params, patch, seed=0):
+    """Our generate with every per-row noise draw routed to the global RNG in the shape upstream draws it
+    (``randn(2 * rows, latent)``, first half used; exact at batch 1), global RNG seeded with ``seed``."""
     randn = torch.randn
 
     def upstream_shaped_randn(*size, generator=None, **kwargs):
         return randn(2, *size, **kwargs)[0] if generator is not None else randn(*size, **kwargs)
 
-    params = SynthesisParams(greedy=True, max_new_tokens=MAX_NEW_TOKENS, cfg_scale=1.0)
-    ours_inputs = adapter.preprocess([row], params)
-    monkeypatch.setattr(torch, "randn", upstream_shaped_randn)
-    torch.manual_seed(0)
-    ours = adapter.generate(ours_inputs, params)
-    monkeypatch.setattr(torch, "randn", randn)
-    audio = adapter.postprocess(ours, ours_inputs)[0]
-    num_ours = len(ours.token_ids[0])
-    assert torch.equal(ours.token_ids[0], upstream_tokens[:num_ours])
-    np.testing.assert_allclose(audio, upstream.audio[0].squeeze().numpy()[:len(audio)], rtol=0, atol=AUDIO_ATOL)
+    inputs = adapter.preprocess(rows, params)
+    patch.setattr(torch, "randn", upstream_shaped_randn)
+    torch.manual_seed(seed)
+    outputs = adapter.generate(inputs, params)
+    patch.setattr(torch, "randn", randn)
+    return outputs, adapter.postprocess(outputs, inputs)
+
+
+@pytest.fixture
+def noiseless_reference(adapter, monkeypatch):
+    """The reference encoded without sigma-VAE noise, for both sides (upstream draws it from the global RNG)."""
+    model = adapter.model
+    original = model.model.get_audio_features
+    monkeypatch.setattr(model.model, "get_audio_features",
+                        lambda values, mask, sample=True: original(values, mask, sample=False))
+
+
+def test_matches_transformers_generate_at_cfg_1_3_over_30_frames(adapter, rows, monkeypatch, noiseless_reference):
+    """Batch 1, KV cache on, guidance 1.3 (the checkpoint default), transformers' LM-logit CFG processor removed:
+    the same tokens (argmax every step, up to its <eos>) and the same audio over 30+ frames. With this noise (global
+    seed 1) the tiny model says <audio_eos> after 10 frames and goes on speaking, as upstream does."""
+    row = rows[1]
+    config = adapter.model.config
+    params = SynthesisParams(max_new_tokens=60, cfg_scale=1.3)
+    with monkeypatch.context() as patch:
+        upstream_tokens, upstream_audio = _upstream(adapter, row, patch, max_new_tokens=60, cfg_scale=1.3, seed=1)
+    with monkeypatch.context() as patch:
+        ours, audio = _ours_with_upstream_noise(adapter, [row], params, patch, seed=1)
+    tokens = ours.token_ids[0]
+    num_frames = int((tokens == config.audio_token_id).sum())
+    assert num_frames >= 30, f"only {num_frames} frames: the comparison should cover 30+"
+    assert int(tokens[-1]) == config.eos_token_id  # it ended by itself
+    first_span_end = tokens.tolist().index(config.audio_eos_token_id)
+    assert first_span_end < len(tokens) - 2  # speech went on after the first <audio_eos>
+    assert torch.equal(ours.token_ids[0], upstream_tokens)
+    assert audio[0].shape == upstream_audio.shape
+    np.testing.assert_allclose(audio[0], upstream_audio, rtol=0, atol=AUDIO_ATOL)
+
+
+# <audio> x5, <audio_eos>, <audio_bos>, <audio> x6, <eos>: a second speech span in one row.
+SPAN_SCRIPT = "aaaaaEBaaaaaa."
+
+
+def _token_ids(adapter, script: str) -> list[int]:
+    config = adapter.model.config
+    ids = {"a": config.audio_token_id, "E": config.audio_eos_token_id, "B": config.audio_bos_token_id,
+           ".": config.eos_token_id}
+    return [ids[c] for c in script]
+
+
+def _follow_scripts(adapter, patch, scripts: list[str]):
+    """Make our LM choose ``scripts[i][step]`` for row i (then <eos>)."""
+    ids = [_token_ids(adapter, s) for s in scripts]
+    step = {"n": 0}
+
+    def scripted(hidden, allowed):
+        n = step["n"]
+        step["n"] += 1
+        eos = adapter.model.config.eos_token_id
+        return torch.tensor([row[n] if n < len(row) else eos for row in ids], dtype=torch.long)
+
+    patch.setattr(adapter, "_select_tokens", scripted)
+
+
+def test_a_second_speech_span_matches_transformers(adapter, rows, monkeypatch, noiseless_reference):
+    """<audio_eos> does not end the row and <audio_bos> opens a new span whose CFG negative stream starts afresh,
+    exactly as transformers' generate does (tokens forced to the same script on both sides)."""
+    from transformers import LogitsProcessor
+
+    script = _token_ids(adapter, SPAN_SCRIPT)
+    row = rows[0]
+    prompt_len = adapter.processor(text=[adapter._prompt(row.text, 1)], audio=[row.reference_audio],
+                                   sampling_rate=24000, return_tensors="pt")["input_ids"].shape[1]
+
+    class Script(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            forced = torch.full_like(scores, -float("inf"))
+            forced[:, script[input_ids.shape[1] - prompt_len]] = 0.0
+            return forced
+
+    params = SynthesisParams(max_new_tokens=30, cfg_scale=1.3)
+    with monkeypatch.context() as patch:
+        upstream_tokens, upstream_audio = _upstream(adapter, row, patch, max_new_tokens=30, cfg_scale=1.3,
+                                                    logits_processor=[Script()])
+    assert upstream_tokens.tolist() == script
+    with monkeypatch.context() as patch:
+        _follow_scripts(adapter, patch, [SPAN_SCRIPT])
+        ours, audio = _ours_with_upstream_noise(adapter, [row], params, patch)
+    assert ours.token_ids[0].tolist() == script and ours.stop_reasons == [StopReason.END_OF_SPEECH]
+    assert audio[0].size == 11 * 3200  # the frames of both spans
+    np.testing.assert_allclose(audio[0], upstream_audio, rtol=0, atol=AUDIO_ATOL)
+    # the negative stream's restart matters: without it the second span's frames differ
+    from tts_app.adapters import vibevoice
+
+    with monkeypatch.context() as patch:
+        _follow_scripts(adapter, patch, [SPAN_SCRIPT])
+        patch.setattr(vibevoice._NegativeStream, "reset", lambda self, rows: None)
+        _, no_reset = _ours_with_upstream_noise(adapter, [row], params, patch)
+    np.testing.assert_allclose(no_reset[0][:5 * 3200], upstream_audio[:5 * 3200], rtol=0, atol=AUDIO_ATOL)
+    assert not np.allclose(no_reset[0][5 * 3200:], upstream_audio[5 * 3200:], atol=AUDIO_ATOL)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_rows_with_new_speech_spans_batched_equal_one_by_one(adapter, rows, monkeypatch, use_cache):
+    """Rows opening new spans at different steps (and one that never does) batched = alone, cache on or off."""
+    scripts = ["aaEBaaaaa.", SPAN_SCRIPT, "aaaaaaa."]
+    params = SynthesisParams(max_new_tokens=20, use_cache=use_cache)
+    with monkeypatch.context() as patch:
+        _follow_scripts(adapter, patch, scripts)
+        _, batch, batch_audio = run_batch(adapter, rows, params)
+    for i, (row, script) in enumerate(zip(rows, scripts)):
+        with monkeypatch.context() as patch:
+            _follow_scripts(adapter, patch, [script])
+            _, alone, alone_audio = run_batch(adapter, [row], params)
+        assert batch.token_ids[i].tolist() == alone.token_ids[0].tolist() == _token_ids(adapter, script)
+        np.testing.assert_allclose(batch_audio[i], alone_audio[0], rtol=0, atol=AUDIO_ATOL, err_msg=f"row {i}")
+
+
+def test_stop_reasons_tell_a_row_cut_at_the_cap_from_one_that_ended(adapter, rows):
+    params = SynthesisParams(max_new_tokens=20)
+    _, outputs, audio = run_batch(adapter, rows, params)
+    for tokens, reason in zip(outputs.token_ids, adapter.stop_reasons(outputs, None)):
+        ended = int(tokens[-1]) == adapter.model.config.eos_token_id
+        assert reason is (StopReason.END_OF_SPEECH if ended else StopReason.MAX_NEW_TOKENS)
+    assert {StopReason.END_OF_SPEECH, StopReason.MAX_NEW_TOKENS} <= set(adapter.stop_reasons(outputs, None))
+
+
+def test_sampling_knobs_do_not_change_the_tokens(adapter, rows):
+    """The LM always takes the argmax (as the original and transformers): greedy or temperature/top-k change
+    nothing; the seed changes only the diffusion noise."""
+    greedy = run(adapter, rows[:1], SynthesisParams(greedy=True, max_new_tokens=MAX_NEW_TOKENS))
+    hot = run(adapter, rows[:1], SynthesisParams(greedy=False, temperature=1.9, top_k=2, top_p=0.5,
+                                                  max_new_tokens=MAX_NEW_TOKENS))
+    assert_same(greedy, hot, "greedy vs sampling knobs")
+    facts = adapter.facts.generation_defaults
+    assert (facts.greedy, facts.temperature, facts.top_p, facts.top_k) == (None, None, None, None)
+    assert "argmax" in facts.sources["temperature"]

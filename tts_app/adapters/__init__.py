@@ -1,8 +1,11 @@
 """Model adapters: one file per family, all behind ``tts_app.adapters.base.TTSAdapter``.
 
 ``load_adapter(id_or_path)`` reads the checkpoint's ``config.json`` (hub id or local folder, through transformers'
-``AutoConfig.from_pretrained``), picks the family from ``model_type`` and calls that adapter's ``from_pretrained``.
-Adapter modules are imported lazily so importing this package stays cheap.
+``PretrainedConfig.get_config_dict``), picks the family from ``model_type`` and calls that adapter's
+``from_pretrained``. Every failure is a ``ModelLoadError`` naming the cause (``tts_app.adapters.loading``): gated
+repo, unknown id, offline without a cached copy, an original-format release (with the converted repo to use), a
+folder that is not a checkpoint, an unsupported architecture. Adapter modules are imported lazily so importing this
+package stays cheap.
 """
 
 from __future__ import annotations
@@ -34,43 +37,65 @@ def adapter_class(family: str):
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def _offline_hint(id_or_path: str) -> str:
-    return (f"model {id_or_path!r} is not in the local Hugging Face cache and the hub cannot be reached. "
-            "Download it once on a connected machine (huggingface-cli download ID), or point --model at a local "
-            "checkpoint folder; `python -m tts_app make-tiny-model --family vibevoice --out DIR` writes a tiny "
-            "random one for trying the app offline.")
+def _original_format_message(id_or_path: str, config: dict | None) -> str | None:
+    """The message for an original-format release of a supported model (known hub id, or a config the family
+    recognises), naming the converted repo; None otherwise."""
+    from tts_app.adapters.loading import original_format_message
+
+    for family in FAMILIES:
+        cls = adapter_class(family)
+        converted = cls.original_format_repos.get(id_or_path.strip("/"))
+        if converted is None and config is not None:
+            converted = cls.original_format_hint(config)
+        if converted is not None:
+            return original_format_message(id_or_path, cls.display_name, converted)
+    return None
 
 
 def family_of(id_or_path: str | Path) -> str:
     """Family of a checkpoint (hub id or local folder), from its config's ``model_type``.
 
     Raises:
-        ModelLoadError: not cached and hub unreachable, missing/invalid config, or an unsupported architecture.
+        ModelLoadError: naming the cause: gated repo (accept the licence, log in), unknown hub id, not cached while
+            the hub is unreachable (the message names ``--model DIR``), an original-format release (the message
+            names the transformers conversion to use), a missing folder or one without config.json, an unreadable
+            config, or an unsupported architecture.
     """
-    from transformers import AutoConfig
+    from transformers import PretrainedConfig
+
+    from tts_app.adapters.loading import EXAMPLE_ID, TINY_HINT, hub_error_message, missing_config_message
 
     id_or_path = str(id_or_path)
     looks_like_path = id_or_path.startswith(("/", ".", "~")) or id_or_path.count("/") > 1 or "\\" in id_or_path
     if looks_like_path and not Path(id_or_path).expanduser().exists():
         raise ModelLoadError(f"model folder {id_or_path!r} does not exist; pass --model with an existing checkpoint "
-                             "folder or a hub id such as vibevoice/VibeVoice-1.5B-hf")
-    if Path(id_or_path).exists() and not (Path(id_or_path) / "config.json").is_file():
+                             f"folder or a hub id such as {EXAMPLE_ID}")
+    local = Path(id_or_path).exists()
+    if local and not (Path(id_or_path) / "config.json").is_file():
         raise ModelLoadError(f"{id_or_path!r} is a folder without config.json; it is not a model checkpoint. "
-                             "Point --model at a checkpoint folder or a hub id; `python -m tts_app make-tiny-model "
-                             "--family vibevoice --out DIR` writes a tiny random one for trying the app offline.")
+                             f"Point --model at a checkpoint folder or a hub id; {TINY_HINT}.")
+    if not local:  # a known original-format id: say so before any download (also offline)
+        message = _original_format_message(id_or_path, None)
+        if message is not None:
+            raise ModelLoadError(message)
     try:
-        config = AutoConfig.from_pretrained(id_or_path)
-    except OSError as exc:  # transformers raises OSError for missing repos / offline misses
-        if Path(id_or_path).exists():
-            raise ModelLoadError(f"cannot read the config of {id_or_path!r}: {exc}") from exc
-        raise ModelLoadError(_offline_hint(id_or_path)) from exc
-    except ValueError as exc:  # unknown model_type
-        raise ModelLoadError(f"{id_or_path!r}: {exc}") from exc
+        config, _ = PretrainedConfig.get_config_dict(id_or_path)
+    except Exception as exc:  # transformers wraps hub errors in OSError; a bad local file raises others
+        message = None if local else hub_error_message(id_or_path, exc)
+        raise ModelLoadError(message or f"cannot read the config of {id_or_path!r}: {exc}") from exc
+    if not config.get("model_type"):  # transformers gives {} for a hub repo without config.json
+        raise ModelLoadError(missing_config_message(id_or_path) if not local else
+                             f"{id_or_path!r}: config.json has no model_type, so it is not a transformers checkpoint")
+    message = _original_format_message(id_or_path, config)
+    if message is not None:
+        raise ModelLoadError(message)
+    model_type = config["model_type"]
     for family, (_, _, model_types) in FAMILIES.items():
-        if config.model_type in model_types:
+        if model_type in model_types:
             return family
     raise ModelLoadError(
-        f"{id_or_path!r} is a {config.model_type!r} checkpoint; supported: VibeVoice, Dia, CSM, Higgs Audio v2"
+        f"{id_or_path!r} is a {model_type!r} checkpoint; supported: VibeVoice, Dia, CSM, Higgs Audio v2 "
+        f"(transformers format, e.g. {EXAMPLE_ID})"
     )
 
 

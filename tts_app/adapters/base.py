@@ -240,7 +240,15 @@ class TTSAdapter(abc.ABC):
     family: ClassVar[str]
     #: the family's name in messages ("CSM", "Higgs Audio v2", ...)
     display_name: ClassVar[str]
+    #: hub ids of original-format releases (that transformers cannot load) -> the transformers conversion to use
+    original_format_repos: ClassVar[Mapping[str, str]] = {}
     facts: ModelFacts
+
+    @classmethod
+    def original_format_hint(cls, config: Mapping[str, Any]) -> str | None:
+        """The converted repo to use when ``config`` (a raw ``config.json`` dict) is an original-format release of
+        this family that transformers cannot load, else None. Families with such releases override it."""
+        return None
 
     def __init__(self, model, processor, device: str, dtype: str):
         """Keep the loaded model and processor, then measure ``facts`` (``_measure_facts``).
@@ -288,15 +296,15 @@ class TTSAdapter(abc.ABC):
             (model, processor).
 
         Raises:
-            ModelLoadError: unknown dtype; a hub id that is not cached while the hub cannot be reached (the message
-                names ``--model DIR`` as the way out); files that are missing, corrupt or of another architecture; a
-                device the model cannot be moved to.
+            ModelLoadError: unknown dtype; a hub failure named by its cause (``tts_app.adapters.loading``: gated repo,
+                unknown id, not cached while the hub cannot be reached - the message names ``--model DIR``); files
+                that are missing, corrupt or of another architecture; a device the model cannot be moved to.
             torch.OutOfMemoryError: the weights do not fit (the caller decides what to do).
         """
         import torch
         from transformers import AutoProcessor
 
-        from tts_app.adapters import _offline_hint
+        from tts_app.adapters.loading import hub_error_message
         from tts_app.errors import ModelLoadError
 
         if dtype not in DTYPE_BYTES:
@@ -309,8 +317,9 @@ class TTSAdapter(abc.ABC):
         except torch.OutOfMemoryError:
             raise
         except Exception as exc:  # transformers/safetensors raise many types for a missing, bad or foreign checkpoint
-            if isinstance(exc, OSError) and not Path(id_or_path).exists():  # not cached, hub unreachable
-                raise ModelLoadError(_offline_hint(id_or_path)) from exc
+            message = None if Path(id_or_path).exists() else hub_error_message(id_or_path, exc)
+            if message is not None:  # gated, unknown id, or not cached while the hub is unreachable
+                raise ModelLoadError(message) from exc
             raise ModelLoadError(
                 f"cannot load {cls.display_name} checkpoint {id_or_path!r}: {exc}. Point --model at a "
                 f"{cls.display_name} checkpoint folder or hub id; `python -m tts_app make-tiny-model --family "

@@ -30,6 +30,14 @@ prefix every step when the cache is off; sampling draws come from one ``torch.Ge
 Greedy output equals the library's ``model.generate`` (cache on, same non-codec ids suppressed), which the
 integration tests check.
 
+Defaults and cap: sampling knobs and ``max_new_tokens`` come from the checkpoint's generation config
+(``ModelFacts.generation_defaults``; Sesame's generator.py values where it sets none: temperature 0.9, top-k 50),
+and both decoder levels sample with the same knobs, as Sesame's generator does. The checkpoint caps a segment at
+``max_new_tokens`` frames (125 = 10 s at 12.5 frames/s), so a long segment would be cut mid-sentence: the default
+segment length is derived from that cap (``max_chars_for_speech_s``: ~105 English characters), and a row still
+speaking at the cap reports ``StopReason.MAX_NEW_TOKENS``, which the engine turns into a warning naming the segment.
+CSM is trained on English (model card), so Chinese text gets a warning.
+
 KV cache accounting: the backbone cache grows by one position per prompt token and per generated frame; the depth
 decoder's cache lives only within one frame (a fresh ``DynamicCache`` of at most ``num_codebooks`` positions per
 frame). ``ModelFacts`` describes the backbone (layers, KV heads, head dim), and ``estimate_positions`` adds the depth

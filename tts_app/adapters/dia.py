@@ -4,12 +4,19 @@ DAC codec at 44.1 kHz, classifier-free guidance (CFG) that doubles the forward b
 Everything Dia-specific lives here. Model and processor are transformers' own ``DiaForConditionalGeneration`` and
 ``DiaProcessor`` (transformers/models/dia/). Layout of one row, as Dia expects it:
 
-* encoder (text): ``"[S1] <reference text> [S1] <text>"`` as UTF-8 bytes, RIGHT-padded (Dia's encoder always uses
-  positions 0..L-1 and masks the padding, so right padding keeps a row independent of its batch-mates);
+* encoder (text): ``"[S1] <reference text> <text>"`` as UTF-8 bytes, RIGHT-padded (Dia's encoder always uses
+  positions 0..L-1 and masks the padding, so right padding keeps a row independent of its batch-mates). The prompt
+  follows Dia's published guidelines (nari-labs/dia README): it begins with ``[S1]`` and speaker tags alternate,
+  never the same tag twice in a row, so the reference transcript and the text to say in its voice are one ``[S1]``
+  turn (``dialogue``), not ``[S1] ... [S1] ...``;
 * decoder (audio): ``BOS + DAC codes of the reference audio`` (the audio prompt) with the delay pattern applied,
   LEFT-padded with BOS and a zero attention mask, so every row's prompt ends at the same index and generation
   starts in lock-step. Decoder position ids are passed explicitly (``cumsum(mask) - 1``) so a padded row sees the
   same RoPE positions as when it runs alone.
+
+Greedy decoding is transformers' ``generate(do_sample=False)`` with the checkpoint's ``top_k``: Dia's CFG processor
+(``DiaClassifierFreeGuidanceLogitsProcessor``) keeps only the top-k tokens of the guided scores even when greedy, and
+upstream reads that k from the generation config (45 for Dia), so dropping it would change greedy output.
 
 Sampling: Dia's ``generate()`` drops user ``logits_processor`` lists and draws with the global torch RNG, so a row's
 draws would depend on its batch-mates. We decode with ``do_sample=False`` and insert our own processor
@@ -22,6 +29,7 @@ al. 2014 "A* Sampling").
 from __future__ import annotations
 
 import math
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,10 +76,36 @@ _CHINESE_SAMPLE = "今天天气很好，我们一起去公园散步吧。"
 _NO_TEXT_PADDING = {"padding": False}
 
 
-def _tagged(text: str) -> str:
-    """Prefix ``[S1]`` unless the text already starts with a speaker tag (Dia needs one to start speaking)."""
-    text = text.strip()
-    return text if text.startswith(SPEAKER_TAGS) else f"{SPEAKER_TAGS[0]} {text}"
+_TAG_RE = re.compile(r"(\[S[12]\])")
+
+
+def dialogue(*texts: str) -> str:
+    """Join transcript pieces into one Dia prompt that follows its published prompt guidelines (nari-labs/dia README,
+    "Generation Guidelines": always begin with ``[S1]``, always alternate ``[S1]`` and ``[S2]``, never the same tag
+    twice in a row).
+
+    A piece without a leading speaker tag is spoken by ``[S1]`` (the reference voice); a tag equal to the one before
+    it is dropped, so the reference transcript and the text spoken in its voice form one ``[S1]`` turn
+    (``"[S1] reference text. text to speak."``) instead of ``"[S1] ... [S1] ..."``, and a two-speaker transcript
+    ending in ``[S2]`` is followed by ``[S1] text``, as in Dia's voice-cloning example.
+    """
+    turns: list[list[str]] = []  # [tag, text] per turn, tags alternating
+    for piece in texts:
+        parts = _TAG_RE.split(piece.strip())
+        # parts: [text before the first tag, tag, text, tag, text, ...]
+        pieces = [(None, parts[0])] + [(parts[i], parts[i + 1]) for i in range(1, len(parts), 2)]
+        for tag, words in pieces:
+            words = words.strip()
+            if tag is None and not words:
+                continue
+            if tag is None:
+                tag = SPEAKER_TAGS[0]
+            if turns and turns[-1][0] == tag:
+                if words:
+                    turns[-1][1] = f"{turns[-1][1]} {words}".strip()
+            else:
+                turns.append([tag, words])
+    return " ".join(f"{tag} {words}".strip() for tag, words in turns)
 
 
 @dataclass
@@ -298,7 +332,7 @@ class DiaAdapter(TTSAdapter):
         for i, row in enumerate(rows):
             if not row.text.strip():
                 raise InputError(f"row {i}: text is empty; give the text to speak")
-            text = _tagged(row.text)
+            text = dialogue(row.text)
             audio = None
             if row.reference_audio is not None:
                 audio = np.asarray(row.reference_audio)
@@ -310,7 +344,7 @@ class DiaAdapter(TTSAdapter):
                     raise InputError("Dia clones a voice only with the reference audio's transcript: pass --ref-text "
                                      "(the UI's 'Reference text' box, or prompt_text in a JSONL line), or leave "
                                      "out the reference audio")
-                text = f"{_tagged(row.reference_text)} {text}"
+                text = dialogue(row.reference_text, row.text)
             # DiaProcessor silently truncates the text to the tokenizer's max_length, so check before it runs.
             text_len = len(self.processor.tokenizer(text, add_special_tokens=False)["input_ids"])
             if text_len > self.config.encoder_config.max_position_embeddings:
@@ -423,8 +457,12 @@ class DiaAdapter(TTSAdapter):
         with torch.inference_mode():
             if knobs.greedy:
                 # do_sample=False adds no top-k warper, but Dia's CFG processor still reads top_k (its guidance
-                # top-k filter), exactly as ``generate(do_sample=False)`` with the checkpoint's config does.
-                return self.model.generate(**{**kwargs, "top_k": knobs.top_k})
+                # top-k filter), exactly as ``generate(do_sample=False)`` with the checkpoint's config does. Left
+                # out when it is the checkpoint's own value (transformers then warns that top_k is unused).
+                del kwargs["top_k"]
+                if knobs.top_k != self.model.generation_config.top_k:
+                    kwargs["top_k"] = knobs.top_k
+                return self.model.generate(**kwargs)
             # Scores reach it as (batch_size * num_channels, vocab_size), after Dia's CFG and EOS channel filter.
             # Generators on the CPU: the noise of a seed is the same on every device.
             sampler = GumbelNoiseProcessor(RowSampler(inputs.seeds, temperature=knobs.temperature, top_k=knobs.top_k,

@@ -9,25 +9,37 @@ checkpoint.
 Voice cloning follows the transformers docs (model_doc/higgs_audio_v2.md, "Zero-shot voice cloning"): the reference
 transcript is a user turn, the reference audio the assistant's answer, then the text to speak as a new user turn,
 rendered by the processor's chat template and tokenised (audio encoded by the codec) in one
-``processor.apply_chat_template`` call. A reference without transcript goes into the scene description instead (the
-docs' "multi-speaker voice cloning" layout).
+``processor.apply_chat_template`` call. A reference without transcript goes into the scene description instead, as
+the docs' "multi-speaker voice cloning" example lays it out: ``SPEAKER0:`` then the clip in the scene, and the text
+to speak tagged ``[SPEAKER0] ...`` so the model knows which voice speaks it.
+
+Checkpoint: the transformers-format conversion ``eustlb/higgs-audio-v2-generation-3B-base`` (the one the transformers
+docs and docstrings use). The official ``bosonai/higgs-audio-v2-generation-3B-base`` is the original boson_multimodal
+format and does not load in transformers (``tts_app.adapters`` says so and names the conversion).
 
 Quirks handled here (all verified by tests/integration/test_adapter_higgs.py):
 
 * ``use_cache=False``: transformers' ``prepare_inputs_for_generation`` switches to "decode mode" (last audio frame
   only, no ``input_ids``) whenever every earlier audio frame is masked. Without a cache that drops the whole prefix
   when the prompt holds no reference audio, so the adapter restores the full inputs in that case.
+* Padding: rows are left-padded whatever the checkpoint's tokenizer config says (``padding_side`` is forced at load
+  and passed on every processor call). With ``padding_side: right`` the generation prompt of a shorter row would end
+  in padding, and a batched row would no longer equal the same row alone.
 * Sampling: transformers draws with ``torch.multinomial`` from the global RNG, so a row's audio would depend on its
-  batch-mates. The adapter samples in a logits processor (``SampledTokenProcessor`` of tts_app/adapters/sampling.py)
-  with one ``torch.Generator`` per row (seeded with ``AdapterRow.seed``) and hands transformers a one-hot score row,
-  which its greedy path then picks.
-  Repetition-aware sampling (``ras_win_len``) is switched off for the same reason (it draws from the global RNG).
+  batch-mates. The adapter picks tokens in a logits processor (``_TokenSelector``) with one ``torch.Generator`` per
+  row (seeded with ``AdapterRow.seed``) and hands transformers a one-hot score row, which its greedy path then picks.
+* Repetition-aware sampling (``ras_win_len``, ``ras_win_max_num_repeat`` of the generation config; transformers
+  ``HiggsAudioV2GenerationMixin._sample``): after the token choice, greedy or sampled, a codebook token already
+  chosen ``ras_win_max_num_repeat`` times in the row's last ``ras_win_len`` audio frames (stream BOS/EOS not counted)
+  is redrawn from the softmax of the raw logits. Upstream does it even when greedy, with the global RNG, over a
+  window that includes a batched row's padding frames; ``_TokenSelector`` does the same per row, over the row's own
+  frames, with the row's generator, so at batch 1 it draws exactly what upstream draws.
 """
 
 from __future__ import annotations
 
-import copy
 import math
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +51,11 @@ from tts_app.errors import InputError
 from tts_app.request import StopReason, SynthesisParams
 
 # Prompt wording from the transformers docs' voice-cloning example (model_doc/higgs_audio_v2.md).
+# The transformers-format Higgs Audio v2 checkpoint (transformers docs and docstrings).
+TRANSFORMERS_REPO = "eustlb/higgs-audio-v2-generation-3B-base"
 SYSTEM_PROMPT = "Generate audio following instruction."
 SCENE_PROMPT = "Audio is recorded from a quiet room."
+SPEAKER_LABEL = "SPEAKER0"  # the docs' speaker label for a voice given by a clip alone ("SPEAKER0:" / "[SPEAKER0] ")
 
 # Special tokens of the Higgs Audio v2 text tokenizer (Llama-3 header tokens + Higgs audio tokens). The names are the
 # ones HiggsAudioV2Processor defaults to (audio_token, audio_bos_token, audio_eos_token, audio_delay_token).
@@ -115,6 +130,76 @@ _MEASURE_TEXT_EN = "The quick brown fox jumps over the lazy dog, then runs home 
 _MEASURE_TEXT_ZH = "今天天气很好，我们一起去公园散步，然后回家吃饭。"
 
 
+class _RawLogits:
+    """First logits processor of a Higgs generate call: keeps the step's raw logits (``(batch_size, num_codebooks *
+    codebook_size)`` float32, before the delay pattern and any warper) for the repetition-aware redraw."""
+
+    def __init__(self):
+        self.scores = None
+
+    def __call__(self, input_ids, scores):
+        self.scores = scores
+        return scores
+
+
+class _TokenSelector:
+    """Last logits processor of a Higgs generate call: picks each row's codebook tokens and returns one-hot scores
+    (0 at the pick, -inf elsewhere), so transformers' greedy path takes exactly them.
+
+    Pick: argmax when ``sampler`` is None, else ``RowSampler.sample`` (per-row generators). Then, when
+    ``ras_win_len`` and ``ras_win_max_num_repeat`` are set, repetition-aware sampling as transformers'
+    ``HiggsAudioV2GenerationMixin._sample`` applies it (greedy or not): a codebook whose pick occurs at least
+    ``ras_win_max_num_repeat`` times in the row's last ``ras_win_len`` frames (stream BOS/EOS entries not counted) is
+    redrawn from ``softmax(raw logits)`` with ``torch.multinomial(..., replacement=True)``, using the row's generator.
+
+    Args:
+        raw: the ``_RawLogits`` of the same call.
+        sampler: a ``RowSampler`` (one generator per row; ``rows_per_seed = num_codebooks``) or None for greedy.
+        generators: one ``torch.Generator`` per row for the redraws (the sampler's, so one stream per row).
+        histories: per row, its audio frames so far ``(num_frames, num_codebooks)`` int64 (the reference frames,
+            without batch padding); the selector appends every pick.
+        ras_win_len, ras_win_max_num_repeat: the generation config's values, None = off.
+        stream_bos_id, stream_eos_id: audio stream BOS / EOS ids, not counted as repetitions.
+    """
+
+    def __init__(self, raw: _RawLogits, sampler, generators, histories, num_codebooks: int,
+                 ras_win_len: int | None, ras_win_max_num_repeat: int | None, stream_bos_id: int, stream_eos_id: int):
+        self.raw = raw
+        self.sampler = sampler
+        self.generators = generators
+        self.histories = histories
+        self.num_codebooks = num_codebooks
+        self.ras = (ras_win_len, ras_win_max_num_repeat) if ras_win_len and ras_win_max_num_repeat else None
+        self.stream_bos_id = stream_bos_id
+        self.stream_eos_id = stream_eos_id
+        self.num_redraws = 0  # codebook tokens redrawn so far (for tests and logs)
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        batch_size = scores.shape[0] // self.num_codebooks
+        picks = scores.argmax(dim=-1) if self.sampler is None else self.sampler.sample(scores)
+        picks = picks.view(batch_size, self.num_codebooks)
+        if self.ras is not None:
+            win_len, max_repeat = self.ras
+            raw = self.raw.scores.view(batch_size, self.num_codebooks, -1)
+            for i in range(batch_size):
+                window = self.histories[i][-win_len:]  # (<= win_len, num_codebooks)
+                counted = (window != self.stream_bos_id) & (window != self.stream_eos_id)
+                repeats = ((window == picks[i]) & counted).sum(dim=0)  # (num_codebooks,)
+                redraw = repeats >= max_repeat
+                if bool(redraw.any()):
+                    probs = raw[i][redraw].softmax(dim=-1)
+                    picks[i, redraw] = torch.multinomial(probs, 1, replacement=True,
+                                                         generator=self.generators[i]).view(-1)
+                    self.num_redraws += int(redraw.sum())
+        for i in range(batch_size):
+            self.histories[i] = torch.cat([self.histories[i], picks[i:i + 1]])
+        out = torch.full_like(scores, -float("inf"))
+        out[torch.arange(scores.shape[0], device=scores.device), picks.view(-1)] = 0.0
+        return out
+
+
 class HiggsAudioAdapter(TTSAdapter):
     """Adapter of the Higgs Audio v2 family (``model_type="higgs_audio_v2"``).
 
@@ -126,6 +211,14 @@ class HiggsAudioAdapter(TTSAdapter):
 
     family = "higgs"
     display_name = "Higgs Audio v2"
+    # Boson AI's release is in its own boson_multimodal format (model_type "higgs_audio"); transformers loads the
+    # conversion its docs use (convert_higgs_audio_v2_to_hf.py).
+    original_format_repos = {"bosonai/higgs-audio-v2-generation-3B-base": TRANSFORMERS_REPO}
+
+    @classmethod
+    def original_format_hint(cls, config) -> str | None:
+        """``model_type == "higgs_audio"``: the boson_multimodal format, not transformers' ``higgs_audio_v2``."""
+        return TRANSFORMERS_REPO if config.get("model_type") == "higgs_audio" else None
 
     def __init__(self, model, processor, *, device: str, dtype: str, name_or_path: str):
         self.name_or_path = name_or_path
@@ -154,6 +247,8 @@ class HiggsAudioAdapter(TTSAdapter):
         from transformers import HiggsAudioV2ForConditionalGeneration
 
         model, processor = cls._load_pretrained(HiggsAudioV2ForConditionalGeneration, id_or_path, device, dtype)
+        # Left padding whatever tokenizer_config.json says (see the module docstring); _process passes it too.
+        processor.tokenizer.padding_side = "left"
         return cls(model, processor, device=device, dtype=dtype, name_or_path=str(id_or_path))
 
     @staticmethod
@@ -189,8 +284,11 @@ class HiggsAudioAdapter(TTSAdapter):
             [self._conversation(AdapterRow(text=text, reference_audio=reference_audio,
                                            reference_text=reference_text))],
             add_generation_prompt=True, tokenize=True, return_dict=True, sanitize_control_tokens=True,
-            processor_kwargs={"sampling_rate": self.sampling_rate, "return_tensors": "pt"})
+            processor_kwargs=self._processor_kwargs())
         return int(inputs["input_ids"].shape[1])
+
+    def _processor_kwargs(self) -> dict[str, Any]:
+        return {"sampling_rate": self.sampling_rate, "return_tensors": "pt", "padding_side": "left"}
 
     def _measure_facts(self) -> ModelFacts:
         """Facts from the loaded config, plus token/position rates measured with the loaded processor.
@@ -327,6 +425,11 @@ class HiggsAudioAdapter(TTSAdapter):
             audio_stream_eos_id=TINY_CODEC_CODEBOOK_SIZE + 1, initializer_range=0.5)
         torch.manual_seed(seed)
         model = HiggsAudioV2ForConditionalGeneration(config).eval()
+        # What transformers' conversion script writes into the real checkpoint's generation config (a config of
+        # its own, not one derived from the model config, or loading would drop these keys).
+        model.generation_config._from_model_config = False
+        model.generation_config.ras_win_len = DEFAULT_RAS_WIN_LEN
+        model.generation_config.ras_win_max_num_repeat = DEFAULT_RAS_WIN_MAX_NUM_REPEAT
         model.save_pretrained(out_dir)
         processor.save_pretrained(out_dir)
         return out_dir
@@ -346,7 +449,10 @@ class HiggsAudioAdapter(TTSAdapter):
         audio = {"type": "audio", "audio": np.asarray(row.reference_audio, dtype=np.float32)}
         reference_text = self._strip_markup(row.reference_text or "")
         if not reference_text.strip():
-            scene["content"] += [text("SPEAKER0:"), audio]
+            # The docs' multi-speaker voice cloning layout: the clip under a speaker label in the scene, the text
+            # tagged with that speaker.
+            scene["content"] += [text(f"{SPEAKER_LABEL}:"), audio]
+            target["content"] = [text(f"[{SPEAKER_LABEL}] {self._strip_markup(row.text).strip()}")]
             return [system, scene, target]
         return [system, scene, {"role": "user", "content": [text(reference_text)]},
                 {"role": "assistant", "content": [audio]}, target]
@@ -394,7 +500,7 @@ class HiggsAudioAdapter(TTSAdapter):
     def _process(self, conversations: list[list[dict]]):
         batch = self.processor.apply_chat_template(
             conversations, add_generation_prompt=True, tokenize=True, return_dict=True, sanitize_control_tokens=True,
-            processor_kwargs={"sampling_rate": self.sampling_rate, "return_tensors": "pt"})
+            processor_kwargs=self._processor_kwargs())
         return batch.to(self.device)
 
     def _merge(self, singles: list) -> dict:
@@ -425,12 +531,46 @@ class HiggsAudioAdapter(TTSAdapter):
         return {"input_ids": torch.cat(input_ids), "attention_mask": torch.cat(attention_mask),
                 "audio_input_ids": torch.cat(audio_ids), "audio_input_ids_mask": torch.cat(audio_mask)}
 
+    @contextmanager
+    def _token_selection(self, raw: _RawLogits, selector: _TokenSelector):
+        """Put ``raw`` first and ``selector`` last in the logits processors of one ``generate`` call.
+
+        transformers' Higgs mixin builds its own list (delay pattern first, then score-only warpers) and admits only
+        score-only processor types, so the instance's ``_get_logits_processor`` is wrapped for the call. Not
+        re-entrant: one ``generate`` at a time per adapter (the engine runs batches from a single worker).
+        """
+        original = self.model._get_logits_processor
+
+        def with_selection(*args, **kwargs):
+            processors = original(*args, **kwargs)
+            processors.insert(0, raw)
+            processors.append(selector)
+            return processors
+
+        self.model._get_logits_processor = with_selection
+        try:
+            yield
+        finally:
+            del self.model._get_logits_processor  # back to the class method
+
+    def _reference_histories(self, batch) -> list:
+        """Per row, its reference audio frames ``(num_frames, num_codebooks)`` without the batch's right padding (the
+        frames repetition-aware sampling looks back over at the first step)."""
+        import torch
+
+        num_codebooks = self.model.config.num_codebooks
+        if "audio_input_ids" not in batch:
+            empty = torch.empty((0, num_codebooks), dtype=torch.long, device=batch["input_ids"].device)
+            return [empty for _ in range(batch["input_ids"].shape[0])]
+        return [ids[mask] for ids, mask in zip(batch["audio_input_ids"], batch["audio_input_ids_mask"])]
+
     def generate(self, inputs: dict[str, Any], params: SynthesisParams):
         """Decode codec frames for the batch.
 
-        Greedy when ``params.greedy`` (argmax, identical with the KV cache on or off and batched or not); otherwise
-        sampling with temperature / top-k / top-p (``None`` -> the checkpoint's generation config, else 1.0 / off /
-        off), drawn per row from a generator seeded with the row's seed.
+        Knobs not given come from the checkpoint (``facts.generation_defaults``). Greedy: argmax; otherwise
+        temperature / top-k / top-p sampling; both followed by repetition-aware sampling when the generation config
+        sets it (see the module docstring). Every draw of a row comes from a generator seeded with its seed, so a
+        row is the same batched or alone, with the KV cache on or off.
 
         Returns:
             int64 tensor ``(batch_size, num_ref_frames + num_steps, num_codebooks)``: reference frames followed by
@@ -440,33 +580,32 @@ class HiggsAudioAdapter(TTSAdapter):
         """
         import torch
 
+        from tts_app.adapters.sampling import RowSampler
+
         params = self.resolve(params)
-        gen_config = copy.deepcopy(self.model.generation_config)
-        # Repetition-aware sampling resamples from the global RNG; off so a row never depends on its batch-mates.
-        gen_config.ras_win_len = None
-        gen_config.ras_win_max_num_repeat = None
-        gen_config.do_sample = False
-        gen_config.temperature = gen_config.top_k = gen_config.top_p = None
-        gen_config.max_new_tokens = params.max_new_tokens
-        gen_config.use_cache = params.use_cache
-        kwargs: dict[str, Any] = {}
-        if not params.greedy:
-            temperature, top_k, top_p = params.temperature, params.top_k, params.top_p
-            from transformers import LogitsProcessorList
-
-            from tts_app.adapters.sampling import RowSampler, SampledTokenProcessor
-
-            # Runs after transformers' delay-pattern processor: scores (batch_size * num_codebooks, codebook_size),
-            # one generator per row for all of that row's codebooks.
-            sampler = SampledTokenProcessor(RowSampler(inputs["seeds"], temperature=float(temperature), top_k=top_k,
-                                                       top_p=top_p, rows_per_seed=self.model.config.num_codebooks))
-            # transformers' Higgs mixin only admits score-only processors; ours is one (it reads scores only).
-            self.model._supported_logits_processor_types = (
-                *type(self.model)._supported_logits_processor_types, type(sampler))
-            kwargs["logits_processor"] = LogitsProcessorList([sampler])
+        defaults = self.facts.generation_defaults
+        num_codebooks = self.model.config.num_codebooks
+        # Token choice and repetition-aware sampling happen in _TokenSelector (per-row generators); transformers'
+        # own path is left greedy with nothing to warp or redraw. These go as generate() kwargs: a None inside a
+        # passed GenerationConfig means "not set" and is refilled from the checkpoint's config
+        # (GenerationMixin._prepare_generation_config), which would leave upstream's global-RNG redraw on.
+        kwargs: dict[str, Any] = dict(do_sample=False, temperature=None, top_k=None, top_p=None,
+                                      max_new_tokens=params.max_new_tokens, use_cache=params.use_cache)
+        for key in ("ras_win_len", "ras_win_max_num_repeat"):
+            if getattr(self.model.generation_config, key, None) is not None:
+                kwargs[key] = None
+        # Scores reach the selector as (batch_size * num_codebooks, codebook_size), after the delay pattern.
+        rows = RowSampler(inputs["seeds"], temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+                          rows_per_seed=num_codebooks)
         batch = inputs["batch"]
-        with torch.inference_mode():
-            return self.model.generate(**batch, generation_config=gen_config, **kwargs)
+        raw = _RawLogits()
+        selector = _TokenSelector(raw, None if params.greedy else rows, rows.generators(batch["input_ids"].device),
+                                  self._reference_histories(batch), num_codebooks, defaults.ras_win_len,
+                                  defaults.ras_win_max_num_repeat, self.processor.audio_stream_bos_id,
+                                  self.processor.audio_stream_eos_id)
+        self._last_selector = selector  # the last call's redraw count, for tests
+        with torch.inference_mode(), self._token_selection(raw, selector):
+            return self.model.generate(**batch, **kwargs)
 
     def stop_reasons(self, outputs, inputs: dict[str, Any]) -> list[StopReason]:
         """``MAX_NEW_TOKENS`` for a row without an all-stream-EOS frame among its generated frames (still speaking,

@@ -25,13 +25,20 @@ Why this file runs its own decode loop instead of ``model.generate`` (transforme
   negative stream and the streaming codec/semantic conv caches advance for *every* row whenever *any* row makes a
   frame (``_decode_audio_latent`` decodes zeros for the others), and ``encode(sample=True)`` draws the reference
   latent noise from the global RNG. A row's audio then depends on its batch-mates.
-* ``do_sample`` is ignored (always argmax), and a ``guidance_scale`` != 1 also switches on the generic
-  ``UnbatchedClassifierFreeGuidanceLogitsProcessor`` (``GenerationMixin._get_logits_processor``), which applies CFG to
-  the LM's token logits too (with an extra unconditional forward per step over placeholder ids). The original
-  VibeVoice applies CFG only inside the diffusion head; so do we. With guidance 1.0, batch 1 and the KV cache on,
-  our loop gives transformers' tokens and audio exactly when fed the same noise (see the integration test).
-* A second speaker turn (``<audio_bos>`` after ``<audio_eos>``) is not offered: tts_app sends one speaker per segment,
-  so a row ends at ``<audio_eos>`` or ``<eos>``.
+* LM tokens are always the argmax, in the original model and in transformers (which ignores ``do_sample``; the
+  converted checkpoints set ``do_sample=False``); the only randomness is the diffusion noise. We do the same, whatever
+  ``greedy``/``temperature``/``top_k``/``top_p`` say: sampling the continue/stop decision would end speech early.
+* A ``guidance_scale`` != 1 also switches on transformers' generic ``UnbatchedClassifierFreeGuidanceLogitsProcessor``
+  (``GenerationMixin._get_logits_processor``), which applies CFG to the LM's token logits too (with an extra
+  unconditional forward per step over placeholder ids). The original VibeVoice applies CFG only inside the diffusion
+  head; so do we.
+* Only ``<eos>`` ends a row (upstream's stopping criterion, ``generation_config.eos_token_id``). ``<audio_eos>``
+  closes a speech span and the model may open another with ``<audio_bos>``; that restarts the row's CFG negative
+  stream (transformers ``_reset_negative_cache_for_audio_start``), and the frames of every span make the row's audio.
+  Stopping at the first ``<audio_eos>`` would cut speech the model meant to go on with.
+
+With that LM-logit CFG processor removed, batch 1 and the KV cache on, our loop gives transformers' tokens and audio
+exactly at guidance 1.3 over 30+ frames when both get the same noise (tests/integration/test_adapter_vibevoice.py).
 
 Our loop keeps the whole input history as embeddings (no cache) or a ``DynamicCache`` (cache), computes position ids
 from the attention mask (left padding), advances streams and conv caches only for the rows that make a frame, and
@@ -243,6 +250,46 @@ class _DecoderStream:
         return outputs.last_hidden_state[:, -1]
 
 
+class _NegativeStream:
+    """The CFG negative (unconditional) stream of a batch: per row, what transformers' VibeVoice negative branch
+    sees at batch 1 (``VibeVoiceGenerationMixin._step_negative_branch`` / ``_reset_negative_cache_for_audio_start``).
+
+    A row reads one position per frame it makes, at that step: the positive stream's input of the step (a lone
+    ``<audio_bos>`` at step 0). When the row says ``<audio_bos>`` (a new speech span) everything it read before is
+    dropped, so its next frame is conditioned on a fresh stream starting at position 0. A fresh row is dropped the
+    same way on its first frame.
+
+    Rows that make no frame at a step still get a position (the batch shares one forward), masked out for them,
+    except for a row with nothing visible yet, which gets a visible placeholder (a fully masked attention row gives
+    NaN) that its first real read then drops. The drop is applied lazily, at the row's next read, for the same
+    reason. A row's frames therefore never depend on its batch-mates.
+    """
+
+    def __init__(self, language_model, empty_embeds, use_cache: bool):
+        import torch
+
+        batch_size = empty_embeds.shape[0]
+        mask = torch.zeros((batch_size, 0), dtype=torch.long, device=empty_embeds.device)
+        self.stream = _DecoderStream(language_model, empty_embeds, mask, use_cache)
+        self.drop_history = torch.ones(batch_size, dtype=torch.bool, device=empty_embeds.device)
+
+    def reset(self, rows) -> None:
+        """Rows (bool ``(batch_size,)``) that open a new speech span: their next frame sees a fresh stream."""
+        self.drop_history |= rows
+
+    def forward(self, step_inputs, reading):
+        """Rows ``reading`` (bool ``(batch_size,)``) read ``step_inputs`` ``(batch_size, 1, hidden)``; returns the
+        hidden state of the new position ``(batch_size, hidden)`` (meaningful for the reading rows only)."""
+        stream = self.stream
+        drop = reading & self.drop_history
+        if bool(drop.any()):
+            stream.attention_mask = stream.attention_mask.masked_fill(drop[:, None], 0)
+        self.drop_history &= ~reading
+        nothing_visible = stream.attention_mask.sum(dim=-1) == 0
+        stream.append(step_inputs, reading | nothing_visible)
+        return stream.forward()
+
+
 class VibeVoiceAdapter(TTSAdapter):
     """Adapter for VibeVoice checkpoints (``model_type == "vibevoice"``, e.g. ``vibevoice/VibeVoice-1.5B-hf``).
 
@@ -252,6 +299,22 @@ class VibeVoiceAdapter(TTSAdapter):
 
     family = "vibevoice"
     display_name = "VibeVoice"
+    # Original releases (microsoft/VibeVoice format: decoder_config / acoustic_tokenizer_config) -> their transformers
+    # conversions (transformers convert_vibevoice_to_hf.py; model_doc/vibevoice.md names the 7B one).
+    original_format_repos = {
+        "microsoft/VibeVoice-1.5B": "vibevoice/VibeVoice-1.5B-hf",
+        "vibevoice/VibeVoice-1.5B": "vibevoice/VibeVoice-1.5B-hf",
+        "aoi-ot/VibeVoice-Large": "bezzam/VibeVoice-7B-hf",
+        "vibevoice/VibeVoice-7B": "bezzam/VibeVoice-7B-hf",
+    }
+
+    @classmethod
+    def original_format_hint(cls, config) -> str | None:
+        """The original format keeps the LM under ``decoder_config`` and the codec under
+        ``acoustic_tokenizer_config`` (renamed ``text_config`` / ``audio_config`` by the conversion)."""
+        if config.get("model_type") == "vibevoice" and "decoder_config" in config and "text_config" not in config:
+            return "vibevoice/VibeVoice-1.5B-hf (or bezzam/VibeVoice-7B-hf for the 7B model)"
+        return None
 
     # ------------------------------------------------------------------ loading
 
@@ -376,16 +439,21 @@ class VibeVoiceAdapter(TTSAdapter):
         )
         torch.manual_seed(seed)
         model = VibeVoiceForConditionalGeneration(config).eval()
-        # A random LM picks among <audio> / <audio_eos> / <eos> arbitrarily (mostly: stops at once). Give every
-        # input embedding (text tokens and both frame connectors) a shared component on feature 0 and give the two
-        # stop tokens a slightly smaller one, so the tied LM head leans towards <audio> with a margin of the same size
-        # as the step-to-step variation: rows then speak for a few to a few dozen frames and stop at different steps,
-        # like a trained model. Values chosen by a scan on seed 0 (TINY_SHARED_COMPONENT, TINY_STOP_MARGIN).
+        # A random LM picks among <audio> / <audio_bos> / <audio_eos> / <eos> arbitrarily (mostly: stops at once).
+        # Give every input embedding (text tokens and both frame connectors) a shared component on feature 0 and give
+        # the other tokens a slightly smaller one, so the tied LM head leans towards <audio> with a margin of the same
+        # size as the step-to-step variation: rows then speak for a few to a few dozen frames and stop at different
+        # steps, like a trained model. Values chosen by a scan on seed 0 (TINY_SHARED_COMPONENT, TINY_STOP_MARGIN).
         with torch.no_grad():
             embeddings = model.model.language_model.embed_tokens.weight
             embeddings[:, 0] = TINY_SHARED_COMPONENT
             embeddings[config.eos_token_id, 0] -= TINY_STOP_MARGIN
             embeddings[config.audio_eos_token_id, 0] -= TINY_STOP_MARGIN
+            # <audio_bos> (open a new speech span) is the <audio> embedding minus the same margin: with tied weights
+            # a random row would win by self-similarity after the prompt's own <audio_bos> and the model would open
+            # spans forever instead of speaking.
+            embeddings[config.audio_bos_token_id] = embeddings[config.audio_token_id]
+            embeddings[config.audio_bos_token_id, 0] -= TINY_STOP_MARGIN
             model.model.multi_modal_projector.linear_2.bias[0] += TINY_SHARED_COMPONENT
             model.model.semantic_connector.linear_2.bias[0] += TINY_SHARED_COMPONENT
         model.generation_config.noise_scheduler_class = "DPMSolverMultistepScheduler"
@@ -504,9 +572,12 @@ class VibeVoiceAdapter(TTSAdapter):
         return latent
 
     def generate(self, inputs: VibeVoiceInputs, params: SynthesisParams) -> VibeVoiceOutputs:
-        """Decode until every row says ``<audio_eos>``/``<eos>`` or ``max_new_tokens`` frames are made.
+        """Decode until every row says ``<eos>`` or ``max_new_tokens`` tokens are made.
 
-        LM tokens are always the argmax (``greedy``, ``temperature``, ``top_k`` and ``top_p`` do not apply); the
+        Each step the LM picks, by argmax over {``<audio>``, ``<audio_bos>``, ``<audio_eos>``, ``<eos>``} (as
+        transformers' ``VibeVoiceTokenConstraintProcessor``), what the row does: ``<audio>`` makes one frame,
+        ``<audio_eos>`` closes the speech span and ``<audio_bos>`` opens a new one (its CFG negative stream starts
+        afresh), ``<eos>`` ends the row. ``greedy``, ``temperature``, ``top_k`` and ``top_p`` do not apply; the
         diffusion noise comes from the row's seed. Honours ``cfg_scale`` (guidance of the diffusion head; default
         from the checkpoint's generation config, else 1.3), ``max_new_tokens`` and ``use_cache`` (same tokens on or
         off). May raise ``torch.OutOfMemoryError``.
@@ -516,13 +587,14 @@ class VibeVoiceAdapter(TTSAdapter):
         from tts_app.adapters.sampling import RowSampler
 
         model, config = self.model, self.model.config
+        params = self.resolve(params)
         batch_size = inputs.inputs_embeds.shape[0]
-        max_new_tokens = self.max_new_tokens(params)
-        cfg_scale = params.cfg_scale if params.cfg_scale is not None else self.facts.generation_defaults.cfg_scale
+        max_new_tokens = params.max_new_tokens
         device = inputs.inputs_embeds.device
         # One random stream per row for its diffusion noise, in decode order.
         generators = RowSampler(inputs.seeds).generators(device)
-        allowed = torch.tensor([config.audio_token_id, config.audio_eos_token_id, config.eos_token_id], device=device)
+        allowed = torch.tensor([config.audio_token_id, config.audio_bos_token_id, config.audio_eos_token_id,
+                                config.eos_token_id], device=device)
         scheduler = copy.deepcopy(self._noise_scheduler)
         language_model = model.model.language_model
         embed = model.model.get_input_embeddings()
@@ -531,42 +603,44 @@ class VibeVoiceAdapter(TTSAdapter):
                                    audio_chunks=[[] for _ in range(batch_size)])
         with torch.inference_mode():
             positive = _DecoderStream(language_model, inputs.inputs_embeds, inputs.attention_mask, params.use_cache)
-            bos = embed(torch.full((batch_size, 1), config.audio_bos_token_id, device=device))
-            negative = _DecoderStream(language_model, bos, torch.ones_like(inputs.attention_mask[:, :1]),
-                                      params.use_cache)
+            negative = _NegativeStream(language_model, inputs.inputs_embeds[:, :0], params.use_cache)
             decoder_cache = _RowStreamingCache(batch_size)
             semantic_cache = _RowStreamingCache(batch_size)
             finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
+            # What the negative stream reads when a row makes a frame this step: the positive stream's input of the
+            # step (upstream passes the same embeddings to both), and at step 0 a lone <audio_bos>.
+            step_inputs = embed(torch.full((batch_size, 1), config.audio_bos_token_id, device=device))
             hidden = positive.forward()  # prefill: (batch, hidden)
             for step in range(max_new_tokens):
                 next_tokens = self._select_tokens(hidden, allowed)
-                for i in (~finished).nonzero().flatten().tolist():
+                live = ~finished
+                for i in live.nonzero().flatten().tolist():
                     outputs.token_ids[i].append(int(next_tokens[i]))
-                active = ~finished & (next_tokens == config.audio_token_id)
-                finished = ~active
-                if not active.any():
-                    break
-                rows = active.nonzero().flatten()
-                negative_hidden = negative.forward()
-                latent = self._sample_latents(hidden[rows], negative_hidden[rows], cfg_scale,
-                                              [generators[i] for i in rows.tolist()], scheduler)  # (n, latent)
-                scaled = latent / model.model.latent_scaling_factor - model.model.latent_bias_factor
-                audio = decoder_cache.run(model.model.audio_tower.decode, scaled[:, None, :], rows).audio
-                semantic = semantic_cache.run(model.model.semantic_tokenizer_encoder, audio, rows).latents
-                frame_embeds = (model.model.multi_modal_projector(latent[:, None, :])
-                                + model.model.semantic_connector(semantic))  # (n, 1, hidden)
-                for j, i in enumerate(rows.tolist()):
-                    outputs.audio_chunks[i].append(audio[j, 0, :hop].float())
-                if step + 1 == max_new_tokens:
-                    break
+                negative.reset(live & (next_tokens == config.audio_bos_token_id))
+                making = live & (next_tokens == config.audio_token_id)
                 next_embeds = embed(next_tokens)[:, None, :]
-                next_embeds[rows] = frame_embeds.to(next_embeds.dtype)
-                positive.append(next_embeds, active)
-                negative.append(next_embeds, active)
+                if making.any():
+                    rows = making.nonzero().flatten()
+                    negative_hidden = negative.forward(step_inputs, making)
+                    latent = self._sample_latents(hidden[rows], negative_hidden[rows], params.cfg_scale,
+                                                  [generators[i] for i in rows.tolist()], scheduler)  # (n, latent)
+                    scaled = latent / model.model.latent_scaling_factor - model.model.latent_bias_factor
+                    audio = decoder_cache.run(model.model.audio_tower.decode, scaled[:, None, :], rows).audio
+                    semantic = semantic_cache.run(model.model.semantic_tokenizer_encoder, audio, rows).latents
+                    frame_embeds = (model.model.multi_modal_projector(latent[:, None, :])
+                                    + model.model.semantic_connector(semantic))  # (n, 1, hidden)
+                    for j, i in enumerate(rows.tolist()):
+                        outputs.audio_chunks[i].append(audio[j, 0, :hop].float())
+                    next_embeds[rows] = frame_embeds.to(next_embeds.dtype)
+                finished = finished | (live & (next_tokens == config.eos_token_id))
+                if bool(finished.all()) or step + 1 == max_new_tokens:
+                    break
+                positive.append(next_embeds, ~finished)
+                step_inputs = next_embeds
                 hidden = positive.forward()
         outputs.token_ids = [torch.tensor(t, dtype=torch.long) for t in outputs.token_ids]
-        outputs.stop_reasons = [StopReason.END_OF_SPEECH if len(t) and int(t[-1]) != config.audio_token_id
-                                else StopReason.MAX_NEW_TOKENS for t in outputs.token_ids]
+        outputs.stop_reasons = [StopReason.END_OF_SPEECH if done else StopReason.MAX_NEW_TOKENS
+                                for done in finished.tolist()]
         return outputs
 
     def stop_reasons(self, outputs: VibeVoiceOutputs, inputs: VibeVoiceInputs) -> list[StopReason]:
