@@ -134,7 +134,9 @@ class ReferenceConfig:
         max_speech_s: crop the cleaned reference to at most this much speech, at a VAD boundary.
         min_speech_s: less speech than this is an error.
         vad_threshold: Silero VAD speech probability threshold.
-        vad_pad_ms: padding kept around detected speech so no phoneme is cut, in ms.
+        vad_pad_ms: margin of context kept before the first and after the last speech (after extending the VAD's
+            edges over soft onsets such as /s/ and soft endings), bounded by the file, in ms. Cloning needs the
+            whole first phoneme and a little of the room before it.
         max_internal_pause_ms: internal pauses longer than this are shortened to it, in ms.
         highpass_cutoff_hz: high-pass filter cutoff (removes hum and rumble).
         target_loudness_dbfs: RMS level of the speech after normalisation, in dBFS.
@@ -148,13 +150,15 @@ class ReferenceConfig:
         default_sampling_rate: Hz of the cleaned clip when no model says which rate it needs (the ``reference``
             command without ``--sampling-rate``, the web app's quality report with no model loaded); 24 kHz is the
             rate of VibeVoice, CSM and Higgs Audio v2.
+        min_bandwidth_hz: warn "band-limited" when the speech reaches no higher than this, in Hz (telephone audio
+            stops at 3.4 kHz; every model here generates at 16 kHz or more and copies a muffled reference).
     """
 
     max_decode_s: float = 300.0
     max_speech_s: float = 15.0
     min_speech_s: float = 1.0
     vad_threshold: float = 0.5
-    vad_pad_ms: int = 100
+    vad_pad_ms: int = 150
     max_internal_pause_ms: int = 600
     highpass_cutoff_hz: float = 50.0
     target_loudness_dbfs: float = -20.0
@@ -165,6 +169,7 @@ class ReferenceConfig:
     min_snr_db: float = 25.0
     min_speech_level_dbfs: float = -40.0
     default_sampling_rate: int = 24000
+    min_bandwidth_hz: float = 5500.0
 
     def __post_init__(self) -> None:
         problems = [
@@ -185,6 +190,7 @@ class ReferenceConfig:
              f"max_nonfinite_share={self.max_nonfinite_share} must be in [0, 1]"),
             ("max_clipping_share", 0 <= self.max_clipping_share <= 1,
              f"max_clipping_share={self.max_clipping_share} must be in [0, 1]"),
+            ("min_bandwidth_hz", self.min_bandwidth_hz >= 0, f"min_bandwidth_hz={self.min_bandwidth_hz} must be >= 0"),
             ("default_sampling_rate", MIN_SAMPLING_RATE <= self.default_sampling_rate <= MAX_SAMPLING_RATE,
              f"default_sampling_rate={self.default_sampling_rate} Hz must be in "
              f"{MIN_SAMPLING_RATE}..{MAX_SAMPLING_RATE}"),

@@ -6,6 +6,8 @@ Pure layers raise these with a message that names the bad value and the fix. The
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class TTSAppError(Exception):
     """Base class of every error this project raises on purpose."""
@@ -24,7 +26,28 @@ class ConfigError(InputError):
 
 
 class ReferenceAudioError(TTSAppError, ValueError):
-    """A reference audio file or array cannot be used (corrupt, empty, silent, too short)."""
+    """A reference audio file or array cannot be used (corrupt, empty, silent, too short).
+
+    Attributes:
+        report: the ``tts_app.audio.reference.ReferenceReport`` made up to the refusal (its ``errors`` give the
+            reason), or None when the clip could not even be decoded.
+        notice: the refusal as a ``tts_app.audio.notices.Notice`` (message template and values), or None for a
+            plain message; lets ``for_name`` show a cached refusal under the caller's own file name.
+    """
+
+    def __init__(self, message: str, *, report: Any = None, notice: Any = None):
+        super().__init__(message)
+        self.report = report
+        self.notice = notice
+
+    def for_name(self, name: str) -> "ReferenceAudioError":
+        """The same refusal, worded for a clip called ``name`` (self when it cannot be re-worded)."""
+        if self.notice is None:
+            return self
+        import dataclasses
+
+        report = None if self.report is None else dataclasses.replace(self.report, name=name)
+        return ReferenceAudioError(self.notice.render(name), report=report, notice=self.notice)
 
 
 class ModelLoadError(TTSAppError, RuntimeError):

@@ -202,16 +202,6 @@ def test_long_clip_is_cropped_at_a_pause(processed, data_dir, audio_manifest):
     assert longest <= CONFIG.max_internal_pause_ms / 1000 + 0.05
 
 
-def test_reference_text_mismatch_is_warned_only_when_crop_removed_speech(data_dir):
-    cache = ReferenceCache()
-    _, cropped = prepare_reference(data_dir / "en_female_1__long_45s.wav", target_sampling_rate=RATE, cache=_CACHE,
-                                   reference_text="The morning train was late again.")
-    assert any("no longer matches" in warning for warning in cropped.warnings)
-    _, whole = prepare_reference(data_dir / "en_female_2.wav", target_sampling_rate=RATE, cache=cache,
-                                 reference_text="anything")
-    assert not any("no longer matches" in warning for warning in whole.warnings)
-
-
 def test_cache_skips_the_vad_on_the_second_call(data_dir, monkeypatch):
     calls = []
     real = reference_module.speech_probabilities

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ref, report = prepare_reference(args.audio, target_sampling_rate=sampling_rate)
     except ReferenceAudioError as error:
-        partial = getattr(error, "report", None)
+        partial = error.report
         if args.json:
             out = partial.to_dict() if partial is not None else {"name": args.audio, "errors": [str(error)]}
             print(json.dumps(out, ensure_ascii=False, indent=1))

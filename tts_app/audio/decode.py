@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tts_app.errors import ReferenceAudioError
+from tts_app.audio.notices import Notice, refusal
 
 # soundfile reads in blocks so a file that breaks half way still gives its good head (a truncated FLAC/MP3).
 _READ_BLOCK_FRAMES = 1 << 16
@@ -40,7 +40,7 @@ class DecodeInfo:
         decoder: "soundfile" or "pyav".
         truncated: the file holds less audio than its header claims (or decoding broke off part way).
         head_only: decoding stopped at ``max_decode_s``; the file is longer.
-        warnings: human-readable notes about the above.
+        warnings: notes about the above, as ``Notice`` s (rendered with the clip's name when shown).
     """
 
     name: str
@@ -53,7 +53,7 @@ class DecodeInfo:
     decoder: str
     truncated: bool = False
     head_only: bool = False
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Notice] = field(default_factory=list)
 
 
 def _source_name(source: str | Path | bytes, name: str | None) -> str:
@@ -86,20 +86,20 @@ def load_audio(source: str | Path | bytes, *, max_decode_s: float | None = None,
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
         if not data:
-            raise ReferenceAudioError(f"reference audio {label!r} is empty (0 bytes); upload a WAV/FLAC/MP3/OGG/M4A "
-                                      "file with speech")
+            raise refusal("empty", "reference audio {name} is empty (0 bytes); upload a WAV/FLAC/MP3/OGG/M4A file "
+                          "with speech", label)
         opener = lambda: io.BytesIO(data)  # noqa: E731 - each decoder needs a fresh stream
     elif isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
-            raise ReferenceAudioError(f"reference audio {str(path)!r} does not exist or is not a file")
+            raise refusal("missing", "reference audio {name} does not exist or is not a file", label)
         if path.stat().st_size == 0:
-            raise ReferenceAudioError(f"reference audio {label!r} is empty (0 bytes); use a WAV/FLAC/MP3/OGG/M4A "
-                                      "file with speech")
+            raise refusal("empty", "reference audio {name} is empty (0 bytes); use a WAV/FLAC/MP3/OGG/M4A file "
+                          "with speech", label)
         opener = lambda: str(path)  # noqa: E731
     else:
-        raise ReferenceAudioError(f"reference audio {label!r}: unsupported source type {type(source).__name__}; "
-                                  "pass a path, bytes or (samples, sampling_rate)")
+        raise refusal("unsupported_source", "reference audio {name}: unsupported source type {kind}; pass a path, "
+                      "bytes or (samples, sampling_rate)", label, kind=type(source).__name__)
 
     try:
         samples, sampling_rate, info = _load_soundfile(opener(), label, max_decode_s)
@@ -107,11 +107,12 @@ def load_audio(source: str | Path | bytes, *, max_decode_s: float | None = None,
         try:
             samples, sampling_rate, info = _load_pyav(opener(), label, max_decode_s)
         except _NotForPyAV as av_error:
-            raise ReferenceAudioError(
-                f"reference audio {label!r} could not be decoded (not a recognised audio format, or corrupt): "
-                f"soundfile: {sf_error}; FFmpeg: {av_error}") from None
+            raise refusal("not_audio", "reference audio {name} is not an audio file this app can read (or it is "
+                          "corrupt); use WAV, FLAC, MP3, OGG or M4A. Decoders said: {detail}", label,
+                          detail=f"soundfile: {sf_error}; FFmpeg: {av_error}") from None
     if samples.shape[0] == 0:
-        raise ReferenceAudioError(f"reference audio {label!r} decodes to no audio samples (empty or corrupt file)")
+        raise refusal("no_samples", "reference audio {name} decodes to no audio samples (empty or corrupt file)",
+                      label)
     return samples, sampling_rate, info
 
 
@@ -174,11 +175,17 @@ def _load_soundfile(file, label: str, max_decode_s: float | None) -> tuple[np.nd
     if truncated:
         info.truncated = True
         claimed = f"{info.file_duration_s:.2f} s" if info.file_duration_s else "more"
-        info.warnings.append(f"reference audio {label!r} is truncated: its header claims {claimed} but only "
-                             f"{info.duration_s:.2f} s could be decoded; using what is there")
+        info.warnings.append(Notice("truncated", "reference audio {name} is truncated: its header claims {claimed} "
+                                    "but only {decoded_s:.2f} s could be decoded; using what is there",
+                                    {"claimed": claimed, "decoded_s": info.duration_s}))
     if head_only:
-        info.warnings.append(f"reference audio {label!r} is long; only its first {max_decode_s:g} s were decoded")
+        info.warnings.append(_head_only_notice(max_decode_s))
     return samples, sampling_rate, info
+
+
+def _head_only_notice(max_decode_s: float | None) -> Notice:
+    return Notice("head_only", "reference audio {name} is long; only its first {max_decode_s:g} s were read",
+                  {"max_decode_s": max_decode_s})
 
 
 def _bytes_per_frame(handle) -> int:
@@ -240,10 +247,11 @@ def _load_pyav(file, label: str, max_decode_s: float | None) -> tuple[np.ndarray
                       file_duration_s=file_duration_s, decoder="pyav", head_only=head_only)
     if broke_off is not None:
         info.truncated = True
-        info.warnings.append(f"reference audio {label!r} is truncated or damaged: decoding stopped after "
-                             f"{info.duration_s:.2f} s ({broke_off}); using what is there")
+        info.warnings.append(Notice("truncated", "reference audio {name} is truncated or damaged: decoding stopped "
+                                    "after {decoded_s:.2f} s ({detail}); using what is there",
+                                    {"decoded_s": info.duration_s, "detail": broke_off}))
     if head_only:
-        info.warnings.append(f"reference audio {label!r} is long; only its first {max_decode_s:g} s were decoded")
+        info.warnings.append(_head_only_notice(max_decode_s))
     return np.ascontiguousarray(samples, dtype=np.float32), sampling_rate, info
 
 

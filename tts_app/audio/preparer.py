@@ -43,6 +43,12 @@ class PreparedReference:
     def warnings(self) -> list[str]:
         return list(self.report.warnings)
 
+    @property
+    def text(self) -> str | None:
+        """The transcript to send with this clip: the one given, shortened to the sentences a crop kept, or None
+        when none was given or the crop could not be matched to it (``ReferenceReport.reference_text``)."""
+        return self.report.reference_text
+
     def metadata(self) -> dict[str, Any]:
         """The sidecar's ``reference`` block: name, source hash, cleaned duration (s) and rate (Hz), warnings."""
         return {"name": self.name, "sha256": self.sha256, "cleaned_duration_s": round(self.audio.duration_s, 3),
@@ -98,14 +104,17 @@ class ReferencePreparer:
 
         Args:
             source: file path, file bytes or ``(samples, sampling_rate)``.
-            reference_text: its transcript, if known (only used to warn when cropping cut speech).
+            reference_text: its transcript, if known. When the clip has to be cropped it is cut at a sentence end
+                of the transcript where one matches; ``PreparedReference.text`` is then the kept sentences (None
+                when no crop could be matched), so callers send ``.text`` to the model, not what they were given.
             name: name for messages (default: the file name).
 
         Raises:
             ReferenceAudioError: unusable clip (missing, corrupt, silent, too short); the message names it.
         """
         if isinstance(source, (str, Path)) and not Path(source).is_file():
-            raise ReferenceAudioError(f"reference audio {name or str(source)!r} does not exist; give an audio file")
+            raise ReferenceAudioError(f"reference audio {name or Path(source).name!r} does not exist; give an audio "
+                                      "file")
         audio, report = prepare_reference(source, target_sampling_rate=self.sampling_rate, config=self.config,
                                           reference_text=reference_text or None, cache=self.cache, name=name)
         return PreparedReference(audio=audio, report=report, name=report.name, sha256=source_sha256(source))

@@ -1,7 +1,26 @@
-"""Reference-audio cleanup: decode -> clean -> mono -> high-pass -> VAD trim -> pause shortening -> crop ->
-loudness normalisation -> resample, plus a quality report and an LRU cache keyed by content hash.
+"""Reference-audio cleanup for voice cloning, and its quality report.
 
-Arrays in, arrays out; the only file I/O is ``tts_app.audio.decode.load_audio`` (and hashing a file's bytes).
+``prepare_reference`` runs one named function per stage, in this order (each stage fills its part of the report):
+
+    _decode                 file / bytes / array -> float32 (num_samples, channels), head only past max_decode_s
+    _repair_nonfinite       a few NaN/Inf samples zeroed; many = corrupt (refused)
+    _measure_clipping       clipped share, after removing DC
+    _downmix                mono: channel average, or one channel when the channels cancel
+    _highpass               50 Hz high-pass (digital silence refused here)
+    _remove_hum             mains hum notched out; the 16 kHz copy for analysis
+    _detect_speech          Silero VAD segments
+    _measure_levels         speech level, background level and kind, SNR, bandwidth
+    _check_speech_amount    no speech / too short (refused)
+    _warn_quality           quiet, noisy, music-like, band-limited
+    _choose_speech          crop to max_speech_s at a pause or at a sentence end of the transcript
+    _find_edges             first/last kept speech, extended over soft onsets and endings
+    _cut                    margins, shortened pauses, splice at the target rate
+    _normalise_loudness     speech RMS to the target without passing the peak ceiling
+
+plus an LRU cache keyed by content hash + settings + target rate + transcript. Arrays in, arrays out; the only
+file I/O is ``tts_app.audio.decode.load_audio`` (and hashing a file's bytes). Messages are ``Notice`` s rendered
+with the caller's file name when shown (``tts_app.audio.notices``); measurements live in
+``tts_app.audio.analysis``, cut decisions in ``tts_app.audio.crop``.
 """
 
 from __future__ import annotations
@@ -18,7 +37,9 @@ from typing import Any, Callable, Union
 
 import numpy as np
 
+from tts_app.audio import analysis, crop
 from tts_app.audio.decode import DecodeInfo, load_audio
+from tts_app.audio.notices import Notice, refusal
 from tts_app.audio.vad import VAD_SAMPLING_RATE, SpeechSegment, speech_probabilities, speech_segments
 from tts_app.config import ReferenceConfig
 from tts_app.errors import InputError, ReferenceAudioError
@@ -26,42 +47,15 @@ from tts_app.request import ReferenceAudio
 
 ReferenceSource = Union[str, Path, bytes, "tuple[np.ndarray, int]"]
 
-# A sample at or above this magnitude counts as clipped (full scale of 16-bit PCM is 32767/32768 = 0.99997).
-CLIP_LEVEL = 0.999
-# ... and so does a sample within 0.1% of the clip's own peak: audio clipped and then turned down has flat tops below
-# full scale. Unclipped speech has ~0.001-0.01% of its samples that close to its peak (measured on tests/data).
-CLIP_RELATIVE_LEVEL = 0.999
 # Stereo downmix: if the average of the channels keeps less than this share of the channels' mean energy, the
 # channels cancel (polarity-inverted or badly out of phase) and one channel is used instead. Uncorrelated channels
 # of equal power keep 0.5, so 0.25 (-6 dB) only fires when the mix destroys most of the signal.
 MIN_DOWNMIX_ENERGY_RATIO = 0.25
-# Frame length for level / SNR measurements (20 ms at 16 kHz), a common short-time analysis frame.
-LEVEL_FRAME_SAMPLES = 320
-# Power floor for the noise estimate (-100 dBFS, below 16- and 24-bit quantisation noise of real recordings), so a
-# digitally silent background gives a large finite SNR instead of infinity.
-NOISE_POWER_FLOOR = 1e-10
-# Below this background level (dBFS) the background is reported as "silent" and not classified.
-SILENT_BACKGROUND_DBFS = -70.0
-# Background classified "music-like" (tonal: music, hum harmonics) when the spectral flatness of its averaged
-# 100-5000 Hz spectrum, after removing the spectral tilt, is below this. Measured on this project's test clips and
-# synthetic signals: white/pink/brown noise 0.91, a chord bed 0.006, 100+150 Hz hum over noise 0.17.
-MUSIC_MAX_FLATNESS = 0.3
-# Frames for the background spectrum: 64 ms at 16 kHz (15.6 Hz bins, fine enough to resolve notes), 50% hop.
-SPECTRUM_FRAME_SAMPLES = 1024
-# A crop keeps at least this share of the speech the longest possible crop keeps, so preferring a long pause
-# (sentence end) over a short one (between words) never throws away most of the clip.
-CROP_MIN_KEEP_SHARE = 2.0 / 3.0
-# Mains hum: a spectral line at 50 or 60 Hz (or a harmonic up to MAX_HUM_HARMONIC) standing this many dB above the
-# spectrum 12-30 Hz either side is notched out (torchaudio.functional.bandreject_biquad, bandwidth HUM_NOTCH_HZ).
-# The 50 Hz high-pass alone takes only 3 dB off 50 Hz hum. Measured: the pink-noise+hum test clip 28 dB, clean
-# speech clips and the music bed < 2 dB.
-HUM_PROMINENCE_DB = 12.0
-MAX_HUM_HARMONIC = 4
-HUM_NOTCH_HZ = 5.0
-# Samples below this magnitude (-240 dBFS) are set to exactly zero after filtering (avoids subnormal floats).
-TINY_SAMPLE = 1e-12
-# Cross-fade at each splice (removed pause) and fade at both ends, in ms: avoids clicks in a noisy background.
-SPLICE_FADE_MS = 10.0
+# A music-like background is worth a warning only while it is this close to the speech level: 35 dB below the
+# speech a bed is inaudible under it (the noise warning threshold, ReferenceConfig.min_snr_db, is 25 dB).
+MUSIC_WARN_MAX_SNR_DB = 35.0
+# Soft onsets and endings the VAD leaves out are followed this far past its edges, at most.
+MAX_EDGE_EXTENSION_S = 0.4
 
 
 @dataclass
@@ -69,31 +63,40 @@ class ReferenceReport:
     """Quality report of one reference clip. All times in seconds; levels in dBFS (RMS re full scale).
 
     Attributes:
-        name: file name or label.
+        name: file name or label; every message is rendered with it.
         format, subtype: container and encoding found by the decoder (e.g. "MP3", "MPEG_LAYER_III"); "array" for
             in-memory input.
         sampling_rate: Hz of the input.
         channels: channels of the input.
         duration_s: seconds of input decoded; file_duration_s: what the file's header claims (None if unknown).
-        speech_start_s, speech_end_s: first and last detected speech in the ORIGINAL timeline (None when none).
-        speech_s: total detected speech in the decoded input (unpadded VAD segments).
-        speech_kept_s: speech in the output (after cropping).
+        speech_start_s, speech_end_s: first and last speech in the ORIGINAL timeline (VAD, extended over soft
+            onsets and endings; None when none).
+        speech_s: total detected speech in the decoded input (VAD segments, no margins).
+        speech_kept_s: speech in the output (after cropping); None when the clip was refused.
+        kept_start_s, kept_end_s: the stretch of the original timeline the output starts and ends with (speech
+            plus margins); None when refused.
         output_duration_s, output_sampling_rate: the cleaned clip.
         cropped: speech was removed to fit ``max_speech_s``; crop_at_s: where (original timeline), else None.
         pauses_shortened: internal pauses longer than ``max_internal_pause_ms`` that were shortened.
         channel_used: None when channels were averaged, else the 0-based channel used alone.
-        clipping_share: share of input samples at full scale (|x| >= 0.999) or flat-topped at the input's own peak
-            (within 0.1% of it: clipped, then turned down), in [0, 1].
+        clipping_share: share of input samples clipped (at full scale, or flat-topped at a peak after removing
+            DC; see ``analysis.clipping_share``), in [0, 1].
         nonfinite_samples: NaN/Inf samples that were zeroed.
-        speech_level_dbfs: RMS of the input speech frames; background_level_dbfs: RMS of the non-speech frames
-            (or the minimum-statistics estimate, see ``estimate_snr``).
-        snr_db: estimated SNR, see ``estimate_snr``; background: "silent", "noise" or "music-like".
+        speech_level_dbfs: RMS of the input speech frames; background_level_dbfs: background RMS (see
+            ``analysis.estimate_levels``).
+        snr_db: estimated SNR, in [-20, ~100] dB; background: "silent", "noise", "music-like" or None (too little
+            pure background to tell).
+        bandwidth_hz: highest frequency the speech reaches (``analysis.speech_bandwidth_hz``); None if unknown.
         hum_hz: mains hum frequencies (fundamental and harmonics, Hz) that were notched out; empty when none.
         gain_db: gain applied by loudness normalisation; output_peak_dbfs: peak of the output.
         truncated, head_only: see ``DecodeInfo``.
-        key: cache key (content hash + settings + target rate).
-        warnings: notices (clipped, noisy or music-like background, low level, cropped, truncated, NaN, ...).
-        errors: why the clip was refused (filled on the report attached to a raised ``ReferenceAudioError``).
+        reference_text: the transcript that matches the cleaned clip: the one given, its first sentences (cropped
+            at a sentence end), or None (none given, or dropped because the crop no longer matches it). Callers
+            pass THIS to the model, not the text they gave.
+        reference_text_status: None (no transcript given), "kept", "shortened" or "dropped".
+        key: cache key (content hash + settings + target rate + transcript).
+        notices: warnings as ``Notice`` s; refusals: why the clip was refused (on the report a
+            ``ReferenceAudioError`` carries). ``warnings`` / ``errors`` render them with ``name``.
     """
 
     name: str
@@ -106,7 +109,9 @@ class ReferenceReport:
     speech_start_s: float | None = None
     speech_end_s: float | None = None
     speech_s: float = 0.0
-    speech_kept_s: float = 0.0
+    speech_kept_s: float | None = None
+    kept_start_s: float | None = None
+    kept_end_s: float | None = None
     output_duration_s: float = 0.0
     output_sampling_rate: int = 0
     cropped: bool = False
@@ -119,26 +124,54 @@ class ReferenceReport:
     background_level_dbfs: float | None = None
     snr_db: float | None = None
     background: str | None = None
+    bandwidth_hz: float | None = None
     hum_hz: list[float] = field(default_factory=list)
     gain_db: float = 0.0
     output_peak_dbfs: float | None = None
     truncated: bool = False
     head_only: bool = False
+    reference_text: str | None = None
+    reference_text_status: str | None = None
     key: str = ""
-    warnings: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
+    refusals: list[Notice] = field(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        """The warnings, worded for this report's ``name``."""
+        return [notice.render(self.name) for notice in self.notices]
+
+    @property
+    def errors(self) -> list[str]:
+        """Why the clip was refused (empty when it was not), worded for ``name``."""
+        return [notice.render(self.name) for notice in self.refusals]
+
+    def warn(self, code: str, template: str, **values: Any) -> None:
+        """Add a warning (``template`` may use ``{name}`` and the ``values``)."""
+        self.notices.append(Notice(code, template, values))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict (floats rounded to 4 decimals)."""
+        """JSON-able dict (floats rounded to 4 decimals); ``warnings`` / ``errors`` as rendered text, plus
+        ``warning_codes``."""
         out: dict[str, Any] = {}
         for item in dataclasses.fields(self):
+            if item.name in ("notices", "refusals"):
+                continue
             value = getattr(self, item.name)
             if isinstance(value, float):
                 value = round(value, 4)
             elif isinstance(value, list):
                 value = list(value)
             out[item.name] = value
+        out["warnings"] = self.warnings
+        out["errors"] = self.errors
+        out["warning_codes"] = [notice.code for notice in self.notices]
         return out
+
+    def renamed(self, name: str) -> "ReferenceReport":
+        """A copy for a caller who named the same content ``name`` (messages follow the name)."""
+        return dataclasses.replace(self, name=name, hum_hz=list(self.hum_hz), notices=list(self.notices),
+                                   refusals=list(self.refusals))
 
 
 class ReferenceCache:
@@ -222,18 +255,22 @@ def prepare_reference(source: ReferenceSource, *, target_sampling_rate: int,
                       ) -> tuple[ReferenceAudio, ReferenceReport]:
     """Decode and clean a reference clip for voice cloning, and report its quality.
 
-    Steps: decode (head only past ``config.max_decode_s``); zero NaN/Inf; mono (average, or one channel when the
-    channels cancel); 50 Hz high-pass (``torchaudio.functional.highpass_biquad``); Silero VAD at 16 kHz; trim
-    leading/trailing non-speech keeping ``vad_pad_ms``; shorten internal pauses to ``max_internal_pause_ms``; crop
-    to ``max_speech_s`` of speech at a VAD boundary; resample (``torchaudio.functional.resample``); normalise the
-    speech RMS to ``target_loudness_dbfs`` without exceeding ``peak_ceiling_dbfs``.
+    The stages are listed in the module docstring. In short: decode; repair NaN/Inf; mono; 50 Hz high-pass
+    (``torchaudio.functional.highpass_biquad``) and mains-hum notches; Silero VAD at 16 kHz; keep the speech plus a
+    margin of ``config.vad_pad_ms`` before the first and after the last speech (edges first extended over soft
+    onsets such as /s/ and over soft endings the VAD leaves out); shorten internal pauses; crop to
+    ``max_speech_s`` of speech at a pause (at a sentence end when a transcript is given); resample
+    (``torchaudio.functional.resample``); normalise the speech RMS to ``target_loudness_dbfs`` without exceeding
+    ``peak_ceiling_dbfs``.
 
     Args:
         source: file path, file content (bytes), or ``(samples, sampling_rate)`` with float samples ``(n,)`` or
             ``(n, channels)`` (int16/int32 arrays are scaled from full scale).
         target_sampling_rate: Hz of the returned clip (the model's rate).
         config: cleanup settings.
-        reference_text: transcript of the clip, if known; only used to warn when cropping removed speech.
+        reference_text: transcript of the clip, if known. When the clip must be cropped, the crop lands at a
+            sentence end of the transcript when one matches, and ``report.reference_text`` is the transcript of
+            what was kept (None when no crop could be matched: the text is then dropped, with a warning).
         cache: optional ``ReferenceCache``; a hit skips all processing.
         name: label for messages (default: the file name, "<uploaded bytes>" or "<array>").
 
@@ -251,49 +288,22 @@ def prepare_reference(source: ReferenceSource, *, target_sampling_rate: int,
         raise InputError(f"target_sampling_rate={target_sampling_rate!r} must be a positive integer (Hz)")
     target_sampling_rate = int(target_sampling_rate)
     label, content_hash = _label_and_hash(source, name)
+    text = (reference_text or "").strip() or None
     settings = repr(dataclasses.astuple(config))
-    key = hashlib.sha256(f"{content_hash}|{settings}|{target_sampling_rate}".encode()).hexdigest()[:32]
+    key = hashlib.sha256(f"{content_hash}|{settings}|{target_sampling_rate}|{text}".encode()).hexdigest()[:32]
 
     def compute() -> tuple[ReferenceAudio, ReferenceReport]:
-        try:
-            return _prepare_uncached(source, label, key, target_sampling_rate, config)
-        except ReferenceAudioError as error:
-            error.reference_name = label  # type: ignore[attr-defined]  # lets a cache hit rename it
-            raise
+        return _prepare_uncached(source, label, key, target_sampling_rate, config, text)
 
     if cache is None:
-        ref, report = compute()
-    else:
-        try:
-            ref, report = cache.get_or_compute(key, compute)
-        except ReferenceAudioError as error:
-            raise _relabel_error(error, label) from None
-        # Cached reports are shared; each caller gets its own copy, named after its own file (the same content may
-        # arrive under another name, e.g. a re-upload).
-        old = repr(report.name)
-        report = dataclasses.replace(report, name=label,
-                                     warnings=[w.replace(old, repr(label)) for w in report.warnings],
-                                     errors=[e.replace(old, repr(label)) for e in report.errors])
-    if reference_text is not None and reference_text.strip() and report.cropped:
-        report.warnings.append(
-            f"reference audio {label!r} was cropped to {report.speech_kept_s:.1f} s of speech, so the reference "
-            "text no longer matches the audio; shorten the text to the kept part or give a shorter clip")
-    return ref, report
-
-
-def _relabel_error(error: ReferenceAudioError, label: str) -> ReferenceAudioError:
-    """A cached refusal, re-worded for a caller who named the same content ``label``."""
-    old = getattr(error, "reference_name", None)
-    if old is None or old == label:
-        return error
-    renamed = ReferenceAudioError(str(error).replace(repr(old), repr(label)))
-    renamed.reference_name = label  # type: ignore[attr-defined]
-    report = getattr(error, "report", None)
-    if report is not None:
-        renamed.report = dataclasses.replace(  # type: ignore[attr-defined]
-            report, name=label, warnings=[w.replace(repr(old), repr(label)) for w in report.warnings],
-            errors=[e.replace(repr(old), repr(label)) for e in report.errors])
-    return renamed
+        return compute()
+    try:
+        ref, report = cache.get_or_compute(key, compute)
+    except ReferenceAudioError as error:
+        raise error.for_name(label) from None
+    # Cached reports are shared; each caller gets its own copy, named after its own file (the same content may
+    # arrive under another name, e.g. a re-upload).
+    return ref, report.renamed(label)
 
 
 def _label_and_hash(source: ReferenceSource, name: str | None) -> tuple[str, str]:
@@ -317,30 +327,77 @@ def _label_and_hash(source: ReferenceSource, name: str | None) -> tuple[str, str
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(block)
         except OSError as error:
-            raise ReferenceAudioError(f"reference audio {str(path)!r} cannot be read: {error.strerror or error}"
-                                      ) from None
+            raise refusal("unreadable", "reference audio {name} cannot be read: {reason}", label,
+                          reason=error.strerror or str(error)) from None
         return label, digest.hexdigest()
     raise ReferenceAudioError(f"reference audio of type {type(source).__name__} is not supported; pass a path, "
                               "bytes or (samples, sampling_rate)")
 
 
+def _refuse(report: ReferenceReport, code: str, template: str, **values: Any) -> ReferenceAudioError:
+    """Record why the clip is refused on ``report`` and return the error carrying it."""
+    notice = Notice(code, template, values)
+    report.refusals.append(notice)
+    return ReferenceAudioError(notice.render(report.name), report=report, notice=notice)
+
+
+def _db(power: float) -> float:
+    return 10.0 * math.log10(max(power, 1e-20))
+
+
+# ------------------------------------------------------------------------------------------------------ the stages
+
+
+def _prepare_uncached(source: ReferenceSource, label: str, key: str, target_sampling_rate: int,
+                      config: ReferenceConfig, reference_text: str | None) -> tuple[ReferenceAudio, ReferenceReport]:
+    """Run the stages in order (see the module docstring)."""
+    samples, sampling_rate, info = _decode(source, label, config)
+    report = ReferenceReport(
+        name=label, format=info.format, subtype=info.subtype, sampling_rate=sampling_rate, channels=info.channels,
+        duration_s=samples.shape[0] / sampling_rate, file_duration_s=info.file_duration_s,
+        truncated=info.truncated, head_only=info.head_only, key=key, notices=list(info.warnings),
+        output_sampling_rate=target_sampling_rate)
+    samples = _repair_nonfinite(samples, report, config)
+    _measure_clipping(samples, report, config)
+    mono = _downmix(samples, report)
+    wave = _highpass(mono, sampling_rate, report, config)
+    wave, samples_16k = _remove_hum(wave, sampling_rate, report)
+    segments = _detect_speech(samples_16k, config)
+    levels = _measure_levels(wave, sampling_rate, samples_16k, segments, report, config)
+    _check_speech_amount(samples_16k, segments, levels, report, config)
+    _warn_quality(report, config)
+    segments, plan = _choose_speech(samples_16k, segments, reference_text, report, config)
+    start_s, end_s = _find_edges(samples_16k, segments, plan, levels, report)
+    out, kept, stretches = _cut(wave, sampling_rate, target_sampling_rate, segments, plan, start_s, end_s,
+                                report, config)
+    out = _normalise_loudness(out, target_sampling_rate, kept, stretches, report, config)
+    return ReferenceAudio(samples=out, sampling_rate=target_sampling_rate, key=key), report
+
+
+def _decode(source: ReferenceSource, label: str, config: ReferenceConfig) -> tuple[np.ndarray, int, DecodeInfo]:
+    """File, bytes or array -> float32 ``(num_samples, channels)``, its rate, and what the decoder found."""
+    if isinstance(source, tuple):
+        return _array_input(source, label, config.max_decode_s)
+    return load_audio(source, max_decode_s=config.max_decode_s, name=label)
+
+
 def _array_input(source: tuple, label: str, max_decode_s: float) -> tuple[np.ndarray, int, DecodeInfo]:
     samples, sampling_rate = source
     if not isinstance(sampling_rate, (int, np.integer)) or sampling_rate <= 0:
-        raise ReferenceAudioError(f"reference audio {label!r}: sampling_rate={sampling_rate!r} must be a positive "
-                                  "integer (Hz)")
+        raise refusal("bad_rate", "reference audio {name}: sampling_rate={rate!r} must be a positive integer (Hz)",
+                      label, rate=sampling_rate)
     array = np.asarray(samples)
     if array.ndim == 1:
         array = array[:, None]
     if array.ndim != 2 or array.shape[1] < 1:
-        raise ReferenceAudioError(f"reference audio {label!r}: samples of shape {array.shape} must be (n,) or "
-                                  "(n, channels)")
+        raise refusal("bad_shape", "reference audio {name}: samples of shape {shape} must be (n,) or "
+                      "(n, channels)", label, shape=array.shape)
     if array.dtype.kind in "iu":
         info_ = np.iinfo(array.dtype)
         array = (array.astype(np.float32) - (info_.min + info_.max + 1) / 2.0) / ((info_.max - info_.min + 1) / 2.0)
     elif array.dtype.kind != "f":
-        raise ReferenceAudioError(f"reference audio {label!r}: samples of dtype {array.dtype} are not audio; pass "
-                                  "float or integer PCM samples")
+        raise refusal("bad_dtype", "reference audio {name}: samples of dtype {dtype} are not audio; pass float or "
+                      "integer PCM samples", label, dtype=str(array.dtype))
     sampling_rate = int(sampling_rate)
     info = DecodeInfo(name=label, format="array", subtype=str(np.asarray(samples).dtype), sampling_rate=sampling_rate,
                       channels=int(array.shape[1]), duration_s=array.shape[0] / sampling_rate,
@@ -350,400 +407,240 @@ def _array_input(source: tuple, label: str, max_decode_s: float) -> tuple[np.nda
         array = array[:max_frames]
         info.head_only = True
         info.duration_s = max_frames / sampling_rate
-        info.warnings.append(f"reference audio {label!r} is long; only its first {max_decode_s:g} s are used")
+        info.warnings.append(Notice("head_only", "reference audio {name} is long; only its first {max_decode_s:g} s "
+                                    "are used", {"max_decode_s": max_decode_s}))
     if array.shape[0] == 0:
-        raise ReferenceAudioError(f"reference audio {label!r} has no samples")
+        raise refusal("no_samples", "reference audio {name} has no samples", label)
     return np.ascontiguousarray(array, dtype=np.float32), sampling_rate, info
 
 
-def _refuse(report: ReferenceReport, message: str) -> ReferenceAudioError:
-    report.errors.append(message)
-    error = ReferenceAudioError(message)
-    error.report = report  # type: ignore[attr-defined]
-    return error
+def _repair_nonfinite(samples: np.ndarray, report: ReferenceReport, config: ReferenceConfig) -> np.ndarray:
+    """A few dented NaN/Inf samples are zeroed (with a warning); a large share means the data is garbage."""
+    finite = np.isfinite(samples)
+    num_nonfinite = int(samples.size - np.count_nonzero(finite))
+    if not num_nonfinite:
+        return samples
+    share = num_nonfinite / samples.size
+    if share > config.max_nonfinite_share:
+        raise _refuse(report, "corrupt", "reference audio {name} is corrupt: {share:.1%} of its samples are NaN or "
+                      "infinite (at most {limit:.1%} can be repaired)", share=share,
+                      limit=config.max_nonfinite_share)
+    report.nonfinite_samples = num_nonfinite
+    report.warn("nonfinite", "reference audio {name} had {count} NaN/infinite samples; they were set to silence",
+                count=num_nonfinite)
+    return np.where(finite, samples, np.float32(0.0))
 
 
-def _db(power: float) -> float:
-    return 10.0 * math.log10(max(power, 1e-20))
+def _measure_clipping(samples: np.ndarray, report: ReferenceReport, config: ReferenceConfig) -> None:
+    """Clipped share of the input over all channels, measured after removing DC (``analysis.clipping_share``)."""
+    report.clipping_share = analysis.clipping_share(samples)
+    if report.clipping_share > config.max_clipping_share:
+        report.warn("clipped", "reference audio {name} is clipped ({share:.1%} of samples flat-topped at the "
+                    "peak); the cloned voice may sound distorted, record at a lower level",
+                    share=report.clipping_share)
 
 
-def _prepare_uncached(source: ReferenceSource, label: str, key: str, target_sampling_rate: int,
-                      config: ReferenceConfig) -> tuple[ReferenceAudio, ReferenceReport]:
+def _downmix(samples: np.ndarray, report: ReferenceReport) -> np.ndarray:
+    """(n, channels) -> (n,): the channel average, or the strongest channel when averaging cancels most energy."""
+    if samples.shape[1] == 1:
+        return np.ascontiguousarray(samples[:, 0])
+    mix = samples.mean(axis=1)
+    channel_energy = np.mean(np.square(samples, dtype=np.float64), axis=0)
+    if channel_energy.max() > 0 and np.mean(np.square(mix, dtype=np.float64)) < (
+            MIN_DOWNMIX_ENERGY_RATIO * channel_energy.mean()):
+        report.channel_used = int(np.argmax(channel_energy))
+        report.warn("channels_cancel", "reference audio {name}: its channels cancel when mixed (polarity-inverted "
+                    "stereo); channel {channel} was used alone", channel=report.channel_used)
+        return np.ascontiguousarray(samples[:, report.channel_used])
+    return mix.astype(np.float32)
+
+
+def _highpass(mono: np.ndarray, sampling_rate: int, report: ReferenceReport, config: ReferenceConfig):
+    """50 Hz high-pass (hum and rumble) -> float32 tensor ``(n,)``. Refuses digital silence.
+
+    lfilter clamps its output to [-1, 1], so a copy scaled to peak 0.5 is filtered and scaled back: nothing is
+    clipped here (the loudness stage sets the final level)."""
     import torch
     import torchaudio.functional as AF
 
-    if isinstance(source, tuple):
-        samples, sampling_rate, info = _array_input(source, label, config.max_decode_s)
-    else:
-        samples, sampling_rate, info = load_audio(source, max_decode_s=config.max_decode_s, name=label)
-    report = ReferenceReport(
-        name=label, format=info.format, subtype=info.subtype, sampling_rate=sampling_rate, channels=info.channels,
-        duration_s=samples.shape[0] / sampling_rate, file_duration_s=info.file_duration_s,
-        truncated=info.truncated, head_only=info.head_only, key=key, warnings=list(info.warnings),
-        output_sampling_rate=target_sampling_rate)
-
-    # 1. NaN / Inf: a few dented samples are zeroed; a large share means the data is garbage.
-    finite = np.isfinite(samples)
-    num_nonfinite = int(samples.size - np.count_nonzero(finite))
-    if num_nonfinite:
-        share = num_nonfinite / samples.size
-        if share > config.max_nonfinite_share:
-            raise _refuse(report, f"reference audio {label!r} is corrupt: {share:.1%} of its samples are NaN or "
-                                  f"infinite (at most {config.max_nonfinite_share:.1%} can be repaired)")
-        samples = np.where(finite, samples, np.float32(0.0))
-        report.nonfinite_samples = num_nonfinite
-        report.warnings.append(f"reference audio {label!r} had {num_nonfinite} NaN/infinite samples; they were "
-                               "set to silence")
-
-    # 2. Clipping share of the input, over all channels.
-    magnitude = np.abs(samples)
-    clip_level = min(CLIP_LEVEL, CLIP_RELATIVE_LEVEL * float(magnitude.max()))
-    report.clipping_share = float(np.count_nonzero(magnitude >= clip_level)) / samples.size if clip_level > 0 else 0.0
-    if report.clipping_share > config.max_clipping_share:
-        report.warnings.append(f"reference audio {label!r} is clipped ({report.clipping_share:.1%} of samples "
-                               "flat-topped at the peak); the cloned voice may sound distorted, record at a lower "
-                               "level")
-
-    # 3. Mono.
-    mono, report.channel_used = _to_mono(samples)
-    if report.channel_used is not None:
-        report.warnings.append(f"reference audio {label!r}: its channels cancel when mixed (polarity-inverted "
-                               f"stereo); channel {report.channel_used} was used alone")
-
-    # 4. High-pass. lfilter clamps its output to [-1, 1], so filter a copy scaled to peak 0.5 and scale back:
-    # nothing is clipped here (the loudness step sets the final level).
     peak = float(np.max(np.abs(mono))) if mono.size else 0.0
     if peak == 0.0:
-        raise _refuse(report, f"reference audio {label!r} is digital silence: no speech found; upload a clip with "
-                              f"at least {config.min_speech_s:g} s of speech")
+        raise _refuse(report, "silent", "reference audio {name} is digital silence: no speech found; upload a clip "
+                      "with at least {min_s:g} s of speech", min_s=config.min_speech_s)
     wave = torch.from_numpy(mono)
     if 0.0 < config.highpass_cutoff_hz < sampling_rate / 2:
         scale = 0.5 / peak
         wave = AF.highpass_biquad(wave * scale, sampling_rate, config.highpass_cutoff_hz) / scale
         # The IIR tail decays through digital silence into subnormal floats, which make every later float op
         # (the VAD above all: 4x slower measured) crawl. Values below -240 dBFS are zero for any purpose.
-        wave = wave.masked_fill(wave.abs() < TINY_SAMPLE, 0.0)
+        wave = wave.masked_fill(wave.abs() < analysis.TINY_SAMPLE, 0.0)
+    return wave
 
-    # 5. VAD at 16 kHz (after notching out mains hum, which the high-pass barely touches).
+
+def _remove_hum(wave, sampling_rate: int, report: ReferenceReport):
+    """Notch out mains hum (the high-pass barely touches 50 Hz) -> (wave, float32 16 kHz copy for analysis)."""
+    import torchaudio.functional as AF
+
     wave_16k = wave if sampling_rate == VAD_SAMPLING_RATE else AF.resample(wave, sampling_rate, VAD_SAMPLING_RATE)
-    report.hum_hz = detect_hum(wave_16k.numpy(), VAD_SAMPLING_RATE)
+    report.hum_hz = analysis.detect_hum(wave_16k.numpy(), VAD_SAMPLING_RATE)
     if report.hum_hz:
-        wave = _notch(wave, sampling_rate, report.hum_hz)
-        wave_16k = _notch(wave_16k, VAD_SAMPLING_RATE, report.hum_hz)
-        report.warnings.append(f"reference audio {label!r} has {report.hum_hz[0]:g} Hz mains hum; it was filtered "
-                               f"out (notches at {', '.join(f'{hz:g}' for hz in report.hum_hz)} Hz)")
-    samples_16k = wave_16k.numpy()
-    probs = speech_probabilities(samples_16k)
-    segments = speech_segments(probs, len(samples_16k), threshold=config.vad_threshold)
-    levels = estimate_snr(samples_16k, VAD_SAMPLING_RATE, segments, guard_s=config.vad_pad_ms / 1000.0)
-    report.speech_level_dbfs, report.background_level_dbfs, report.snr_db, report.background = levels
-    if not segments:
-        raise _refuse(report, f"reference audio {label!r}: no speech found (silent, noise or music only, or a "
-                              "corrupt file); upload a clip of one person speaking")
-    report.speech_start_s = segments[0].start_s
-    report.speech_end_s = segments[-1].end_s
-    report.speech_s = float(sum(seg.duration_s for seg in segments))
-    if report.speech_s < config.min_speech_s:
-        raise _refuse(report, f"reference audio {label!r} is too short: {report.speech_s:.2f} s of speech; at "
-                              f"least {config.min_speech_s:g} s is needed (5-15 s works best)")
-    _level_warnings(report, config)
+        wave = analysis.notch(wave, sampling_rate, report.hum_hz)
+        wave_16k = analysis.notch(wave_16k, VAD_SAMPLING_RATE, report.hum_hz)
+        report.warn("hum", "reference audio {name} has {hz:g} Hz mains hum; it was filtered out (notches at "
+                    "{notches} Hz)", hz=report.hum_hz[0], notches=", ".join(f"{hz:g}" for hz in report.hum_hz))
+    return wave, wave_16k.numpy()
 
-    # 6. Trim, shorten pauses, crop (in seconds of the original timeline), then splice at the target rate.
+
+def _detect_speech(samples_16k: np.ndarray, config: ReferenceConfig) -> list[SpeechSegment]:
+    """Silero VAD speech segments (seconds, unpadded)."""
+    probs = speech_probabilities(samples_16k)
+    return speech_segments(probs, len(samples_16k), threshold=config.vad_threshold)
+
+
+def _measure_levels(wave, sampling_rate: int, samples_16k: np.ndarray, segments: list[SpeechSegment],
+                    report: ReferenceReport, config: ReferenceConfig) -> analysis.Levels:
+    """Speech and background level, SNR, background kind, and the speech bandwidth (at the input's own rate)."""
+    levels = analysis.estimate_levels(samples_16k, VAD_SAMPLING_RATE, segments)
+    report.speech_level_dbfs, report.background_level_dbfs = levels.speech_dbfs, levels.background_dbfs
+    report.snr_db, report.background = levels.snr_db, levels.background
+    report.bandwidth_hz = analysis.speech_bandwidth_hz(wave.numpy(), sampling_rate, segments)
+    return levels
+
+
+def _check_speech_amount(samples_16k: np.ndarray, segments: list[SpeechSegment], levels: analysis.Levels,
+                         report: ReferenceReport, config: ReferenceConfig) -> None:
+    """Refuse a clip with no speech, or with less than ``min_speech_s`` of it. A lone syllable (which the VAD may
+    not call speech at all) is "too short", not "no speech"."""
+    if segments:
+        report.speech_start_s = segments[0].start_s
+        report.speech_end_s = segments[-1].end_s
+    report.speech_s = float(sum(seg.duration_s for seg in segments))
+    if not segments:
+        sound_s = analysis.sound_duration_s(samples_16k, analysis.edge_background_power(
+            samples_16k, segments, levels.background_power))
+        if 0.0 < sound_s < config.min_speech_s:
+            raise _refuse(report, "too_short", "reference audio {name} is too short: it holds about {found_s:.1f} s "
+                          "of sound; at least {min_s:g} s of speech is needed (5-15 s works best)",
+                          found_s=sound_s, min_s=config.min_speech_s)
+        raise _refuse(report, "no_speech", "reference audio {name}: no speech found (silent, noise or music only, "
+                      "or a corrupt file); upload a clip of one person speaking")
+    if report.speech_s < config.min_speech_s:
+        raise _refuse(report, "too_short", "reference audio {name} is too short: {found_s:.2f} s of speech; at "
+                      "least {min_s:g} s is needed (5-15 s works best)", found_s=report.speech_s,
+                      min_s=config.min_speech_s)
+
+
+def _warn_quality(report: ReferenceReport, config: ReferenceConfig) -> None:
+    """Warnings about how the clip will clone: quiet, music or noise behind the voice, narrow bandwidth."""
+    if report.speech_level_dbfs is not None and report.speech_level_dbfs < config.min_speech_level_dbfs:
+        report.warn("quiet", "reference audio {name} is quiet (speech at {level:.0f} dBFS); it was amplified, which "
+                    "also raises noise", level=report.speech_level_dbfs)
+    snr = report.snr_db
+    louder = "; the background is as loud as the voice" if snr is not None and snr <= 0 else ""
+    if report.background == "music-like" and snr is not None and snr < MUSIC_WARN_MAX_SNR_DB:
+        report.warn("music", "reference audio {name} has a music-like background (estimated SNR {snr:.0f} dB; music "
+                    "or hum{louder}); the cloned voice may carry it, use a clip without background music",
+                    snr=snr, louder=louder)
+    elif snr is not None and snr < config.min_snr_db:
+        report.warn("noisy", "reference audio {name} has a noisy background (estimated SNR {snr:.0f} dB, below the "
+                    "{min_snr:g} dB a clean recording has{louder}); the cloned voice may carry the noise, use a "
+                    "cleaner recording", snr=snr, min_snr=config.min_snr_db, louder=louder)
+    if report.bandwidth_hz is not None and report.bandwidth_hz < config.min_bandwidth_hz:
+        report.warn("band_limited", "reference audio {name} has no sound above about {khz:.1f} kHz (telephone or "
+                    "low-bitrate audio); the cloned voice will sound as muffled, use a full-band recording "
+                    "(at least {min_khz:g} kHz)", khz=report.bandwidth_hz / 1000.0,
+                    min_khz=config.min_bandwidth_hz / 1000.0)
+
+
+def _choose_speech(samples_16k: np.ndarray, segments: list[SpeechSegment], reference_text: str | None,
+                   report: ReferenceReport, config: ReferenceConfig) -> tuple[list[SpeechSegment], crop.CropPlan]:
+    """Which speech to keep: all of it, or at most ``max_speech_s`` cut at a pause (at a sentence end of the
+    transcript when one matches). Returns the segments (the first split at its quietest point when it has no
+    pause within ``max_speech_s``) and the plan."""
     forced_cut = segments[0].duration_s > config.max_speech_s
     if forced_cut:
-        segments = _split_at_quietest(segments, samples_16k, config.max_speech_s)
-        report.warnings.append(f"reference audio {label!r} has no pause in its first {config.max_speech_s:g} s "
-                               "of speech; it was cut at the quietest point instead")
-    kept, cropped = _crop(segments, config.max_speech_s, head_only=info.head_only,
-                          duration_s=len(samples_16k) / VAD_SAMPLING_RATE)
-    pieces, num_shortened = _pieces(kept, segments, config, duration_s=report.duration_s)
-    report.pauses_shortened = num_shortened
-    report.speech_kept_s = float(sum(seg.duration_s for seg in kept))
-    if cropped:
+        segments = crop.split_at_quietest(segments, samples_16k, config.max_speech_s)
+        report.warn("no_pause", "reference audio {name} has no pause in its first {max_s:g} s of speech; it was cut "
+                    "at the quietest point instead", max_s=config.max_speech_s)
+    plan = crop.plan_crop(segments, config.max_speech_s, head_only=report.head_only,
+                          duration_s=len(samples_16k) / VAD_SAMPLING_RATE, reference_text=reference_text)
+    report.speech_kept_s = float(sum(seg.duration_s for seg in segments[: plan.num_kept]))
+    report.reference_text, report.reference_text_status = plan.reference_text, plan.text_status
+    if plan.cropped:
         report.cropped = True
-        report.crop_at_s = pieces[-1][1]
-        where = "at its quietest point" if forced_cut else "at a pause"
-        report.warnings.append(f"reference audio {label!r} has {report.speech_s:.1f} s of speech; it was cropped "
-                               f"{where} to {report.speech_kept_s:.1f} s (max_speech_s={config.max_speech_s:g})")
+        report.warn("cropped", "reference audio {name} has {speech_s:.1f} s of speech; it was cropped {where} to "
+                    "{kept_s:.1f} s (a reference uses at most {max_s:g} s of speech)", speech_s=report.speech_s,
+                    where="at its quietest point" if forced_cut else "at a pause", kept_s=report.speech_kept_s,
+                    max_s=config.max_speech_s)
+    if plan.text_status == "shortened":
+        report.warn("text_shortened", "the reference text was shortened to its first {count} sentence(s), which "
+                    "match the kept {kept_s:.1f} s of reference audio {name}", count=plan.sentences_kept,
+                    kept_s=report.speech_kept_s)
+    elif plan.text_status == "dropped":
+        report.warn("text_dropped", "the reference text of {name} is not used: the audio was cropped to "
+                    "{kept_s:.1f} s and no sentence end of the text matches the crop. Give the transcript of only "
+                    "the kept part, or a clip with at most {max_s:g} s of speech", kept_s=report.speech_kept_s,
+                    max_s=config.max_speech_s)
+    return segments, plan
+
+
+def _find_edges(samples_16k: np.ndarray, segments: list[SpeechSegment], plan: crop.CropPlan,
+                levels: analysis.Levels, report: ReferenceReport) -> tuple[float, float]:
+    """First and last kept speech (seconds), extended over soft onsets and endings (``analysis.extend_edges``),
+    never into a dropped segment's half of the pause."""
+    kept = segments[: plan.num_kept]
+    duration_s = len(samples_16k) / VAD_SAMPLING_RATE
+    upper_s = duration_s
+    if plan.num_kept < len(segments):
+        upper_s = kept[-1].end_s + (segments[plan.num_kept].start_s - kept[-1].end_s) / 2.0
+    speech_power = None if levels.speech_dbfs is None else 10.0 ** (levels.speech_dbfs / 10.0)
+    background = analysis.edge_background_power(samples_16k, segments, levels.background_power)
+    sound = analysis.sound_frames(samples_16k, background, speech_power)
+    start_s, end_s = analysis.extend_edges(kept[0].start_s, kept[-1].end_s, sound,
+                                           max_extension_s=MAX_EDGE_EXTENSION_S, lower_s=0.0, upper_s=upper_s)
+    report.speech_start_s = start_s
+    if not plan.cropped:
+        report.speech_end_s = end_s
+    return start_s, end_s
+
+
+def _cut(wave, sampling_rate: int, target_sampling_rate: int, segments: list[SpeechSegment], plan: crop.CropPlan,
+         start_s: float, end_s: float, report: ReferenceReport, config: ReferenceConfig
+         ) -> tuple[np.ndarray, list[SpeechSegment], list[tuple[float, float]]]:
+    """Keep the speech plus ``vad_pad_ms`` margins, shorten long pauses, resample, splice.
+
+    Returns:
+        (float32 output ``(num_samples,)`` at ``target_sampling_rate``, kept segments, kept stretches of the
+        original timeline).
+    """
+    import torchaudio.functional as AF
+
+    kept = segments[: plan.num_kept]
+    stretches, report.pauses_shortened = crop.pieces(
+        kept, segments, start_s=start_s, end_s=end_s, margin_s=config.vad_pad_ms / 1000.0,
+        max_pause_s=config.max_internal_pause_ms / 1000.0, duration_s=report.duration_s)
+    report.kept_start_s, report.kept_end_s = stretches[0][0], stretches[-1][1]
+    if plan.cropped:
+        report.crop_at_s = stretches[-1][1]
     wave_out = wave if sampling_rate == target_sampling_rate else AF.resample(wave, sampling_rate,
                                                                              target_sampling_rate)
-    out = _splice(wave_out.numpy(), target_sampling_rate, pieces)
+    return crop.splice(wave_out.numpy(), target_sampling_rate, stretches), kept, stretches
 
-    # 7. Loudness: speech RMS -> target, limited by the peak ceiling (gain only; nothing is clipped).
-    speech_power = _speech_power(out, target_sampling_rate, kept, pieces)
-    gain_db = config.target_loudness_dbfs - _db(speech_power)
+
+def _normalise_loudness(out: np.ndarray, sampling_rate: int, kept: list[SpeechSegment],
+                        stretches: list[tuple[float, float]], report: ReferenceReport,
+                        config: ReferenceConfig) -> np.ndarray:
+    """Speech RMS -> ``target_loudness_dbfs``, limited by ``peak_ceiling_dbfs`` (gain only; nothing is clipped)."""
+    gain_db = config.target_loudness_dbfs - _db(crop.speech_power(out, sampling_rate, kept, stretches))
     out_peak = float(np.max(np.abs(out)))
     if out_peak > 0:
         gain_db = min(gain_db, config.peak_ceiling_dbfs - 20.0 * math.log10(out_peak))
     out = (out * np.float32(10.0 ** (gain_db / 20.0))).astype(np.float32)
     report.gain_db = float(gain_db)
     report.output_peak_dbfs = 20.0 * math.log10(max(float(np.max(np.abs(out))), 1e-10))
-    report.output_duration_s = len(out) / target_sampling_rate
-    return ReferenceAudio(samples=out, sampling_rate=target_sampling_rate, key=key), report
-
-
-def detect_hum(samples: np.ndarray, sampling_rate: int) -> list[float]:
-    """Mains hum lines in a mono clip.
-
-    Method: Welch power spectrum (0.5 s Hann frames, 50% overlap: 2 Hz bins); for mains 50 and 60 Hz, the line at
-    ``h * mains`` (h = 1..``MAX_HUM_HARMONIC``) counts when its peak (+/- 2 Hz) stands ``HUM_PROMINENCE_DB`` above
-    the median 12-30 Hz either side. The mains frequency with the stronger fundamental wins.
-
-    Args:
-        samples: float32 ``(num_samples,)``; sampling_rate: Hz.
-
-    Returns:
-        Frequencies in Hz to notch (fundamental first); empty when there is no hum or the clip is under 1 s.
-    """
-    size = int(sampling_rate * 0.5)
-    if len(samples) < 2 * size:
-        return []
-    starts = range(0, len(samples) - size + 1, size // 2)
-    frames = np.stack([samples[i: i + size] for i in starts]).astype(np.float64) * np.hanning(size)
-    power = np.mean(np.abs(np.fft.rfft(frames, axis=1)) ** 2, axis=0)
-    freqs = np.fft.rfftfreq(size, 1.0 / sampling_rate)
-
-    def prominence_db(hz: float) -> float:
-        peak = power[(freqs > hz - 2) & (freqs < hz + 2)]
-        offset = np.abs(freqs - hz)
-        around = power[(offset >= 12) & (offset <= 30)]
-        if peak.size == 0 or around.size == 0:
-            return 0.0
-        return 10.0 * math.log10(max(float(peak.max()), 1e-30) / max(float(np.median(around)), 1e-30))
-
-    best: list[float] = []
-    best_fundamental = HUM_PROMINENCE_DB
-    for mains in (50.0, 60.0):
-        fundamental = prominence_db(mains)
-        if fundamental >= best_fundamental:
-            best_fundamental = fundamental
-            best = [mains * h for h in range(1, MAX_HUM_HARMONIC + 1)
-                    if h == 1 or prominence_db(mains * h) >= HUM_PROMINENCE_DB]
-    return [hz for hz in best if hz < sampling_rate / 2]
-
-
-def _notch(wave, sampling_rate: int, freqs_hz: list[float]):
-    """Band-reject biquads (``torchaudio.functional.bandreject_biquad``, Q = f / ``HUM_NOTCH_HZ``), applied at a
-    safe scale because lfilter clamps its output to [-1, 1]."""
-    import torchaudio.functional as AF
-
-    peak = float(wave.abs().max())
-    if peak == 0.0:
-        return wave
-    scale = 0.5 / peak
-    out = wave * scale
-    for hz in freqs_hz:
-        out = AF.bandreject_biquad(out, sampling_rate, hz, Q=hz / HUM_NOTCH_HZ)
-    return out.masked_fill(out.abs() < TINY_SAMPLE * scale, 0.0) / scale
-
-
-def _to_mono(samples: np.ndarray) -> tuple[np.ndarray, int | None]:
-    """(n, channels) -> (n,): the channel average, or the strongest channel when averaging cancels most energy."""
-    if samples.shape[1] == 1:
-        return np.ascontiguousarray(samples[:, 0]), None
-    mix = samples.mean(axis=1)
-    channel_energy = np.mean(np.square(samples, dtype=np.float64), axis=0)
-    if channel_energy.max() > 0 and np.mean(np.square(mix, dtype=np.float64)) < (
-            MIN_DOWNMIX_ENERGY_RATIO * channel_energy.mean()):
-        channel = int(np.argmax(channel_energy))
-        return np.ascontiguousarray(samples[:, channel]), channel
-    return mix.astype(np.float32), None
-
-
-def estimate_snr(samples: np.ndarray, sampling_rate: int, segments: list[SpeechSegment], *, guard_s: float = 0.1
-                 ) -> tuple[float | None, float | None, float | None, str | None]:
-    """Speech level, background level, SNR and background kind of a mono clip.
-
-    Method: power of 20 ms frames. Speech frames lie inside VAD segments; background frames lie more than
-    ``guard_s`` outside every segment. With at least 5 background frames (100 ms), the background power is their
-    mean; otherwise it is the 10th percentile of the speech frames' power (minimum statistics, after R. Martin,
-    "Noise power spectral density estimation based on optimal smoothing and minimum statistics", IEEE TSAP 2001).
-    SNR = 10 log10((P_speech - P_background) / P_background), P_background floored at -100 dBFS.
-    The background is "silent" below -70 dBFS; "music-like" when its tilt-removed spectral flatness is below
-    ``MUSIC_MAX_FLATNESS`` (peaky, tonal spectrum: music, hum harmonics); else "noise".
-
-    Args:
-        samples: float32 ``(num_samples,)``; sampling_rate: Hz; segments: VAD speech segments in seconds.
-
-    Returns:
-        (speech_level_dbfs, background_level_dbfs, snr_db, background); Nones where there is no speech.
-    """
-    frame = max(1, int(round(LEVEL_FRAME_SAMPLES * sampling_rate / VAD_SAMPLING_RATE)))
-    num_frames = len(samples) // frame
-    if num_frames == 0:
-        return None, None, None, None
-    frames = samples[: num_frames * frame].reshape(num_frames, frame).astype(np.float64)
-    power = np.mean(frames * frames, axis=1)
-    sample_times = np.arange(len(samples)) / sampling_rate
-    in_speech_samples = np.zeros(len(samples), dtype=bool)
-    near_speech_samples = np.zeros(len(samples), dtype=bool)
-    for seg in segments:
-        in_speech_samples |= (sample_times >= seg.start_s) & (sample_times < seg.end_s)
-        near_speech_samples |= (sample_times >= seg.start_s - guard_s) & (sample_times < seg.end_s + guard_s)
-    centres = (np.arange(num_frames) * frame + frame // 2)
-    in_speech = in_speech_samples[centres]
-    background = ~near_speech_samples[centres]
-    if not in_speech.any():
-        return None, _db(max(float(np.mean(power)), NOISE_POWER_FLOOR)), None, None
-    speech_power = float(np.mean(power[in_speech]))
-    if np.count_nonzero(background) >= 5:
-        background_power = float(np.mean(power[background]))
-    else:
-        background_power = float(np.percentile(power[in_speech], 10))
-    background_power = max(background_power, NOISE_POWER_FLOOR)
-    snr_db = _db(max(speech_power - background_power, 1e-20) / background_power)
-    background_dbfs = _db(background_power)
-    if background_dbfs < SILENT_BACKGROUND_DBFS:
-        kind = "silent"
-    else:
-        flatness = _background_flatness(samples, ~near_speech_samples, sampling_rate)
-        kind = "music-like" if flatness is not None and flatness < MUSIC_MAX_FLATNESS else "noise"
-    return _db(speech_power), background_dbfs, snr_db, kind
-
-
-def _background_flatness(samples: np.ndarray, background: np.ndarray, sampling_rate: int) -> float | None:
-    """Spectral flatness (geometric / arithmetic mean, as in librosa.feature.spectral_flatness) of the mean
-    100-5000 Hz power spectrum of all-background frames, after dividing out a quadratic fit of log power over log
-    frequency (so coloured noise counts as flat and only peaks count). None with fewer than 2 frames."""
-    size = max(64, int(round(SPECTRUM_FRAME_SAMPLES * sampling_rate / VAD_SAMPLING_RATE)))
-    hop = size // 2
-    starts = [i for i in range(0, len(samples) - size + 1, hop) if background[i: i + size].all()]
-    if len(starts) < 2:
-        return None
-    frames = np.stack([samples[i: i + size] for i in starts]).astype(np.float64) * np.hanning(size)
-    spectrum = np.mean(np.abs(np.fft.rfft(frames, axis=1)) ** 2, axis=0)
-    freqs = np.fft.rfftfreq(size, 1.0 / sampling_rate)
-    band = (freqs >= 100.0) & (freqs <= min(5000.0, sampling_rate / 2.0 * 0.9))
-    if np.count_nonzero(band) < 8:
-        return None
-    power = spectrum[band] + 1e-20
-    log_freq = np.log(freqs[band])
-    residual = power / np.exp(np.polyval(np.polyfit(log_freq, np.log(power), 2), log_freq))
-    return float(np.exp(np.mean(np.log(residual))) / np.mean(residual))
-
-
-def _level_warnings(report: ReferenceReport, config: ReferenceConfig) -> None:
-    if report.speech_level_dbfs is not None and report.speech_level_dbfs < config.min_speech_level_dbfs:
-        report.warnings.append(f"reference audio {report.name!r} is quiet (speech at "
-                               f"{report.speech_level_dbfs:.0f} dBFS); it was amplified, which also raises noise")
-    if report.background == "music-like":
-        report.warnings.append(f"reference audio {report.name!r} has a music-like background (estimated SNR "
-                               f"{report.snr_db:.0f} dB; music or hum); the cloned voice may carry it, use a clip "
-                               "without background music")
-    elif report.snr_db is not None and report.snr_db < config.min_snr_db:
-        report.warnings.append(f"reference audio {report.name!r} has a noisy background (estimated SNR "
-                               f"{report.snr_db:.0f} dB < {config.min_snr_db:g} dB); the cloned voice may carry "
-                               "the noise, use a cleaner recording")
-
-
-def _split_at_quietest(segments: list[SpeechSegment], samples_16k: np.ndarray, max_speech_s: float
-                       ) -> list[SpeechSegment]:
-    """Split the first segment (longer than ``max_speech_s``, no VAD pause) at its quietest 60 ms between
-    ``max_speech_s / 2`` and ``max_speech_s`` from its start: the likeliest gap between two words. The two halves
-    touch, so no padding is added at the cut (see ``_pieces``)."""
-    first = segments[0]
-    frame = LEVEL_FRAME_SAMPLES
-    lo = int((first.start_s + max_speech_s / 2) * VAD_SAMPLING_RATE)
-    hi = int((first.start_s + max_speech_s) * VAD_SAMPLING_RATE)
-    window = samples_16k[lo:hi].astype(np.float64)
-    num = len(window) // frame
-    if num < 3:
-        cut_s = first.start_s + max_speech_s
-    else:
-        power = np.mean(window[: num * frame].reshape(num, frame) ** 2, axis=1)
-        smoothed = np.convolve(power, np.ones(3) / 3, mode="same")  # 3 frames = 60 ms
-        cut_s = (lo + (int(np.argmin(smoothed[1:-1])) + 1.5) * frame) / VAD_SAMPLING_RATE
-    return [SpeechSegment(first.start_s, cut_s), SpeechSegment(cut_s, first.end_s), *segments[1:]]
-
-
-def _crop(segments: list[SpeechSegment], max_speech_s: float, *, head_only: bool, duration_s: float
-          ) -> tuple[list[SpeechSegment], bool]:
-    """The first ``k`` segments, with at most ``max_speech_s`` of speech, ending at the best pause.
-
-    Segments end at VAD pauses (a first segment longer than ``max_speech_s`` was split at its quietest point), so
-    the crop never lands inside a word. Among the cut points that keep at least ``CROP_MIN_KEEP_SHARE`` of the
-    speech the greedy cut keeps, the one before the longest pause wins (a sentence end rather than a breath
-    between words). A last segment running into the end of a head-only decode was cut by the decode limit, not
-    by a pause, so it is dropped when others remain.
-
-    Returns:
-        (kept segments, whether speech was dropped).
-    """
-    candidates: list[tuple[int, float]] = []  # (number of segments kept, speech seconds kept)
-    total = 0.0
-    for count, seg in enumerate(segments, start=1):
-        total += seg.duration_s
-        if candidates and total > max_speech_s + 1e-6:
-            break
-        candidates.append((count, total))
-    if head_only and len(candidates) > 1 and segments[candidates[-1][0] - 1].end_s >= duration_s - 0.05:
-        candidates.pop()
-    count = candidates[-1][0]
-    if count < len(segments):
-        greedy_s = candidates[-1][1]
-
-        def pause_after(option: tuple[int, float]) -> float:
-            return segments[option[0]].start_s - segments[option[0] - 1].end_s
-
-        eligible = [option for option in candidates if option[1] >= CROP_MIN_KEEP_SHARE * greedy_s]
-        count = max(eligible, key=lambda option: (pause_after(option), option[0]))[0]
-    return segments[:count], count < len(segments)
-
-
-def _pieces(kept: list[SpeechSegment], segments: list[SpeechSegment], config: ReferenceConfig, *,
-            duration_s: float) -> tuple[list[tuple[float, float]], int]:
-    """Stretches of the original timeline (seconds) to keep: speech plus ``vad_pad_ms`` at both ends; internal
-    pauses longer than ``max_internal_pause_ms`` keep half that length after the speech before and half before
-    the speech after. Padding never reaches past half the pause to a dropped segment."""
-    pad_s = config.vad_pad_ms / 1000.0
-    max_pause_s = config.max_internal_pause_ms / 1000.0
-    start = max(0.0, kept[0].start_s - pad_s)
-    end = min(duration_s, kept[-1].end_s + pad_s)
-    if len(kept) < len(segments):
-        following = segments[len(kept)]
-        end = min(end, kept[-1].end_s + (following.start_s - kept[-1].end_s) / 2.0)
-    pieces: list[tuple[float, float]] = []
-    num_shortened = 0
-    piece_start = start
-    for before, after in zip(kept, kept[1:]):
-        if after.start_s - before.end_s > max_pause_s:
-            pieces.append((piece_start, before.end_s + max_pause_s / 2.0))
-            piece_start = after.start_s - max_pause_s / 2.0
-            num_shortened += 1
-    pieces.append((piece_start, end))
-    return pieces, num_shortened
-
-
-def _splice(wave: np.ndarray, sampling_rate: int, pieces: list[tuple[float, float]]) -> np.ndarray:
-    """Concatenate ``pieces`` (seconds) of ``wave`` with ``SPLICE_FADE_MS`` linear cross-fades, faded at both ends."""
-    fade = max(1, int(round(SPLICE_FADE_MS * sampling_rate / 1000.0)))
-    parts = [wave[int(round(a * sampling_rate)): int(round(b * sampling_rate))].astype(np.float32) for a, b in pieces]
-    parts = [part for part in parts if len(part)]
-    out = parts[0].copy()
-    for part in parts[1:]:
-        n = min(fade, len(out), len(part))
-        up = np.linspace(0.0, 1.0, n, dtype=np.float32)
-        out = np.concatenate([out[:len(out) - n], out[len(out) - n:] * up[::-1] + part[:n] * up, part[n:]])
-    n = min(fade, len(out) // 2)
-    up = np.linspace(0.0, 1.0, n, dtype=np.float32)
-    out[:n] *= up
-    out[len(out) - n:] *= up[::-1]
+    report.output_duration_s = len(out) / sampling_rate
     return out
 
 
-def _speech_power(out: np.ndarray, sampling_rate: int, kept: list[SpeechSegment],
-                  pieces: list[tuple[float, float]]) -> float:
-    """Mean power of the output samples that are speech (kept VAD segments mapped into the spliced timeline)."""
-    mask = np.zeros(len(out), dtype=bool)
-    fade = int(round(SPLICE_FADE_MS * sampling_rate / 1000.0))
-    offset = 0.0  # output time minus original time, per piece
-    cursor = 0.0
-    for index, (a, b) in enumerate(pieces):
-        offset = cursor - a
-        for seg in kept:
-            s, e = max(seg.start_s, a), min(seg.end_s, b)
-            if e > s:
-                mask[int((s + offset) * sampling_rate): int((e + offset) * sampling_rate)] = True
-        cursor += (b - a) - (fade / sampling_rate if index < len(pieces) - 1 else 0.0)
-    speech = out[mask] if mask.any() else out
-    return float(np.mean(np.square(speech, dtype=np.float64)))
+# Measurements other modules and tests use by these names.
+detect_hum = analysis.detect_hum

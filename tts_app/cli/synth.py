@@ -75,7 +75,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         reference = runtime.references.prepare(args.ref, reference_text=args.ref_text) if args.ref else None
         request = SynthesisRequest(text=text, reference_audio=reference.audio if reference else None,
-                                   reference_text=args.ref_text, params=params)
+                                   reference_text=reference.text if reference else args.ref_text, params=params)
         result = runtime.engine.submit(request).result()
         stats = runtime.engine.stats()
         for warning in (reference.warnings if reference else []) + list(result.warnings):

@@ -535,10 +535,11 @@ def _submit_line(run: _JobRun, line: JobLine, params: SynthesisParams, default_r
     try:
         line_params = line.synthesis_params(params)
         if line.prompt_audio is None:
-            reference, reference_text = default_reference, line.prompt_text or default_voice_text
+            reference = default_reference
+            reference_text = line.prompt_text or (default_reference.text if default_reference else default_voice_text)
         else:
             reference = run.runtime.references.prepare(line.prompt_audio, reference_text=line.prompt_text)
-            reference_text = line.prompt_text
+            reference_text = reference.text  # shortened to the kept sentences, or None, when the clip was cropped
         warnings = list(line.warnings) + _unsupported_knobs(run.runtime.engine.facts, line)
         request = SynthesisRequest(text=line.input_text, reference_audio=reference.audio if reference else None,
                                    reference_text=reference_text, params=line_params, priority=Priority.JOB)

@@ -65,8 +65,8 @@ def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | No
 
 REPORT_FIELDS = (  # (report key, unit) shown in the UI; the CLI's --json has everything
     ("format", ""), ("sampling_rate", "Hz"), ("channels", ""), ("duration_s", "s"), ("speech_start_s", "s"),
-    ("speech_end_s", "s"), ("speech_kept_s", "s"), ("snr_db", "dB"), ("clipping_share", ""),
-    ("speech_level_dbfs", "dBFS"), ("cropped", ""),
+    ("speech_end_s", "s"), ("speech_s", "s"), ("speech_kept_s", "s"), ("snr_db", "dB"), ("clipping_share", ""),
+    ("speech_level_dbfs", "dBFS"), ("bandwidth_hz", "Hz"), ("cropped", ""),
 )
 
 
@@ -94,7 +94,7 @@ def _report_markdown(report: dict, lang: str) -> str:
         if isinstance(value, bool):
             value = server_text(lang, "yes" if value else "no")
         elif isinstance(value, float):
-            value = f"{value:.2f}"
+            value = f"{value:.0f}" if unit == "Hz" else f"{value:.2f}"
         cells.append(f"{server_text(lang, key)}: **{value}**{' ' + unit if unit else ''}")
     lines = [" · ".join(cells)]
     lines += [f"- ⚠ {w}" for w in report.get("warnings", [])]
@@ -205,7 +205,7 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     except TTSAppError as exc:
         raise gr.Error(str(exc)) from exc
     synthesis_request = SynthesisRequest(text=text, reference_audio=reference.audio,
-                                         reference_text=reference_text or None, params=params,
+                                         reference_text=reference.text, params=params,
                                          priority=Priority.INTERACTIVE)
     state = {"done": 0, "total": 1}
 

@@ -127,7 +127,7 @@ def translations(lang: str | None) -> dict[str, dict[str, str]]:
 SERVER: dict[str, dict[str, str]] = {
     "en": {
         "format": "format", "sampling_rate": "sampling rate", "channels": "channels", "duration_s": "duration",
-        "speech_start_s": "speech starts", "speech_end_s": "speech ends", "speech_kept_s": "speech kept",
+        "speech_start_s": "speech starts", "speech_end_s": "speech ends", "speech_s": "speech found", "speech_kept_s": "speech kept", "bandwidth_hz": "bandwidth",
         "snr_db": "estimated SNR", "clipping_share": "clipped share", "speech_level_dbfs": "speech level",
         "cropped": "cropped", "yes": "yes", "no": "no",
         "no_problems": "no problems found", "reference_refused": "This reference cannot be used",
@@ -168,7 +168,7 @@ SERVER: dict[str, dict[str, str]] = {
     },
     "zh": {
         "format": "格式", "sampling_rate": "采样率", "channels": "声道", "duration_s": "时长",
-        "speech_start_s": "语音开始", "speech_end_s": "语音结束", "speech_kept_s": "保留语音",
+        "speech_start_s": "语音开始", "speech_end_s": "语音结束", "speech_s": "检测到语音", "speech_kept_s": "保留语音", "bandwidth_hz": "带宽",
         "snr_db": "估计信噪比", "clipping_share": "削波比例", "speech_level_dbfs": "语音电平",
         "cropped": "已裁剪", "yes": "是", "no": "否",
         "no_problems": "未发现问题", "reference_refused": "该参考音频无法使用",
