@@ -60,12 +60,14 @@ class RequestOutOfMemoryError(TTSAppError, RuntimeError):
 
 
 class JobLineError(TTSAppError, ValueError):
-    """One line of a JSONL job is invalid. ``line_number`` is 1-based."""
+    """One line of a JSONL job is invalid. ``line_number`` is 1-based; ``reason`` is the message without the line
+    number; ``code`` names the kind of problem when a caller groups them (e.g. "audio_not_found"), else None."""
 
-    def __init__(self, line_number: int, message: str):
+    def __init__(self, line_number: int, message: str, code: str | None = None):
         super().__init__(f"line {line_number}: {message}")
         self.line_number = line_number
         self.reason = message
+        self.code = code
 
 
 class RequestCancelledError(TTSAppError, RuntimeError):

@@ -270,3 +270,64 @@ def _container_format(container_name: str, label: str) -> str:
     names = container_name.split(",")
     suffix = Path(label).suffix.lower().lstrip(".")
     return (suffix if suffix in names else names[0]).upper()
+
+
+# ------------------------------------------------------------------------------------------------ header probing
+
+# Magic bytes of the audio containers the decoders read (offset, bytes, format); from each format's specification
+# (RIFF/WAVE, RF64 EBU Tech 3306, AIFF, FLAC, Ogg RFC 3533, ID3v2, ISO BMFF 'ftyp', EBML/Matroska, CAF, AMR RFC 4867,
+# Sun .au, WavPack, Monkey's Audio).
+_AUDIO_MAGIC: tuple[tuple[int, bytes, str], ...] = (
+    (0, b"RIFF", "WAV"), (0, b"RF64", "WAV"), (0, b"BW64", "WAV"), (0, b"FORM", "AIFF"), (0, b"fLaC", "FLAC"),
+    (0, b"OggS", "OGG"), (0, b"ID3", "MP3"), (4, b"ftyp", "M4A"), (0, b"\x1a\x45\xdf\xa3", "WEBM"),
+    (0, b"caff", "CAF"), (0, b"#!AMR", "AMR"), (0, b".snd", "AU"), (0, b"wvpk", "WV"), (0, b"MAC ", "APE"),
+)
+# Common non-audio files, named in the message so the user sees what they picked instead.
+_OTHER_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"), (b"%PDF", "a PDF"),
+    (b"PK\x03\x04", "a ZIP archive"), (b"\x7fELF", "a program"), (b"{", "JSON text"),
+)
+#: Bytes ``sniff_audio_format`` needs from the start of a file.
+PROBE_BYTES = 64
+
+
+def sniff_audio_format(head: bytes) -> tuple[str | None, str]:
+    """What the first bytes of a file say it is, without decoding it.
+
+    Args:
+        head: at least the first ``PROBE_BYTES`` bytes (fewer for a shorter file).
+
+    Returns:
+        (audio format or None, description): ("WAV", "WAV audio") for audio; (None, "a PNG image" / "text" /
+        "empty" / "unknown data") otherwise. MPEG audio without an ID3 tag (and ADTS AAC) is recognised by its
+        11-bit frame sync.
+    """
+    if not head:
+        return None, "empty"
+    for offset, magic, fmt in _AUDIO_MAGIC:
+        if head[offset: offset + len(magic)] == magic:
+            return fmt, f"{fmt} audio"
+    if len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0:  # MPEG-1/2 layer I-III or ADTS frame sync
+        return "MP3", "MPEG audio"
+    for magic, what in _OTHER_MAGIC:
+        if head.startswith(magic):
+            return None, what
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "unknown data"
+    return (None, "text") if all(ch.isprintable() or ch in "\n\r\t" for ch in text) else (None, "unknown data")
+
+
+def probe_duration_s(file) -> float | None:
+    """Seconds of audio a file's header declares (soundfile: WAV, FLAC, OGG, MP3, ...), or None when libsndfile
+    cannot read the header (M4A and other PyAV-only formats). ``file``: a path or a seekable binary file object."""
+    import soundfile as sf
+
+    try:
+        info = sf.info(file)
+    except Exception:  # LibsndfileError / RuntimeError / TypeError for headers libsndfile does not know
+        return None
+    if not info.samplerate or info.frames <= 0:
+        return None
+    return info.frames / info.samplerate

@@ -5,14 +5,17 @@ runs every line through one engine and writes ``DIR/<output_name>.wav`` per line
 A progress bar goes to stderr.
 
 Exit status: 0 every line ok; 1 some lines failed (listed on stderr); 2 usage error (bad arguments, unreadable
-or undecodable job file, unusable audio folder/default voice, model load failure).
+or undecodable job file, unusable audio folder/default voice, model load failure); 130 cancelled with Ctrl-C
+(every line still has its record; --resume finishes the job).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 
 from tts_app.cli.args import (CliParser, add_engine_args, add_generation_args, check_output_dir, engine_args_from,
                               params_from_args, parse_cli)
@@ -35,9 +38,11 @@ example line:
   {"input_text": "你好，欢迎收听。", "prompt_audio": "voices/mei.wav", "prompt_text": "大家好。", "output_name": "intro"}
 
 outputs: DIR/<output_name>.wav and its metadata sidecar DIR/<output_name>.json (model, effective settings,
-seeds, reference hash, segments) per ok line, and DIR/results.jsonl with one record per line (line, output_name,
-status ok|failed|skipped, error, audio_path, duration_s, num_segments, elapsed_s, warnings). A bad line is
-recorded as failed and the job goes on. --resume skips lines already ok whose audio still decodes.
+seeds, reference hash, segments) per ok line, and DIR/results.jsonl with exactly one record per non-blank line,
+in line order (line, output_name, status ok|failed|cancelled, error, audio_path, metadata_path, duration_s,
+num_segments, elapsed_s, warnings). A bad line is recorded as failed and the job goes on. Ctrl-C cancels: lines
+running finish, the others are recorded as cancelled (a second Ctrl-C stops at once). --resume keeps lines
+already ok whose audio still decodes and runs the rest.
 """
 
 
@@ -111,17 +116,28 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     bar = tqdm(total=report.num_lines, unit="line", file=sys.stderr, dynamic_ncols=True)
-    counts = {"ok": 0, "failed": 0, "skipped": 0}
+    counts = {"ok": 0, "failed": 0, "cancelled": 0, "skipped": 0}
 
     def progress(done: int, total: int, info: dict) -> None:
         counts[info["status"]] = counts.get(info["status"], 0) + 1
         bar.set_postfix(counts, refresh=False)
         bar.update(done - bar.n)
 
+    cancel = threading.Event()
+
+    def on_interrupt(signum, frame) -> None:  # first Ctrl-C: cancel (every line gets its record); second: stop now
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        print("\ncancelling: lines already running finish, the rest are recorded as cancelled "
+              "(Ctrl-C again to stop at once)", file=sys.stderr)
+
+    in_main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live only there
+    previous_handler = signal.signal(signal.SIGINT, on_interrupt) if in_main_thread else None
     try:
         summary = run_job(args.tasks, args.out_dir, runtime, audio_dir=args.audio_dir, resume=args.resume,
                           progress=progress, params=params, default_voice=args.default_voice,
-                          default_voice_text=args.default_voice_text, config=config)
+                          default_voice_text=args.default_voice_text, config=config, cancel_event=cancel)
     except TTSAppError as exc:
         bar.close()
         print(f"error: {exc}", file=sys.stderr)
@@ -131,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; finished lines are kept, rerun with --resume to continue", file=sys.stderr)
         return 130
     finally:
+        if in_main_thread:
+            signal.signal(signal.SIGINT, previous_handler)
         if runtime is not None:
             runtime.close()  # joins the worker thread: a live one can abort the interpreter's exit (status 134)
     bar.close()
@@ -139,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         print("failed lines:", file=sys.stderr)
         for line, error in sorted(summary.failed):
             print(f"  line {line}: {error}", file=sys.stderr)
+    if cancel.is_set():
+        print("cancelled; rerun with --resume to finish the lines not done", file=sys.stderr)
+        return 130
     return 0 if summary.all_ok else 1
 
 

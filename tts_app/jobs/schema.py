@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
+from tts_app.config import ReferenceConfig
 from tts_app.errors import InputError, JobLineError
 from tts_app.request import SynthesisParams
 
@@ -257,48 +258,105 @@ def _inside(path: Path, roots: list[Path]) -> bool:
     return any(path == root or path.is_relative_to(root) for root in roots)
 
 
+# How a control character got into a path: a JSON escape such as \n read where a Windows path had a backslash.
+_CONTROL_NAMES = {"\n": ("a newline", "n"), "\t": ("a tab", "t"), "\r": ("a carriage return", "r"),
+                  "\b": ("a backspace", "b"), "\f": ("a form feed", "f")}
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _control_character_problem(value: str) -> str | None:
+    """The message for a path holding control characters (e.g. ``"D:\new\take.wav"`` written in JSON, where
+    ``\n`` is a newline and ``\t`` a tab), with the path rewritten with forward slashes; None when it has none."""
+    found = _CONTROL_CHARS.findall(value)
+    if not found:
+        return None
+    names = ", ".join(dict.fromkeys(_CONTROL_NAMES.get(ch, (f"U+{ord(ch):04X}", ""))[0] for ch in found))
+    fixed = "".join("/" + _CONTROL_NAMES[ch][1] if ch in _CONTROL_NAMES else ch for ch in value).replace("\\", "/")
+    return (f"prompt_audio {value!r} contains control characters ({names}): in JSON a backslash starts an escape "
+            f"(\\n is a newline, \\t a tab), so write paths with forward slashes, e.g. {fixed!r}")
+
+
 class AudioSources:
-    """Resolves ``prompt_audio`` values safely.
+    """Resolves ``prompt_audio`` values safely and checks that they name usable audio.
 
     Relative paths are looked up in ``search_roots`` in order (audio folder first, then the JSONL's folder). The
     resolved real path (symlinks followed) must lie inside one of ``allowed_roots``; absolute paths and ``..``
-    that leave them are refused.
+    that leave them are refused. A file found is probed without decoding it: its first bytes must be an audio
+    container (``tts_app.audio.decode.sniff_audio_format``) and the duration its header declares, when it declares
+    one, at least ``min_reference_s``. A name that only differs in letter case from an existing file is refused
+    with "did you mean ...?". Use as a context manager (or call ``close``) to release an open audio ZIP.
+
+    Args:
+        search_roots, allowed_roots: folders to look in / that paths may point into.
+        zip_members, zip_path: an audio ZIP searched first, by member name, without unpacking it (validation
+            only; paths returned for it are ``zip_path / member`` and are not files).
+        min_reference_s: shortest reference the header may declare, in s (``ReferenceConfig.min_speech_s``).
+        has_audio_source: an audio folder or ZIP was given (when not, "not found" says to give one).
+        root_labels: how messages name a root folder (e.g. "the job file's folder"), so messages hold no server
+            paths; roots without a label are shown as paths.
     """
 
     _MEMO_ENTRIES = 4096  # distinct prompt_audio values remembered (a job reuses a few voices on many lines)
 
     def __init__(self, search_roots: list[Path], allowed_roots: list[Path], *,
-                 zip_members: frozenset[str] | None = None, zip_path: Path | None = None):
-        """``zip_members``/``zip_path``: an audio ZIP searched first, by member name, without unpacking it
-        (validation only; paths returned for it are ``zip_path / member`` and are not files)."""
+                 zip_members: frozenset[str] | None = None, zip_path: Path | None = None,
+                 min_reference_s: float = ReferenceConfig().min_speech_s, has_audio_source: bool = False,
+                 root_labels: dict[Path, str] | None = None):
         self.search_roots = [Path(r).resolve() for r in search_roots]
         self.allowed_roots = [Path(r).resolve() for r in dict.fromkeys([*search_roots, *allowed_roots])]
         self.zip_members = zip_members
         self.zip_path = zip_path
-        self._memo: dict[str, Path | str] = {}  # value -> resolved path, or the refusal message
+        self.min_reference_s = float(min_reference_s)
+        self.has_audio_source = has_audio_source or zip_members is not None
+        self._memo: dict[str, Path | JobLineError] = {}  # value -> resolved path, or the refusal
+        self._zip: zipfile.ZipFile | None = None
+        self._zip_casefold: dict[str, str] | None = None
+        self._labels = {Path(k).resolve(): v for k, v in (root_labels or {}).items()}
+        if zip_path is not None:
+            self._labels.setdefault(Path(zip_path).resolve(), f"the audio ZIP {Path(zip_path).name!r}")
+
+    def _label(self, root: Path) -> str:
+        return self._labels.get(Path(root).resolve(), str(root))
+
+    def __enter__(self) -> "AudioSources":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the audio ZIP if one was opened for probing."""
+        if self._zip is not None:
+            self._zip.close()
+            self._zip = None
 
     def resolve(self, value: str, line_number: int) -> Path:
-        """The file ``value`` names (remembered per value: realpath calls dominate validation time otherwise).
+        """The file ``value`` names (remembered per value: realpath calls and probes dominate validation time
+        otherwise).
 
         Raises:
-            JobLineError: the path leaves the allowed folders, or no such file exists.
+            JobLineError: control characters in the path, the path leaves the allowed folders, no such file exists
+                (``code`` "audio_not_found"), or the file is not audio or too short.
         """
         found = self._memo.get(value)
         if found is None:
             try:
                 found = self._resolve(value, line_number)
             except JobLineError as exc:
-                found = exc.reason
+                found = exc
             if len(self._memo) < self._MEMO_ENTRIES:
                 self._memo[value] = found
-        if isinstance(found, str):
-            raise JobLineError(line_number, found)
+        if isinstance(found, JobLineError):
+            raise JobLineError(line_number, found.reason, found.code)
         return found
 
     def _resolve(self, value: str, line_number: int) -> Path:
+        control = _control_character_problem(value)
+        if control is not None:
+            raise JobLineError(line_number, control, "control_characters")
         text = value.strip().replace("\\", "/")  # JSONL written on Windows
         rel = PurePosixPath(text)
-        roots_text = ", ".join(str(r) for r in self.allowed_roots)
+        roots_text = ", ".join(self._label(r) for r in self.allowed_roots)
         if re.match(r"^[A-Za-z]:", text):
             raise JobLineError(line_number, f"prompt_audio {value!r} is a Windows absolute path; give a path "
                                             "relative to the JSONL file or the audio folder")
@@ -309,13 +367,15 @@ class AudioSources:
                                                 f"folders ({roots_text}); give a path relative to the JSONL file or "
                                                 "the audio folder")
             if not resolved.is_file():
-                raise JobLineError(line_number, f"prompt_audio file {value!r} does not exist")
+                raise JobLineError(line_number, f"prompt_audio file {value!r} does not exist", "audio_not_found")
+            self._probe_file(value, resolved, line_number)
             return resolved
         if self.zip_members is not None:
             member = posixpath.normpath(text)
             if member == ".." or member.startswith("../"):
                 raise JobLineError(line_number, f"prompt_audio {value!r} leaves the audio ZIP; use a path inside it")
             if member in self.zip_members:
+                self._probe_zip_member(value, member, line_number)
                 return Path(self.zip_path or "audio.zip") / member
         for root in self.search_roots:
             candidate = (root / rel).resolve()
@@ -323,9 +383,83 @@ class AudioSources:
                 raise JobLineError(line_number, f"prompt_audio {value!r} leaves the allowed folders ({roots_text}); "
                                                 "use a path inside the JSONL's folder or the audio folder")
             if candidate.is_file():
+                self._probe_file(value, candidate, line_number)
                 return candidate
-        looked = ", ".join([str(self.zip_path)] * (self.zip_members is not None) + [str(r) for r in self.search_roots])
-        raise JobLineError(line_number, f"prompt_audio file {value!r} not found (looked in {looked})")
+        raise JobLineError(line_number, self._not_found_message(value, text), "audio_not_found")
+
+    def _not_found_message(self, value: str, text: str) -> str:
+        """"not found", with "did you mean ...?" for a name that differs only in letter case, and where it looked."""
+        near = self._case_insensitive_match(text)
+        if near is not None:
+            return (f"prompt_audio file {value!r} not found; did you mean {near!r}? (letter case matters in file "
+                    "names here)")
+        looked = ", ".join(([self._label(self.zip_path)] if self.zip_members is not None else [])
+                           + [self._label(r) for r in self.search_roots])
+        hint = "" if self.has_audio_source else "; no audio ZIP or folder was given"
+        return f"prompt_audio file {value!r} not found (looked in {looked}{hint})"
+
+    def _case_insensitive_match(self, text: str) -> str | None:
+        """The existing file (as the user should write it) whose path equals ``text`` ignoring letter case."""
+        wanted = posixpath.normpath(text)
+        if self.zip_members is not None:
+            if self._zip_casefold is None:
+                self._zip_casefold = {m.casefold(): m for m in self.zip_members}
+            if wanted.casefold() in self._zip_casefold:
+                return self._zip_casefold[wanted.casefold()]
+        for root in self.search_roots:
+            folder, parts = root, []
+            for part in PurePosixPath(wanted).parts:
+                try:
+                    names = {entry.name.casefold(): entry.name for entry in folder.iterdir()}
+                except OSError:
+                    break
+                if part.casefold() not in names:
+                    break
+                parts.append(names[part.casefold()])
+                folder = folder / parts[-1]
+            else:
+                if folder.is_file() and _inside(folder.resolve(), self.allowed_roots):
+                    return "/".join(parts)
+        return None
+
+    def _check_audio(self, value: str, head: bytes, duration_s: float | None, line_number: int) -> None:
+        from tts_app.audio.decode import sniff_audio_format
+
+        fmt, what = sniff_audio_format(head)
+        if fmt is None:
+            raise JobLineError(line_number, f"prompt_audio {value!r} is not audio (the file is {what}); give a "
+                                            "WAV, FLAC, MP3, OGG or M4A recording", "not_audio")
+        if duration_s is not None and duration_s < self.min_reference_s:
+            raise JobLineError(line_number, f"prompt_audio {value!r} is only {duration_s:.2f} s long; a reference "
+                                            f"needs at least {self.min_reference_s:g} s of speech (5-15 s works "
+                                            "best)", "reference_too_short")
+
+    def _probe_file(self, value: str, path: Path, line_number: int) -> None:
+        from tts_app.audio.decode import PROBE_BYTES, probe_duration_s
+
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(PROBE_BYTES)
+        except OSError as exc:
+            raise JobLineError(line_number, f"prompt_audio {value!r} cannot be read: {exc.strerror or exc}") from None
+        self._check_audio(value, head, probe_duration_s(str(path)) if head else None, line_number)
+
+    def _probe_zip_member(self, value: str, member: str, line_number: int) -> None:
+        from tts_app.audio.decode import PROBE_BYTES, probe_duration_s
+
+        try:
+            if self._zip is None:
+                self._zip = zipfile.ZipFile(self.zip_path)
+            with self._zip.open(member) as fh:
+                head = fh.read(PROBE_BYTES)
+            duration_s = None
+            if head:
+                with self._zip.open(member) as fh:
+                    duration_s = probe_duration_s(fh)
+        except (zipfile.BadZipFile, OSError, KeyError, RuntimeError) as exc:
+            raise JobLineError(line_number, f"prompt_audio {value!r} cannot be read from the audio ZIP: {exc}"
+                               ) from None
+        self._check_audio(value, head, duration_s, line_number)
 
 
 def _checked_zip_members(archive: zipfile.ZipFile, *, max_total_bytes: int, max_members: int
@@ -503,8 +637,12 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
     warnings = [f"unknown field {k!r} ignored" for k in obj if k not in KNOWN_FIELDS]
 
     name_value = _pick(obj, "output_name", line_number)
-    if name_value in (None, ""):
+    if name_value is None:
         output_name = default_output_name(line_number, digits)
+    elif isinstance(name_value, str) and not name_value.strip():
+        output_name = default_output_name(line_number, digits)
+        warnings.append(f"output_name is empty; the line number is used instead, so the audio is "
+                        f"{output_name + '.wav'!r}")
     else:
         output_name = sanitize_output_name(name_value, line_number)
         renamed = rename_warning(name_value, output_name)
@@ -583,7 +721,9 @@ def iter_job(jsonl_path: str | Path, sources: AudioSources, *, has_default_voice
                 try:
                     obj = json.loads(text)
                 except json.JSONDecodeError as exc:
-                    raise JobLineError(line_number, f"bad JSON: {exc.msg} at column {exc.colno}") from exc
+                    hint = ("; a backslash in a path must be doubled (\\\\) or, better, written as a forward slash"
+                            if exc.msg.startswith("Invalid \\escape") else "")
+                    raise JobLineError(line_number, f"bad JSON: {exc.msg} at column {exc.colno}{hint}") from exc
                 parsed = parse_line(obj, line_number, sources, has_default_voice=has_default_voice,
                                     digits=config.output_name_digits)
             except JobLineError as exc:
@@ -605,10 +745,16 @@ def iter_job(jsonl_path: str | Path, sources: AudioSources, *, has_default_voice
             yield parsed
 
 
-def make_sources(jsonl_path: str | Path, audio_root: str | Path | None, config: JobConfig) -> AudioSources:
-    """``AudioSources`` for a job: search the audio folder (when given) then the JSONL's folder."""
+def make_sources(jsonl_path: str | Path, audio_root: str | Path | None, config: JobConfig, *,
+                 audio_label: str = "the audio folder") -> AudioSources:
+    """``AudioSources`` for a job: search the audio folder (when given) then the JSONL's folder. Messages call
+    them ``audio_label`` and "the job file's folder" (no server paths)."""
     search = ([Path(audio_root)] if audio_root is not None else []) + [Path(jsonl_path).parent]
-    return AudioSources(search, [Path(r) for r in config.extra_allowed_roots])
+    labels = {Path(jsonl_path).parent: "the job file's folder"}
+    if audio_root is not None:
+        labels[Path(audio_root)] = audio_label
+    return AudioSources(search, [Path(r) for r in config.extra_allowed_roots], has_audio_source=audio_root is not None,
+                        root_labels=labels)
 
 
 def check_default_voice(path: str | Path | None) -> Path | None:
@@ -636,14 +782,21 @@ def validate_lines(jsonl_path: str | Path, sources: AudioSources, *, has_default
     encoding, file_warnings = detect_encoding(path)
     report = ValidationReport(jsonl_path=path, encoding=encoding)
     report.rows.extend(ValidationRow(0, "warning", w) for w in file_warnings)
+    num_not_found = 0
     for item in iter_job(path, sources, has_default_voice=has_default_voice, config=config, encoding=encoding):
         report.num_lines += 1
         if isinstance(item, InvalidLine):
             report.num_invalid += 1
             report.rows.append(ValidationRow(item.line_number, "error", item.message))
+            num_not_found += item.error.code == "audio_not_found"
         else:
             report.num_valid += 1
         report.rows.extend(ValidationRow(item.line_number, "warning", w) for w in item.warnings)
+    if num_not_found and not sources.has_audio_source:
+        report.rows.insert(len(file_warnings), ValidationRow(0, "error", (
+            f"{num_not_found} line(s) name reference audio that is not next to the job file, and no audio ZIP or "
+            "folder was given: add the ZIP (or folder) holding the files named in prompt_audio "
+            "(web app: the reference audio ZIP box; command line: --audio-dir)")))
     if report.num_lines == 0:
         report.rows.append(ValidationRow(0, "error", "the job file has no lines; write one JSON object per line"))
     return report
