@@ -14,10 +14,10 @@ import pytest
 
 from tests.fakes import FakeAdapter
 from tts_app.config import EngineConfig
-from tts_app.engine import Engine
 from tts_app.jobs.results import (JOURNAL_NAME, RESULTS_NAME, ResultsWriter, line_record, make_results_zip,
                                   read_results)
 from tts_app.jobs.runner import run_job
+from tts_app.runtime import Runtime
 
 
 def _lines(path: Path) -> list[dict]:
@@ -78,7 +78,7 @@ def job(tmp_path, data_dir):
 
 
 def test_cancel_at_line_10_of_50_records_all_50_lines_in_order(job, tmp_path):
-    engine = Engine(FakeAdapter(delay_s=0.01), EngineConfig(max_batch_size=2, wait_window_ms=2)).start()
+    runtime = Runtime.from_adapter(FakeAdapter(delay_s=0.01), "fake", EngineConfig(max_batch_size=2, wait_window_ms=2))
     cancel = threading.Event()
 
     def progress(done, total, info):
@@ -86,9 +86,9 @@ def test_cancel_at_line_10_of_50_records_all_50_lines_in_order(job, tmp_path):
             cancel.set()
 
     try:
-        summary = run_job(job, tmp_path / "out", engine, cancel_event=cancel, progress=progress)
+        summary = run_job(job, tmp_path / "out", runtime, cancel_event=cancel, progress=progress)
     finally:
-        engine.shutdown()
+        runtime.close()
     records = _lines(tmp_path / "out" / RESULTS_NAME)
     expected_lines = [n for n in range(1, 52) if n != 21]
     assert [r["line"] for r in records] == expected_lines  # 50 records, one per line, in line order

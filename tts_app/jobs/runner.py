@@ -119,7 +119,7 @@ def _zip_file(audio_dir: str | Path) -> Path:
     """``audio_dir`` when it is a ZIP file, else an ``InputError`` saying what it is instead."""
     path = Path(audio_dir)
     if not (path.is_file() and zipfile.is_zipfile(path)):
-        raise InputError(f"audio folder {str(path)!r} is neither a folder nor a ZIP file")
+        raise InputError(f"audio folder {path.name!r} is neither a folder nor a ZIP file")
     return path
 
 

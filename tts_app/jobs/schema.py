@@ -211,7 +211,7 @@ def detect_encoding(path: Path, chunk_bytes: int = 1 << 16) -> tuple[str, list[s
         with open(path, "rb") as fh:
             head = fh.read(4)
     except OSError as exc:
-        raise InputError(f"cannot read job file {str(path)!r}: {exc.strerror or exc}") from exc
+        raise InputError(f"cannot read job file {path.name!r}: {exc.strerror or exc}") from exc
     if head.startswith(codecs.BOM_UTF8):
         candidates = ["utf-8-sig"]
     elif head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
@@ -228,7 +228,7 @@ def detect_encoding(path: Path, chunk_bytes: int = 1 << 16) -> tuple[str, list[s
                                 "to be sure the text is read as you wrote it")
             return codec, warnings
         first_error = first_error or bad
-    raise InputError(f"job file {str(path)!r} is not UTF-8 text ({first_error}) and not GBK/GB18030 either; "
+    raise InputError(f"job file {path.name!r} is not UTF-8 text ({first_error}) and not GBK/GB18030 either; "
                      "save it as UTF-8")
 
 
@@ -488,7 +488,7 @@ def _open_zip(zip_path: Path) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(zip_path)
     except (zipfile.BadZipFile, OSError) as exc:
-        raise InputError(f"audio archive {str(zip_path)!r} is not a readable ZIP file: {exc}") from exc
+        raise InputError(f"audio archive {Path(zip_path).name!r} is not a readable ZIP file: {exc}") from exc
 
 
 def zip_audio_members(zip_path: Path, *, max_total_bytes: int, max_members: int) -> frozenset[str]:
@@ -710,7 +710,7 @@ def iter_job(jsonl_path: str | Path, sources: AudioSources, *, has_default_voice
     try:
         fh = open(path, encoding=encoding, newline=None)  # newline=None: CRLF and CR read as "\n"
     except OSError as exc:
-        raise InputError(f"cannot read job file {str(path)!r}: {exc.strerror or exc}") from exc
+        raise InputError(f"cannot read job file {path.name!r}: {exc.strerror or exc}") from exc
     with fh:
         for line_number, raw in enumerate(fh, start=1):
             text = raw.strip()

@@ -1,0 +1,234 @@
+"""Durable jobs: each job is a folder under ``<output root>/jobs/<job id>/`` that outlives the browser tab that
+started it and the server process that ran it. Pure Python, no torch.
+
+Folder layout::
+
+    <job id>/job.json            JobState: status, progress, settings, input names (written atomically)
+    <job id>/input/tasks.jsonl   the job file as uploaded
+    <job id>/input/audio.zip     the reference audio ZIP, when one was uploaded
+    <job id>/input/voice.<ext>   the default voice, when one was uploaded
+    <job id>/out/                one WAV per ok line, results.jsonl (line order), results.zip
+
+A job id (``20250101-120000-1a2b3c4d``: UTC start time + 32 random bits) sorts by age, is safe in a path and a
+URL, and is hard to guess, so it doubles as the key to reopen a job. The same id and folder can carry a job whose
+lines are synthesised elsewhere (a cluster): only the writer of ``out/`` and ``job.json`` needs the folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tts_app.audio.post import write_atomic
+from tts_app.errors import InputError
+
+JOBS_DIR = "jobs"
+STATE_NAME = "job.json"
+INPUT_DIR = "input"
+OUT_DIR = "out"
+JOB_FILE_NAME = "tasks.jsonl"
+AUDIO_ZIP_NAME = "audio.zip"
+_JOB_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{8}$")
+
+#: Job statuses. "interrupted": the server stopped (or died) while the job was queued or running; resume it.
+STATUSES = ("queued", "running", "done", "cancelled", "failed", "interrupted")
+ACTIVE = ("queued", "running")
+
+
+def new_job_id(now_s: float | None = None) -> str:
+    """A fresh job id: UTC time of creation + 8 random hex digits."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now_s is None else now_s))
+    return f"{stamp}-{secrets.token_hex(4)}"
+
+
+def check_job_id(job_id: str) -> str:
+    """``job_id`` if it has the job-id form, else ``InputError`` (never a path: ``../x`` cannot name a folder).
+
+    Raises:
+        InputError: not a job id.
+    """
+    text = (job_id or "").strip()
+    if not _JOB_ID.match(text):
+        raise InputError(f"{job_id!r} is not a job id; a job id looks like 20250101-120000-1a2b3c4d")
+    return text
+
+
+@dataclass
+class JobState:
+    """What ``job.json`` holds. Times are ``time.time()`` seconds.
+
+    Attributes:
+        job_id: the job's id.
+        status: one of ``STATUSES``.
+        created_s, updated_s: when the job was created / this state was written.
+        started_s, finished_s: when its latest run started / ended (None before).
+        input_name: the job file's name as the user uploaded it (for display).
+        audio_name, default_voice_name: the uploaded audio ZIP / default voice names, or None.
+        settings: the job's own generation settings (max_batch_size, use_cache, greedy, seed).
+        num_lines: non-blank lines (known once validated); num_done: lines with a record.
+        num_ok, num_failed, num_cancelled, num_skipped: records by outcome (skipped = kept from an earlier run).
+        eta_s: estimated seconds to finish (None when unknown); batch_size: rows of the engine's latest batch.
+        error: why the whole job failed (unreadable file, bad ZIP, ...), or None.
+        owner: opaque id of the browser that started it (its job list); None from the API.
+        server_id: id of the server process that ran it last (to tell a dead server's jobs).
+        warnings: job-level notices (e.g. the file is not UTF-8).
+    """
+
+    job_id: str
+    status: str = "queued"
+    created_s: float = 0.0
+    updated_s: float = 0.0
+    started_s: float | None = None
+    finished_s: float | None = None
+    input_name: str = JOB_FILE_NAME
+    audio_name: str | None = None
+    default_voice_name: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    num_lines: int = 0
+    num_done: int = 0
+    num_ok: int = 0
+    num_failed: int = 0
+    num_cancelled: int = 0
+    num_skipped: int = 0
+    eta_s: float | None = None
+    batch_size: int | None = None
+    error: str | None = None
+    owner: str | None = None
+    server_id: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "JobState":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+class JobStore:
+    """The job folders under ``root/jobs`` (created on first use).
+
+    Args:
+        root: the app's output folder.
+    """
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root) / JOBS_DIR
+
+    def folder(self, job_id: str) -> Path:
+        """The job's folder (it may not exist). Raises ``InputError`` for a malformed id."""
+        return self.root / check_job_id(job_id)
+
+    def out_dir(self, job_id: str) -> Path:
+        return self.folder(job_id) / OUT_DIR
+
+    def job_file(self, job_id: str) -> Path:
+        return self.folder(job_id) / INPUT_DIR / JOB_FILE_NAME
+
+    def audio_zip(self, job_id: str) -> Path | None:
+        path = self.folder(job_id) / INPUT_DIR / AUDIO_ZIP_NAME
+        return path if path.is_file() else None
+
+    def default_voice(self, job_id: str) -> Path | None:
+        found = sorted((self.folder(job_id) / INPUT_DIR).glob("voice.*"))
+        return found[0] if found else None
+
+    def create(self, job_file: str | Path, *, audio_zip: str | Path | None = None,
+               default_voice: str | Path | None = None, settings: dict[str, Any] | None = None,
+               owner: str | None = None, names: dict[str, str | None] | None = None) -> JobState:
+        """A new queued job whose inputs are copied into its folder (uploads in a temp folder may vanish; the
+        copies let the job resume after a restart).
+
+        Args:
+            job_file, audio_zip, default_voice: the uploaded files.
+            settings: the job's own generation settings; owner: the browser's opaque id.
+            names: display names of the uploads (``input``, ``audio``, ``voice``) when the paths are temp names.
+
+        Raises:
+            InputError: the job file is missing.
+        """
+        job_file = Path(job_file)
+        if not job_file.is_file():
+            raise InputError(f"job file {job_file.name!r} does not exist")
+        names = names or {}
+        now = time.time()
+        job_id = new_job_id(now)
+        folder = self.root / job_id
+        (folder / INPUT_DIR).mkdir(parents=True)
+        (folder / OUT_DIR).mkdir()
+        shutil.copyfile(job_file, folder / INPUT_DIR / JOB_FILE_NAME)
+        if audio_zip is not None:
+            shutil.copyfile(audio_zip, folder / INPUT_DIR / AUDIO_ZIP_NAME)
+        if default_voice is not None:
+            suffix = Path(default_voice).suffix.lower() or ".wav"
+            shutil.copyfile(default_voice, folder / INPUT_DIR / f"voice{suffix}")
+        state = JobState(job_id=job_id, created_s=now, settings=dict(settings or {}), owner=owner,
+                         input_name=names.get("input") or job_file.name,
+                         audio_name=None if audio_zip is None else (names.get("audio") or Path(audio_zip).name),
+                         default_voice_name=None if default_voice is None else (
+                             names.get("voice") or Path(default_voice).name))
+        self.save(state)
+        return state
+
+    def save(self, state: JobState) -> None:
+        """Write ``job.json`` atomically (a reader never sees half a file)."""
+        state.updated_s = time.time()
+        write_atomic(self.folder(state.job_id) / STATE_NAME,
+                     json.dumps(state.to_dict(), ensure_ascii=False, indent=1).encode("utf-8"))
+
+    def load(self, job_id: str) -> JobState | None:
+        """The job's state, or None when there is no such job (or its ``job.json`` is unreadable)."""
+        path = self.folder(job_id) / STATE_NAME
+        try:
+            return JobState.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def list(self, *, owner: str | None = None, limit: int = 50) -> list[JobState]:
+        """Jobs newest first (only ``owner``'s when given)."""
+        if not self.root.is_dir():
+            return []
+        out = []
+        for folder in sorted(self.root.iterdir(), reverse=True):
+            if not _JOB_ID.match(folder.name):
+                continue
+            state = self.load(folder.name)
+            if state is not None and (owner is None or state.owner == owner):
+                out.append(state)
+                if len(out) >= limit:
+                    break
+        return out
+
+    def recover(self, server_id: str) -> list[JobState]:
+        """Mark jobs another (stopped or crashed) server left queued or running as "interrupted"; returns them."""
+        found = []
+        for state in self.list(limit=10**9):
+            if state.active and state.server_id != server_id:
+                state.status = "interrupted"
+                state.eta_s = None
+                self.save(state)
+                found.append(state)
+        return found
+
+    def prune(self, max_age_s: float) -> int:
+        """Remove the folders of jobs that ended more than ``max_age_s`` ago; returns how many."""
+        removed = 0
+        cutoff = time.time() - max_age_s
+        for state in self.list(limit=10**9):
+            ended = state.finished_s or state.updated_s
+            if not state.active and ended and ended < cutoff:
+                shutil.rmtree(self.folder(state.job_id), ignore_errors=True)
+                removed += 1
+        return removed
