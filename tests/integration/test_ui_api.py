@@ -122,7 +122,9 @@ def test_job_endpoints_need_only_the_jsonl_file(app_url, tmp_path):
     jsonl.write_text(json.dumps({"input_text": "Hi.", "prompt_audio": "nowhere.wav"}) + "\n", encoding="utf-8")
     client = gradio_client.Client(app_url, verbose=False)
     table, summary = client.predict(gradio_client.handle_file(str(jsonl)), api_name="/validate_job")
-    assert table["data"][0][0] == 1 and "nowhere.wav" in table["data"][0][2]
+    rows = {row[0]: row for row in table["data"]}
+    assert "nowhere.wav" in rows[1][2]
+    assert "add the ZIP" in rows["job file"][2]  # no ZIP was given: the job-file row says to add it
     summary, results, zip_path = client.predict(gradio_client.handle_file(str(jsonl)), api_name="/run_job")
     assert [row[2] for row in results["data"]] == ["failed"] and zip_path.endswith(".zip")
 
