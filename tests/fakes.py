@@ -68,6 +68,7 @@ class FakeAdapter(TTSAdapter):
         device: reported device string.
         cap_if: ``cap_if(row)`` -> True when that row should report ``StopReason.MAX_NEW_TOKENS`` (a segment cut at
             its cap); default: never.
+        unencodable: characters its "tokenizer" cannot encode (``unencodable_characters``).
 
     Attributes:
         batches: texts of every generate call that ran to completion, in order.
@@ -81,8 +82,9 @@ class FakeAdapter(TTSAdapter):
                  gate: threading.Event | None = None,
                  raise_if: Callable[[list[AdapterRow]], BaseException | None] | None = None,
                  device: str = "cpu", samples_per_char: int = 40,
-                 cap_if: Callable[[AdapterRow], bool] | None = None):
+                 cap_if: Callable[[AdapterRow], bool] | None = None, unencodable: frozenset[str] = frozenset()):
         self.facts = facts or FAKE_FACTS
+        self.unencodable = unencodable
         self.delay_s = delay_s
         self.gate = gate
         self.raise_if = raise_if
@@ -102,6 +104,9 @@ class FakeAdapter(TTSAdapter):
     @classmethod
     def make_tiny_checkpoint(cls, out_dir, seed=0):
         raise NotImplementedError("FakeAdapter has no checkpoint")
+
+    def unencodable_characters(self, chars) -> set[str]:
+        return set(chars) & set(self.unencodable)
 
     def preprocess(self, rows: list[AdapterRow], params: SynthesisParams):
         return {"rows": list(rows), "params": params}

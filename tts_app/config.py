@@ -206,12 +206,17 @@ class FrontendConfig:
     Attributes:
         default_pause_ms: silence between segments when the text gives none, in ms.
         min_segment_chars: segments shorter than this are merged into a neighbour.
+        scene_break_pause_ms: silence for a scene-break line of the text (``***``, ``---``, ``* * *``), in ms: a
+            longer pause than between sentences (5x the default gap).
     """
 
     default_pause_ms: int = 200
     min_segment_chars: int = 4
+    scene_break_pause_ms: int = 1000
 
     def __post_init__(self) -> None:
         _check("default_pause_ms", self.default_pause_ms >= 0, f"default pause {self.default_pause_ms} ms must be >= 0")
         _check("min_segment_chars", self.min_segment_chars >= 0,
                f"min_segment_chars={self.min_segment_chars} must be >= 0")
+        _check("scene_break_pause_ms", self.scene_break_pause_ms >= 0,
+               f"scene break pause {self.scene_break_pause_ms} ms must be >= 0")

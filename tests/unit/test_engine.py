@@ -530,3 +530,18 @@ def test_knobs_not_given_run_as_the_checkpoint_defaults_and_share_a_batch_with_t
         defaults.greedy, defaults.temperature, defaults.top_p, defaults.top_k, defaults.max_new_tokens)
     assert results[0].effective_params == defaults.resolve(left_out.params)
     engine.shutdown()
+
+
+def test_characters_the_model_cannot_encode_reach_it_as_homophones_with_a_warning():
+    """The engine asks the adapter which characters its tokenizer maps to <unk> (囧 here) and the front end sends a
+    homophone it can encode instead, saying so; a tag the model does not declare is stripped with a warning."""
+    adapter = FakeAdapter(unencodable=frozenset("囧"))
+    engine = Engine(adapter, EngineConfig(max_batch_size=1, wait_window_ms=0))
+    (result,) = run_all(engine, make_requests(["今天真囧[laugh]。"]))
+    engine.shutdown()
+    assert result.ok
+    (batch,) = adapter.batches
+    assert batch == ["今天真窘。"]  # 囧 jiong3 -> 窘 jiong3; [laugh] removed
+    assert any("囧" in w and "窘" in w for w in result.warnings)
+    assert any("[laugh]" in w for w in result.warnings)
+    assert result.segments[0].text == "今天真囧。"  # subtitles show what the user wrote

@@ -114,7 +114,7 @@ def test_bad_annotations_are_warned_never_silently_dropped():
         "银行(yin2 hang2 zhang3)很大": "3 readings but only 2",  # count mismatch
         "ABC(a1)很好": "not a Chinese character",  # after a non-Chinese character
         "重(zhong7)要": "tone 7",
-        "重(zhong)要": "no tone",
+        "行(xiao3)": "not a reading",
     }
     for text, expected in cases.items():
         prepared = prepare_text(text)
@@ -125,7 +125,7 @@ def test_bad_annotations_are_warned_never_silently_dropped():
 
 @pytest.mark.parametrize("text, normalized, expected", [
     ("重(xyz)要", "重要", "'xyz' is not a Mandarin syllable"),  # splits the word 重要: an attempt, not a gloss
-    ("这很重(zhong)要", "这很重要", "no tone"),
+    ("这很重(zhogn4)要", "这很重要", "'zhogn4' is not a Mandarin syllable"),
     ("长(chang2", "长", "not closed; write it as 长(chang2)"),
     ("他说长（cháng 很好", "他说长 很好", "not closed"),
 ])
@@ -149,9 +149,15 @@ def test_reading_the_character_does_not_have_is_not_applied():
 
 
 def test_parenthesised_words_that_are_not_pinyin_stay_text():
-    prepared = prepare_text("下载(mp3)文件和苹果(apple)")
-    assert "(mp" in prepared.normalized_text and "(apple)" in prepared.normalized_text
+    """Glosses stay text: silent for acronyms and things that cannot be pinyin (AI, mp3); a lower-case group after a
+    character that is not pinyin is kept too, with a warning (probably a typo)."""
+    prepared = prepare_text("下载(mp3)文件，人工智能(AI)")
+    assert "(mp" in prepared.normalized_text and "(AI)" in prepared.normalized_text
     assert prepared.warnings == []
+    typo = prepare_text("苹果(apple)")
+    assert typo.normalized_text == "苹果(apple)"
+    (warning,) = typo.warnings
+    assert "kept as text" in warning and "'apple' is not a Mandarin syllable" in warning
 
 
 def test_homophone_table_only_maps_to_characters_with_one_reading_in_use():
@@ -287,7 +293,8 @@ def test_cli_json_and_bad_input(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["segments"][0]["text"] == "{zhong4}新"
     assert data["readings"][0] == {"char": "重", "pinyin": "zhong4", "polyphonic": True, "source": "override",
-                                   "position": 0, "candidates": list(char_candidates("重"))}
+                                   "position": 0, "candidates": list(char_candidates("重")), "ambiguous": False,
+                                   "basis": "override", "rule": None, "written": "zhong4"}
     assert main(["   "]) == 2
     assert "empty" in capsys.readouterr().err
 

@@ -91,8 +91,9 @@ def test_hard_split_never_cuts_an_english_word_and_prefers_spaces():
     prepared = prepare_text(text, max_segment_chars=16)
     assert " ".join(s.source_text for s in prepared.segments) == text
     assert all(len(s.source_text) <= 16 for s in prepared.segments)
+    # max_segment_chars is a hard limit: a word longer than it is the only thing ever cut inside.
     long_word = prepare_text("a Supercalifragilisticexpialidocious day", max_segment_chars=10, min_segment_chars=0)
-    assert [s.source_text for s in long_word.segments] == ["a", "Supercalifragilisticexpialidocious", "day"]
+    assert [s.source_text for s in long_word.segments] == ["a", "Supercalif", "ragilistic", "expialidoc", "ious day"]
 
 
 def test_annotated_character_stays_in_its_segment_with_its_rendering():
@@ -109,14 +110,16 @@ _EN = st.sampled_from(["hello", "world", "Supercalifragilistic", "a", "TTS", "I"
 _DIGITS = st.integers(min_value=0, max_value=10**9).map(str)
 _PUNCT = st.sampled_from(list("，。！？、；：,.!?;: —…()\"'“”\n"))
 _MARKUP = st.sampled_from(["[pause:300ms]", "[pause:1s]", "(hang2)", "(zhong4)", "[pause]", "(xyz)", "(chang2",
-                           "(yin2)"])
+                           "(yin2)", "DE5", "<行|HANG2>", "[laugh]", "\n***\n", "(de)", "(AI)", "https://a.example/x/y"])
 _PIECE = st.one_of(_ZH, _ZH, _ZH, _EN, _DIGITS, _PUNCT, st.just(" "), _MARKUP)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pieces=st.lists(_PIECE, min_size=1, max_size=60), max_chars=st.integers(min_value=8, max_value=40),
        min_chars=st.integers(min_value=0, max_value=6))
-def test_segmentation_loses_nothing_and_never_cuts_words(pieces, max_chars, min_chars):
+def test_segmentation_loses_nothing_keeps_the_limit_and_never_cuts_words(pieces, max_chars, min_chars):
+    """Segments never exceed max_segment_chars, joined they reproduce the normalised text, and a Latin word or
+    number is cut only when it is itself longer than the limit."""
     text = "".join(pieces)
     try:
         prepared = prepare_text(text, max_segment_chars=max_chars, min_segment_chars=min_chars)
@@ -125,9 +128,17 @@ def test_segmentation_loses_nothing_and_never_cuts_words(pieces, max_chars, min_
         return
     spans = _locate(prepared)
     norm = prepared.normalized_text
+    assert all(len(seg.source_text) <= max_chars for seg in prepared.segments), [s.source_text for s in
+                                                                                  prepared.segments]
+    # (_locate checked that the segments, joined with the whitespace between them, reproduce the text.)
     for (_, end), (start, _) in zip(spans, spans[1:]):
-        if end == start:  # adjacent segments with no space between: not inside a word or a number
-            assert not (_word_char(norm[end - 1]) and _word_char(norm[start])), (norm, end)
+        if end == start and _word_char(norm[end - 1]) and _word_char(norm[start]):  # a cut inside a word
+            lo, hi = end, end
+            while lo > 0 and _word_char(norm[lo - 1]):
+                lo -= 1
+            while hi < len(norm) and _word_char(norm[hi]):
+                hi += 1
+            assert hi - lo > max_chars, (norm, end)
     for seg in prepared.segments:
         assert seg.pause_after_ms >= 0
         assert num_speakable(seg.source_text) > 0 or len(prepared.segments) == 1

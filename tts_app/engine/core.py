@@ -180,12 +180,14 @@ class _RequestState:
         return len(self.texts)
 
 
-def _prepare_text(text: str, *, supports_pinyin: bool, max_segment_chars: int, default_pause_ms: int):
+def _prepare_text(text: str, *, supports_pinyin: bool, max_segment_chars: int, default_pause_ms: int,
+                  control_tags: tuple[str, ...] = (), unencodable_characters=None):
     """The text front end (``tts_app.frontend.prepare_text``)."""
     from tts_app.frontend import prepare_text
 
     return prepare_text(text, supports_pinyin=supports_pinyin, max_segment_chars=max_segment_chars,
-                        default_pause_ms=default_pause_ms)
+                        default_pause_ms=default_pause_ms, control_tags=control_tags,
+                        unencodable_characters=unencodable_characters)
 
 
 # ISO 639-1 code -> language name in messages, for the languages the text front end tells apart.
@@ -397,7 +399,9 @@ class Engine:
         params = request.params
         max_chars = params.max_segment_chars if params.max_segment_chars is not None else self.facts.max_segment_chars
         prepared = _prepare_text(request.text, supports_pinyin=self.facts.supports_pinyin,
-                                 max_segment_chars=max_chars, default_pause_ms=params.pause_between_segments_ms)
+                                 max_segment_chars=max_chars, default_pause_ms=params.pause_between_segments_ms,
+                                 control_tags=self.facts.control_tags,
+                                 unencodable_characters=self.adapter.unencodable_characters)
         if not prepared.segments:
             raise InputError("the text has nothing to speak; type some words")
         return prepared

@@ -1,7 +1,8 @@
 """``python -m tts_app frontend "TEXT" [--json] [--supports-pinyin] [--max-segment-chars N] ...``
 
 Prints what the front end makes of a text: the normalised text, the segments (rendered text and pause after, in
-ms), per-character readings (char, TONE3, polyphonic, source) and warnings. No model is loaded.
+ms), per-character readings (char, TONE3, polyphonic, basis: word / rule:NAME / char / override) and warnings, in
+English or, with ``--lang zh``, Chinese. No model is loaded.
 Exit status: 0 ok (also when the reader closes the pipe early, e.g. ``... | head``: no traceback), 2 bad input or usage.
 """
 
@@ -15,6 +16,7 @@ from dataclasses import asdict
 
 from tts_app.config import FrontendConfig
 from tts_app.errors import InputError
+from tts_app.frontend.messages import localize
 from tts_app.frontend.prepare import DEFAULT_MAX_SEGMENT_CHARS
 from tts_app.frontend.types import PreparedText
 
@@ -32,7 +34,9 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"shorter segments are merged (default {FrontendConfig.min_segment_chars})")
     p.add_argument("--default-pause-ms", type=int, default=None,
                    help=f"pause between segments in ms (default {FrontendConfig.default_pause_ms})")
-    p.add_argument("--all-chars", action="store_true", help="list every Chinese character, not only polyphones")
+    p.add_argument("--all-chars", action="store_true",
+                   help="list every Chinese character, not only the ambiguous polyphones and overrides")
+    p.add_argument("--lang", choices=("en", "zh"), default="en", help="language of warnings and errors (default en)")
     return p
 
 
@@ -51,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         prepared = prepare_text(text, **kwargs)
     except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {localize(exc, args.lang)}", file=sys.stderr)
         return 2
     try:
         _print_report(prepared, args)
@@ -66,24 +70,28 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_report(prepared: PreparedText, args: argparse.Namespace) -> None:
     if args.json:
-        print(json.dumps(asdict(prepared), ensure_ascii=False, indent=2))
+        data = asdict(prepared)
+        data["warnings"] = [localize(w, args.lang) for w in prepared.warnings]
+        print(json.dumps(data, ensure_ascii=False, indent=2))
         return
     print(f"normalised: {prepared.normalized_text}")
     print(f"segments ({len(prepared.segments)}):")
     for i, seg in enumerate(prepared.segments):
         rendered = "" if seg.text == seg.source_text else f"   [model sees: {seg.text}]"
         print(f"  {i:>3}  {seg.source_text}   (pause after {seg.pause_after_ms} ms){rendered}")
-    readings = [r for r in prepared.readings if args.all_chars or r.polyphonic or r.source == "override"]
-    label = "readings" if args.all_chars else "readings of polyphones and overrides (--all-chars for every one)"
+    readings = [r for r in prepared.readings if args.all_chars or r.ambiguous or r.source == "override"]
+    label = ("readings" if args.all_chars else
+             "readings of polyphones decided in context, and overrides (--all-chars for every one)")
     print(f"{label}:")
     for r in readings:
         flag = "polyphonic" if r.polyphonic else "single"
+        basis = r.basis + (f":{r.rule}" if r.rule else "")
         others = f"  candidates: {' '.join(r.candidates)}" if r.polyphonic else ""
-        print(f"  {r.position:>4}  {r.char}  {r.pinyin:<8} {flag:<10} {r.source:<8}{others}")
+        print(f"  {r.position:>4}  {r.char}  {r.pinyin:<8} {flag:<10} {basis:<16}{others}")
     if prepared.warnings:
         print("warnings:")
         for w in prepared.warnings:
-            print(f"  - {w}")
+            print(f"  - {localize(w, args.lang)}")
 
 
 if __name__ == "__main__":

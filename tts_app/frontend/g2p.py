@@ -9,6 +9,7 @@ Everything comes from pypinyin's bundled dictionaries (``pypinyin.pinyin_dict`` 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 
 # CJK Unified Ideographs (+ extension A, compatibility ideographs, extensions B-H, and 〇), the characters pypinyin
@@ -101,11 +102,12 @@ def parse_pinyin_token(token: str) -> tuple[str | None, str | None]:
     ``ü``, ``v`` or ``u:``.
 
     Returns:
-        ``(reading, None)`` on success, e.g. ``("zhong4", None)``; ``(None, problem)`` otherwise, where ``problem``
-        says what is wrong in words (no tone, tone out of range, not a Mandarin syllable).
+        ``(reading, None)`` on success, e.g. ``("zhong4", None)``; a syllable without a tone is the neutral tone
+        (``("de5", None)`` for ``de``); ``(None, problem)`` otherwise, where ``problem`` says what is wrong in words
+        (tone out of range, not a Mandarin syllable).
     """
     kind, value = classify_pinyin_token(token)
-    return (value, None) if kind == "ok" else (None, value)
+    return (value, None) if kind in ("ok", "toneless") else (None, value)
 
 
 def classify_pinyin_token(token: str) -> tuple[str, str]:
@@ -113,10 +115,13 @@ def classify_pinyin_token(token: str) -> tuple[str, str]:
     from ordinary text in parentheses.
 
     Returns:
-        ``("ok", reading)``; ``("toneless", problem)`` for a Mandarin syllable written without a tone;
+        ``("ok", reading)``; ``("toneless", base + "5")`` for a Mandarin syllable written without a tone (standard
+        pinyin writes the neutral tone so: 东西(dōng xi), so the caller may read it as the neutral tone);
         ``("bad_tone", problem)`` for a Mandarin syllable with an impossible tone (``zhong7``, two tone marks);
-        ``("not_pinyin", problem)`` for anything else (``apple``, ``mp3``).
+        ``("not_pinyin", problem)`` for anything else (``apple``, ``mp3``). ``problem`` is a ``Notice``.
     """
+    from tts_app.frontend.messages import Notice
+
     text = token.strip().lower().replace("u:", "v").replace("ü", "v")
     marks = [c for c in text if c in TONE_MARK_CHARS]
     if marks:
@@ -125,21 +130,31 @@ def classify_pinyin_token(token: str) -> tuple[str, str]:
         bare = to_tone3(text, neutral_tone_with_five=True).replace("ü", "v")
         if len(marks) > 1 or any(c.isdigit() for c in text):
             ok = bare.rstrip("0123456789") in valid_syllables()
-            return ("bad_tone" if ok else "not_pinyin"), f"{token!r} has more than one tone"
+            return ("bad_tone" if ok else "not_pinyin"), Notice("tok_many_tones", token=token)
         text = bare
     m = _TONE3_RE.match(text)
     if not m:
-        return "not_pinyin", f"{token!r} is not pinyin"
+        return "not_pinyin", Notice("tok_not_pinyin", token=token)
     base, tone = m.group(1), m.group(2)
     if base not in valid_syllables():
-        return "not_pinyin", f"{token!r} is not a Mandarin syllable"
+        return "not_pinyin", Notice("tok_not_syllable", token=token)
     if tone is None:
-        return "toneless", f"{token!r} has no tone (write e.g. {base}1 .. {base}4, or {base}5 for the neutral tone)"
+        return "toneless", base + "5"
     if tone == "0":
         tone = "5"
     if tone not in "12345":
-        return "bad_tone", f"{token!r} has tone {tone}; tones are 1-4, and 5 or 0 for the neutral tone"
+        return "bad_tone", Notice("tok_bad_tone", token=token, tone=tone)
     return "ok", base + tone
+
+
+def display_reading(reading: str, notation: str) -> str:
+    """A TONE3 reading in the user's notation: ``"tone3"`` as it is (``zhong4``), ``"marks"`` with tone marks
+    (``zhòng``; neutral tone unmarked, ``lü``)."""
+    if notation != "marks" or not reading:
+        return reading
+    from pypinyin.contrib.tone_convert import to_tone
+
+    return to_tone(reading.replace("v", "ü")).replace("v", "ü")
 
 
 MAX_PHRASE_CHARS = 10  # the longest entry of pypinyin.phrases_dict (measured on pypinyin 0.55.0)
@@ -163,36 +178,89 @@ def joins_word(before: str, after: str) -> bool:
                if k + n <= MAX_PHRASE_CHARS)
 
 
+@dataclass(frozen=True)
+class G2PReading:
+    """The default reading of one Chinese character. ``basis``: "word" (a lexicon phrase of 2+ characters read it),
+    "rule" (a grammar rule of ``polyphone_rules`` decided it; ``rule`` names it) or "char" (read on its own:
+    ``Lexicon.char_reading``)."""
+
+    position: int
+    char: str
+    reading: str
+    basis: str
+    rule: str | None = None
+
+
 def g2p(text: str) -> list[tuple[int, str, str]]:
-    """Default G2P: pypinyin with its phrase dictionary (``lazy_pinyin``, Style.TONE3, neutral tone 5).
+    """Default G2P: ``[(position, char, TONE3 reading), ...]`` for every Chinese character of ``text`` (reading ""
+    when unknown). See ``read_text``."""
+    return [(r.position, r.char, r.reading) for r in read_text(text)]
 
-    Args:
-        text: any text; only its Chinese characters are read, each maximal run of them in one call so the phrase
-            dictionary sees the words.
 
-    Returns:
-        ``[(position, char, reading), ...]`` for every Chinese character in ``text``, in order; ``reading`` is ""
-        for a character pypinyin cannot read.
+def read_text(text: str) -> list[G2PReading]:
+    """Default readings of every Chinese character of ``text``, in order.
+
+    Each maximal run of Chinese characters is read on its own (punctuation, digits and Latin letters end a clause):
+    converted to simplified script for lookup, cut into words by jieba (maximum probability over its word counts
+    plus the lexicon's phrases), each word read from the lexicon (a word it lacks is read by its longest lexicon
+    sub-words, the rest character by character), then the grammar rules of ``polyphone_rules`` decide the function
+    words and verbs. Sources and licences: ``tts_app.frontend.lexicon``. Readings are TONE3 citation tones.
     """
-    out: list[tuple[int, str, str]] = []
+    out: list[G2PReading] = []
     for m in HANZI_RUN_RE.finditer(text):
         run = m.group()
-        out.extend((m.start() + i, c, r) for i, (c, r) in enumerate(zip(run, _read_run(run))))
+        for k, (reading, basis, rule) in enumerate(_read_run(run)):
+            out.append(G2PReading(m.start() + k, run[k], reading, basis, rule))
     return out
 
 
+def run_tokens(run: str) -> list:
+    """The ``polyphone_rules.Token`` s of one run of Chinese characters, rules applied (see ``read_text``)."""
+    from tts_app.frontend.lexicon import load_lexicon
+    from tts_app.frontend.polyphone_rules import Token, apply_rules
+
+    lex = load_lexicon()
+    simple = lex.simplified(run)
+    tokens: list[Token] = []
+    pos = 0
+    for word in lex.segment(simple):
+        readings = lex.phrases.get(word) if len(word) > 1 else None
+        if readings is not None:
+            tokens.append(Token(word, pos, lex.tags.get(word, ""), list(readings), ["word"] * len(word)))
+        else:
+            for sub in _split_unknown(word, lex):
+                start = pos + sub[0]
+                piece = word[sub[0]:sub[1]]
+                known = lex.phrases.get(piece) if len(piece) > 1 else None
+                if known is not None:
+                    tokens.append(Token(piece, start, lex.tags.get(piece, ""), list(known), ["word"] * len(piece)))
+                else:
+                    tokens.append(Token(piece, start, lex.tags.get(piece, ""), [lex.char_reading(piece)], ["char"]))
+        pos += len(word)
+    apply_rules(simple, tokens)
+    return tokens
+
+
+def _split_unknown(word: str, lex) -> list[tuple[int, int]]:
+    """Spans of ``word`` (not a lexicon phrase): its longest lexicon sub-words left to right, else single chars."""
+    spans, i = [], 0
+    while i < len(word):
+        for n in range(min(lex.max_phrase_chars, len(word) - i), 0, -1):
+            if n == 1 or word[i:i + n] in lex.phrases:
+                spans.append((i, i + n))
+                i += n
+                break
+    return spans
+
+
 @lru_cache(maxsize=4096)
-def _read_run(run: str) -> tuple[str, ...]:
-    """Readings of one run of Chinese characters (cached: the live preview re-reads unchanged runs)."""
-    from pypinyin import Style, lazy_pinyin
-
-    def read(s: str) -> list[str]:
-        return lazy_pinyin(s, style=Style.TONE3, neutral_tone_with_five=True, errors=lambda x: [""] * len(x))
-
-    readings = read(run)
-    if len(readings) != len(run):  # defensive: fall back to one character at a time
-        readings = [(read(c) or [""])[0] for c in run]
-    return tuple(readings)
+def _read_run(run: str) -> tuple[tuple[str, str, str | None], ...]:
+    """(reading, basis, rule) per character of one run (cached: the live preview re-reads unchanged runs)."""
+    out: list[tuple[str, str, str | None]] = []
+    for token in run_tokens(run):
+        for reading, basis in zip(token.readings, token.basis):
+            out.append((reading, basis, token.rule if basis == "rule" else None))
+    return tuple(out)
 
 
 def _gb2312_level(char: str) -> int:
@@ -203,6 +271,35 @@ def _gb2312_level(char: str) -> int:
     except UnicodeEncodeError:
         return 3
     return 1 if len(code) == 2 and 0xB0 <= code[0] <= 0xD7 else 2
+
+
+@lru_cache(maxsize=1)
+def _ranked_characters() -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """(reading -> characters whose only reading in use it is, reading -> characters whose default reading it is),
+    each ranked most common first (see ``homophone_table``)."""
+    from pypinyin.pinyin_dict import pinyin_dict
+
+    phrase_counts = _phrase_reading_counts()
+    single: dict[str, list[tuple[tuple[int, int, int], str]]] = {}
+    default: dict[str, list[tuple[tuple[int, int, int], str]]] = {}
+    for code in pinyin_dict:
+        if not 0x4E00 <= code <= 0x9FFF:
+            continue
+        char = chr(code)
+        level = _gb2312_level(char)
+        if level > 2:  # outside GB2312: too rare to be in a model's vocabulary
+            continue
+        num_phrases = sum(phrase_counts.get(char, {}).values())
+        if num_phrases == 0:  # in no phrase at all: radicals (氵) and rarities a model may not know
+            continue
+        readings = common_readings(char)
+        key = (level, -num_phrases, code)
+        if len(readings) == 1:
+            single.setdefault(readings[0], []).append((key, char))
+        elif readings:
+            default.setdefault(readings[0], []).append((key, char))
+    return ({r: tuple(c for _, c in sorted(v)) for r, v in single.items()},
+            {r: tuple(c for _, c in sorted(v)) for r, v in default.items()})
 
 
 @lru_cache(maxsize=1)
@@ -217,27 +314,20 @@ def homophone_table() -> dict[str, str]:
     has them), so a few readings (mostly neutral tones, e.g. ``le5``) have no entry. Built once on first use
     (about 1 s) and cached.
     """
-    from pypinyin.pinyin_dict import pinyin_dict
+    return {reading: chars[0] for reading, chars in _ranked_characters()[0].items()}
 
-    phrase_counts = _phrase_reading_counts()
-    best: dict[str, tuple[tuple[int, int, int], str]] = {}
-    for code in pinyin_dict:
-        if not 0x4E00 <= code <= 0x9FFF:
-            continue
-        char = chr(code)
-        level = _gb2312_level(char)
-        if level > 2:  # outside GB2312: too rare to be in a model's vocabulary
-            continue
-        num_phrases = sum(phrase_counts.get(char, {}).values())
-        if num_phrases == 0:  # in no phrase at all: radicals (氵) and rarities a model may not know
-            continue
-        readings = common_readings(char)
-        if len(readings) != 1:
-            continue
-        key = (level, -num_phrases, code)
-        if readings[0] not in best or key < best[readings[0]][0]:
-            best[readings[0]] = (key, char)
-    return {reading: char for reading, (_, char) in best.items()}
+
+def homophone_candidates(reading: str) -> tuple[str, ...]:
+    """Characters a model would read as ``reading`` (TONE3), best first: those whose only reading in use it is
+    (``homophone_table``'s ranking), then those whose default reading it is (的 for de5, 了 for le5)."""
+    single, default = _ranked_characters()
+    return single.get(reading, ()) + default.get(reading, ())
+
+
+def stand_in(reading: str, usable=None) -> str | None:
+    """The character to write for a syllable typed instead of a character (``他做DE5很好``): the first of
+    ``homophone_candidates(reading)`` that ``usable(char)`` accepts (default: any), or None."""
+    return next((c for c in homophone_candidates(reading) if usable is None or usable(c)), None)
 
 
 def homophone(reading: str) -> str | None:

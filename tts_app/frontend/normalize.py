@@ -16,7 +16,8 @@ import unicodedata
 from functools import lru_cache
 
 from tts_app.frontend.g2p import HANZI_CLASS
-from tts_app.frontend.wetext_quirks import after_wetext, before_wetext
+from tts_app.frontend.messages import Notice
+from tts_app.frontend.wetext_quirks import YUAN_MASK, after_wetext, before_language_runs, before_wetext
 
 # Full-width punctuation that Chinese text uses as its own punctuation and that must stay as it is
 # (segmentation reads it; half-width would look like English to wetext). Everything else in U+FF01-U+FF5E
@@ -171,7 +172,7 @@ _SENTENCE_SPLIT_RE = re.compile(r"(?<=[。！？；!?;])")
 
 
 @lru_cache(maxsize=4096)
-def wetext_normalize(text: str, lang: str) -> tuple[str, str | None]:
+def wetext_normalize(text: str, lang: str) -> tuple[str, Notice | None]:
     """Run wetext's ``lang`` normaliser on one language run, keeping its leading/trailing whitespace (wetext strips
     it).
 
@@ -191,27 +192,30 @@ def wetext_normalize(text: str, lang: str) -> tuple[str, str | None]:
         with _WETEXT_LOCK:  # the engine and the UI preview call in from different threads; wetext is not
             out = _normalizer(lang).normalize(prepared)  # documented as thread-safe
     except (AssertionError, RuntimeError, ValueError, IndexError) as exc:  # wetext's failure modes on odd input
-        return text, f"the {lang} normaliser could not read {core!r} ({type(exc).__name__}); it is kept as written"
+        return text, Notice("wetext_failed", lang=lang, text=core, error=type(exc).__name__)
     # wetext escapes quotes and backslashes in its output (its token serialisation leaks): undo it.
     out = re.sub(r'\\(["\\])', r"\1", out)
     return lead + after_wetext(out, lang, state) + trail, None
 
 
-def normalize_chunk(text: str, default_lang: str) -> tuple[str, list[str]]:
+def normalize_chunk(text: str, default_lang: str) -> tuple[str, list[Notice]]:
     """Normalise one chunk of plain text (no annotations, no pause markers).
 
-    Steps: full-width to half-width, emoji removed, whitespace collapsed, then wetext per line and per language run.
+    Steps: full-width to half-width, emoji removed, whitespace collapsed, the readings wetext has no rule for
+    (``wetext_quirks.before_language_runs``: digit strings, scores, ranges, units, comparison signs...), then wetext
+    per line and per language run.
 
     Returns:
-        ``(normalised_text, problems)``: problems are sentences for the warnings list (emoji removed, a run wetext
+        ``(normalised_text, problems)``: problems are ``Notice`` s for the warnings list (emoji removed, a run wetext
         could not read).
     """
-    problems: list[str] = []
+    problems: list[Notice] = []
     text = to_half_width(text)
     text, removed = strip_emoji(text)
     if removed:
-        problems.append(f"removed {len(removed)} emoji/pictograph character(s) that cannot be spoken: {removed!r}")
+        problems.append(Notice("emoji_removed", count=len(removed), chars=removed))
     text = collapse_whitespace(text)
+    text = before_language_runs(text)
     lines = []
     for line in text.split("\n"):
         parts = []
@@ -222,4 +226,4 @@ def normalize_chunk(text: str, default_lang: str) -> tuple[str, list[str]]:
                     problems.append(problem)
                 parts.append(out)
         lines.append("".join(parts))
-    return "\n".join(lines), problems
+    return "\n".join(lines).replace(YUAN_MASK, ""), problems

@@ -16,7 +16,9 @@ Two ways, chosen by ``ModelFacts.supports_pinyin``:
 
 from __future__ import annotations
 
-from tts_app.frontend.g2p import common_readings, homophone
+from typing import Callable
+
+from tts_app.frontend.g2p import _ranked_characters, common_readings
 
 
 def pinyin_token(reading: str) -> str:
@@ -24,31 +26,43 @@ def pinyin_token(reading: str) -> str:
     return "{" + reading + "}"
 
 
-def render_char(char: str, reading: str, *, supports_pinyin: bool) -> tuple[str, str | None]:
+def render_char(char: str, reading: str, *, supports_pinyin: bool,
+                usable: Callable[[str], bool] | None = None) -> tuple[str, bool]:
     """How one overridden character is written for the model.
 
+    Args:
+        usable: accepts a stand-in character (e.g. one the model's tokenizer can encode); default: any.
+
     Returns:
-        ``(text, problem)``: ``problem`` is None, or a sentence for the warnings list when the override cannot be
-        enforced for a characters-only model (no single-reading homophone exists).
+        ``(text, enforced)``: ``enforced`` is False when the override cannot be enforced for a characters-only
+        model (no single-reading homophone exists) and the character is sent as it is.
     """
     if supports_pinyin:
-        return pinyin_token(reading), None
-    if common_readings(char) == (reading,):  # nothing else a model would say
-        return char, None
-    sub = homophone(reading)
+        return pinyin_token(reading), True
+    if common_readings(char) == (reading,) and (usable is None or usable(char)):  # nothing else a model would say
+        return char, True
+    sub = next((c for c in _single(reading) if usable is None or usable(c)), None)
     if sub is None:
-        return char, (f"no common character has only the reading {reading}; '{char}' is sent as it is and the model "
-                      "may read it differently (a model with pinyin support would not)")
-    return sub, None
+        return char, False
+    return sub, True
 
 
-def render_text(text: str, start: int, end: int, overrides: dict[int, str], *, supports_pinyin: bool) -> str:
-    """``text[start:end]`` with every overridden character (``overrides``: offset in ``text`` -> TONE3 reading)
-    rendered by ``render_char``."""
+def _single(reading: str) -> tuple[str, ...]:
+    return _ranked_characters()[0].get(reading, ())
+
+
+def render_text(text: str, start: int, end: int, overrides: dict[int, str], *, supports_pinyin: bool,
+                substitutions: dict[int, str] | None = None, usable: Callable[[str], bool] | None = None) -> str:
+    """``text[start:end]`` for the model: ``substitutions`` (offset -> text, e.g. a stand-in for a character the
+    model cannot encode, or "" to skip it) first, then every overridden character (``overrides``: offset in
+    ``text`` -> TONE3 reading) rendered by ``render_char``; the rest as it is."""
+    substitutions = substitutions or {}
     out = []
     for i in range(start, end):
-        if i in overrides:
-            out.append(render_char(text[i], overrides[i], supports_pinyin=supports_pinyin)[0])
+        if i in substitutions:
+            out.append(substitutions[i])
+        elif i in overrides:
+            out.append(render_char(text[i], overrides[i], supports_pinyin=supports_pinyin, usable=usable)[0])
         else:
             out.append(text[i])
     return "".join(out)

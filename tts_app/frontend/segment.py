@@ -1,10 +1,12 @@
 """Segmentation: cut normalised text into segments a model can synthesise in one call.
 
 Order of preference: explicit pause markers (always a boundary), then sentence punctuation (。！？!?… full- and
-half-width, a ``.`` before a space or the end, a line break), then, only inside a sentence longer than
-``max_segment_chars``, clause punctuation (，,、；;：:—), then, only inside a clause still too long, a hard split at a
-space or between two Chinese characters (preferring a word boundary of pypinyin's phrase segmenter). Never inside an
-English word or a number. Leftovers with fewer than ``min_segment_chars`` speakable characters are merged into a
+half-width, a ``.`` before a space or the end, a line break; ASCII punctuation between Chinese characters was made
+full-width by the normaliser), then, only inside a sentence longer than ``max_segment_chars``, clause punctuation
+(，,、；;：:—), then, only inside a clause still too long, a hard split (``_hard_split``): at a space, a jieba word
+boundary between Chinese characters, a script boundary, or a long token's own punctuation (URL ``/`` ``.``).
+``max_segment_chars`` is a hard limit: a cut inside a word or number happens only when the window holds no other.
+Leftovers with fewer than ``min_segment_chars`` speakable characters are merged into a
 neighbour, never across a pause marker. Punctuation right after a pause marker (``重要[pause:500ms]，请``) ends the
 segment before the pause instead of starting the next one (``_attach_trailing_punctuation``), so no segment starts
 with clause or sentence punctuation.
@@ -93,61 +95,68 @@ def _clause_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
 
 
 def _word_boundaries(text: str, start: int, end: int) -> set[int]:
-    """Offsets inside runs of Chinese characters where pypinyin's phrase segmenter (mmseg over its phrase
-    dictionary) ends a word."""
-    from pypinyin.seg.mmseg import seg
+    """Offsets inside runs of Chinese characters where a word of jieba's segmentation ends (the lexicon's
+    segmenter, ``tts_app.frontend.lexicon``)."""
+    from tts_app.frontend.lexicon import load_lexicon
 
+    lex = load_lexicon()
     bounds: set[int] = set()
     for m in HANZI_RUN_RE.finditer(text, start, end):
         pos = m.start()
-        for word in seg.cut(m.group()):
+        for word in lex.segment(lex.simplified(m.group())):
             pos += len(word)
             bounds.add(pos)
     return bounds
 
 
-def _cut_priority(text: str, c: int, words: set[int]) -> int:
+_TOKEN_PUNCTUATION = frozenset("/-_?&=#@~+|")  # not "." and ":" (3.5, U.S., 3:30): cut there only as a last resort
+
+
+def _cut_priority(text: str, c: int, words: set[int], protected: list[tuple[int, int]]) -> int:
     """How good a hard cut between ``text[c-1]`` and ``text[c]`` is: 3 after a space, 2 at a word or script
-    boundary next to a Chinese character, 1 between two Chinese characters inside a word, 0 forbidden (inside an
-    English word or a number, before a space, or before punctuation in ``TRAILING_PUNCTUATION``)."""
+    boundary next to a Chinese character, 1 after a long token's own punctuation (a URL's ``/``, ``.``, ``-``), 0 only
+    as a last resort (inside a Chinese or Latin word or a number, before a space), -1 never (before punctuation in
+    ``TRAILING_PUNCTUATION``, inside a protected span such as a control tag)."""
     a, b = text[c - 1], text[c]
-    if b in TRAILING_PUNCTUATION:
-        return 0  # punctuation ends the segment before it, never starts one
+    if b in TRAILING_PUNCTUATION or any(s < c < e for s, e in protected):
+        return -1  # punctuation ends the segment before it, never starts one; a tag is never cut
     if a.isspace():
         return 3
     if b.isspace():
         return 0
     ha, hb = is_hanzi(a), is_hanzi(b)
     if ha and hb:
-        return 2 if c in words else 1
+        return 2 if c in words else 0
     if ha or hb:
         return 2
+    if a in _TOKEN_PUNCTUATION and b.isalnum():
+        return 1  # "example.com/|path", "well-|known"
     if a.isalnum() and b.isalnum():
         return 0
-    if b.isalnum() and c >= 2 and text[c - 2].isalnum() and not is_hanzi(text[c - 2]):
-        return 0  # inside "3.5", "U.S", "e.g"
-    if a.isalnum() or b.isalnum():
-        # punctuation next to a word: "word-" | "word" — allowed, but after the mark, not before it
-        return 2 if not a.isalnum() else 0
-    return 1
+    if not a.isalnum() and not b.isalnum():
+        return 1
+    return 0
 
 
-def _hard_split(text: str, start: int, end: int, max_chars: int) -> list[tuple[int, int]]:
+def _hard_split(text: str, start: int, end: int, max_chars: int, protected: list[tuple[int, int]]
+                ) -> list[tuple[int, int]]:
+    """Cut ``text[start:end]`` into pieces of at most ``max_chars``: at each step the best cut inside the limit (a
+    space, then a word boundary, then a token's own punctuation; the later of equals), preferring the second half
+    of the window; inside a word only when the window has no other cut, so the limit always holds."""
     words = _word_boundaries(text, start, end)
     spans, s = [], start
     while end - s > max_chars:
         limit = s + max_chars
         best = None
-        for lo, hi, min_priority in ((s + max_chars // 2, limit, 2), (s, limit, 1)):
-            options = [(_cut_priority(text, c, words), c) for c in range(max(lo, s + 1), hi + 1)]
+        half = s + max_chars // 2
+        for lo, min_priority in ((half, 2), (s + 1, 2), (half, 1), (s + 1, 1), (s + 1, 0)):
+            options = [(_cut_priority(text, c, words, protected), c) for c in range(max(lo, s + 1), limit + 1)]
             options = [o for o in options if o[0] >= min_priority]
             if options:
                 best = max(options)[1]
                 break
-        if best is None:  # no allowed cut within the limit: the first one after it (segment runs long)
-            best = next((c for c in range(limit + 1, end) if _cut_priority(text, c, words) > 0), None)
-        if best is None:
-            break
+        if best is None:  # only punctuation or a protected span within the limit: cut at the limit anyway
+            best = limit
         spans.append((s, best))
         s = best
     spans.append((s, end))
@@ -169,7 +178,8 @@ def _pack(text: str, parts: list[tuple[int, int]], max_chars: int, split) -> lis
 
 
 def split_spans(text: str, boundaries: list[tuple[int, int]], *, max_segment_chars: int, min_segment_chars: int,
-                default_pause_ms: int, final_pause_ms: int | None = None) -> list[Span]:
+                default_pause_ms: int, final_pause_ms: int | None = None,
+                protected: list[tuple[int, int]] | None = None) -> list[Span]:
     """Cut ``text`` into segment spans.
 
     Args:
@@ -177,15 +187,18 @@ def split_spans(text: str, boundaries: list[tuple[int, int]], *, max_segment_cha
         boundaries: ``[(offset, pause_ms), ...]`` from pause markers, offsets in ``text`` (0 < offset <= len(text)),
             sorted; a marker at ``len(text)`` sets the pause after the last segment. A marker's cut is moved past
             the punctuation right after it (``_attach_trailing_punctuation``).
-        max_segment_chars: most characters per segment (exceeded only when no allowed cut exists).
-        min_segment_chars: segments with fewer speakable characters are merged into a neighbour in the same block.
+        max_segment_chars: most characters per segment, a hard limit (``_hard_split``).
+        min_segment_chars: segments with fewer speakable characters are merged into a neighbour in the same block
+            when the merged segment stays within ``max_segment_chars``.
         default_pause_ms: silence between segments not separated by a marker.
         final_pause_ms: silence after the last segment when no marker ends the text (default 0).
+        protected: ``(start, end)`` spans never cut (control tags passed to the model).
 
     Returns:
         Spans in order, covering ``text`` without gaps or overlaps, except that spans holding only whitespace are
         dropped.
     """
+    protected = protected or []
     marker_ms: dict[int, int] = {}
     for off, ms in boundaries:
         off = _attach_trailing_punctuation(text, min(max(off, 0), len(text)))
@@ -200,13 +213,13 @@ def split_spans(text: str, boundaries: list[tuple[int, int]], *, max_segment_cha
                 continue
             clauses = _clause_spans(text, ss, se)
             pieces.extend(_pack(text, clauses, max_segment_chars,
-                                lambda s, e: _hard_split(text, s, e, max_segment_chars)))
+                                lambda s, e: _hard_split(text, s, e, max_segment_chars, protected)))
         for i, (ps, pe) in enumerate(pieces):
             last_in_block = i == len(pieces) - 1
             pause = marker_ms.get(be, default_pause_ms) if last_in_block else default_pause_ms
             spans.append(Span(ps, pe, pause, block))
     spans = [sp for sp in spans if text[sp.start:sp.end].strip()]
-    spans = _merge_short(text, spans, max(min_segment_chars, 1))
+    spans = _merge_short(text, spans, max(min_segment_chars, 1), max_segment_chars)
     if spans:
         last = spans[-1]
         end_pause = marker_ms.get(len(text), final_pause_ms if final_pause_ms is not None else 0)
@@ -227,7 +240,7 @@ def _attach_trailing_punctuation(text: str, offset: int, end: int | None = None)
     return cut
 
 
-def _merge_short(text: str, spans: list[Span], min_chars: int) -> list[Span]:
+def _merge_short(text: str, spans: list[Span], min_chars: int, max_chars: int) -> list[Span]:
     spans = list(spans)
     i = 0
     while i < len(spans):
@@ -236,8 +249,10 @@ def _merge_short(text: str, spans: list[Span], min_chars: int) -> list[Span]:
         if n >= min_chars or len(spans) == 1:
             i += 1
             continue
-        prev_ok = i > 0 and (spans[i - 1].block == sp.block or n == 0)
-        next_ok = i + 1 < len(spans) and (spans[i + 1].block == sp.block or n == 0)
+        prev_ok = (i > 0 and (spans[i - 1].block == sp.block or n == 0)
+                   and sp.end - spans[i - 1].start <= max_chars)
+        next_ok = (i + 1 < len(spans) and (spans[i + 1].block == sp.block or n == 0)
+                   and spans[i + 1].end - sp.start <= max_chars)
         if prev_ok:
             p = spans[i - 1]
             # Across a marker (only for punctuation-only leftovers) keep the longer of the two pauses.

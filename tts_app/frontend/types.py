@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 ReadingSource = Literal["g2p", "override"]
+ReadingBasis = Literal["word", "rule", "char", "override"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,12 @@ class CharReading:
         position: 0-based index of ``char`` in ``PreparedText.normalized_text``.
         candidates: every reading pypinyin knows for the character, rare ones included, TONE3, dictionary order
             (the first is the default).
+        ambiguous: the reading is a guess in this context: a polyphone read by a grammar rule or on its own
+            (default reading), not by a dictionary word (银行) nor by the user. The preview highlights these.
+        basis: "word" (a lexicon word), "rule" (a grammar rule, named by ``rule``), "char" (read on its own) or
+            "override" (the user's annotation or typed syllable).
+        rule: the name of the ``polyphone_rules`` rule that decided the reading, or None.
+        written: for an override, the syllable as the user wrote it (``zhòng``, ``HANG2``); else None.
     """
 
     char: str
@@ -31,6 +38,10 @@ class CharReading:
     source: ReadingSource
     position: int
     candidates: tuple[str, ...]
+    ambiguous: bool = False
+    basis: ReadingBasis = "word"
+    rule: str | None = None
+    written: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,14 +71,16 @@ class PreparedText:
         segments: the chunks to synthesise, in order; ``"".join(s.source_text for s in segments)`` equals
             ``normalized_text`` up to whitespace.
         readings: one entry per Chinese character of ``normalized_text``, in order.
-        warnings: human-readable problems found in the input (bad annotation, bad pause marker, dropped emoji...),
-            each naming the position and the fix.
+        warnings: problems found in the input (bad annotation, bad pause marker, dropped emoji, stripped tag...),
+            each naming the position and the fix: ``messages.Notice`` s (English ``str``; ``render("zh")``).
+        notation: "marks" when the user's annotations use tone marks (the preview shows readings so), else "tone3".
     """
 
     normalized_text: str
     segments: list[TextSegment] = field(default_factory=list)
     readings: list[CharReading] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    notation: str = "tone3"
 
 
 class PronunciationPreview(NamedTuple):
@@ -77,11 +90,13 @@ class PronunciationPreview(NamedTuple):
         readings: as ``PreparedText.readings``.
         warnings: as ``PreparedText.warnings``.
         normalized_text: as ``PreparedText.normalized_text`` (``CharReading.position`` indexes it).
+        notation: as ``PreparedText.notation``.
     """
 
     readings: tuple[CharReading, ...]
     warnings: tuple[str, ...]
     normalized_text: str
+    notation: str = "tone3"
 
     @property
     def text(self) -> str:

@@ -15,9 +15,10 @@ English
     name, before "AD"/"BC", or after "to"/"and"/"-" that follows such a year ("from 1990 to 1999").
 Chinese
   * a currency sign and 元 together are read twice and wrong: ``￥12.50元`` -> "一元二点五零元"; and money reads its
-    decimals as digits (``¥128.50`` -> "一百二十八点五零元"). Fixed before: an amount with ``¥``/``￥`` or followed by
-    元, with at most 2 decimals, is written as 元/角/分 (``128元5角``, ``12元零5分``), which wetext reads right
-    (一百二十八元五角); with more decimals the sign becomes a trailing 元.
+    decimals as digits (``¥128.50`` -> "一百二十八点五零元"). Fixed before: an amount with ``¥``/``￥`` (price-tag
+    notation), with at most 2 decimals, is written as 元/角/分 (``128元5角``, ``12元零5分``), which wetext reads right
+    (一百二十八元五角); with more decimals the sign becomes a trailing 元. A decimal written with 元 and no sign
+    (``3.5元``) is read as written, 三点五元 (wetext would say 三元五角; ``before_language_runs`` keeps it).
   * "2" before a measure word wetext does not list is read 二 (``2行`` -> 二行, ``2次`` -> 二次); Mandarin says 两
     before a measure word (吕叔湘《现代汉语八百词》, entry 两). Fixed before: a lone ``2`` before one of
     ``LIANG_MEASURE_WORDS`` becomes 两 (not after 第, not before 年级/次方/次元...).
@@ -112,7 +113,6 @@ LIANG_MEASURE_WORDS = {
 }
 _LIANG_RE = re.compile(r"(?<![\d.,:])(?<!第)(?<!第 )2(?=\s*([" + "".join(LIANG_MEASURE_WORDS) + r"])(.?))")
 _MONEY_SIGN_RE = re.compile(r"[¥￥]\s*(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?![\d.])\s*(元)?")
-_MONEY_YUAN_RE = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})+|\d+)\.(\d{1,2})(?!\d)\s*元")
 
 
 def _yuan_jiao_fen(integer: str, decimals: str | None) -> str:
@@ -136,7 +136,6 @@ def _liang(m: re.Match) -> str:
 
 def _before_zh(text: str) -> str:
     text = _MONEY_SIGN_RE.sub(lambda m: _yuan_jiao_fen(m.group(1), m.group(2)), text)
-    text = _MONEY_YUAN_RE.sub(lambda m: _yuan_jiao_fen(m.group(1), m.group(2)), text)
     return _LIANG_RE.sub(_liang, text)
 
 
@@ -160,3 +159,149 @@ def before_wetext(text: str, lang: str) -> tuple[str, list[str]]:
 def after_wetext(text: str, lang: str, state: list[str]) -> str:
     """Repair wetext's output for the run ``before_wetext`` prepared (``state`` is what it returned)."""
     return _after_en(text, state) if lang == "en" else _after_zh(text)
+
+
+# --- before language runs: readings wetext has no rule for ----------------------------------------------------------
+#
+# Applied to a whole chunk of plain text before it is cut into language runs (``normalize.normalize_chunk``), so
+# symbols and Latin-letter units next to Chinese text are read in Chinese. Each rewrite puts Chinese words (or
+# digits wetext reads right) in place of the written form:
+#
+# * ASCII sentence punctuation between Chinese characters (``你好.我是``) becomes its full-width form, so it ends a
+#   sentence or clause like ``。``.
+# * Digit strings that are not amounts are read digit by digit, 1 as 幺 and 0 as 零 (the mainland convention for
+#   phone, room and ID numbers, 现汉 幺 ②): after a context word (电话, 房间, 订单号, 身份证号, 验证码... in
+#   ``DIGIT_CONTEXT``), before 房间/室/号房, phone numbers with hyphens (010-12345678, 400-123-4567), 15/18-digit IDs.
+# * Scores ``3-1`` / ``3:1`` with a sports word near (比分, 以, 战胜, 击败...) -> 三比一.
+# * Blood pressure ``120/80`` after 血压/收缩压 -> 一百二十比八十 (wetext reads 120/80 as a fraction, and a lone 120
+#   as the ambulance number 幺二零).
+# * Numeric ranges ``2-3天``, ``第3-5章`` -> 到 (wetext reads some as 减).
+# * Model names with a hyphen (``歼-10``, ``东风-41``): the hyphen goes (wetext reads it 负), unless a word such as
+#   温度/零下 makes it a minus sign.
+# * Units wetext misreads or leaves as letters (``mmol/L``, ``mmHg``, ``N·m``, ``km/h``: ``ZH_UNITS``) -> their
+#   Chinese names (GB 3100-1993 法定计量单位 names; "/" is 每).
+# * Comparison signs between operands: ``<`` 小于, ``>`` 大于, ``≤``/``<=`` 小于等于, ``≥``/``>=`` 大于等于, ``≠``/``!=``
+#   不等于, ``=`` 等于 (English: "is less than" ...).
+# * Decimal amounts written with 元 (``3.5元``) keep their decimal reading 三点五元 (wetext itself makes it 三元五角);
+#   amounts with a currency sign are read as 元/角/分 (``_before_zh``).
+
+_HANZI = "\u3400-\u4dbf\u4e00-\u9fff"
+_ASCII_PUNCT_FULL = {".": "。", ",": "，", "!": "！", "?": "？", ";": "；", ":": "："}
+_ASCII_PUNCT_RE = re.compile(f"(?<=[{_HANZI}”’」』）])([.,!?;:])(?=[{_HANZI}“‘「『（]|\\s*$)")
+DIGIT_CONTEXT = ("电话", "手机", "号码", "热线", "拨打", "致电", "呼叫", "编号", "单号", "订单", "运单", "身份证", "证件号",
+                 "房间", "房号", "门牌", "工号", "学号", "尾号", "密码", "验证码", "邮编", "邮政编码", "账号", "帐号",
+                 "卡号", "航班", "车次", "微信", "QQ", "座位号", "序列号", "批号", "准考证", "会员号", "分机", "传真",
+                 "客服", "联系方式", "车牌")
+_DIGITS = "零幺二三四五六七八九"
+_CONTEXT_NUMBER_RE = re.compile(
+    "(" + "|".join(DIGIT_CONTEXT) + r")([^\d\n。！？!?]{0,6}?)(\d[\d\- ]{1,30}\d[Xx]?|\d)(?![\d.])")
+_ROOM_RE = re.compile(r"(?<![\d.,])(\d{3,5})(?=\s*(?:房间|室|号房))")
+_PHONE_RE = re.compile(r"(?<![\d\-])(0\d{2,3}-\d{7,8}|[48]00-\d{3}-\d{4}|1[3-9]\d-\d{4}-\d{4})(?![\d\-])")
+_ID_RE = re.compile(r"(?<!\d)(\d{17}[\dXx]|\d{15})(?!\d)")
+_SCORE_CONTEXT = ("比分", "以", "战胜", "击败", "负于", "胜", "负", "赢", "输", "战平", "逼平", "比赛", "决赛", "半场", "总比分",
+                  "大比分", "获胜", "取胜", "告负", "球", "局")
+_SCORE_RE = re.compile(r"(?<![\d.\-:])(\d{1,3})\s*[-:：]\s*(\d{1,3})(?![\d.\-:])")
+_BP_RE = re.compile(r"((?:血压|收缩压|舒张压|高压|低压)[^\d\n]{0,4})(\d{2,3})\s*/\s*(\d{2,3})")
+_RANGE_RE = re.compile(f"(?<![\\d.\\-])(\\d+(?:\\.\\d+)?)\\s*[-~～—–]\\s*(\\d+(?:\\.\\d+)?)(?=\\s*[{_HANZI}%℃°])(?![\\d\\-])")
+_MINUS_CONTEXT = ("温度", "气温", "零下", "为", "是", "到", "至", "约", "低至", "降至", "达", "值", "差", "减", "负", "低")
+_MODEL_HYPHEN_RE = re.compile(f"([{_HANZI}]{{1,4}})-(\\d{{1,4}})(?![\\d.])")
+# Units: written form -> Chinese name. Longest first when matching. Sources: GB 3100-1993 (法定计量单位 names),
+# 现汉 for 公里 (km), 毫米汞柱 (mmHg).
+ZH_UNITS = {
+    "mmol/L": "毫摩尔每升", "μmol/L": "微摩尔每升", "umol/L": "微摩尔每升", "mg/dL": "毫克每分升", "mg/L": "毫克每升",
+    "g/L": "克每升", "km/h": "公里每小时", "m/s": "米每秒", "kg/m³": "千克每立方米", "mmHg": "毫米汞柱",
+    "N·m": "牛米", "N.m": "牛米", "Nm": "牛米", "kPa": "千帕", "MPa": "兆帕", "hPa": "百帕", "kWh": "千瓦时",
+    "kW·h": "千瓦时", "mAh": "毫安时", "kW": "千瓦", "MW": "兆瓦", "mA": "毫安", "mV": "毫伏", "mL": "毫升",
+    "dL": "分升", "μg": "微克", "ug": "微克", "μm": "微米", "nm": "纳米", "kHz": "千赫兹", "MHz": "兆赫兹",
+    "GHz": "吉赫兹", "Hz": "赫兹", "dB": "分贝", "kcal": "千卡", "kJ": "千焦", "mmol": "毫摩尔", "km²": "平方公里",
+    "m²": "平方米", "m³": "立方米", "cm²": "平方厘米", "cm³": "立方厘米", "Pa": "帕", "g": "克",
+}
+_UNIT_RE = re.compile(r"(\d)\s*(" + "|".join(re.escape(u) for u in sorted(ZH_UNITS, key=len, reverse=True))
+                      + r")(?![A-Za-z0-9²³/])")
+_COMPARE = {"<=": "小于等于", ">=": "大于等于", "≤": "小于等于", "≥": "大于等于", "≠": "不等于", "!=": "不等于", "<": "小于",
+            ">": "大于", "=": "等于"}
+_COMPARE_EN = {"<=": " is less than or equal to ", ">=": " is greater than or equal to ",
+               "≤": " is less than or equal to ", "≥": " is greater than or equal to ", "≠": " is not equal to ",
+               "!=": " is not equal to ", "<": " is less than ", ">": " is greater than ", "=": " equals "}
+_OPERAND = f"[A-Za-z0-9{_HANZI})）]"
+_COMPARE_RE = re.compile(f"(?<={_OPERAND})\\s*(<=|>=|!=|≤|≥|≠|<|>|=)\\s*(?=[A-Za-z0-9{_HANZI}(（\\-])")
+# Keeps wetext from reading "3.5元" as 元/角 (it passes private-use characters through); removed after wetext.
+YUAN_MASK = "\ue001"
+_YUAN_DECIMAL_RE = re.compile(r"(?<![¥￥\d.,])(\d+\.\d+)(\s*元)")
+
+
+def digits_read_one_by_one(digits: str) -> str:
+    """``"13800138000"`` -> ``"幺三八零零幺三八零零零"``: each digit in Chinese, 1 as 幺, hyphens and spaces as a
+    space (a short break); other characters (the X of an ID number) stay."""
+    out = []
+    for ch in digits:
+        if ch.isdigit():
+            out.append(_DIGITS[int(ch)])
+        elif ch in "- ":
+            if out and out[-1] != " ":
+                out.append(" ")
+        else:
+            out.append(ch)
+    return "".join(out).strip()
+
+
+def chinese_integer(n: int) -> str:
+    """``120`` -> ``"一百二十"``, ``10`` -> ``"十"``, ``105`` -> ``"一百零五"`` (0 <= n < 10**8), the standard
+    reading of a cardinal number."""
+    if n == 0:
+        return "零"
+    units = ["", "十", "百", "千"]
+
+    def below_10k(x: int) -> str:
+        out, zero = "", False
+        for power in (3, 2, 1, 0):
+            d = x // 10 ** power % 10
+            if d == 0:
+                zero = bool(out)
+                continue
+            if zero:
+                out += "零"
+                zero = False
+            out += "零一二三四五六七八九"[d] + units[power]
+        return out
+
+    high, low = divmod(n, 10_000)
+    text = (below_10k(high) + "万" + ("零" if 0 < low < 1000 else "") + below_10k(low)) if high else below_10k(low)
+    return text[1:] if text.startswith("一十") else text
+
+
+def _near(text: str, start: int, end: int, words: tuple[str, ...], before: int = 8, after: int = 6) -> bool:
+    window = text[max(0, start - before):start] + " " + text[end:end + after]
+    return any(w in window for w in words)
+
+
+def before_language_runs(text: str) -> str:
+    """Rewrite one chunk of plain text (see the comment above) before it is cut into language runs."""
+    text = _ASCII_PUNCT_RE.sub(lambda m: _ASCII_PUNCT_FULL[m.group(1)], text)
+    if not re.search(f"[{_HANZI}]", text):
+        return _COMPARE_RE.sub(lambda m: _COMPARE_EN[m.group(1)], text)
+    text = _CONTEXT_NUMBER_RE.sub(lambda m: m.group(1) + m.group(2) + digits_read_one_by_one(m.group(3)), text)
+    text = _PHONE_RE.sub(lambda m: digits_read_one_by_one(m.group(1)), text)
+    text = _ID_RE.sub(lambda m: digits_read_one_by_one(m.group(1)), text)
+    text = _ROOM_RE.sub(lambda m: digits_read_one_by_one(m.group(1)), text)
+    text = _UNIT_RE.sub(lambda m: m.group(1) + ZH_UNITS[m.group(2)], text)
+    text = _BP_RE.sub(lambda m: m.group(1) + chinese_integer(int(m.group(2))) + "比" + chinese_integer(int(m.group(3))),
+                      text)
+
+    def score(m: re.Match) -> str:
+        if _near(text, m.start(), m.end(), _SCORE_CONTEXT):
+            return f"{m.group(1)}比{m.group(2)}"
+        return m.group(0)
+
+    text = _SCORE_RE.sub(score, text)
+    text = _RANGE_RE.sub(lambda m: f"{m.group(1)}到{m.group(2)}", text)
+    text = re.sub(r"第(\d+)\s*[-~～—–]\s*(\d+)", r"第\1到\2", text)
+
+    def model_name(m: re.Match) -> str:
+        if m.group(1).endswith(_MINUS_CONTEXT):
+            return m.group(0)
+        return m.group(1) + m.group(2)
+
+    text = _MODEL_HYPHEN_RE.sub(model_name, text)
+    text = _COMPARE_RE.sub(lambda m: _COMPARE[m.group(1)], text)
+    return _YUAN_DECIMAL_RE.sub(lambda m: m.group(1) + YUAN_MASK + m.group(2), text)

@@ -135,8 +135,12 @@ def reference_report(ctx: AppContext, reference_audio: str | None, reference_tex
 def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None):
     """Text typed -> (highlighted spans: overrides / polyphones labelled with their reading, warnings markdown).
 
-    Plain characters are grouped into runs, so English words are never broken apart."""
+    Highlighted: overrides, and polyphones whose reading is a guess in this context (``CharReading.ambiguous``: read
+    by a grammar rule or on its own, not by a dictionary word). Readings are shown in the notation the user typed
+    (tone marks stay tone marks). Plain characters are grouped into runs, so English words are never broken apart."""
     from tts_app.frontend import preview_pronunciation
+    from tts_app.frontend.g2p import display_reading
+    from tts_app.frontend.messages import localize
 
     lang = _lang(ctx, request)
     if not text or not text.strip():
@@ -150,7 +154,7 @@ def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None
         label = None
         if r is not None and r.source == "override":
             label = preview_label(ctx.lang, "override")
-        elif r is not None and r.polyphonic:
+        elif r is not None and r.ambiguous:
             label = preview_label(ctx.lang, "polyphone")
         if label is None:
             plain += ch
@@ -158,10 +162,10 @@ def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None
         if plain:
             spans.append((plain, None))
             plain = ""
-        spans.append((f"{ch}({r.pinyin})", label))
+        spans.append((f"{ch}({r.written or display_reading(r.pinyin, preview.notation)})", label))
     if plain:
         spans.append((plain, None))
-    warnings = "\n".join(f"- ⚠ {w}" for w in preview.warnings)
+    warnings = "\n".join(f"- ⚠ {localize(w, lang)}" for w in preview.warnings)
     return spans, warnings
 
 
@@ -227,8 +231,10 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
         ran_greedy = result.effective_params is not None and result.effective_params.greedy is not False
         raise gr.Error(server_text(lang, "no_audio_greedy" if ran_greedy else "no_audio_sampling", seed=seed),
                        duration=None)
+    from tts_app.frontend.messages import localize
+
     for w in result.warnings:
-        gr.Warning(w)
+        gr.Warning(localize(w, lang))  # front-end notices in the user's language
     out_dir = ctx.output_root / "single"
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}_{result.request_id}"
     metadata = output_metadata(ctx.runtime, synthesis_request, result, entry_point="web", reference=reference)

@@ -1,0 +1,62 @@
+"""The grammar rules of the default G2P (``tts_app.frontend.polyphone_rules``): every rule's own examples, read
+through the whole G2P (lexicon + jieba + rules), so a rule that stops firing, or a lexicon change that hides it,
+fails here."""
+
+from __future__ import annotations
+
+import pytest
+
+from tts_app.frontend.g2p import read_text
+from tts_app.frontend.polyphone_rules import (REDUPLICATION_EXAMPLES, RULES, SURNAME_EXAMPLES,
+                                              reduplication_readings)
+
+EXAMPLES = [(rule.name, *example) for rule in RULES for example in rule.examples]
+EXAMPLES += [("reduplication", *example) for example in REDUPLICATION_EXAMPLES]
+EXAMPLES += [("surname", *example) for example in SURNAME_EXAMPLES]
+
+
+@pytest.mark.parametrize("rule,sentence,index,expected", EXAMPLES, ids=[f"{e[0]}:{e[1]}" for e in EXAMPLES])
+def test_rule_example(rule, sentence, index, expected):
+    readings = {r.position: r for r in read_text(sentence)}
+    got = readings[index]
+    assert got.reading == expected, f"{rule}: {sentence!r} char {index} {sentence[index]!r}: {got}"
+
+
+def test_every_rule_has_examples_and_a_source():
+    for rule in RULES:
+        assert rule.examples and rule.source, rule.name
+        for sentence, index, _ in rule.examples:
+            assert sentence[index] in "".join(rule.applies_to) or any(
+                sentence[index] in text for text in rule.applies_to), (rule.name, sentence, index)
+
+
+def test_rules_report_themselves_as_the_basis():
+    """A reading a rule decided says so (the preview shows it as decided in context, not by a dictionary word)."""
+    r = {x.position: x for x in read_text("他跑得很快。")}[2]
+    assert (r.basis, r.rule) == ("rule", "de")
+    word = {x.position: x for x in read_text("他去银行。")}[3]
+    assert (word.reading, word.basis) == ("hang2", "word")
+
+
+def test_reduplication_needs_the_same_verb_twice():
+    assert reduplication_readings("数一数") == {0: "shu3", 1: "yi1", 2: "shu3"}
+    assert reduplication_readings("数一量") == {}
+
+
+def test_readings_are_citation_tones_without_sandhi():
+    """一 and 不 keep their dictionary tones even where the lexicon's source wrote the sandhi (一个 yí gè)."""
+    readings = [r.reading for r in read_text("一个不对")]
+    assert readings == ["yi1", "ge4", "bu4", "dui4"]
+
+
+def test_word_boundaries_come_from_segmentation_not_greedy_matching():
+    """Forward maximum matching reads 价格的确定 as 价格 / 的确 (dí); jieba's segmentation gives 价格 / 的 / 确定."""
+    readings = [r.reading for r in read_text("价格的确定很难")]
+    assert readings[2] == "de5"
+
+
+@pytest.mark.parametrize("text,index,expected", [("长椅", 0, "chang2"), ("调皮", 0, "tiao2"), ("着急", 0, "zhao2"),
+                                                 ("這種花很香", 1, "zhong3"), ("銀行行長", 3, "zhang3")])
+def test_word_readings_and_traditional_script(text, index, expected):
+    """Readings that depend on the word, also when the text is written in traditional characters."""
+    assert [r.reading for r in read_text(text)][index] == expected

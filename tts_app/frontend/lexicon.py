@@ -1,0 +1,178 @@
+"""The pronunciation lexicon and word segmenter behind the default G2P (``tts_app.frontend.g2p``). No torch.
+
+Data, all from installed packages (nothing downloaded at run time), merged once per process by ``load_lexicon``:
+
+=============================================  ========  ==================================================  =======
+source                                         entries   licence                                             role
+=============================================  ========  ==================================================  =======
+pypinyin 0.55.0 ``phrases_dict``               47,111    MIT (mozillazg/python-pinyin; phrase-pinyin-data)   first
+pypinyin-dict 0.9.0 ``phrase_pinyin_data.di``  6,839     MIT (phrase-pinyin-data ``di.txt``: 地 as de)       overrides
+pypinyin-dict 0.9.0 ``.cc_cedict``             105,766   CC BY-SA 4.0 (CC-CEDICT, via phrase-pinyin-data)    fills gaps
+jieba 0.42.1 ``dict.txt``                      349,046   MIT (fxsjy/jieba)                                   segmenter
+OpenCC 1.4.2 ``t2s``                           --        Apache-2.0 (BYVoid/OpenCC)                          script
+=============================================  ========  ==================================================  =======
+
+pypinyin-dict's ``zdic_cibs`` / ``zdic_cybs`` / ``large_pinyin`` sets are NOT used: they are scraped from zdic.net,
+whose terms grant no licence (measured: +0.8 points on the CPP dev set, not worth the doubt).
+
+* Readings are TONE3 with citation tones: the tone sandhi some entries carry for 一 and 不 (``一个: yí gè``) is undone
+  (``yi1 ge4``), so every reading the front end reports is the dictionary (underlying) tone and no sandhi is applied
+  anywhere; the model applies its own.
+* Segmentation is jieba's maximum-probability path over its word-frequency DAG (``Tokenizer.cut(HMM=False)``), with
+  every lexicon phrase jieba lacks added at a low frequency (``ADDED_WORD_FREQ``), so a polyphone phrase can be found
+  but never outweighs the words jieba has counts for (价格/的/确定, not 价格/的确/定).
+* Traditional script: a run is converted to simplified with OpenCC's ``t2s`` for lookup only (readings are per
+  position, so the conversion must keep the length; it is skipped when it does not).
+* A character read alone (no lexicon word covers it) takes pypinyin's first reading when it is one of the 3,755
+  common characters (GB2312 level 1: pypinyin orders those by use), else the reading most lexicon entries give it
+  (pypinyin's first reading of rarer characters is often a rare one: 晟 chéng for shèng). Measured on the CPP dev set
+  (Park & Lee 2020, Wikipedia sentences): 89.5 % -> 90.6 %.
+
+Load cost (measured on a shared 2-core CPU, see ``bench/frontend_bench.py``): about 1.5-2.5 s once per process, done
+in the background at start-up by ``tts_app.frontend.warm_up``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+ADDED_WORD_FREQ = 3  # jieba count given to lexicon phrases jieba lacks: its median word count (measured, dict.txt)
+
+
+@dataclass
+class Lexicon:
+    """Phrase readings, word segmenter, part-of-speech tags and script conversion (see the module docstring).
+
+    Attributes:
+        phrases: word (2+ characters, simplified script) -> TONE3 reading per character, citation tones.
+        tags: jieba's part-of-speech tag of each word of its dictionary (``v`` verb, ``a`` adjective, ``d`` adverb,
+            ``r`` pronoun, ``m`` numeral, ``q`` measure word, ``n*`` nouns, ``p`` preposition, ``u*`` particles...;
+            ICTCLAS tag set, jieba README).
+        max_phrase_chars: length of the longest phrase.
+    """
+
+    phrases: dict[str, tuple[str, ...]]
+    tags: dict[str, str]
+    tokenizer: object  # jieba.Tokenizer (typed loosely: jieba ships no type hints)
+    t2s: object | None  # opencc.OpenCC("t2s") or None when OpenCC is missing
+    max_phrase_chars: int
+    _char_counts: dict[str, Counter] = field(default_factory=dict, repr=False)
+    _char_cache: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def segment(self, run: str) -> list[str]:
+        """Words of a run of Chinese characters (jieba, maximum probability, no HMM for unknown words)."""
+        return list(self.tokenizer.cut(run, HMM=False))
+
+    def simplified(self, run: str) -> str:
+        """``run`` in simplified script, same length (unchanged when OpenCC is missing or changes the length)."""
+        if self.t2s is None:
+            return run
+        out = self.t2s.convert(run)
+        return out if len(out) == len(run) else run
+
+    def char_reading(self, char: str) -> str:
+        """Default TONE3 reading of ``char`` read on its own ("" when unknown); rule in the module docstring."""
+        cached = self._char_cache.get(char)
+        if cached is not None:
+            return cached
+        from tts_app.frontend.g2p import _gb2312_level, char_candidates
+
+        candidates = char_candidates(char)
+        reading = candidates[0] if candidates else ""
+        counts = self._char_counts.get(char)
+        if counts and _gb2312_level(char) > 1:
+            reading = counts.most_common(1)[0][0]
+        self._char_cache[char] = reading
+        return reading
+
+
+_LOCK = threading.Lock()
+_LEXICON: Lexicon | None = None
+
+
+def _tone3(marked: str, cache: dict[str, str]) -> str:
+    out = cache.get(marked)
+    if out is None:
+        from pypinyin.contrib.tone_convert import to_tone3
+
+        out = cache[marked] = to_tone3(marked, neutral_tone_with_five=True).replace("ü", "v")
+    return out
+
+
+def citation_tones(word: str, readings: list[str]) -> tuple[str, ...]:
+    """Undo the tone sandhi of 一 (yí/yì -> yi1) and 不 (bú -> bu4) in a phrase reading (TONE3)."""
+    out = []
+    for char, reading in zip(word, readings):
+        if char == "一" and reading.startswith("yi"):
+            reading = "yi1"
+        elif char == "不" and reading.startswith("bu"):
+            reading = "bu4"
+        out.append(reading)
+    return tuple(out)
+
+
+def _merge_phrases() -> dict[str, tuple[str, ...]]:
+    from pypinyin.phrases_dict import phrases_dict as pypinyin_phrases
+    from pypinyin_dict.phrase_pinyin_data import cc_cedict, di
+
+    cache: dict[str, str] = {}
+    merged: dict[str, tuple[str, ...]] = {}
+    # (source, overrides what is already there)
+    for source, overrides in ((pypinyin_phrases, False), (di.phrases_dict, True), (cc_cedict.phrases_dict, False)):
+        for word, readings in source.items():
+            if len(readings) != len(word) or len(word) < 2 or (word in merged and not overrides):
+                continue
+            merged[word] = citation_tones(word, [_tone3(options[0], cache) for options in readings])
+    return merged
+
+
+def _build() -> Lexicon:
+    import logging
+
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)  # jieba logs "Building prefix dict..." at INFO on every load
+    phrases = _merge_phrases()
+    tokenizer = jieba.Tokenizer()
+    tokenizer.initialize()
+    freq = tokenizer.FREQ
+    for word in phrases:
+        if not freq.get(word):
+            # jieba.Tokenizer.add_word without its per-call bookkeeping: the word and its prefixes.
+            freq[word] = ADDED_WORD_FREQ
+            tokenizer.total += ADDED_WORD_FREQ
+            for end in range(1, len(word)):
+                freq.setdefault(word[:end], 0)
+    dict_path = os.path.join(os.path.dirname(jieba.__file__), "dict.txt")
+    tags: dict[str, str] = {}
+    with open(dict_path, encoding="utf-8") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 3:
+                tags[parts[0]] = parts[2]
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for word, readings in phrases.items():
+        for char, reading in zip(word, readings):
+            counts[char][reading] += 1
+    try:
+        import opencc
+
+        t2s = opencc.OpenCC("t2s")
+    except ImportError:  # optional at run time: traditional input then reads character by character
+        t2s = None
+    return Lexicon(phrases=phrases, tags=tags, tokenizer=tokenizer, t2s=t2s,
+                   max_phrase_chars=max(map(len, phrases)), _char_counts=dict(counts))
+
+
+def load_lexicon() -> Lexicon:
+    """The process-wide ``Lexicon``, built on first use (about 1.5-2.5 s; ``warm_up`` does it in the background).
+    Thread-safe: concurrent first callers wait for the one build."""
+    global _LEXICON
+    if _LEXICON is None:
+        with _LOCK:
+            if _LEXICON is None:
+                _LEXICON = _build()
+    return _LEXICON

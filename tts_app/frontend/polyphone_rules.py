@@ -1,0 +1,428 @@
+"""Grammar rules for the polyphones whose reading follows the sentence's grammar rather than the word.
+
+The lexicon reads a polyphone inside a known word (银行 háng, 着急 zháo); these rules decide the function words and
+the characters jieba leaves on their own (得 de/dé/děi, 地 de/dì, 了 le/liǎo, 着 zhe/zháo, 还 hái/huán, 为 wèi/wéi,
+长 cháng/zhǎng, 种 zhǒng/zhòng, 行 after measure words, verbs before aspect particles and in reduplication A一A / A了A,
+surnames after 姓). Each rule states the grammar it follows and its source, and carries examples; the tests run every
+example (``tests/unit/test_polyphone_rules.py``). Sources:
+
+* 吕叔湘 主编《现代汉语八百词》(增订本, 商务印书馆 1999), cited as 八百词 with the entry;
+* 《现代汉语词典》(第7版, 商务印书馆 2016), cited as 现汉 with the entry and sense;
+* 朱德熙《语法讲义》(商务印书馆 1982), §3.3 (verb reduplication).
+
+Rules see one run of Chinese characters (a clause: punctuation, digits and Latin letters end it) as ``Token`` s: the
+words of jieba's segmentation, with the words the lexicon does not know split into lexicon sub-words and single
+characters, each with jieba's part-of-speech tag (``Lexicon.tags``). A rule returns the readings it decides for one
+token, or None to leave the token as it is. Rules never look at test sentences: the examples are the grammar books'
+kind of example, written for this file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class Token:
+    """One word of a run. ``readings``: TONE3 per character; ``basis``: per character "word" (a lexicon phrase read
+    it), "char" (read alone, default reading) or "rule" (a rule here decided it); ``tag``: jieba POS tag, "" when
+    the word is not in jieba's dictionary; ``start``: offset of the word in the run."""
+
+    text: str
+    start: int
+    tag: str
+    readings: list[str]
+    basis: list[str] = field(default_factory=list)
+    rule: str | None = None  # name of the rule that changed it
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A grammar rule. ``applies_to``: token texts it looks at; ``decide(tokens, i)`` -> readings for
+    ``tokens[i]`` or None; ``examples``: ``(sentence, character index, expected TONE3)``."""
+
+    name: str
+    applies_to: frozenset[str]
+    decide: Callable[[list[Token], int], list[str] | None]
+    source: str
+    examples: tuple[tuple[str, int, str], ...]
+
+
+def _prev(tokens: list[Token], i: int, k: int = 1) -> Token | None:
+    return tokens[i - k] if i - k >= 0 else None
+
+
+def _next(tokens: list[Token], i: int, k: int = 1) -> Token | None:
+    return tokens[i + k] if i + k < len(tokens) else None
+
+
+def _text(token: Token | None) -> str:
+    return token.text if token is not None else ""
+
+
+def _is_verb(token: Token | None) -> bool:
+    return token is not None and token.tag.startswith("v")
+
+
+def _is_adj(token: Token | None) -> bool:
+    return token is not None and token.tag.startswith("a")
+
+
+def _is_predicate(token: Token | None) -> bool:
+    """Verb or adjective; jieba also tags some adjectives ``b`` (高兴) or ``z`` (悄悄)."""
+    return _is_verb(token) or _is_adj(token) or _tag_in(token, "bz")
+
+
+def _tag_in(token: Token | None, prefixes: str) -> bool:
+    return token is not None and bool(token.tag) and token.tag[0] in prefixes
+
+
+def _at(sentence: str, char: str, occurrence: int = 1) -> int:
+    return [i for i, c in enumerate(sentence) if c == char][occurrence - 1]
+
+
+# --- 得 ---------------------------------------------------------------------------------------------------------------
+
+# Adverbs and the copula after which 得 is the modal děi ("must"), not the complement marker (还得去, 就得走, 是得想想).
+_DEI_BEFORE = frozenset("还 就 也 都 总 可 又 才 只 真 必 非 是 准 总得 这 那".split())
+
+
+def _de(tokens: list[Token], i: int) -> list[str] | None:
+    prev, nxt = _prev(tokens, i), _next(tokens, i)
+    if _is_predicate(prev) and _text(prev) not in _DEI_BEFORE:
+        return ["de5"]  # complement marker after a verb or adjective: 跑得很快, 好得很
+    if _text(nxt) in ("了", "过"):
+        return ["de2"]  # the verb 得 "obtain" with its aspect particle: 他得了第一名
+    if nxt is not None and _tag_in(nxt, "vdpmrtf"):
+        return ["dei3"]  # modal "must / need" before a verb, adverb, preposition or amount: 你得早点来, 这得三天
+    return ["de2"]
+
+
+RULE_DE = Rule(
+    "de", frozenset({"得"}), _de,
+    "八百词 得 (dé 动 '得到'; de 助 '用在动词、形容词后连接补语'; děi 助动 '需要、必须')",
+    (("他跑得很快。", 2, "de5"), ("你得早点来。", 1, "dei3"), ("他得了第一名。", 1, "de2"),
+     ("我们还得去一趟。", 3, "dei3"), ("这件衣服洗得很干净。", 5, "de5")),
+)
+
+
+def _de_le(tokens: list[Token], i: int) -> list[str] | None:
+    if _is_predicate(_prev(tokens, i)):
+        return ["de5", "liao3"]  # potential complement V得了 "can V": 这么多菜你吃得了吗
+    return None  # the lexicon's 得了 dé le ("got"): 他得了冠军
+
+
+RULE_DE_LE = Rule(
+    "de_le", frozenset({"得了"}), _de_le,
+    "八百词 了 (liǎo 动, 可能补语 '动+得/不+了': 去得了, 受不了)",
+    (("这么多菜你吃得了吗？", 7, "liao3"), ("这么多菜你吃得了吗？", 6, "de5"), ("他得了冠军。", 2, "le5")),
+)
+
+# --- 地 ---------------------------------------------------------------------------------------------------------------
+
+
+def _is_reduplicated(word: str) -> bool:
+    """AA (慢慢), AABB (高高兴兴), ABAB (研究研究), 一AA (一步步)."""
+    n = len(word)
+    return ((n == 2 and word[0] == word[1]) or (n == 4 and word[0] == word[1] and word[2] == word[3])
+            or (n == 4 and word[:2] == word[2:]) or (n == 3 and word[0] == "一" and word[1] == word[2]))
+
+
+# Words after which a lone 地 is the noun dì: prepositions, demonstratives, measure words, 的, and the verbs that take
+# "ground, land" as their object (在地上 is one word, but 把地扫干净, 这块地, 他家的地 are not).
+_DI4_AFTER = frozenset("的 把 在 从 到 往 向 这 那 哪 块 片 亩 满 遍 一 上 下 入 落 倒 种 扫 拖 占 买 卖 分 租 耕 平 整 翻 浇 犁 "
+                       "各 本 外 此 该 其 每 之".split())
+_LOCATIVES = frozenset("上 下 里 面 中 区 方 处 带 头 边 底 表 段 点 图 名 址 位 势 形 理 质 球".split())
+
+
+def _di(tokens: list[Token], i: int) -> list[str] | None:
+    prev, nxt = _prev(tokens, i), _next(tokens, i)
+    if (prev is None or _text(prev) in _DI4_AFTER or _text(prev).endswith("一") or _tag_in(prev, "mq")
+            or _text(nxt)[:1] in _LOCATIVES):
+        return ["di4"]  # the noun "ground, land": 这块地, 把地扫干净, 他家的地
+    if (len(prev.text) >= 2 or _tag_in(prev, "adz") or prev.tag in ("ad", "ag", "zg", "vd")
+            or prev.text.endswith(("然", "般", "样", "性"))):
+        return ["de5"]  # adverbial marker after a (mostly polysyllabic) modifier: 慢慢地走, 高兴地说, 创造性地工作
+    return ["di4"]
+
+
+RULE_DI = Rule(
+    "di", frozenset({"地"}), _di,
+    "八百词 地 (de 助 '用在状语和动词之间'; 单音形容词作状语一般不加'地'); 现汉 地 dì ① 地球、土地",
+    (("他慢慢地走了。", 3, "de5"), ("她高兴地说。", 3, "de5"), ("这块地很肥。", 2, "di4"),
+     ("他不停地说话。", 3, "de5"), ("请把地扫干净。", 2, "di4"), ("他创造性地解决了问题。", 4, "de5")),
+)
+
+# --- 了 / 着 ------------------------------------------------------------------------------------------------------------
+
+
+def _le(tokens: list[Token], i: int) -> list[str] | None:
+    prev, before = _prev(tokens, i), _prev(tokens, i, 2)
+    if _text(prev) in ("不", "得") and _is_predicate(before):
+        return ["liao3"]  # potential complement V不了 / V得了: 来不了, 去得了
+    return None
+
+
+RULE_LE = Rule(
+    "le", frozenset({"了"}), _le,
+    "八百词 了 (liǎo 动, 可能补语 '动+得/不+了')",
+    (("明天我去不了。", 5, "liao3"), ("我明白了。", 3, "le5")),
+)
+
+
+def _zhe(tokens: list[Token], i: int) -> list[str] | None:
+    prev, before, nxt = _prev(tokens, i), _prev(tokens, i, 2), _next(tokens, i)
+    if _text(nxt) == "了":
+        return ["zhao2"]  # resultative 着 "reach, succeed": the aspect particle zhe never takes 了 (睡着了, 点着了)
+    if _text(prev) in ("不", "得") and _is_verb(before):
+        return ["zhao2"]  # potential form V不着 / V得着: 睡不着, 找得着
+    return ["zhe5"]  # aspect particle after a verb: 他坐着看书
+
+
+RULE_ZHE = Rule(
+    "zhe", frozenset({"着"}), _zhe,
+    "八百词 着 (zhe 助 '表示动作的持续'; zháo 动 '用在动词后表示达到目的或有了结果', 可能式 '睡不着')",
+    (("灯点着了。", 2, "zhao2"), ("我晚上睡不着。", 5, "zhao2"), ("他坐着看书。", 2, "zhe5")),
+)
+
+# --- 还 ---------------------------------------------------------------------------------------------------------------
+
+# Words after which 还 is the verb huán "give back" when an object or the clause end follows (没还钱, 要还你).
+_HUAN_AFTER = frozenset("没 没有 不 未 要 想 得 该 应该 必须 会 能 肯 愿意 按时 及时 如期 尽快 早点 去 来 准备 打算 记得 "
+                        "忘了 别 快 还得 再".split())
+
+
+def _hai_huan(tokens: list[Token], i: int) -> list[str] | None:
+    prev, nxt = _prev(tokens, i), _next(tokens, i)
+    if _text(nxt) in ("了", "过", "给", "清", "完", "回", "上"):
+        return ["huan2"]  # the verb takes aspect particles and complements; the adverb does not: 还了钱, 还给我
+    object_or_end = nxt is None or _tag_in(nxt, "nrmq")
+    if _text(prev) in _HUAN_AFTER and object_or_end:
+        return ["huan2"]  # negated or modal verb with its object: 我还没还钱, 你要还我
+    if object_or_end and any(t.text == "把" for t in tokens[:i]):
+        return ["huan2"]  # 把-construction: 把钱还我
+    return ["hai2"]  # the adverb "still, also": 我还没吃饭
+
+
+RULE_HAI_HUAN = Rule(
+    "hai_huan", frozenset({"还"}), _hai_huan,
+    "八百词 还 (hái 副; huán 动 '归还'); 动词带宾语、了/过和补语，副词修饰谓词",
+    (("我还没还钱。", 1, "hai2"), ("我还没还钱。", 3, "huan2"), ("他还了那本书。", 1, "huan2"),
+     ("你还记得吗？", 1, "hai2")),
+)
+
+# --- 为 ---------------------------------------------------------------------------------------------------------------
+
+# Monosyllabic adverbs before which 为 is wéi: degree (最为, 极为: 现汉 为 wéi ⑦ '附于单音副词后, 加强程度') and the copula
+# after scope adverbs (均为, 皆为, 即为: 为 wéi ③ '是').
+_WEI2_AFTER = frozenset("最 更 较 极 颇 甚 尤 大 广 深 略 稍 均 皆 即 乃 实 多 约 则 亦 仍 已 或 本 原 分别 主要 通常 一般 大多 "
+                        "大都 依次 定 改 分 称 视 选 列 评 誉 转 化 译 变 成 作 当 推 封 立 拜 认 奉 尊".split())  # verb + 为: 改为, 选为
+
+
+# Verbs before which 为 is the preposition wèi although they are verbs: modals and verbs of will (我愿意为你付出).
+_MODALS = frozenset("要 想 愿意 应该 应当 能 能够 会 可以 肯 敢 得 必须 需要 值得 准备 打算 决定 继续 开始 专门 主动 努力 积极 "
+                    "一直 始终 不断 正在 是 也 都 就 还 又 再 曾 曾经 已经 将 来 去".split())
+
+
+def _wei(tokens: list[Token], i: int) -> list[str] | None:
+    prev = _prev(tokens, i)
+    rest = tokens[i + 1:]
+    if _text(prev) in _WEI2_AFTER or (_is_verb(prev) and _text(prev) not in _MODALS):
+        return ["wei2"]  # verb + 为 "as, into" and adverb + 为: 改为, 描述为, 最为
+    if any(t.text == "以" for t in tokens[:i]):
+        return ["wei2"]  # 以 A 为 B "take A as B": 以人民为中心
+    if any(t.text == "所" for t in rest):
+        return ["wei2"]  # passive 为 … 所: 为人所知
+    # A predicate after 为 that no 的 follows is the verb phrase of "为 + NP + VP" (a predicate before 的 only
+    # modifies a noun: 为现在使用的名称).
+    last_de = max((k for k, t in enumerate(rest) if t.text in ("的", "之")), default=-1)
+    if not any(_is_predicate(t) for t in rest[last_de + 1:]):
+        return ["wei2"]  # copula with a noun or amount: 面积为一百平方公里, 首都为北京
+    return ["wei4"]  # preposition "for, because of" before a noun phrase and a verb: 他为人民服务
+
+
+RULE_WEI = Rule(
+    "wei", frozenset({"为"}), _wei,
+    "八百词 为 (wéi 动 '作为、成为、是', 以…为…, 为…所…; wèi 介 '引进动作的对象、目的、原因', 为+名+动)",
+    (("他为人民服务。", 1, "wei4"), ("面积为一百平方公里。", 2, "wei2"), ("以人民为中心。", 3, "wei2"),
+     ("这一点最为重要。", 4, "wei2"), ("我为你高兴。", 1, "wei4"), ("括号里的名字为现在使用的名称。", 6, "wei2"),
+     ("他被描述为英雄。", 4, "wei2"), ("我愿意为你付出一切。", 3, "wei4")),
+)
+
+# --- 长 ---------------------------------------------------------------------------------------------------------------
+
+_DEGREE = frozenset("很 太 挺 真 好 多 最 更 较 比较 非常 特别 十分 相当 越来越 那么 这么 这样 那样 不够 够 极 超 过 有多 "
+                    "多么".split())
+_ZHANG3_BEFORE = frozenset("得 大 高 胖 出 满 成 着 过 了 个子 头发 胡子 牙".split())
+
+
+def _chang_zhang(tokens: list[Token], i: int) -> list[str] | None:
+    prev, nxt = _prev(tokens, i), _next(tokens, i)
+    if _text(prev) in _DEGREE or _tag_in(prev, "mq"):
+        return ["chang2"]  # adjective "long": degree adverbs and measures modify adjectives (很长, 三米长)
+    if _text(nxt) in _ZHANG3_BEFORE:
+        return ["zhang3"]  # verb "grow" with its complement or aspect particle: 长得很高, 长大, 长了一岁
+    if _text(prev) == "之" or (len(_text(prev)) >= 2 and _tag_in(prev, "nv") and nxt is None):
+        return ["zhang3"]  # noun "head, chief" after the group it heads: 各部门之长, 指挥长
+    return ["chang2"]  # the adjective, also in 长长的
+
+
+RULE_CHANG_ZHANG = Rule(
+    "chang_zhang", frozenset({"长"}), _chang_zhang,
+    "现汉 长 (cháng 形 '两点之间距离大'; zhǎng 动 '生长、成长'); 八百词 很 (很+形)",
+    (("这条河很长。", 4, "chang2"), ("他长得很高。", 1, "zhang3"), ("这根绳子三米长。", 6, "chang2"),
+     ("孩子又长了一岁。", 3, "zhang3"), ("他是这支部队的指挥长。", 9, "zhang3")),
+)
+
+# --- 种 ---------------------------------------------------------------------------------------------------------------
+
+_ZHONG4_BEFORE = frozenset("了 着 过 上 下 出 在 好 完 满 树 花 菜 地 田 豆 瓜 草 粮 麦 稻 树苗 玉米 水稻 小麦 庄稼 果树 蔬菜 "
+                           "牛痘 疫苗".split())
+_ZHONG3_AFTER = frozenset("这 那 哪 各 某 每 此 该 同 另 一 几 多 何 本 其 任何 这样 那样 不同 多少 这么 那么 各种 某些".split())
+_ZHONG4_AFTER = frozenset("要 想 去 来 在 会 能 可以 打算 准备 开始 喜欢 爱 不 没 别 正在 亲手 负责".split())
+
+
+def _zhong(tokens: list[Token], i: int) -> list[str] | None:
+    prev, nxt = _prev(tokens, i), _next(tokens, i)
+    if _text(nxt) in _ZHONG4_BEFORE:
+        return ["zhong4"]  # verb "plant" with aspect particle, complement or crop: 种了, 种树
+    if _text(prev) in _ZHONG3_AFTER or _tag_in(prev, "mq"):
+        return ["zhong3"]  # measure word / noun "kind, seed" after a numeral or demonstrative: 这种花, 三种
+    if _text(prev) in _ZHONG4_AFTER:
+        return ["zhong4"]  # verb after a modal or negation: 他想种一些
+    return ["zhong3"]
+
+
+RULE_ZHONG = Rule(
+    "zhong", frozenset({"种"}), _zhong,
+    "现汉 种 (zhǒng 名/量 '种子、种类'; zhòng 动 '种植'); 八百词 了 (动态助词用在动词后)",
+    (("我种了一棵树。", 1, "zhong4"), ("这种花很香。", 1, "zhong3"), ("他们在山上种树。", 5, "zhong4"),
+     ("有三种颜色。", 2, "zhong3")),
+)
+
+# --- 行 after numerals and demonstratives -------------------------------------------------------------------------------
+
+_NUMERAL_CHARS = frozenset("一二两三四五六七八九十百千万几数半")
+
+
+def _hang_xing(tokens: list[Token], i: int) -> list[str] | None:
+    token, prev, nxt = tokens[i], _prev(tokens, i), _next(tokens, i)
+    if token.text == "一行":
+        if _tag_in(nxt, "m") or _text(nxt)[:1] in ("人", "十", "二", "三", "四", "五", "六", "七", "八", "九", "两") \
+                or (nxt is None and _tag_in(prev, "rn")):
+            return ["yi1", "xing2"]  # 一行 "a travelling party": 我们一行五人 (现汉 一行 yīxíng)
+        if _text(prev) in ("这", "那", "哪", "干", "这个", "那个"):
+            return ["yi1", "hang2"]  # "this line of work": 他在这一行干了十年 (现汉 行 háng ③ 行业)
+        return ["yi1", "hang2"]  # measure word "a line": 一行字
+    if (prev is not None and (prev.text[-1] in _NUMERAL_CHARS or prev.tag == "m")) or \
+            (_text(prev) in ("这", "那", "哪") and _tag_in(nxt, "n")):
+        return ["hang2"]  # measure word "row, line": 两行字, 这行字 (现汉 行 háng ① 行列, 量词)
+    return None
+
+
+RULE_HANG_XING = Rule(
+    "hang_xing", frozenset({"行", "一行"}), _hang_xing,
+    "现汉 行 (háng ① 行列、量词 ③ 行业; 一行 yīxíng '一群同行的人')",
+    (("他在这一行干了十年。", 4, "hang2"), ("我们一行五人去了北京。", 3, "xing2"), ("黑板上写着两行字。", 6, "hang2")),
+)
+
+# --- verbs: aspect particles and reduplication ----------------------------------------------------------------------
+
+# Characters whose readings split into a verb reading and non-verb readings (noun, measure word, adjective), each from
+# 现汉's entries: only the verb takes aspect particles (了/着/过) and reduplicates (A一A, A了A).
+VERB_READINGS = {
+    "数": "shu3", "量": "liang2", "种": "zhong4", "称": "cheng1", "削": "xiao1", "钻": "zuan1", "担": "dan1",
+    "扇": "shan1", "盛": "cheng2", "刨": "pao2", "铺": "pu1", "钉": "ding4", "卷": "juan3", "缝": "feng2",
+    "传": "chuan2", "教": "jiao1", "处": "chu3", "弹": "tan2", "藏": "cang2", "散": "san4",
+    "喷": "pen1", "还": "huan2", "磨": "mo2", "挑": "tiao1", "扎": "zha1",
+}
+_ASPECT_AFTER = frozenset("了 着 过 一下 一下儿 一会儿 一遍 起来".split())
+
+
+def _verb_aspect(tokens: list[Token], i: int) -> list[str] | None:
+    if _text(_next(tokens, i)) in _ASPECT_AFTER:
+        return [VERB_READINGS[tokens[i].text]]
+    return None
+
+
+RULE_VERB_ASPECT = Rule(
+    "verb_aspect", frozenset(VERB_READINGS) - {"还", "种"}, _verb_aspect,
+    "八百词 了/着/过 (动态助词, 用在动词后); 一下 (用在动词后); 现汉 for each character's verb reading",
+    (("请量一下体温。", 1, "liang2"), ("他数了三遍。", 1, "shu3"), ("她削着苹果。", 1, "xiao1")),
+)
+
+
+def reduplication_readings(run: str) -> dict[int, str]:
+    """Offsets of ``run`` in a verb reduplication A一A / A了A whose A is in ``VERB_READINGS`` -> the verb reading
+    (and 一 -> yi1, its citation tone). 朱德熙《语法讲义》§3.3: only verbs reduplicate as A一A / A了A."""
+    out: dict[int, str] = {}
+    for i in range(len(run) - 2):
+        a, mid = run[i], run[i + 1]
+        if a == run[i + 2] and mid in "一了" and a in VERB_READINGS:
+            out[i] = out[i + 2] = VERB_READINGS[a]
+            out[i + 1] = "yi1" if mid == "一" else "le5"
+    return out
+
+
+REDUPLICATION_EXAMPLES = (("请数一数有多少人。", 1, "shu3"), ("他量了量身高。", 3, "liang2"))
+
+# --- surnames after 姓 -------------------------------------------------------------------------------------------------
+
+# Polyphonic characters with a surname reading of their own (现汉, each entry's 姓 sense).
+SURNAME_READINGS = {
+    "曾": "zeng1", "单": "shan4", "解": "xie4", "区": "ou1", "仇": "qiu2", "朴": "piao2", "查": "zha1", "盖": "ge3",
+    "翟": "zhai2", "乐": "yue4", "缪": "miao4", "繁": "po2", "秘": "bi4", "种": "chong2", "召": "shao4",
+    "员": "yun4", "覃": "qin2", "华": "hua4", "任": "ren2", "纪": "ji3", "燕": "yan1", "宁": "ning4", "隗": "wei3",
+    "折": "she2", "卜": "bu3", "都": "du1", "薄": "bo2", "尉": "wei4", "能": "nai4", "句": "gou1", "长": "chang2",
+    "冼": "xian3", "谌": "chen2", "藏": "zang4", "过": "guo1",
+}
+
+
+def surname_readings(tokens: list[Token]) -> dict[int, str]:
+    """Offsets (in the run) of a surname right after 姓 -> its surname reading: 他姓曾 (zēng)."""
+    out: dict[int, str] = {}
+    for i, token in enumerate(tokens[:-1]):
+        if token.text.endswith("姓"):
+            nxt = tokens[i + 1]
+            if nxt.text[0] in SURNAME_READINGS:
+                out[nxt.start] = SURNAME_READINGS[nxt.text[0]]
+    return out
+
+
+SURNAME_EXAMPLES = (("他姓曾。", 2, "zeng1"), ("我姓单，单田芳的单。", 2, "shan4"))
+
+RULES: tuple[Rule, ...] = (RULE_DE, RULE_DE_LE, RULE_DI, RULE_LE, RULE_ZHE, RULE_HAI_HUAN, RULE_WEI,
+                           RULE_CHANG_ZHANG, RULE_ZHONG, RULE_HANG_XING, RULE_VERB_ASPECT)
+_BY_TEXT: dict[str, list[Rule]] = {}
+for _rule in RULES:
+    for _text_key in _rule.applies_to:
+        _BY_TEXT.setdefault(_text_key, []).append(_rule)
+
+
+def apply_rules(run: str, tokens: list[Token]) -> None:
+    """Apply every rule to ``tokens`` (one run) in place: readings, basis "rule" and the rule's name."""
+    for i, token in enumerate(tokens):
+        for rule in _BY_TEXT.get(token.text, ()):
+            readings = rule.decide(tokens, i)
+            if readings is not None:
+                _set(token, readings, rule.name)
+                break
+    for name, decided in (("reduplication", reduplication_readings(run)), ("surname", surname_readings(tokens))):
+        if not decided:
+            continue
+        for token in tokens:
+            for k in range(len(token.text)):
+                reading = decided.get(token.start + k)
+                if reading is not None:
+                    token.readings[k] = reading
+                    token.basis[k] = "rule"
+                    token.rule = name
+
+
+def _set(token: Token, readings: list[str], name: str) -> None:
+    for k, reading in enumerate(readings):
+        if reading != token.readings[k] or token.basis[k] == "char":
+            token.basis[k] = "rule"
+        token.readings[k] = reading
+    token.rule = name
