@@ -28,8 +28,10 @@ whose terms grant no licence (measured: +0.8 points on the CPP dev set, not wort
   (pypinyin's first reading of rarer characters is often a rare one: 晟 chéng for shèng). Measured on the CPP dev set
   (Park & Lee 2020, Wikipedia sentences): 89.5 % -> 90.6 %.
 
-Load cost (measured on a shared 2-core CPU, see ``bench/frontend_bench.py``): about 1.5-2.5 s once per process, done
-in the background at start-up by ``tts_app.frontend.warm_up``.
+The merged state (phrases, jieba's word counts with the phrases added, POS tags, default readings) is built once per
+machine (about 3-5 s) and kept in a ``marshal`` file in the temporary folder, named by the sources' versions, as jieba
+keeps its own cache; later processes load it in about 0.5-1 s (``bench/frontend_bench.py`` measures both). The
+load runs in the background at start-up (``tts_app.frontend.warm_up``).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class Lexicon:
     tokenizer: object  # jieba.Tokenizer (typed loosely: jieba ships no type hints)
     t2s: object | None  # opencc.OpenCC("t2s") or None when OpenCC is missing
     max_phrase_chars: int
-    _char_counts: dict[str, Counter] = field(default_factory=dict, repr=False)
+    _char_default: dict[str, str] = field(default_factory=dict, repr=False)  # outside GB2312 level 1
     _char_cache: dict[str, str] = field(default_factory=dict, repr=False)
 
     def segment(self, run: str) -> list[str]:
@@ -78,13 +80,10 @@ class Lexicon:
         cached = self._char_cache.get(char)
         if cached is not None:
             return cached
-        from tts_app.frontend.g2p import _gb2312_level, char_candidates
+        from tts_app.frontend.g2p import char_candidates
 
         candidates = char_candidates(char)
-        reading = candidates[0] if candidates else ""
-        counts = self._char_counts.get(char)
-        if counts and _gb2312_level(char) > 1:
-            reading = counts.most_common(1)[0][0]
+        reading = self._char_default.get(char) or (candidates[0] if candidates else "")
         self._char_cache[char] = reading
         return reading
 
@@ -129,26 +128,46 @@ def _merge_phrases() -> dict[str, tuple[str, ...]]:
     return merged
 
 
-def _build() -> Lexicon:
+CACHE_FORMAT = 1  # bump when what the cache holds changes
+
+
+def _cache_path() -> str:
+    """The cache file of the merged lexicon, in the temporary folder (as jieba keeps its own), named by the versions
+    of every source so an upgrade rebuilds it."""
+    import hashlib
+    import tempfile
+    from importlib.metadata import version
+
+    key = "|".join([str(CACHE_FORMAT), str(ADDED_WORD_FREQ)] +
+                   [version(p) for p in ("pypinyin", "pypinyin-dict", "jieba")])
+    digest = hashlib.sha1(key.encode()).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), f"tts_app_lexicon_{digest}.marshal")
+
+
+def _build_state() -> dict:
+    """Everything ``Lexicon`` needs, as plain dicts (marshal-able): phrases, tags, jieba's word counts + total, and
+    the default readings of the characters outside GB2312 level 1 that the lexicon attests."""
     import logging
 
     import jieba
+
+    from tts_app.frontend.g2p import _gb2312_level
 
     jieba.setLogLevel(logging.WARNING)  # jieba logs "Building prefix dict..." at INFO on every load
     phrases = _merge_phrases()
     tokenizer = jieba.Tokenizer()
     tokenizer.initialize()
-    freq = tokenizer.FREQ
+    freq = dict(tokenizer.FREQ)
+    total = tokenizer.total
     for word in phrases:
         if not freq.get(word):
-            # jieba.Tokenizer.add_word without its per-call bookkeeping: the word and its prefixes.
+            # What jieba.Tokenizer.add_word does, without its per-call bookkeeping: the word and its prefixes.
             freq[word] = ADDED_WORD_FREQ
-            tokenizer.total += ADDED_WORD_FREQ
+            total += ADDED_WORD_FREQ
             for end in range(1, len(word)):
                 freq.setdefault(word[:end], 0)
-    dict_path = os.path.join(os.path.dirname(jieba.__file__), "dict.txt")
     tags: dict[str, str] = {}
-    with open(dict_path, encoding="utf-8") as f:
+    with open(os.path.join(os.path.dirname(jieba.__file__), "dict.txt"), encoding="utf-8") as f:
         for line in f:
             parts = line.split()
             if len(parts) == 3:
@@ -157,14 +176,52 @@ def _build() -> Lexicon:
     for word, readings in phrases.items():
         for char, reading in zip(word, readings):
             counts[char][reading] += 1
+    char_default = {c: n.most_common(1)[0][0] for c, n in counts.items() if _gb2312_level(c) > 1}
+    return {"phrases": phrases, "tags": tags, "freq": freq, "total": total, "char_default": char_default}
+
+
+def _load_state() -> dict:
+    import marshal
+
+    path = _cache_path()
+    try:
+        with open(path, "rb") as f:
+            state = marshal.loads(f.read())  # one read: marshal.load(file) reads in small pieces
+        if isinstance(state, dict) and state.get("format") == CACHE_FORMAT:
+            return state
+    except (OSError, EOFError, ValueError, TypeError):  # missing or corrupt: rebuild
+        pass
+    state = _build_state()
+    state["format"] = CACHE_FORMAT
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            marshal.dump(state, f)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
+    except OSError:  # a read-only temporary folder only costs the next start its build time
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+    return state
+
+
+def _build() -> Lexicon:
+    import jieba
+
+    state = _load_state()
+    tokenizer = jieba.Tokenizer()
+    # The counts jieba's initialize() would load, plus the lexicon's phrases (built or read from the cache above).
+    tokenizer.FREQ, tokenizer.total, tokenizer.initialized = state["freq"], state["total"], True
     try:
         import opencc
 
         t2s = opencc.OpenCC("t2s")
     except ImportError:  # optional at run time: traditional input then reads character by character
         t2s = None
-    return Lexicon(phrases=phrases, tags=tags, tokenizer=tokenizer, t2s=t2s,
-                   max_phrase_chars=max(map(len, phrases)), _char_counts=dict(counts))
+    phrases = {w: tuple(r) for w, r in state["phrases"].items()}
+    return Lexicon(phrases=phrases, tags=state["tags"], tokenizer=tokenizer, t2s=t2s,
+                   max_phrase_chars=max(map(len, phrases)), _char_default=state["char_default"])
 
 
 def load_lexicon() -> Lexicon:

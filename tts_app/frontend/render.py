@@ -41,6 +41,10 @@ def render_char(char: str, reading: str, *, supports_pinyin: bool,
         return pinyin_token(reading), True
     if common_readings(char) == (reading,) and (usable is None or usable(char)):  # nothing else a model would say
         return char, True
+    if reading.endswith("5") and (usable is None or usable(char)):
+        # The neutral tone belongs to the word (东西 xi5), and no character reads only so: the character itself is
+        # the best a characters-only model can be given (it applies the neutral tone from the word).
+        return char, True
     sub = next((c for c in _single(reading) if usable is None or usable(c)), None)
     if sub is None:
         return char, False

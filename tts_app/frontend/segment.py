@@ -5,7 +5,9 @@ half-width, a ``.`` before a space or the end, a line break; ASCII punctuation b
 full-width by the normaliser), then, only inside a sentence longer than ``max_segment_chars``, clause punctuation
 (，,、；;：:—), then, only inside a clause still too long, a hard split (``_hard_split``): at a space, a jieba word
 boundary between Chinese characters, a script boundary, or a long token's own punctuation (URL ``/`` ``.``).
-``max_segment_chars`` is a hard limit: a cut inside a word or number happens only when the window holds no other.
+``max_segment_chars`` is a hard limit: a cut inside a word or number happens only when the window holds no other
+(a word that, with the punctuation closing it, is longer than the limit). Only leftover punctuation (a segment with
+nothing to speak) may ride past it on a neighbour: it adds nothing to speak.
 Leftovers with fewer than ``min_segment_chars`` speakable characters are merged into a
 neighbour, never across a pause marker. Punctuation right after a pause marker (``重要[pause:500ms]，请``) ends the
 segment before the pause instead of starting the next one (``_attach_trailing_punctuation``), so no segment starts
@@ -94,27 +96,38 @@ def _clause_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return [sp for sp in spans if sp[1] > sp[0]]
 
 
-def _word_boundaries(text: str, start: int, end: int) -> set[int]:
+def _word_boundaries(text: str, start: int, end: int) -> tuple[set[int], set[int]]:
     """Offsets inside runs of Chinese characters where a word of jieba's segmentation ends (the lexicon's
-    segmenter, ``tts_app.frontend.lexicon``)."""
+    segmenter, ``tts_app.frontend.lexicon``), and, inside words of 5+ characters (中华人民共和国国务院), where their
+    own sub-words end (forward maximum matching over jieba's dictionary: 中华人民共和国 / 国务院)."""
     from tts_app.frontend.lexicon import load_lexicon
 
     lex = load_lexicon()
     bounds: set[int] = set()
+    inner: set[int] = set()
+    freq = lex.tokenizer.FREQ
     for m in HANZI_RUN_RE.finditer(text, start, end):
         pos = m.start()
         for word in lex.segment(lex.simplified(m.group())):
+            if len(word) >= 5:
+                i = 0
+                while i < len(word) - 1:
+                    n = next((n for n in range(len(word) - i - (1 if i == 0 else 0), 1, -1)
+                              if freq.get(word[i:i + n])), 1)
+                    i += n
+                    if i < len(word):
+                        inner.add(pos + i)
             pos += len(word)
             bounds.add(pos)
-    return bounds
+    return bounds, inner
 
 
-_TOKEN_PUNCTUATION = frozenset("/-_?&=#@~+|")  # not "." and ":" (3.5, U.S., 3:30): cut there only as a last resort
 
 
-def _cut_priority(text: str, c: int, words: set[int], protected: list[tuple[int, int]]) -> int:
+def _cut_priority(text: str, c: int, words: tuple[set[int], set[int]], protected: list[tuple[int, int]]) -> int:
     """How good a hard cut between ``text[c-1]`` and ``text[c]`` is: 3 after a space, 2 at a word or script
-    boundary next to a Chinese character, 1 after a long token's own punctuation (a URL's ``/``, ``.``, ``-``), 0 only
+    boundary next to a Chinese character, 1 after a long token's own punctuation (a URL's ``/``, ``-``) or between
+    the sub-words of a long Chinese word, 0 only
     as a last resort (inside a Chinese or Latin word or a number, before a space), -1 never (before punctuation in
     ``TRAILING_PUNCTUATION``, inside a protected span such as a control tag)."""
     a, b = text[c - 1], text[c]
@@ -126,15 +139,17 @@ def _cut_priority(text: str, c: int, words: set[int], protected: list[tuple[int,
         return 0
     ha, hb = is_hanzi(a), is_hanzi(b)
     if ha and hb:
-        return 2 if c in words else 0
+        return 2 if c in words[0] else 1 if c in words[1] else 0
     if ha or hb:
         return 2
-    if a in _TOKEN_PUNCTUATION and b.isalnum():
-        return 1  # "example.com/|path", "well-|known"
     if a.isalnum() and b.isalnum():
         return 0
-    if not a.isalnum() and not b.isalnum():
-        return 1
+    if b.isdigit() and a in ".:," and c >= 2 and text[c - 2].isdigit():
+        return 0  # inside "3.5", "3:30", "1,000"
+    if not a.isalnum():
+        return 1  # after a mark: "example.org/|path", "well-|known", "(|xyz"
+    if b in "([{（“‘\"'<":
+        return 1  # before an opening bracket or quote
     return 0
 
 
@@ -151,7 +166,9 @@ def _hard_split(text: str, start: int, end: int, max_chars: int, protected: list
         half = s + max_chars // 2
         for lo, min_priority in ((half, 2), (s + 1, 2), (half, 1), (s + 1, 1), (s + 1, 0)):
             options = [(_cut_priority(text, c, words, protected), c) for c in range(max(lo, s + 1), limit + 1)]
-            options = [o for o in options if o[0] >= min_priority]
+            # (a piece with nothing to speak, e.g. a leading "，", would be a segment of silence)
+            options = [o for o in options if o[0] >= min_priority
+                       and (num_speakable(text[s:o[1]]) > 0 or not text[s:o[1]].strip())]
             if options:
                 best = max(options)[1]
                 break
@@ -165,7 +182,20 @@ def _hard_split(text: str, start: int, end: int, max_chars: int, protected: list
 
 def _pack(text: str, parts: list[tuple[int, int]], max_chars: int, split) -> list[tuple[int, int]]:
     """Greedily join consecutive parts while the result stays within ``max_chars``; a part longer than that on its
-    own is handed to ``split``."""
+    own is handed to ``split``. A part with nothing to speak (a lone "，") joins the next one first, so it never
+    becomes a segment of its own."""
+    merged: list[tuple[int, int]] = []
+    carry = None
+    for s, e in parts:
+        if carry is not None:
+            s, carry = carry, None
+        if num_speakable(text[s:e]) == 0 and (s, e) != parts[-1]:
+            carry = s
+            continue
+        merged.append((s, e))
+    if carry is not None:
+        merged.append((carry, parts[-1][1]))
+    parts = merged
     out: list[tuple[int, int]] = []
     for s, e in parts:
         if e - s > max_chars:
@@ -249,10 +279,12 @@ def _merge_short(text: str, spans: list[Span], min_chars: int, max_chars: int) -
         if n >= min_chars or len(spans) == 1:
             i += 1
             continue
+        # Only punctuation left over ("hello ， ，" at a limit of 8): it joins the segment before even past the
+        # limit, as it adds nothing to speak.
         prev_ok = (i > 0 and (spans[i - 1].block == sp.block or n == 0)
-                   and sp.end - spans[i - 1].start <= max_chars)
+                   and (sp.end - spans[i - 1].start <= max_chars or n == 0))
         next_ok = (i + 1 < len(spans) and (spans[i + 1].block == sp.block or n == 0)
-                   and spans[i + 1].end - sp.start <= max_chars)
+                   and (spans[i + 1].end - sp.start <= max_chars or n == 0))
         if prev_ok:
             p = spans[i - 1]
             # Across a marker (only for punctuation-only leftovers) keep the longer of the two pauses.
