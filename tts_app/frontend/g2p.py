@@ -242,14 +242,46 @@ def run_tokens(run: str) -> list:
 
 
 def _split_unknown(word: str, lex) -> list[tuple[int, int]]:
-    """Spans of ``word`` (not a lexicon phrase): its longest lexicon sub-words left to right, else single chars."""
+    """Spans of ``word`` (a jieba word the lexicon lacks): of two splits, the one that leaves fewer characters to be
+    read on their own: jieba's maximum-probability path over the word without the whole-word edge (局部地区 ->
+    局部 / 地区, where greedy matching takes the lexicon's 局部地), or the longest lexicon matches left to right
+    (睡一觉 -> 睡 / 一觉, where jieba's path is 睡 / 一 / 觉); a tie goes to the longest matches."""
+    greedy = _longest_matches(word, lex)
+    best = _jieba_path(word, lex)
+
+    def alone(spans: list[tuple[int, int]]) -> int:
+        return sum(1 for s, e in spans if e - s == 1 or word[s:e] not in lex.phrases)
+
+    return greedy if alone(greedy) <= alone(best) else best
+
+
+def _longest_matches(word: str, lex) -> list[tuple[int, int]]:
     spans, i = [], 0
     while i < len(word):
-        for n in range(min(lex.max_phrase_chars, len(word) - i), 0, -1):
-            if n == 1 or word[i:i + n] in lex.phrases:
-                spans.append((i, i + n))
-                i += n
-                break
+        n = next((n for n in range(min(lex.max_phrase_chars, len(word) - i), 1, -1) if word[i:i + n] in lex.phrases),
+                 1)
+        spans.append((i, i + n))
+        i += n
+    return spans
+
+
+def _jieba_path(word: str, lex) -> list[tuple[int, int]]:
+    if len(word) == 1:
+        return [(0, 1)]
+    tk = lex.tokenizer
+    dag = tk.get_DAG(word)
+    dag[0] = [j for j in dag[0] if j != len(word) - 1] or [0]
+    route: dict = {}
+    tk.calc(word, dag, route)
+    spans, i = [], 0
+    while i < len(word):
+        j = route[i][1] + 1
+        piece = word[i:j]
+        if len(piece) > 1 and piece not in lex.phrases:
+            spans.extend((i + s, i + e) for s, e in _split_unknown(piece, lex))
+        else:
+            spans.append((i, j))
+        i = j
     return spans
 
 

@@ -365,6 +365,53 @@ def reduplication_readings(run: str) -> dict[int, str]:
     return out
 
 
+# Characters whose non-verb readings occur only bound in words (削弱 xuē, 钻石 zuàn, 店铺 pù, 宗教 jiào...), so a lone
+# one is the verb (现汉, each entry). Not after a numeral, measure word or demonstrative (一扇门: the measure word).
+STANDALONE_VERB_READINGS = {
+    "削": "xiao1", "钻": "zuan1", "铺": "pu1", "盛": "cheng2", "磨": "mo2", "称": "cheng1", "传": "chuan2",
+    "藏": "cang2", "教": "jiao1", "弹": "tan2", "喷": "pen1", "刨": "pao2",
+}
+
+
+_VERB_POSITION_AFTER = frozenset("来 去 要 想 会 能 在 正在 给 帮 替 先 再 又 也 都 就 才 快 慢慢 赶紧 一起 不 没 别 请 让 叫".split())
+
+
+def _standalone_verb(tokens: list[Token], i: int) -> list[str] | None:
+    prev, nxt = _prev(tokens, i), _next(tokens, i)
+    if _tag_in(prev, "mq") or _text(prev) in ("这", "那", "哪", "一") or \
+            (prev is not None and prev.text[-1] in _NUMERAL_CHARS):
+        return None  # 一扇门, 这扇窗: the measure word / noun keeps its reading
+    # In verb position only: after a subject pronoun, an adverb, a preposition phrase or a modal (我来削梨, 往洞里钻),
+    # or before a pronoun object (教我们). A lone one inside a name (金扇虫) is left to its default.
+    if _tag_in(nxt, "r") or _text(prev) in _VERB_POSITION_AFTER or _tag_in(prev, "rdpf"):
+        return [STANDALONE_VERB_READINGS[tokens[i].text]]
+    return None
+
+
+RULE_STANDALONE_VERB = Rule(
+    "standalone_verb", frozenset(STANDALONE_VERB_READINGS), _standalone_verb,
+    "现汉 削 xiāo/xuē (xuē 用于合成词), 钻 zuān/zuàn, 铺 pū/pù, 教 jiāo/jiào, 藏 cáng/zàng ...",
+    (("我来削梨。", 2, "xiao1"), ("老师教我们唱歌。", 2, "jiao1"), ("他往洞里钻。", 4, "zuan1")),
+)
+
+# --- 只 as a measure word ---------------------------------------------------------------------------------------------
+
+
+def _zhi(tokens: list[Token], i: int) -> list[str] | None:
+    prev, nxt = _prev(tokens, i), _next(tokens, i)
+    if prev is not None and prev.text[-1] in _NUMERAL_CHARS:
+        return ["zhi1"]  # measure word after a numeral: 三只猫
+    if _text(prev) in ("这", "那", "哪", "每", "某", "几") and _tag_in(nxt, "n"):
+        return ["zhi1"]  # after a demonstrative before a noun: 这只狗 (but 这只是…: the adverb zhǐ)
+    return None
+
+
+RULE_ZHI = Rule(
+    "zhi", frozenset({"只"}), _zhi,
+    "现汉 只 (zhī 量词 '用于某些成对的东西中的一个, 用于动物'; zhǐ 副词 '仅仅')",
+    (("我家有三只猫。", 4, "zhi1"), ("这只狗很可爱。", 1, "zhi1"), ("这只是开始。", 1, "zhi3")),
+)
+
 REDUPLICATION_EXAMPLES = (("请数一数有多少人。", 1, "shu3"), ("他量了量身高。", 3, "liang2"))
 
 # --- surnames after 姓 -------------------------------------------------------------------------------------------------
@@ -393,7 +440,8 @@ def surname_readings(tokens: list[Token]) -> dict[int, str]:
 SURNAME_EXAMPLES = (("他姓曾。", 2, "zeng1"), ("我姓单，单田芳的单。", 2, "shan4"))
 
 RULES: tuple[Rule, ...] = (RULE_DE, RULE_DE_LE, RULE_DI, RULE_LE, RULE_ZHE, RULE_HAI_HUAN, RULE_WEI,
-                           RULE_CHANG_ZHANG, RULE_ZHONG, RULE_HANG_XING, RULE_VERB_ASPECT)
+                           RULE_CHANG_ZHANG, RULE_ZHONG, RULE_HANG_XING, RULE_VERB_ASPECT, RULE_STANDALONE_VERB,
+                           RULE_ZHI)
 _BY_TEXT: dict[str, list[Rule]] = {}
 for _rule in RULES:
     for _text_key in _rule.applies_to:
