@@ -60,3 +60,36 @@ def test_word_boundaries_come_from_segmentation_not_greedy_matching():
 def test_word_readings_and_traditional_script(text, index, expected):
     """Readings that depend on the word, also when the text is written in traditional characters."""
     assert [r.reading for r in read_text(text)][index] == expected
+
+
+# --- polyphone accuracy by default -----------------------------------------------------------------------------------
+
+DATA = __import__("pathlib").Path(__file__).resolve().parents[1] / "data"
+# Floors a little below what bench/frontend_bench.py measured when the lexicon and rules were last changed (own set
+# 95.2 %, held-out set 92.2 %; pypinyin alone: 86.4 % and 85.9 %), so a change that makes the default readings worse
+# fails here. The held-out set was written apart from this code and scored once, after the rules were final.
+FLOORS = {"polyphones_zh.tsv": 0.93, "polyphones_zh_heldout.tsv": 0.90}
+
+
+def _rows(name: str) -> list[tuple[str, int, str, str]]:
+    lines = [x for x in (DATA / name).read_text(encoding="utf-8").splitlines() if x and not x.startswith("#")]
+    header, rows = lines[0].split("\t"), []
+    for line in lines[1:]:
+        cols = line.split("\t")
+        if header[1] == "char":  # sentence, char, occurrence (1-based), reading
+            index = [i for i, c in enumerate(cols[0]) if c == cols[1]][int(cols[2]) - 1]
+            rows.append((cols[0], index, cols[1], cols[3]))
+        else:  # sentence, char_index (0-based), char, pinyin
+            rows.append((cols[0], int(cols[1]), cols[2], cols[3]))
+    return rows
+
+
+@pytest.mark.parametrize("name", sorted(FLOORS))
+def test_default_readings_of_polyphone_sets_stay_above_their_floor(name):
+    rows = _rows(name)
+    assert all(sentence[index] == char for sentence, index, char, _ in rows), "set is malformed"
+    right = sum({r.position: r.reading for r in read_text(sentence)}.get(index) == reading
+                for sentence, index, _, reading in rows)
+    accuracy = right / len(rows)
+    print(f"{name}: {right}/{len(rows)} = {accuracy:.1%} of polyphone targets right by default")
+    assert accuracy >= FLOORS[name], f"{name}: {accuracy:.1%} < floor {FLOORS[name]:.0%}"
