@@ -77,12 +77,13 @@ def accuracy(rows, read) -> tuple[float, list[str]]:
     return 1 - len(misses) / len(rows), misses
 
 
-def fresh_process_s(code: str) -> float:
-    """Seconds a fresh interpreter takes to run ``code`` (imports included), measured inside it."""
+def fresh_process_s(code: str, tmpdir: str | None = None) -> float:
+    """Seconds a fresh interpreter takes to run ``code`` (imports included), measured inside it; ``tmpdir``: its
+    temporary folder (where the lexicon cache lives), default the usual one."""
     script = f"import time, sys; sys.path.insert(0, {str(ROOT)!r}); t = time.perf_counter()\n{code}\n" \
              "print(time.perf_counter() - t)"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                         env={**os.environ, "OMP_NUM_THREADS": "1", **({"TMPDIR": tmpdir} if tmpdir else {})})
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -138,13 +139,11 @@ def main() -> None:
                          "prepare_text is timed on the same requests, in a fresh process")
     args = ap.parse_args()
 
-    from tts_app.frontend.lexicon import _cache_path
+    import tempfile
 
-    cache = Path(_cache_path())
-    if cache.exists():
-        cache.unlink()
-    build_s = fresh_process_s("from tts_app.frontend.lexicon import load_lexicon; load_lexicon()")
-    cached_s = fresh_process_s("from tts_app.frontend.lexicon import load_lexicon; load_lexicon()")
+    with tempfile.TemporaryDirectory() as empty:  # no cache there: the build (and the first cached load) is timed
+        build_s = fresh_process_s("from tts_app.frontend.lexicon import load_lexicon; load_lexicon()", empty)
+        cached_s = fresh_process_s("from tts_app.frontend.lexicon import load_lexicon; load_lexicon()", empty)
     warm_s = fresh_process_s("from tts_app.frontend import warm_up; warm_up()")
     print(f"load (fresh process): lexicon built {build_s:.2f} s, from cache {cached_s:.2f} s; whole warm_up "
           f"{warm_s:.2f} s = {warm_s / 3:.2f} of the 3 s start-up budget")
