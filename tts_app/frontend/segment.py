@@ -6,8 +6,8 @@ full-width by the normaliser), then, only inside a sentence longer than ``max_se
 (，,、；;：:—), then, only inside a clause still too long, a hard split (``_hard_split``): at a space, a jieba word
 boundary between Chinese characters, a script boundary, or a long token's own punctuation (URL ``/`` ``.``).
 ``max_segment_chars`` is a hard limit: a cut inside a word or number happens only when the window holds no other
-(a word that, with the punctuation closing it, is longer than the limit). Only leftover punctuation (a segment with
-nothing to speak) may ride past it on a neighbour: it adds nothing to speak.
+(a word longer than the limit). The limit counts a segment's spoken part, from its first to its last letter, digit or
+Chinese character (``spoken_len``): punctuation around the words rides along, as it adds nothing to speak.
 Leftovers with fewer than ``min_segment_chars`` speakable characters are merged into a
 neighbour, never across a pause marker. Punctuation right after a pause marker (``重要[pause:500ms]，请``) ends the
 segment before the pause instead of starting the next one (``_attach_trailing_punctuation``), so no segment starts
@@ -41,6 +41,16 @@ class Span:
     end: int
     pause_after_ms: int
     block: int
+
+
+def spoken_len(text: str, start: int, end: int) -> int:
+    """Characters of ``text[start:end]`` from its first to its last speakable one (punctuation and spaces around
+    the words do not count toward ``max_segment_chars``)."""
+    while start < end and unicodedata.category(text[start])[0] not in "LN":
+        start += 1
+    while end > start and unicodedata.category(text[end - 1])[0] not in "LN":
+        end -= 1
+    return end - start
 
 
 def num_speakable(text: str) -> int:
@@ -136,7 +146,8 @@ def _cut_priority(text: str, c: int, words: tuple[set[int], set[int]], protected
     if a.isspace():
         return 3
     if b.isspace():
-        return 0
+        rest = text[c:].lstrip(" \t")
+        return -1 if rest[:1] in TRAILING_PUNCTUATION and rest[:1] else 0  # "hello |，" would open with "，"
     ha, hb = is_hanzi(a), is_hanzi(b)
     if ha and hb:
         return 2 if c in words[0] else 1 if c in words[1] else 0
@@ -160,8 +171,16 @@ def _hard_split(text: str, start: int, end: int, max_chars: int, protected: list
     of the window; inside a word only when the window has no other cut, so the limit always holds."""
     words = _word_boundaries(text, start, end)
     spans, s = [], start
-    while end - s > max_chars:
-        limit = s + max_chars
+
+    def first_spoken(i: int) -> int:  # leading punctuation rides along: the limit counts from the first word
+        while i < end and num_speakable(text[i]) == 0:
+            i += 1
+        return i
+
+    while spoken_len(text, s, end) > max_chars:
+        limit = first_spoken(s) + max_chars
+        while limit < end and num_speakable(text[limit]) == 0:  # punctuation after the last word rides along
+            limit += 1
         best = None
         half = s + max_chars // 2
         for lo, min_priority in ((half, 2), (s + 1, 2), (half, 1), (s + 1, 1), (s + 1, 0)):
@@ -198,9 +217,9 @@ def _pack(text: str, parts: list[tuple[int, int]], max_chars: int, split) -> lis
     parts = merged
     out: list[tuple[int, int]] = []
     for s, e in parts:
-        if e - s > max_chars:
+        if spoken_len(text, s, e) > max_chars:
             out.extend(split(s, e))
-        elif out and out[-1][1] == s and e - out[-1][0] <= max_chars:
+        elif out and out[-1][1] == s and spoken_len(text, out[-1][0], e) <= max_chars:
             out[-1] = (out[-1][0], e)
         else:
             out.append((s, e))
@@ -238,7 +257,7 @@ def split_spans(text: str, boundaries: list[tuple[int, int]], *, max_segment_cha
     for block, (bs, be) in enumerate(zip(cuts, cuts[1:])):
         pieces: list[tuple[int, int]] = []
         for ss, se in _sentence_spans(text, bs, be):
-            if se - ss <= max_segment_chars:
+            if spoken_len(text, ss, se) <= max_segment_chars:
                 pieces.append((ss, se))
                 continue
             clauses = _clause_spans(text, ss, se)
@@ -282,9 +301,9 @@ def _merge_short(text: str, spans: list[Span], min_chars: int, max_chars: int) -
         # Only punctuation left over ("hello ， ，" at a limit of 8): it joins the segment before even past the
         # limit, as it adds nothing to speak.
         prev_ok = (i > 0 and (spans[i - 1].block == sp.block or n == 0)
-                   and (sp.end - spans[i - 1].start <= max_chars or n == 0))
+                   and (spoken_len(text, spans[i - 1].start, sp.end) <= max_chars or n == 0))
         next_ok = (i + 1 < len(spans) and (spans[i + 1].block == sp.block or n == 0)
-                   and (spans[i + 1].end - sp.start <= max_chars or n == 0))
+                   and (spoken_len(text, sp.start, spans[i + 1].end) <= max_chars or n == 0))
         if prev_ok:
             p = spans[i - 1]
             # Across a marker (only for punctuation-only leftovers) keep the longer of the two pauses.
