@@ -57,3 +57,20 @@ def tiny_checkpoint(tmp_path_factory):
         return built[key]
 
     return build
+
+
+@pytest.fixture(scope="session")
+def tiny_adapter(tiny_checkpoint):
+    """Factory: ``tiny_adapter("indextts2")`` -> the adapter of ``tiny_checkpoint(family)`` loaded on the CPU in
+    float32, once per session (for families whose tiny checkpoint is costly to load: share it, never mutate it)."""
+    loaded: dict[str, object] = {}
+
+    def load(family: str):
+        if family not in loaded:
+            from tts_app.adapters import adapter_class  # not load_adapter: tests may patch that one
+
+            loaded[family] = adapter_class(family).from_pretrained(tiny_checkpoint(family), device="cpu",
+                                                                   dtype="float32")
+        return loaded[family]
+
+    return load

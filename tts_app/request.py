@@ -125,6 +125,61 @@ class ReferenceAudio:
         return len(self.samples) / float(self.sampling_rate)
 
 
+#: The eight emotions of IndexTTS 2's emotion vector, in its order (indextts2-inference ``infer_v2.py``:
+#: ``[happy, angry, sad, afraid, disgusted, melancholic, surprised, calm]``).
+EMOTION_NAMES = ("happy", "angry", "sad", "afraid", "disgusted", "melancholic", "surprised", "calm")
+
+
+@dataclass(frozen=True)
+class EmotionControl:
+    """How a request should sound, for a model with emotion control (``ModelFacts.supports_emotion``).
+
+    Exactly one source: an emotion reference clip, an emotion vector, or emotion read from text by the checkpoint's
+    emotion model (``ModelFacts.supports_emotion_text``).
+
+    Attributes:
+        reference_audio: a clip whose emotion to copy (cleaned, at the model's sampling rate), or None.
+        vector: one weight per name of ``EMOTION_NAMES``, each in [0, 1], or None.
+        weight: strength in [0, 1]: how far the clip's or vector's emotion replaces the voice reference's own
+            (IndexTTS 2's ``emo_alpha``); 1.0 = fully.
+        from_text: read the emotion vector from ``text`` with the checkpoint's emotion model.
+        text: the text to read the emotion from; None = the request's own text.
+
+    Raises:
+        InputError: no source or more than one; a vector of the wrong length or with values outside [0, 1];
+            a weight outside [0, 1]; ``text`` without ``from_text``.
+    """
+
+    reference_audio: "ReferenceAudio | None" = None
+    vector: tuple[float, ...] | None = None
+    weight: float = 1.0
+    from_text: bool = False
+    text: str | None = None
+
+    def __post_init__(self) -> None:
+        sources = [name for name, given in (("an emotion reference clip", self.reference_audio is not None),
+                                            ("an emotion vector", self.vector is not None),
+                                            ("emotion from text", self.from_text)) if given]
+        if not sources:
+            raise InputError("emotion control needs a source: an emotion reference clip, an emotion vector or "
+                             "emotion from text")
+        if len(sources) > 1:
+            raise InputError(f"emotion control got {' and '.join(sources)}; choose one of them")
+        if self.vector is not None:
+            vector = tuple(float(v) for v in self.vector)
+            if len(vector) != len(EMOTION_NAMES):
+                raise InputError(f"emotion vector has {len(vector)} values; give {len(EMOTION_NAMES)}, one per "
+                                 f"emotion ({', '.join(EMOTION_NAMES)})")
+            bad = [f"{n}={v}" for n, v in zip(EMOTION_NAMES, vector) if not 0.0 <= v <= 1.0]  # NaN fails too
+            if bad:
+                raise InputError(f"emotion vector values must be in [0, 1]: {', '.join(bad)}")
+            object.__setattr__(self, "vector", vector)
+        if not 0.0 <= float(self.weight) <= 1.0:
+            raise InputError(f"emotion weight {self.weight} must be in [0, 1]")
+        if self.text is not None and not self.from_text:
+            raise InputError("emotion text is only used with emotion from text; set from_text or drop the text")
+
+
 def new_request_id() -> str:
     return uuid.uuid4().hex[:12]
 
@@ -139,6 +194,8 @@ class SynthesisRequest:
             that can speak without one.
         reference_text: transcript of the reference audio, if known.
         params: generation knobs.
+        emotion: emotion control (models with ``ModelFacts.supports_emotion`` only), or None for the voice
+            reference's own emotion.
         priority: INTERACTIVE (UI) requests are scheduled ahead of JOB requests.
         request_id: short unique id used in logs and results.
     """
@@ -147,6 +204,7 @@ class SynthesisRequest:
     reference_audio: ReferenceAudio | None = None
     reference_text: str | None = None
     params: SynthesisParams = field(default_factory=SynthesisParams)
+    emotion: EmotionControl | None = None
     priority: Priority = Priority.INTERACTIVE
     request_id: str = field(default_factory=new_request_id)
 

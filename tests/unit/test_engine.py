@@ -545,3 +545,55 @@ def test_characters_the_model_cannot_encode_reach_it_as_homophones_with_a_warnin
     assert any("囧" in w and "窘" in w for w in result.warnings)
     assert any("[laugh]" in w for w in result.warnings)
     assert result.segments[0].text == "今天真囧。"  # subtitles show what the user wrote
+
+
+def test_emotion_control_is_refused_by_a_family_without_it_and_reaches_rows_of_one_with_it():
+    from tts_app.request import EmotionControl
+
+    plain = Engine(FakeAdapter(), EngineConfig(wait_window_ms=0))
+    request = SynthesisRequest(text="Hello.", reference_audio=REF,
+                               emotion=EmotionControl(vector=(0.5, 0, 0, 0, 0, 0, 0, 0)))
+    result = plain.submit(request).result(timeout=5)
+    assert result.status is RequestStatus.FAILED and "emotion control" in result.error
+    assert "IndexTTS 2" in result.error and "remove the emotion settings" in result.error
+    plain.shutdown()
+
+    seen = []
+
+    def record(rows):
+        seen.extend(r.emotion for r in rows)
+        return None
+
+    no_text_model = fake_facts(supports_emotion=True, supports_emotion_text=False)
+    engine = Engine(FakeAdapter(no_text_model, raise_if=record), EngineConfig(wait_window_ms=0))
+    from_text = engine.submit(SynthesisRequest(text="Hello.", reference_audio=REF,
+                                               emotion=EmotionControl(from_text=True))).result(timeout=5)
+    assert from_text.status is RequestStatus.FAILED and "emotion model" in from_text.error
+    wrong_rate = ReferenceAudio(samples=np.zeros(8000, np.float32), sampling_rate=8000)
+    bad_clip = engine.submit(SynthesisRequest(text="Hello.", reference_audio=REF,
+                                              emotion=EmotionControl(reference_audio=wrong_rate))).result(timeout=5)
+    assert bad_clip.status is RequestStatus.FAILED and "emotion reference audio is at 8000 Hz" in bad_clip.error
+    clip = ReferenceAudio(samples=np.full(16000, 0.1, np.float32), sampling_rate=16000)
+    [ok] = run_all(engine, [SynthesisRequest(text="First sentence here. Second one.", reference_audio=REF,
+                                             params=SynthesisParams(max_segment_chars=20),
+                                             emotion=EmotionControl(reference_audio=clip, weight=0.4))])
+    engine.shutdown()
+    assert ok.ok and len(seen) == len(ok.segments) >= 2
+    assert all(e.weight == 0.4 and e.text is None and np.array_equal(e.reference_audio, clip.samples) for e in seen)
+
+
+def test_emotion_from_text_reads_the_whole_request_text_unless_given_its_own():
+    from tts_app.request import EmotionControl
+
+    seen = []
+    facts = fake_facts(supports_emotion=True, supports_emotion_text=True)
+    engine = Engine(FakeAdapter(facts, raise_if=lambda rows: seen.extend(r.emotion for r in rows)),
+                    EngineConfig(wait_window_ms=0))
+    text = "I am so happy today. Nothing can go wrong."
+    run_all(engine, [SynthesisRequest(text=text, reference_audio=REF, params=SynthesisParams(max_segment_chars=24),
+                                      emotion=EmotionControl(from_text=True)),
+                     SynthesisRequest(text="Fine.", reference_audio=REF,
+                                      emotion=EmotionControl(from_text=True, text="angry words"))])
+    engine.shutdown()
+    assert sorted({e.text for e in seen}) == sorted({text, "angry words"})
+    assert len(seen) >= 3  # the long request's segments all carry its whole text

@@ -6,6 +6,8 @@
 repo, unknown id, offline without a cached copy, an original-format release (with the converted repo to use), a
 folder that is not a checkpoint, an unsupported architecture. Adapter modules are imported lazily so importing this
 package stays cheap.
+Checkpoints that are not transformers folders (IndexTTS-2: ``config.yaml`` + ``gpt.pth`` + ``s2mel.pth``) are
+recognised by their files (``LAYOUT_MARKERS``).
 """
 
 from __future__ import annotations
@@ -22,11 +24,18 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dia": ("tts_app.adapters.dia", "DiaAdapter", ("dia",)),
     "csm": ("tts_app.adapters.csm", "CsmAdapter", ("csm",)),
     "higgs": ("tts_app.adapters.higgs", "HiggsAudioAdapter", ("higgs_audio_v2",)),
+    "indextts2": ("tts_app.adapters.indextts2", "IndexTTS2Adapter", ()),
+}
+
+# Families whose checkpoints are not transformers folders: family -> (files a checkpoint folder holds, top-level keys
+# of its config.yaml). IndexTTS-2: the layout of IndexTeam/IndexTTS-2.
+LAYOUT_MARKERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "indextts2": (("config.yaml", "gpt.pth", "s2mel.pth"), ("gpt", "s2mel", "semantic_codec")),
 }
 
 
 def adapter_class(family: str):
-    """Return the adapter class for ``family`` ("vibevoice", "dia", "csm", "higgs").
+    """Return the adapter class for ``family`` ("vibevoice", "dia", "csm", "higgs", "indextts2").
 
     Raises:
         ModelLoadError: unknown family.
@@ -72,6 +81,9 @@ def family_of(id_or_path: str | Path) -> str:
                              f"folder or a hub id such as {EXAMPLE_ID}")
     local = Path(id_or_path).exists()
     if local and not (Path(id_or_path) / "config.json").is_file():
+        family = _layout_family(Path(id_or_path))
+        if family is not None:
+            return family
         raise ModelLoadError(f"{id_or_path!r} is a folder without config.json; it is not a model checkpoint. "
                              f"Point --model at a checkpoint folder or a hub id; {TINY_HINT}.")
     if not local:  # a known original-format id: say so before any download (also offline)
@@ -81,9 +93,15 @@ def family_of(id_or_path: str | Path) -> str:
     try:
         config, _ = PretrainedConfig.get_config_dict(id_or_path)
     except Exception as exc:  # transformers wraps hub errors in OSError; a bad local file raises others
+        family = None if local else _hub_layout_family(id_or_path)
+        if family is not None:
+            return family
         message = None if local else hub_error_message(id_or_path, exc)
         raise ModelLoadError(message or f"cannot read the config of {id_or_path!r}: {exc}") from exc
     if not config.get("model_type"):  # transformers gives {} for a hub repo without config.json
+        family = None if local else _hub_layout_family(id_or_path)
+        if family is not None:
+            return family
         raise ModelLoadError(missing_config_message(id_or_path) if not local else
                              f"{id_or_path!r}: config.json has no model_type, so it is not a transformers checkpoint")
     message = _original_format_message(id_or_path, config)
@@ -95,8 +113,41 @@ def family_of(id_or_path: str | Path) -> str:
             return family
     raise ModelLoadError(
         f"{id_or_path!r} is a {model_type!r} checkpoint; supported: VibeVoice, Dia, CSM, Higgs Audio v2 "
-        f"(transformers format, e.g. {EXAMPLE_ID})"
+        f"(transformers format, e.g. {EXAMPLE_ID}) and IndexTTS 2 (an IndexTeam/IndexTTS-2 folder)"
     )
+
+
+def _yaml_keys(path: Path) -> set[str]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return set()
+    return set(data) if isinstance(data, dict) else set()
+
+
+def _layout_family(folder: Path) -> str | None:
+    """The family whose ``LAYOUT_MARKERS`` a local folder matches, or None."""
+    for family, (files, keys) in LAYOUT_MARKERS.items():
+        if all((folder / f).is_file() for f in files) and set(keys) <= _yaml_keys(folder / files[0]):
+            return family
+    return None
+
+
+def _hub_layout_family(repo_id: str) -> str | None:
+    """The family of a hub repository without config.json whose marker config (e.g. IndexTTS-2's config.yaml) is in
+    the cache or downloadable; None when there is none or the hub cannot be reached."""
+    from huggingface_hub import hf_hub_download
+
+    for family, (files, keys) in LAYOUT_MARKERS.items():
+        try:
+            path = Path(hf_hub_download(repo_id, files[0]))
+        except Exception:  # noqa: BLE001 - hub errors (offline miss, no such repo or file) all mean "not this one"
+            continue
+        if set(keys) <= _yaml_keys(path):
+            return family
+    return None
 
 
 def resolve_device(device: str) -> str:

@@ -132,7 +132,7 @@ class ModelFacts:
     """Per-family facts the engine needs (memory estimation, scheduling, front end).
 
     Attributes:
-        family: "vibevoice" | "dia" | "csm" | "higgs".
+        family: "vibevoice" | "dia" | "csm" | "higgs" | "indextts2".
         sampling_rate: Hz of the output audio and of the reference audio the adapter expects.
         num_layers: decoder layers that keep a KV cache (sum over all stacks that keep one, e.g. backbone + depth
             decoder are counted by ``kv_positions_per_step`` instead when they do not persist).
@@ -158,6 +158,10 @@ class ModelFacts:
             ``"(laughs)"`` for Dia). The front end passes a tag of the user's text through, in this syntax, when its
             name (the letters between the brackets, case-insensitive) matches one of these, and strips it with a
             warning otherwise. Empty: the model knows no tags.
+        supports_emotion: the model takes ``EmotionControl`` (emotion reference clip, emotion vector); requests
+            with emotion control are refused by families without it.
+        supports_emotion_text: the checkpoint also has an emotion model that reads the emotion from text
+            (``EmotionControl.from_text``).
     """
 
     family: str
@@ -178,6 +182,8 @@ class ModelFacts:
     kv_cache_exact: bool = True
     needs_reference_text: bool = False
     control_tags: tuple[str, ...] = ()
+    supports_emotion: bool = False
+    supports_emotion_text: bool = False
 
     @property
     def default_max_new_tokens(self) -> int:
@@ -202,6 +208,24 @@ class ModelFacts:
 
 
 @dataclass(frozen=True)
+class RowEmotion:
+    """A row's emotion control, as adapters take it (made by the engine from ``SynthesisRequest.emotion``, an
+    ``EmotionControl``, which has checked that exactly one source is given).
+
+    Attributes:
+        reference_audio: the emotion clip, float32 ``(num_samples,)`` at ``ModelFacts.sampling_rate``, or None.
+        vector: one weight in [0, 1] per name of ``tts_app.request.EMOTION_NAMES``, or None.
+        weight: strength in [0, 1] (IndexTTS 2's ``emo_alpha``).
+        text: the text to read the emotion from (emotion from text), or None.
+    """
+
+    reference_audio: np.ndarray | None = None
+    vector: tuple[float, ...] | None = None
+    weight: float = 1.0
+    text: str | None = None
+
+
+@dataclass(frozen=True)
 class AdapterRow:
     """One row of a batch.
 
@@ -211,12 +235,14 @@ class AdapterRow:
         reference_text: transcript of the reference audio, or None.
         seed: this row's seed. Every random draw for the row (sampling, diffusion noise) comes from a generator seeded
             with it, so the row's audio does not depend on its batch-mates.
+        emotion: the request's emotion control (only for ``ModelFacts.supports_emotion`` families), or None.
     """
 
     text: str
     reference_audio: np.ndarray | None
     reference_text: str | None
     seed: int = 0
+    emotion: RowEmotion | None = None
 
 
 def count_parameters(*modules) -> int:

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tts_app.adapters.base import AdapterRow, ModelFacts, TTSAdapter
+from tts_app.adapters.base import AdapterRow, ModelFacts, RowEmotion, TTSAdapter
 from tts_app.audio.post import join_segments
 from tts_app.config import MIN_MAX_SEGMENT_CHARS, EngineConfig
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
@@ -448,6 +448,7 @@ class Engine:
                     f"reference audio is at {ref.sampling_rate} Hz but the model needs {self.sampling_rate} Hz; "
                     "clean it with tts_app.audio.reference.prepare_reference(path, "
                     f"target_sampling_rate={self.sampling_rate})")
+            self._check_emotion(request)
         except TTSAppError as exc:
             handle.future.set_result(self._failed_result(request, str(exc)))
             with self._cv:
@@ -498,6 +499,48 @@ class Engine:
             except Exception:  # noqa: BLE001 - a caller's callback must not break submission
                 logger.exception("progress callback of request %s raised", request.request_id)
         return handle
+
+    def _check_emotion(self, request: SynthesisRequest) -> None:
+        """Refuse emotion control the loaded family does not have (``ModelFacts.supports_emotion`` /
+        ``supports_emotion_text``), and an emotion clip at the wrong sampling rate.
+
+        Raises:
+            InputError: emotion control on a family without it, or emotion from text without an emotion model.
+            ReferenceAudioError: the emotion clip is not at ``engine.sampling_rate``.
+        """
+        emotion = request.emotion
+        if emotion is None:
+            return
+        facts = self.facts
+        name = getattr(self.adapter, "display_name", facts.family)
+        if not facts.supports_emotion:
+            raise InputError(f"emotion control (emotion clip, emotion vector, emotion from text) needs a model that "
+                             f"has it, such as IndexTTS 2; the loaded model ({name}) has none: remove the emotion "
+                             "settings")
+        if emotion.from_text and not facts.supports_emotion_text:
+            raise InputError(f"this {name} checkpoint has no emotion model to read the emotion from text; give an "
+                             "emotion vector or an emotion clip instead")
+        clip = emotion.reference_audio
+        if clip is not None and int(clip.sampling_rate) != self.sampling_rate:
+            raise ReferenceAudioError(
+                f"emotion reference audio is at {clip.sampling_rate} Hz but the model needs {self.sampling_rate} Hz; "
+                f"clean it with tts_app.audio.reference.prepare_reference(path, "
+                f"target_sampling_rate={self.sampling_rate})")
+
+    @staticmethod
+    def _row_emotion(request: SynthesisRequest) -> RowEmotion | None:
+        """The request's emotion control as adapters take it: the clip as samples, and for emotion from text the
+        request's whole text when it gave no text of its own (IndexTTS 2's ``infer`` reads the emotion of the whole
+        input, not of each segment)."""
+        emotion = request.emotion
+        if emotion is None:
+            return None
+        clip = emotion.reference_audio
+        text = None
+        if emotion.from_text:
+            text = emotion.text if emotion.text is not None else request.text
+        return RowEmotion(reference_audio=None if clip is None else clip.samples, vector=emotion.vector,
+                          weight=emotion.weight, text=text)
 
     def _failed_result(self, request: SynthesisRequest, error: str, warnings: list[str] | None = None,
                        status: RequestStatus = RequestStatus.FAILED) -> SynthesisResult:
@@ -644,7 +687,8 @@ class Engine:
         for work, state in zip(batch, states):
             ref = state.request.reference_audio
             rows.append(AdapterRow(text=work.text, reference_audio=None if ref is None else ref.samples,
-                                   reference_text=state.request.reference_text, seed=work.seed))
+                                   reference_text=state.request.reference_text, seed=work.seed,
+                                   emotion=self._row_emotion(state.request)))
         params = states[0].params.with_seed(batch[0].seed)  # knobs equal across the batch (batch_key)
         inputs = self.adapter.preprocess(rows, params)
         t0 = time.perf_counter()

@@ -1,0 +1,415 @@
+"""IndexTTS 2 adapter on a tiny random checkpoint in the real IndexTTS-2 layout (config.yaml, gpt.pth, s2mel.pth,
+bpe.model, ..., auxiliary models in a hub cache), loaded with the package's own loaders (indextts2-inference) and
+compared with the package's own ``IndexTTS2.infer``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("indextts")
+
+from tests.adapter_helpers import REPO_ROOT, load_reference, run_batch, run_make_tiny_model  # noqa: E402
+from tts_app.adapters.base import AdapterRow, RowEmotion  # noqa: E402
+from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError  # noqa: E402
+from tts_app.request import SynthesisParams  # noqa: E402
+
+CODES = 40  # decode-step cap per test: the tiny model's rows stop by themselves after ~10-35 codes
+GREEDY = SynthesisParams(greedy=True, max_new_tokens=CODES)
+SAMPLES_PER_CODE = int(256 * 1.72)  # hop 256 x 1.72 mel frames per code, rounded down per row (a few samples)
+
+
+@pytest.fixture(scope="module")
+def tiny_idx(tiny_checkpoint) -> Path:
+    return tiny_checkpoint("indextts2")
+
+
+@pytest.fixture(scope="module")
+def adapter(tiny_adapter):
+    return tiny_adapter("indextts2")
+
+
+@pytest.fixture(scope="module")
+def clip(adapter):
+    """``clip(name, seconds)`` -> float32 waveform at the adapter's 22.05 kHz."""
+    return lambda name, seconds: load_reference(name, adapter.facts.sampling_rate, seconds)[0]
+
+
+@pytest.fixture(scope="module")
+def three_rows(clip):
+    """Different texts (lengths, languages) and a different reference clip (and length) per row."""
+    return [AdapterRow("你好，世界。今天天气很好。", clip("zh_female_1.wav", 1.3), None, seed=1),
+            AdapterRow("Hello there, how are you?", clip("en_male_1.wav", 1.1), None, seed=2),
+            AdapterRow("短句。", clip("en_female_1.wav", 0.9), None, seed=3)]
+
+
+def run(adapter, rows, params, mutate=None):
+    _, outputs, audio = run_batch(adapter, rows, params, mutate)
+    return outputs, audio
+
+
+def rows_equal(batch, batch_audio, singles) -> list[bool]:
+    """Per row: same codes and (to a tight tolerance) the same audio as the row run alone."""
+    equal = []
+    for i, (out, audio) in enumerate(singles):
+        n = out.codes.shape[1]
+        same_codes = torch.equal(batch.codes[i, :n], out.codes[0]) and batch.code_lengths[i] == out.code_lengths[0]
+        same_audio = batch_audio[i].shape == audio[0].shape and np.allclose(batch_audio[i], audio[0], atol=1e-4)
+        equal.append(same_codes and same_audio)
+    return equal
+
+
+def _tree_hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha1(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ------------------------------------------------------------------------------------------------ checkpoint, loading
+
+
+def test_make_tiny_model_cli_writes_the_real_layout_byte_for_byte(tmp_path, tiny_idx):
+    out = tmp_path / "tiny-indextts2"
+    proc = run_make_tiny_model("indextts2", out)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("config.yaml", "gpt.pth", "s2mel.pth", "bpe.model", "wav2vec2bert_stats.pt", "feat1.pt", "feat2.pt",
+                 "qwen0.6bemo4-merge/config.json", "qwen0.6bemo4-merge/tokenizer.json"):
+        assert (out / name).is_file(), name
+    for repo in ("facebook--w2v-bert-2.0", "amphion--MaskGCT", "funasr--campplus",
+                 "nvidia--bigvgan_v2_22khz_80band_256x"):
+        assert (out / "hf_cache" / f"models--{repo}" / "refs" / "main").is_file(), repo
+    # same (default) seed as the session's checkpoint -> the same files
+    assert _tree_hashes(out) == _tree_hashes(tiny_idx)
+
+
+def test_tiny_config_has_the_keys_of_the_real_config_yaml(tiny_idx):
+    from omegaconf import OmegaConf
+
+    from tts_app.adapters.indextts2 import INDEXTTS2_CONFIG
+
+    def keys(d, prefix=""):
+        return {prefix + k for k in d} | {x for k, v in d.items() if isinstance(v, dict) for x in keys(v, prefix + k + ".")}
+
+    tiny = OmegaConf.to_container(OmegaConf.load(tiny_idx / "config.yaml"))
+    assert keys(tiny) == keys(INDEXTTS2_CONFIG)
+    assert tiny["gpt"]["model_dim"] == INDEXTTS2_CONFIG["gpt"]["model_dim"] == 1280  # hard-coded by s2mel's gpt_layer
+
+
+def test_loading_uses_the_hub_calls_of_the_package_on_the_checkpoints_hub_cache(monkeypatch, tiny_idx):
+    import huggingface_hub
+    import transformers
+    from indextts.s2mel.modules.bigvgan import bigvgan
+
+    from tests.adapter_helpers import spy_from_pretrained
+    from tts_app.adapters.indextts2 import IndexTTS2Adapter
+
+    seen = spy_from_pretrained(monkeypatch, transformers.Wav2Vec2BertModel, transformers.SeamlessM4TFeatureExtractor,
+                               bigvgan.BigVGAN)
+    downloads = []
+    real_download = huggingface_hub.hf_hub_download
+
+    def spy_download(repo_id, filename, **kwargs):
+        downloads.append((repo_id, filename, kwargs.get("cache_dir")))
+        return real_download(repo_id, filename=filename, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", spy_download)
+    loaded = IndexTTS2Adapter.from_pretrained(tiny_idx, dtype="bfloat16")
+    assert ("Wav2Vec2BertModel", "facebook/w2v-bert-2.0") in seen
+    assert ("SeamlessM4TFeatureExtractor", "facebook/w2v-bert-2.0") in seen
+    assert ("BigVGAN", "nvidia/bigvgan_v2_22khz_80band_256x") in seen
+    hub_cache = str(tiny_idx / "hf_cache")
+    assert ("amphion/MaskGCT", "semantic_codec/model.safetensors", hub_cache) in downloads
+    assert ("funasr/campplus", "campplus_cn_common.bin", hub_cache) in downloads
+    assert next(loaded.model.gpt.parameters()).dtype == torch.bfloat16 and loaded.facts.dtype_bytes == 2
+    assert next(loaded.model.s2mel.parameters()).dtype == torch.float32  # s2mel stays float32, as upstream
+
+
+def test_auxiliaries_in_sub_folders_need_no_hub_cache(tmp_path, tiny_idx, adapter, three_rows):
+    """The other offline layout: each auxiliary model in a sub-folder named like its repository."""
+    from tts_app.adapters.indextts2 import IndexTTS2Adapter
+
+    folder = tmp_path / "IndexTTS-2"
+    folder.mkdir()
+    for item in tiny_idx.iterdir():
+        if item.name != "hf_cache":
+            (folder / item.name).symlink_to(item)
+    for snapshot in (tiny_idx / "hf_cache").glob("models--*/snapshots/*"):
+        (folder / snapshot.parts[-3].split("--")[-1]).symlink_to(snapshot)
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == [
+        "MaskGCT", "bigvgan_v2_22khz_80band_256x", "campplus", "qwen0.6bemo4-merge", "w2v-bert-2.0"]
+    loaded = IndexTTS2Adapter.from_pretrained(folder)
+    row = three_rows[2]
+    (mine,), (theirs,) = loaded.synthesize([row], GREEDY), adapter.synthesize([row], GREEDY)
+    assert mine.size > 0 and np.array_equal(mine, theirs)
+
+
+def test_missing_auxiliary_model_names_the_download_command(tmp_path, tiny_idx):
+    from tts_app.adapters.indextts2 import IndexTTS2Adapter
+
+    folder = tmp_path / "no-aux"
+    folder.mkdir()
+    for item in tiny_idx.iterdir():
+        if item.name != "hf_cache":
+            (folder / item.name).symlink_to(item)
+    with pytest.raises(ModelLoadError, match=r"facebook/w2v-bert-2.0.*huggingface-cli download facebook/w2v-bert-2.0"):
+        IndexTTS2Adapter.from_pretrained(folder)
+
+
+def test_load_failures_are_model_load_errors(tmp_path, tiny_idx):
+    from tts_app.adapters import family_of
+    from tts_app.adapters.indextts2 import IndexTTS2Adapter
+
+    with pytest.raises(ModelLoadError, match="--model"):
+        IndexTTS2Adapter.from_pretrained("IndexTeam/not-a-cached-indextts")
+    with pytest.raises(ModelLoadError, match="no config.yaml"):
+        IndexTTS2Adapter.from_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="float64"):
+        IndexTTS2Adapter.from_pretrained(tiny_idx, dtype="float64")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.yaml").write_text((tiny_idx / "config.yaml").read_text())
+    (broken / "gpt.pth").write_bytes(b"not a checkpoint")
+    with pytest.raises(ModelLoadError, match="cannot load IndexTTS 2 checkpoint"):
+        IndexTTS2Adapter.from_pretrained(broken)
+    assert family_of(tiny_idx) == "indextts2"
+
+
+def test_facts_come_from_config_yaml(adapter, three_rows):
+    facts = adapter.facts
+    gpt = adapter.processor.config.gpt
+    assert (facts.num_layers, facts.num_kv_heads, facts.head_dim) == (gpt.layers, gpt.heads, 1280 // gpt.heads)
+    assert facts.sampling_rate == 22050 and facts.frames_per_second == pytest.approx(22050 / 256 / 1.72)
+    assert facts.default_max_new_tokens == min(1500, gpt.max_mel_tokens)  # upstream default, capped by the model
+    assert facts.supports_pinyin and facts.supports_emotion and facts.supports_emotion_text
+    assert not facts.needs_reference_text and not facts.has_cfg and facts.cfg_multiplier == 1
+    assert facts.num_parameters == sum({id(p): p.numel() for p in adapter.model.parameters()}.values())
+
+
+def test_kv_estimate_covers_the_cache_the_decode_loop_really_holds(adapter, three_rows):
+    inputs = adapter.preprocess(three_rows, GREEDY)
+    from tts_app.adapters.indextts2 import _CodeSelector
+
+    selector = _CodeSelector(GREEDY, inputs.seeds, adapter.repetition_penalty)
+    with torch.no_grad():
+        state = adapter.prefill(inputs, use_cache=True)
+        for _ in range(5):
+            adapter.decode_one_token(state, selector, use_cache=True)
+    held = sum(t.numel() * t.element_size() for layer in state.cache.layers for t in (layer.keys, layer.values))
+    positions = state.mask.shape[1]  # every row holds the longest row's positions (left padding)
+    assert held == adapter.facts.kv_bytes_per_position * positions * len(three_rows)
+    for i, row in enumerate(three_rows):
+        real = int(inputs.prefix_mask[i].sum()) + 1 + 5  # prefix + <start_mel> + 5 codes fed
+        estimate = adapter.estimate_positions(len(row.text), len(row.reference_audio) / 22050, 0, 5)
+        assert real <= estimate <= 1.25 * real, (real, estimate)  # covers it, without a wild margin
+
+
+# ------------------------------------------------------------------------------------------------ batching
+
+
+def test_synthesis_with_a_real_speech_reference(adapter, clip):
+    row = AdapterRow("今天天气很好，我们一起去公园散步。", clip("zh_male_1.wav", 1.5), None, seed=4)
+    outputs, (audio,) = run(adapter, [row], SynthesisParams(seed=4, max_new_tokens=CODES))
+    assert audio.dtype == np.float32 and audio.ndim == 1 and np.isfinite(audio).all() and np.abs(audio).max() > 0
+    n = outputs.code_lengths[0]
+    assert 0 < n <= CODES and abs(audio.size - n * 1.72 * 256) <= 256
+
+
+def test_greedy_batch_equals_rows_one_by_one(adapter, three_rows):
+    singles = [run(adapter, [row], GREEDY) for row in three_rows]
+    batch, audio = run(adapter, three_rows, GREEDY)
+    assert rows_equal(batch, audio, singles) == [True, True, True]
+    # the rows really differ, and stop at different codes, so the comparison is not trivially true
+    assert len(set(batch.code_lengths)) == 3 and not any(batch.hit_max_new_tokens)
+    for i, n in enumerate(batch.code_lengths):
+        assert abs(audio[i].size - n * 1.72 * 256) <= 256
+        assert bool((batch.codes[i, n:] == adapter.model.gpt.stop_mel_token).all())
+
+
+def test_without_the_left_padding_mask_rows_would_leak(adapter, three_rows):
+    """The batch test can fail: attending to the left padding changes the shorter rows' codes."""
+    singles = [run(adapter, [row], GREEDY) for row in three_rows]
+
+    def drop_mask(inputs):
+        inputs.prefix_mask = torch.ones_like(inputs.prefix_mask)
+
+    batch, audio = run(adapter, three_rows, GREEDY, mutate=drop_mask)
+    equal = rows_equal(batch, audio, singles)
+    longest = int(np.argmax([int(m.sum()) for m in adapter.preprocess(three_rows, GREEDY).prefix_mask]))
+    assert equal[longest]  # the longest row has no padding
+    assert not all(equal)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_kv_cache_off_gives_the_same_codes_and_audio(adapter, three_rows, batch_size):
+    rows = three_rows[:batch_size]
+    on, audio_on = run(adapter, rows, GREEDY)
+    off, audio_off = run(adapter, rows, SynthesisParams(greedy=True, max_new_tokens=CODES, use_cache=False))
+    assert torch.equal(on.codes, off.codes)
+    for a, b in zip(audio_on, audio_off):
+        assert a.shape == b.shape and np.allclose(a, b, atol=1e-4)
+
+
+def test_sampling_is_seeded_per_row(adapter, three_rows):
+    params = SynthesisParams(max_new_tokens=CODES, temperature=1.0, top_k=20)
+    batch, batch_audio = run(adapter, three_rows, params)
+    alone, alone_audio = run(adapter, [three_rows[1]], params)
+    n = alone.codes.shape[1]
+    assert torch.equal(batch.codes[1, :n], alone.codes[0])  # a row's draws do not depend on its batch-mates
+    assert np.allclose(batch_audio[1], alone_audio[0], atol=1e-4)  # flow-matching noise too
+    reseeded = AdapterRow(**{**three_rows[1].__dict__, "seed": 99})
+    other, _ = run(adapter, [reseeded], params)
+    assert not torch.equal(other.codes[0, :5], alone.codes[0, :5])
+
+
+def test_a_row_that_hits_the_cap_is_flagged_and_keeps_its_codes(adapter, three_rows):
+    free, _ = run(adapter, three_rows, GREEDY)
+    cap = max(1, min(free.code_lengths) // 2)
+    capped, audio = run(adapter, three_rows, SynthesisParams(greedy=True, max_new_tokens=cap))
+    assert capped.code_lengths == [cap] * 3 and capped.hit_max_new_tokens == [True] * 3
+    assert torch.equal(capped.codes, free.codes[:, :cap])  # the cap cuts; it does not change what came before
+    assert all(abs(a.size - cap * 1.72 * 256) <= 256 for a in audio)
+
+
+def test_bad_rows_raise_project_errors(adapter, clip):
+    wave = clip("en_female_1.wav", 1.0)
+    with pytest.raises(ReferenceAudioError, match="row 0: IndexTTS 2 clones a voice"):
+        adapter.preprocess([AdapterRow("Hello.", None, None)], GREEDY)
+    with pytest.raises(InputError, match="row 0: text is empty"):
+        adapter.preprocess([AdapterRow("  ", wave, None)], GREEDY)
+    with pytest.raises(ReferenceAudioError, match="row 1"):
+        adapter.preprocess([AdapterRow("ok", wave, None), AdapterRow("ok", np.stack([wave, wave]), None)], GREEDY)
+    with pytest.raises(ReferenceAudioError, match="NaN"):
+        adapter.preprocess([AdapterRow("ok", np.full(2205, np.nan, dtype=np.float32), None)], GREEDY)
+    with pytest.raises(InputError, match="at most 600"):
+        adapter.preprocess([AdapterRow("好" * 700, wave, None)], GREEDY)
+    inputs = adapter.preprocess([AdapterRow("ok", wave, None)], GREEDY)
+    with pytest.raises(InputError, match="max_new_tokens=500 exceeds the 120 codes"):
+        adapter.generate(inputs, SynthesisParams(greedy=True, max_new_tokens=500))
+
+
+def test_conditioning_is_computed_once_per_reference_clip(adapter, clip):
+    wave = clip("zh_female_2.wav", 1.0)
+    before = adapter.num_conditioning_computed
+    rows = [AdapterRow("第一句。", wave, None), AdapterRow("第二句。", wave.copy(), None)]
+    adapter.preprocess(rows, GREEDY)
+    adapter.preprocess(rows[:1], GREEDY)
+    assert adapter.num_conditioning_computed - before == 2  # one clip: speaker conditioning + its emotion features
+
+
+# ------------------------------------------------------------------------------------------------ text, pinyin
+
+
+def test_pinyin_override_reaches_the_model_as_its_pinyin_token(adapter):
+    from tts_app.frontend import prepare_text
+
+    tokenizer = adapter.processor.tokenizer
+    [segment] = prepare_text("重(zhòng)要。", supports_pinyin=adapter.facts.supports_pinyin).segments
+    assert "{zhong4}" in segment.text
+    pieces = tokenizer.convert_ids_to_tokens(adapter._text_ids(segment.text))
+    assert "ZHONG4" in [p.lstrip("▁") for p in pieces]
+    assert "重" not in "".join(pieces)  # the character itself is replaced, not read by the model's own guess
+    assert "JV4" in [p.lstrip("▁") for p in tokenizer.convert_ids_to_tokens(adapter._text_ids("{ju4}子"))]
+    assert tokenizer.unk_token_id not in adapter._text_ids("重要的事情说三遍！Hello, WORLD.")
+
+
+# ------------------------------------------------------------------------------------------------ emotion
+
+
+def test_emotion_vector_reaches_the_conditioning_and_the_codes(adapter, three_rows):
+    row = three_rows[0]
+    plain = adapter.preprocess([row], GREEDY)
+    happy = AdapterRow(**{**row.__dict__, "emotion": RowEmotion(vector=(0.9, 0, 0, 0, 0, 0, 0, 0))})
+    emotional = adapter.preprocess([happy], GREEDY)
+    assert not torch.allclose(emotional.emovecs[0], plain.emovecs[0])
+    # the emotion vector is part of the speaker latents the GPT reads
+    assert not torch.allclose(emotional.prefix_embeds[:, :32], plain.prefix_embeds[:, :32])
+    assert torch.equal(emotional.prefix_embeds[:, 34:], plain.prefix_embeds[:, 34:])  # the text part is not
+    assert not torch.equal(adapter.generate(emotional, GREEDY).codes[0, :12], adapter.generate(plain, GREEDY).codes[0, :12])
+    # weight 0 is no emotion at all
+    none = AdapterRow(**{**row.__dict__, "emotion": RowEmotion(vector=(0.9, 0, 0, 0, 0, 0, 0, 0), weight=0.0)})
+    assert torch.allclose(adapter.preprocess([none], GREEDY).emovecs[0], plain.emovecs[0])
+
+
+def test_emotion_reference_clip_changes_the_conditioning_by_its_weight(adapter, three_rows, clip):
+    row = three_rows[0]
+    emo_clip = clip("en_male_1.wav", 1.0)
+    plain = adapter.preprocess([row], GREEDY).emovecs[0]
+    spk = adapter.speaker_conditioning(row.reference_audio).spk_cond_emb
+    with torch.no_grad():  # the voice clip's own emotion vector (UnifiedVoice.get_emovec), where weight 0 would be
+        voice = adapter.model.gpt.get_emovec(spk, torch.tensor([spk.shape[-1]]))
+    half = adapter.preprocess([AdapterRow(**{**row.__dict__, "emotion": RowEmotion(
+        reference_audio=emo_clip, weight=0.5)})], GREEDY).emovecs[0]
+    full = adapter.preprocess([AdapterRow(**{**row.__dict__, "emotion": RowEmotion(
+        reference_audio=emo_clip, weight=1.0)})], GREEDY).emovecs[0]
+    assert not torch.allclose(half, plain) and not torch.allclose(full, half)
+    # emo_alpha blends linearly from the voice clip's emotion to the emotion clip's (UnifiedVoice.merge_emovec)
+    assert torch.allclose(half, (voice + full) / 2, atol=1e-5)
+
+
+def test_emotion_from_text_asks_the_checkpoints_emotion_model(monkeypatch, adapter, three_rows):
+    row = three_rows[0]
+    # the tiny Qwen model answers (random text, so the package's parser falls back to "calm")
+    vector = adapter._emotion_from_text("我今天非常高兴！")
+    assert len(vector) == 8 and all(0.0 <= v <= 1.2 for v in vector)
+    asked = []
+
+    class FakeQwen:
+        def inference(self, text):
+            asked.append(text)
+            return {"happy": 0.0, "angry": 0.7, "sad": 0.0, "afraid": 0.0, "disgusted": 0.0, "melancholic": 0.0,
+                    "surprised": 0.0, "calm": 0.0}
+
+    monkeypatch.setattr(adapter, "_load_qwen_emotion", lambda: FakeQwen())
+    from_text = AdapterRow(**{**row.__dict__, "emotion": RowEmotion(text="气死我了！")})
+    explicit = AdapterRow(**{**row.__dict__, "emotion": RowEmotion(vector=(0, 0.7, 0, 0, 0, 0, 0, 0))})
+    got = adapter.preprocess([from_text], GREEDY).emovecs[0]
+    assert asked == ["气死我了！"]
+    assert torch.equal(got, adapter.preprocess([explicit], GREEDY).emovecs[0])
+
+
+# ------------------------------------------------------------------------------------------------ upstream
+
+
+@pytest.mark.slow
+def test_greedy_output_equals_the_packages_own_infer(tmp_path, tiny_idx, adapter, clip):
+    """adapter batch of 1 == ``IndexTTS2.infer(top_k=1, num_beams=1)`` of indextts2-inference on the same tiny
+    checkpoint, its hub cache pointed at the tiny auxiliaries offline (tests/indextts2_upstream.py): same codes,
+    same audio; plain, with an emotion vector, and with an emotion reference clip."""
+    import soundfile as sf
+    from indextts.infer_v2 import IndexTTS2
+
+    voice, emotion_clip = clip("zh_female_1.wav", 1.6), clip("en_male_1.wav", 1.2)
+    sf.write(tmp_path / "voice.wav", voice, 22050, subtype="FLOAT")
+    sf.write(tmp_path / "emotion.wav", emotion_clip, 22050, subtype="FLOAT")
+    vector = (0.6, 0.0, 0.3, 0.0, 0.0, 0.0, 0.0, 0.0)
+    text_zh, text_en = "你好，世界。今天天气很好。", "Hello there, how are you?"
+    cases = [
+        (dict(text=text_zh, seed=5), None),
+        (dict(text=text_zh, seed=6, emo_vector=IndexTTS2.normalize_emo_vec(None, list(vector)), emo_alpha=0.8),
+         RowEmotion(vector=vector, weight=0.8)),
+        (dict(text=text_en, seed=7, emo_audio_prompt=str(tmp_path / "emotion.wav"), emo_alpha=0.6),
+         RowEmotion(reference_audio=emotion_clip, weight=0.6)),
+    ]
+    spec = [dict(reference=str(tmp_path / "voice.wav"), max_mel_tokens=CODES, **case) for case, _ in cases]
+    (tmp_path / "cases.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    env = dict(os.environ, HF_HUB_CACHE=str(tiny_idx / "hf_cache"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run([sys.executable, "-m", "tests.indextts2_upstream", str(tiny_idx),
+                           str(tmp_path / "cases.json"), str(tmp_path / "upstream.npz")],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    upstream = np.load(tmp_path / "upstream.npz")
+    for i, (case, emotion) in enumerate(cases):
+        row = AdapterRow(case["text"], voice, None, seed=case["seed"], emotion=emotion)
+        outputs, (audio,) = run(adapter, [row], GREEDY)
+        want_codes = upstream[f"codes_{i}"]
+        assert outputs.codes.numpy().tolist() == want_codes.tolist(), f"case {i}"
+        want_audio = upstream[f"audio_{i}"]
+        assert audio.shape == want_audio.shape and np.allclose(audio, want_audio, atol=1e-5), f"case {i}"

@@ -1,0 +1,1254 @@
+"""IndexTTS 2 (bilibili, ``IndexTeam/IndexTTS-2``) through the model modules of its own package,
+``indextts2-inference`` (module ``indextts``; install: ``python3 -m pip install --no-deps -r
+requirements-indextts2.txt``).
+
+How IndexTTS 2 speaks (arXiv 2506.21619; the package's ``indextts/infer_v2.py``, ``IndexTTS2.infer_generator``):
+
+1. Conditioning, once per reference clip: w2v-BERT 2.0 features (hidden layer 17, normalised with the checkpoint's
+   ``wav2vec2bert_stats.pt``) of the 16 kHz clip; the GPT's conformer + perceiver turn them into 32 speaker latents;
+   the MaskGCT semantic codec quantises them and the s2mel length regulator turns that into the reference
+   condition; CAM++ gives a 192-d style vector; the 22.05 kHz clip's 80-band mel is the flow-matching prompt.
+2. Emotion: an emotion vector ``emovec`` (GPT width) from the emotion clip's w2v-BERT features (by default the voice
+   reference itself), blended by ``emo_alpha``; or from an 8-value emotion vector (rows of ``feat2.pt`` picked by
+   the CAM++ style's nearest row of ``feat1.pt``); the Qwen emotion model (``qwen0.6bemo4-merge/``) can write that
+   vector from text.
+3. GPT (``UnifiedVoice``: a GPT-2 stack without position embeddings of its own) reads ``[32 speaker latents +
+   emovec][2 speed embeddings][<start_text> text <stop_text>][<start_mel>]`` and decodes semantic codes (50 per second
+   of speech) until ``stop_mel_token``. This is the stage this adapter batches.
+4. A second, full GPT forward over the generated codes gives their latents; s2mel (length regulator + a DiT
+   flow-matching decoder, 25 Euler steps, CFG 0.7) turns codes + latents + the reference condition into an 80-band
+   mel at 22.05 kHz (1.72 mel frames per code); BigVGAN v2 turns the mel into audio.
+
+Everything above is the package's code (``UnifiedVoice``, ``MyModel`` s2mel, ``RepCodec``, ``CAMPPlus``, ``BigVGAN``,
+its ``TextTokenizer``, ``QwenEmotion``) and transformers' ``Wav2Vec2BertModel``; this file only loads them, batches the
+GPT decode and keeps per-row randomness per row.
+
+Differences from the package's own ``infer``, on purpose:
+
+* Rows: ``infer`` runs one segment at a time (``autoregressive_batch_size = 1``). Here the GPT decodes a whole batch
+  in one forward per step: rows are left-padded (the ``[cond][text]`` prefix, as the package's own
+  ``prepare_gpt_inputs`` does for a batch) with an attention mask, each row stops at its own stop token, and the
+  mel-position embedding of a row's k-th code is the row's own count. The s2mel + vocoder stage runs row by row
+  (``postprocess``), exactly the package's code per row.
+* Decoding: ``infer`` samples with beam search (``num_beams=3``); here each row samples alone (no beams), with one
+  ``torch.Generator`` per row seeded with ``AdapterRow.seed`` (tts_app/adapters/sampling.py), so a row's audio does
+  not depend on its batch-mates. Greedy (``params.greedy``) is the argmax after the repetition penalty, which is what
+  ``infer(top_k=1, num_beams=1)`` does (the upstream-equality test checks it).
+* Mel positions: the k-th generated code is fed with mel-position embedding ``k`` (``<start_mel>`` is 0), as in
+  training (``UnifiedVoice.forward``). This is what the package does under transformers 5.x: its
+  ``GPT2InferenceModel.prepare_inputs_for_generation`` speaks the old ``past_key_values`` interface, gets no cache
+  back from ``generate`` and re-reads the whole sequence every step (no KV cache at all, O(n^2) per segment), which
+  takes the positions from ``arange``. (Its cached branch, used with older transformers, would add ``k + 1``.) Here
+  the KV cache is on by default; on and off give the same codes.
+* Repetition penalty: the package applies transformers' ``RepetitionPenaltyLogitsProcessor`` to its placeholder
+  ``input_ids`` (all ``1`` plus ``<start_mel>``) and the generated codes, i.e. codes 1 and ``start_mel_token`` are
+  penalised from the first step; reproduced here.
+* Text: the package normalises text with NeMo text processing; in tts_app the front end (wetext) normalises it, and
+  this adapter applies the package's punctuation map (``TextNormalizer.char_rep_map``) and its tokenizer
+  (``tokenize_by_CJK_char`` + the checkpoint's sentencepiece ``bpe.model``). A pinyin override ``{zhong4}`` from the
+  front end is written as the package writes pinyin (``TextNormalizer.correct_pinyin``, upper case: ``ZHONG4``),
+  which is a token of its vocabulary.
+* Emotion vector: scaled by ``emo_alpha`` and mixed as ``infer`` does; values are first passed through the package's
+  ``IndexTTS2.normalize_emo_vec`` (per-emotion bias, sum capped at 0.8), as the official web UI does with its sliders.
+* The Qwen emotion model may generate up to 32768 tokens in ``QwenEmotion.inference``; its ``generate`` is capped at
+  ``EMOTION_TEXT_MAX_NEW_TOKENS`` here so a misbehaving model cannot hold the worker (the real model answers with a
+  short JSON object).
+* The flow-matching noise comes from a CPU generator seeded with the row's seed (the package draws it from the global
+  RNG); the Euler solver is the package's ``solve_euler``.
+* Precision: the GPT (and its KV cache) runs in the adapter's dtype (fp16/bf16 on CUDA); w2v-BERT, codec, CAM++,
+  s2mel and BigVGAN stay float32, as in the package (its s2mel autocast is off).
+
+Auxiliary models (downloaded by the package itself at load, from the hub): ``facebook/w2v-bert-2.0``,
+``amphion/MaskGCT`` (``semantic_codec/model.safetensors``), ``funasr/campplus`` (``campplus_cn_common.bin``) and the
+vocoder named in ``config.yaml`` (``nvidia/bigvgan_v2_22khz_80band_256x``). Each is looked up, in order, in a sub-folder
+of the checkpoint named after the repository (``w2v-bert-2.0/``, ``MaskGCT/``, ``campplus/``,
+``bigvgan_v2_22khz_80band_256x/``), then in a hub cache inside the checkpoint (``hf_cache/``, the layout
+``huggingface-cli download REPO --cache-dir DIR/hf_cache`` writes), then in the user's hub cache, with the package's
+own calls (``hf_hub_download`` / ``from_pretrained``) - so a checkpoint folder carrying its auxiliaries runs with no
+network at all.
+
+KV cache accounting (``ModelFacts``): the GPT-2 stack's ``layers x heads x (model_dim / heads)`` per position; a row
+holds ``34`` conditioning positions + its text tokens + 2 + 1 (``<start_mel>``) + its codes, whatever the reference
+length (the perceiver always gives 32 latents), so ``reference_positions_per_second`` is 0.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import io
+import math
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from tts_app.adapters.base import DTYPE_BYTES, AdapterRow, ModelFacts, RowEmotion, TTSAdapter, count_parameters
+from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
+from tts_app.request import EMOTION_NAMES, SynthesisParams
+
+HUB_ID = "IndexTeam/IndexTTS-2"
+INSTALL_HINT = "python3 -m pip install --no-deps -r requirements-indextts2.txt"
+
+# The checkpoint's config.yaml (IndexTeam/IndexTTS-2, version 2.0), written out so the full-size architecture can be
+# built with random weights (bench/gpu_check.py) and the tiny checkpoint keeps its layout. Quoted from public copies
+# of the file (e.g. ComfyUI-IndexTTS2's checkpoints/config.yaml, which differs only in a local vocoder name).
+INDEXTTS2_CONFIG: dict = {
+    "dataset": {"bpe_model": "bpe.model", "sample_rate": 24000, "squeeze": False,
+                "mel": {"sample_rate": 24000, "n_fft": 1024, "hop_length": 256, "win_length": 1024, "n_mels": 100,
+                        "mel_fmin": 0, "normalize": False}},
+    "gpt": {"model_dim": 1280, "max_mel_tokens": 1815, "max_text_tokens": 600, "heads": 20,
+            "use_mel_codes_as_input": True, "mel_length_compression": 1024, "layers": 24,
+            "number_text_tokens": 12000, "number_mel_codes": 8194, "start_mel_token": 8192, "stop_mel_token": 8193,
+            "start_text_token": 0, "stop_text_token": 1, "train_solo_embeddings": False,
+            "condition_type": "conformer_perceiver",
+            "condition_module": {"output_size": 512, "linear_units": 2048, "attention_heads": 8, "num_blocks": 6,
+                                 "input_layer": "conv2d2", "perceiver_mult": 2},
+            "emo_condition_module": {"output_size": 512, "linear_units": 1024, "attention_heads": 4,
+                                     "num_blocks": 4, "input_layer": "conv2d2", "perceiver_mult": 2}},
+    "semantic_codec": {"codebook_size": 8192, "hidden_size": 1024, "codebook_dim": 8, "vocos_dim": 384,
+                       "vocos_intermediate_dim": 2048, "vocos_num_layers": 12},
+    "s2mel": {"preprocess_params": {"sr": 22050, "spect_params": {"n_fft": 1024, "win_length": 1024,
+                                                                   "hop_length": 256, "n_mels": 80, "fmin": 0,
+                                                                   "fmax": "None"}},
+              "dit_type": "DiT", "reg_loss_type": "l1", "style_encoder": {"dim": 192},
+              "length_regulator": {"channels": 512, "is_discrete": False, "in_channels": 1024,
+                                   "content_codebook_size": 2048, "sampling_ratios": [1, 1, 1, 1],
+                                   "vector_quantize": False, "n_codebooks": 1, "quantizer_dropout": 0.0,
+                                   "f0_condition": False, "n_f0_bins": 512},
+              "DiT": {"hidden_dim": 512, "num_heads": 8, "depth": 13, "class_dropout_prob": 0.1,
+                      "block_size": 8192, "in_channels": 80, "style_condition": True, "final_layer_type": "wavenet",
+                      "target": "mel", "content_dim": 512, "content_codebook_size": 1024, "content_type": "discrete",
+                      "f0_condition": False, "n_f0_bins": 512, "content_codebooks": 1, "is_causal": False,
+                      "long_skip_connection": True, "zero_prompt_speech_token": False, "time_as_token": False,
+                      "style_as_token": False, "uvit_skip_connection": True, "add_resblock_in_transformer": False},
+              "wavenet": {"hidden_dim": 512, "num_layers": 8, "kernel_size": 5, "dilation_rate": 1,
+                          "p_dropout": 0.2, "style_condition": True}},
+    "gpt_checkpoint": "gpt.pth", "w2v_stat": "wav2vec2bert_stats.pt", "s2mel_checkpoint": "s2mel.pth",
+    "emo_matrix": "feat2.pt", "spk_matrix": "feat1.pt", "emo_num": [3, 17, 2, 8, 4, 5, 10, 24],
+    "qwen_emo_path": "qwen0.6bemo4-merge/",
+    "vocoder": {"type": "bigvgan", "name": "nvidia/bigvgan_v2_22khz_80band_256x"},
+    "version": 2.0,
+}
+
+# BigVGAN v2 22 kHz / 80 bands / 256x (nvidia/bigvgan_v2_22khz_80band_256x config.json, as described by its model
+# card and public ports: conv_pre 80 -> 1536, upsampling 4,4,2,2,2,2 with kernels 8,8,4,4,4,4, AMP blocks with
+# kernels 3,7,11 x dilations 1,3,5, SnakeBeta, no tanh / no bias at the end).
+BIGVGAN_22KHZ_CONFIG: dict = {
+    "resblock": "1", "num_mels": 80, "upsample_rates": [4, 4, 2, 2, 2, 2],
+    "upsample_kernel_sizes": [8, 8, 4, 4, 4, 4], "upsample_initial_channel": 1536,
+    "resblock_kernel_sizes": [3, 7, 11], "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+    "activation": "snakebeta", "snake_logscale": True, "use_tanh_at_final": False, "use_bias_at_final": False,
+    "sampling_rate": 22050, "n_fft": 1024, "hop_size": 256, "win_size": 1024, "fmin": 0, "fmax": None,
+}
+
+# The auxiliary hub models the package downloads itself: name -> (repository, file inside it or None for a
+# transformers / hub-mixin model folder). The vocoder's repository comes from config.yaml (vocoder.name).
+W2V_BERT_REPO = "facebook/w2v-bert-2.0"
+SEMANTIC_CODEC_REPO, SEMANTIC_CODEC_FILE = "amphion/MaskGCT", "semantic_codec/model.safetensors"
+CAMPPLUS_REPO, CAMPPLUS_FILE = "funasr/campplus", "campplus_cn_common.bin"
+HUB_CACHE_SUBFOLDER = "hf_cache"
+
+# Constants of the package's inference (indextts2-inference 2.1.1, indextts/infer_v2.py), where they are literals.
+W2V_BERT_LAYER = 17  # get_emb: hidden_states[17]
+MAX_REFERENCE_S = 15.0  # _load_and_cut_audio(..., 15)
+W2V_BERT_SAMPLING_RATE = 16000  # w2v-BERT features and CAM++ fbank run on 16 kHz audio
+MEL_FRAMES_PER_CODE = 1.72  # target_lengths = (code_lens * 1.72).long()
+S2MEL_DIFFUSION_STEPS = 25
+S2MEL_CFG_RATE = 0.7
+LENGTH_REGULATOR_QUANTIZERS = 3  # n_quantizers=3
+# Sampling defaults of infer_generator (generation_kwargs.pop(...) fallbacks). The checkpoint's config.yaml has no
+# generation section; its gpt.max_mel_tokens (1815) is the model's position capacity and caps max_mel_tokens.
+UPSTREAM_TEMPERATURE = 0.8
+UPSTREAM_TOP_P = 0.8
+UPSTREAM_TOP_K = 30
+UPSTREAM_REPETITION_PENALTY = 10.0
+UPSTREAM_MAX_MEL_TOKENS = 1500
+# Upper bound of the Qwen emotion model's answer (see the module docstring); the real answer is ~60-80 tokens.
+EMOTION_TEXT_MAX_NEW_TOKENS = 256
+
+# Conditioning positions of the GPT prefix: 32 perceiver latents (UnifiedVoice condition_num_latent) + 2 speed
+# embeddings; then <start_text> ... <stop_text>, then <start_mel>.
+NUM_SPEECH_LATENTS = 32
+NUM_CONDITIONING_POSITIONS = NUM_SPEECH_LATENTS + 2
+NUM_TEXT_FRAME_TOKENS = 2  # <start_text>, <stop_text>
+MAX_SEGMENT_CHARS = 120  # infer's max_text_tokens_per_segment=120 (Chinese: ~1 token per character)
+
+# Distinct references (and emotion clips) whose conditioning is kept (on the model's device): a 15 s clip keeps
+# ~6 MB (w2v-BERT features 750 x 1024 x 4 B twice, reference mel and condition), so 32 entries stay under ~200 MB.
+CONDITIONING_CACHE_SIZE = 32
+EMOTION_TEXT_CACHE_SIZE = 256
+
+# Sample texts for measuring text tokens per character of the checkpoint's tokenizer (the largest ratio is used, so
+# the KV estimate errs high): English, Chinese prose, and short punctuation-dense Chinese.
+_MEASURE_TEXTS = ("The quick brown fox jumps over the lazy dog, then naps in the sun for an hour.",
+                  "今天天气很好，我们一起去公园散步，然后在湖边喝茶。", "好的，走吧！是你吗？对。")
+_PINYIN_TOKEN_RE = re.compile(r"\{([a-z]+[1-5])\}")
+
+# Tiny checkpoint: the real layout and architecture with tiny widths where config.yaml allows it. Widths the package
+# hard-codes stay real: GPT model_dim 1280 (s2mel's gpt_layer is Linear(1280, 256)), w2v-BERT hidden size 1024 with
+# at least 17 layers (get_emb reads hidden_states[17]; the GPT's conditioning encoders take 1024-d input), CAM++'s
+# default widths (CAMPPlus(feat_dim=80, embedding_size=192)).
+TINY_CONFIG_OVERRIDES: dict = {
+    "gpt": {"layers": 1, "max_mel_tokens": 120, "number_mel_codes": 66, "start_mel_token": 64, "stop_mel_token": 65,
+            "condition_module": {"output_size": 32, "linear_units": 32, "attention_heads": 2, "num_blocks": 1},
+            "emo_condition_module": {"output_size": 32, "linear_units": 32, "attention_heads": 2, "num_blocks": 1}},
+    "semantic_codec": {"codebook_size": 64, "vocos_dim": 16, "vocos_intermediate_dim": 32, "vocos_num_layers": 1},
+    "s2mel": {"length_regulator": {"channels": 32},
+              "DiT": {"hidden_dim": 32, "num_heads": 2, "depth": 2, "content_dim": 32},
+              "wavenet": {"hidden_dim": 32, "num_layers": 2}},
+}
+TINY_BIGVGAN_CONFIG: dict = {**BIGVGAN_22KHZ_CONFIG, "upsample_rates": [4, 4, 4, 4],
+                             "upsample_kernel_sizes": [8, 8, 8, 8], "upsample_initial_channel": 32,
+                             "resblock_kernel_sizes": [3], "resblock_dilation_sizes": [[1, 3]]}
+# Logit bias of the tiny GPT's stop code (it replaces the random one): random weights otherwise never pick it (the repetition penalty walks through
+# every other code first); with it, rows end after a context-dependent number of codes, as a trained model does.
+TINY_STOP_BIAS = 0.7
+
+
+def _deep_update(base: dict, updates: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in updates.items():
+        out[key] = (_deep_update(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict)
+                    else copy.deepcopy(value))
+    return out
+
+
+def _import_package():
+    """Import the package's modules, or raise ModelLoadError naming the install line."""
+    try:
+        import indextts.infer_v2  # noqa: F401  (imports every module the adapter uses)
+    except ImportError as exc:
+        raise ModelLoadError(f"IndexTTS 2 needs its package, indextts2-inference ({exc}); install it with "
+                             f"`{INSTALL_HINT}`") from exc
+
+
+def _silence_flow_matching_progress() -> None:
+    """The package's Euler solver wraps its 25 steps in a tqdm bar (flow_matching.py ``for step in tqdm(...)``); one
+    bar per row floods a server log. Replace it by a disabled bar (same iteration)."""
+    import indextts.s2mel.modules.flow_matching as flow_matching
+    from tqdm import tqdm
+
+    if not isinstance(flow_matching.tqdm, functools.partial):
+        flow_matching.tqdm = functools.partial(tqdm, disable=True)
+
+
+def _audio_key(audio: np.ndarray) -> str:
+    return hashlib.sha1(np.ascontiguousarray(audio, dtype=np.float32).tobytes()).hexdigest() + f":{audio.size}"
+
+
+class _LRU:
+    """A small least-recently-used cache (thread-safe get/put)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            if key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key]
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+# ---------------------------------------------------------------------------------------------------- checkpoint
+
+
+def _checkpoint_folder(id_or_path: str | Path) -> Path:
+    """A local IndexTTS-2 folder for ``id_or_path``: the folder itself, or the hub snapshot of a hub id (the
+    package's own ``snapshot_download``; offline, the cached snapshot).
+
+    Raises:
+        ModelLoadError: a folder without config.yaml, or a hub id that is not cached while the hub is unreachable.
+    """
+    from tts_app.adapters import _offline_hint
+
+    path = Path(id_or_path).expanduser()
+    if path.exists():
+        if not (path / "config.yaml").is_file():
+            raise ModelLoadError(f"{str(id_or_path)!r} has no config.yaml; it is not an IndexTTS-2 checkpoint folder")
+        return path
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(str(id_or_path)))
+    except Exception as exc:  # hub errors: offline miss, unknown repo, network
+        raise ModelLoadError(_offline_hint(str(id_or_path))) from exc
+
+
+@dataclass(frozen=True)
+class _Auxiliary:
+    """Where the auxiliary models are read from (see the module docstring).
+
+    Attributes:
+        folder: the checkpoint folder (its sub-folders are tried first).
+        cache_dir: the checkpoint's own hub cache (``hf_cache/``), or None for the user's hub cache.
+        local_files_only: True with the checkpoint's own hub cache: what it carries is all there is, so the hub is
+            not asked (no retries against an unreachable hub); the user's cache is used as the package uses it.
+    """
+
+    folder: Path
+    cache_dir: str | None
+    local_files_only: bool
+
+
+def _auxiliary(checkpoint: Path) -> _Auxiliary:
+    hub_cache = checkpoint / HUB_CACHE_SUBFOLDER
+    if hub_cache.is_dir():
+        return _Auxiliary(checkpoint, str(hub_cache), True)
+    return _Auxiliary(checkpoint, None, False)
+
+
+def _resolve_model_dir(aux: _Auxiliary, repo_id: str, probe: str) -> str:
+    """A folder (or hub id) to ``from_pretrained`` the auxiliary model ``repo_id`` from: the checkpoint's sub-folder
+    named like the repository if it holds ``probe``, else ``repo_id`` itself (hub cache)."""
+    local = aux.folder / repo_id.split("/")[-1]
+    return str(local) if (local / probe).is_file() else repo_id
+
+
+def _resolve_file(aux: _Auxiliary, repo_id: str, filename: str) -> str:
+    """Path of ``filename`` of the auxiliary repository ``repo_id``: the checkpoint's sub-folder, else
+    ``hf_hub_download`` (the package's call) into the checkpoint's hub cache or the user's."""
+    local = aux.folder / repo_id.split("/")[-1] / filename
+    if local.is_file():
+        return str(local)
+    from huggingface_hub import hf_hub_download
+
+    return hf_hub_download(repo_id, filename=filename, cache_dir=aux.cache_dir,
+                           local_files_only=aux.local_files_only)
+
+
+def _auxiliary_error(name: str, repo_id: str, checkpoint: Path, exc: Exception) -> ModelLoadError:
+    return ModelLoadError(
+        f"IndexTTS 2 needs the auxiliary model {repo_id} ({name}), which is not in {checkpoint} nor in the hub cache "
+        f"and the hub cannot be reached ({type(exc).__name__}: {exc}). On a connected machine run `huggingface-cli "
+        f"download {repo_id} --cache-dir {checkpoint / HUB_CACHE_SUBFOLDER}` (or put it in "
+        f"{checkpoint / repo_id.split('/')[-1]}/); `python -m tts_app make-tiny-model --family indextts2 --out DIR` "
+        "writes a tiny random checkpoint with all of them.")
+
+
+# ---------------------------------------------------------------------------------------------------- model container
+
+
+def _module_class():
+    import torch
+
+    class IndexTTS2Model(torch.nn.Module):
+        """The loaded sub-models of one IndexTTS-2 checkpoint (one ``nn.Module`` so ``.to``/``.parameters`` cover
+        them all). Attributes: ``gpt`` (``UnifiedVoice``), ``semantic_model`` (``Wav2Vec2BertModel``),
+        ``semantic_codec`` (``RepCodec``), ``s2mel`` (``MyModel``), ``campplus`` (``CAMPPlus``), ``vocoder``
+        (``BigVGAN``); buffers ``semantic_mean`` / ``semantic_std`` (1024,), ``emo_matrix`` (sum(emo_num), model_dim)
+        and ``spk_matrix`` (sum(emo_num), 192)."""
+
+        def __init__(self, gpt, semantic_model, semantic_codec, s2mel, campplus, vocoder, semantic_mean,
+                     semantic_std, emo_matrix, spk_matrix):
+            super().__init__()
+            self.gpt = gpt
+            self.semantic_model = semantic_model
+            self.semantic_codec = semantic_codec
+            self.s2mel = s2mel
+            self.campplus = campplus
+            self.vocoder = vocoder
+            self.register_buffer("semantic_mean", semantic_mean)
+            self.register_buffer("semantic_std", semantic_std)
+            self.register_buffer("emo_matrix", emo_matrix)
+            self.register_buffer("spk_matrix", spk_matrix)
+
+    return IndexTTS2Model
+
+
+@dataclass
+class IndexTTS2Processor:
+    """Text and audio front of one checkpoint.
+
+    Attributes:
+        config: the checkpoint's config.yaml (OmegaConf).
+        tokenizer: the package's ``TextTokenizer`` on ``bpe.model`` (no NeMo normaliser: tts_app's front end
+            normalises).
+        normalizer: the package's ``TextNormalizer`` (not loaded; only its punctuation maps and pinyin rules are used).
+        feature_extractor: ``SeamlessM4TFeatureExtractor`` of w2v-BERT 2.0.
+        mel_args: keyword arguments of the package's ``mel_spectrogram`` (as ``IndexTTS2._load_emotion_matrices``).
+        emo_num: rows of ``feat1.pt`` / ``feat2.pt`` per emotion (8 groups).
+        qwen_emotion_dir: the checkpoint's Qwen emotion model folder, or None when it has none.
+    """
+
+    config: Any
+    tokenizer: Any
+    normalizer: Any
+    feature_extractor: Any
+    mel_args: dict
+    emo_num: list[int]
+    qwen_emotion_dir: Path | None
+
+
+@dataclass
+class SpeakerConditioning:
+    """What one reference clip contributes, computed once (``IndexTTS2._get_speaker_conditioning``).
+
+    Attributes:
+        spk_cond_emb: ``(1, frames, 1024)`` normalised w2v-BERT features of the 16 kHz clip (50 frames/s).
+        speech_latent: ``(1, 32, model_dim)`` the GPT's speaker latents (``get_conditioning``), GPT dtype.
+        style: ``(1, 192)`` CAM++ style vector.
+        prompt_condition: ``(1, mel_frames, channels)`` s2mel reference condition.
+        ref_mel: ``(1, 80, mel_frames)`` log-mel of the 22.05 kHz clip.
+        emo_cond_emb: ``(1, frames', 1024)`` w2v-BERT features of the clip read as an emotion clip (the package
+            loads it again at 16 kHz with librosa for that).
+    """
+
+    spk_cond_emb: Any
+    speech_latent: Any
+    style: Any
+    prompt_condition: Any
+    ref_mel: Any
+    emo_cond_emb: Any
+
+
+@dataclass
+class IndexTTS2Inputs:
+    """Model inputs of one batch (output of ``IndexTTS2Adapter.preprocess``).
+
+    Attributes:
+        prefix_embeds: ``(batch_size, prefix_len, model_dim)`` GPT dtype: per row ``[pad][34 conditioning][text]``,
+            left-padded with zeros.
+        prefix_mask: ``(batch_size, prefix_len)`` int64, 0 on the left padding.
+        text_tokens: per row, ``(1, num_text_tokens)`` int32 text token ids (without start/stop).
+        conditioning: per row, its reference's ``SpeakerConditioning``.
+        emovecs: per row, ``(1, model_dim)`` the emotion vector added to the speaker latents.
+        emo_cond_embs: per row, the emotion clip's w2v-BERT features used for ``emovecs``.
+        seeds: per row seed.
+    """
+
+    prefix_embeds: Any
+    prefix_mask: Any
+    text_tokens: list
+    conditioning: list[SpeakerConditioning]
+    emovecs: list
+    emo_cond_embs: list
+    seeds: list[int]
+
+
+@dataclass
+class IndexTTS2Outputs:
+    """Generated semantic codes (output of ``IndexTTS2Adapter.generate``).
+
+    Attributes:
+        codes: ``(batch_size, num_steps)`` int64; after a row's stop code (``stop_mel_token``) the row holds stop codes.
+        code_lengths: per row, codes before its first stop code.
+        hit_max_new_tokens: per row, True when it never produced a stop code (cut at ``max_new_tokens``).
+    """
+
+    codes: Any
+    code_lengths: list[int]
+    hit_max_new_tokens: list[bool]
+
+
+@dataclass
+class _DecodeState:
+    """A batch being decoded (gpt-fast style: ``prefill`` makes it, ``decode_one_token`` advances it one code).
+
+    Rows are independent except for sharing forwards: each has its own count of generated codes (its mel-position
+    index), its own stop flag and its own sampling stream, so a later step interface can add rows (prefill) and release
+    finished ones without touching the others.
+
+    Attributes:
+        mask: ``(batch_size, num_positions)`` int64 attention mask of every position fed so far.
+        cache: transformers ``DynamicCache`` (cache on) or None.
+        embeds: ``(batch_size, num_positions, model_dim)`` every input embedding so far (kept only with the cache off,
+            which re-reads them all each step).
+        next_logits: ``(batch_size, number_mel_codes)`` float32 logits of each row's next code.
+        history: ``(batch_size, 2 + num_steps)`` int64 ids the repetition penalty sees (see the module docstring).
+        num_generated: ``(batch_size,)`` int64 codes generated per row (stop code included).
+        finished: ``(batch_size,)`` bool, the row produced its stop code.
+        codes: generated codes, one ``(batch_size,)`` tensor per step.
+    """
+
+    mask: Any
+    cache: Any
+    embeds: Any
+    next_logits: Any
+    history: Any
+    num_generated: Any
+    finished: Any
+    codes: list = field(default_factory=list)
+
+
+class _CodeSelector:
+    """Next-code choice for a batch: the checkpoint's repetition penalty (transformers
+    ``RepetitionPenaltyLogitsProcessor``), then argmax (greedy) or ``RowSampler`` (temperature, top-k, top-p; one
+    generator per row)."""
+
+    def __init__(self, params: SynthesisParams, seeds: list[int], repetition_penalty: float):
+        from transformers import RepetitionPenaltyLogitsProcessor
+
+        from tts_app.adapters.sampling import RowSampler
+
+        self.greedy = params.greedy
+        self.penalty = RepetitionPenaltyLogitsProcessor(repetition_penalty) if repetition_penalty != 1.0 else None
+        self.sampler = None
+        if not self.greedy:
+            self.sampler = RowSampler(
+                seeds,
+                temperature=params.temperature if params.temperature is not None else UPSTREAM_TEMPERATURE,
+                top_k=params.top_k if params.top_k is not None else UPSTREAM_TOP_K,
+                top_p=params.top_p if params.top_p is not None else UPSTREAM_TOP_P,
+                generator_device="cpu")
+
+    def pick(self, history, logits):
+        """history ``(batch, steps)`` int64, logits ``(batch, vocab)`` float32 -> codes ``(batch,)`` int64."""
+        import torch
+
+        if self.penalty is not None:
+            logits = self.penalty(history, logits)
+        if self.greedy:
+            return torch.argmax(logits, dim=-1)
+        return self.sampler.sample(logits, history)
+
+
+class IndexTTS2Adapter(TTSAdapter):
+    """Adapter for IndexTTS-2 checkpoints (a folder with config.yaml + gpt.pth + s2mel.pth + bpe.model ..., or the
+    hub id ``IndexTeam/IndexTTS-2``)."""
+
+    family = "indextts2"
+    display_name = "IndexTTS 2"
+
+    def __init__(self, model, processor: IndexTTS2Processor, device: str, dtype: str):
+        self._conditioning_cache = _LRU(CONDITIONING_CACHE_SIZE)
+        self._emotion_feature_cache = _LRU(CONDITIONING_CACHE_SIZE)
+        self._emotion_text_cache = _LRU(EMOTION_TEXT_CACHE_SIZE)
+        self._qwen_emotion = None
+        self._qwen_lock = threading.Lock()
+        #: times the conditioning of a new reference clip / emotion clip was computed (not taken from the cache)
+        self.num_conditioning_computed = 0
+        super().__init__(model, processor, device, dtype)
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def from_pretrained(cls, id_or_path: str | Path, *, device: str = "cpu",
+                        dtype: str = "float32") -> "IndexTTS2Adapter":
+        """Load an IndexTTS-2 checkpoint with the package's own loaders (see the module docstring for where the
+        auxiliary models come from).
+
+        Args:
+            id_or_path: a checkpoint folder or a hub id (``IndexTeam/IndexTTS-2``).
+            device: "cpu", "cuda", "cuda:N".
+            dtype: "float32", "bfloat16" or "float16": the GPT's weights and KV cache; the other sub-models stay
+                float32.
+
+        Raises:
+            ModelLoadError: the package is not installed; unknown dtype; not a checkpoint folder; a hub id or an
+                auxiliary model that is not cached while the hub is unreachable; weights that do not load; a device
+                the model cannot be moved to.
+            torch.OutOfMemoryError: the weights do not fit.
+        """
+        import torch
+
+        if dtype not in DTYPE_BYTES:
+            raise ModelLoadError(f"dtype {dtype!r} is not supported for {cls.display_name}; "
+                                 f"choose one of {sorted(DTYPE_BYTES)}")
+        _import_package()
+        _silence_flow_matching_progress()
+        folder = _checkpoint_folder(id_or_path)
+        try:
+            model, processor = cls._load_modules(folder)
+        except (ModelLoadError, torch.OutOfMemoryError):
+            raise
+        except Exception as exc:  # the package and torch raise many types for missing / corrupt / foreign files
+            raise ModelLoadError(
+                f"cannot load IndexTTS 2 checkpoint {str(id_or_path)!r}: {type(exc).__name__}: {exc}. Point --model "
+                f"at an IndexTTS-2 folder or {HUB_ID}; `python -m tts_app make-tiny-model --family indextts2 --out "
+                "DIR` writes a tiny random one.") from exc
+        try:
+            model = model.to(device).eval()
+            model.gpt.to(getattr(torch, dtype))
+        except torch.OutOfMemoryError:
+            raise
+        except (RuntimeError, AssertionError) as exc:
+            raise ModelLoadError(f"cannot move {cls.display_name} to device {device!r}: {exc}") from exc
+        return cls(model, processor, device=device, dtype=dtype)
+
+    @staticmethod
+    def _load_modules(folder: Path):
+        """(IndexTTS2Model on the CPU, IndexTTS2Processor) from a checkpoint folder, with the package's loaders in
+        the order ``IndexTTS2.__init__`` uses them."""
+        import safetensors.torch
+        import torch
+        from indextts.gpt.model_v2 import UnifiedVoice
+        from indextts.s2mel.modules.bigvgan import bigvgan
+        from indextts.s2mel.modules.campplus.DTDNN import CAMPPlus
+        from indextts.s2mel.modules.commons import MyModel, load_checkpoint2
+        from indextts.utils.checkpoint import load_checkpoint
+        from indextts.utils.front import TextNormalizer, TextTokenizer
+        from indextts.utils.maskgct_utils import build_semantic_codec
+        from omegaconf import OmegaConf
+        from transformers import SeamlessM4TFeatureExtractor, Wav2Vec2BertModel
+
+        cfg = OmegaConf.load(folder / "config.yaml")
+        gpt = UnifiedVoice(**cfg.gpt)
+        load_checkpoint(gpt, str(folder / cfg.gpt_checkpoint))
+        gpt.eval()
+        gpt.post_init_gpt2_config(use_deepspeed=False, kv_cache=True, half=False)
+
+        aux = _auxiliary(folder)
+        try:
+            w2v_dir = _resolve_model_dir(aux, W2V_BERT_REPO, "config.json")
+            hub = dict(cache_dir=aux.cache_dir, local_files_only=aux.local_files_only)
+            feature_extractor = SeamlessM4TFeatureExtractor.from_pretrained(w2v_dir, **hub)
+            semantic_model = Wav2Vec2BertModel.from_pretrained(w2v_dir, **hub).eval()
+        except OSError as exc:
+            raise _auxiliary_error("w2v-BERT 2.0 features", W2V_BERT_REPO, folder, exc) from exc
+        stats = torch.load(folder / cfg.w2v_stat, map_location="cpu")
+        semantic_codec = build_semantic_codec(cfg.semantic_codec)
+        try:
+            codec_file = _resolve_file(aux, SEMANTIC_CODEC_REPO, SEMANTIC_CODEC_FILE)
+        except Exception as exc:  # huggingface_hub offline / not-found errors
+            raise _auxiliary_error("MaskGCT semantic codec", SEMANTIC_CODEC_REPO, folder, exc) from exc
+        safetensors.torch.load_model(semantic_codec, codec_file)
+        semantic_codec.eval()
+
+        s2mel = MyModel(cfg.s2mel, use_gpt_latent=True)
+        s2mel, _, _, _ = load_checkpoint2(s2mel, None, str(folder / cfg.s2mel_checkpoint), load_only_params=True,
+                                          ignore_modules=[], is_distributed=False)
+        s2mel.models["cfm"].estimator.setup_caches(max_batch_size=1, max_seq_length=8192)
+        s2mel.eval()
+        try:
+            campplus_file = _resolve_file(aux, CAMPPLUS_REPO, CAMPPLUS_FILE)
+        except Exception as exc:
+            raise _auxiliary_error("CAM++ speaker encoder", CAMPPLUS_REPO, folder, exc) from exc
+        campplus = CAMPPlus(feat_dim=80, embedding_size=192)
+        campplus.load_state_dict(torch.load(campplus_file, map_location="cpu"))
+        campplus.eval()
+        vocoder_repo = str(cfg.vocoder.name)
+        try:
+            vocoder = bigvgan.BigVGAN.from_pretrained(_resolve_model_dir(aux, vocoder_repo, "config.json"),
+                                                      use_cuda_kernel=False, cache_dir=aux.cache_dir,
+                                                      local_files_only=aux.local_files_only)
+        except Exception as exc:
+            raise _auxiliary_error("BigVGAN vocoder", vocoder_repo, folder, exc) from exc
+        vocoder.remove_weight_norm()
+        vocoder.eval()
+
+        tokenizer = TextTokenizer(str(folder / cfg.dataset["bpe_model"]), normalizer=None)
+        spect = cfg.s2mel["preprocess_params"]["spect_params"]
+        mel_args = {  # as IndexTTS2._load_emotion_matrices
+            "n_fft": spect["n_fft"], "win_size": spect["win_length"], "hop_size": spect["hop_length"],
+            "num_mels": spect["n_mels"], "sampling_rate": cfg.s2mel["preprocess_params"]["sr"],
+            "fmin": spect.get("fmin", 0), "fmax": None if spect.get("fmax", "None") == "None" else 8000,
+            "center": False,
+        }
+        emo_matrix = torch.load(folder / cfg.emo_matrix, map_location="cpu")
+        spk_matrix = torch.load(folder / cfg.spk_matrix, map_location="cpu")
+        qwen_dir = folder / str(cfg.qwen_emo_path).strip()
+        model = _module_class()(gpt, semantic_model, semantic_codec, s2mel, campplus, vocoder,
+                                stats["mean"], torch.sqrt(stats["var"]), emo_matrix, spk_matrix)
+        processor = IndexTTS2Processor(config=cfg, tokenizer=tokenizer, normalizer=TextNormalizer(),
+                                       feature_extractor=feature_extractor, mel_args=mel_args,
+                                       emo_num=[int(n) for n in cfg.emo_num],
+                                       qwen_emotion_dir=qwen_dir if (qwen_dir / "config.json").is_file() else None)
+        return model, processor
+
+    def _measure_facts(self) -> ModelFacts:
+        """ModelFacts from config.yaml and the tokenizer (see the module docstring, "KV cache accounting")."""
+        cfg = self.processor.config
+        gpt = cfg.gpt
+        sampling_rate = int(cfg.s2mel["preprocess_params"]["sr"])
+        hop = int(cfg.s2mel["preprocess_params"]["spect_params"]["hop_length"])
+        text_positions_per_char = max(len(self._text_ids(t)) / len(t) for t in _MEASURE_TEXTS)
+        return self._model_facts(
+            num_parameters=count_parameters(self.model),
+            sampling_rate=sampling_rate,
+            num_layers=int(gpt.layers),
+            num_kv_heads=int(gpt.heads),
+            head_dim=int(gpt.model_dim) // int(gpt.heads),
+            cfg_multiplier=1,
+            frames_per_second=sampling_rate / hop / MEL_FRAMES_PER_CODE,
+            text_positions_per_char=text_positions_per_char,
+            reference_positions_per_second=0.0,
+            default_max_new_tokens=min(UPSTREAM_MAX_MEL_TOKENS, int(gpt.max_mel_tokens)),
+            max_segment_chars=MAX_SEGMENT_CHARS,
+            supports_pinyin=True,
+            has_cfg=False,
+            has_top_k=True,
+            kv_cache_exact=True,
+            needs_reference_text=False,
+            supports_emotion=True,
+            supports_emotion_text=self.processor.qwen_emotion_dir is not None,
+        )
+
+    @property
+    def repetition_penalty(self) -> float:
+        """The repetition penalty decoding applies (the package's default; not a request knob)."""
+        return UPSTREAM_REPETITION_PENALTY
+
+    def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
+                           max_new_tokens: int) -> int:
+        """GPT KV positions of one row at the end of decoding: 34 conditioning + text tokens (``text_chars x
+        text_positions_per_char``, rounded up) + <start_text>/<stop_text> + <start_mel> + ``max_new_tokens`` codes.
+        The reference length and its transcript do not matter (the perceiver always gives 32 latents)."""
+        text = int(math.ceil(text_chars * self.facts.text_positions_per_char))
+        return NUM_CONDITIONING_POSITIONS + text + NUM_TEXT_FRAME_TOKENS + 1 + max_new_tokens
+
+    # ------------------------------------------------------------------ text
+
+    def model_text(self, text: str) -> str:
+        """The text as the package's tokenizer receives it after its normaliser: front-end pinyin tokens ``{zhong4}``
+        written as the package writes pinyin (``ZHONG4``; ``ju4`` -> ``JV4``), then the normaliser's punctuation map
+        (Chinese map when the text reads as Chinese, ``TextNormalizer.use_chinese``)."""
+        normalizer = self.processor.normalizer
+
+        def pinyin(match: re.Match) -> str:
+            return f" {normalizer.correct_pinyin(match.group(1)).upper()} "
+
+        text = _PINYIN_TOKEN_RE.sub(pinyin, text)
+        rep_map = normalizer.zh_char_rep_map if normalizer.use_chinese(text) else normalizer.char_rep_map
+        pattern = re.compile("|".join(re.escape(p) for p in rep_map))
+        return pattern.sub(lambda m: rep_map[m.group()], text)
+
+    def _text_ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` (``model_text`` then the package's ``TextTokenizer.encode``)."""
+        return list(self.processor.tokenizer.encode(self.model_text(text)))
+
+    # ------------------------------------------------------------------ conditioning
+
+    def _w2v_features(self, audio_16k):
+        """``(1, num_samples)`` float32 16 kHz -> ``(1, frames, 1024)`` normalised w2v-BERT features
+        (``IndexTTS2.get_emb``)."""
+        import torch
+
+        inputs = self.processor.feature_extractor(audio_16k, sampling_rate=W2V_BERT_SAMPLING_RATE,
+                                                  return_tensors="pt")
+        with torch.no_grad():
+            out = self.model.semantic_model(input_features=inputs["input_features"].to(self.device),
+                                            attention_mask=inputs["attention_mask"].to(self.device),
+                                            output_hidden_states=True)
+        feat = out.hidden_states[W2V_BERT_LAYER]
+        return (feat - self.model.semantic_mean) / self.model.semantic_std
+
+    def _emotion_features(self, audio: np.ndarray):
+        """w2v-BERT features of a clip read as an emotion clip: resampled to 16 kHz with librosa (the package's
+        ``librosa.load(path, sr=16000)``), cut to 15 s. Cached by content."""
+        import librosa
+        import torch
+
+        key = _audio_key(audio)
+        cached = self._emotion_feature_cache.get(key)
+        if cached is not None:
+            return cached
+        audio_16k = librosa.resample(np.asarray(audio, dtype=np.float32), orig_sr=self.facts.sampling_rate,
+                                     target_sr=W2V_BERT_SAMPLING_RATE)
+        audio_16k = torch.from_numpy(audio_16k[: int(MAX_REFERENCE_S * W2V_BERT_SAMPLING_RATE)])[None]
+        features = self._w2v_features(audio_16k)
+        self.num_conditioning_computed += 1
+        self._emotion_feature_cache.put(key, features)
+        return features
+
+    def speaker_conditioning(self, audio: np.ndarray) -> SpeakerConditioning:
+        """The conditioning of one reference clip (float32 ``(num_samples,)`` at ``facts.sampling_rate``), computed
+        as ``IndexTTS2._get_speaker_conditioning`` does (clip cut to 15 s; torchaudio resampling to 16 kHz for
+        w2v-BERT and CAM++) plus the GPT's speaker latents; cached by content (``CONDITIONING_CACHE_SIZE`` clips)."""
+        import torch
+        import torchaudio
+
+        key = _audio_key(audio)
+        cached = self._conditioning_cache.get(key)
+        if cached is not None:
+            return cached
+        sr = self.facts.sampling_rate
+        model = self.model
+        wave = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))[None][:, : int(MAX_REFERENCE_S * sr)]
+        audio_22k = torchaudio.transforms.Resample(sr, sr)(wave)
+        audio_16k = torchaudio.transforms.Resample(sr, W2V_BERT_SAMPLING_RATE)(wave)
+        with torch.no_grad():
+            spk_cond_emb = self._w2v_features(audio_16k)
+            _, s_ref = model.semantic_codec.quantize(spk_cond_emb)
+            from indextts.s2mel.modules.audio import mel_spectrogram
+
+            ref_mel = mel_spectrogram(audio_22k.to(spk_cond_emb.device).float(), **self.processor.mel_args)
+            ref_target_lengths = torch.LongTensor([ref_mel.size(2)]).to(ref_mel.device)
+            feat = torchaudio.compliance.kaldi.fbank(audio_16k.to(ref_mel.device), num_mel_bins=80, dither=0,
+                                                     sample_frequency=W2V_BERT_SAMPLING_RATE)
+            feat = feat - feat.mean(dim=0, keepdim=True)
+            style = model.campplus(feat.unsqueeze(0))
+            prompt_condition = model.s2mel.models["length_regulator"](
+                s_ref, ylens=ref_target_lengths, n_quantizers=LENGTH_REGULATOR_QUANTIZERS, f0=None)[0]
+            # The package passes cond_lengths = spk_cond_emb.shape[-1] (the feature width, >= frames: no mask).
+            gpt_dtype = next(model.gpt.parameters()).dtype
+            speech_latent = model.gpt.get_conditioning(
+                spk_cond_emb.to(gpt_dtype).transpose(1, 2),
+                torch.tensor([spk_cond_emb.shape[-1]], device=spk_cond_emb.device))
+        conditioning = SpeakerConditioning(spk_cond_emb=spk_cond_emb, speech_latent=speech_latent, style=style,
+                                           prompt_condition=prompt_condition, ref_mel=ref_mel,
+                                           emo_cond_emb=self._emotion_features(audio))
+        self.num_conditioning_computed += 1
+        self._conditioning_cache.put(key, conditioning)
+        return conditioning
+
+    def _emotion_from_text(self, text: str) -> tuple[float, ...]:
+        """The Qwen emotion model's 8-value vector for ``text`` (the package's ``QwenEmotion``, loaded on first use,
+        ``generate`` capped at ``EMOTION_TEXT_MAX_NEW_TOKENS``); cached by text.
+
+        Raises:
+            InputError: the checkpoint has no emotion model.
+        """
+        cached = self._emotion_text_cache.get(text)
+        if cached is not None:
+            return cached
+        qwen = self._load_qwen_emotion()
+        with self._qwen_lock:
+            emotions = qwen.inference(text)
+        vector = tuple(float(emotions[name]) for name in EMOTION_NAMES)
+        self._emotion_text_cache.put(text, vector)
+        return vector
+
+    def _load_qwen_emotion(self):
+        if self.processor.qwen_emotion_dir is None:
+            raise InputError("this IndexTTS 2 checkpoint has no emotion model (qwen0.6bemo4-merge/), so it cannot "
+                             "read the emotion from text; give an emotion vector or an emotion reference clip")
+        with self._qwen_lock:
+            if self._qwen_emotion is None:
+                from indextts.emotion import QwenEmotion
+
+                qwen = QwenEmotion(str(self.processor.qwen_emotion_dir))
+                generate = qwen.model.generate
+
+                def capped_generate(*args, **kwargs):
+                    kwargs["max_new_tokens"] = min(int(kwargs.get("max_new_tokens") or EMOTION_TEXT_MAX_NEW_TOKENS),
+                                                   EMOTION_TEXT_MAX_NEW_TOKENS)
+                    return generate(*args, **kwargs)
+
+                qwen.model.generate = capped_generate
+                self._qwen_emotion = qwen
+            return self._qwen_emotion
+
+    def emotion_vector(self, conditioning: SpeakerConditioning, emotion: RowEmotion | None):
+        """The row's emovec ``(1, model_dim)`` and the emotion clip features it came from, as ``infer_generator``
+        computes them (see the module docstring for the vector's normalisation).
+
+        Raises:
+            InputError: emotion from text on a checkpoint without an emotion model.
+        """
+        import torch
+        from indextts.emotion import find_most_similar_cosine
+        from indextts.infer_v2 import IndexTTS2
+
+        gpt = self.model.gpt
+        dtype = next(gpt.parameters()).dtype
+        vector = None
+        emo_cond_emb = conditioning.emo_cond_emb
+        alpha = 1.0
+        if emotion is not None:
+            if emotion.text is not None:
+                vector = list(self._emotion_from_text(emotion.text))
+            elif emotion.vector is not None:
+                vector = list(emotion.vector)
+            if vector is not None:
+                vector = IndexTTS2.normalize_emo_vec(None, vector, apply_bias=True)
+                scale = max(0.0, min(1.0, float(emotion.weight)))
+                if scale != 1.0:  # the package's 4-decimal truncation
+                    vector = [int(x * scale * 10000) / 10000 for x in vector]
+            elif emotion.reference_audio is not None:
+                emo_cond_emb = self._emotion_features(emotion.reference_audio)
+                alpha = float(emotion.weight)
+        spk = conditioning.spk_cond_emb.to(dtype)
+        emo = emo_cond_emb.to(dtype)
+        device = spk.device
+        with torch.no_grad():
+            emovec = gpt.merge_emovec(spk, emo, torch.tensor([spk.shape[-1]], device=device),
+                                      torch.tensor([emo.shape[-1]], device=device), alpha=alpha)
+            if vector is not None:
+                weight = torch.tensor(vector, device=device)
+                emo_num = self.processor.emo_num
+                index = [find_most_similar_cosine(conditioning.style, rows)
+                         for rows in torch.split(self.model.spk_matrix, emo_num)]
+                rows = torch.cat([m[i].unsqueeze(0) for i, m in zip(index, torch.split(self.model.emo_matrix,
+                                                                                         emo_num))], 0)
+                emovec_mat = torch.sum(weight.unsqueeze(1) * rows, 0).unsqueeze(0)
+                emovec = (emovec_mat + (1 - torch.sum(weight)) * emovec).to(dtype)
+        return emovec, emo_cond_emb
+
+    # ------------------------------------------------------------------ tiny checkpoint
+
+    @classmethod
+    def make_tiny_checkpoint(cls, out_dir: str | Path, seed: int = 0) -> Path:
+        """Write a complete tiny IndexTTS-2 folder with random weights, in the real layout: ``config.yaml`` (the real
+        one with ``TINY_CONFIG_OVERRIDES``), ``gpt.pth``, ``s2mel.pth``, ``bpe.model`` (sentencepiece BPE trained in
+        code on the GB2312 level-1 characters, with every Mandarin syllable+tone the package can write, e.g.
+        ``ZHONG4``, as its own piece), ``wav2vec2bert_stats.pt``, ``feat1.pt``, ``feat2.pt``, a tiny Qwen3 emotion
+        model in ``qwen0.6bemo4-merge/``, and the four auxiliary models in a hub cache (``hf_cache/``, the layout
+        ``huggingface-cli download --cache-dir`` writes) so the package itself loads it offline with
+        ``HF_HUB_CACHE=DIR/hf_cache``. Same ``seed`` -> identical files.
+
+        Returns:
+            ``out_dir`` as a Path (created).
+        """
+        import torch
+
+        _import_package()
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            _write_tiny_checkpoint(out, seed)
+        return out
+
+    # ------------------------------------------------------------------ batch pipeline
+
+    def preprocess(self, rows: list[AdapterRow], params: SynthesisParams) -> IndexTTS2Inputs:
+        """Rows -> left-padded GPT prefixes ``[34 conditioning][<start_text> text <stop_text>]`` on the device.
+
+        Each row's reference clip is required (IndexTTS 2 clones a voice); its conditioning is computed once per
+        distinct clip and reused. ``reference_text`` is not used (IndexTTS 2 does not read the transcript).
+
+        Raises:
+            InputError: empty batch; a row with empty text, with no text token, or with more text tokens than the
+                model takes (``gpt.max_text_tokens``); emotion from text on a checkpoint without an emotion model.
+            ReferenceAudioError: a row without reference audio, or one that is not a non-empty, finite, 1-D array.
+        """
+        import torch
+
+        if not rows:
+            raise InputError("preprocess got an empty batch; pass at least one row")
+        gpt = self.model.gpt
+        cfg = self.processor.config.gpt
+        dtype = next(gpt.parameters()).dtype
+        prefixes, text_tokens, conditioning, emovecs, emo_embs = [], [], [], [], []
+        for i, row in enumerate(rows):
+            if not row.text or not row.text.strip():
+                raise InputError(f"row {i}: text is empty; give the text to speak")
+            self._check_audio(i, row.reference_audio, "reference audio")
+            if row.emotion is not None and row.emotion.reference_audio is not None:
+                self._check_audio(i, row.emotion.reference_audio, "emotion reference audio")
+            ids = self._text_ids(row.text)
+            if not ids:
+                raise InputError(f"row {i}: {row.text!r} has nothing the model can read")
+            if len(ids) > int(cfg.max_text_tokens):
+                raise InputError(f"row {i}: {len(ids)} text tokens; the model reads at most {cfg.max_text_tokens} "
+                                 "per segment; split the text (max_segment_chars)")
+            cond = self.speaker_conditioning(row.reference_audio)
+            emovec, emo_emb = self.emotion_vector(cond, row.emotion)
+            tokens = torch.tensor([ids], dtype=torch.int32, device=self.device)
+            with torch.no_grad():
+                prefixes.append(self._prefix(cond.speech_latent, emovec, tokens))
+            text_tokens.append(tokens)
+            conditioning.append(cond)
+            emovecs.append(emovec)
+            emo_embs.append(emo_emb)
+        longest = max(p.shape[0] for p in prefixes)
+        embeds = torch.zeros(len(rows), longest, int(cfg.model_dim), dtype=dtype, device=self.device)
+        mask = torch.zeros(len(rows), longest, dtype=torch.long, device=self.device)
+        for i, prefix in enumerate(prefixes):  # left padding, as UnifiedVoice.prepare_gpt_inputs pads a batch
+            embeds[i, longest - prefix.shape[0]:] = prefix
+            mask[i, longest - prefix.shape[0]:] = 1
+        return IndexTTS2Inputs(prefix_embeds=embeds, prefix_mask=mask, text_tokens=text_tokens,
+                               conditioning=conditioning, emovecs=emovecs, emo_cond_embs=emo_embs,
+                               seeds=[row.seed for row in rows])
+
+    def _check_audio(self, index: int, audio, what: str) -> None:
+        if audio is None:
+            raise ReferenceAudioError(f"row {index}: IndexTTS 2 clones a voice and needs {what}; give a reference "
+                                      "clip")
+        audio = np.asarray(audio)
+        if audio.ndim != 1 or audio.size == 0:
+            raise ReferenceAudioError(f"row {index}: {what} has shape {audio.shape}; a non-empty mono array "
+                                      f"(num_samples,) at {self.facts.sampling_rate} Hz is needed")
+        if not np.isfinite(audio).all():
+            raise ReferenceAudioError(f"row {index}: {what} contains NaN/inf samples; clean it first")
+
+    def _prefix(self, speech_latent, emovec, text_tokens):
+        """One row's GPT prefix ``(34 + num_text_tokens + 2, model_dim)``, as ``UnifiedVoice.inference_speech`` +
+        ``prepare_gpt_inputs`` build it."""
+        import torch
+        import torch.nn.functional as F
+
+        gpt = self.model.gpt
+        device = text_tokens.device
+        ones, zeros = torch.ones(1, dtype=torch.long, device=device), torch.zeros(1, dtype=torch.long, device=device)
+        conds = torch.cat([speech_latent + emovec.unsqueeze(1), gpt.speed_emb(ones).unsqueeze(1),
+                           gpt.speed_emb(zeros).unsqueeze(1)], 1)[0]  # (34, dim)
+        text = F.pad(F.pad(text_tokens[0], (1, 0), value=gpt.start_text_token), (0, 1), value=gpt.stop_text_token)
+        positions = torch.arange(0, text.size(-1), device=device)
+        text_emb = gpt.text_embedding(text) + gpt.text_pos_embedding.emb(positions)
+        return torch.cat([conds, text_emb])
+
+    def generate(self, inputs: IndexTTS2Inputs, params: SynthesisParams) -> IndexTTS2Outputs:
+        """Decode up to ``self.max_new_tokens(params)`` semantic codes per row, the whole batch in one GPT forward per
+        step (``prefill`` then ``decode_one_token``); a row stops at its own stop code, the loop when every row has.
+        ``params.cfg_scale`` is ignored (no guidance in the GPT stage).
+
+        Raises:
+            InputError: ``max_new_tokens`` above the checkpoint's ``gpt.max_mel_tokens``.
+            torch.OutOfMemoryError: the batch does not fit on the device.
+        """
+        import torch
+
+        max_new = self.max_new_tokens(params)
+        capacity = int(self.processor.config.gpt.max_mel_tokens)
+        if max_new > capacity:
+            raise InputError(f"max_new_tokens={max_new} exceeds the {capacity} codes this checkpoint can generate "
+                             "(gpt.max_mel_tokens); lower it")
+        selector = _CodeSelector(params, inputs.seeds, self.repetition_penalty)
+        with torch.no_grad():
+            state = self.prefill(inputs, params.use_cache)
+            for _ in range(max_new):
+                self.decode_one_token(state, selector, params.use_cache)
+                if bool(state.finished.all()):
+                    break
+        stop = self.model.gpt.stop_mel_token
+        codes = torch.stack(state.codes, dim=1)  # (batch, steps)
+        lengths, hit = [], []
+        for row in codes:
+            ends = (row == stop).nonzero()
+            lengths.append(int(ends[0, 0]) if ends.numel() else row.shape[0])
+            hit.append(not ends.numel())
+        return IndexTTS2Outputs(codes=codes, code_lengths=lengths, hit_max_new_tokens=hit)
+
+    def _mel_embeddings(self, codes, positions):
+        """codes ``(batch,)`` int64 at mel positions ``(batch,)`` -> ``(batch, 1, model_dim)`` GPT input."""
+        gpt = self.model.gpt
+        return (gpt.mel_embedding(codes) + gpt.mel_pos_embedding.emb(positions)).unsqueeze(1)
+
+    def _forward(self, embeds, mask, cache):
+        """GPT-2 stack over ``embeds`` ``(batch, new_positions, dim)`` -> float32 logits of the last position
+        ``(batch, number_mel_codes)`` (``final_norm`` + ``mel_head``, the package's ``lm_head``)."""
+        gpt = self.model.gpt
+        out = gpt.gpt(inputs_embeds=embeds, attention_mask=mask, cache=cache, use_cache=cache is not None)
+        return gpt.mel_head(gpt.final_norm(out.last_hidden_state[:, -1])).float()
+
+    def prefill(self, inputs: IndexTTS2Inputs, use_cache: bool) -> _DecodeState:
+        """Run every row's prefix + ``<start_mel>`` (mel position 0) through the GPT; returns the decode state with
+        the logits of each row's first code."""
+        import torch
+        from transformers import DynamicCache
+
+        gpt = self.model.gpt
+        batch = inputs.prefix_embeds.shape[0]
+        device = inputs.prefix_embeds.device
+        start = torch.full((batch,), gpt.start_mel_token, dtype=torch.long, device=device)
+        zero = torch.zeros(batch, dtype=torch.long, device=device)
+        embeds = torch.cat([inputs.prefix_embeds, self._mel_embeddings(start, zero)], dim=1)
+        mask = torch.cat([inputs.prefix_mask, torch.ones(batch, 1, dtype=torch.long, device=device)], dim=1)
+        cache = DynamicCache(config=gpt.gpt.config) if use_cache else None
+        logits = self._forward(embeds, mask, cache)
+        # The package's repetition penalty sees its placeholder ids (all 1) and <start_mel>.
+        history = torch.tensor([[1, gpt.start_mel_token]], dtype=torch.long, device=device).repeat(batch, 1)
+        return _DecodeState(mask=mask, cache=cache, embeds=None if use_cache else embeds, next_logits=logits,
+                            history=history, num_generated=zero.clone(),
+                            finished=torch.zeros(batch, dtype=torch.bool, device=device))
+
+    def decode_one_token(self, state: _DecodeState, selector: _CodeSelector, use_cache: bool):
+        """Pick each row's next code from ``state.next_logits`` (finished rows get the stop code), record it, and
+        unless every row has finished, feed it (mel position = the row's own count of codes, see the module
+        docstring) to get the next logits. Returns the codes ``(batch,)`` int64."""
+        import torch
+
+        gpt = self.model.gpt
+        codes = selector.pick(state.history, state.next_logits)
+        codes = codes.masked_fill(state.finished, gpt.stop_mel_token)
+        state.codes.append(codes)
+        state.history = torch.cat([state.history, codes[:, None]], dim=1)
+        state.num_generated = state.num_generated + 1
+        state.finished = state.finished | (codes == gpt.stop_mel_token)
+        if bool(state.finished.all()):
+            return codes
+        new = self._mel_embeddings(codes, state.num_generated)
+        state.mask = torch.cat([state.mask, torch.ones_like(state.mask[:, :1])], dim=1)
+        if use_cache:
+            state.next_logits = self._forward(new, state.mask, state.cache)
+        else:
+            state.embeds = torch.cat([state.embeds, new], dim=1)
+            state.next_logits = self._forward(state.embeds, state.mask, None)
+        return codes
+
+    # ------------------------------------------------------------------ codes -> audio
+
+    def postprocess(self, outputs: IndexTTS2Outputs, inputs: IndexTTS2Inputs) -> list[np.ndarray]:
+        """Codes -> one float32 waveform ``(num_samples,)`` per row at ``facts.sampling_rate``, row by row with the
+        package's code (``code_latents`` -> ``s2mel`` -> ``vocode``). A row that stopped at once gives an empty
+        array."""
+        waveforms = []
+        for i, length in enumerate(outputs.code_lengths):
+            if length == 0:
+                waveforms.append(np.zeros(0, dtype=np.float32))
+                continue
+            codes = outputs.codes[i: i + 1, :length]
+            latent = self.code_latents(inputs, i, codes)
+            mel = self.s2mel(inputs.conditioning[i], codes, latent, inputs.seeds[i])
+            waveforms.append(self.vocode(mel))
+        return waveforms
+
+    def code_latents(self, inputs: IndexTTS2Inputs, row: int, codes):
+        """The GPT latents of one row's codes ``(1, num_codes)``: the package's full ``UnifiedVoice.forward`` (no
+        cache) over conditioning + text + codes, as ``infer_generator`` calls it. Returns ``(1, num_codes,
+        model_dim)``."""
+        import torch
+
+        gpt = self.model.gpt
+        cond = inputs.conditioning[row]
+        text = inputs.text_tokens[row]
+        device = codes.device
+        dtype = next(gpt.parameters()).dtype
+        with torch.no_grad():
+            return gpt(cond.speech_latent, text, torch.tensor([text.shape[-1]], device=device), codes,
+                       torch.tensor([codes.shape[-1]], device=device), inputs.emo_cond_embs[row].to(dtype),
+                       cond_mel_lengths=torch.tensor([cond.spk_cond_emb.shape[-1]], device=device),
+                       emo_cond_mel_lengths=torch.tensor([inputs.emo_cond_embs[row].shape[-1]], device=device),
+                       emo_vec=inputs.emovecs[row], use_speed=torch.zeros(1, dtype=torch.long, device=device))
+
+    def s2mel(self, conditioning: SpeakerConditioning, codes, latent, seed: int):
+        """Semantic codes ``(1, n)`` + their GPT latents ``(1, n, model_dim)`` -> mel ``(1, 80, frames)`` float32 of the
+        generated speech (reference part cut off), with the package's modules and constants (``infer_generator``);
+        the flow-matching noise ``(1, 80, reference_frames + frames)`` comes from
+        ``torch.Generator().manual_seed(seed)`` (the package's ``BASECFM.inference`` draws it from the global RNG),
+        then the package's ``solve_euler`` runs the 25 steps."""
+        import torch
+
+        s2mel = self.model.s2mel.models
+        device = codes.device
+        with torch.no_grad():
+            latent = s2mel["gpt_layer"](latent.float())
+            s_infer = self.model.semantic_codec.quantizer.vq2emb(codes.unsqueeze(1)).transpose(1, 2) + latent
+            target_lengths = (torch.LongTensor([codes.shape[-1]]).to(device) * MEL_FRAMES_PER_CODE).long()
+            cond = s2mel["length_regulator"](s_infer, ylens=target_lengths, n_quantizers=LENGTH_REGULATOR_QUANTIZERS,
+                                             f0=None)[0]
+            cat_condition = torch.cat([conditioning.prompt_condition, cond], dim=1)  # (1, frames_total, channels)
+            cfm = s2mel["cfm"]
+            generator = torch.Generator().manual_seed(int(seed))
+            noise = torch.randn([1, cfm.in_channels, cat_condition.size(1)], generator=generator).to(device)
+            t_span = torch.linspace(0, 1, S2MEL_DIFFUSION_STEPS + 1, device=device)
+            mel = cfm.solve_euler(noise, torch.LongTensor([cat_condition.size(1)]).to(device), conditioning.ref_mel,
+                                  cat_condition, conditioning.style, None, t_span, S2MEL_CFG_RATE)
+        return mel[:, :, conditioning.ref_mel.size(-1):]
+
+    def vocode(self, mel) -> np.ndarray:
+        """Mel ``(1, 80, frames)`` -> float32 waveform ``(frames x hop,)`` clamped to [-1, 1] (BigVGAN, as the
+        package)."""
+        import torch
+
+        with torch.no_grad():
+            wav = self.model.vocoder(mel.float()).squeeze()
+        return torch.clamp(wav, -1.0, 1.0).float().cpu().numpy().reshape(-1)
+
+
+# ---------------------------------------------------------------------------------------------------- tiny checkpoint
+
+
+def _tiny_bpe_model(path: Path) -> int:
+    """Train the tiny checkpoint's sentencepiece BPE model into ``path`` (see ``make_tiny_checkpoint``). Ids 0/1/2 are
+    ``<s>``/``</s>``/``<unk>``, as the package's ``TextTokenizer`` assumes (``bos_token_id=0``, ``eos_token_id=1``;
+    config.yaml ``start_text_token: 0``, ``stop_text_token: 1``). Returns the vocabulary size."""
+    import sentencepiece as spm
+    from indextts.utils.common import tokenize_by_CJK_char
+    from indextts.utils.front import TextNormalizer
+
+    from tts_app.adapters.tiny_vocab import common_characters
+    from tts_app.frontend.g2p import valid_readings
+
+    normalizer = TextNormalizer()
+    pinyin = sorted({normalizer.correct_pinyin(r).upper() for r in valid_readings()})
+    chars = [c for c in common_characters() if not c.isspace()]
+    # Lines as the tokenizer sees text: CJK characters split by spaces, Latin letters upper case. The merges budget
+    # (one per character) lets BPE learn a "▁X" piece per CJK character, as a BPE trained on such text has.
+    lines = [tokenize_by_CJK_char("".join(chars[i:i + 40])) for i in range(0, len(chars), 40)]
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, model_type="bpe",
+                                   vocab_size=2 * len(chars) + len(pinyin) + 64, character_coverage=1.0,
+                                   user_defined_symbols=pinyin, bos_id=0, eos_id=1, unk_id=2, pad_id=-1,
+                                   hard_vocab_limit=False, num_threads=1, minloglevel=2)
+    path.write_bytes(model.getvalue())
+    return spm.SentencePieceProcessor(model_file=str(path)).get_piece_size()
+
+
+def _hub_snapshot(hub_cache: Path, repo_id: str) -> Path:
+    """Create ``models--ORG--NAME/{refs/main, snapshots/COMMIT/}`` in a hub cache (the huggingface_hub cache layout)
+    and return the snapshot folder. COMMIT is a fixed hash of the name (no real revision exists)."""
+    commit = hashlib.sha1(f"tts_app tiny {repo_id}".encode()).hexdigest()
+    repo = hub_cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True, exist_ok=True)
+    return snapshot
+
+
+def _write_tiny_checkpoint(out: Path, seed: int) -> None:
+    """The body of ``IndexTTS2Adapter.make_tiny_checkpoint`` (global RNG already seeded)."""
+    import safetensors.torch
+    import torch
+    from indextts.gpt.model_v2 import UnifiedVoice
+    from indextts.s2mel.modules.bigvgan import bigvgan
+    from indextts.s2mel.modules.campplus.DTDNN import CAMPPlus
+    from indextts.s2mel.modules.commons import MyModel
+    from indextts.utils.maskgct_utils import build_semantic_codec
+    from omegaconf import OmegaConf
+    from transformers import (Qwen3Config, Qwen3ForCausalLM, SeamlessM4TFeatureExtractor, Wav2Vec2BertConfig,
+                              Wav2Vec2BertModel)
+
+    from tts_app.adapters.tiny_vocab import build_char_tokenizer
+
+    config = _deep_update(INDEXTTS2_CONFIG, TINY_CONFIG_OVERRIDES)
+    config["gpt"]["number_text_tokens"] = _tiny_bpe_model(out / config["dataset"]["bpe_model"])
+    cfg = OmegaConf.create(config)
+    OmegaConf.save(cfg, out / "config.yaml")
+
+    gpt = UnifiedVoice(**cfg.gpt)
+    with torch.no_grad():
+        gpt.mel_head.bias[cfg.gpt.stop_mel_token] = TINY_STOP_BIAS
+    torch.save(gpt.state_dict(), out / cfg.gpt_checkpoint)
+    s2mel = MyModel(cfg.s2mel, use_gpt_latent=True)
+    torch.save({"net": {name: module.state_dict() for name, module in s2mel.models.items()}},
+               out / cfg.s2mel_checkpoint)
+    hidden = int(cfg.semantic_codec.hidden_size)
+    torch.save({"mean": torch.randn(hidden) * 0.1, "var": torch.rand(hidden) + 0.5}, out / cfg.w2v_stat)
+    num_rows = sum(cfg.emo_num)
+    torch.save(torch.randn(num_rows, int(cfg.s2mel.style_encoder.dim)), out / cfg.spk_matrix)
+    torch.save(torch.randn(num_rows, int(cfg.gpt.model_dim)) * 0.1, out / cfg.emo_matrix)
+
+    hub = out / HUB_CACHE_SUBFOLDER
+    # w2v-BERT 2.0: the real hidden size and 17 layers (get_emb reads layer 17); everything else minimal.
+    w2v = Wav2Vec2BertModel(Wav2Vec2BertConfig(
+        hidden_size=hidden, num_hidden_layers=W2V_BERT_LAYER, num_attention_heads=1, intermediate_size=8,
+        conv_depthwise_kernel_size=3, position_embeddings_type=None)).eval()
+    snapshot = _hub_snapshot(hub, W2V_BERT_REPO)
+    w2v.save_pretrained(snapshot)
+    SeamlessM4TFeatureExtractor().save_pretrained(snapshot)
+    codec = build_semantic_codec(cfg.semantic_codec)
+    snapshot = _hub_snapshot(hub, SEMANTIC_CODEC_REPO)
+    (snapshot / SEMANTIC_CODEC_FILE).parent.mkdir(parents=True, exist_ok=True)
+    safetensors.torch.save_model(codec, str(snapshot / SEMANTIC_CODEC_FILE))
+    torch.save(CAMPPlus(feat_dim=80, embedding_size=192).state_dict(),
+               _hub_snapshot(hub, CAMPPLUS_REPO) / CAMPPLUS_FILE)
+    bigvgan.BigVGAN(bigvgan.AttrDict(TINY_BIGVGAN_CONFIG)).save_pretrained(_hub_snapshot(hub, str(cfg.vocoder.name)))
+
+    # Qwen3 emotion model (the real one is Qwen3-0.6B fine-tuned): char tokenizer with the Qwen chat markers and a
+    # chat template that honours enable_thinking=False as Qwen3's does.
+    qwen_dir = out / str(cfg.qwen_emo_path).strip()
+    tokenizer = build_char_tokenizer(["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"],
+                                     unk_token="<|endoftext|>", pad_token="<|endoftext|>", eos_token="<|im_end|>")
+    tokenizer.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and not "
+        "enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+    qwen = Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=8, max_position_embeddings=1024,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None))
+    qwen.save_pretrained(qwen_dir)
+    tokenizer.save_pretrained(qwen_dir)
