@@ -146,8 +146,8 @@ class EmotionControl:
         text: the text to read the emotion from; None = the request's own text.
 
     Raises:
-        InputError: no source or more than one; a vector of the wrong length or with values outside [0, 1];
-            a weight outside [0, 1]; ``text`` without ``from_text``.
+        ConfigError: (an ``InputError``; ``field`` names the bad part) no source or more than one; a vector of the
+            wrong length or with values outside [0, 1]; a weight outside [0, 1]; ``text`` without ``from_text``.
     """
 
     reference_audio: "ReferenceAudio | None" = None
@@ -161,23 +161,24 @@ class EmotionControl:
                                             ("an emotion vector", self.vector is not None),
                                             ("emotion from text", self.from_text)) if given]
         if not sources:
-            raise InputError("emotion control needs a source: an emotion reference clip, an emotion vector or "
-                             "emotion from text")
+            raise ConfigError("emotion", "emotion control needs a source: an emotion reference clip, an emotion "
+                                         "vector or emotion from text")
         if len(sources) > 1:
-            raise InputError(f"emotion control got {' and '.join(sources)}; choose one of them")
+            raise ConfigError("emotion", f"emotion control got {' and '.join(sources)}; choose one of them")
         if self.vector is not None:
             vector = tuple(float(v) for v in self.vector)
             if len(vector) != len(EMOTION_NAMES):
-                raise InputError(f"emotion vector has {len(vector)} values; give {len(EMOTION_NAMES)}, one per "
-                                 f"emotion ({', '.join(EMOTION_NAMES)})")
+                raise ConfigError("emotion_vector", f"emotion vector has {len(vector)} values; give "
+                                  f"{len(EMOTION_NAMES)}, one per emotion ({', '.join(EMOTION_NAMES)})")
             bad = [f"{n}={v}" for n, v in zip(EMOTION_NAMES, vector) if not 0.0 <= v <= 1.0]  # NaN fails too
             if bad:
-                raise InputError(f"emotion vector values must be in [0, 1]: {', '.join(bad)}")
+                raise ConfigError("emotion_vector", f"emotion vector values must be in [0, 1]: {', '.join(bad)}")
             object.__setattr__(self, "vector", vector)
         if not 0.0 <= float(self.weight) <= 1.0:
-            raise InputError(f"emotion weight {self.weight} must be in [0, 1]")
+            raise ConfigError("emotion_weight", f"emotion weight {self.weight} must be in [0, 1]")
         if self.text is not None and not self.from_text:
-            raise InputError("emotion text is only used with emotion from text; set from_text or drop the text")
+            raise ConfigError("emotion_text", "emotion text is only used with emotion from text; set from_text or "
+                                              "drop the text")
 
 
 def new_request_id() -> str:
