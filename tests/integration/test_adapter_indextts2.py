@@ -187,6 +187,10 @@ def test_facts_come_from_config_yaml(adapter, three_rows):
     assert (facts.num_layers, facts.num_kv_heads, facts.head_dim) == (gpt.layers, gpt.heads, 1280 // gpt.heads)
     assert facts.sampling_rate == 22050 and facts.frames_per_second == pytest.approx(22050 / 256 / 1.72)
     assert facts.default_max_new_tokens == min(1500, gpt.max_mel_tokens)  # upstream default, capped by the model
+    defaults = facts.generation_defaults  # the package's own infer defaults (the checkpoint has no generation config)
+    assert (defaults.greedy, defaults.temperature, defaults.top_p, defaults.top_k) == (False, 0.8, 0.8, 30)
+    assert "max_mel_tokens=1500" in defaults.sources["max_new_tokens"] and defaults.cfg_scale is None
+    assert adapter.repetition_penalty == 10.0 and facts.languages == ("zh", "en")
     assert facts.supports_pinyin and facts.supports_emotion and facts.supports_emotion_text
     assert not facts.needs_reference_text and not facts.has_cfg and facts.cfg_multiplier == 1
     assert facts.num_parameters == sum({id(p): p.numel() for p in adapter.model.parameters()}.values())
@@ -273,6 +277,10 @@ def test_a_row_that_hits_the_cap_is_flagged_and_keeps_its_codes(adapter, three_r
     cap = max(1, min(free.code_lengths) // 2)
     capped, audio = run(adapter, three_rows, SynthesisParams(greedy=True, max_new_tokens=cap))
     assert capped.code_lengths == [cap] * 3 and capped.hit_max_new_tokens == [True] * 3
+    from tts_app.request import StopReason
+
+    assert adapter.stop_reasons(capped, None) == [StopReason.MAX_NEW_TOKENS] * 3
+    assert adapter.stop_reasons(free, None) == [StopReason.END_OF_SPEECH] * 3
     assert torch.equal(capped.codes, free.codes[:, :cap])  # the cap cuts; it does not change what came before
     assert all(abs(a.size - cap * 1.72 * 256) <= 256 for a in audio)
 

@@ -88,9 +88,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tts_app.adapters.base import DTYPE_BYTES, AdapterRow, ModelFacts, RowEmotion, TTSAdapter, count_parameters
+from tts_app.adapters.base import (DTYPE_BYTES, AdapterRow, GenerationDefaults, ModelFacts, RowEmotion, TTSAdapter,
+                                   count_parameters)
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
-from tts_app.request import EMOTION_NAMES, SynthesisParams
+from tts_app.engine.scheduler import max_chars_for_speech_s
+from tts_app.request import EMOTION_NAMES, StopReason, SynthesisParams
 
 HUB_ID = "IndexTeam/IndexTTS-2"
 INSTALL_HINT = "python3 -m pip install --no-deps -r requirements-indextts2.txt"
@@ -162,8 +164,10 @@ MEL_FRAMES_PER_CODE = 1.72  # target_lengths = (code_lens * 1.72).long()
 S2MEL_DIFFUSION_STEPS = 25
 S2MEL_CFG_RATE = 0.7
 LENGTH_REGULATOR_QUANTIZERS = 3  # n_quantizers=3
-# Sampling defaults of infer_generator (generation_kwargs.pop(...) fallbacks). The checkpoint's config.yaml has no
-# generation section; its gpt.max_mel_tokens (1815) is the model's position capacity and caps max_mel_tokens.
+# Sampling defaults of infer_generator (generation_kwargs.pop(...) fallbacks; it always samples, do_sample=True). The
+# checkpoint has no generation config; its config.yaml gpt.max_mel_tokens (1815 for the real one) is the model's
+# position capacity and caps max_mel_tokens.
+_UPSTREAM = "indextts2-inference infer_v2.infer_generator default"
 UPSTREAM_TEMPERATURE = 0.8
 UPSTREAM_TOP_P = 0.8
 UPSTREAM_TOP_K = 30
@@ -178,6 +182,7 @@ NUM_SPEECH_LATENTS = 32
 NUM_CONDITIONING_POSITIONS = NUM_SPEECH_LATENTS + 2
 NUM_TEXT_FRAME_TOKENS = 2  # <start_text>, <stop_text>
 MAX_SEGMENT_CHARS = 120  # infer's max_text_tokens_per_segment=120 (Chinese: ~1 token per character)
+LANGUAGES = ("zh", "en")  # IndexTeam/IndexTTS-2 model card: Chinese and English
 
 # Distinct references (and emotion clips) whose conditioning is kept (on the model's device): a 15 s clip keeps
 # ~6 MB (w2v-BERT features 750 x 1024 x 4 B twice, reference mel and condition), so 32 entries stay under ~200 MB.
@@ -492,23 +497,19 @@ class _DecodeState:
 class _CodeSelector:
     """Next-code choice for a batch: the checkpoint's repetition penalty (transformers
     ``RepetitionPenaltyLogitsProcessor``), then argmax (greedy) or ``RowSampler`` (temperature, top-k, top-p; one
-    generator per row)."""
+    generator per row). ``params`` are resolved (``TTSAdapter.resolve``): every knob has its value."""
 
     def __init__(self, params: SynthesisParams, seeds: list[int], repetition_penalty: float):
         from transformers import RepetitionPenaltyLogitsProcessor
 
         from tts_app.adapters.sampling import RowSampler
 
-        self.greedy = params.greedy
+        self.greedy = bool(params.greedy)
         self.penalty = RepetitionPenaltyLogitsProcessor(repetition_penalty) if repetition_penalty != 1.0 else None
         self.sampler = None
         if not self.greedy:
-            self.sampler = RowSampler(
-                seeds,
-                temperature=params.temperature if params.temperature is not None else UPSTREAM_TEMPERATURE,
-                top_k=params.top_k if params.top_k is not None else UPSTREAM_TOP_K,
-                top_p=params.top_p if params.top_p is not None else UPSTREAM_TOP_P,
-                generator_device="cpu")
+            self.sampler = RowSampler(seeds, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+                                      generator_device="cpu")
 
     def pick(self, history, logits):
         """history ``(batch, steps)`` int64, logits ``(batch, vocab)`` float32 -> codes ``(batch,)`` int64."""
@@ -671,6 +672,20 @@ class IndexTTS2Adapter(TTSAdapter):
         sampling_rate = int(cfg.s2mel["preprocess_params"]["sr"])
         hop = int(cfg.s2mel["preprocess_params"]["spect_params"]["hop_length"])
         text_positions_per_char = max(len(self._text_ids(t)) / len(t) for t in _MEASURE_TEXTS)
+        frames_per_second = sampling_rate / hop / MEL_FRAMES_PER_CODE
+        capacity = int(gpt.max_mel_tokens)
+        defaults = GenerationDefaults.from_generation_config(
+            None,  # IndexTTS-2 checkpoints have no generation config: every knob is the package's default
+            family_defaults={
+                "greedy": (False, f"{_UPSTREAM}: do_sample=True (samples)"),
+                "temperature": (UPSTREAM_TEMPERATURE, _UPSTREAM),
+                "top_p": (UPSTREAM_TOP_P, _UPSTREAM),
+                "top_k": (UPSTREAM_TOP_K, _UPSTREAM),
+                "max_new_tokens": (min(UPSTREAM_MAX_MEL_TOKENS, capacity),
+                                   f"{_UPSTREAM} max_mel_tokens={UPSTREAM_MAX_MEL_TOKENS}, capped by config.yaml "
+                                   f"gpt.max_mel_tokens={capacity}"),
+            },
+            absent={"cfg_scale": "IndexTTS 2's GPT has no guidance (s2mel's CFG rate 0.7 is fixed by the package)"})
         return self._model_facts(
             num_parameters=count_parameters(self.model),
             sampling_rate=sampling_rate,
@@ -678,14 +693,14 @@ class IndexTTS2Adapter(TTSAdapter):
             num_kv_heads=int(gpt.heads),
             head_dim=int(gpt.model_dim) // int(gpt.heads),
             cfg_multiplier=1,
-            frames_per_second=sampling_rate / hop / MEL_FRAMES_PER_CODE,
+            frames_per_second=frames_per_second,
             text_positions_per_char=text_positions_per_char,
             reference_positions_per_second=0.0,
-            default_max_new_tokens=min(UPSTREAM_MAX_MEL_TOKENS, int(gpt.max_mel_tokens)),
-            max_segment_chars=MAX_SEGMENT_CHARS,
+            max_segment_chars=min(MAX_SEGMENT_CHARS, max_chars_for_speech_s(
+                defaults.max_new_tokens / frames_per_second, LANGUAGES)),
+            generation_defaults=defaults,
+            languages=LANGUAGES,
             supports_pinyin=True,
-            has_cfg=False,
-            has_top_k=True,
             kv_cache_exact=True,
             needs_reference_text=False,
             supports_emotion=True,
@@ -694,7 +709,7 @@ class IndexTTS2Adapter(TTSAdapter):
 
     @property
     def repetition_penalty(self) -> float:
-        """The repetition penalty decoding applies (the package's default; not a request knob)."""
+        """The repetition penalty decoding applies (``infer_generator``'s default 10.0; not a request knob)."""
         return UPSTREAM_REPETITION_PENALTY
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
@@ -1003,6 +1018,7 @@ class IndexTTS2Adapter(TTSAdapter):
         if max_new > capacity:
             raise InputError(f"max_new_tokens={max_new} exceeds the {capacity} codes this checkpoint can generate "
                              "(gpt.max_mel_tokens); lower it")
+        params = self.resolve(params)
         selector = _CodeSelector(params, inputs.seeds, self.repetition_penalty)
         with torch.no_grad():
             state = self.prefill(inputs, params.use_cache)
@@ -1075,6 +1091,10 @@ class IndexTTS2Adapter(TTSAdapter):
             state.embeds = torch.cat([state.embeds, new], dim=1)
             state.next_logits = self._forward(state.embeds, state.mask, None)
         return codes
+
+    def stop_reasons(self, outputs: IndexTTS2Outputs, inputs: IndexTTS2Inputs) -> list[StopReason]:
+        """``MAX_NEW_TOKENS`` for a row that never produced its stop code, else ``END_OF_SPEECH``."""
+        return [StopReason.MAX_NEW_TOKENS if hit else StopReason.END_OF_SPEECH for hit in outputs.hit_max_new_tokens]
 
     # ------------------------------------------------------------------ codes -> audio
 
