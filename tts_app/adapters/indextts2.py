@@ -283,7 +283,7 @@ def _checkpoint_folder(id_or_path: str | Path) -> Path:
     Raises:
         ModelLoadError: a folder without config.yaml, or a hub id that is not cached while the hub is unreachable.
     """
-    from tts_app.adapters import _offline_hint
+    from tts_app.adapters.loading import hub_error_message, offline_message
 
     path = Path(id_or_path).expanduser()
     if path.exists():
@@ -294,8 +294,8 @@ def _checkpoint_folder(id_or_path: str | Path) -> Path:
 
     try:
         return Path(snapshot_download(str(id_or_path)))
-    except Exception as exc:  # hub errors: offline miss, unknown repo, network
-        raise ModelLoadError(_offline_hint(str(id_or_path))) from exc
+    except Exception as exc:  # hub errors: offline miss, gated or unknown repo, network
+        raise ModelLoadError(hub_error_message(str(id_or_path), exc) or offline_message(str(id_or_path))) from exc
 
 
 @dataclass(frozen=True)
