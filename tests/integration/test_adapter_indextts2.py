@@ -421,3 +421,8 @@ def test_greedy_output_equals_the_packages_own_infer(tmp_path, tiny_idx, adapter
         assert outputs.codes.numpy().tolist() == want_codes.tolist(), f"case {i}"
         want_audio = upstream[f"audio_{i}"]
         assert audio.shape == want_audio.shape and np.allclose(audio, want_audio, atol=1e-5), f"case {i}"
+
+
+def test_characters_outside_the_bpe_vocabulary_are_reported_to_the_front_end(adapter):
+    # 囧 is not among the tiny vocabulary's GB2312 level-1 characters; 你, A and Chinese punctuation are
+    assert adapter.unencodable_characters("你A，囧 ") == {"囧"}

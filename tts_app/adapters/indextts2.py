@@ -736,6 +736,20 @@ class IndexTTS2Adapter(TTSAdapter):
         pattern = re.compile("|".join(re.escape(p) for p in rep_map))
         return pattern.sub(lambda m: rep_map[m.group()], text)
 
+    def unencodable_characters(self, chars) -> set[str]:
+        """The characters of ``chars`` the checkpoint's sentencepiece model maps to ``<unk>`` (or to nothing), each
+        read as ``_text_ids`` reads text (the package's punctuation map, then its tokenizer); cached per
+        character."""
+        unk_id = self.processor.tokenizer.unk_token_id
+        out = set()
+        for char in set(chars):
+            if char not in self._unencodable:
+                ids = self._text_ids(char) if char.strip() else [None]
+                self._unencodable[char] = not ids or unk_id in ids
+            if self._unencodable[char]:
+                out.add(char)
+        return out
+
     def _text_ids(self, text: str) -> list[int]:
         """Token ids of ``text`` (``model_text`` then the package's ``TextTokenizer.encode``)."""
         return list(self.processor.tokenizer.encode(self.model_text(text)))
