@@ -129,6 +129,9 @@ def test_loading_uses_the_hub_calls_of_the_package_on_the_checkpoints_hub_cache(
     assert ("funasr/campplus", "campplus_cn_common.bin", hub_cache) in downloads
     assert next(loaded.model.gpt.parameters()).dtype == torch.bfloat16 and loaded.facts.dtype_bytes == 2
     assert next(loaded.model.s2mel.parameters()).dtype == torch.float32  # s2mel stays float32, as upstream
+    wave = load_reference("zh_female_1.wav", 22050, 1.0)[0]
+    (audio,) = loaded.synthesize([AdapterRow("你好。", wave, None)], SynthesisParams(greedy=True, max_new_tokens=8))
+    assert audio.size > 0 and np.isfinite(audio).all()  # a half-precision GPT runs (on the CPU too)
 
 
 def test_auxiliaries_in_sub_folders_need_no_hub_cache(tmp_path, tiny_idx, adapter, three_rows):
@@ -371,12 +374,13 @@ def test_emotion_from_text_asks_the_checkpoints_emotion_model(monkeypatch, adapt
     class FakeQwen:
         def inference(self, text):
             asked.append(text)
-            return {"happy": 0.0, "angry": 0.7, "sad": 0.0, "afraid": 0.0, "disgusted": 0.0, "melancholic": 0.0,
+            return {"happy": 0.0, "angry": 0.0, "sad": 0.7, "afraid": 0.0, "disgusted": 0.0, "melancholic": 0.0,
                     "surprised": 0.0, "calm": 0.0}
 
     monkeypatch.setattr(adapter, "_load_qwen_emotion", lambda: FakeQwen())
     from_text = AdapterRow(**{**row.__dict__, "emotion": RowEmotion(text="气死我了！")})
-    explicit = AdapterRow(**{**row.__dict__, "emotion": RowEmotion(vector=(0, 0.7, 0, 0, 0, 0, 0, 0))})
+    # "sad" 0.7 is a vector the web UI's normalisation (bias 1.0 for sad, sum <= 0.8) leaves as it is
+    explicit = AdapterRow(**{**row.__dict__, "emotion": RowEmotion(vector=(0, 0, 0.7, 0, 0, 0, 0, 0))})
     got = adapter.preprocess([from_text], GREEDY).emovecs[0]
     assert asked == ["气死我了！"]
     assert torch.equal(got, adapter.preprocess([explicit], GREEDY).emovecs[0])

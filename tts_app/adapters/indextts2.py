@@ -29,7 +29,9 @@ Differences from the package's own ``infer``, on purpose:
   in one forward per step: rows are left-padded (the ``[cond][text]`` prefix, as the package's own
   ``prepare_gpt_inputs`` does for a batch) with an attention mask, each row stops at its own stop token, and the
   mel-position embedding of a row's k-th code is the row's own count. The s2mel + vocoder stage runs row by row
-  (``postprocess``), exactly the package's code per row.
+  (``postprocess``), exactly the package's code per row: its ``solve_euler`` takes one reference (prompt) length
+  per batch and its WaveNet reads the unmasked padding after a shorter row, so a batched s2mel would change a row's
+  audio with its batch-mates. Its share of the time: ``bench/indextts2_stages.py``.
 * Decoding: ``infer`` samples with beam search (``num_beams=3``); here each row samples alone (no beams), with one
   ``torch.Generator`` per row seeded with ``AdapterRow.seed`` (tts_app/adapters/sampling.py), so a row's audio does
   not depend on its batch-mates. Greedy (``params.greedy``) is the argmax after the repetition penalty, which is what
@@ -38,8 +40,9 @@ Differences from the package's own ``infer``, on purpose:
   training (``UnifiedVoice.forward``). This is what the package does under transformers 5.x: its
   ``GPT2InferenceModel.prepare_inputs_for_generation`` speaks the old ``past_key_values`` interface, gets no cache
   back from ``generate`` and re-reads the whole sequence every step (no KV cache at all, O(n^2) per segment), which
-  takes the positions from ``arange``. (Its cached branch, used with older transformers, would add ``k + 1``.) Here
-  the KV cache is on by default; on and off give the same codes.
+  takes the positions from ``arange``; it gets no attention mask either (harmless at batch 1). (Its cached branch,
+  used with older transformers, would add ``k + 1``.) Here the KV cache is on by default; on and off give the same
+  codes.
 * Repetition penalty: the package applies transformers' ``RepetitionPenaltyLogitsProcessor`` to its placeholder
   ``input_ids`` (all ``1`` plus ``<start_mel>``) and the generated codes, i.e. codes 1 and ``start_mel_token`` are
   penalised from the first step; reproduced here.
@@ -48,8 +51,9 @@ Differences from the package's own ``infer``, on purpose:
   (``tokenize_by_CJK_char`` + the checkpoint's sentencepiece ``bpe.model``). A pinyin override ``{zhong4}`` from the
   front end is written as the package writes pinyin (``TextNormalizer.correct_pinyin``, upper case: ``ZHONG4``),
   which is a token of its vocabulary.
-* Emotion vector: scaled by ``emo_alpha`` and mixed as ``infer`` does; values are first passed through the package's
-  ``IndexTTS2.normalize_emo_vec`` (per-emotion bias, sum capped at 0.8), as the official web UI does with its sliders.
+* Emotion vector: scaled by ``emo_alpha`` and mixed as ``infer`` does; a vector the user gives is first passed
+  through the package's ``IndexTTS2.normalize_emo_vec`` (per-emotion bias, sum capped at 0.8), as the official web UI
+  does with its sliders (a vector the emotion model reads from text is used as it is, as ``infer`` does).
 * The Qwen emotion model may generate up to 32768 tokens in ``QwenEmotion.inference``; its ``generate`` is capped at
   ``EMOTION_TEXT_MAX_NEW_TOKENS`` here so a misbehaving model cannot hold the worker (the real model answers with a
   short JSON object).
@@ -84,7 +88,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -241,6 +245,24 @@ def _silence_flow_matching_progress() -> None:
 
     if not isinstance(flow_matching.tqdm, functools.partial):
         flow_matching.tqdm = functools.partial(tqdm, disable=True)
+
+
+def _gpt_to_dtype(gpt, dtype: str) -> None:
+    """Cast the GPT (``UnifiedVoice``) to ``dtype``. Its GPT-2 stack has no position embeddings: the package replaces
+    ``wpe`` by ``null_position_embeddings``, float32 zeros, which would turn half-precision hidden states into
+    float32 (the package relies on autocast, which the CPU does not apply to layer norms); the zeros follow the
+    GPT's dtype here."""
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
+    gpt.to(torch_dtype)
+    dim = int(gpt.model_dim)
+
+    def null_position_embeddings(position_ids):
+        return torch.zeros((position_ids.shape[0], position_ids.shape[1], dim), dtype=torch_dtype,
+                           device=position_ids.device)
+
+    gpt.gpt.wpe = null_position_embeddings
 
 
 def _audio_key(audio: np.ndarray) -> str:
@@ -578,7 +600,7 @@ class IndexTTS2Adapter(TTSAdapter):
                 "DIR` writes a tiny random one.") from exc
         try:
             model = model.to(device).eval()
-            model.gpt.to(getattr(torch, dtype))
+            _gpt_to_dtype(model.gpt, dtype)
         except torch.OutOfMemoryError:
             raise
         except (RuntimeError, AssertionError) as exc:
@@ -596,7 +618,6 @@ class IndexTTS2Adapter(TTSAdapter):
         from indextts.s2mel.modules.campplus.DTDNN import CAMPPlus
         from indextts.s2mel.modules.commons import MyModel, load_checkpoint2
         from indextts.utils.checkpoint import load_checkpoint
-        from indextts.utils.front import TextNormalizer, TextTokenizer
         from indextts.utils.maskgct_utils import build_semantic_codec
         from omegaconf import OmegaConf
         from transformers import SeamlessM4TFeatureExtractor, Wav2Vec2BertModel
@@ -646,24 +667,14 @@ class IndexTTS2Adapter(TTSAdapter):
         vocoder.remove_weight_norm()
         vocoder.eval()
 
-        tokenizer = TextTokenizer(str(folder / cfg.dataset["bpe_model"]), normalizer=None)
-        spect = cfg.s2mel["preprocess_params"]["spect_params"]
-        mel_args = {  # as IndexTTS2._load_emotion_matrices
-            "n_fft": spect["n_fft"], "win_size": spect["win_length"], "hop_size": spect["hop_length"],
-            "num_mels": spect["n_mels"], "sampling_rate": cfg.s2mel["preprocess_params"]["sr"],
-            "fmin": spect.get("fmin", 0), "fmax": None if spect.get("fmax", "None") == "None" else 8000,
-            "center": False,
-        }
         emo_matrix = torch.load(folder / cfg.emo_matrix, map_location="cpu")
         spk_matrix = torch.load(folder / cfg.spk_matrix, map_location="cpu")
         qwen_dir = folder / str(cfg.qwen_emo_path).strip()
-        model = _module_class()(gpt, semantic_model, semantic_codec, s2mel, campplus, vocoder,
-                                stats["mean"], torch.sqrt(stats["var"]), emo_matrix, spk_matrix)
-        processor = IndexTTS2Processor(config=cfg, tokenizer=tokenizer, normalizer=TextNormalizer(),
-                                       feature_extractor=feature_extractor, mel_args=mel_args,
-                                       emo_num=[int(n) for n in cfg.emo_num],
-                                       qwen_emotion_dir=qwen_dir if (qwen_dir / "config.json").is_file() else None)
-        return model, processor
+        return _assemble(cfg, folder / cfg.dataset["bpe_model"], feature_extractor,
+                         dict(gpt=gpt, semantic_model=semantic_model, semantic_codec=semantic_codec, s2mel=s2mel,
+                              campplus=campplus, vocoder=vocoder, semantic_mean=stats["mean"],
+                              semantic_std=torch.sqrt(stats["var"]), emo_matrix=emo_matrix, spk_matrix=spk_matrix),
+                         qwen_dir if (qwen_dir / "config.json").is_file() else None)
 
     def _measure_facts(self) -> ModelFacts:
         """ModelFacts from config.yaml and the tokenizer (see the module docstring, "KV cache accounting")."""
@@ -819,9 +830,10 @@ class IndexTTS2Adapter(TTSAdapter):
                 s_ref, ylens=ref_target_lengths, n_quantizers=LENGTH_REGULATOR_QUANTIZERS, f0=None)[0]
             # The package passes cond_lengths = spk_cond_emb.shape[-1] (the feature width, >= frames: no mask).
             gpt_dtype = next(model.gpt.parameters()).dtype
-            speech_latent = model.gpt.get_conditioning(
-                spk_cond_emb.to(gpt_dtype).transpose(1, 2),
-                torch.tensor([spk_cond_emb.shape[-1]], device=spk_cond_emb.device))
+            with self._gpt_autocast():
+                speech_latent = model.gpt.get_conditioning(
+                    spk_cond_emb.to(gpt_dtype).transpose(1, 2),
+                    torch.tensor([spk_cond_emb.shape[-1]], device=spk_cond_emb.device))
         conditioning = SpeakerConditioning(spk_cond_emb=spk_cond_emb, speech_latent=speech_latent, style=style,
                                            prompt_condition=prompt_condition, ref_mel=ref_mel,
                                            emo_cond_emb=self._emotion_features(audio))
@@ -883,12 +895,11 @@ class IndexTTS2Adapter(TTSAdapter):
         emo_cond_emb = conditioning.emo_cond_emb
         alpha = 1.0
         if emotion is not None:
-            if emotion.text is not None:
+            if emotion.text is not None:  # as infer(use_emo_text=True): the emotion model's values as they are
                 vector = list(self._emotion_from_text(emotion.text))
-            elif emotion.vector is not None:
-                vector = list(emotion.vector)
+            elif emotion.vector is not None:  # as the official web UI does with its sliders
+                vector = IndexTTS2.normalize_emo_vec(None, list(emotion.vector), apply_bias=True)
             if vector is not None:
-                vector = IndexTTS2.normalize_emo_vec(None, vector, apply_bias=True)
                 scale = max(0.0, min(1.0, float(emotion.weight)))
                 if scale != 1.0:  # the package's 4-decimal truncation
                     vector = [int(x * scale * 10000) / 10000 for x in vector]
@@ -898,9 +909,9 @@ class IndexTTS2Adapter(TTSAdapter):
         spk = conditioning.spk_cond_emb.to(dtype)
         emo = emo_cond_emb.to(dtype)
         device = spk.device
-        with torch.no_grad():
+        with torch.no_grad(), self._gpt_autocast():
             emovec = gpt.merge_emovec(spk, emo, torch.tensor([spk.shape[-1]], device=device),
-                                      torch.tensor([emo.shape[-1]], device=device), alpha=alpha)
+                                      torch.tensor([emo.shape[-1]], device=device), alpha=alpha).to(dtype)
             if vector is not None:
                 weight = torch.tensor(vector, device=device)
                 emo_num = self.processor.emo_num
@@ -973,8 +984,8 @@ class IndexTTS2Adapter(TTSAdapter):
             cond = self.speaker_conditioning(row.reference_audio)
             emovec, emo_emb = self.emotion_vector(cond, row.emotion)
             tokens = torch.tensor([ids], dtype=torch.int32, device=self.device)
-            with torch.no_grad():
-                prefixes.append(self._prefix(cond.speech_latent, emovec, tokens))
+            with torch.no_grad(), self._gpt_autocast():
+                prefixes.append(self._prefix(cond.speech_latent, emovec, tokens).to(dtype))
             text_tokens.append(tokens)
             conditioning.append(cond)
             emovecs.append(emovec)
@@ -1054,12 +1065,22 @@ class IndexTTS2Adapter(TTSAdapter):
         gpt = self.model.gpt
         return (gpt.mel_embedding(codes) + gpt.mel_pos_embedding.emb(positions)).unsqueeze(1)
 
+    def _gpt_autocast(self):
+        """Autocast in the GPT's dtype when it is not float32, as the package runs its half-precision GPT (its
+        ``null_position_embeddings`` are float32 zeros, which would otherwise promote the hidden states)."""
+        import torch
+
+        dtype = getattr(torch, self.dtype)
+        return torch.autocast(device_type=torch.device(self.device).type, dtype=dtype,
+                              enabled=dtype != torch.float32)
+
     def _forward(self, embeds, mask, cache):
         """GPT-2 stack over ``embeds`` ``(batch, new_positions, dim)`` -> float32 logits of the last position
         ``(batch, number_mel_codes)`` (``final_norm`` + ``mel_head``, the package's ``lm_head``)."""
         gpt = self.model.gpt
-        out = gpt.gpt(inputs_embeds=embeds, attention_mask=mask, cache=cache, use_cache=cache is not None)
-        return gpt.mel_head(gpt.final_norm(out.last_hidden_state[:, -1])).float()
+        with self._gpt_autocast():
+            out = gpt.gpt(inputs_embeds=embeds, attention_mask=mask, cache=cache, use_cache=cache is not None)
+            return gpt.mel_head(gpt.final_norm(out.last_hidden_state[:, -1])).float()
 
     def prefill(self, inputs: IndexTTS2Inputs, use_cache: bool) -> _DecodeState:
         """Run every row's prefix + ``<start_mel>`` (mel position 0) through the GPT; returns the decode state with
@@ -1138,7 +1159,7 @@ class IndexTTS2Adapter(TTSAdapter):
         text = inputs.text_tokens[row]
         device = codes.device
         dtype = next(gpt.parameters()).dtype
-        with torch.no_grad():
+        with torch.no_grad(), self._gpt_autocast():
             return gpt(cond.speech_latent, text, torch.tensor([text.shape[-1]], device=device), codes,
                        torch.tensor([codes.shape[-1]], device=device), inputs.emo_cond_embs[row].to(dtype),
                        cond_mel_lengths=torch.tensor([cond.spk_cond_emb.shape[-1]], device=device),
@@ -1221,18 +1242,102 @@ def _hub_snapshot(hub_cache: Path, repo_id: str) -> Path:
     return snapshot
 
 
-def _write_tiny_checkpoint(out: Path, seed: int) -> None:
-    """The body of ``IndexTTS2Adapter.make_tiny_checkpoint`` (global RNG already seeded)."""
-    import safetensors.torch
+def _assemble(cfg, bpe_path: Path, feature_extractor, modules: dict, qwen_emotion_dir: Path | None):
+    """(IndexTTS2Model, IndexTTS2Processor) from loaded or freshly built sub-models (``modules``: gpt,
+    semantic_model, semantic_codec, s2mel, campplus, vocoder, semantic_mean, semantic_std, emo_matrix,
+    spk_matrix)."""
+    from indextts.utils.front import TextNormalizer, TextTokenizer
+
+    spect = cfg.s2mel["preprocess_params"]["spect_params"]
+    mel_args = {  # as IndexTTS2._load_emotion_matrices
+        "n_fft": spect["n_fft"], "win_size": spect["win_length"], "hop_size": spect["hop_length"],
+        "num_mels": spect["n_mels"], "sampling_rate": cfg.s2mel["preprocess_params"]["sr"],
+        "fmin": spect.get("fmin", 0), "fmax": None if spect.get("fmax", "None") == "None" else 8000,
+        "center": False,
+    }
+    model = _module_class()(**modules)
+    processor = IndexTTS2Processor(config=cfg, tokenizer=TextTokenizer(str(bpe_path), normalizer=None),
+                                   normalizer=TextNormalizer(), feature_extractor=feature_extractor, mel_args=mel_args,
+                                   emo_num=[int(n) for n in cfg.emo_num], qwen_emotion_dir=qwen_emotion_dir)
+    return model, processor
+
+
+def _random_modules(cfg, bigvgan_config: dict, w2v_config) -> dict:
+    """Every sub-model of an IndexTTS-2 checkpoint with random weights (the package's own classes; the global RNG,
+    on the current default device), in a fixed order. ``w2v_config``: a ``Wav2Vec2BertConfig``."""
     import torch
     from indextts.gpt.model_v2 import UnifiedVoice
     from indextts.s2mel.modules.bigvgan import bigvgan
     from indextts.s2mel.modules.campplus.DTDNN import CAMPPlus
     from indextts.s2mel.modules.commons import MyModel
     from indextts.utils.maskgct_utils import build_semantic_codec
+    from transformers import Wav2Vec2BertModel
+
+    modules = {"gpt": UnifiedVoice(**cfg.gpt), "s2mel": MyModel(cfg.s2mel, use_gpt_latent=True)}
+    hidden = int(cfg.semantic_codec.hidden_size)
+    modules["semantic_mean"], modules["semantic_var"] = torch.randn(hidden) * 0.1, torch.rand(hidden) + 0.5
+    num_rows = sum(cfg.emo_num)
+    modules["spk_matrix"] = torch.randn(num_rows, int(cfg.s2mel.style_encoder.dim))
+    modules["emo_matrix"] = torch.randn(num_rows, int(cfg.gpt.model_dim)) * 0.1
+    modules["semantic_model"] = Wav2Vec2BertModel(w2v_config).eval()
+    modules["semantic_codec"] = build_semantic_codec(cfg.semantic_codec)
+    modules["campplus"] = CAMPPlus(feat_dim=80, embedding_size=192)
+    modules["vocoder"] = bigvgan.BigVGAN(bigvgan.AttrDict(bigvgan_config))
+    return modules
+
+
+def build_random_adapter(config: dict, bigvgan_config: dict, *, work_dir: str | Path, device: str = "cpu",
+                         dtype: str = "float32", w2v_config=None, seed: int = 0) -> IndexTTS2Adapter:
+    """An adapter on an IndexTTS-2 architecture with random weights, built in memory directly on ``device`` (for
+    the GPU check of the full-size ``INDEXTTS2_CONFIG``; nothing is read or downloaded). The text tokenizer is the
+    tiny checkpoint's sentencepiece model (trained in code into ``work_dir``), which leaves every weight shape as
+    ``config`` says (its ``number_text_tokens`` must hold that vocabulary).
+
+    Args:
+        config: a config.yaml as a dict (``INDEXTTS2_CONFIG``).
+        bigvgan_config: the vocoder's hyper-parameters (``BIGVGAN_22KHZ_CONFIG``).
+        work_dir: folder for the tokenizer file.
+        device, dtype: as ``from_pretrained``.
+        w2v_config: ``Wav2Vec2BertConfig`` (default: transformers' defaults, which are w2v-BERT 2.0's).
+        seed: seed of the random weights.
+
+    Raises:
+        ModelLoadError: the package is missing, or the tokenizer needs more text tokens than ``config`` has.
+    """
+    import torch
     from omegaconf import OmegaConf
-    from transformers import (Qwen3Config, Qwen3ForCausalLM, SeamlessM4TFeatureExtractor, Wav2Vec2BertConfig,
-                              Wav2Vec2BertModel)
+    from transformers import SeamlessM4TFeatureExtractor, Wav2Vec2BertConfig
+
+    _import_package()
+    _silence_flow_matching_progress()
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    cfg = OmegaConf.create(config)
+    vocab = _tiny_bpe_model(work_dir / "bpe.model")
+    if vocab > int(cfg.gpt.number_text_tokens):
+        raise ModelLoadError(f"the tokenizer has {vocab} pieces but the config only {cfg.gpt.number_text_tokens}")
+    with torch.random.fork_rng(devices=[]), torch.device(device):
+        torch.manual_seed(seed)
+        modules = _random_modules(cfg, bigvgan_config, w2v_config or Wav2Vec2BertConfig())
+    gpt, s2mel, vocoder = modules["gpt"], modules["s2mel"], modules["vocoder"]
+    gpt.eval().post_init_gpt2_config(use_deepspeed=False, kv_cache=True, half=False)
+    s2mel.models["cfm"].estimator.setup_caches(max_batch_size=1, max_seq_length=8192)
+    s2mel.eval()
+    vocoder.remove_weight_norm()
+    vocoder.eval()
+    modules["semantic_std"] = torch.sqrt(modules.pop("semantic_var"))
+    model, processor = _assemble(cfg, work_dir / "bpe.model", SeamlessM4TFeatureExtractor(), modules, None)
+    model = model.to(device).eval()
+    _gpt_to_dtype(model.gpt, dtype)
+    return IndexTTS2Adapter(model, processor, device=device, dtype=dtype)
+
+
+def _write_tiny_checkpoint(out: Path, seed: int) -> None:
+    """The body of ``IndexTTS2Adapter.make_tiny_checkpoint`` (global RNG already seeded)."""
+    import safetensors.torch
+    import torch
+    from omegaconf import OmegaConf
+    from transformers import Qwen3Config, Qwen3ForCausalLM, SeamlessM4TFeatureExtractor, Wav2Vec2BertConfig
 
     from tts_app.adapters.tiny_vocab import build_char_tokenizer
 
@@ -1240,35 +1345,30 @@ def _write_tiny_checkpoint(out: Path, seed: int) -> None:
     config["gpt"]["number_text_tokens"] = _tiny_bpe_model(out / config["dataset"]["bpe_model"])
     cfg = OmegaConf.create(config)
     OmegaConf.save(cfg, out / "config.yaml")
-
-    gpt = UnifiedVoice(**cfg.gpt)
+    # w2v-BERT 2.0: the real hidden size and 17 layers (get_emb reads layer 17); everything else minimal.
+    w2v_config = Wav2Vec2BertConfig(hidden_size=int(cfg.semantic_codec.hidden_size), num_hidden_layers=W2V_BERT_LAYER,
+                                    num_attention_heads=1, intermediate_size=8, conv_depthwise_kernel_size=3,
+                                    position_embeddings_type=None)
+    modules = _random_modules(cfg, TINY_BIGVGAN_CONFIG, w2v_config)
+    gpt = modules["gpt"]
     with torch.no_grad():
         gpt.mel_head.bias[cfg.gpt.stop_mel_token] = TINY_STOP_BIAS
     torch.save(gpt.state_dict(), out / cfg.gpt_checkpoint)
-    s2mel = MyModel(cfg.s2mel, use_gpt_latent=True)
-    torch.save({"net": {name: module.state_dict() for name, module in s2mel.models.items()}},
+    torch.save({"net": {name: module.state_dict() for name, module in modules["s2mel"].models.items()}},
                out / cfg.s2mel_checkpoint)
-    hidden = int(cfg.semantic_codec.hidden_size)
-    torch.save({"mean": torch.randn(hidden) * 0.1, "var": torch.rand(hidden) + 0.5}, out / cfg.w2v_stat)
-    num_rows = sum(cfg.emo_num)
-    torch.save(torch.randn(num_rows, int(cfg.s2mel.style_encoder.dim)), out / cfg.spk_matrix)
-    torch.save(torch.randn(num_rows, int(cfg.gpt.model_dim)) * 0.1, out / cfg.emo_matrix)
+    torch.save({"mean": modules["semantic_mean"], "var": modules["semantic_var"]}, out / cfg.w2v_stat)
+    torch.save(modules["spk_matrix"], out / cfg.spk_matrix)
+    torch.save(modules["emo_matrix"], out / cfg.emo_matrix)
 
     hub = out / HUB_CACHE_SUBFOLDER
-    # w2v-BERT 2.0: the real hidden size and 17 layers (get_emb reads layer 17); everything else minimal.
-    w2v = Wav2Vec2BertModel(Wav2Vec2BertConfig(
-        hidden_size=hidden, num_hidden_layers=W2V_BERT_LAYER, num_attention_heads=1, intermediate_size=8,
-        conv_depthwise_kernel_size=3, position_embeddings_type=None)).eval()
     snapshot = _hub_snapshot(hub, W2V_BERT_REPO)
-    w2v.save_pretrained(snapshot)
+    modules["semantic_model"].save_pretrained(snapshot)
     SeamlessM4TFeatureExtractor().save_pretrained(snapshot)
-    codec = build_semantic_codec(cfg.semantic_codec)
     snapshot = _hub_snapshot(hub, SEMANTIC_CODEC_REPO)
     (snapshot / SEMANTIC_CODEC_FILE).parent.mkdir(parents=True, exist_ok=True)
-    safetensors.torch.save_model(codec, str(snapshot / SEMANTIC_CODEC_FILE))
-    torch.save(CAMPPlus(feat_dim=80, embedding_size=192).state_dict(),
-               _hub_snapshot(hub, CAMPPLUS_REPO) / CAMPPLUS_FILE)
-    bigvgan.BigVGAN(bigvgan.AttrDict(TINY_BIGVGAN_CONFIG)).save_pretrained(_hub_snapshot(hub, str(cfg.vocoder.name)))
+    safetensors.torch.save_model(modules["semantic_codec"], str(snapshot / SEMANTIC_CODEC_FILE))
+    torch.save(modules["campplus"].state_dict(), _hub_snapshot(hub, CAMPPLUS_REPO) / CAMPPLUS_FILE)
+    modules["vocoder"].save_pretrained(_hub_snapshot(hub, str(cfg.vocoder.name)))
 
     # Qwen3 emotion model (the real one is Qwen3-0.6B fine-tuned): char tokenizer with the Qwen chat markers and a
     # chat template that honours enable_thinking=False as Qwen3's does.
