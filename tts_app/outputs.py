@@ -15,6 +15,9 @@ Sidecar fields (``schema_version`` 1):
 - ``engine``: ``max_batch_size``, ``memory_budget_bytes`` at the time.
 - ``reference``: ``name``, ``sha256`` of the file as given, ``cleaned_duration_s``, ``sampling_rate``, ``cropped``,
   ``warnings``, ``text`` (the transcript given, or null); null when no reference audio was used.
+- ``emotion``: the request's emotion control (IndexTTS 2), or null: ``source`` ("clip", "vector" or "text"),
+  ``weight``, ``vector`` (8 values in ``tts_app.request.EMOTION_NAMES`` order) or ``text`` (null = the input text),
+  ``clip_duration_s`` / ``clip_sampling_rate``.
 - ``text``: ``input`` (as typed) and ``normalized`` (after the front end).
 - ``segments``: per segment ``index``, ``text`` (normalised source), ``model_text`` (as the model got it),
   ``seed``, ``start_s``, ``end_s``, ``batch_size``, ``generate_s``, ``max_new_tokens`` (its cap) and
@@ -106,6 +109,23 @@ def generation_settings(facts: ModelFacts, requested: SynthesisParams, effective
     return settings, sources
 
 
+def emotion_metadata(request: SynthesisRequest) -> dict[str, Any] | None:
+    """The sidecar's ``emotion`` block (module docstring) of a request, or None without emotion control."""
+    emotion = request.emotion
+    if emotion is None:
+        return None
+    source = "clip" if emotion.reference_audio is not None else "vector" if emotion.vector is not None else "text"
+    out: dict[str, Any] = {"source": source, "weight": emotion.weight}
+    if source == "vector":
+        out["vector"] = list(emotion.vector)
+    elif source == "text":
+        out["text"] = emotion.text
+    else:
+        out["clip_duration_s"] = round(emotion.reference_audio.duration_s, 4)
+        out["clip_sampling_rate"] = emotion.reference_audio.sampling_rate
+    return out
+
+
 def output_metadata(runtime: Runtime, request: SynthesisRequest, result: SynthesisResult, *, entry_point: str,
                     reference: PreparedReference | None = None, warnings: list[str] | tuple[str, ...] = (),
                     extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -140,6 +160,7 @@ def output_metadata(runtime: Runtime, request: SynthesisRequest, result: Synthes
         "requested": dataclasses.asdict(request.params),
         "engine": {"max_batch_size": stats.max_batch_size, "memory_budget_bytes": stats.memory_budget_bytes},
         "reference": reference_block,
+        "emotion": emotion_metadata(request),
         "text": {"input": request.text, "normalized": result.normalized_text},
         "segments": [{"index": s.index, "text": s.text, "model_text": s.model_text, "seed": s.seed,
                       "start_s": round(s.start_s, 4), "end_s": round(s.end_s, 4), "batch_size": s.batch_size,

@@ -157,28 +157,42 @@ class EmotionControl:
     text: str | None = None
 
     def __post_init__(self) -> None:
-        sources = [name for name, given in (("an emotion reference clip", self.reference_audio is not None),
-                                            ("an emotion vector", self.vector is not None),
-                                            ("emotion from text", self.from_text)) if given]
-        if not sources:
-            raise ConfigError("emotion", "emotion control needs a source: an emotion reference clip, an emotion "
-                                         "vector or emotion from text")
-        if len(sources) > 1:
-            raise ConfigError("emotion", f"emotion control got {' and '.join(sources)}; choose one of them")
-        if self.vector is not None:
-            vector = tuple(float(v) for v in self.vector)
-            if len(vector) != len(EMOTION_NAMES):
-                raise ConfigError("emotion_vector", f"emotion vector has {len(vector)} values; give "
-                                  f"{len(EMOTION_NAMES)}, one per emotion ({', '.join(EMOTION_NAMES)})")
-            bad = [f"{n}={v}" for n, v in zip(EMOTION_NAMES, vector) if not 0.0 <= v <= 1.0]  # NaN fails too
-            if bad:
-                raise ConfigError("emotion_vector", f"emotion vector values must be in [0, 1]: {', '.join(bad)}")
-            object.__setattr__(self, "vector", vector)
-        if not 0.0 <= float(self.weight) <= 1.0:
-            raise ConfigError("emotion_weight", f"emotion weight {self.weight} must be in [0, 1]")
-        if self.text is not None and not self.from_text:
-            raise ConfigError("emotion_text", "emotion text is only used with emotion from text; set from_text or "
-                                              "drop the text")
+        vector = check_emotion(has_reference_audio=self.reference_audio is not None, vector=self.vector,
+                               weight=self.weight, from_text=self.from_text, text=self.text)
+        object.__setattr__(self, "vector", vector)
+
+
+def check_emotion(*, has_reference_audio: bool, vector, weight: float, from_text: bool, text: str | None
+                  ) -> tuple[float, ...] | None:
+    """The rules of ``EmotionControl``, for callers that hold the clip as a file path (JSONL validation): exactly
+    one source, a vector of ``len(EMOTION_NAMES)`` values in [0, 1], a weight in [0, 1], ``text`` only with
+    ``from_text``. Returns the vector as a tuple of floats (or None).
+
+    Raises:
+        ConfigError: the rule broken (``field``: "emotion", "emotion_vector", "emotion_weight" or "emotion_text").
+    """
+    sources = [name for name, given in (("an emotion reference clip", has_reference_audio),
+                                        ("an emotion vector", vector is not None),
+                                        ("emotion from text", from_text)) if given]
+    if not sources:
+        raise ConfigError("emotion", "emotion control needs a source: an emotion reference clip, an emotion "
+                                     "vector or emotion from text")
+    if len(sources) > 1:
+        raise ConfigError("emotion", f"emotion control got {' and '.join(sources)}; choose one of them")
+    if vector is not None:
+        vector = tuple(float(v) for v in vector)
+        if len(vector) != len(EMOTION_NAMES):
+            raise ConfigError("emotion_vector", f"emotion vector has {len(vector)} values; give "
+                              f"{len(EMOTION_NAMES)}, one per emotion ({', '.join(EMOTION_NAMES)})")
+        bad = [f"{n}={v}" for n, v in zip(EMOTION_NAMES, vector) if not 0.0 <= v <= 1.0]  # NaN fails too
+        if bad:
+            raise ConfigError("emotion_vector", f"emotion vector values must be in [0, 1]: {', '.join(bad)}")
+    if not 0.0 <= float(weight) <= 1.0:
+        raise ConfigError("emotion_weight", f"emotion weight {weight} must be in [0, 1]")
+    if text is not None and not from_text:
+        raise ConfigError("emotion_text", "emotion text is only used with emotion from text; set from_text or "
+                                          "drop the text")
+    return vector
 
 
 def new_request_id() -> str:

@@ -82,3 +82,66 @@ def test_emotion_settings_reach_the_model_through_the_engine(tiny_adapter, data_
     assert plain.ok and sad.ok and copied.ok
     assert max(s.batch_size for s in sad.segments) > 1  # rows with different emotions share a batch
     assert not np.array_equal(plain.audio, sad.audio) and not np.array_equal(plain.audio, copied.audio)
+
+
+def test_synth_emotion_flags_reach_the_model_and_the_sidecar(one_load, model, data_dir, tmp_path):
+    import json
+
+    ref = data_dir / "zh_female_1.wav"
+    base = ["--model", str(model), "--ref", str(ref), "--text", "今天天气很好。", "--greedy", "--max-new-tokens", "24",
+            "--device", "cpu"]
+    assert main([*base, "--out", str(tmp_path / "plain.wav")]) == 0
+    assert main([*base, "--out", str(tmp_path / "sad.wav"), "--emo-vector", "0,0,0.9,0,0,0,0,0",
+                 "--emo-weight", "0.8"]) == 0
+    assert main([*base, "--out", str(tmp_path / "clip.wav"), "--emo-ref", str(data_dir / "en_male_1.wav")]) == 0
+    plain, sad, clip = (sf.read(tmp_path / f"{n}.wav", dtype="float32")[0] for n in ("plain", "sad", "clip"))
+    assert not np.array_equal(plain, sad) and not np.array_equal(plain, clip)
+    sidecar = json.loads((tmp_path / "sad.json").read_text(encoding="utf-8"))
+    assert sidecar["emotion"] == {"source": "vector", "weight": 0.8, "vector": [0, 0, 0.9, 0, 0, 0, 0, 0]}
+    assert json.loads((tmp_path / "plain.json").read_text(encoding="utf-8"))["emotion"] is None
+
+
+def test_emotion_flags_on_a_model_without_emotion_exit_1_saying_so(tiny_checkpoint, data_dir, tmp_path, capsys):
+    code = main(["--model", str(tiny_checkpoint("csm")), "--ref", str(data_dir / "en_female_1.wav"), "--text", "Hi.",
+                 "--out", str(tmp_path / "x.wav"), "--emo-vector", "0.5,0,0,0,0,0,0,0", "--max-new-tokens", "4",
+                 "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 1 and "emotion control" in err and "CSM" in err and not (tmp_path / "x.wav").exists()
+    assert main(["--model", str(tiny_checkpoint("csm")), "--text", "Hi.", "--out", str(tmp_path / "x.wav"),
+                 "--emo-weight", "0.5"]) == 2  # a weight without a source: usage error before any model load
+    assert "needs a source" in capsys.readouterr().err
+
+
+def test_a_jsonl_job_with_emotion_lines_runs_on_indextts2(tiny_adapter, data_dir, tmp_path):
+    import json
+    import shutil
+
+    from tts_app.config import EngineConfig
+    from tts_app.jobs.runner import RESULTS_NAME, run_job
+    from tts_app.request import SynthesisParams
+    from tts_app.runtime import Runtime
+
+    shutil.copy(data_dir / "zh_female_1.wav", tmp_path / "voice.wav")
+    shutil.copy(data_dir / "en_male_1.wav", tmp_path / "angry.wav")
+    lines = [{"input_text": "今天天气很好。", "prompt_audio": "voice.wav", "output_name": "plain"},
+             {"input_text": "今天天气很好。", "prompt_audio": "voice.wav", "emo_vector": {"happy": 0.8},
+              "output_name": "happy"},
+             {"input_text": "今天天气很好。", "prompt_audio": "voice.wav", "emo_audio": "angry.wav", "emo_alpha": 0.6,
+              "output_name": "copied"},
+             {"input_text": "今天天气很好。", "prompt_audio": "voice.wav", "use_emo_text": True,
+              "output_name": "read"}]
+    (tmp_path / "job.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines),
+                                        encoding="utf-8")
+    runtime = Runtime.from_adapter(tiny_adapter("indextts2"), "tiny-indextts2",
+                                   EngineConfig(max_batch_size=4, wait_window_ms=20.0))
+    try:
+        summary = run_job(tmp_path / "job.jsonl", tmp_path / "out", runtime,
+                          params=SynthesisParams(greedy=True, max_new_tokens=24))
+    finally:
+        runtime.close()
+    records = [json.loads(x) for x in (tmp_path / "out" / RESULTS_NAME).read_text(encoding="utf-8").splitlines()]
+    assert summary.num_ok == 4, records
+    audio = {n: sf.read(tmp_path / "out" / f"{n}.wav", dtype="float32")[0] for n in ("plain", "happy", "copied")}
+    assert not np.array_equal(audio["plain"], audio["happy"]) and not np.array_equal(audio["plain"], audio["copied"])
+    sidecar = json.loads((tmp_path / "out" / "read.json").read_text(encoding="utf-8"))
+    assert sidecar["emotion"] == {"source": "text", "weight": 1.0, "text": None}

@@ -169,3 +169,10 @@ def test_validation_says_when_every_line_is_valid_in_the_browsers_language(app_u
                                         gradio_client.handle_file(str(tmp_path / "ref.wav")),
                                         api_name="/validate_job")
         assert expected in summary
+
+
+def test_emotion_settings_are_refused_by_a_model_without_emotion_control(app_url, data_dir):
+    client = gradio_client.Client(app_url, verbose=False)
+    with pytest.raises(Exception, match="no emotion control"):
+        client.predict(gradio_client.handle_file(str(data_dir / "en_female_1.wav")), "Hello there.",
+                       emotion_mode="vector", happy=0.8, api_name="/synthesize")

@@ -322,3 +322,40 @@ def test_results_record_of_a_renamed_output_names_both_names(job_dir, make_runti
     (record,) = records(job_dir / "out")
     assert record["audio_path"] == "a_b.wav" and (job_dir / "out" / "a_b.wav").is_file()
     assert any("'a:b'" in w and "'a_b'" in w for w in record["warnings"]), record["warnings"]
+
+
+def test_emotion_lines_are_refused_by_a_model_without_emotion_and_the_job_goes_on(job_dir, make_runtime):
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"input_text": "Happy words.", "prompt_audio": "voices/anna.wav", "emo_vector": {"happy": 0.9},
+         "output_name": "happy"},
+        {"input_text": "Plain words.", "prompt_audio": "voices/anna.wav", "output_name": "plain"},
+    ])
+    summary = run_job(path, job_dir / "out", make_runtime())
+    by_name = {r["output_name"]: r for r in records(job_dir / "out")}
+    assert summary.num_ok == 1 and by_name["plain"]["status"] == "ok"
+    assert by_name["happy"]["status"] == "failed" and "emotion control" in by_name["happy"]["error"]
+    assert "remove the emotion settings" in by_name["happy"]["error"]
+
+
+def test_emotion_lines_reach_a_model_with_emotion_and_their_sidecars_record_them(job_dir, make_runtime):
+    from tests.fakes import fake_facts
+
+    seen = []
+    adapter = FakeAdapter(fake_facts(supports_emotion=True, supports_emotion_text=True),
+                          raise_if=lambda rows: seen.extend((r.text, r.emotion) for r in rows))
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"input_text": "Happy words.", "prompt_audio": "voices/anna.wav", "emo_vector": {"happy": 0.9},
+         "emo_alpha": 0.5, "output_name": "happy"},
+        {"input_text": "Copied words.", "prompt_audio": "voices/anna.wav", "emo_audio": "voices/wei.wav",
+         "output_name": "copied"},
+        {"input_text": "Read words.", "prompt_audio": "voices/anna.wav", "use_emo_text": True, "output_name": "read"},
+    ])
+    summary = run_job(path, job_dir / "out", make_runtime(adapter=adapter))
+    assert summary.num_ok == 3
+    emotions = dict(seen)
+    assert emotions["Happy words."].vector[0] == 0.9 and emotions["Happy words."].weight == 0.5
+    assert emotions["Copied words."].reference_audio is not None and emotions["Copied words."].reference_audio.size
+    assert emotions["Read words."].text == "Read words."  # emotion read from the line's own text
+    sidecar = json.loads((job_dir / "out" / "happy.json").read_text(encoding="utf-8"))
+    assert sidecar["emotion"] == {"source": "vector", "weight": 0.5, "vector": [0.9] + [0.0] * 7}
+    assert json.loads((job_dir / "out" / "copied.json").read_text(encoding="utf-8"))["emotion"]["source"] == "clip"

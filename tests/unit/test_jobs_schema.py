@@ -269,3 +269,40 @@ def test_file_level_rows_are_labelled_job_file_not_line_0(job_dir):
     text = validate_job(path).format_text()
     assert "job file: warning:" in text and "GB18030" in text
     assert "line 0" not in text
+
+
+def test_emotion_fields_as_indextts2_names_them(job_dir):
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"input_text": "太好了！", "prompt_audio": "b.wav", "emo_vector": {"happy": 0.8, "surprised": 0.2}},
+        {"input_text": "唉。", "prompt_audio": "b.wav", "emo_vector": [0, 0, 0.6, 0, 0, 0.3, 0, 0], "emo_alpha": 0.5},
+        {"input_text": "Listen.", "prompt_audio": "b.wav", "emo_audio": "voices/a.wav", "emo_weight": 0.7},
+        {"input_text": "气死我了！", "prompt_audio": "b.wav", "use_emo_text": True},
+        {"input_text": "Fine.", "prompt_audio": "b.wav", "use_emo_text": True, "emo_text": "I am furious"},
+        {"input_text": "Plain.", "prompt_audio": "b.wav"},
+    ])
+    happy, sad, clip, from_text, given_text, plain = list(iter_job(path, make_sources(path, None, JobConfig())))
+    assert happy.emotion.vector == (0.8, 0.0, 0.0, 0.0, 0.0, 0.0, 0.2, 0.0) and happy.emotion.weight == 1.0
+    assert sad.emotion.vector[2] == 0.6 and sad.emotion.weight == 0.5 and sad.emotion.audio is None
+    assert clip.emotion.audio == (job_dir / "voices" / "a.wav").resolve() and clip.emotion.weight == 0.7
+    assert from_text.emotion.from_text and from_text.emotion.text is None
+    assert given_text.emotion.text == "I am furious"
+    assert plain.emotion is None and not happy.warnings  # known fields: no "unknown field" warning
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"emo_vector": [0.5, 0.5]}, "has 2 values; give 8"),
+    ({"emo_vector": {"joy": 0.5}}, "unknown emotions ['joy']"),
+    ({"emo_vector": [2, 0, 0, 0, 0, 0, 0, 0]}, "happy=2.0"),
+    ({"emo_vector": "happy"}, "must be a list of 8 numbers"),
+    ({"emo_vector": [0.5] + [0] * 7, "emo_audio_prompt": "b.wav"}, "choose one of them"),
+    ({"emo_alpha": 0.5}, "needs a source"),
+    ({"emo_vector": [0.5] + [0] * 7, "emo_alpha": 1.5}, "weight 1.5 must be in [0, 1]"),
+    ({"emo_text": "angry"}, '"use_emo_text": true'),
+    ({"use_emo_text": "yes"}, "'use_emo_text' must be true/false"),
+    ({"emo_audio_prompt": "missing.wav"}, "missing.wav"),
+])
+def test_bad_emotion_fields_name_the_line_and_the_fix(job_dir, fields, message):
+    path = write_jsonl(job_dir / "job.jsonl", [{"input_text": "Hi.", "prompt_audio": "b.wav", **fields}])
+    [item] = list(iter_job(path, make_sources(path, None, JobConfig())))
+    assert isinstance(item, InvalidLine) and item.line_number == 1
+    assert message in item.message, item.message

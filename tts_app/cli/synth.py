@@ -6,6 +6,8 @@ with a metadata sidecar next to it (``out.wav`` -> ``out.json``: model, settings
         [model and engine flags: --model --device --dtype --max-batch-size --memory-budget ...]
         [generation flags: --seed --greedy --no-kv-cache --temperature --top-p --top-k --cfg-scale
          --max-new-tokens --max-segment-chars --pause-ms]
+        [emotion (IndexTTS 2): --emo-ref clip.wav | --emo-vector 0.8,0,0,0,0,0,0,0 | --emo-from-text [--emo-text T]
+         [--emo-weight W]]
 
 Generation flags not given take the checkpoint's own defaults. Exit status: 0 written; 1 the model, the reference
 audio or the synthesis failed; 2 bad command-line values. Errors print one line (no traceback). ``--text -`` reads
@@ -35,7 +37,64 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--srt", help="also write SubRip subtitles, one cue per segment")
     add_engine_args(p)
     add_generation_args(p)
+    emotion = p.add_argument_group("emotion (models with emotion control: IndexTTS 2; one source)")
+    emotion.add_argument("--emo-ref", help="emotion clip: speak with the emotion of this audio file")
+    emotion.add_argument("--emo-vector", help="8 comma-separated weights in [0, 1]: happy, angry, sad, afraid, "
+                         "disgusted, melancholic, surprised, calm")
+    emotion.add_argument("--emo-from-text", action="store_true",
+                         help="read the emotion from the text (or --emo-text) with the checkpoint's emotion model")
+    emotion.add_argument("--emo-text", help="the text to read the emotion from (with --emo-from-text)")
+    emotion.add_argument("--emo-weight", type=float, default=None, help="emotion strength in [0, 1] (default 1)")
     return p
+
+
+_EMOTION_FLAGS = ("emo_ref", "emo_vector", "emo_text", "emo_weight")
+
+
+def _emotion_vector(args: argparse.Namespace) -> tuple[float, ...] | None:
+    if args.emo_vector is None:
+        return None
+    try:
+        return tuple(float(v) for v in args.emo_vector.split(","))
+    except ValueError:
+        raise InputError(f"--emo-vector {args.emo_vector!r} must be 8 comma-separated numbers, e.g. "
+                         "0.8,0,0,0,0,0,0,0") from None
+
+
+def _check_emotion_args(args: argparse.Namespace) -> bool:
+    """The --emo-* flags' rules, checked before the model loads (``tts_app.request.check_emotion``). Returns whether
+    any was given.
+
+    Raises:
+        InputError: a vector that is not 8 numbers, values out of range, no source or two (exit status 2).
+        ReferenceAudioError: --emo-ref is not a file.
+    """
+    from tts_app.request import check_emotion
+
+    if not args.emo_from_text and all(getattr(args, name) is None for name in _EMOTION_FLAGS):
+        return False
+    if args.emo_ref is not None and not Path(args.emo_ref).is_file():
+        raise ReferenceAudioError(f"emotion clip {args.emo_ref!r} does not exist; give --emo-ref an audio file")
+    check_emotion(has_reference_audio=args.emo_ref is not None, vector=_emotion_vector(args),
+                  weight=1.0 if args.emo_weight is None else args.emo_weight, from_text=args.emo_from_text,
+                  text=args.emo_text)
+    return True
+
+
+def _emotion_from_args(args: argparse.Namespace, runtime):
+    """The request's ``EmotionControl`` from the --emo-* flags (the clip cleaned by the runtime's reference
+    preparer, like --ref), or None without them.
+
+    Raises:
+        ReferenceAudioError: an unusable emotion clip.
+    """
+    from tts_app.request import EmotionControl
+
+    if not _check_emotion_args(args):
+        return None
+    clip = runtime.references.prepare(args.emo_ref).audio if args.emo_ref else None
+    return EmotionControl(reference_audio=clip, vector=_emotion_vector(args), from_text=args.emo_from_text,
+                          text=args.emo_text, weight=1.0 if args.emo_weight is None else args.emo_weight)
 
 
 def main(argv: list[str]) -> int:
@@ -70,12 +129,14 @@ def _run(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
     if args.ref is not None and not Path(args.ref).is_file():
         raise ReferenceAudioError(f"reference audio {args.ref!r} does not exist; give --ref an audio file")
+    _check_emotion_args(args)
 
     runtime = Runtime.load(engine_args.model, engine_args.engine)
     try:
         reference = runtime.references.prepare(args.ref, reference_text=args.ref_text) if args.ref else None
         request = SynthesisRequest(text=text, reference_audio=reference.audio if reference else None,
-                                   reference_text=reference.text if reference else args.ref_text, params=params)
+                                   reference_text=reference.text if reference else args.ref_text, params=params,
+                                   emotion=_emotion_from_args(args, runtime))
         result = runtime.engine.submit(request).result()
         stats = runtime.engine.stats()
         for warning in (reference.warnings if reference else []) + list(result.warnings):

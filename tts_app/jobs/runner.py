@@ -37,7 +37,7 @@ from tts_app.jobs.results import (RESULTS_NAME, ZIP_NAME, ResultsWriter, audio_d
 from tts_app.jobs.schema import (AudioSources, InvalidLine, JobConfig, JobLine, ValidationReport,
                                  check_default_voice, extract_audio_zip, iter_job, make_sources, validate_lines,
                                  zip_audio_members)
-from tts_app.request import Priority, RequestStatus, SynthesisParams, SynthesisRequest
+from tts_app.request import EmotionControl, Priority, RequestStatus, SynthesisParams, SynthesisRequest
 
 if TYPE_CHECKING:
     from tts_app.adapters.base import ModelFacts
@@ -418,6 +418,21 @@ def _unsupported_knobs(facts: ModelFacts, line: JobLine) -> list[str]:
             if name in line.params and getattr(defaults, name) is None]
 
 
+def _emotion(run: _JobRun, line: JobLine) -> EmotionControl | None:
+    """The line's ``EmotionControl``: its emotion clip cleaned by the runtime's reference preparer (the model's rate).
+    The engine refuses it, naming the model, when the loaded family has no emotion control.
+
+    Raises:
+        ReferenceAudioError: the emotion clip is unusable.
+    """
+    emotion = line.emotion
+    if emotion is None:
+        return None
+    clip = run.runtime.references.prepare(emotion.audio).audio if emotion.audio is not None else None
+    return EmotionControl(reference_audio=clip, vector=emotion.vector, weight=emotion.weight,
+                          from_text=emotion.from_text, text=emotion.text)
+
+
 def _submit_line(run: _JobRun, line: JobLine, params: SynthesisParams, default_reference: PreparedReference | None,
                  default_voice_text: str | None) -> None:
     """Reference audio + request for one valid line, submitted to the engine (or a failed record)."""
@@ -432,7 +447,8 @@ def _submit_line(run: _JobRun, line: JobLine, params: SynthesisParams, default_r
             reference_text = reference.text  # shortened to the kept sentences, or None, when the clip was cropped
         warnings = list(line.warnings) + _unsupported_knobs(run.runtime.engine.facts, line)
         request = SynthesisRequest(text=line.input_text, reference_audio=reference.audio if reference else None,
-                                   reference_text=reference_text, params=line_params, priority=Priority.JOB)
+                                   reference_text=reference_text, params=line_params, priority=Priority.JOB,
+                                   emotion=_emotion(run, line))
         handle = run.runtime.engine.submit(request)
     except TTSAppError as exc:
         run.record(line.line_number, line.output_name, "failed", error=str(exc),

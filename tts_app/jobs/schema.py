@@ -13,7 +13,18 @@ field               alias                  meaning
 ``output_name``     ``uttid``              output file name without ``.wav`` (default: zero-padded line number)
 ``seed`` ``greedy`` ``temperature`` ``top_p`` ``top_k`` ``cfg_scale`` ``max_new_tokens`` ``max_segment_chars``
 ``pause_between_segments_ms``              per-line ``SynthesisParams`` overrides (optional)
+``emo_audio_prompt`` ``emo_audio``         emotion clip (a path, resolved like ``prompt_audio``), IndexTTS 2 only
+``emo_vector``                             8 emotion weights in [0, 1]: a list in the order happy, angry, sad,
+                                           afraid, disgusted, melancholic, surprised, calm, or an object
+                                           ``{"happy": 0.8}`` (missing names are 0)
+``emo_alpha``       ``emo_weight``         emotion strength in [0, 1] (default 1)
+``use_emo_text``                           read the emotion from ``emo_text`` (default: the line's text) with
+                                           the checkpoint's emotion model
+``emo_text``                               the text to read the emotion from (with ``use_emo_text``)
 ==================  =====================  ===============================================================
+
+The emotion fields (names as in IndexTTS 2's own ``infer``) take one source per line; a line with emotion fields
+fails with a clear message when the loaded model has no emotion control.
 
 Unknown fields give a warning. Reading is streaming: ``iter_job`` yields one parsed line at a time and keeps only
 the set of output names (for duplicate detection), so a 10 000-line file validates in small memory.
@@ -37,7 +48,7 @@ from typing import Any, Iterator
 
 from tts_app.config import ReferenceConfig
 from tts_app.errors import InputError, JobLineError
-from tts_app.request import SynthesisParams
+from tts_app.request import EMOTION_NAMES, SynthesisParams, check_emotion
 
 
 @dataclass(frozen=True)
@@ -67,7 +78,13 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "prompt_audio": ("prompt_speech",),
     "prompt_text": (),
     "output_name": ("uttid",),
+    "emo_audio_prompt": ("emo_audio",),
+    "emo_vector": (),
+    "emo_alpha": ("emo_weight",),
+    "use_emo_text": (),
+    "emo_text": (),
 }
+EMOTION_FIELDS = ("emo_audio_prompt", "emo_vector", "emo_alpha", "use_emo_text", "emo_text")
 
 # per-line SynthesisParams overrides and their JSON types
 PARAM_TYPES: dict[str, type] = {
@@ -99,6 +116,26 @@ _MAX_NAME_BYTES = 200  # leaves room for ".wav" and our temp-file prefix/suffix 
 
 
 @dataclass(frozen=True)
+class JobEmotion:
+    """A line's emotion control, validated (``tts_app.request.check_emotion``); the runner loads the clip and makes
+    the request's ``EmotionControl``.
+
+    Attributes:
+        audio: resolved emotion clip file (inside an allowed root), or None.
+        vector: 8 weights in ``EMOTION_NAMES`` order, or None.
+        weight: strength in [0, 1].
+        from_text: read the emotion from ``text`` (None: the line's text).
+        text: the text to read the emotion from, or None.
+    """
+
+    audio: Path | None
+    vector: tuple[float, ...] | None
+    weight: float
+    from_text: bool
+    text: str | None
+
+
+@dataclass(frozen=True)
 class JobLine:
     """One valid line of a job.
 
@@ -110,6 +147,7 @@ class JobLine:
         prompt_text: transcript of the reference audio, or None.
         params: per-line ``SynthesisParams`` overrides, already type-checked (field name -> value).
         warnings: notices for the user (unknown fields, ...).
+        emotion: the line's emotion control, or None.
     """
 
     line_number: int
@@ -119,6 +157,7 @@ class JobLine:
     prompt_text: str | None
     params: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    emotion: JobEmotion | None = None
 
     def synthesis_params(self, base: SynthesisParams) -> SynthesisParams:
         """``base`` (the job's defaults) with this line's overrides applied.
@@ -678,7 +717,52 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
     except InputError as exc:
         raise JobLineError(line_number, str(exc)) from exc
     return JobLine(line_number=line_number, output_name=output_name, input_text=text, prompt_audio=prompt_audio,
-                   prompt_text=prompt_text, params=params, warnings=tuple(warnings))
+                   prompt_text=prompt_text, params=params, warnings=tuple(warnings),
+                   emotion=_parse_emotion(obj, line_number, sources))
+
+
+def _parse_emotion(obj: dict, line_number: int, sources: AudioSources) -> JobEmotion | None:
+    """The line's emotion fields (``EMOTION_FIELDS``), or None when it has none.
+
+    Raises:
+        JobLineError: an ill-typed field, a vector of the wrong size or with unknown emotion names, values out of
+            range, no source or more than one, an unsafe or missing emotion clip.
+    """
+    values = {name: _pick(obj, name, line_number) for name in EMOTION_FIELDS}
+    if all(v is None for v in values.values()):
+        return None
+    clip, vector, weight = values["emo_audio_prompt"], values["emo_vector"], values["emo_alpha"]
+    from_text, text = values["use_emo_text"], values["emo_text"]
+    if clip is not None and not isinstance(clip, str):
+        raise JobLineError(line_number, "'emo_audio_prompt' must be a file path string")
+    if isinstance(vector, dict):
+        unknown = sorted(str(k) for k in vector if k not in EMOTION_NAMES)
+        if unknown:
+            raise JobLineError(line_number, f"'emo_vector' has unknown emotions {unknown}; use "
+                                            f"{', '.join(EMOTION_NAMES)}")
+        vector = [vector.get(name, 0.0) for name in EMOTION_NAMES]
+    if vector is not None and (not isinstance(vector, list) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in vector)):
+        raise JobLineError(line_number, f"'emo_vector' must be a list of {len(EMOTION_NAMES)} numbers or an object "
+                                        "of emotion weights, e.g. {\"happy\": 0.8}")
+    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))):
+        raise JobLineError(line_number, "'emo_alpha' must be a number in [0, 1]")
+    if from_text is not None and not isinstance(from_text, bool):
+        raise JobLineError(line_number, "'use_emo_text' must be true/false")
+    if text is not None and not isinstance(text, str):
+        raise JobLineError(line_number, "'emo_text' must be a string")
+    if text is not None and not from_text:
+        raise JobLineError(line_number, "'emo_text' is only read with \"use_emo_text\": true; add it or drop "
+                                        "emo_text")
+    try:
+        vector = check_emotion(has_reference_audio=clip not in (None, ""), vector=vector,
+                               weight=1.0 if weight is None else weight, from_text=bool(from_text),
+                               text=text.strip() or None if text is not None else None)
+    except InputError as exc:
+        raise JobLineError(line_number, str(exc)) from exc
+    audio = sources.resolve(clip, line_number) if clip not in (None, "") else None
+    return JobEmotion(audio=audio, vector=vector, weight=1.0 if weight is None else float(weight),
+                      from_text=bool(from_text), text=text.strip() or None if text is not None else None)
 
 
 def _name_hint(obj: Any, line_number: int, digits: int) -> str | None:

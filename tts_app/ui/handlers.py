@@ -174,12 +174,20 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
                cfg_scale: float | None = None, max_new_tokens: int | None = None,
                max_segment_chars: int | None = None, pause_ms: int | None = None, use_cache: bool = True,
-               max_batch_size: int | None = None, request: gr.Request = None, progress=gr.Progress()):
+               max_batch_size: int | None = None, emotion_mode: str | None = "none",
+               emotion_audio: str | None = None, happy: float | None = 0.0, angry: float | None = 0.0,
+               sad: float | None = 0.0, afraid: float | None = 0.0, disgusted: float | None = 0.0,
+               melancholic: float | None = 0.0, surprised: float | None = 0.0, calm: float | None = 0.0,
+               emotion_weight: float | None = 1.0, emotion_text: str | None = None, request: gr.Request = None,
+               progress=gr.Progress()):
     """Generate speech in the reference voice -> (audio, subtitles, metadata, segments, seed used).
 
     Only ``reference_audio`` and ``text`` are needed; every other input left out (or equal to the model's default)
     means "the model's default", as in ``synth`` and JSONL jobs. ``max_batch_size`` sets the engine's ceiling for
-    everyone (None: unchanged).
+    everyone (None: unchanged). Emotion (models with emotion control, IndexTTS 2; ``tts_app.ui.emotion``):
+    ``emotion_mode`` "none" (the voice reference's own), "clip" (``emotion_audio``), "vector" (the eight weights
+    ``happy`` ... ``calm``, each in [0, 1]) or "text" (``emotion_text``, empty = the text to speak), with
+    ``emotion_weight`` in [0, 1].
 
     Returns:
         audio: the WAV file (16-bit PCM; the player plays these samples as they are); subtitles: SubRip file;
@@ -208,9 +216,12 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                                               "pause_between_segments_ms": pause_ms})
     except TTSAppError as exc:
         raise gr.Error(str(exc)) from exc
+    emotion = _emotion(ctx, emotion_mode, emotion_audio,
+                       [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight,
+                       emotion_text)
     synthesis_request = SynthesisRequest(text=text, reference_audio=reference.audio,
                                          reference_text=reference.text, params=params,
-                                         priority=Priority.INTERACTIVE)
+                                         priority=Priority.INTERACTIVE, emotion=emotion)
     state = {"done": 0, "total": 1}
 
     def on_progress(event):  # engine worker thread: only store numbers
@@ -242,6 +253,18 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     rows = [[s.index + 1, s.text, round(s.start_s, 2), round(s.end_s, 2), s.batch_size, round(s.generate_s, 2)]
             for s in result.segments]
     return str(files.audio), str(files.subtitles), str(files.metadata), _table(rows, lang, "col_timings"), seed
+
+
+def _emotion(ctx: AppContext, mode, clip_path, vector, weight, text):
+    """The request's ``EmotionControl`` from the emotion widgets (None: the voice reference's own); a bad value or
+    clip stops the event with ``gr.Error`` naming it."""
+    from tts_app.ui.emotion import emotion_from_controls
+
+    try:
+        return emotion_from_controls(ctx.engine.facts, mode=mode, clip_path=clip_path, vector=vector, weight=weight,
+                                     text=text, prepare_clip=lambda path: _prepare_reference(ctx, path, None).audio)
+    except TTSAppError as exc:
+        raise gr.Error(_hide_paths(str(exc), ctx, clip_path), duration=None) from exc
 
 
 def _session(request: gr.Request | None) -> str:

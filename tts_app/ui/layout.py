@@ -78,6 +78,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     max_batch = gr.Slider(1, 64, value=ctx.engine_config.max_batch_size, step=1,
                                           label=i18n("max_batch_size"))
                     reset = gr.Button(i18n("reset_defaults"), size="sm", elem_id="reset-defaults")
+            emotion = _emotion_widgets(facts, i18n, ctx.lang)
             generate = gr.Button(i18n("generate"), variant="primary", elem_id="generate")
             with gr.Row():
                 # A WAV file path: the player gets the file's own 16-bit samples (its download button saves it).
@@ -126,7 +127,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                       "pause_between_segments_ms"]
         generate.click(_wrap(handlers.synthesize, ctx),
                        [ref_audio, text, ref_text, seed, randomize, greedy, *(knobs[n] for n in knob_order),
-                        use_cache, max_batch],
+                        use_cache, max_batch, *emotion],
                        [out_audio, srt_file, metadata_file, timings, used_seed], api_name="synthesize",
                        **MODEL_CONCURRENCY)
         reset.click(lambda: [bool(controls["greedy"].default)] + [controls[n].default for n in knob_order], None,
@@ -161,6 +162,33 @@ def _wrap(fn, ctx: AppContext):
     bound.__signature__ = sig.replace(parameters=params)
     del bound.__wrapped__
     return bound
+
+
+def _emotion_widgets(facts, i18n: gr.I18n, lang: str | None) -> list:
+    """The emotion controls (``tts_app.ui.emotion``): source, clip, one slider per emotion, weight, text - in the
+    order ``handlers.synthesize`` takes them. Always built, so the API is the same for every model; shown only for
+    a model with emotion control."""
+    from tts_app.request import EMOTION_NAMES
+    from tts_app.ui.emotion import DEFAULT_EMOTION_WEIGHT, emotion_modes
+    from tts_app.ui.texts import choice_label
+
+    modes = emotion_modes(facts)
+    with gr.Accordion(i18n("emotion"), open=False, visible=len(modes) > 1, elem_id="emotion"):
+        gr.Markdown(i18n("emotion_note"))
+        mode = gr.Radio([(choice_label(lang, f"emo_mode_{m}"), m) for m in modes], value="none",
+                        label=i18n("emotion_mode"), elem_id="emotion-mode")
+        with gr.Row():
+            clip = gr.Audio(label=i18n("emotion_audio"), sources=["upload", "microphone"], type="filepath",
+                            elem_id="emotion-audio")
+            with gr.Column():
+                weight = gr.Slider(0.0, 1.0, value=DEFAULT_EMOTION_WEIGHT, step=0.05, label=i18n("emotion_weight"),
+                                   elem_id="emotion-weight")
+                text = gr.Textbox(label=i18n("emotion_text"), lines=1, elem_id="emotion-text",
+                                  visible="text" in modes)
+        with gr.Row():
+            sliders = [gr.Slider(0.0, 1.0, value=0.0, step=0.05, label=i18n(f"emo_{name}"), elem_id=f"emo-{name}")
+                       for name in EMOTION_NAMES]
+    return [mode, clip, *sliders, weight, text]
 
 
 def _control_widget(control: Control, i18n: gr.I18n):

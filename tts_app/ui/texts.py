@@ -55,6 +55,16 @@ EN: dict[str, str] = {
     "memory_plot": "Memory use over the last minutes (OOM events marked)",
     "model_status": "Model",
     "languages": "Languages the model was trained on (other text gets a warning)",
+    "emotion": "Emotion",
+    "emotion_note": "This model can speak with another emotion than the voice reference's: copy it from an emotion "
+                    "clip, set it with the eight sliders, or let the checkpoint's emotion model read it from the text. "
+                    "The weight says how strongly (1 = fully).",
+    "emotion_mode": "Emotion source",
+    "emotion_audio": "Emotion clip (its emotion, not its voice, is used)",
+    "emotion_weight": "Emotion weight",
+    "emotion_text": "Emotion text (empty: the text to speak)",
+    "emo_happy": "Happy", "emo_angry": "Angry", "emo_sad": "Sad", "emo_afraid": "Afraid",
+    "emo_disgusted": "Disgusted", "emo_melancholic": "Melancholic", "emo_surprised": "Surprised", "emo_calm": "Calm",
 }
 
 ZH: dict[str, str] = {
@@ -108,6 +118,15 @@ ZH: dict[str, str] = {
     "memory_plot": "最近几分钟的内存占用（标出 OOM 事件）",
     "model_status": "模型",
     "languages": "模型训练所用的语言（其他语言的文本会收到提示）",
+    "emotion": "情感",
+    "emotion_note": "该模型可以用与参考音频不同的情感说话：从情感参考音频复制、用下面八个滑块设定，或由模型自带的情感模型从文本判断。"
+                    "权重表示强度（1 = 完全采用）。",
+    "emotion_mode": "情感来源",
+    "emotion_audio": "情感参考音频（只取其情感，不取其音色）",
+    "emotion_weight": "情感权重",
+    "emotion_text": "情感文本（留空则用要朗读的文本）",
+    "emo_happy": "高兴", "emo_angry": "愤怒", "emo_sad": "悲伤", "emo_afraid": "恐惧",
+    "emo_disgusted": "反感", "emo_melancholic": "低落", "emo_surprised": "惊讶", "emo_calm": "自然",
 }
 
 assert EN.keys() == ZH.keys()  # a missing translation is a programming error, caught at import
@@ -165,6 +184,8 @@ SERVER: dict[str, dict[str, str]] = {
         "mem_oom": "🔴 {count} out-of-memory event(s) in the plotted window, the last {ago} s ago (batch halved and "
                    "retried; nothing lost)",
         "no_model": "no model loaded: {error}",
+        "emo_mode_none": "the voice reference's own", "emo_mode_clip": "emotion clip",
+        "emo_mode_vector": "emotion sliders", "emo_mode_text": "from text",
     },
     "zh": {
         "format": "格式", "sampling_rate": "采样率", "channels": "声道", "duration_s": "时长",
@@ -202,6 +223,8 @@ SERVER: dict[str, dict[str, str]] = {
         "mem_row": "每行 KV 缓存 + 激活估计（默认设置）：{mib} MiB",
         "mem_oom": "🔴 图中时间窗内发生 {count} 次显存不足，最近一次在 {ago} 秒前（批大小减半后重试，未丢失任何内容）",
         "no_model": "未加载模型：{error}",
+        "emo_mode_none": "参考音频自身的情感", "emo_mode_clip": "情感参考音频",
+        "emo_mode_vector": "情感滑块", "emo_mode_text": "从文本判断",
     },
 }
 assert SERVER["en"].keys() == SERVER["zh"].keys()
@@ -224,6 +247,13 @@ def pick_language(forced: str | None, accept_language: str | None) -> str:
 def server_text(lang: str, key: str, **values) -> str:
     """A server-composed string in ``lang``, formatted with ``values``."""
     return SERVER.get(lang, SERVER["en"])[key].format(**values)
+
+
+def choice_label(forced: str | None, key: str) -> str:
+    """A label built once for all users (radio choices): in ``--lang``'s language, else bilingual ("en / 中文")."""
+    if forced in ("zh", "en"):
+        return SERVER[forced][key]
+    return f"{SERVER['en'][key]} / {SERVER['zh'][key]}"
 
 
 def preview_label(forced: str | None, kind: str) -> str:
