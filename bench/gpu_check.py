@@ -1,8 +1,10 @@
 """GPU check: the full-size VibeVoice-1.5B architecture (random bfloat16 weights, built in code, nothing downloaded)
-on one CUDA device, in a few minutes, ending with a JSON report.
+on one CUDA device, in a few minutes, ending with a JSON report. ``--family indextts2`` checks IndexTTS 2 instead
+(bench/gpu_check_indextts2.py: full-size IndexTTS-2, GPT float16).
 
     python bench/gpu_check.py [--json OUT] [--batch-sizes 1,2,4,8,16] [--new-tokens 32] [--budget-s 420]
-    python bench/gpu_check.py --device cpu --tiny      # the same code paths on CPU with the tiny config
+    python bench/gpu_check.py --family indextts2 [--json OUT]   # batch sizes 1,4,8,16, 64 codes per row
+    python bench/gpu_check.py --device cpu --tiny [--family indextts2]   # the same code paths on CPU, tiny model
 
 Measures:
 
@@ -201,7 +203,8 @@ def measure_decode(adapter, device: str, batch_sizes: list[int], new_tokens: int
     return results
 
 
-def measure_oom_backoff(adapter, device: str, decode: list[dict], new_tokens: int, num_requests: int) -> dict:
+def measure_oom_backoff(adapter, device: str, decode: list[dict], new_tokens: int, num_requests: int, *,
+                        text: str = TEXT, reference: tuple[str, float] = REFERENCE) -> dict:
     """16 requests at max batch 16 through the real Engine, with device memory capped (CUDA) or OOM simulated
     (CPU). Returns submitted / completed / num_oom / cap history / wall seconds."""
     import torch
@@ -210,9 +213,9 @@ def measure_oom_backoff(adapter, device: str, decode: list[dict], new_tokens: in
     from tts_app.engine import Engine
     from tts_app.request import ReferenceAudio, SynthesisParams, SynthesisRequest
 
-    ref, _ = common.reference_clip(REFERENCE[0], adapter.facts.sampling_rate, REFERENCE[1])
+    ref, _ = common.reference_clip(reference[0], adapter.facts.sampling_rate, reference[1])
     params = SynthesisParams(greedy=True, max_new_tokens=new_tokens)
-    requests = [SynthesisRequest(text=TEXT, reference_audio=ReferenceAudio(ref, adapter.facts.sampling_rate),
+    requests = [SynthesisRequest(text=text, reference_audio=ReferenceAudio(ref, adapter.facts.sampling_rate),
                                  params=params.with_seed(i)) for i in range(num_requests)]
     out: dict = {"submitted": num_requests, "max_batch_size": num_requests}
     config = dict(max_batch_size=num_requests, wait_window_ms=0.0, memory_utilization=1.0, safety_margin_bytes=0,
@@ -255,17 +258,22 @@ def measure_oom_backoff(adapter, device: str, decode: list[dict], new_tokens: in
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--family", default="vibevoice", choices=["vibevoice", "indextts2"],
+                        help="model family to check (default vibevoice)")
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu (code-path check)")
-    parser.add_argument("--tiny", action="store_true", help="tiny VibeVoice config instead of the 1.5B one")
+    parser.add_argument("--tiny", action="store_true", help="the family's tiny checkpoint instead of the full size")
+    parser.add_argument("--checkpoint", default=None,
+                        help="--family indextts2 --tiny: an already built tiny checkpoint folder (default: build one)")
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default 1,2,4,8,16; --tiny 1,2,4)")
     parser.add_argument("--new-tokens", type=int, default=None, help="frames per row (default 32; --tiny 4)")
     parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting new decode runs after this")
     parser.add_argument("--bandwidth-gbps", type=float, default=None, help="device memory bandwidth in GB/s")
     parser.add_argument("--json", dest="json_out", default=None, help="write the report here too")
     args = parser.parse_args(argv)
-    args.batch_sizes = [int(x) for x in (args.batch_sizes or ("1,2,4" if args.tiny else "1,2,4,8,16")).split(",")]
+    default_sizes = {"vibevoice": ("1,2,4", "1,2,4,8,16"), "indextts2": ("1,4", "1,4,8,16")}[args.family]
+    args.batch_sizes = [int(x) for x in (args.batch_sizes or default_sizes[0 if args.tiny else 1]).split(",")]
     if args.new_tokens is None:
-        args.new_tokens = 4 if args.tiny else 32
+        args.new_tokens = {"vibevoice": (4, 32), "indextts2": (8, 64)}[args.family][0 if args.tiny else 1]
     if args.new_tokens < 2 or min(args.batch_sizes) < 1:
         parser.error("--new-tokens must be >= 2 and batch sizes >= 1")
     return args
@@ -279,6 +287,15 @@ def main(argv=None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print(NO_CUDA_MESSAGE, file=sys.stderr)
         return 2
+    if args.family == "indextts2":
+        import gpu_check_indextts2
+
+        report = gpu_check_indextts2.run(args, device_bandwidth, measure_oom_backoff)
+        text = json.dumps(report, indent=1, default=str)
+        if args.json_out:
+            Path(args.json_out).write_text(text, encoding="utf-8")
+        print(text)
+        return 0
     started = time.monotonic()
     deadline = started + args.budget_s
     device = args.device

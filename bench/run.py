@@ -1,6 +1,6 @@
 """tts_app performance harness: one command, one table per measure, a summary line. Printed ratios, never pass/fail.
 
-    python bench/run.py [--tiny] [--families vibevoice,csm,dia,higgs] [--json OUT] [--device cpu]
+    python bench/run.py [--tiny] [--families vibevoice,csm,dia,higgs,indextts2] [--json OUT] [--device cpu]
 
 Measures (tiny random checkpoints of the real architectures, built in code; nothing is downloaded):
 
@@ -15,6 +15,8 @@ Measures (tiny random checkpoints of the real architectures, built in code; noth
 5. oom          items completed / submitted under ``simulate_oom_above_batch=2`` and the time cost vs no OOM.
 6. frontend     text front end per request, live preview per keystroke, reference cleanup of a 30 s clip (ms).
 7. jsonl        validation time and peak memory of a 10 000-line job.
+8. stages       IndexTTS 2 only (when included): GPT stage vs code latents / s2mel / vocoder seconds on the same rows
+                at batch 1 and 4, and the share of s2mel + vocoder (bench/indextts2_stages.py).
 
 ``--tiny`` is the CI mode (one family, 4 short requests, 1 000 JSONL lines; well under a minute of work).
 Timings on a shared machine are noisy: compare ratios within one run, not numbers across runs.
@@ -23,6 +25,7 @@ Timings on a shared machine are noisy: compare ratios within one run, not number
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -40,13 +43,33 @@ common.setup(num_threads=1)
 
 from common import KvCacheMeter, RssPeakSampler, Table, cuda_peak, ratio, wall_timer  # noqa: E402
 
-ALL_FAMILIES = ("vibevoice", "csm", "dia", "higgs")
+ALL_FAMILIES = ("vibevoice", "csm", "dia", "higgs", "indextts2")
 # Why the library's own batched generate is not timed for a family (it is for the others).
 RAW_GENERATE_UNUSABLE = {
     "vibevoice": "transformers' VibeVoice generate couples rows (one global noise draw, negative stream and codec "
                  "caches advance for all rows) and ignores sampling knobs; on the tiny checkpoint it returns no audio, "
                  "so its speed is not comparable (see tts_app/adapters/vibevoice.py)",
+    "indextts2": "indextts2-inference decodes one row at a time (infer_generator: autoregressive_batch_size = 1) and, "
+                 "under transformers 5.x, without a KV cache (see tts_app/adapters/indextts2.py); its batch-1 output "
+                 "equals the adapter's (tests/integration/test_adapter_indextts2.py)",
 }
+
+
+# IndexTTS 2's s2mel + vocoder stage runs per row (~1 s per row on one CPU thread, whatever the model size: 25 flow
+# matching steps over reference + speech frames), so its part of the workload is smaller: the first 8 requests, cut
+# into segments of up to 40 characters (its tiny checkpoint's own default is 8: a 2.4 s cap).
+FAMILY_MAX_REQUESTS = {"indextts2": 8}
+FAMILY_SEGMENT_CHARS = {"indextts2": 40}
+
+
+def family_texts(family: str, texts: list[str]) -> list[str]:
+    return texts[: FAMILY_MAX_REQUESTS.get(family, len(texts))]
+
+
+def family_params(family: str, params):
+    """``params`` with the family's segment length (``FAMILY_SEGMENT_CHARS``) when it has one."""
+    chars = FAMILY_SEGMENT_CHARS.get(family)
+    return params if chars is None else dataclasses.replace(params, max_segment_chars=chars)
 
 
 # Decode steps a family spends on top of the audio frames asked for: Dia's last 16 steps only flush its delayed
@@ -64,9 +87,9 @@ def sizes(tiny: bool) -> dict:
     """Workload sizes of the full and the tiny (CI) mode."""
     if tiny:
         return dict(num_requests=4, min_chars=5, max_chars=80, max_new_tokens=6, batch_sizes=(1, 4),
-                    kv_lengths=(4, 8), kv_rows=2, jsonl_lines=1_000, reference_repeats=1)
+                    kv_lengths=(4, 8), kv_rows=2, jsonl_lines=1_000, reference_repeats=1, stage_codes=8)
     return dict(num_requests=16, min_chars=5, max_chars=200, max_new_tokens=16, batch_sizes=(1, 4, 8),
-                kv_lengths=(16, 32, 64), kv_rows=4, jsonl_lines=10_000, reference_repeats=3)
+                kv_lengths=(16, 32, 64), kv_rows=4, jsonl_lines=10_000, reference_repeats=3, stage_codes=100)
 
 
 # -- workload --------------------------------------------------------------------------------------------------------
@@ -84,9 +107,10 @@ class Workload:
 
         facts = adapter.facts
         self.adapter = adapter
-        self.texts = texts
+        self.texts = texts = family_texts(adapter.family, texts)
+        chars = FAMILY_SEGMENT_CHARS.get(adapter.family, facts.max_segment_chars)
         self.segments = [[s.text for s in prepare_text(t, supports_pinyin=facts.supports_pinyin,
-                                                       max_segment_chars=facts.max_segment_chars).segments]
+                                                       max_segment_chars=chars).segments]
                          for t in texts]
         clips = [common.reference_clip(name, facts.sampling_rate, seconds) for name, seconds in common.REFERENCE_CLIPS]
         self.references = [clips[i % len(clips)] for i in range(len(texts))]
@@ -95,6 +119,7 @@ class Workload:
         from tts_app.request import Priority, ReferenceAudio, SynthesisRequest
 
         sr = self.adapter.facts.sampling_rate
+        params = family_params(self.adapter.family, params)
         return [SynthesisRequest(text=t, reference_audio=ReferenceAudio(ref, sr), reference_text=ref_text,
                                  params=params.with_seed(i * 100), priority=Priority.JOB)
                 for i, (t, (ref, ref_text)) in enumerate(zip(self.texts, self.references))]
@@ -162,11 +187,11 @@ def measure_throughput(adapters: dict, texts: list[str], cfg: dict, throughput: 
         sr = adapter.facts.sampling_rate
         work = Workload(adapter, texts)
         rows = work.rows(params)
+        num_requests = len(work.texts)
         # Untimed warm-up pass over every row: first calls at a new shape pay one-off costs (oneDNN primitive
         # caches, lazy codec init) that would otherwise land on whichever mode runs first.
         for row in rows:
             adapter.synthesize([row], params)
-        num_requests = len(texts)
 
         def add(mode: str, batch: int, wall_s: float, audio_s: float, num_batches: int) -> dict:
             row = {"family": family, "mode": mode, "max_batch": batch, "requests": num_requests,
@@ -331,6 +356,19 @@ def measure_jsonl(cfg: dict, table: Table) -> None:
     table.rows.append(out)
 
 
+# -- 8. IndexTTS 2 stages -------------------------------------------------------------------------------------------
+def measure_stages(adapters: dict, cfg: dict, table: Table, device: str) -> None:
+    """IndexTTS 2 only: where its time goes (bench/indextts2_stages.py), 4 rows at batch 1 and 4."""
+    if "indextts2" not in adapters:
+        table.notes.append("IndexTTS 2 not among --families")
+        return
+    import indextts2_stages
+
+    measured, extra = indextts2_stages.measure(adapters["indextts2"], [1, 4], cfg["stage_codes"], device)
+    table.rows += measured.rows
+    table.notes += measured.notes
+
+
 # -- main ------------------------------------------------------------------------------------------------------------
 def build_tables(tiny: bool) -> dict[str, Table]:
     return {
@@ -355,6 +393,11 @@ def build_tables(tiny: bool) -> dict[str, Table]:
                      ["submitted", "completed", "num_oom", "wall_s", "wall_s_no_oom", "time_cost"]),
         "frontend": Table("frontend", "front end and reference audio (ms)", ["item", "wall_ms", "cpu_ms",
                                                                             "x_real_time"], ["wall_ms"]),
+        "stages": Table("stages", "IndexTTS 2 stages: GPT decode vs latents / s2mel / vocoder (same rows)",
+                        ["batch", "gpt_s", "latents_s", "s2mel_s", "vocoder_s", "total_s", "s2mel_vocoder_share",
+                         "gpt_share", "codes", "audio_s"],
+                        ["gpt_s", "latents_s", "s2mel_s", "vocoder_s", "total_s", "s2mel_vocoder_share",
+                         "gpt_share", "audio_s"]),
         "jsonl": Table("jsonl", "JSONL job validation",
                        ["num_lines", "file_bytes", "seconds", "lines_per_s", "heap_peak_bytes", "heap_vs_file",
                         "rss_growth_bytes"],
@@ -413,6 +456,11 @@ def summary_line(tables: dict[str, Table]) -> str:
     ref = next((v for k, v in fe.items() if k.endswith("prepare_reference (array)")), None)
     if ref is not None:
         parts.append(f"reference 30 s {ref:.0f} ms")
+    stages = {r["batch"]: r for r in tables["stages"].rows}
+    if stages:
+        low, high = min(stages), max(stages)
+        parts.append(f"indextts2 s2mel+vocoder {stages[low]['s2mel_vocoder_share']:.0%} of the time at batch {low}, "
+                     f"{stages[high]['s2mel_vocoder_share']:.0%} at batch {high}")
     js = tables["jsonl"].rows
     if js:
         parts.append(f"JSONL {js[0]['num_lines']:,} lines {js[0]['seconds']:.2f} s")
@@ -469,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
             ("memory", lambda: measure_memory(adapters, texts, cfg, tables["memory"])),
             ("frontend", lambda: measure_frontend(texts, cfg, tables["frontend"])),
             ("jsonl", lambda: measure_jsonl(cfg, tables["jsonl"])),
+            ("stages", lambda: measure_stages(adapters, cfg, tables["stages"], device)),
         ):
             t0 = time.perf_counter()
             fn()

@@ -100,3 +100,22 @@ def test_gpu_check_cpu_tiny_mode_runs_every_code_path(tmp_path):
     assert _finite(report["bandwidth_bound"]["bound_tokens_per_s"])
     oom = report["oom_backoff"]
     assert oom["completed"] == oom["submitted"] and oom["num_oom"] >= 1
+
+
+def test_gpu_check_indextts2_cpu_tiny_mode_runs_every_code_path(tmp_path, tiny_checkpoint):
+    pytest.importorskip("indextts")
+    out = tmp_path / "gpu-indextts2.json"
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_check.py"), "--family", "indextts2",
+                           "--device", "cpu", "--tiny", "--checkpoint", str(tiny_checkpoint("indextts2")),
+                           "--batch-sizes", "1,2", "--new-tokens", "4", "--json", str(out)],
+                          cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert {(r["batch_size"], r["use_cache"]) for r in report["decode"]} == {(1, True), (1, False), (2, True),
+                                                                           (2, False)}
+    assert all(_finite(r["tokens_per_s"]) and r["tokens_per_s"] > 0 for r in report["decode"])
+    assert _finite(report["bandwidth_bound"]["bound_tokens_per_s"])
+    assert [s["batch"] for s in report["stages"]] == [1, 2]
+    assert all(0 < s["s2mel_vocoder_share"] < 1 and s["codes"] == 2 * 4 for s in report["stages"])
+    oom = report["oom_backoff"]
+    assert oom["completed"] == oom["submitted"] == 2 and oom["num_oom"] >= 1
