@@ -33,6 +33,7 @@ TEXT = "The morning train was late again, so Maria finished a chapter of her boo
 # --tiny: one short segment per request (the tiny checkpoint's segments are 8 characters: its cap is 2.4 s)
 TINY_TEXT = "天气很好。"
 REFERENCE = ("en_female_1.wav", 3.0)
+TINY_REFERENCE = ("en_female_1.wav", 1.0)  # --tiny: the CPU smoke run only checks code paths
 
 
 def force_full_length(adapter) -> None:
@@ -61,10 +62,10 @@ def build_adapter(device: str, tiny: bool, work_dir: Path, checkpoint: str | Non
     return adapter
 
 
-def rows_for(adapter, batch_size: int) -> list:
+def rows_for(adapter, batch_size: int, reference: tuple[str, float] = REFERENCE) -> list:
     from tts_app.adapters.base import AdapterRow
 
-    ref, _ = common.reference_clip(REFERENCE[0], adapter.facts.sampling_rate, REFERENCE[1])
+    ref, _ = common.reference_clip(reference[0], adapter.facts.sampling_rate, reference[1])
     return [AdapterRow(text=TEXT, reference_audio=ref, reference_text=None, seed=i) for i in range(batch_size)]
 
 
@@ -80,16 +81,17 @@ def timed_generate(adapter, rows, new_tokens: int, use_cache: bool, device: str)
     return t["s"], peak["peak_bytes"]
 
 
-def measure_decode(adapter, device: str, batch_sizes: list[int], new_tokens: int, deadline: float) -> list[dict]:
+def measure_decode(adapter, device: str, batch_sizes: list[int], new_tokens: int, deadline: float,
+                   reference: tuple[str, float] = REFERENCE) -> list[dict]:
     from tts_app.engine.memory import MemoryEstimator
 
     facts = adapter.facts
     estimator = MemoryEstimator(facts.kv_bytes_per_position, facts.cfg_multiplier)
     results = []
-    timed_generate(adapter, rows_for(adapter, 1), 2, True, device)  # warm-up; also caches the conditioning
-    positions = adapter.estimate_positions(len(TEXT), REFERENCE[1], 0, new_tokens)
+    timed_generate(adapter, rows_for(adapter, 1, reference), 2, True, device)  # warm-up; caches the conditioning
+    positions = adapter.estimate_positions(len(TEXT), reference[1], 0, new_tokens)
     for batch_size in batch_sizes:
-        rows = rows_for(adapter, batch_size)
+        rows = rows_for(adapter, batch_size, reference)
         for use_cache in (True, False):
             if time.monotonic() > deadline:
                 results.append({"batch_size": batch_size, "use_cache": use_cache, "skipped": "time budget spent"})
@@ -124,7 +126,8 @@ def bandwidth_bound(adapter, bandwidth: float) -> dict:
             "bound_tokens_per_s": bandwidth / per_code}
 
 
-def measure_stage_shares(adapter, device: str, batch_sizes: list[int], new_tokens: int) -> list[dict]:
+def measure_stage_shares(adapter, device: str, batch_sizes: list[int], new_tokens: int,
+                         reference: tuple[str, float] = REFERENCE) -> list[dict]:
     """GPT stage vs code latents / s2mel / vocoder seconds on the same rows, at batch 1 and the largest batch."""
     from indextts2_stages import run_stages
 
@@ -132,7 +135,7 @@ def measure_stage_shares(adapter, device: str, batch_sizes: list[int], new_token
 
     params = SynthesisParams(greedy=True, max_new_tokens=new_tokens)
     largest = max(batch_sizes)
-    rows = rows_for(adapter, largest)
+    rows = rows_for(adapter, largest, reference)
     out = []
     for batch in sorted({1, largest}):
         total = {"gpt_s": 0.0, "latents_s": 0.0, "s2mel_s": 0.0, "vocoder_s": 0.0, "codes": 0, "audio_s": 0.0}
@@ -174,7 +177,8 @@ def run(args, device_bandwidth, measure_oom_backoff) -> dict:
           f"{sum(p.numel() for p in adapter.model.gpt.parameters()) / 1e6:.0f} M), built in {build_s:.1f} s on "
           f"{device}" + (f" ({torch.cuda.get_device_name(device)})" if device.startswith("cuda") else ""), flush=True)
 
-    decode = measure_decode(adapter, device, args.batch_sizes, args.new_tokens, deadline)
+    reference = TINY_REFERENCE if args.tiny else REFERENCE
+    decode = measure_decode(adapter, device, args.batch_sizes, args.new_tokens, deadline, reference)
     bandwidth, bandwidth_source = device_bandwidth(device, None if args.bandwidth_gbps is None
                                                    else args.bandwidth_gbps * 1e9)
     bound = bandwidth_bound(adapter, bandwidth)
@@ -196,13 +200,13 @@ def run(args, device_bandwidth, measure_oom_backoff) -> dict:
 
     stages = []
     if time.monotonic() < deadline:
-        stages = measure_stage_shares(adapter, device, args.batch_sizes, args.new_tokens)
+        stages = measure_stage_shares(adapter, device, args.batch_sizes, args.new_tokens, reference)
     if stages:
         ratios["s2mel_vocoder_share_batch1"] = stages[0]["s2mel_vocoder_share"]
         ratios["s2mel_vocoder_share_largest_batch"] = stages[-1]["s2mel_vocoder_share"]
 
     oom = measure_oom_backoff(adapter, device, decode, args.new_tokens, max(args.batch_sizes),
-                              text=TINY_TEXT if args.tiny else TEXT, reference=REFERENCE)
+                              text=TINY_TEXT if args.tiny else TEXT, reference=reference)
     if "completed" in oom:
         print(f"  OOM back-off ({oom['mode']}): {oom['completed']}/{oom['submitted']} completed, {oom['num_oom']} "
               f"OOM, cap history {oom['cap_history']}, {oom['wall_s']:.1f} s", flush=True)
