@@ -167,16 +167,19 @@ def _wrap(fn, ctx: AppContext):
 def _emotion_widgets(facts, i18n: gr.I18n, lang: str | None) -> list:
     """The emotion controls (``tts_app.ui.emotion``): source, clip, one slider per emotion, weight, text - in the
     order ``handlers.synthesize`` takes them. Always built, so the API is the same for every model; shown only for
-    a model with emotion control."""
+    a model with emotion control. For a model without it the hidden source choice still lists every
+    ``EMOTION_MODES`` value, so an API call asking for one reaches ``emotion_from_controls`` and gets its message
+    ("... has no emotion control") instead of gradio's bare choice check."""
     from tts_app.request import EMOTION_NAMES
-    from tts_app.ui.emotion import DEFAULT_EMOTION_WEIGHT, emotion_modes
+    from tts_app.ui.emotion import DEFAULT_EMOTION_WEIGHT, EMOTION_MODES, emotion_modes
     from tts_app.ui.texts import choice_label
 
     modes = emotion_modes(facts)
-    with gr.Accordion(i18n("emotion"), open=False, visible=len(modes) > 1, elem_id="emotion"):
+    shown = len(modes) > 1
+    with gr.Accordion(i18n("emotion"), open=False, visible=shown, elem_id="emotion"):
         gr.Markdown(i18n("emotion_note"))
-        mode = gr.Radio([(choice_label(lang, f"emo_mode_{m}"), m) for m in modes], value="none",
-                        label=i18n("emotion_mode"), elem_id="emotion-mode")
+        mode = gr.Radio([(choice_label(lang, f"emo_mode_{m}"), m) for m in (modes if shown else EMOTION_MODES)],
+                        value="none", label=i18n("emotion_mode"), elem_id="emotion-mode")
         with gr.Row():
             clip = gr.Audio(label=i18n("emotion_audio"), sources=["upload", "microphone"], type="filepath",
                             elem_id="emotion-audio")
