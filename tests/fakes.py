@@ -1,6 +1,7 @@
 """Test doubles others may reuse: a fake TTS adapter and a fake device-memory probe.
 
-``FakeAdapter`` follows the real ``TTSAdapter`` protocol (preprocess -> generate -> postprocess) without a model:
+``FakeAdapter`` follows the real ``TTSAdapter`` protocol (preprocess -> generate -> postprocess) without a model;
+``FakeStepAdapter`` adds the step interface (``DecodeBatch``: prefill / decode_step / release):
 each row's audio is a deterministic function of the row's text, seed and reference audio only (never of its
 batch-mates or of batch size), so "batched equals one by one" and "with OOM retries equals without" are exact
 comparisons. Generate can be slowed, held at a gate, or made to raise.
@@ -16,7 +17,8 @@ from typing import Callable
 
 import numpy as np
 
-from tts_app.adapters.base import AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter
+from tts_app.adapters.base import (AdapterRow, DecodeBatch, GenerationDefaults, ModelFacts, PrefixCache,
+                                   RowStep, TTSAdapter)
 from tts_app.request import StopReason, SynthesisParams
 
 FAKE_GENERATION_DEFAULTS = GenerationDefaults(greedy=False, temperature=1.0, top_p=1.0, top_k=50, cfg_scale=None,
@@ -174,3 +176,103 @@ class FakeMemoryProbe:
 
     def set_available(self, available_bytes: int | None) -> None:
         self._available = available_bytes
+
+
+class FakeStepAdapter(FakeAdapter):
+    """``FakeAdapter`` with the step interface (``supports_decode_steps``): each row's audio (``fake_audio``, so the
+    same as ``FakeAdapter``'s) comes out ``frame_samples`` samples per decode step, the last step reporting
+    ``END_OF_SPEECH``; a row still speaking at ``max_new_tokens`` steps stops there with ``MAX_NEW_TOKENS`` (its audio
+    cut after that many frames).
+
+    Args (besides ``FakeAdapter``'s):
+        frame_samples: samples per decode step.
+        step_delay_s: seconds each decode step sleeps (a slow model, for streaming tests).
+        raise_in_step: ``raise_in_step(keys)`` -> exception to raise inside ``decode_step`` (before any change, as
+            the atomicity contract asks), or None.
+
+    Attributes:
+        steps: number of rows in the batch at every decode step, in order.
+        prefills: texts of every prefill that succeeded, in order.
+    """
+
+    supports_decode_steps = True
+
+    def __init__(self, facts: ModelFacts | None = None, *, frame_samples: int = 400, step_delay_s: float = 0.0,
+                 raise_in_step: Callable[[list], BaseException | None] | None = None, **kwargs):
+        super().__init__(facts, **kwargs)
+        self.frame_samples = frame_samples
+        self.step_delay_s = step_delay_s
+        self.raise_in_step = raise_in_step
+        self.steps: list[int] = []
+        self.prefills: list[list[str]] = []
+
+    def start_decode(self, params: SynthesisParams, prefix_cache=None) -> "FakeDecodeBatch":
+        return FakeDecodeBatch(self, self.resolve(params), prefix_cache)
+
+
+class FakeDecodeBatch(DecodeBatch):
+    """The running batch of ``FakeStepAdapter``. A prefix cache, when given, keeps one entry per reference audio
+    (the 'voice'), so tests can see hits."""
+
+    def __init__(self, adapter: FakeStepAdapter, params: SynthesisParams, prefix_cache: PrefixCache | None):
+        super().__init__(params)
+        self.adapter = adapter
+        self.prefix_cache = prefix_cache
+        self._rows: dict = {}  # key -> [audio, frames done, max frames, finished]
+
+    @property
+    def keys(self) -> list:
+        return list(self._rows)
+
+    def prefill(self, rows) -> None:
+        a = self.adapter
+        if a.raise_if is not None:
+            exc = a.raise_if([r for _, r in rows])
+            if exc is not None:
+                raise exc
+        cap = self.params.max_new_tokens or a.facts.default_max_new_tokens
+        for key, row in rows:
+            if self.prefix_cache is not None and row.reference_audio is not None:
+                voice = hashlib.sha256(np.ascontiguousarray(row.reference_audio).tobytes()).hexdigest()
+                if self.prefix_cache.get(voice) is None:
+                    self.prefix_cache.put(voice, voice, 1000)
+            audio = fake_audio(row.text, row.seed, row.reference_audio, a.facts.sampling_rate, a.samples_per_char)
+            frames = -(-audio.size // a.frame_samples)
+            if a.cap_if is not None and a.cap_if(row):
+                frames = cap + 1  # speaks past its cap
+            self._rows[key] = [audio, 0, frames, False, cap]
+        a.prefills.append([r.text for _, r in rows])
+
+    def decode_step(self) -> list[RowStep]:
+        a = self.adapter
+        if a.raise_in_step is not None:
+            exc = a.raise_in_step(self.keys)
+            if exc is not None:
+                raise exc
+        a.steps.append(len(self._rows))
+        a.entered.set()
+        if a.step_delay_s:
+            time.sleep(a.step_delay_s)
+        if a.gate is not None:
+            a.gate.wait(timeout=30)
+        out = []
+        for key, state in self._rows.items():
+            self.num_row_steps += 1
+            audio, done, frames, finished, cap = state
+            if finished:
+                self.num_padded_row_steps += 1
+                continue
+            chunk = audio[done * a.frame_samples:(done + 1) * a.frame_samples]
+            state[1] = done = done + 1
+            reason = None
+            if done >= frames:
+                reason = StopReason.END_OF_SPEECH
+            elif done >= cap:
+                reason = StopReason.MAX_NEW_TOKENS
+            state[3] = reason is not None
+            out.append(RowStep(key=key, audio=chunk, stop_reason=reason))
+        return out
+
+    def release(self, keys) -> None:
+        for key in keys:
+            self._rows.pop(key, None)

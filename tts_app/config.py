@@ -91,6 +91,9 @@ class EngineConfig:
         simulate_oom_probability: testing aid; probability in [0, 1] of a simulated OOM per generate call (batches of
             more than one row only, so every item can still finish).
         empty_cache_when_idle_s: call ``torch.cuda.empty_cache()`` after this many idle seconds.
+        prefix_cache_entries: prefilled prompt prefixes (one per reference voice) kept for reuse by later rows of the
+            same voice (adapters with a step interface); 0 = off. Their bytes count in the memory budget, bounded to
+            an eighth of it.
     """
 
     max_batch_size: int = 8
@@ -103,6 +106,7 @@ class EngineConfig:
     simulate_oom_above_batch: int | None = None
     simulate_oom_probability: float = 0.0
     empty_cache_when_idle_s: float = 5.0
+    prefix_cache_entries: int = 16
 
     def __post_init__(self) -> None:
         _check("max_batch_size", self.max_batch_size >= 1, f"max batch size {self.max_batch_size} must be >= 1")
@@ -123,6 +127,8 @@ class EngineConfig:
                f"simulate_oom_probability={self.simulate_oom_probability} must be in [0, 1]")
         _check("empty_cache_when_idle_s", self.empty_cache_when_idle_s >= 0,
                f"empty_cache_when_idle_s={self.empty_cache_when_idle_s} must be >= 0")
+        _check("prefix_cache_entries", self.prefix_cache_entries >= 0,
+               f"prefix_cache_entries={self.prefix_cache_entries} must be >= 0 (0 = off)")
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ def _ui_handler_audio(model, ref, ref_text, max_new_tokens, out_dir):
             temperature=start["temperature"], top_p=start["top_p"], top_k=start["top_k"],
             cfg_scale=start["cfg_scale"], max_new_tokens=max_new_tokens,
             max_segment_chars=start["max_segment_chars"], pause_ms=start["pause_between_segments_ms"],
-            use_cache=True, max_batch_size=None)
+            use_cache=True)
     finally:
         ctx.runtime.close()
     assert seed == SEED

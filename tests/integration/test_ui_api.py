@@ -29,7 +29,7 @@ def test_single_synthesis_returns_decodable_audio_and_subtitles(app_url, data_di
     client = gradio_client.Client(app_url, verbose=False)
     audio, srt, metadata, rows, used_seed = client.predict(
         reference_audio=gradio_client.handle_file(str(data_dir / "zh_female_1.wav")), text="你好。今天天气很好。",
-        seed=7, greedy=True, max_new_tokens=24, max_batch_size=4, api_name="/synthesize")
+        seed=7, greedy=True, max_new_tokens=24, api_name="/synthesize")
     data, sr = sf.read(audio)
     assert sr > 0 and len(data) > 0
     assert used_seed == 7

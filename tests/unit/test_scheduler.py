@@ -189,3 +189,210 @@ def test_batch_cap_halves_on_oom_and_grows_back_one_step_at_a_time():
 def test_expected_speech_orders_chinese_and_english_by_spoken_length():
     assert expected_speech_s("你好，世界。今天天气很好。") > expected_speech_s("Hello world.")
     assert expected_speech_s("a" * 100) > expected_speech_s("a" * 10)
+
+
+# -- the update step: plain outcomes in, decisions out (no engine, no threads) ------------------------------------
+from tts_app.engine.scheduler import Outcome, OutcomeKind, Phase  # noqa: E402
+from tts_app.request import StopReason  # noqa: E402
+
+
+def running_seg(rid: str, steps: int = 10, *, positions: int = 100, key=("k",), priority=Priority.INTERACTIVE,
+                arrival: float = 0.0) -> SegmentWork:
+    """A segment with a decode-step cap (``max_steps``), for continuous batching."""
+    s = seg(rid, 0, steps, positions=positions, key=key, priority=priority, arrival=arrival)
+    s.max_steps = steps
+    return s
+
+
+def admitted(scheduler: Scheduler, segments, budget=None) -> list[SegmentWork]:
+    scheduler.add(segments)
+    return scheduler.schedule_step(budget).admit
+
+
+def test_a_batch_that_ran_finishes_its_rows_and_full_batches_grow_the_cap():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=4, grow_after_successes=2)
+    scheduler.batch_cap.on_oom(4)  # cap 2
+    rows = (seg("a", 0, 10), seg("b", 0, 10))
+    for _ in range(2):
+        update = scheduler.update_from_output(Outcome(Phase.BATCH, OutcomeKind.OK, rows, finished=tuple(
+            (r, StopReason.END_OF_SPEECH) for r in rows)))
+        assert [w for w, _ in update.finished] == list(rows) and not update.requeued and not update.failed
+    assert update.cap == 3
+
+
+def test_an_out_of_memory_batch_is_halved_and_requeued_and_a_lone_row_fails_with_a_fix():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=8)
+    rows = tuple(seg(f"r{i}", 0, 10) for i in range(4))
+    update = scheduler.update_from_output(Outcome(Phase.BATCH, OutcomeKind.OOM, rows))
+    assert update.cap == 2 and update.requeued == list(rows) and scheduler.num_waiting == 4 and not update.failed
+    lone = seg("alone", 0, 10)
+    update = scheduler.update_from_output(Outcome(Phase.BATCH, OutcomeKind.OOM, (lone,)))
+    ((work, message),) = update.failed
+    assert work is lone and "out of memory" in message and "max_segment_chars" in message and not update.requeued
+
+
+def test_refused_rows_are_retried_alone_and_only_the_row_at_fault_fails():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=8)
+    rows = tuple(seg(f"r{i}", 0, 10) for i in range(3))
+    update = scheduler.update_from_output(Outcome(Phase.BATCH, OutcomeKind.REFUSED, rows, error="bad reference"))
+    assert update.requeued == list(rows) and all(r.isolate for r in rows) and not update.failed
+    batches = drain(scheduler, cap=8, budget=None)
+    assert [len(b) for b in batches] == [1, 1, 1]  # isolated rows never share a batch
+    update = scheduler.update_from_output(Outcome(Phase.BATCH, OutcomeKind.REFUSED, (rows[1],), error="bad reference"))
+    assert update.failed == [(rows[1], "bad reference")] and not update.requeued
+
+
+def test_a_decode_step_out_of_memory_requeues_the_youngest_rows_and_keeps_the_rest_going():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=8)
+    rows = [running_seg(f"r{i}", 50) for i in range(6)]
+    assert admitted(scheduler, rows) == rows
+    for _ in range(3):  # three good steps
+        scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, tuple(rows)))
+    update = scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OOM, tuple(rows)))
+    assert update.cap == 3
+    assert update.requeued == rows[3:] and update.release == rows[3:]  # the last admitted leave
+    assert scheduler.running() == rows[:3] and all(r.steps_done == 3 for r in rows[:3])  # progress kept
+    assert all(r.steps_done == 0 and r.num_restarts == 1 and r.admitted == -1 for r in rows[3:])
+    assert sorted(s.request_id for s in scheduler.waiting()) == ["r3", "r4", "r5"]
+    assert scheduler.schedule_step(None).admit == []  # the cap is full until rows end
+
+
+def test_a_prefill_out_of_memory_sends_the_joining_rows_back_first():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=8)
+    old = [running_seg(f"old{i}", 50) for i in range(3)]
+    admitted(scheduler, old)
+    new = [running_seg(f"new{i}", 50) for i in range(2)]
+    assert admitted(scheduler, new) == new
+    update = scheduler.update_from_output(Outcome(Phase.PREFILL, OutcomeKind.OOM, tuple(new)))
+    assert update.cap == 3 and update.requeued == new and scheduler.running() == old
+
+
+def test_a_lone_row_out_of_memory_in_a_step_fails_and_leaves_the_batch():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0)
+    (row,) = admitted(scheduler, [running_seg("solo", 20)])
+    update = scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OOM, (row,)))
+    assert [w for w, _ in update.failed] == [row] and update.release == [row] and scheduler.num_running == 0
+
+
+def test_a_crashed_step_drops_the_batch_and_retries_every_row_alone():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0)
+    rows = admitted(scheduler, [running_seg(f"r{i}", 20) for i in range(3)])
+    update = scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.CRASHED, tuple(rows), error="boom"))
+    assert update.drop_running_batch and update.requeued == rows and not update.failed
+    first = scheduler.schedule_step(None).admit
+    assert len(first) == 1 and first[0].isolate
+    assert scheduler.schedule_step(None).admit == []  # nothing joins an isolated row
+    update = scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.CRASHED, tuple(first), error="boom"))
+    assert update.failed == [(first[0], "boom")]
+
+
+def test_finished_rows_leave_at_once_and_free_their_slot_for_a_waiting_row():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=2)
+    a, b, c = (running_seg(x, 30) for x in "abc")
+    assert admitted(scheduler, [a, b, c]) == [a, b]
+    update = scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, (a, b),
+                                                  finished=((b, StopReason.END_OF_SPEECH),)))
+    assert update.finished == [(b, StopReason.END_OF_SPEECH)] and update.release == [b]
+    assert a.steps_done == 1 and scheduler.running() == [a]
+    assert scheduler.schedule_step(None).admit == [c]
+
+
+def test_outcomes_for_rows_of_cancelled_requests_are_ignored():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0)
+    a, b = admitted(scheduler, [running_seg("a", 30), running_seg("b", 30)])
+    scheduler.remove_request("b")
+    assert scheduler.take_released() == [b] and scheduler.take_released() == []
+    update = scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, (a, b),
+                                                  finished=((b, StopReason.END_OF_SPEECH),)))
+    assert update.finished == [] and scheduler.running() == [a]
+
+
+def test_a_measured_peak_calibrates_the_estimate():
+    seen = []
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0, observe=lambda pos, peak: seen.append((pos, peak)))
+    rows = (seg("a", 0, 10, positions=70),)
+    scheduler.update_from_output(Outcome(Phase.BATCH, OutcomeKind.OK, rows, finished=((rows[0], StopReason.END_OF_SPEECH),),
+                                         measured_peak_bytes=123_456))
+    assert seen == [([70], 123_456)]
+
+
+# -- continuous admission -----------------------------------------------------------------------------------------
+def test_future_peak_counts_rows_leaving_as_they_reach_their_caps():
+    est = MemoryEstimator(kv_bytes_per_position=1, cfg_multiplier=1, activation_bytes_per_row=0)
+    scheduler = Scheduler(est.batch_bytes, wait_window_s=0.0)
+    short = running_seg("short", 10, positions=40)  # 30 prompt positions + 10 steps
+    long = running_seg("long", 100, positions=120)  # 20 + 100
+    short.steps_done = 5
+    # now: short at 35 (5 to go), long at 20. At +5 both live: 2 x max(40, 25) = 80. At +100 only long: 120.
+    assert scheduler.future_peak_bytes([short, long]) == 120
+    long.row_positions = 40  # 20 + ... make long's end small: the peak is while both are live
+    long.max_steps = 20
+    assert scheduler.future_peak_bytes([short, long]) == 2 * 40
+
+
+def test_admission_never_lets_the_rows_in_flight_outgrow_the_budget():
+    est = MemoryEstimator(kv_bytes_per_position=1, cfg_multiplier=1, activation_bytes_per_row=0)
+    scheduler = Scheduler(est.batch_bytes, wait_window_s=0.0, max_batch_size=16)
+    rows = [running_seg(f"r{i}", 50, positions=100) for i in range(8)]
+    budget = 3 * 100  # three rows at their end
+    assert admitted(scheduler, rows, budget) == rows[:3]
+    for _ in range(49):
+        scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, tuple(scheduler.running())))
+        assert scheduler.schedule_step(budget).admit == []  # still no room until a row ends
+    first = scheduler.running()[0]
+    scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, tuple(scheduler.running()),
+                                         finished=((first, StopReason.END_OF_SPEECH),)))
+    assert scheduler.schedule_step(budget).admit == [rows[3]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(caps=st.lists(st.integers(1, 60), min_size=1, max_size=24), budget_rows=st.floats(1.0, 6.0),
+       seed=st.integers(0, 10_000))
+def test_rows_admitted_continuously_never_exceed_the_budget_at_any_step(caps, budget_rows, seed):
+    """Run random rows (random caps, random early ends) through schedule_step/update: the bytes held at every step
+    (each live row at its current positions) stay within the budget, and every row runs exactly once."""
+    rng = random.Random(seed)
+    est = MemoryEstimator(kv_bytes_per_position=1, cfg_multiplier=1, activation_bytes_per_row=0)
+    scheduler = Scheduler(est.batch_bytes, wait_window_s=0.0, max_batch_size=8)
+    rows = [running_seg(f"r{i}", c, positions=30 + c) for i, c in enumerate(caps)]
+    budget = int(budget_rows * 100)
+    scheduler.add(rows)
+    done, refused = [], []
+    for _ in range(10_000):
+        plan = scheduler.schedule_step(budget)
+        refused += plan.too_large
+        live = scheduler.running()
+        if not live and not scheduler.num_waiting:
+            break
+        assert est.batch_bytes([r.current_positions for r in live]) <= budget
+        ends = tuple((r, StopReason.END_OF_SPEECH) for r in live
+                     if r.steps_done + 1 >= r.max_steps or rng.random() < 0.05)
+        update = scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, tuple(live), finished=ends))
+        done += [w for w, _ in update.finished]
+    assert sorted(id(r) for r in done + refused) == sorted(id(r) for r in rows)
+    assert all(est.batch_bytes([r.row_positions]) > budget for r in refused)
+
+
+def test_admission_goes_by_priority_then_age_and_drains_for_another_batch_key():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=3)
+    job = running_seg("job", 30, priority=Priority.JOB, arrival=0.0)
+    ui_old = running_seg("ui_old", 30, arrival=1.0)
+    ui_new = running_seg("ui_new", 30, arrival=2.0)
+    assert admitted(scheduler, [job, ui_new, ui_old]) == [ui_old, ui_new, job]
+    scheduler2 = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=4)
+    a = running_seg("a", 30, key=("k1",))
+    assert admitted(scheduler2, [a]) == [a]
+    other = running_seg("other", 30, key=("k2",), arrival=1.0)
+    same = running_seg("same", 30, key=("k1",), arrival=2.0)
+    # the oldest waiting row needs another key: nothing joins, the batch drains for it
+    assert admitted(scheduler2, [other, same]) == []
+    scheduler2.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, (a,), finished=((a, StopReason.END_OF_SPEECH),)))
+    assert scheduler2.schedule_step(None).admit == [other]
+
+
+def test_a_row_too_large_for_the_budget_alone_is_refused_wherever_it_waits():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0)
+    small, huge = running_seg("small", 10, positions=50), running_seg("huge", 10, positions=100_000)
+    scheduler.add([small, huge])
+    plan = scheduler.schedule_step(EST.batch_bytes([50]) * 2)
+    assert plan.too_large == [huge] and plan.admit == [small]

@@ -4,12 +4,21 @@ The engine only ever talks to ``TTSAdapter``: ``preprocess -> generate -> postpr
 ``ModelFacts`` it needs for memory estimation. Pattern from transformers' ``pipelines/text_to_audio.py``
 (preprocess -> forward -> postprocess returning audio plus ``sampling_rate``), with the model-type branches kept here
 instead of in a generic layer.
+
+Adapters whose decode loop is their own can also offer the **step interface** (``supports_decode_steps = True``,
+``start_decode``), named after the decode phases as in gpt-fast's ``generate.py``: a ``DecodeBatch`` takes new rows
+into the running batch (``prefill``), advances every live row by one decode step (``decode_step``, returning each
+row's new audio and whether it finished) and lets rows go (``release``). The engine then schedules per iteration
+(continuous batching): a finished row frees its slot at once and a waiting row takes it. Rows sharing a prompt prefix
+(the same reference voice) may reuse its prefill through the engine's ``PrefixCache``.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Iterable
@@ -245,6 +254,165 @@ class AdapterRow:
     emotion: RowEmotion | None = None
 
 
+@dataclass(frozen=True)
+class RowStep:
+    """What one decode step made for one row of a running batch (``DecodeBatch.decode_step``).
+
+    Attributes:
+        key: the row's key, as given to ``DecodeBatch.prefill``.
+        audio: float32 ``(num_samples,)`` at ``ModelFacts.sampling_rate``: the row's new audio from this step (empty
+            when the step made none, e.g. a span marker or the end token). A row's audio is the concatenation of
+            its steps' audio, in order.
+        stop_reason: None while the row goes on; ``END_OF_SPEECH`` / ``MAX_NEW_TOKENS`` when this step ended it.
+    """
+
+    key: Hashable
+    audio: np.ndarray
+    stop_reason: StopReason | None = None
+
+
+class PrefixCache:
+    """Least-recently-used store of prefilled prompt prefixes (e.g. a reference voice's part of the prompt), shared
+    by the rows of every running batch. Plain Python, no tensors of its own: values are whatever the adapter keeps
+    (its KV-cache tensors), each stored with its size, so the engine can count the cache in the memory budget.
+
+    Args:
+        max_entries: most prefixes kept (0 = off: ``get`` misses, ``put`` keeps nothing).
+        max_bytes: most bytes kept (None = no byte bound); the engine lowers it with the memory budget.
+
+    Attributes:
+        num_hits, num_misses: ``get`` calls that found / did not find their key.
+    """
+
+    def __init__(self, max_entries: int = 16, max_bytes: int | None = None):
+        if max_entries < 0:
+            raise ValueError(f"max_entries={max_entries} must be >= 0")
+        self.max_entries = int(max_entries)
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._num_bytes = 0
+        self._lock = threading.Lock()  # the worker stores and looks up; gauges read the size from other threads
+        self.num_hits = 0
+        self.num_misses = 0
+
+    @property
+    def num_bytes(self) -> int:
+        """Bytes held by the stored values (as given to ``put``)."""
+        return self._num_bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable) -> Any | None:
+        """The value stored under ``key`` (and mark it recently used), or None."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.num_misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.num_hits += 1
+            return entry[0]
+
+    def put(self, key: Hashable, value: Any, num_bytes: int) -> bool:
+        """Store ``value`` (``num_bytes`` big), evicting the least recently used entries beyond the bounds. Returns
+        False (nothing stored) when the cache is off or the value alone is over ``max_bytes``."""
+        with self._lock:
+            if self.max_entries == 0 or (self.max_bytes is not None and num_bytes > self.max_bytes):
+                return False
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._num_bytes -= old[1]
+            self._entries[key] = (value, int(num_bytes))
+            self._num_bytes += int(num_bytes)
+            self._trim_locked()
+            return key in self._entries
+
+    def trim(self, max_bytes: int | None = None) -> int:
+        """Evict least recently used entries until within the bounds (``max_bytes`` replaces the byte bound when
+        given). Returns the bytes freed."""
+        with self._lock:
+            if max_bytes is not None:
+                self.max_bytes = max_bytes
+            return self._trim_locked()
+
+    def _trim_locked(self) -> int:
+        freed = 0
+        while self._entries and (len(self._entries) > self.max_entries
+                                 or (self.max_bytes is not None and self._num_bytes > self.max_bytes)):
+            _, (_, size) = self._entries.popitem(last=False)
+            self._num_bytes -= size
+            freed += size
+        return freed
+
+    def clear(self) -> int:
+        """Drop every entry (after an out-of-memory error). Returns the bytes freed."""
+        with self._lock:
+            freed = self._num_bytes
+            self._entries.clear()
+            self._num_bytes = 0
+            return freed
+
+
+class DecodeBatch(abc.ABC):
+    """A running batch of an adapter with a step interface (``TTSAdapter.start_decode``): rows join, advance one
+    decode step at a time together, and leave (continuous batching).
+
+    Contract the engine relies on:
+
+    * A row's audio depends only on the row (text, reference, seed) and the batch's ``params``: never on its
+      batch-mates, nor on when it joined or who left meanwhile (greedy or seeded sampling alike).
+    * ``prefill`` and ``decode_step`` are atomic: when they raise (``torch.OutOfMemoryError`` above all) the batch is
+      exactly as before the call, so the engine can release some rows and go on with the rest.
+    * A finished row stays in the batch (and in its forward calls, as padding) until it is released.
+
+    Attributes:
+        params: the batch's generation knobs (resolved; equal for every row, as ``SynthesisParams.batch_key``).
+        num_row_steps: rows run in all decode steps so far (each step counts every row in the batch).
+        num_padded_row_steps: of those, rows that had already finished (kept until released).
+        prefill_s: seconds spent in ``prefill`` so far.
+    """
+
+    params: SynthesisParams
+
+    def __init__(self, params: SynthesisParams):
+        self.params = params
+        self.num_row_steps = 0
+        self.num_padded_row_steps = 0
+        self.prefill_s = 0.0
+
+    @property
+    @abc.abstractmethod
+    def keys(self) -> list[Hashable]:
+        """Keys of the rows in the batch (live and finished-but-not-released), in batch order."""
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.keys)
+
+    @abc.abstractmethod
+    def prefill(self, rows: Sequence[tuple[Hashable, AdapterRow]]) -> None:
+        """Prefill ``rows`` (key, row) into the batch: each key is new to the batch. After it, the next
+        ``decode_step`` advances them too.
+
+        Raises:
+            InputError / ReferenceAudioError: a row the adapter refuses (nothing joins).
+            torch.OutOfMemoryError: nothing joins; the batch is as before.
+        """
+
+    @abc.abstractmethod
+    def decode_step(self) -> list[RowStep]:
+        """Advance every live (not finished) row by one decode step. Returns one ``RowStep`` per live row.
+
+        Raises:
+            torch.OutOfMemoryError: the batch is as before the call.
+        """
+
+    @abc.abstractmethod
+    def release(self, keys: Iterable[Hashable]) -> None:
+        """Take rows out of the batch and free their cache. Unknown keys are ignored."""
+
+
 def count_parameters(*modules) -> int:
     """Parameters of ``modules`` together, each tensor once (tied or shared weights are not counted twice)."""
     seen: dict[int, int] = {}
@@ -266,6 +434,8 @@ class TTSAdapter(abc.ABC):
     family: ClassVar[str]
     #: the family's name in messages ("CSM", "Higgs Audio v2", ...)
     display_name: ClassVar[str]
+    #: True when ``start_decode`` gives a ``DecodeBatch`` (the engine then batches continuously)
+    supports_decode_steps: ClassVar[bool] = False
     #: hub ids of original-format releases (that transformers cannot load) -> the transformers conversion to use
     original_format_repos: ClassVar[Mapping[str, str]] = {}
     facts: ModelFacts
@@ -397,6 +567,19 @@ class TTSAdapter(abc.ABC):
         """Why each row's decoding stopped, one ``StopReason`` per row of ``outputs`` (of ``generate``):
         ``MAX_NEW_TOKENS`` when the row was still speaking at its cap, else ``END_OF_SPEECH``. The engine turns
         ``MAX_NEW_TOKENS`` into a per-segment warning."""
+
+    def start_decode(self, params: SynthesisParams, prefix_cache: PrefixCache | None = None) -> DecodeBatch:
+        """An empty running batch for rows with these knobs (step interface; see ``DecodeBatch``).
+
+        Args:
+            params: the knobs (``resolve``d); every row of the batch runs with them (its own seed aside).
+            prefix_cache: where the batch may keep and find prefilled prompt prefixes (shared voices); None = none.
+
+        Raises:
+            NotImplementedError: the family has no step interface (``supports_decode_steps`` is False).
+        """
+        raise NotImplementedError(f"{self.display_name} has no step-wise decode loop; the engine batches its "
+                                  "requests whole")
 
     def synthesize(self, rows: list[AdapterRow], params: SynthesisParams) -> list[np.ndarray]:
         """preprocess -> generate -> postprocess for one batch."""

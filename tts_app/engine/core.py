@@ -1,16 +1,24 @@
-"""The engine: one model worker thread, many callers; requests -> segments -> batches -> audio.
+"""The engine: one model worker thread, many callers; requests -> segments -> rows -> audio.
 
-Loop (vLLM-style plan -> execute -> update, see ../shared/STYLE.md):
+Two ways to run, picked from what the adapter offers (``TTSAdapter.supports_decode_steps``):
 
-    plan = scheduler.schedule(now, cap, budget)       # plain data
-    waves = adapter.preprocess -> generate -> postprocess (one forward call per batch)
-    update: store each segment's audio, progress callbacks, finish requests whose segments are all done
+* **continuous batching** (iteration-level scheduling; adapters with a step interface, e.g. VibeVoice): before every
+  decode step the scheduler admits waiting segments into the running batch (``Scheduler.schedule_step``), the
+  adapter's ``DecodeBatch`` prefills them and advances every live row one step, and a row that finishes leaves at
+  once, freeing its slot for the next waiting segment. Each row's audio arrives step by step (streaming).
+* **request-level batching** (every other adapter): the scheduler picks a batch (``Scheduler.schedule``: priority,
+  length bucketing, budget), the adapter runs it whole (``preprocess -> generate -> postprocess``).
 
-Out of memory (``torch.OutOfMemoryError``, detected by type in ``memory.is_out_of_memory``): free the cache, halve the
-batch cap, requeue the batch's segments and go on; a batch of one that still runs out fails only its own request
-with "out of memory". An unexpected exception in a batch fails that batch's requests (logged with their ids) and the
-worker keeps serving. Per-request failures are never raised to callers: they come back as ``SynthesisResult`` with
-status FAILED / CANCELLED and ``error``.
+Either way the loop is vLLM's plan -> execute -> update (../shared/STYLE.md): the engine turns each batch, prefill
+or decode step into a plain-data ``Outcome`` (ok / out of memory / refused rows / crashed) and the scheduler's
+``update_from_output`` decides what finished, what fails, what is requeued and the batch cap; the engine only
+carries that out (stores audio, resolves futures, releases rows). Out of memory (``torch.OutOfMemoryError``, detected
+by type in ``memory.is_out_of_memory``) first frees the device cache and the prefix cache. Per-request failures are
+never raised to callers: they come back as ``SynthesisResult`` with status FAILED / CANCELLED and ``error``.
+
+Determinism: a row's audio depends only on its text, reference, seed and knobs (adapters draw every random number
+from the row's own seed), so batching, joining a running batch, OOM retries and cancels of others never change what a
+user hears. A streamed row restarted after OOM keeps the samples already sent and skips them in the new run.
 """
 
 from __future__ import annotations
@@ -24,11 +32,11 @@ import time
 import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from tts_app.adapters.base import AdapterRow, ModelFacts, RowEmotion, TTSAdapter
+from tts_app.adapters.base import AdapterRow, DecodeBatch, ModelFacts, PrefixCache, RowEmotion, RowStep, TTSAdapter
 from tts_app.audio.post import join_segments
 from tts_app.config import MIN_MAX_SEGMENT_CHARS, EngineConfig
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
@@ -43,7 +51,9 @@ from tts_app.engine.memory import (
     memory_budget_bytes,
     probe_for_device,
 )
-from tts_app.engine.scheduler import BatchCap, Scheduler, SegmentWork, expected_speech_s
+from tts_app.engine.scheduler import (BatchCap, Outcome, OutcomeKind, Phase, Scheduler, SegmentWork, Update,
+                                     expected_speech_s)
+from tts_app.engine.streaming import AudioChunk, AudioStream
 from tts_app.request import (RequestStatus, SegmentTiming, StopReason, SynthesisParams, SynthesisRequest,
                              SynthesisResult)
 
@@ -51,6 +61,10 @@ logger = logging.getLogger(__name__)
 
 # Reference length assumed by ``EngineStats.default_row_bytes`` (a typical cleaned reference clip), in seconds.
 DEFAULT_REFERENCE_S = 10.0
+# Share of the memory budget the prefix cache may hold (shared voices' prefilled prompt prefixes). An eighth leaves
+# the running rows most of the budget while still holding a few voices' prefixes (a 10 s reference is ~90 positions,
+# ~5 MiB of KV for VibeVoice-1.5B in bfloat16).
+PREFIX_CACHE_BUDGET_SHARE = 1 / 8
 
 # Engines whose worker thread is running. A worker still alive when the interpreter finalises can abort the
 # process ("terminate called without an active exception", exit status 134): when the thread ends it drops its
@@ -106,6 +120,13 @@ class EngineStats:
             a 10 s reference.
         max_rows_in_budget: ``memory_budget_bytes // default_row_bytes`` (None when the budget is unlimited).
         num_cap_shrinks, num_cap_grows: how often the batch cap was halved after OOM / grew back by one.
+        continuous: the engine batches per decode step (the adapter offers a step interface).
+        num_row_steps: rows run over all decode steps (step interface only; 0 otherwise).
+        num_padded_row_steps: of those, rows that had already finished but still sat in the batch (padding).
+        prefill_s: seconds spent prefilling rows (step interface only).
+        num_requeued: rows requeued (restarted) after an out-of-memory error.
+        prefix_cache_bytes: bytes held by the prefix cache (counted in the budget).
+        prefix_cache_hits, prefix_cache_misses: prefix-cache look-ups that found / did not find a prefix.
     """
 
     batch_cap: int
@@ -127,6 +148,19 @@ class EngineStats:
     max_rows_in_budget: int | None
     num_cap_shrinks: int = 0
     num_cap_grows: int = 0
+    continuous: bool = False
+    num_row_steps: int = 0
+    num_padded_row_steps: int = 0
+    prefill_s: float = 0.0
+    num_requeued: int = 0
+    prefix_cache_bytes: int = 0
+    prefix_cache_hits: int = 0
+    prefix_cache_misses: int = 0
+
+    @property
+    def padded_share(self) -> float | None:
+        """Share of decode row-steps spent on rows that had already finished (None before any step)."""
+        return self.num_padded_row_steps / self.num_row_steps if self.num_row_steps else None
 
 
 class RequestHandle:
@@ -137,11 +171,25 @@ class RequestHandle:
         future: ``concurrent.futures.Future[SynthesisResult]``; never holds an exception for per-request failures.
     """
 
-    def __init__(self, request_id: str, engine: "Engine"):
+    def __init__(self, request_id: str, engine: "Engine", audio_stream: AudioStream | None = None):
         self.request_id = request_id
         self.future: Future = Future()
         self.future.set_running_or_notify_cancel()  # callers cancel through ``cancel()``, which frees queued work
         self._engine = engine
+        self._audio_stream = audio_stream
+
+    def stream(self, timeout: float | None = None) -> Iterator[AudioChunk]:
+        """The request's audio as it is decoded: ``AudioChunk``s in order until the request ends (then
+        ``result()`` has the outcome; a failed or cancelled request ends the iteration early). Their samples,
+        concatenated, are ``result().audio``. Only for requests submitted with ``stream=True``.
+
+        Raises:
+            ValueError: the request was not submitted with ``stream=True``.
+            queue.Empty: no chunk arrived within ``timeout`` seconds (None = no limit).
+        """
+        if self._audio_stream is None:
+            raise ValueError(f"request {self.request_id} was not submitted with stream=True")
+        return self._audio_stream.chunks(timeout=timeout)
 
     def result(self, timeout: float | None = None) -> SynthesisResult:
         """Block until the request finishes. Raises ``concurrent.futures.TimeoutError`` after ``timeout`` s."""
@@ -174,6 +222,12 @@ class _RequestState:
     source_texts: list[str] = field(default_factory=list)  # what the user wrote, for timings and subtitles
     normalized_text: str = ""
     seeds: list[int] = field(default_factory=list)  # per segment, as the scheduler's SegmentWork carries them
+    audio_stream: AudioStream | None = None
+    # continuous batching, per segment: audio decoded so far, samples of a restarted run to skip (already streamed),
+    # when its row was admitted, and the most rows its batch held
+    partial: list[list[np.ndarray]] = field(default_factory=list)
+    skip_samples: list[int] = field(default_factory=list)
+    started_s: list[float] = field(default_factory=list)
 
     @property
     def num_segments(self) -> int:
@@ -250,7 +304,7 @@ class Engine:
     """
 
     def __init__(self, adapter: TTSAdapter, config: EngineConfig | None = None,
-                 memory_probe: MemoryProbe | None = None, *, bucketing: bool = True):
+                 memory_probe: MemoryProbe | None = None, *, bucketing: bool = True, continuous: bool | None = None):
         self.adapter = adapter
         self.config = config = config or EngineConfig()  # EngineConfig checks its own values
         self.device = str(getattr(adapter, "device", "cpu"))
@@ -261,8 +315,15 @@ class Engine:
             activation_bytes_per_row=config.activation_bytes_per_row,
         )
         self.scheduler = Scheduler(self.estimator.batch_bytes, wait_window_s=config.wait_window_ms / 1000.0,
-                                   bucketing=bucketing)
-        self.batch_cap = BatchCap(config.max_batch_size, config.grow_after_successes)
+                                   bucketing=bucketing, max_batch_size=config.max_batch_size,
+                                   grow_after_successes=config.grow_after_successes,
+                                   observe=self._observe)
+        # Step interface: continuous batching unless asked for request-level batching (comparisons, benches).
+        self.step_mode = bool(adapter.supports_decode_steps)
+        if continuous and not self.step_mode:
+            raise ValueError(f"{adapter.display_name} has no step interface; continuous batching needs one")
+        self.continuous = self.step_mode if continuous is None else bool(continuous)
+        self.prefix_cache = PrefixCache(config.prefix_cache_entries)
         self._cv = threading.Condition()
         self._requests: dict[str, _RequestState] = {}
         self._thread: threading.Thread | None = None
@@ -276,7 +337,26 @@ class Engine:
         self._num_batches = 0
         self._num_segments_done = 0
         self._last_batch_size = 0
+        self._num_row_steps = 0
+        self._num_padded_row_steps = 0
+        self._prefill_s = 0.0
+        self._num_requeued = 0
         self._outcomes = {RequestStatus.DONE: 0, RequestStatus.FAILED: 0, RequestStatus.CANCELLED: 0}
+
+    @property
+    def batch_cap(self) -> BatchCap:
+        """The scheduler's batch cap (halved on OOM, grows back; ceiling ``--max-batch-size``)."""
+        return self.scheduler.batch_cap
+
+    def _observe(self, row_positions, measured_peak_bytes: int) -> bool:
+        """Calibration hook for the scheduler's update step (``MemoryEstimator.observe``), logged when it learns."""
+        estimate = self.estimator.batch_bytes(row_positions)
+        raised = self.estimator.observe(row_positions, measured_peak_bytes)
+        if raised:
+            logger.info("a batch of %d rows peaked at %s against an estimate of %s; activation estimate raised "
+                        "to %.2f x the KV cache", len(row_positions), format_bytes(measured_peak_bytes),
+                        format_bytes(estimate), self.estimator.activation_kv_ratio)
+        return raised
 
     # -- facts ---------------------------------------------------------------------------------------------------
     @property
@@ -324,8 +404,9 @@ class Engine:
         self.shutdown(wait=True)
 
     def set_max_batch_size(self, max_batch_size: int) -> None:
-        """The user's ceiling on rows per batch (see ``BatchCap.set_max``: re-sending the same value keeps a cap
-        that OOM shrank).
+        """Change the server-wide ceiling on rows per batch (the operator's ``--max-batch-size``; see
+        ``BatchCap.set_max``: setting the same value again keeps a cap that OOM shrank). The web UI never calls it:
+        one user must not change the ceiling for everyone.
 
         Raises:
             InputError: ``max_batch_size`` < 1.
@@ -349,6 +430,15 @@ class Engine:
         return memory_budget_bytes(self.probe, memory_budget_bytes=self.config.memory_budget_bytes,
                                    memory_utilization=self.config.memory_utilization,
                                    safety_margin_bytes=self.config.safety_margin_bytes)
+
+    def _rows_budget(self) -> int | None:
+        """The budget left for rows: the memory budget less what the prefix cache holds (which is bounded to
+        ``PREFIX_CACHE_BUDGET_SHARE`` of it). Lock held."""
+        budget = self._budget_bytes
+        if budget is None:
+            return None
+        self.prefix_cache.trim(int(budget * PREFIX_CACHE_BUDGET_SHARE))
+        return max(0, budget - self.prefix_cache.num_bytes)
 
     def estimate_request_bytes(self, request: SynthesisRequest) -> int:
         """Estimated bytes (KV cache + activations) the request's longest segment needs as a batch of one: the
@@ -385,6 +475,14 @@ class Engine:
                 max_rows_in_budget=None if budget is None else budget // max(1, default_row),
                 num_cap_shrinks=self.batch_cap.num_shrinks,
                 num_cap_grows=self.batch_cap.num_grows,
+                continuous=self.continuous,
+                num_row_steps=self._num_row_steps,
+                num_padded_row_steps=self._num_padded_row_steps,
+                prefill_s=self._prefill_s,
+                num_requeued=self._num_requeued,
+                prefix_cache_bytes=self.prefix_cache.num_bytes,
+                prefix_cache_hits=self.prefix_cache.num_hits,
+                prefix_cache_misses=self.prefix_cache.num_misses,
             )
 
     # -- submit / cancel -----------------------------------------------------------------------------------------
@@ -426,14 +524,18 @@ class Engine:
                 "reference — lower max_new_tokens, use a shorter reference, or raise the memory budget")
 
     def submit(self, request: SynthesisRequest,
-               on_progress: Callable[[ProgressEvent], None] | None = None) -> RequestHandle:
+               on_progress: Callable[[ProgressEvent], None] | None = None, *, stream: bool = False,
+               on_audio: Callable[[AudioChunk], None] | None = None) -> RequestHandle:
         """Queue a request (runs the text front end here, in the caller's thread). Work queued before ``start()``
         waits for it. Never raises for a bad request: the handle's result is FAILED with ``error`` instead.
 
         Args:
             request: the synthesis; ``reference_audio`` must be at ``engine.sampling_rate``.
             on_progress: called once here (``segments_done=0, batch_size=0``, in the caller's thread), then from
-                the worker thread after each batch that advanced this request.
+                the worker thread after each batch or step that finished a segment of this request.
+            stream: deliver the audio while it is decoded: iterate ``handle.stream()`` (``AudioChunk``s in order,
+                concatenating to the final audio; see ``tts_app.engine.streaming``).
+            on_audio: called with each ``AudioChunk`` from the worker thread (implies ``stream``); keep it quick.
         """
         handle = RequestHandle(request.request_id, self)
         try:
@@ -450,6 +552,9 @@ class Engine:
                     f"target_sampling_rate={self.sampling_rate})")
             self._check_emotion(request)
         except TTSAppError as exc:
+            if stream or on_audio is not None:
+                handle._audio_stream = AudioStream(request.request_id, self.sampling_rate, [], on_audio)
+                handle._audio_stream.close()
             handle.future.set_result(self._failed_result(request, str(exc)))
             with self._cv:
                 self._outcomes[RequestStatus.FAILED] += 1
@@ -468,12 +573,20 @@ class Engine:
                 request_id=request.request_id, index=i, text=text, seed=params.seed + i,
                 batch_key=params.batch_key(), priority=request.priority, expected_steps=steps,
                 row_positions=self._positions(len(text), ref_s, ref_chars, max_new), arrival_s=now,
+                max_steps=max_new,
             ))
+        audio_stream = None
+        if stream or on_audio is not None:
+            audio_stream = AudioStream(request.request_id, self.sampling_rate, pauses, on_audio)
+            handle._audio_stream = audio_stream
+        n = len(texts)
         state = _RequestState(request=request, handle=handle, texts=texts, pauses_after_ms=pauses,
-                              on_progress=on_progress, params=params, warnings=warnings, waves=[None] * len(texts),
-                              batch_sizes=[0] * len(texts), generate_s=[0.0] * len(texts),
-                              stop_reasons=[StopReason.END_OF_SPEECH] * len(texts), source_texts=source_texts,
-                              normalized_text=prepared.normalized_text, seeds=[w.seed for w in works])
+                              on_progress=on_progress, params=params, warnings=warnings, waves=[None] * n,
+                              batch_sizes=[0] * n, generate_s=[0.0] * n,
+                              stop_reasons=[StopReason.END_OF_SPEECH] * n, source_texts=source_texts,
+                              normalized_text=prepared.normalized_text, seeds=[w.seed for w in works],
+                              audio_stream=audio_stream, partial=[[] for _ in range(n)], skip_samples=[0] * n,
+                              started_s=[0.0] * n)
         error = None
         with self._cv:
             budget = self._budget_bytes
@@ -492,6 +605,8 @@ class Engine:
                 self._outcomes[RequestStatus.FAILED] += 1
         if error is not None:
             logger.info("request %s rejected: %s", request.request_id, error)
+            if audio_stream is not None:
+                audio_stream.close()
             handle.future.set_result(self._failed_result(request, error, warnings))
         elif on_progress is not None:
             try:  # tell the caller the segment count at once (batch_size 0: nothing has run yet)
@@ -548,7 +663,7 @@ class Engine:
                                error=error, warnings=list(warnings or []))
 
     def _finish_locked(self, state: _RequestState, status: RequestStatus, error: str | None,
-                       resolved: list[tuple[Future, SynthesisResult]]) -> None:
+                       resolved: list) -> None:
         """Mark a request finished (lock held); its future is resolved later, outside the lock."""
         if state.finished:
             return
@@ -560,16 +675,24 @@ class Engine:
             result = self._assemble(state)
         else:
             result = self._failed_result(state.request, error or status.value, state.warnings, status)
-        resolved.append((state.handle.future, result))
+        resolved.append((state.handle.future, result, state.audio_stream))
 
     @staticmethod
-    def _resolve(resolved: list[tuple[Future, SynthesisResult]]) -> None:
-        for future, result in resolved:
+    def _resolve(resolved: list) -> None:
+        """Outside the lock: deliver pending audio chunks, end finished streams, resolve futures (in that order, so a
+        stream's consumer sees every chunk before ``result()`` returns)."""
+        for future, result, audio_stream in resolved:
+            if audio_stream is not None:
+                try:
+                    audio_stream.flush()
+                except Exception:  # noqa: BLE001 - a caller's callback must not stop the worker
+                    logger.exception("audio callback of request %s raised", result.request_id)
+                audio_stream.close()
             if not future.done():
                 future.set_result(result)
 
     def _cancel(self, request_id: str) -> bool:
-        resolved: list[tuple[Future, SynthesisResult]] = []
+        resolved: list = []
         with self._cv:
             state = self._requests.get(request_id)
             if state is None or state.finished:
@@ -580,7 +703,7 @@ class Engine:
         return True
 
     def _cancel_all(self, reason: str, status: RequestStatus = RequestStatus.CANCELLED) -> None:
-        resolved: list[tuple[Future, SynthesisResult]] = []
+        resolved: list = []
         with self._cv:
             for state in list(self._requests.values()):
                 self._finish_locked(state, status, reason, resolved)
@@ -612,7 +735,10 @@ class Engine:
     # -- worker --------------------------------------------------------------------------------------------------
     def _worker(self) -> None:
         try:
-            self._serve()
+            if self.step_mode:
+                self._serve_steps()
+            else:
+                self._serve_batches()
         except BaseException as exc:  # a bug in the loop itself: fail everything rather than leave callers hanging
             logger.exception("engine worker crashed")
             reason = f"engine worker crashed: {type(exc).__name__}: {exc}"
@@ -623,76 +749,203 @@ class Engine:
             raise
         self._cancel_all("engine shut down")
 
-    def _serve(self) -> None:
+    def _idle_wait(self, idle_since: float | None) -> tuple[float, bool]:
+        """Nothing to run (lock held): wait for work; after ``empty_cache_when_idle_s`` idle seconds since the last
+        batch, return True so the caller empties the device cache outside the lock. Returns (idle since, empty)."""
+        if idle_since is None:
+            idle_since = time.monotonic()
+        idle_for = time.monotonic() - idle_since
+        if self._used_since_empty and idle_for >= self.config.empty_cache_when_idle_s:
+            self._used_since_empty = False
+            return idle_since, True
+        timeout = max(0.0, self.config.empty_cache_when_idle_s - idle_for) if self._used_since_empty else None
+        self._cv.wait(timeout=timeout)
+        return idle_since, False
+
+    def _fail_too_large(self, works: list[SegmentWork], resolved: list) -> None:
+        for work in works:
+            state = self._requests.get(work.request_id)
+            if state is not None:
+                msg = self._too_large_message(state.request, work.index, work.text, self._budget_bytes or 0)
+                logger.warning("request %s: %s", work.request_id, msg)
+                self._finish_locked(state, RequestStatus.FAILED, msg, resolved)
+
+    def _simulated_oom(self, batch_size: int) -> BaseException | None:
+        """The testing aids: a real ``torch.OutOfMemoryError`` for batches above ``simulate_oom_above_batch`` rows,
+        or with ``simulate_oom_probability`` for batches of more than one row. None = no simulated OOM."""
+        cfg = self.config
+        if cfg.simulate_oom_above_batch is not None and batch_size > cfg.simulate_oom_above_batch:
+            return make_simulated_oom(batch_size, f"simulate_oom_above_batch={cfg.simulate_oom_above_batch}")
+        if cfg.simulate_oom_probability > 0 and batch_size > 1 and self._rng.random() < cfg.simulate_oom_probability:
+            return make_simulated_oom(batch_size, f"simulate_oom_probability={cfg.simulate_oom_probability}")
+        return None
+
+    def _probe_reading(self, name: str) -> int | None:
+        reader = getattr(self.probe, name, None)  # optional probe methods (older/custom probes may lack them)
+        return reader() if reader is not None else None
+
+    def _run_phase(self, phase: Phase, rows: list[SegmentWork], call: Callable[[], Any]) -> tuple[Outcome, Any]:
+        """Run ``call`` (a batch, a prefill or a decode step over ``rows``) and describe how it ended as a plain
+        ``Outcome`` (its ``finished`` is filled by the caller). Returns (outcome, what ``call`` returned or None).
+        After an out-of-memory error the device cache and the prefix cache are freed."""
+        ids = ", ".join(sorted({w.request_id for w in rows}))
+        allocated_before, peak_before = self._probe_reading("allocated_bytes"), self._probe_reading("peak_bytes")
+        kind, error, value = OutcomeKind.OK, "", None
+        try:
+            value = call()
+        except Exception as exc:  # noqa: BLE001 - the worker must survive any batch
+            if is_out_of_memory(exc):
+                kind = OutcomeKind.OOM
+                logger.warning("out of memory in %s of %d rows (requests %s): %s", phase.value, len(rows), ids, exc)
+            elif isinstance(exc, TTSAppError):  # the adapter refused these rows on purpose, with a message
+                kind, error = OutcomeKind.REFUSED, str(exc)
+                # INFO, not WARNING: the message reaches every request's result (the CLI prints it, the UI shows
+                # it), so a WARNING here would show the user the same error twice.
+                logger.info("%s of %d rows refused (requests %s): %s", phase.value, len(rows), ids, error)
+            else:
+                kind, error = OutcomeKind.CRASHED, f"synthesis failed: {type(exc).__name__}: {exc}"
+                logger.exception("%s of %d rows failed (requests %s)", phase.value, len(rows), ids)
+            del exc  # drop the traceback (and the tensors its frames hold) before freeing memory
+        if kind is OutcomeKind.OOM:
+            with self._cv:
+                self._num_oom += 1
+                self.prefix_cache.clear()
+            free_after_oom(self.probe)
+        measured = None
+        peak_after = self._probe_reading("peak_bytes")
+        if kind is OutcomeKind.OK and None not in (allocated_before, peak_before, peak_after) \
+                and peak_after > peak_before:
+            measured = peak_after - allocated_before  # a new high-water mark: this call's exact peak
+        return Outcome(phase=phase, kind=kind, rows=tuple(rows), error=error, measured_peak_bytes=measured), value
+
+    def _apply_update(self, update: Update, resolved: list, events: list, *, batch_size: int,
+                      generate_s: dict[int, float] | None = None) -> None:
+        """Carry out the scheduler's ``Update`` (lock held): store finished rows' audio, fail failed rows, note
+        requeued ones. ``generate_s``: per finished row (``id``), its seconds (default: since it was admitted)."""
+        self._num_requeued += len(update.requeued)
+        if update.requeued:
+            logger.warning("requeued %d rows after out of memory (requests %s); cap -> %d", len(update.requeued),
+                           ", ".join(sorted({w.request_id for w in update.requeued})), update.cap)
+        for work in update.requeued:
+            state = self._requests.get(work.request_id)
+            if state is not None and not state.finished:
+                self._restart_segment(state, work.index)
+        for work, message in update.failed:
+            state = self._requests.get(work.request_id)
+            if state is not None and not state.finished:
+                logger.warning("request %s: %s", work.request_id, message)
+                self._finish_locked(state, RequestStatus.FAILED, message, resolved)
+        touched: dict[str, _RequestState] = {}
+        now = time.perf_counter()
+        for work, reason in update.finished:
+            state = self._requests.get(work.request_id)
+            if state is None or state.finished or state.waves[work.index] is not None:
+                continue
+            wave = np.concatenate(state.partial[work.index]) if state.partial[work.index] else \
+                np.zeros(0, dtype=np.float32)
+            state.partial[work.index] = []
+            state.waves[work.index] = wave
+            state.stop_reasons[work.index] = reason
+            state.batch_sizes[work.index] = max(state.batch_sizes[work.index], batch_size)
+            state.generate_s[work.index] = (generate_s or {}).get(id(work), now - state.started_s[work.index])
+            state.num_done += 1
+            self._num_segments_done += 1
+            if state.audio_stream is not None:
+                state.audio_stream.complete(work.index)
+            touched[work.request_id] = state
+        for state in touched.values():
+            if state.on_progress is not None:
+                events.append((state.on_progress, ProgressEvent(state.request.request_id, state.num_done,
+                                                                state.num_segments, batch_size)))
+            if state.num_done == state.num_segments:
+                self._finish_locked(state, RequestStatus.DONE, None, resolved)
+
+    def _restart_segment(self, state: _RequestState, index: int) -> None:
+        """A row requeued after OOM restarts its segment: drop its decoded audio, except what was already streamed
+        (kept; the new run skips that many samples, see module docstring). Lock held."""
+        emitted = state.audio_stream.emitted_samples[index] if state.audio_stream is not None else 0
+        if emitted:
+            kept = np.concatenate(state.partial[index])[:emitted]
+            state.partial[index] = [kept]
+        else:
+            state.partial[index] = []
+        state.skip_samples[index] = emitted
+        if state.audio_stream is not None:
+            state.audio_stream.restart(index)
+
+    def _add_audio(self, state: _RequestState, index: int, samples: np.ndarray) -> None:
+        """New decoded samples of segment ``index`` (lock held): skip what a restarted run already streamed."""
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        skip = state.skip_samples[index]
+        if skip:
+            cut = min(skip, samples.size)
+            samples = samples[cut:]
+            state.skip_samples[index] = skip - cut
+        if samples.size == 0:
+            return
+        state.partial[index].append(samples)
+        if state.audio_stream is not None:
+            state.audio_stream.add(index, samples)
+
+    def _deliver(self, resolved: list, events: list) -> None:
+        """Outside the lock: stream chunks of live requests, progress callbacks, then finished requests."""
+        with self._cv:
+            streams = [s.audio_stream for s in self._requests.values() if s.audio_stream is not None
+                       and s.audio_stream.pending]
+        for audio_stream in streams:
+            try:
+                audio_stream.flush()
+            except Exception:  # noqa: BLE001 - a caller's callback must not stop the worker
+                logger.exception("audio callback of request %s raised", audio_stream.request_id)
+        for callback, event in events:
+            try:
+                callback(event)
+            except Exception:  # noqa: BLE001 - a caller's callback must not stop the worker
+                logger.exception("progress callback of request %s raised", event.request_id)
+        self._resolve(resolved)
+
+    # -- request-level batching -----------------------------------------------------------------------------------
+    def _serve_batches(self) -> None:
         idle_since: float | None = None
         while True:
             empty_cache = False
-            resolved: list[tuple[Future, SynthesisResult]] = []
+            resolved: list = []
+            batch = None
             with self._cv:
                 if self._stopping:
                     break
                 if not self._busy:
                     self._budget_bytes = self._measure_budget()
-                plan = self.scheduler.schedule(time.monotonic(), self.batch_cap.cap, self._budget_bytes)
-                for work in plan.too_large:
-                    state = self._requests.get(work.request_id)
-                    if state is not None:
-                        msg = self._too_large_message(state.request, work.index, work.text, self._budget_bytes or 0)
-                        logger.warning("request %s: %s", work.request_id, msg)
-                        self._finish_locked(state, RequestStatus.FAILED, msg, resolved)
-                if not plan.batch:
-                    if resolved:
-                        pass  # resolve below, then schedule again at once
-                    elif plan.wait_s > 0:
-                        self._cv.wait(timeout=plan.wait_s)
-                    else:
-                        if idle_since is None:
-                            idle_since = time.monotonic()
-                        idle_for = time.monotonic() - idle_since
-                        if self._used_since_empty and idle_for >= self.config.empty_cache_when_idle_s:
-                            empty_cache = True  # outside the lock: gc + empty_cache can take a while
-                            self._used_since_empty = False
-                        else:
-                            timeout = (max(0.0, self.config.empty_cache_when_idle_s - idle_for)
-                                       if self._used_since_empty else None)
-                            self._cv.wait(timeout=timeout)
-                    batch = None
-                else:
+                plan = self.scheduler.schedule(time.monotonic(), None, self._budget_bytes)
+                self._fail_too_large(plan.too_large, resolved)
+                if plan.batch:
                     idle_since = None
                     batch = plan.batch
                     states = [self._requests[w.request_id] for w in batch]
                     self._busy = True
+                elif not resolved:
+                    if plan.wait_s > 0:
+                        self._cv.wait(timeout=plan.wait_s)
+                    else:
+                        idle_since, empty_cache = self._idle_wait(idle_since)
             self._resolve(resolved)
             if empty_cache:
                 self.probe.empty_cache()
-            if batch is None:
-                continue
-            self._execute(batch, states)
-
-    def _generate(self, inputs: Any, params: Any, batch_size: int) -> Any:
-        """``adapter.generate`` with the testing aids: a real ``torch.OutOfMemoryError`` for batches above
-        ``simulate_oom_above_batch`` rows, or with ``simulate_oom_probability`` for batches of more than one row."""
-        cfg = self.config
-        if cfg.simulate_oom_above_batch is not None and batch_size > cfg.simulate_oom_above_batch:
-            raise make_simulated_oom(batch_size, f"simulate_oom_above_batch={cfg.simulate_oom_above_batch}")
-        if cfg.simulate_oom_probability > 0 and batch_size > 1 and self._rng.random() < cfg.simulate_oom_probability:
-            raise make_simulated_oom(batch_size, f"simulate_oom_probability={cfg.simulate_oom_probability}")
-        return self.adapter.generate(inputs, params)
+            if batch is not None:
+                self._execute_batch(batch, states)
 
     def _run_batch(self, batch: list[SegmentWork], states: list[_RequestState]
                    ) -> tuple[list[np.ndarray], list[StopReason], float]:
         """preprocess -> generate -> postprocess of one batch: (one waveform and one stop reason per row, seconds
         of the generate call)."""
-        rows = []
-        for work, state in zip(batch, states):
-            ref = state.request.reference_audio
-            rows.append(AdapterRow(text=work.text, reference_audio=None if ref is None else ref.samples,
-                                   reference_text=state.request.reference_text, seed=work.seed,
-                                   emotion=self._row_emotion(state.request)))
+        oom = self._simulated_oom(len(batch))
+        if oom is not None:
+            raise oom
+        rows = [self._adapter_row(work, state) for work, state in zip(batch, states)]
         params = states[0].params.with_seed(batch[0].seed)  # knobs equal across the batch (batch_key)
         inputs = self.adapter.preprocess(rows, params)
         t0 = time.perf_counter()
-        outputs = self._generate(inputs, params, len(rows))
+        outputs = self.adapter.generate(inputs, params)
         generate_s = time.perf_counter() - t0
         waves = self.adapter.postprocess(outputs, inputs)
         reasons = list(self.adapter.stop_reasons(outputs, inputs))
@@ -701,106 +954,177 @@ class Engine:
                                f"{len(rows)} rows")
         return [np.asarray(w, dtype=np.float32).reshape(-1) for w in waves], reasons, generate_s
 
-    def _probe_reading(self, name: str) -> int | None:
-        reader = getattr(self.probe, name, None)  # optional probe methods (older/custom probes may lack them)
-        return reader() if reader is not None else None
+    def _adapter_row(self, work: SegmentWork, state: _RequestState) -> AdapterRow:
+        ref = state.request.reference_audio
+        return AdapterRow(text=work.text, reference_audio=None if ref is None else ref.samples,
+                          reference_text=state.request.reference_text, seed=work.seed,
+                          emotion=self._row_emotion(state.request))
 
-    def _calibrate(self, batch: list[SegmentWork], allocated_before: int | None, peak_before: int | None) -> None:
-        """When the batch set a new allocation high-water mark, its exact peak is known: feed it to the estimator
-        (see ``tts_app.engine.memory``). Lock held."""
-        peak_after = self._probe_reading("peak_bytes")
-        if allocated_before is None or peak_before is None or peak_after is None or peak_after <= peak_before:
-            return
-        positions = [w.row_positions for w in batch]
-        estimate = self.estimator.batch_bytes(positions)
-        measured = peak_after - allocated_before
-        if self.estimator.observe(positions, measured):
-            logger.info("a batch of %d rows peaked at %s against an estimate of %s; activation estimate raised "
-                        "to %.2f x the KV cache", len(batch), format_bytes(measured), format_bytes(estimate),
-                        self.estimator.activation_kv_ratio)
-
-    def _execute(self, batch: list[SegmentWork], states: list[_RequestState]) -> None:
-        ids = sorted({w.request_id for w in batch})
-        oom = False
-        error: str | None = None
-        waves: list[np.ndarray] = []
-        reasons: list[StopReason] = []
-        generate_s = 0.0
-        allocated_before, peak_before = self._probe_reading("allocated_bytes"), self._probe_reading("peak_bytes")
-        try:
-            waves, reasons, generate_s = self._run_batch(batch, states)
-        except Exception as exc:  # noqa: BLE001 - the worker must survive any batch
-            if is_out_of_memory(exc):
-                oom = True
-            elif isinstance(exc, TTSAppError):  # the adapter refused these rows on purpose, with a message
-                error = str(exc)
-                # INFO, not WARNING: the message reaches every request's result (the CLI prints it, the UI shows
-                # it), so a WARNING here would show the user the same error twice.
-                logger.info("batch of %d rows refused (requests %s): %s", len(batch), ", ".join(ids), error)
-            else:
-                error = f"synthesis failed: {type(exc).__name__}: {exc}"
-                logger.exception("batch of %d rows failed (requests %s)", len(batch), ", ".join(ids))
-            del exc  # drop the traceback (and the tensors its frames hold) before freeing memory
-        if oom:
-            free_after_oom(self.probe)
-        elif error is not None and len(batch) > 1:
-            # One row's bad input (or a row-specific failure) must not fail its batch-mates, which may be other
-            # users' requests: run each row alone, so only the rows that fail by themselves fail.
-            logger.info("isolating the %d rows of the failed batch (requests %s)", len(batch), ", ".join(ids))
-            for work, state in zip(batch, states):
-                if not state.finished:
-                    self._execute([work], [state])
-            return
-
-        resolved: list[tuple[Future, SynthesisResult]] = []
-        events: list[tuple[Callable[[ProgressEvent], None], ProgressEvent]] = []
+    def _execute_batch(self, batch: list[SegmentWork], states: list[_RequestState]) -> None:
+        outcome, value = self._run_phase(Phase.BATCH, batch, lambda: self._run_batch(batch, states))
+        resolved: list = []
+        events: list = []
         with self._cv:
             self._busy = False
             self._used_since_empty = True
-            live = [(w, s) for w, s in zip(batch, states) if not s.finished]
-            if oom:
-                self._num_oom += 1
-                if len(batch) > 1:
-                    new_cap = self.batch_cap.on_oom(len(batch))
-                    logger.warning("out of memory with a batch of %d rows (requests %s); cap -> %d, retrying",
-                                   len(batch), ", ".join(ids), new_cap)
-                    self.scheduler.requeue([w for w, _ in live])
-                else:
-                    for w, s in live:
-                        msg = (f"out of memory: segment {w.index + 1} ({len(w.text)} characters) did not fit in "
-                               "device memory even alone; shorten the text (max_segment_chars), lower "
-                               "max_new_tokens or use a shorter reference")
-                        logger.warning("request %s: %s", w.request_id, msg)
-                        self._finish_locked(s, RequestStatus.FAILED, msg, resolved)
-            elif error is not None:
-                for _, s in live:
-                    self._finish_locked(s, RequestStatus.FAILED, error, resolved)
-            else:
+            generate_s: dict[int, float] = {}
+            if value is not None:
+                waves, reasons, seconds = value
+                outcome = Outcome(phase=outcome.phase, kind=outcome.kind, rows=outcome.rows,
+                                  finished=tuple(zip(batch, reasons)), measured_peak_bytes=outcome.measured_peak_bytes)
+                for work, state, wave in zip(batch, states, waves):
+                    if not state.finished:
+                        state.partial[work.index] = []
+                        self._add_audio(state, work.index, wave)
+                    generate_s[id(work)] = seconds
                 self._num_batches += 1
                 self._last_batch_size = len(batch)
-                self.batch_cap.on_success(len(batch))
-                self._calibrate(batch, allocated_before, peak_before)
-                touched: dict[str, _RequestState] = {}
-                for (w, s), wave, reason in zip(zip(batch, states), waves, reasons):
-                    if s.finished:
-                        continue
-                    s.waves[w.index] = wave
-                    s.stop_reasons[w.index] = reason
-                    s.batch_sizes[w.index] = len(batch)
-                    s.generate_s[w.index] = generate_s
-                    s.num_done += 1
-                    self._num_segments_done += 1
-                    touched[w.request_id] = s
-                for s in touched.values():
-                    if s.on_progress is not None:
-                        events.append((s.on_progress, ProgressEvent(s.request.request_id, s.num_done,
-                                                                    s.num_segments, len(batch))))
-                    if s.num_done == s.num_segments:
-                        self._finish_locked(s, RequestStatus.DONE, None, resolved)
+            update = self.scheduler.update_from_output(outcome)
+            self._apply_update(update, resolved, events, batch_size=len(batch), generate_s=generate_s)
             self._cv.notify_all()
-        for callback, event in events:
-            try:
-                callback(event)
-            except Exception:  # noqa: BLE001 - a caller's callback must not stop the worker
-                logger.exception("progress callback of request %s raised", event.request_id)
-        self._resolve(resolved)
+        self._deliver(resolved, events)
+
+    # -- continuous batching (step interface) ---------------------------------------------------------------------
+    def _serve_steps(self) -> None:
+        """Iteration-level loop: admit -> prefill -> one decode step -> update, until stopped (module docstring).
+        With ``continuous=False`` (request-level batching on a step adapter) a new batch starts only when the
+        running one has ended, and finished rows stay in it (padding) until then."""
+        batch: DecodeBatch | None = None
+        idle_since: float | None = None
+        while True:
+            empty_cache = False
+            resolved: list = []
+            with self._cv:
+                if self._stopping:
+                    break
+                if batch is None:
+                    self._budget_bytes = self._measure_budget()  # nothing of ours is resident: a clean reading
+                released = self.scheduler.take_released()
+                plan = self.scheduler.schedule_step(self._rows_budget(), admit_only_when_empty=not self.continuous)
+                self._fail_too_large(plan.too_large, resolved)
+                admit = [(w, self._requests[w.request_id]) for w in plan.admit]
+                now = time.perf_counter()
+                for work, state in admit:
+                    state.started_s[work.index] = now
+                running = self.scheduler.num_running
+                if running == 0 and not admit and not released:
+                    if batch is not None and batch.num_rows == 0:
+                        batch = None
+                    if batch is None and not resolved:
+                        idle_since, empty_cache = self._idle_wait(idle_since)
+                        if not empty_cache:
+                            continue
+                else:
+                    idle_since = None
+                    self._busy = True
+            self._resolve(resolved)
+            if empty_cache:
+                self.probe.empty_cache()
+            if batch is not None and released:
+                batch.release(released)
+            if admit:
+                if batch is not None and batch.num_rows == 0:
+                    batch = None
+                if batch is None:
+                    batch = self.adapter.start_decode(admit[0][1].params, self.prefix_cache)
+                self._prefill(batch, admit)
+            batch = self._step(batch)
+
+    def _prefill(self, batch: DecodeBatch, admit: list[tuple[SegmentWork, _RequestState]]) -> None:
+        works = [w for w, _ in admit]
+        rows = [(w, self._adapter_row(w, s)) for w, s in admit]
+
+        def call():
+            oom = self._simulated_oom(batch.num_rows + len(rows))
+            if oom is not None:
+                raise oom
+            before = batch.prefill_s
+            batch.prefill(rows)
+            return batch.prefill_s - before
+
+        outcome, seconds = self._run_phase(Phase.PREFILL, works, call)
+        resolved: list = []
+        events: list = []
+        with self._cv:
+            self._prefill_s += seconds or 0.0
+            update = self.scheduler.update_from_output(outcome)
+            self._apply_update(update, resolved, events, batch_size=batch.num_rows)
+            self._cv.notify_all()
+        self._release(batch, update)
+        self._deliver(resolved, events)
+
+    def _step(self, batch: DecodeBatch | None) -> DecodeBatch | None:
+        """One decode step of the running batch and its update. Returns the batch to go on with (None when it ended
+        or was dropped)."""
+        with self._cv:
+            live = self.scheduler.running()
+            if not live:
+                self._busy = False
+        if batch is None:
+            return None
+        if not live:
+            return self._end_if_done(batch)
+        by_key = {id(w): w for w in live}
+        num_rows = batch.num_rows
+
+        def call():
+            oom = self._simulated_oom(num_rows)
+            if oom is not None:
+                raise oom
+            return batch.decode_step()
+
+        row_steps_before, padded_before = batch.num_row_steps, batch.num_padded_row_steps
+        outcome, steps = self._run_phase(Phase.DECODE, live, call)
+        resolved: list = []
+        events: list = []
+        with self._cv:
+            self._busy = False
+            self._used_since_empty = True
+            self._num_row_steps += batch.num_row_steps - row_steps_before
+            self._num_padded_row_steps += batch.num_padded_row_steps - padded_before
+            if steps is not None:
+                finished = []
+                for step in steps:
+                    work = by_key.get(id(step.key))
+                    if work is None:
+                        continue
+                    state = self._requests.get(work.request_id)
+                    if state is not None and not state.finished:
+                        self._add_audio(state, work.index, step.audio)
+                    if step.stop_reason is not None:
+                        finished.append((work, step.stop_reason))
+                outcome = Outcome(phase=outcome.phase, kind=outcome.kind, rows=outcome.rows,
+                                  finished=tuple(finished), measured_peak_bytes=outcome.measured_peak_bytes)
+                self._num_batches += 1
+                self._last_batch_size = num_rows
+            update = self.scheduler.update_from_output(outcome)
+            self._apply_update(update, resolved, events, batch_size=num_rows)
+            self._cv.notify_all()
+        if update.drop_running_batch:
+            batch = None
+        else:
+            self._release(batch, update)
+        self._deliver(resolved, events)
+        return None if batch is None else self._end_if_done(batch)
+
+    def _end_if_done(self, batch: DecodeBatch) -> DecodeBatch | None:
+        """The batch to go on with: None once no row runs in it (request-level batching releases its finished
+        rows then, all together)."""
+        with self._cv:
+            running = self.scheduler.num_running
+        if running == 0 and batch.num_rows and not self.continuous:
+            batch.release(list(batch.keys))
+        return None if batch.num_rows == 0 else batch
+
+    def _release(self, batch: DecodeBatch, update: Update) -> None:
+        """Take the update's rows out of the running batch. Request-level batching keeps finished rows in it (they
+        are padding until the whole batch ends); requeued and failed rows leave at once either way."""
+        if not update.release:
+            return
+        if self.continuous:
+            batch.release(update.release)
+        else:
+            finished = {id(w) for w, _ in update.finished}
+            leaving = [w for w in update.release if id(w) not in finished]
+            if leaving:
+                batch.release(leaving)

@@ -19,10 +19,36 @@ Policy, in order:
    than the batch's longest row, so they never lengthen the batch the urgent request waits for.
 6. Wait window: when the batch is not full and the head arrived less than ``wait_window_s`` ago, the plan says how
    long to wait, so requests submitted at nearly the same moment share a batch.
+7. Isolation: a segment flagged ``isolate`` (its batch failed and it is retried to find the row at fault) runs in a
+   batch of its own and never shares one.
+
+Continuous batching (iteration-level scheduling, for adapters with a step interface; Orca, OSDI '22, and vLLM's
+running batch): ``schedule_step`` is called before every decode step and admits waiting segments into the running
+batch, in order (priority class first, then the oldest), while
+
+a. the running batch has a free slot (live rows < ``BatchCap.cap``);
+b. every row, admitted or running, can still finish within the budget: ``future_peak_bytes`` of the running rows
+   plus the candidate, computed from each row's *current* positions and its *maximum* (its decode-step cap), assuming
+   every row runs to its cap and leaves when done, never exceeds ``budget_bytes``;
+c. the candidate's ``batch_key`` equals the running batch's; when the most urgent waiting segment has another key
+   (or is isolated), nothing more is admitted, so the running batch drains and that segment gets the next batch.
+
+The update step (vLLM's ``update_from_output``): the engine turns every batch, prefill or decode step into a plain
+``Outcome`` (ok with per-row results / out of memory / refused rows / crashed) and ``update_from_output`` returns
+what finished, what failed, what to requeue, what to release from the running batch and the new cap:
+
+* OK: finished rows leave (released at once in continuous mode); a full batch counts towards growing the cap.
+* OOM in a batch or a prefill of several rows, or in a decode step of several live rows: the cap is halved
+  (``BatchCap.on_oom``) and the youngest rows beyond it (the joining rows first, then the latest admitted) are
+  requeued and restart their segment; the others keep their progress. One row alone out of memory fails.
+* REFUSED / CRASHED with several rows: every row is requeued ``isolate``, to be retried alone, so one request's bad
+  input never fails its batch-mates; one row alone fails with the message. A crashed decode step drops the running
+  batch (its state is unknown).
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 import math
 import unicodedata
@@ -30,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Sequence
 
 from tts_app.config import MIN_MAX_SEGMENT_CHARS
-from tts_app.request import Priority
+from tts_app.request import Priority, StopReason
 
 # Typical read-speech rates used only to ORDER segments by expected duration (bucketing), never to cut audio.
 # Mandarin: ~4-5 syllables (characters) per second; English: ~150 words/min x ~6 characters per word incl. the
@@ -92,6 +118,12 @@ class SegmentWork:
         arrival_s: monotonic time the request was submitted, in seconds.
         sequence: global submission order (tie-breaker, keeps FIFO order stable).
         payload: anything the engine needs to run the row (opaque to the scheduler).
+        max_steps: the row's decode-step cap (``max_new_tokens``); 0 = unknown (then ``row_positions`` counts as
+            reached at once).
+        steps_done: decode steps the row has run in the running batch (continuous batching; 0 while waiting).
+        isolate: run alone (its batch failed; retried by itself to find the row at fault).
+        admitted: admission order into the running batch (-1 while waiting); larger = younger.
+        num_restarts: times the row was requeued after it had started (out of memory), restarting its segment.
     """
 
     request_id: str
@@ -105,10 +137,104 @@ class SegmentWork:
     arrival_s: float
     sequence: int = 0
     payload: object = None
+    max_steps: int = 0
+    steps_done: int = 0
+    isolate: bool = False
+    admitted: int = -1
+    num_restarts: int = 0
 
     @property
     def order(self) -> tuple:
         return (int(self.priority), self.arrival_s, self.sequence)
+
+    @property
+    def remaining_steps(self) -> int:
+        """Decode steps the row may still run (up to its cap)."""
+        return max(0, self.max_steps - self.steps_done)
+
+    @property
+    def current_positions(self) -> int:
+        """KV positions the row holds now: its maximum less the steps it has not run yet."""
+        return self.row_positions - self.remaining_steps
+
+
+class Phase(str, enum.Enum):
+    """What an ``Outcome`` reports on."""
+
+    BATCH = "batch"  # request-level: one batch ran to its end (preprocess -> generate -> postprocess)
+    PREFILL = "prefill"  # continuous: rows joined the running batch
+    DECODE = "decode"  # continuous: one decode step of every live row
+
+
+class OutcomeKind(str, enum.Enum):
+    """How a batch, prefill or decode step ended."""
+
+    OK = "ok"
+    OOM = "oom"  # torch.OutOfMemoryError (detected by type)
+    REFUSED = "refused"  # the adapter refused the rows on purpose (a TTSAppError with a message for the user)
+    CRASHED = "crashed"  # any other exception
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Plain-data report of one batch / prefill / decode step, made by the engine for ``update_from_output``.
+
+    Attributes:
+        phase: ``Phase``.
+        kind: ``OutcomeKind``.
+        rows: the rows the call ran: the batch (BATCH), the joining rows (PREFILL), the live rows (DECODE).
+        finished: rows that ended, with why (BATCH: every row; DECODE: the rows this step finished).
+        error: the message for REFUSED / CRASHED.
+        measured_peak_bytes: the call's exact peak above what was allocated before it, when known (CUDA, a new
+            high-water mark); feeds the estimator's calibration.
+    """
+
+    phase: Phase
+    kind: OutcomeKind
+    rows: tuple[SegmentWork, ...]
+    finished: tuple[tuple[SegmentWork, StopReason], ...] = ()
+    error: str = ""
+    measured_peak_bytes: int | None = None
+
+
+@dataclass
+class Update:
+    """What ``update_from_output`` decided.
+
+    Attributes:
+        finished: rows done, with their stop reason (their audio is final).
+        failed: rows whose request fails, with the message.
+        requeued: rows put back into the queue (restart their segment).
+        release: rows to take out of the running batch now (finished, failed or requeued ones).
+        drop_running_batch: the running batch's state is unknown (a crashed step): drop it whole.
+        cap: the batch cap after the update.
+    """
+
+    finished: list[tuple[SegmentWork, StopReason]] = field(default_factory=list)
+    failed: list[tuple[SegmentWork, str]] = field(default_factory=list)
+    requeued: list[SegmentWork] = field(default_factory=list)
+    release: list[SegmentWork] = field(default_factory=list)
+    drop_running_batch: bool = False
+    cap: int = 1
+
+
+@dataclass
+class StepPlan:
+    """What to do before the next decode step (continuous batching).
+
+    Attributes:
+        admit: waiting segments to prefill into the running batch now (already counted as running).
+        too_large: segments that cannot fit the budget even alone (removed; the engine fails their requests).
+    """
+
+    admit: list[SegmentWork] = field(default_factory=list)
+    too_large: list[SegmentWork] = field(default_factory=list)
+
+
+def oom_alone_message(work: SegmentWork) -> str:
+    """The error of a segment that ran out of device memory as a batch of one."""
+    return (f"out of memory: segment {work.index + 1} ({len(work.text)} characters) did not fit in device memory "
+            "even alone; shorten the text (max_segment_chars), lower max_new_tokens or use a shorter reference")
 
 
 @dataclass
@@ -200,21 +326,35 @@ def padded_steps(batch: Sequence[SegmentWork]) -> int:
 
 
 class Scheduler:
-    """Waiting segments and the batch-picking policy (see module docstring).
+    """Waiting and running segments, the batch-picking and admission policy and the update step (see module
+    docstring). Not thread-safe: the engine calls it under its lock.
 
     Args:
-        batch_bytes: estimated bytes of a batch, from its rows' ``row_positions`` (``MemoryEstimator.batch_bytes``).
-        wait_window_s: how long a not-full batch waits for more requests, in seconds.
+        batch_bytes: estimated bytes of a batch, from its rows' positions (``MemoryEstimator.batch_bytes``).
+        wait_window_s: how long a not-full batch waits for more requests, in seconds (request-level batching).
         bucketing: sort by expected length (True) or plain FIFO among compatible segments (False, for comparison).
+        max_batch_size: the operator's ceiling on rows per batch / live rows (``BatchCap.max_batch_size``).
+        grow_after_successes: ``BatchCap.grow_after_successes``.
+        observe: ``observe(row_positions, measured_peak_bytes)`` called with an outcome's measured peak
+            (``MemoryEstimator.observe``); None = no calibration.
+
+    Attributes:
+        batch_cap: the ``BatchCap`` (halved on out-of-memory, grows back after successes).
     """
 
     def __init__(self, batch_bytes: Callable[[Sequence[int]], int], wait_window_s: float = 0.03,
-                 bucketing: bool = True):
+                 bucketing: bool = True, *, max_batch_size: int = 8, grow_after_successes: int = 4,
+                 observe: Callable[[Sequence[int], int], bool] | None = None):
         self.batch_bytes = batch_bytes
         self.wait_window_s = max(0.0, wait_window_s)
         self.bucketing = bucketing
+        self.batch_cap = BatchCap(max_batch_size, grow_after_successes)
+        self.observe = observe
         self._waiting: list[SegmentWork] = []
+        self._running: list[SegmentWork] = []  # continuous batching: rows in the running batch, admission order
+        self._released: list[SegmentWork] = []  # running rows of removed requests, for the engine to release
         self._sequence = itertools.count()
+        self._admissions = itertools.count()
 
     # -- queue -------------------------------------------------------------------------------------------------
     def add(self, segments: Sequence[SegmentWork]) -> None:
@@ -224,26 +364,66 @@ class Scheduler:
             self._waiting.append(s)
 
     def requeue(self, segments: Sequence[SegmentWork]) -> None:
-        """Put segments back (after an out-of-memory retry) keeping their original arrival order."""
-        self._waiting.extend(segments)
+        """Put segments back (they restart their segment) keeping their original arrival order."""
+        for s in segments:
+            if s.steps_done or s.admitted >= 0:
+                s.num_restarts += 1
+            s.steps_done = 0
+            s.admitted = -1
+            self._waiting.append(s)
 
     def remove_request(self, request_id: str) -> int:
-        """Drop every waiting segment of a request. Returns how many were removed."""
+        """Drop every waiting segment of a request; its running rows leave the running batch (the engine releases
+        them, see ``take_released``). Returns how many waiting segments were removed."""
         before = len(self._waiting)
         self._waiting = [s for s in self._waiting if s.request_id != request_id]
+        gone = [s for s in self._running if s.request_id == request_id]
+        if gone:
+            self._running = [s for s in self._running if s.request_id != request_id]
+            self._released += gone
         return before - len(self._waiting)
+
+    def take_released(self) -> list[SegmentWork]:
+        """Running rows taken out by ``remove_request`` since the last call (the engine releases their cache)."""
+        released, self._released = self._released, []
+        return released
 
     @property
     def num_waiting(self) -> int:
         return len(self._waiting)
 
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
     def waiting(self) -> list[SegmentWork]:
         return list(self._waiting)
 
-    # -- policy ------------------------------------------------------------------------------------------------
+    def running(self) -> list[SegmentWork]:
+        """Rows of the running batch, oldest admission first."""
+        return list(self._running)
+
+    # -- memory ------------------------------------------------------------------------------------------------
     def _fits(self, rows: Sequence[SegmentWork], budget_bytes: int | None) -> bool:
         return budget_bytes is None or self.batch_bytes([r.row_positions for r in rows]) <= budget_bytes
 
+    def future_peak_bytes(self, rows: Sequence[SegmentWork]) -> int:
+        """Most bytes ``rows`` will hold together from now until the last of them ends, assuming each runs to its
+        decode-step cap and leaves when done: at ``k`` steps from now the rows with ``remaining_steps >= k`` are
+        live, each at ``current_positions + k``; between two leavings the batch only grows, so the peak is at one of
+        the rows' ``remaining_steps``. O(n^2) in the number of rows (a few dozen)."""
+        if not rows:
+            return 0
+        peak = 0
+        for k in sorted({r.remaining_steps for r in rows}):
+            live = [r.current_positions + k for r in rows if r.remaining_steps >= k]
+            peak = max(peak, self.batch_bytes(live))
+        return peak
+
+    def _fits_running(self, rows: Sequence[SegmentWork], budget_bytes: int | None) -> bool:
+        return budget_bytes is None or self.future_peak_bytes(rows) <= budget_bytes
+
+    # -- request-level policy -----------------------------------------------------------------------------------
     def _pick_window(self, head: SegmentWork, candidates: list[SegmentWork], cap: int) -> list[SegmentWork]:
         """``cap`` candidates containing ``head``: length-bucketed (fewest padded steps) or FIFO."""
         if not self.bucketing:
@@ -262,49 +442,189 @@ class Scheduler:
         assert best is not None
         return best
 
-    def schedule(self, now_s: float, cap: int, budget_bytes: int | None) -> SchedulePlan:
-        """Pick the next batch.
+    def schedule(self, now_s: float, cap: int | None, budget_bytes: int | None) -> SchedulePlan:
+        """Pick the next batch (request-level batching).
 
         Args:
             now_s: current monotonic time in seconds (for the wait window).
-            cap: most rows allowed in the batch (current ``BatchCap.cap``), >= 1.
+            cap: most rows allowed in the batch; None = ``batch_cap.cap``.
             budget_bytes: memory the batch may use (KV cache + activations); None = unlimited.
 
         Returns:
             A ``SchedulePlan``; the chosen segments (and ``too_large`` ones) are removed from the queue.
         """
         plan = SchedulePlan()
-        cap = max(1, cap)
+        cap = max(1, self.batch_cap.cap if cap is None else cap)
         while self._waiting:
             head = min(self._waiting, key=lambda s: s.order)
             if not self._fits([head], budget_bytes):
                 self._waiting.remove(head)
                 plan.too_large.append(head)
                 continue
-            candidates = [s for s in self._waiting if s.batch_key == head.batch_key and s.priority == head.priority]
-            window = self._pick_window(head, candidates, cap)
-            # shrink to the budget: drop the row whose length is farthest from the head's
-            while not self._fits(window, budget_bytes):
-                others = [s for s in window if s is not head]
-                drop = max(others, key=lambda s: (abs(s.expected_steps - head.expected_steps), s.order))
-                window.remove(drop)
-            # free riders of lower priority that do not lengthen the batch
-            if len(window) < cap:
-                longest = max(s.expected_steps for s in window)
-                riders = sorted((s for s in self._waiting if s.batch_key == head.batch_key
-                                 and s.priority > head.priority and s.expected_steps <= longest),
-                                key=lambda s: (-s.expected_steps, s.order))
-                for rider in riders:
-                    if len(window) >= cap:
-                        break
-                    if self._fits(window + [rider], budget_bytes):
-                        window.append(rider)
-            if len(window) < cap and now_s - head.arrival_s < self.wait_window_s:
-                plan.wait_s = self.wait_window_s - (now_s - head.arrival_s)
-                return plan
+            if head.isolate:
+                window = [head]
+            else:
+                candidates = [s for s in self._waiting if s.batch_key == head.batch_key
+                              and s.priority == head.priority and not s.isolate]
+                window = self._pick_window(head, candidates, cap)
+                # shrink to the budget: drop the row whose length is farthest from the head's
+                while not self._fits(window, budget_bytes):
+                    others = [s for s in window if s is not head]
+                    drop = max(others, key=lambda s: (abs(s.expected_steps - head.expected_steps), s.order))
+                    window.remove(drop)
+                # free riders of lower priority that do not lengthen the batch
+                if len(window) < cap:
+                    longest = max(s.expected_steps for s in window)
+                    riders = sorted((s for s in self._waiting if s.batch_key == head.batch_key and not s.isolate
+                                     and s.priority > head.priority and s.expected_steps <= longest),
+                                    key=lambda s: (-s.expected_steps, s.order))
+                    for rider in riders:
+                        if len(window) >= cap:
+                            break
+                        if self._fits(window + [rider], budget_bytes):
+                            window.append(rider)
+                if len(window) < cap and now_s - head.arrival_s < self.wait_window_s:
+                    plan.wait_s = self.wait_window_s - (now_s - head.arrival_s)
+                    return plan
             chosen = {id(s) for s in window}
             self._waiting = [s for s in self._waiting if id(s) not in chosen]
             plan.batch = sorted(window, key=lambda s: s.order)
             plan.estimated_bytes = self.batch_bytes([s.row_positions for s in plan.batch])
             return plan
         return plan
+
+    # -- continuous policy --------------------------------------------------------------------------------------
+    def schedule_step(self, budget_bytes: int | None, *, admit_only_when_empty: bool = False) -> StepPlan:
+        """Admit waiting segments into the running batch before the next decode step (continuous batching, see
+        module docstring, a-c). ``budget_bytes``: memory the running batch may use (None = unlimited).
+        ``admit_only_when_empty``: request-level batching on a step adapter (a new batch starts only when the
+        running one has ended; it is picked by ``schedule``'s policy).
+
+        Returns:
+            A ``StepPlan``; admitted segments move from the queue to the running rows (``running()``).
+        """
+        plan = StepPlan()
+        while self._waiting:  # refuse what cannot fit even alone, wherever it is in the queue
+            too_large = [s for s in self._waiting if not self._fits_running([s], budget_bytes)]
+            if not too_large:
+                break
+            plan.too_large += too_large
+            self._waiting = [s for s in self._waiting if all(s is not t for t in too_large)]
+        if not self._waiting:
+            return plan
+        if admit_only_when_empty:
+            if not self._running:
+                plan.admit = self.schedule(float("inf"), None, budget_bytes).batch
+                self._admit(plan.admit)
+            return plan
+        if any(r.isolate for r in self._running):
+            return plan
+        cap = max(1, self.batch_cap.cap)
+        ordered = sorted(self._waiting, key=lambda s: s.order)
+        key = self._running[0].batch_key if self._running else ordered[0].batch_key
+        chosen: list[SegmentWork] = []
+        for candidate in ordered:
+            if len(self._running) + len(chosen) >= cap:
+                break
+            if candidate.isolate:
+                if not self._running and not chosen:
+                    chosen.append(candidate)
+                break  # an isolated row runs alone: let the batch drain for it
+            if candidate.batch_key != key:
+                break  # the most urgent waiting row needs another batch: let this one drain
+            if not self._fits_running(self._running + chosen + [candidate], budget_bytes):
+                break  # keep the order: a later, smaller row does not jump the queue
+            chosen.append(candidate)
+        if chosen:
+            chosen_ids = {id(s) for s in chosen}
+            self._waiting = [s for s in self._waiting if id(s) not in chosen_ids]
+            self._admit(chosen)
+            plan.admit = chosen
+        return plan
+
+    def _admit(self, rows: Sequence[SegmentWork]) -> None:
+        for r in rows:
+            r.admitted = next(self._admissions)
+            r.steps_done = 0
+            self._running.append(r)
+
+    # -- the update step ----------------------------------------------------------------------------------------
+    def update_from_output(self, outcome: Outcome) -> Update:
+        """Apply one ``Outcome`` (see module docstring for the policy). Rows of the outcome that are no longer
+        queued or running (their request was cancelled meanwhile) are ignored.
+
+        Returns:
+            An ``Update`` the engine carries out (store audio of ``finished``, fail ``failed``, release rows).
+        """
+        update = Update()
+        cap = self.batch_cap
+        running_ids = {id(r) for r in self._running}
+        if outcome.phase is Phase.BATCH:
+            rows = list(outcome.rows)
+        else:
+            rows = [r for r in outcome.rows if id(r) in running_ids]
+        if outcome.kind is OutcomeKind.OK:
+            if outcome.measured_peak_bytes is not None and self.observe is not None and outcome.rows:
+                self.observe([r.current_positions if outcome.phase is Phase.DECODE else r.row_positions
+                              for r in outcome.rows], outcome.measured_peak_bytes)
+            if outcome.phase is Phase.BATCH:
+                cap.on_success(len(rows))
+                update.finished = list(outcome.finished)
+            elif outcome.phase is Phase.DECODE:
+                live = len(self._running)
+                for r in rows:
+                    r.steps_done += 1
+                done = [(w, reason) for w, reason in outcome.finished if id(w) in running_ids]
+                for _ in done:  # a row lived through a full batch: counts towards growing the cap
+                    cap.on_success(live)
+                update.finished = done
+                self._leave([w for w, _ in done], update)
+        elif outcome.kind is OutcomeKind.OOM:
+            self._on_oom(outcome.phase, rows, update)
+        else:  # REFUSED / CRASHED: retry each row alone, so only the row at fault fails
+            group = rows if outcome.phase is not Phase.DECODE else list(self._running)
+            if outcome.phase is Phase.DECODE:
+                update.drop_running_batch = True
+            if len(group) > 1:
+                for r in group:
+                    r.isolate = True
+                self._leave(group, update)
+                self._requeue_into(group, update)
+            else:
+                self._leave(group, update)
+                update.failed = [(r, outcome.error) for r in group]
+        update.cap = cap.cap
+        return update
+
+    def _on_oom(self, phase: Phase, rows: list[SegmentWork], update: Update) -> None:
+        cap = self.batch_cap
+        if phase is Phase.BATCH:
+            if len(rows) > 1:
+                cap.on_oom(len(rows))
+                self._requeue_into(rows, update)
+            else:
+                update.failed = [(r, oom_alone_message(r)) for r in rows]
+            return
+        live = list(self._running)  # admission order, oldest first (joining rows are the last)
+        if len(live) <= 1:
+            self._leave(live, update)
+            update.failed = [(r, oom_alone_message(r)) for r in live]
+            return
+        new_cap = cap.on_oom(len(live))
+        joining = {id(r) for r in rows} if phase is Phase.PREFILL else set()
+        # the joining rows go first (nothing of theirs is in the batch), then the youngest beyond the new cap
+        out = [r for r in live if id(r) in joining]
+        kept = [r for r in live if id(r) not in joining]
+        if len(kept) > new_cap:
+            out += kept[new_cap:]
+        self._leave(out, update)
+        self._requeue_into(out, update)
+
+    def _leave(self, rows: Sequence[SegmentWork], update: Update) -> None:
+        ids = {id(r) for r in rows}
+        self._running = [r for r in self._running if id(r) not in ids]
+        update.release += [r for r in rows if all(r is not x for x in update.release)]
+
+    def _requeue_into(self, rows: Sequence[SegmentWork], update: Update) -> None:
+        self.requeue(rows)
+        update.requeued += list(rows)

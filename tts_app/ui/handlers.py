@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import gradio as gr
+import numpy as np
 
 from tts_app.audio.post import write_wav_atomic
 from tts_app.errors import TTSAppError
@@ -169,35 +170,20 @@ def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None
     return spans, warnings
 
 
-def synthesize(ctx: AppContext, reference_audio: str | None, text: str, reference_text: str | None = None,
-               seed: int | None = 0, randomize_seed: bool = False, greedy: bool | None = None,
-               temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
-               cfg_scale: float | None = None, max_new_tokens: int | None = None,
-               max_segment_chars: int | None = None, pause_ms: int | None = None, use_cache: bool = True,
-               max_batch_size: int | None = None, emotion_mode: str | None = "none",
-               emotion_audio: str | None = None, happy: float | None = 0.0, angry: float | None = 0.0,
-               sad: float | None = 0.0, afraid: float | None = 0.0, disgusted: float | None = 0.0,
-               melancholic: float | None = 0.0, surprised: float | None = 0.0, calm: float | None = 0.0,
-               emotion_weight: float | None = 1.0, emotion_text: str | None = None, request: gr.Request = None,
-               progress=gr.Progress()):
-    """Generate speech in the reference voice -> (audio, subtitles, metadata, segments, seed used).
+# Streamed playback: the first audio goes out as soon as it is decoded; later pieces are grouped to at least this
+# many seconds, so the browser's player gets a few segments per second instead of one per decode step (a VibeVoice
+# frame is 0.13 s).
+STREAM_GROUP_S = 0.5
+STREAM_POLL_S = 0.25
 
-    Only ``reference_audio`` and ``text`` are needed; every other input left out (or equal to the model's default)
-    means "the model's default", as in ``synth`` and JSONL jobs. ``max_batch_size`` sets the engine's ceiling for
-    everyone (None: unchanged). Emotion (models with emotion control, IndexTTS 2; ``tts_app.ui.emotion``):
-    ``emotion_mode`` "none" (the voice reference's own), "clip" (``emotion_audio``), "vector" (the eight weights
-    ``happy`` ... ``calm``, each in [0, 1]) or "text" (``emotion_text``, empty = the text to speak), with
-    ``emotion_weight`` in [0, 1].
 
-    Returns:
-        audio: the WAV file (16-bit PCM; the player plays these samples as they are); subtitles: SubRip file;
-        metadata: the sidecar JSON (``tts_app.outputs``); segments: per-segment table; seed: the seed used.
-
-    Errors stay on screen until closed and name the seed used, so a failed random seed can be reported or avoided."""
-    from tts_app.outputs import output_metadata, save_outputs
+def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, reference_text, seed, randomize_seed,
+                     greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars, pause_ms,
+                     use_cache, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text):
+    """Validate the widgets' values -> (engine, prepared reference, ``SynthesisRequest``, seed used). Raises
+    ``gr.Error`` for a missing model, text or usable reference, or a bad setting or emotion."""
     from tts_app.ui.controls import params_from_controls
 
-    lang = _lang(ctx, request)
     engine = _engine(ctx)
     if not text or not text.strip():
         raise gr.Error(server_text(lang, "need_text"))
@@ -205,8 +191,6 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     reference = _reference(ctx, reference_audio, reference_text, lang)
     for w in reference.warnings:
         gr.Warning(w)
-    if max_batch_size:
-        engine.set_max_batch_size(int(max_batch_size))
     try:
         params = params_from_controls(engine.facts, seed=seed, use_cache=bool(use_cache),
                                       values={"greedy": greedy, "temperature": temperature, "top_p": top_p,
@@ -216,26 +200,18 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                                               "pause_between_segments_ms": pause_ms})
     except TTSAppError as exc:
         raise gr.Error(str(exc)) from exc
-    emotion = _emotion(ctx, emotion_mode, emotion_audio,
-                       [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight,
-                       emotion_text)
+    emotion = _emotion(ctx, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text)
     synthesis_request = SynthesisRequest(text=text, reference_audio=reference.audio,
                                          reference_text=reference.text, params=params,
                                          priority=Priority.INTERACTIVE, emotion=emotion)
-    state = {"done": 0, "total": 1}
+    return engine, reference, synthesis_request, seed
 
-    def on_progress(event):  # engine worker thread: only store numbers
-        state["done"], state["total"] = event.segments_done, event.segments_total
 
-    handle = engine.submit(synthesis_request, on_progress=on_progress)
-    progress(0.0, desc=server_text(lang, "queued"))
-    while True:
-        try:
-            result = handle.result(timeout=0.25)
-            break
-        except TimeoutError:
-            progress(state["done"] / max(state["total"], 1),
-                     desc=server_text(lang, "segment_progress", done=state["done"], total=state["total"]))
+def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request, reference, result, seed):
+    """A finished request -> (WAV path, SRT path, metadata path, segment table, seed), written atomically; a
+    failed or silent request raises ``gr.Error`` naming the seed."""
+    from tts_app.outputs import output_metadata, save_outputs
+
     if not result.ok:
         raise gr.Error(server_text(lang, "synthesis_failed", seed=seed, error=result.error), duration=None)
     if result.audio.size == 0:
@@ -253,6 +229,114 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     rows = [[s.index + 1, s.text, round(s.start_s, 2), round(s.end_s, 2), s.batch_size, round(s.generate_s, 2)]
             for s in result.segments]
     return str(files.audio), str(files.subtitles), str(files.metadata), _table(rows, lang, "col_timings"), seed
+
+
+def synthesize(ctx: AppContext, reference_audio: str | None, text: str, reference_text: str | None = None,
+               seed: int | None = 0, randomize_seed: bool = False, greedy: bool | None = None,
+               temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
+               cfg_scale: float | None = None, max_new_tokens: int | None = None,
+               max_segment_chars: int | None = None, pause_ms: int | None = None, use_cache: bool = True,
+               emotion_mode: str | None = "none",
+               emotion_audio: str | None = None, happy: float | None = 0.0, angry: float | None = 0.0,
+               sad: float | None = 0.0, afraid: float | None = 0.0, disgusted: float | None = 0.0,
+               melancholic: float | None = 0.0, surprised: float | None = 0.0, calm: float | None = 0.0,
+               emotion_weight: float | None = 1.0, emotion_text: str | None = None, request: gr.Request = None,
+               progress=gr.Progress()):
+    """Generate speech in the reference voice -> (audio, subtitles, metadata, segments, seed used).
+
+    Only ``reference_audio`` and ``text`` are needed; every other input left out (or equal to the model's default)
+    means "the model's default", as in ``synth`` and JSONL jobs. The batch ceiling is the server's
+    (``--max-batch-size``), never a per-request input. Emotion (models with emotion control, IndexTTS 2;
+    ``tts_app.ui.emotion``): ``emotion_mode`` "none" (the voice reference's own), "clip" (``emotion_audio``),
+    "vector" (the eight weights ``happy`` ... ``calm``, each in [0, 1]) or "text" (``emotion_text``, empty = the
+    text to speak), with ``emotion_weight`` in [0, 1].
+
+    Returns:
+        audio: the WAV file (16-bit PCM; the player plays these samples as they are); subtitles: SubRip file;
+        metadata: the sidecar JSON (``tts_app.outputs``); segments: per-segment table; seed: the seed used.
+
+    Errors stay on screen until closed and name the seed used, so a failed random seed can be reported or avoided."""
+    lang = _lang(ctx, request)
+    engine, reference, synthesis_request, seed = _start_synthesis(
+        ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
+        cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
+        [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text)
+    state = {"done": 0, "total": 1}
+
+    def on_progress(event):  # engine worker thread: only store numbers
+        state["done"], state["total"] = event.segments_done, event.segments_total
+
+    handle = engine.submit(synthesis_request, on_progress=on_progress)
+    progress(0.0, desc=server_text(lang, "queued"))
+    while True:
+        try:
+            result = handle.result(timeout=0.25)
+            break
+        except TimeoutError:
+            progress(state["done"] / max(state["total"], 1),
+                     desc=server_text(lang, "segment_progress", done=state["done"], total=state["total"]))
+    return _finish_synthesis(ctx, lang, synthesis_request, reference, result, seed)
+
+
+def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, reference_text: str | None = None,
+                      seed: int | None = 0, randomize_seed: bool = False, greedy: bool | None = None,
+                      temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
+                      cfg_scale: float | None = None, max_new_tokens: int | None = None,
+                      max_segment_chars: int | None = None, pause_ms: int | None = None, use_cache: bool = True,
+                      emotion_mode: str | None = "none",
+                      emotion_audio: str | None = None, happy: float | None = 0.0, angry: float | None = 0.0,
+                      sad: float | None = 0.0, afraid: float | None = 0.0, disgusted: float | None = 0.0,
+                      melancholic: float | None = 0.0, surprised: float | None = 0.0, calm: float | None = 0.0,
+                      emotion_weight: float | None = 1.0, emotion_text: str | None = None, request: gr.Request = None,
+                      progress=gr.Progress()):
+    """``synthesize`` that plays while it generates: yields (live audio piece, then skip) while the engine decodes
+    (16-bit WAV bytes of the next samples, in order; the first as soon as any audio exists), then (skip, audio,
+    subtitles, metadata, segments, seed used) as ``synthesize`` returns them. The pieces together are the same
+    samples as the final WAV (``Engine.submit(stream=True)``)."""
+    import queue
+
+    from tts_app.audio.post import encode_wav
+
+    lang = _lang(ctx, request)
+    engine, reference, synthesis_request, seed = _start_synthesis(
+        ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
+        cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
+        [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text)
+    state = {"done": 0, "total": 1}
+
+    def on_progress(event):  # engine worker thread: only store numbers
+        state["done"], state["total"] = event.segments_done, event.segments_total
+
+    handle = engine.submit(synthesis_request, on_progress=on_progress, stream=True)
+    rate = engine.sampling_rate
+    skip = [gr.skip()] * 5
+    pieces: list = []
+    held = 0
+    sent_any = False
+    progress(0.0, desc=server_text(lang, "queued"))
+    try:
+        while True:
+            try:
+                for chunk in handle.stream(timeout=STREAM_POLL_S):
+                    pieces.append(chunk.samples)
+                    held += chunk.samples.size
+                    if not sent_any or held >= STREAM_GROUP_S * rate:
+                        yield (encode_wav(np.concatenate(pieces), rate), *skip)
+                        pieces, held, sent_any = [], 0, True
+                break  # the request ended
+            except queue.Empty:
+                if pieces:
+                    yield (encode_wav(np.concatenate(pieces), rate), *skip)
+                    pieces, held, sent_any = [], 0, True
+                progress(state["done"] / max(state["total"], 1),
+                         desc=server_text(lang, "segment_progress", done=state["done"], total=state["total"]))
+        if pieces:
+            yield (encode_wav(np.concatenate(pieces), rate), *skip)
+    finally:
+        if not handle.done():  # the browser went away (generator closed): free the engine's rows
+            handle.cancel()
+    result = handle.result()
+    yield (gr.skip(), *_finish_synthesis(ctx, lang, synthesis_request, reference, result, seed))
 
 
 def _emotion(ctx: AppContext, mode, clip_path, vector, weight, text):
@@ -293,8 +377,7 @@ def validate_job(ctx: AppContext, jsonl_file: str | None, audio_zip: str | None 
 
 
 def run_job(ctx: AppContext, jsonl_file: str | None, audio_zip: str | None = None, default_voice: str | None = None,
-            max_batch_size: int | None = None, use_cache: bool = True, greedy: bool | None = None,
-            seed: int | None = 0,
+            use_cache: bool = True, greedy: bool | None = None, seed: int | None = 0,
             request: gr.Request = None, progress=gr.Progress()):
     """Run a JSONL job -> (summary text, results table [line, output_name, status, error, duration_s], ZIP path).
 
@@ -312,8 +395,6 @@ def run_job(ctx: AppContext, jsonl_file: str | None, audio_zip: str | None = Non
     session = _session(request)
     cancel = ctx.cancel_event(session)
     cancel.clear()
-    if max_batch_size:
-        engine.set_max_batch_size(int(max_batch_size))
     out_dir = ctx.output_root / "jobs" / f"{time.strftime('%Y%m%d-%H%M%S')}_{session[:8]}"
 
     def on_progress(done, total, info=None):

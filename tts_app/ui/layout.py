@@ -75,11 +75,18 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     knobs.update({name: _control_widget(c, i18n) for name, c in controls.items()
                                   if name in ("max_new_tokens", "max_segment_chars", "pause_between_segments_ms")})
                 with gr.Row():
-                    max_batch = gr.Slider(1, 64, value=ctx.engine_config.max_batch_size, step=1,
-                                          label=i18n("max_batch_size"))
+                    # The operator's setting, for everyone: shown, not changed here (one user must not throttle
+                    # or overload the server for all).
+                    gr.Number(value=ctx.engine_config.max_batch_size, precision=0, interactive=False,
+                              label=i18n("max_batch_size"), elem_id="max-batch-size")
                     reset = gr.Button(i18n("reset_defaults"), size="sm", elem_id="reset-defaults")
             emotion = _emotion_widgets(facts, i18n, ctx.lang)
             generate = gr.Button(i18n("generate"), variant="primary", elem_id="generate")
+            # The non-streaming /synthesize API (same inputs, the final files only); the button above streams.
+            synthesize_api = gr.Button(visible=False)
+            # Plays the speech while it is generated (chunks as the engine decodes them); the WAV below is the file.
+            live_audio = gr.Audio(label=i18n("live_audio"), streaming=True, autoplay=True, interactive=False,
+                                  elem_id="live-audio")
             with gr.Row():
                 # A WAV file path: the player gets the file's own 16-bit samples (its download button saves it).
                 out_audio = gr.Audio(label=i18n("output_audio"), type="filepath", interactive=False,
@@ -125,18 +132,20 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     api_name="preview", trigger_mode="always_last", queue=False)
         knob_order = ["temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens", "max_segment_chars",
                       "pause_between_segments_ms"]
-        generate.click(_wrap(handlers.synthesize, ctx),
-                       [ref_audio, text, ref_text, seed, randomize, greedy, *(knobs[n] for n in knob_order),
-                        use_cache, max_batch, *emotion],
-                       [out_audio, srt_file, metadata_file, timings, used_seed], api_name="synthesize",
-                       **MODEL_CONCURRENCY)
+        synthesis_inputs = [ref_audio, text, ref_text, seed, randomize, greedy, *(knobs[n] for n in knob_order),
+                            use_cache, *emotion]
+        synthesis_outputs = [out_audio, srt_file, metadata_file, timings, used_seed]
+        generate.click(_wrap(handlers.synthesize_stream, ctx), synthesis_inputs, [live_audio, *synthesis_outputs],
+                       api_name="synthesize_stream", show_progress_on=[timings], **MODEL_CONCURRENCY)
+        synthesize_api.click(_wrap(handlers.synthesize, ctx), synthesis_inputs, synthesis_outputs,
+                             api_name="synthesize", **MODEL_CONCURRENCY)
         reset.click(lambda: [bool(controls["greedy"].default)] + [controls[n].default for n in knob_order], None,
                     [greedy] + [knobs[n] for n in knob_order], queue=False, api_visibility="private")
         validate_btn.click(_wrap(handlers.validate_job, ctx), [jsonl, audio_zip, default_voice],
                            [validation, job_status],
                            api_name="validate_job")
         run_btn.click(_wrap(handlers.run_job, ctx),
-                      [jsonl, audio_zip, default_voice, max_batch, use_cache, greedy, seed],
+                      [jsonl, audio_zip, default_voice, use_cache, greedy, seed],
                       [job_status, results, results_zip], api_name="run_job", show_progress_on=[job_status],
                       **MODEL_CONCURRENCY)
         cancel_btn.click(_wrap(handlers.cancel_job, ctx), None, [job_status], api_name="cancel_job", queue=False)
@@ -203,8 +212,8 @@ def _control_widget(control: Control, i18n: gr.I18n):
 
 #: API names of outputs whose interface text key reads badly as a name
 API_NAMES = {"output_audio": "audio", "download_srt": "subtitles", "download_metadata": "metadata",
-             "timings": "segments", "preview_warnings": "notes", "reference_report": "report",
-             "cleaned_reference": "cleaned_reference", "memory_summary": "summary", "memory_plot": "plot",
+             "timings": "segments", "live_audio": "live_audio", "preview_warnings": "notes",
+             "reference_report": "report", "cleaned_reference": "cleaned_reference", "memory_summary": "summary", "memory_plot": "plot",
              "job_results": "results", "download_zip": "zip", "validation": "validation"}
 
 

@@ -1,0 +1,150 @@
+"""Streaming a request's audio while it is decoded: chunks in final order, the same samples as the final result.
+
+A request submitted with ``stream=True`` (``Engine.submit``) gets ``AudioChunk``s: its first chunk as soon as its
+first segment's first frames are decoded (continuous batching; with request-level batching, when the first segment's
+batch ends), later chunks in order. Segments of one request may decode at the same time in different rows; a later
+segment's audio is held back until every earlier one is complete, and the pause after each segment is sent as
+silence, so ``np.concatenate([c.samples for c in chunks])`` equals ``SynthesisResult.audio`` sample for sample
+(``tts_app.audio.post.join_segments``).
+
+Consumers: ``RequestHandle.stream()`` (a blocking iterator, for the web UI and the HTTP layer) or an ``on_audio``
+callback (called in the engine's worker thread; keep it quick).
+
+No torch here: arrays are numpy float32.
+"""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """A piece of a request's final audio.
+
+    Attributes:
+        request_id: the request.
+        samples: float32 ``(num_samples,)`` at ``sampling_rate``.
+        sampling_rate: Hz.
+        start_sample: where ``samples`` begin in the request's final audio (chunks are contiguous and in order).
+        segment_index: the segment the samples belong to (the pause after segment i counts as segment i).
+        is_pause: the samples are the silence between two segments.
+    """
+
+    request_id: str
+    samples: np.ndarray
+    sampling_rate: int
+    start_sample: int
+    segment_index: int
+    is_pause: bool = False
+
+    @property
+    def start_s(self) -> float:
+        return self.start_sample / float(self.sampling_rate)
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.samples) / float(self.sampling_rate)
+
+
+_END = object()
+
+
+class AudioStream:
+    """Orders one request's decoded audio into ``AudioChunk``s (see module docstring). Driven by the engine's
+    worker thread under the engine lock; read by the consumer through ``chunks``.
+
+    Args:
+        request_id: the request.
+        sampling_rate: Hz.
+        pauses_after_ms: per segment, the silence after it in ms (none after the last), as ``join_segments``.
+        on_audio: optional callback per chunk (worker thread).
+
+    Attributes:
+        emitted_samples: per segment, samples of that segment already sent (a segment restarted after an
+            out-of-memory retry keeps them: the stream is the truth, see ``Engine``).
+    """
+
+    def __init__(self, request_id: str, sampling_rate: int, pauses_after_ms: list[int],
+                 on_audio: Callable[[AudioChunk], None] | None = None):
+        self.request_id = request_id
+        self.sampling_rate = int(sampling_rate)
+        self.pauses_after_ms = list(pauses_after_ms)
+        self.on_audio = on_audio
+        self.emitted_samples = [0] * len(pauses_after_ms)
+        self._next = 0  # the segment whose audio goes out now; later ones are held back
+        self._held: dict[int, list[np.ndarray]] = {}
+        self._complete: set[int] = set()
+        self._cursor = 0
+        self._queue: "queue.Queue" = queue.Queue()
+        self._closed = False
+        self.pending: list[AudioChunk] = []  # chunks made under the engine lock, delivered by ``flush``
+
+    @property
+    def num_segments(self) -> int:
+        return len(self.pauses_after_ms)
+
+    def _emit(self, index: int, samples: np.ndarray, is_pause: bool = False) -> None:
+        if samples.size == 0:
+            return
+        chunk = AudioChunk(self.request_id, samples, self.sampling_rate, self._cursor, index, is_pause)
+        self._cursor += samples.size
+        if not is_pause:
+            self.emitted_samples[index] += samples.size
+        self.pending.append(chunk)
+
+    def add(self, index: int, samples: np.ndarray) -> None:
+        """New decoded samples of segment ``index`` (float32 ``(n,)``), in decode order."""
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if index == self._next:
+            self._emit(index, samples)
+        elif index > self._next:
+            self._held.setdefault(index, []).append(samples)
+
+    def restart(self, index: int) -> None:
+        """Segment ``index`` restarts (its row was requeued): drop what was held back of it (nothing sent is
+        taken back; the engine skips the already-sent samples of the new run)."""
+        self._held.pop(index, None)
+
+    def complete(self, index: int) -> None:
+        """Segment ``index`` has all its samples (``add``ed before). Sends whatever can go now."""
+        self._complete.add(index)
+        while self._next in self._complete:
+            i = self._next
+            for samples in self._held.pop(i, []):
+                self._emit(i, samples)
+            if i < self.num_segments - 1 and self.pauses_after_ms[i] > 0:
+                gap = int(round(self.pauses_after_ms[i] * self.sampling_rate / 1000.0))
+                self._emit(i, np.zeros(gap, dtype=np.float32), is_pause=True)
+            self._next += 1
+            if self._next < self.num_segments:
+                for samples in self._held.pop(self._next, []):
+                    self._emit(self._next, samples)
+
+    def flush(self) -> None:
+        """Deliver the chunks made since the last flush (outside the engine lock): the queue, then ``on_audio``."""
+        chunks, self.pending = self.pending, []
+        for chunk in chunks:
+            self._queue.put(chunk)
+            if self.on_audio is not None:
+                self.on_audio(chunk)
+
+    def close(self) -> None:
+        """The request ended (done, failed or cancelled): the iterator stops after the chunks already queued."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(_END)
+
+    def chunks(self, timeout: float | None = None) -> Iterator[AudioChunk]:
+        """Chunks in order until the request ends. Raises ``queue.Empty`` when none arrives within ``timeout``
+        seconds (None = wait as long as it takes)."""
+        while True:
+            item = self._queue.get(timeout=timeout)
+            if item is _END:
+                self._queue.put(_END)  # a second iteration ends at once too
+                return
+            yield item
