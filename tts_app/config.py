@@ -91,6 +91,8 @@ class EngineConfig:
         simulate_oom_probability: testing aid; probability in [0, 1] of a simulated OOM per generate call (batches of
             more than one row only, so every item can still finish).
         empty_cache_when_idle_s: call ``torch.cuda.empty_cache()`` after this many idle seconds.
+        simulate_step_delay_ms: testing aid; sleep this long before each decode step of a step-wise (continuous)
+            batch, to watch streaming on a fast machine. 0 = off.
         prefix_cache_entries: prefilled prompt prefixes (one per reference voice) kept for reuse by later rows of the
             same voice (adapters with a step interface); 0 = off. Their bytes count in the memory budget, bounded to
             an eighth of it.
@@ -107,6 +109,7 @@ class EngineConfig:
     simulate_oom_probability: float = 0.0
     empty_cache_when_idle_s: float = 5.0
     prefix_cache_entries: int = 16
+    simulate_step_delay_ms: float = 0.0
 
     def __post_init__(self) -> None:
         _check("max_batch_size", self.max_batch_size >= 1, f"max batch size {self.max_batch_size} must be >= 1")
@@ -127,6 +130,8 @@ class EngineConfig:
                f"simulate_oom_probability={self.simulate_oom_probability} must be in [0, 1]")
         _check("empty_cache_when_idle_s", self.empty_cache_when_idle_s >= 0,
                f"empty_cache_when_idle_s={self.empty_cache_when_idle_s} must be >= 0")
+        _check("simulate_step_delay_ms", self.simulate_step_delay_ms >= 0,
+               f"simulate_step_delay_ms={self.simulate_step_delay_ms} must be >= 0")
         _check("prefix_cache_entries", self.prefix_cache_entries >= 0,
                f"prefix_cache_entries={self.prefix_cache_entries} must be >= 0 (0 = off)")
 

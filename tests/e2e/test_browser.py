@@ -30,17 +30,23 @@ def app_url(tiny_checkpoint, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(app_url):
+def browser():
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
             "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        page = browser.new_page(viewport={"width": 1280, "height": 1600})
-        page.goto(app_url)
-        page.wait_for_selector("#generate", timeout=60_000)
-        yield page
+            "--disable-component-update", "--disable-sync", "--autoplay-policy=no-user-gesture-required"])
+        yield browser
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(app_url, browser):
+    page = browser.new_page(viewport={"width": 1280, "height": 1600})
+    page.goto(app_url)
+    page.wait_for_selector("#generate", timeout=60_000)
+    yield page
+    page.close()
 
 
 def test_single_synthesis_in_the_browser(page, data_dir):
@@ -117,3 +123,41 @@ def test_memory_gauge_updates(page):
     second = page.locator("#gauge").inner_text()
     assert "GiB" in first and first != second
     page.screenshot(path=str(SHOTS / "memory.png"), full_page=True)
+
+
+def test_speech_starts_playing_before_generation_ends(browser, tiny_checkpoint, tmp_path_factory, data_dir):
+    """Continuous batching streams: the live player plays the first audio while the engine is still decoding (the
+    final WAV is not there yet). Each decode step is slowed to 150 ms (a testing aid) so generation lasts seconds
+    on any machine."""
+    import time
+
+    proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(tmp_path_factory.mktemp("e2e-slow")),
+                          "--simulate-step-delay-ms", "150", lang="en")
+    page = browser.new_page(viewport={"width": 1280, "height": 1600})
+    try:
+        page.goto(url)
+        page.wait_for_selector("#generate", timeout=60_000)
+        page.locator("#ref-audio input[type=file]").set_input_files(str(data_dir / "en_female_1.wav"))
+        page.wait_for_function("() => document.querySelector('#ref-report')?.innerText.includes('speech kept')",
+                               timeout=60_000)
+        page.locator("#text textarea").fill("The first sentence comes out at once. A second one follows it. "
+                                            "Then a third sentence ends the story.")
+        page.locator("#generate").click()
+        playing_before_end = None
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            finished = page.locator("#out-audio audio[src]").count() > 0
+            live = page.locator("#live-audio audio")
+            state = live.first.evaluate("a => [a.currentTime, a.paused]") if live.count() else [0, True]
+            if not finished and state[0] > 0 and not state[1]:
+                playing_before_end = state[0]
+                break
+            if finished:
+                break
+            time.sleep(0.1)
+        page.screenshot(path=str(SHOTS / "streaming.png"), full_page=True)
+        assert playing_before_end, "the live player did not play before the final audio arrived"
+        page.wait_for_selector("#out-audio audio[src]", state="attached", timeout=180_000)
+    finally:
+        page.close()
+        stop_app(proc)

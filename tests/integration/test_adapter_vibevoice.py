@@ -176,19 +176,22 @@ def test_facts_match_the_loaded_config(adapter):
 def test_kv_estimate_covers_the_caches_generate_builds(adapter, rows, monkeypatch):
     from tts_app.adapters import vibevoice
 
-    peak = {}
-    original = vibevoice._DecoderStream.forward
+    peak = {"positions": 0, "steps": 0}
+    original = vibevoice.VibeVoiceDecodeBatch._decode_step
 
-    def spy(stream):
-        hidden = original(stream)
-        peak[id(stream)] = stream.cache.get_seq_length()
-        return hidden
+    def spy(batch):
+        out = original(batch)
+        # the prompt stream + the CFG negative stream, as held after the step
+        held = batch.positive.cache.get_seq_length() + batch.negative.stream.cache.get_seq_length()
+        peak["positions"] = max(peak["positions"], held)
+        peak["steps"] += 1
+        return out
 
-    monkeypatch.setattr(vibevoice._DecoderStream, "forward", spy)
+    monkeypatch.setattr(vibevoice.VibeVoiceDecodeBatch, "_decode_step", spy)
     row = rows[0]  # speaks longer than 4 frames, so it runs to the cap
     tokens, _ = run(adapter, [row], SynthesisParams(greedy=True, max_new_tokens=4))
-    assert len(tokens[0]) == 4 and len(peak) == 2  # prompt stream + CFG negative stream
-    measured_bytes = sum(peak.values()) * adapter.facts.kv_bytes_per_position
+    assert len(tokens[0]) == 4 and peak["steps"] == 4
+    measured_bytes = peak["positions"] * adapter.facts.kv_bytes_per_position
     positions = adapter.estimate_positions(len(row.text), len(row.reference_audio) / adapter.facts.sampling_rate,
                                            0, max_new_tokens=4)
     estimate_bytes = adapter.facts.kv_bytes_per_position * positions * adapter.facts.cfg_multiplier
@@ -278,16 +281,15 @@ def _token_ids(adapter, script: str) -> list[int]:
     return [ids[c] for c in script]
 
 
-def _follow_scripts(adapter, patch, scripts: list[str]):
-    """Make our LM choose ``scripts[i][step]`` for row i (then <eos>)."""
-    ids = [_token_ids(adapter, s) for s in scripts]
-    step = {"n": 0}
+def _follow_scripts(adapter, patch, scripts: dict[str, str]):
+    """Make our LM choose ``scripts[text][step]`` for the row whose text is ``text`` (then <eos>), whatever the
+    batch and whenever the row joined it."""
+    ids = {text: _token_ids(adapter, script) for text, script in scripts.items()}
+    eos = adapter.model.config.eos_token_id
 
-    def scripted(hidden, allowed):
-        n = step["n"]
-        step["n"] += 1
-        eos = adapter.model.config.eos_token_id
-        return torch.tensor([row[n] if n < len(row) else eos for row in ids], dtype=torch.long)
+    def scripted(hidden, allowed, rows):
+        return torch.tensor([ids[r.row.text][r.num_steps] if r.num_steps < len(ids[r.row.text]) else eos
+                             for r in rows], dtype=torch.long)
 
     patch.setattr(adapter, "_select_tokens", scripted)
 
@@ -314,7 +316,7 @@ def test_a_second_speech_span_matches_transformers(adapter, rows, monkeypatch, n
                                                     logits_processor=[Script()])
     assert upstream_tokens.tolist() == script
     with monkeypatch.context() as patch:
-        _follow_scripts(adapter, patch, [SPAN_SCRIPT])
+        _follow_scripts(adapter, patch, {row.text: SPAN_SCRIPT})
         ours, audio = _ours_with_upstream_noise(adapter, [row], params, patch)
     assert ours.token_ids[0].tolist() == script and ours.stop_reasons == [StopReason.END_OF_SPEECH]
     assert audio[0].size == 11 * 3200  # the frames of both spans
@@ -323,8 +325,8 @@ def test_a_second_speech_span_matches_transformers(adapter, rows, monkeypatch, n
     from tts_app.adapters import vibevoice
 
     with monkeypatch.context() as patch:
-        _follow_scripts(adapter, patch, [SPAN_SCRIPT])
-        patch.setattr(vibevoice._NegativeStream, "reset", lambda self, rows: None)
+        _follow_scripts(adapter, patch, {row.text: SPAN_SCRIPT})
+        patch.setattr(vibevoice._NegativeStream, "reset", lambda self, drop_history, rows: drop_history)
         _, no_reset = _ours_with_upstream_noise(adapter, [row], params, patch)
     np.testing.assert_allclose(no_reset[0][:5 * 3200], upstream_audio[:5 * 3200], rtol=0, atol=AUDIO_ATOL)
     assert not np.allclose(no_reset[0][5 * 3200:], upstream_audio[5 * 3200:], atol=AUDIO_ATOL)
@@ -335,12 +337,13 @@ def test_rows_with_new_speech_spans_batched_equal_one_by_one(adapter, rows, monk
     """Rows opening new spans at different steps (and one that never does) batched = alone, cache on or off."""
     scripts = ["aaEBaaaaa.", SPAN_SCRIPT, "aaaaaaa."]
     params = SynthesisParams(max_new_tokens=20, use_cache=use_cache)
+    by_text = {row.text: script for row, script in zip(rows, scripts)}
     with monkeypatch.context() as patch:
-        _follow_scripts(adapter, patch, scripts)
+        _follow_scripts(adapter, patch, by_text)
         _, batch, batch_audio = run_batch(adapter, rows, params)
     for i, (row, script) in enumerate(zip(rows, scripts)):
         with monkeypatch.context() as patch:
-            _follow_scripts(adapter, patch, [script])
+            _follow_scripts(adapter, patch, by_text)
             _, alone, alone_audio = run_batch(adapter, [row], params)
         assert batch.token_ids[i].tolist() == alone.token_ids[0].tolist() == _token_ids(adapter, script)
         np.testing.assert_allclose(batch_audio[i], alone_audio[0], rtol=0, atol=AUDIO_ATOL, err_msg=f"row {i}")

@@ -55,7 +55,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tts_app.adapters.base import AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter
+from tts_app.adapters.base import (AdapterRow, DecodeBatch, GenerationDefaults, ModelFacts, PrefixCache, RowStep,
+                                   TTSAdapter)
 from tts_app.engine.scheduler import max_chars_for_speech_s
 from tts_app.errors import InputError, ReferenceAudioError
 from tts_app.request import StopReason, SynthesisParams
@@ -140,6 +141,19 @@ _TOKENS_PER_CHAR_SAMPLES = (
 )
 
 
+def voice_digest(reference: np.ndarray) -> bytes:
+    """SHA-256 of a reference clip's float32 samples: identifies a voice (prefix-cache key, noise seed)."""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(reference, dtype=np.float32).tobytes()).digest()
+
+
+def voice_seed(reference: np.ndarray) -> int:
+    """Seed of a reference clip's sigma-VAE encoding noise: from its samples (``voice_digest``), so the same clip
+    always gives the same conditioning and rows of one voice can share their prompt prefix."""
+    return int.from_bytes(voice_digest(reference)[:8], "little") & (2**63 - 1)
+
+
 @dataclass
 class VibeVoiceInputs:
     """Model inputs of one batch (output of ``preprocess``).
@@ -149,12 +163,14 @@ class VibeVoiceInputs:
         attention_mask: ``(batch_size, prompt_len)`` int64, 1 = real token, left padding = 0.
         input_ids: ``(batch_size, prompt_len)`` int64 prompt token ids (for inspection).
         seeds: per-row seeds.
+        rows: the ``AdapterRow``s, in order.
     """
 
     inputs_embeds: object
     attention_mask: object
     input_ids: object
     seeds: list[int]
+    rows: list = field(default_factory=list)
 
 
 @dataclass
@@ -164,7 +180,7 @@ class VibeVoiceOutputs:
     Attributes:
         token_ids: per row, the generated LM token ids (``<audio>`` per frame, then ``<audio_eos>``/``<eos>`` when the
             row ended by itself; absent when it hit ``max_new_tokens``), int64 ``(num_steps,)``.
-        audio_chunks: per row, float32 ``(samples_per_frame,)`` tensors, one per generated frame.
+        audio_chunks: per row, float32 numpy ``(samples_per_frame,)`` arrays, one per generated frame.
         stop_reasons: per row, why it stopped (``MAX_NEW_TOKENS`` when it was still speaking at the cap).
     """
 
@@ -173,22 +189,35 @@ class VibeVoiceOutputs:
     stop_reasons: list = field(default_factory=list)
 
 
+def _pad_left(tensor, width: int, dim: int):
+    """``tensor`` with ``width`` zero entries put before the others along ``dim`` (left padding)."""
+    import torch
+
+    if width <= 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = width
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+
 class _RowStreamingCache:
-    """Per-row state of a streaming causal conv stack (codec decoder or semantic encoder) for a whole batch.
+    """Per-row state of a streaming causal conv stack (codec decoder or semantic encoder) for a running batch.
 
     transformers' ``VibeVoiceAcousticTokenizerConv1dPaddingCache`` holds one ``(batch, channels, left_pad)`` tensor per
     conv layer and advances every row on every call. Here each call runs only the rows that produced a frame (finished
     rows cost nothing and their state is never touched): their slices are gathered into a fresh padding cache, the
-    conv stack runs on that sub-batch, and the updated slices are scattered back. Rows not yet run keep zeros, which is
-    what the library's lazy initialisation gives a fresh row.
+    conv stack runs on that sub-batch, and the updated slices are scattered back by ``commit`` once the whole decode
+    step has succeeded (so a step that fails leaves the state as it was). Rows not yet run keep zeros, which is what
+    the library's lazy initialisation gives a fresh row. Rows join (``add_rows``) and leave (``keep``).
     """
 
-    def __init__(self, batch_size: int):
-        self.batch_size = batch_size
-        self.layers: dict = {}  # cache_key -> (template cache layer, tensor (batch_size, channels, left_pad))
+    def __init__(self):
+        self.num_rows = 0
+        self.layers: dict = {}  # cache_key -> (template cache layer, tensor (num_rows, channels, left_pad))
 
     def run(self, conv_stack, inputs, rows):
-        """Run ``conv_stack(inputs, padding_cache=..., use_cache=True)`` for batch rows ``rows`` (int64 index)."""
+        """Run ``conv_stack(inputs, padding_cache=..., use_cache=True)`` for batch rows ``rows`` (int64 index).
+        Returns (outputs, pending state for ``commit``)."""
         from transformers.models.vibevoice_acoustic_tokenizer.modeling_vibevoice_acoustic_tokenizer import (
             VibeVoiceAcousticTokenizerConv1dPaddingCache,
         )
@@ -199,65 +228,194 @@ class _RowStreamingCache:
             layer.cache = full[rows].clone()
             sub_cache.layers[key] = layer
         outputs = conv_stack(inputs, padding_cache=sub_cache, use_cache=True)
+        return outputs, (rows, sub_cache)
+
+    def commit(self, pending) -> None:
+        """Write back what ``run`` computed (the rows' new conv states)."""
+        rows, sub_cache = pending
         for key, layer in sub_cache.layers.items():
             if key not in self.layers:
-                full = layer.cache.new_zeros((self.batch_size, *layer.cache.shape[1:]))
+                full = layer.cache.new_zeros((self.num_rows, *layer.cache.shape[1:]))
                 self.layers[key] = (layer, full)
             self.layers[key][1][rows] = layer.cache
-        return outputs
+
+    def prepare_add_rows(self, num_new: int) -> dict:
+        """The layers with ``num_new`` fresh (zero) rows appended, for ``set_layers`` (nothing changes yet)."""
+        import torch
+
+        return {key: (template, torch.cat([full, full.new_zeros((num_new, *full.shape[1:]))]))
+                for key, (template, full) in self.layers.items()}
+
+    def set_layers(self, layers: dict, num_rows: int) -> None:
+        self.layers = layers
+        self.num_rows = num_rows
+
+    def keep(self, rows) -> None:
+        """Keep only batch rows ``rows`` (int64 index), in that order."""
+        self.layers = {key: (template, full[rows]) for key, (template, full) in self.layers.items()}
+        self.num_rows = int(rows.numel())
 
 
 class _DecoderStream:
-    """One LM input stream (the positive prompt stream, or the CFG negative stream) of a batch.
+    """One LM input stream (the positive prompt stream, or the CFG negative stream) of a running batch.
 
-    Holds the attention mask of every position so far (left padding and finished rows are 0) and either a
-    ``DynamicCache`` (``use_cache=True``: each forward reads only the new positions) or the whole embedding history
-    (``use_cache=False``: each forward re-reads every position). Position ids come from the mask
-    (``cumsum(mask) - 1``), so a row's positions do not depend on how much padding its batch-mates forced on it.
+    Holds the attention mask of every position so far, ``(num_rows, num_columns)`` (left padding, finished rows and
+    dropped history are 0), and either a ``DynamicCache`` (``use_cache=True``: each forward reads only the new
+    positions) or the whole embedding history (``use_cache=False``: each forward re-reads every position). Position
+    ids come from the mask (``cumsum(mask) - 1``), so a row's positions do not depend on how much padding its
+    batch-mates forced on it nor on masked holes.
+
+    Rows join (``prepare_merge`` / ``prepare_add_empty_rows`` then ``commit``: another stream's rows or rows with no
+    position yet, the shorter side left-padded) and leave (``keep_rows``, which also drops leading columns no row
+    sees). ``checkpoint`` / ``rollback`` undo a forward that raised (each layer is cropped back to its old length),
+    so a failed decode step leaves the stream as it was.
     """
 
-    def __init__(self, language_model, inputs_embeds, attention_mask, use_cache: bool):
-        from transformers import DynamicCache
+    def __init__(self, language_model, hidden_size: int, device, dtype, use_cache: bool):
+        import torch
 
         self.language_model = language_model
         self.use_cache = use_cache
-        self.cache = DynamicCache(config=language_model.config) if use_cache else None
-        self.history = inputs_embeds[:, :0]  # positions already run (kept only without cache)
-        self.pending = inputs_embeds  # positions not yet run
-        self.attention_mask = attention_mask
+        self.hidden_size = hidden_size
+        self.device = device
+        self.dtype = dtype
+        self.attention_mask = torch.zeros((0, 0), dtype=torch.long, device=device)
+        self.history = torch.zeros((0, 0, hidden_size), dtype=dtype, device=device)  # without cache only
+        self.cache = self._new_cache()
 
-    def append(self, inputs_embeds, active):
-        """Queue one position ``(batch_size, 1, hidden)``; ``active`` (bool ``(batch_size,)``) rows attend to it."""
+    def _new_cache(self):
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.language_model.config) if self.use_cache else None
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.attention_mask.shape[0])
+
+    @property
+    def num_columns(self) -> int:
+        return int(self.attention_mask.shape[1])
+
+    def _layers(self):
+        return [layer for layer in self.cache.layers if layer.is_initialized] if self.cache is not None else []
+
+    def forward(self, inputs_embeds, mask):
+        """Run new positions ``inputs_embeds`` ``(num_rows, k, hidden)``; ``mask`` ``(num_rows, k)``: which rows attend
+        to them. Returns the last position's hidden state ``(num_rows, hidden)``."""
         import torch
 
-        self.pending = torch.cat([self.pending, inputs_embeds], dim=1)
-        self.attention_mask = torch.cat([self.attention_mask, active.to(self.attention_mask.dtype)[:, None]], dim=1)
-
-    def forward(self):
-        """Run the queued positions; returns the last position's hidden state ``(batch_size, hidden)``."""
-        import torch
-
-        position_ids = (self.attention_mask.cumsum(-1) - 1).clamp(min=0)
+        if self.num_columns == 0 and self.num_rows != inputs_embeds.shape[0]:  # a fresh stream takes its rows
+            self.attention_mask = self.attention_mask.new_zeros((inputs_embeds.shape[0], 0))
+            self.history = self.history.new_zeros((inputs_embeds.shape[0], 0, self.hidden_size))
+        attention_mask = torch.cat([self.attention_mask, mask.to(self.attention_mask.dtype)], dim=1)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        num_new = inputs_embeds.shape[1]
         if self.use_cache:
-            num_new = self.pending.shape[1]
-            outputs = self.language_model(inputs_embeds=self.pending, attention_mask=self.attention_mask,
+            outputs = self.language_model(inputs_embeds=inputs_embeds, attention_mask=attention_mask,
                                           position_ids=position_ids[:, -num_new:], cache=self.cache, use_cache=True)
         else:
-            self.history = torch.cat([self.history, self.pending], dim=1)
-            outputs = self.language_model(inputs_embeds=self.history, attention_mask=self.attention_mask,
+            history = torch.cat([self.history, inputs_embeds], dim=1)
+            outputs = self.language_model(inputs_embeds=history, attention_mask=attention_mask,
                                           position_ids=position_ids, use_cache=False)
-        self.pending = self.pending[:, :0]
+            self.history = history
+        self.attention_mask = attention_mask
         return outputs.last_hidden_state[:, -1]
+
+    def checkpoint(self):
+        """The stream's state before a forward, for ``rollback``."""
+        return self.attention_mask, self.history, self.num_columns
+
+    def rollback(self, mark) -> None:
+        """Undo what happened since ``checkpoint`` (a forward that raised half-way: layers it grew are cropped)."""
+        self.attention_mask, self.history, length = mark
+        for layer in self._layers():
+            if layer.keys.shape[-2] > length:
+                layer.keys = layer.keys[..., :length, :]
+                layer.values = layer.values[..., :length, :]
+
+    def prepare_merge(self, other: "_DecoderStream"):
+        """This stream's rows followed by ``other``'s (a stream of rows just prefilled), the shorter side left-padded
+        to the longer; returned for ``commit`` (nothing changes yet, so a failure here changes nothing)."""
+        import torch
+
+        if self.num_rows == 0:
+            return other.attention_mask, other.history, other.cache
+        width = max(self.num_columns, other.num_columns)
+        pad_self, pad_other = width - self.num_columns, width - other.num_columns
+        mask = torch.cat([_pad_left(self.attention_mask, pad_self, 1), _pad_left(other.attention_mask, pad_other, 1)])
+        history = self.history
+        if not self.use_cache:
+            history = torch.cat([_pad_left(self.history, pad_self, 1), _pad_left(other.history, pad_other, 1)])
+        cache = self.cache
+        if self.use_cache:
+            merged = []
+            for mine, theirs in zip(self.cache.layers, other.cache.layers):
+                merged.append((torch.cat([_pad_left(mine.keys, pad_self, 2), _pad_left(theirs.keys, pad_other, 2)]),
+                               torch.cat([_pad_left(mine.values, pad_self, 2),
+                                          _pad_left(theirs.values, pad_other, 2)])))
+            cache = (self.cache, merged)
+        return mask, history, cache
+
+    def prepare_add_empty_rows(self, num_new: int):
+        """This stream with ``num_new`` rows that have seen nothing (all masked), for ``commit``."""
+        import torch
+
+        mask = torch.cat([self.attention_mask, self.attention_mask.new_zeros((num_new, self.num_columns))])
+        history = self.history
+        if not self.use_cache:
+            history = torch.cat([self.history, self.history.new_zeros((num_new, *self.history.shape[1:]))])
+        cache = self.cache
+        if self.use_cache and self._layers():
+            cache = (self.cache, [(torch.cat([layer.keys, layer.keys.new_zeros((num_new, *layer.keys.shape[1:]))]),
+                                   torch.cat([layer.values,
+                                              layer.values.new_zeros((num_new, *layer.values.shape[1:]))]))
+                                  for layer in self.cache.layers])
+        return mask, history, cache
+
+    def commit(self, prepared) -> None:
+        """Adopt what a ``prepare_*`` call built (assignments only)."""
+        mask, history, cache = prepared
+        self.attention_mask, self.history = mask, history
+        if isinstance(cache, tuple):
+            target, layers = cache
+            for layer, (keys, values) in zip(target.layers, layers):
+                layer.keys, layer.values = keys, values
+            self.cache = target
+        else:
+            self.cache = cache
+
+    def keep_rows(self, rows) -> None:
+        """Keep only batch rows ``rows`` (int64 index), in that order, and drop the leading columns none of them
+        sees (left padding a long prompt forced on the others, history that every row has dropped)."""
+        if int(rows.numel()) == 0:
+            self.attention_mask = self.attention_mask[:0, :0]
+            self.history = self.history[:0, :0]
+            self.cache = self._new_cache()
+            return
+        mask = self.attention_mask[rows]
+        seen = mask.any(dim=0).nonzero()
+        start = int(seen[0]) if seen.numel() else self.num_columns
+        self.attention_mask = mask[:, start:]
+        if not self.use_cache:
+            self.history = self.history[rows, start:]
+        for layer in self._layers():
+            layer.keys = layer.keys[rows, :, start:]
+            layer.values = layer.values[rows, :, start:]
+
+    def num_cached_positions(self) -> int:
+        """Positions held per row (cache or history length)."""
+        return self.num_columns
 
 
 class _NegativeStream:
-    """The CFG negative (unconditional) stream of a batch: per row, what transformers' VibeVoice negative branch
-    sees at batch 1 (``VibeVoiceGenerationMixin._step_negative_branch`` / ``_reset_negative_cache_for_audio_start``).
+    """The CFG negative (unconditional) stream of a running batch: per row, what transformers' VibeVoice negative
+    branch sees at batch 1 (``VibeVoiceGenerationMixin._step_negative_branch`` /
+    ``_reset_negative_cache_for_audio_start``).
 
     A row reads one position per frame it makes, at that step: the positive stream's input of the step (a lone
-    ``<audio_bos>`` at step 0). When the row says ``<audio_bos>`` (a new speech span) everything it read before is
-    dropped, so its next frame is conditioned on a fresh stream starting at position 0. A fresh row is dropped the
-    same way on its first frame.
+    ``<audio_bos>`` at the row's first step). When the row says ``<audio_bos>`` (a new speech span) everything it read
+    before is dropped, so its next frame is conditioned on a fresh stream starting at position 0. A fresh row is
+    dropped the same way on its first frame.
 
     Rows that make no frame at a step still get a position (the batch shares one forward), masked out for them,
     except for a row with nothing visible yet, which gets a visible placeholder (a fully masked attention row gives
@@ -265,29 +423,340 @@ class _NegativeStream:
     reason. A row's frames therefore never depend on its batch-mates.
     """
 
-    def __init__(self, language_model, empty_embeds, use_cache: bool):
+    def __init__(self, stream: _DecoderStream):
         import torch
 
-        batch_size = empty_embeds.shape[0]
-        mask = torch.zeros((batch_size, 0), dtype=torch.long, device=empty_embeds.device)
-        self.stream = _DecoderStream(language_model, empty_embeds, mask, use_cache)
-        self.drop_history = torch.ones(batch_size, dtype=torch.bool, device=empty_embeds.device)
+        self.stream = stream
+        self.drop_history = torch.zeros(0, dtype=torch.bool, device=stream.device)
 
-    def reset(self, rows) -> None:
-        """Rows (bool ``(batch_size,)``) that open a new speech span: their next frame sees a fresh stream."""
-        self.drop_history |= rows
+    @staticmethod
+    def reset(drop_history, rows):
+        """Drop flags after rows (bool ``(num_rows,)``) open a new speech span: their next frame sees a fresh
+        stream."""
+        return drop_history | rows
 
-    def forward(self, step_inputs, reading):
-        """Rows ``reading`` (bool ``(batch_size,)``) read ``step_inputs`` ``(batch_size, 1, hidden)``; returns the
-        hidden state of the new position ``(batch_size, hidden)`` (meaningful for the reading rows only)."""
+    def forward(self, step_inputs, reading, drop_history):
+        """Rows ``reading`` (bool ``(num_rows,)``) read ``step_inputs`` ``(num_rows, 1, hidden)``; ``drop_history``:
+        rows whose earlier reads are to be dropped at their next read (this step's ``<audio_bos>`` rows included).
+        Returns (hidden state of the new position ``(num_rows, hidden)``, meaningful for the reading rows only; the
+        rows' drop flags after this read, for the caller to keep once the whole step has succeeded)."""
         stream = self.stream
-        drop = reading & self.drop_history
+        drop = reading & drop_history
         if bool(drop.any()):
             stream.attention_mask = stream.attention_mask.masked_fill(drop[:, None], 0)
-        self.drop_history &= ~reading
         nothing_visible = stream.attention_mask.sum(dim=-1) == 0
-        stream.append(step_inputs, reading | nothing_visible)
-        return stream.forward()
+        hidden = stream.forward(step_inputs, (reading | nothing_visible)[:, None])
+        return hidden, drop_history & ~reading
+
+
+@dataclass
+class _Row:
+    """One row of a running VibeVoice batch.
+
+    Attributes:
+        key: the engine's key for it.
+        row: the ``AdapterRow``.
+        generator: its diffusion-noise stream (``torch.Generator`` seeded with ``row.seed``).
+        num_steps: tokens it has chosen so far.
+        token_ids: those tokens.
+        stop_reason: None while it decodes.
+    """
+
+    key: object
+    row: AdapterRow
+    generator: object
+    num_steps: int = 0
+    token_ids: list = field(default_factory=list)
+    stop_reason: StopReason | None = None
+
+
+class VibeVoiceDecodeBatch(DecodeBatch):
+    """A running VibeVoice batch (step interface, ``DecodeBatch``): the positive and CFG-negative LM streams, the
+    codec-decoder and semantic-encoder conv states and each row's last hidden state, for rows that join and leave
+    at any step. ``VibeVoiceAdapter.generate`` runs one of these with every row from the start and none released
+    early (request-level semantics); the engine's continuous batching admits and releases rows between steps.
+
+    Each decode step (one token per live row, ``VibeVoiceAdapter.generate`` describes the choices):
+
+    1. the LM head picks each live row's token from its last hidden state (``_select_tokens``);
+    2. rows saying ``<audio>`` make a frame: the negative stream reads the row's step input, the diffusion head turns
+       (positive, negative) hidden states into a latent with the row's own noise, the codec decodes it to 3200
+       samples and the semantic encoder + connectors make the row's next LM input;
+    3. rows saying ``<eos>`` end (``END_OF_SPEECH``), rows at ``max_new_tokens`` end (``MAX_NEW_TOKENS``); the others
+       feed their next input to the positive stream, whose forward gives their next hidden state.
+
+    Everything a step changes is committed only after its last forward succeeded; on an exception the streams are
+    rolled back and the rows' noise generators restored, so the step can be retried with fewer rows.
+    """
+
+    def __init__(self, adapter: "VibeVoiceAdapter", params: SynthesisParams, prefix_cache=None):
+        import torch
+
+        super().__init__(params)
+        self.adapter = adapter
+        model = adapter.model
+        self.config = config = model.config
+        self.device = torch.device(adapter.device)
+        self.prefix_cache = prefix_cache if params.use_cache else None  # prefixes are kept as KV caches
+        lm = model.model.language_model
+        self.embed = model.model.get_input_embeddings()
+        hidden_size = int(config.text_config.hidden_size)
+        self.positive = _DecoderStream(lm, hidden_size, self.device, model.dtype, params.use_cache)
+        self.negative = _NegativeStream(_DecoderStream(lm, hidden_size, self.device, model.dtype, params.use_cache))
+        self.decoder_cache = _RowStreamingCache()
+        self.semantic_cache = _RowStreamingCache()
+        self.rows: list[_Row] = []
+        self.hidden = torch.zeros((0, hidden_size), dtype=model.dtype, device=self.device)  # last positive hidden
+        # What the negative stream reads when a row makes a frame: the positive stream's input of the row's last
+        # step (upstream passes the same embeddings to both), and before its first step a lone <audio_bos>.
+        self.step_inputs = torch.zeros((0, 1, hidden_size), dtype=model.dtype, device=self.device)
+        self.allowed = torch.tensor([config.audio_token_id, config.audio_bos_token_id, config.audio_eos_token_id,
+                                     config.eos_token_id], device=self.device)
+        self.noise_scheduler = copy.deepcopy(adapter._noise_scheduler)
+        self.hop = int(config.audio_config.hop_length)
+
+    @property
+    def keys(self) -> list:
+        return [r.key for r in self.rows]
+
+    def kv_positions(self) -> int:
+        """Cache positions the batch holds now, both streams, all rows (padding included)."""
+        return self.num_rows * (self.positive.num_cached_positions() + self.negative.stream.num_cached_positions())
+
+    # -- prefill --------------------------------------------------------------------------------------------------
+    def prefill(self, rows) -> None:
+        """Prefill ``rows`` ((key, ``AdapterRow``)) into the batch (see ``DecodeBatch.prefill``); a row's prompt is
+        ``VibeVoiceAdapter.preprocess``'s. With a prefix cache (and the KV cache on), a row whose voice was seen
+        before starts from a copy of that voice's prefilled prefix (system prompt + reference section) and only the
+        rest of its prompt is prefilled; a new voice's prefix is prefilled once and stored. Raises what
+        ``preprocess`` raises, or ``torch.OutOfMemoryError``; nothing joins then."""
+        import time
+
+        import torch
+
+        t0 = time.perf_counter()
+        keys = [k for k, _ in rows]
+        if len(set(keys)) != len(keys) or set(keys) & set(self.keys):
+            raise ValueError("prefill got a key already in the batch")
+        adapter_rows = [r for _, r in rows]
+        with torch.inference_mode():
+            if self.prefix_cache is None:
+                inputs = self.adapter.preprocess(adapter_rows, self.params)
+                self._join(keys, adapter_rows, inputs)
+            else:
+                sub, hidden = self._prefill_with_prefixes(adapter_rows)
+                self._merge(keys, adapter_rows, sub, hidden)
+        self.prefill_s += time.perf_counter() - t0
+
+    def _join(self, keys, adapter_rows, inputs: VibeVoiceInputs) -> None:
+        """Run the new rows' prompts in a stream of their own, then merge it into the running batch."""
+        lm = self.adapter.model.model.language_model
+        sub = _DecoderStream(lm, self.positive.hidden_size, self.device, self.positive.dtype, self.params.use_cache)
+        hidden = sub.forward(inputs.inputs_embeds, inputs.attention_mask)  # (m, hidden)
+        self._merge(keys, adapter_rows, sub, hidden)
+
+    def _prefill_with_prefixes(self, adapter_rows):
+        """A stream of the new rows prefilled through the prefix cache: each row's voice prefix comes from the cache
+        (or is prefilled once per new voice and stored), then the rest of its prompt runs on top. Returns (stream,
+        last hidden ``(m, hidden)``). Per row the stream holds [padding | prefix | padding | rest]; position ids
+        follow the mask, so the holes change nothing."""
+        import torch
+
+        adapter = self.adapter
+        lm = adapter.model.model.language_model
+        references = adapter._check_rows(adapter_rows)
+        row_prefix, rests = [], []
+        found: dict = {}  # prefix key -> per-layer (keys, values), each (1, kv_heads, P, head_dim)
+        to_prefill: dict = {}  # prefix key -> prefix embeddings (P, hidden) of a voice not in the cache
+        for row, ref in zip(adapter_rows, references):
+            tokens = adapter._row_tokens(row.text, ref)
+            ids = tokens["input_ids"][0].to(self.device)
+            length = adapter._prefix_length(ref, ids) if ref is not None else 0
+            key = ("vibevoice voice prefix", voice_digest(ref), length) if length else None
+            if key is not None and key not in found and key not in to_prefill:
+                cached = self.prefix_cache.get(key)
+                if cached is not None:
+                    found[key] = cached
+            if key is None or (key not in found and key not in to_prefill):
+                full = adapter._row_embeds(tokens, ref)  # reference frames encoded: a new voice (or no prefix)
+                if key is not None:
+                    to_prefill[key] = full[:length]
+                    full = full[length:]
+                rests.append(full)
+            else:
+                rests.append(self.embed(ids[length:]))
+            row_prefix.append(key)
+        if to_prefill:  # one forward for every new voice of this prefill
+            todo = list(to_prefill)
+            widths = [to_prefill[k].shape[0] for k in todo]
+            width = max(widths)
+            stream = _DecoderStream(lm, self.positive.hidden_size, self.device, self.positive.dtype, True)
+            stream.forward(torch.stack([_pad_left(to_prefill[k], width - w, 0) for k, w in zip(todo, widths)]),
+                           torch.stack([self._ones(w, width) for w in widths]))
+            for j, (key, w) in enumerate(zip(todo, widths)):
+                layers = [(layer.keys[j:j + 1, :, width - w:].clone(), layer.values[j:j + 1, :, width - w:].clone())
+                          for layer in stream.cache.layers]
+                found[key] = layers
+                self.prefix_cache.put(key, layers, sum(k.numel() * k.element_size() + v.numel() * v.element_size()
+                                                      for k, v in layers))
+        sub = _DecoderStream(lm, self.positive.hidden_size, self.device, self.positive.dtype, True)
+        num_new = len(adapter_rows)
+        widths = [0 if key is None else found[key][0][0].shape[2] for key in row_prefix]
+        prefix_width = max(widths)
+        if prefix_width:  # the rows' prefix caches, left-padded to a common width (zeros where a row has none)
+            template = found[next(k for k in row_prefix if k is not None)]
+            for index, layer in enumerate(sub.cache.layers):
+                k0, v0 = template[index]
+                keys = [k0.new_zeros((1, k0.shape[1], prefix_width, k0.shape[3])) if key is None
+                        else _pad_left(found[key][index][0], prefix_width - w, 2)
+                        for key, w in zip(row_prefix, widths)]
+                values = [v0.new_zeros((1, v0.shape[1], prefix_width, v0.shape[3])) if key is None
+                          else _pad_left(found[key][index][1], prefix_width - w, 2)
+                          for key, w in zip(row_prefix, widths)]
+                layer.update(torch.cat(keys), torch.cat(values))
+        sub.attention_mask = torch.stack([self._ones(w, prefix_width) for w in widths]) if prefix_width else \
+            sub.attention_mask.new_zeros((num_new, 0))
+        sub.history = sub.history.new_zeros((num_new, 0, sub.hidden_size))
+        rest_width = max(r.shape[0] for r in rests)
+        hidden = sub.forward(torch.stack([_pad_left(r, rest_width - r.shape[0], 0) for r in rests]),
+                             torch.stack([self._ones(r.shape[0], rest_width) for r in rests]))
+        return sub, hidden
+
+    def _ones(self, num_ones: int, width: int):
+        """Mask row ``(width,)`` int64: ``width - num_ones`` zeros (left padding), then ``num_ones`` ones."""
+        import torch
+
+        return _pad_left(torch.ones(num_ones, dtype=torch.long, device=self.device), width - num_ones, 0)
+
+    def _merge(self, keys, adapter_rows, sub: _DecoderStream, hidden) -> None:
+        """Merge a stream of newly prefilled rows (and their last hidden states ``(m, hidden)``) into the running
+        batch. Everything is prepared first and then committed with assignments only, so a failure on the way
+        leaves the batch as it was."""
+        import torch
+
+        num_new = len(keys)
+        bos = self.embed(torch.full((num_new, 1), self.config.audio_bos_token_id, device=self.device))
+        positive = self.positive.prepare_merge(sub)
+        negative = self.negative.stream.prepare_add_empty_rows(num_new)
+        drop = torch.cat([self.negative.drop_history, torch.ones(num_new, dtype=torch.bool, device=self.device)])
+        decoder = self.decoder_cache.prepare_add_rows(num_new)
+        semantic = self.semantic_cache.prepare_add_rows(num_new)
+        all_hidden = torch.cat([self.hidden, hidden.to(self.hidden.dtype)])
+        step_inputs = torch.cat([self.step_inputs, bos.to(self.step_inputs.dtype)])
+        new_rows = [_Row(key=k, row=r, generator=torch.Generator(device=self.device).manual_seed(int(r.seed)))
+                    for k, r in zip(keys, adapter_rows)]
+        self.positive.commit(positive)
+        self.negative.stream.commit(negative)
+        self.negative.drop_history = drop
+        total = len(self.rows) + num_new
+        self.decoder_cache.set_layers(decoder, total)
+        self.semantic_cache.set_layers(semantic, total)
+        self.hidden, self.step_inputs = all_hidden, step_inputs
+        self.rows += new_rows
+
+    # -- decode ---------------------------------------------------------------------------------------------------
+    def decode_step(self) -> list[RowStep]:
+        import torch
+
+        with torch.inference_mode():
+            return self._decode_step()
+
+    def _decode_step(self) -> list[RowStep]:
+        import torch
+
+        adapter, config, model = self.adapter, self.config, self.adapter.model
+        num_rows = len(self.rows)
+        live = [i for i, r in enumerate(self.rows) if r.stop_reason is None]
+        self.num_row_steps += num_rows
+        self.num_padded_row_steps += num_rows - len(live)
+        if not live:
+            return []
+        live_index = torch.tensor(live, device=self.device)
+        chosen = adapter._select_tokens(self.hidden[live_index], self.allowed, [self.rows[i] for i in live])
+        tokens = torch.full((num_rows,), config.eos_token_id, dtype=torch.long, device=self.device)
+        tokens[live_index] = chosen.to(self.device)
+        is_live = torch.zeros(num_rows, dtype=torch.bool, device=self.device)
+        is_live[live_index] = True
+        making = is_live & (tokens == config.audio_token_id)
+        ends = is_live & (tokens == config.eos_token_id)
+        capped = torch.tensor([r.stop_reason is None and r.num_steps + 1 >= self.params.max_new_tokens
+                               for r in self.rows], device=self.device)
+        continuing = is_live & ~ends & ~capped
+        drop_history = self.negative.reset(self.negative.drop_history, is_live & (tokens == config.audio_bos_token_id))
+        next_embeds = self.embed(tokens)[:, None, :]
+        making_rows = making.nonzero().flatten()
+        generators = [self.rows[i].generator for i in making_rows.tolist()]
+        generator_states = [g.get_state() for g in generators]
+        negative_mark, positive_mark = self.negative.stream.checkpoint(), self.positive.checkpoint()
+        frames: dict[int, object] = {}
+        pending = []
+        new_hidden = None
+        try:
+            if making_rows.numel():
+                negative_hidden, drop_history = self.negative.forward(self.step_inputs, making, drop_history)
+                latent = adapter._sample_latents(self.hidden[making_rows], negative_hidden[making_rows],
+                                                 self.params.cfg_scale, generators, self.noise_scheduler)
+                scaled = latent / model.model.latent_scaling_factor - model.model.latent_bias_factor
+                decoded, decoder_pending = self.decoder_cache.run(model.model.audio_tower.decode, scaled[:, None, :],
+                                                                  making_rows)
+                audio = decoded.audio
+                encoded, semantic_pending = self.semantic_cache.run(model.model.semantic_tokenizer_encoder, audio,
+                                                                    making_rows)
+                pending = [(self.decoder_cache, decoder_pending), (self.semantic_cache, semantic_pending)]
+                frame_embeds = (model.model.multi_modal_projector(latent[:, None, :])
+                                + model.model.semantic_connector(encoded.latents))  # (n, 1, hidden)
+                next_embeds[making_rows] = frame_embeds.to(next_embeds.dtype)
+                chunks = audio[:, 0, :self.hop].float().cpu().numpy()
+                frames = {i: chunks[j] for j, i in enumerate(making_rows.tolist())}
+            if bool(continuing.any()):
+                new_hidden = self.positive.forward(next_embeds, continuing[:, None])
+        except BaseException:
+            self.negative.stream.rollback(negative_mark)
+            self.positive.rollback(positive_mark)
+            for g, state in zip(generators, generator_states):
+                g.set_state(state)
+            raise
+        # commit: assignments and small in-place writes only
+        self.negative.drop_history = drop_history
+        for cache, state in pending:
+            cache.commit(state)
+        if new_hidden is not None:
+            self.hidden[continuing] = new_hidden[continuing].to(self.hidden.dtype)
+            self.step_inputs[continuing] = next_embeds[continuing]
+        token_list = tokens.tolist()
+        ends_list, capped_list = ends.tolist(), capped.tolist()
+        out = []
+        for i in live:
+            row = self.rows[i]
+            row.token_ids.append(token_list[i])
+            row.num_steps += 1
+            if ends_list[i]:
+                row.stop_reason = StopReason.END_OF_SPEECH
+            elif capped_list[i]:
+                row.stop_reason = StopReason.MAX_NEW_TOKENS
+            audio = frames.get(i)
+            out.append(RowStep(key=row.key, audio=audio if audio is not None else np.zeros(0, dtype=np.float32),
+                               stop_reason=row.stop_reason))
+        return out
+
+    # -- release --------------------------------------------------------------------------------------------------
+    def release(self, keys) -> None:
+        import torch
+
+        gone = set(keys)
+        keep = [i for i, r in enumerate(self.rows) if r.key not in gone]
+        if len(keep) == len(self.rows):
+            return
+        with torch.inference_mode():
+            index = torch.tensor(keep, dtype=torch.long, device=self.device)
+            self.positive.keep_rows(index)
+            self.negative.stream.keep_rows(index)
+            self.negative.drop_history = self.negative.drop_history[index]
+            self.decoder_cache.keep(index)
+            self.semantic_cache.keep(index)
+            self.hidden = self.hidden[index]
+            self.step_inputs = self.step_inputs[index]
+        self.rows = [self.rows[i] for i in keep]
 
 
 class VibeVoiceAdapter(TTSAdapter):
@@ -299,6 +768,7 @@ class VibeVoiceAdapter(TTSAdapter):
 
     family = "vibevoice"
     display_name = "VibeVoice"
+    supports_decode_steps = True
     # Original releases (microsoft/VibeVoice format: decoder_config / acoustic_tokenizer_config) -> their transformers
     # conversions (transformers convert_vibevoice_to_hf.py; model_doc/vibevoice.md names the 7B one).
     original_format_repos = {
@@ -484,7 +954,9 @@ class VibeVoiceAdapter(TTSAdapter):
         """Tokenise the rows (left-padded) and put each row's reference frames into its prompt embeddings.
 
         Each row's reference audio (float32 ``(num_samples,)`` at ``facts.sampling_rate``) is encoded on its own, with
-        the codec's sigma-VAE noise drawn from a generator seeded with ``row.seed``.
+        the codec's sigma-VAE noise drawn from a generator seeded from the reference's own samples
+        (``voice_seed``): one voice always gets the same conditioning, so rows of that voice can share their prompt
+        prefix (``VibeVoiceDecodeBatch`` reuses its prefill); the row's seed drives the diffusion noise.
 
         Raises:
             InputError: no rows, or a row's text is empty.
@@ -492,46 +964,87 @@ class VibeVoiceAdapter(TTSAdapter):
         """
         import torch
 
+        references = self._check_rows(rows)
+        pad_id = int(self.processor.tokenizer.pad_token_id)
+        ids, embeds = [], []
+        with torch.inference_mode():
+            for row, ref in zip(rows, references):
+                tokens = self._row_tokens(row.text, ref)
+                ids.append(tokens["input_ids"][0].to(self.device))
+                embeds.append(self._row_embeds(tokens, ref))
+            width = max(t.numel() for t in ids)
+            input_ids = torch.stack([torch.cat([t.new_full((width - t.numel(),), pad_id), t]) for t in ids])
+            attention_mask = torch.stack([torch.cat([t.new_zeros(width - t.numel()), torch.ones_like(t)])
+                                          for t in ids])
+            inputs_embeds = self.model.model.get_input_embeddings()(input_ids)  # padding: the pad token's embedding
+            for i, e in enumerate(embeds):
+                inputs_embeds[i, width - e.shape[0]:] = e
+        return VibeVoiceInputs(inputs_embeds=inputs_embeds, attention_mask=attention_mask, input_ids=input_ids,
+                               seeds=[int(row.seed) for row in rows], rows=list(rows))
+
+    def _check_rows(self, rows: list[AdapterRow]) -> list[np.ndarray | None]:
+        """Each row's reference as float32 ``(num_samples,)`` (None without one), after checking the rows.
+
+        Raises:
+            InputError: no rows, or a row's text is empty.
+            ReferenceAudioError: a reference is not a finite 1-D array with at least one sample.
+        """
         if not rows:
             raise InputError("preprocess got no rows; pass at least one AdapterRow")
-        audios = []
+        references = []
         for i, row in enumerate(rows):
             if not row.text or not row.text.strip():
                 raise InputError(f"row {i}: text is empty; give the segment some text to speak")
+            ref = None
             if row.reference_audio is not None:
                 ref = np.asarray(row.reference_audio, dtype=np.float32)
                 if ref.ndim != 1 or ref.size == 0 or not np.isfinite(ref).all():
                     raise ReferenceAudioError(
                         f"row {i}: reference audio must be a finite mono array (num_samples,) with samples; got shape "
                         f"{ref.shape}. Clean it with `python -m tts_app reference FILE` first.")
-                audios.append(ref)
-        prompts = [self._prompt(row.text.strip(), None if row.reference_audio is None else 1) for row in rows]
-        kwargs = {"padding": True, "return_tensors": "pt"}
-        if audios:
-            kwargs.update(audio=audios, sampling_rate=self.facts.sampling_rate)
-        batch = self.processor(text=prompts, **kwargs)
-        input_ids = batch["input_ids"].to(self.device)
-        attention_mask = batch["attention_mask"].to(self.device)
+            references.append(ref)
+        return references
+
+    def _row_tokens(self, text: str, ref: np.ndarray | None) -> dict:
+        """The processor's output for one row's prompt (``input_ids`` ``(1, L)`` with one ``<audio>`` per reference
+        frame, and the reference's ``input_values`` / ``padding_mask``)."""
+        kwargs = {"return_tensors": "pt"}
+        if ref is not None:
+            kwargs.update(audio=[ref], sampling_rate=self.facts.sampling_rate)
+        return self.processor(text=[self._prompt(text.strip(), None if ref is None else 1)], **kwargs)
+
+    def _row_embeds(self, tokens: dict, ref: np.ndarray | None):
+        """Prompt embeddings ``(L, hidden)`` of one row (``_row_tokens``), its reference frames in place."""
+        import torch
+
         lm = self.model.model
-        with torch.inference_mode():
-            inputs_embeds = lm.get_input_embeddings()(input_ids)
-            audio_index = 0
-            for i, row in enumerate(rows):
-                if row.reference_audio is None:
-                    continue
-                num_samples = int(batch["padding_mask"][audio_index].sum())
-                padded = math.ceil(num_samples / self.processor.feature_extractor.pad_to_multiple_of) * \
-                    self.processor.feature_extractor.pad_to_multiple_of
-                values = batch["input_values"][audio_index:audio_index + 1, :, :padded].to(self.device, lm.dtype)
-                mask = batch["padding_mask"][audio_index:audio_index + 1, :padded].to(self.device)
-                with torch.random.fork_rng(devices=self._rng_devices()):
-                    torch.manual_seed(row.seed)
-                    frames = lm.get_audio_features(values, mask, sample=True).pooler_output  # (num_frames, hidden)
-                placeholder = input_ids[i] == self.model.config.audio_token_id
-                inputs_embeds[i, placeholder] = frames.to(inputs_embeds.dtype)
-                audio_index += 1
-        return VibeVoiceInputs(inputs_embeds=inputs_embeds, attention_mask=attention_mask, input_ids=input_ids,
-                               seeds=[int(row.seed) for row in rows])
+        input_ids = tokens["input_ids"][0].to(self.device)
+        embeds = lm.get_input_embeddings()(input_ids)
+        if ref is None:
+            return embeds
+        num_samples = int(tokens["padding_mask"][0].sum())
+        multiple = self.processor.feature_extractor.pad_to_multiple_of
+        padded = math.ceil(num_samples / multiple) * multiple
+        values = tokens["input_values"][:1, :, :padded].to(self.device, lm.dtype)
+        mask = tokens["padding_mask"][:1, :padded].to(self.device)
+        with torch.random.fork_rng(devices=self._rng_devices()):
+            torch.manual_seed(voice_seed(ref))
+            frames = lm.get_audio_features(values, mask, sample=True).pooler_output  # (num_frames, hidden)
+        embeds[input_ids == self.model.config.audio_token_id] = frames.to(embeds.dtype)
+        return embeds
+
+    def _prefix_length(self, ref: np.ndarray, input_ids) -> int:
+        """Positions of a row's prompt that depend on its voice only (system prompt + the reference section) when
+        their tokens are exactly the start of the row's ``input_ids`` ``(L,)``; else 0 (nothing to share)."""
+        prefix = SYSTEM_PROMPT + VOICE_SECTION.format(audio_bos=self.processor.audio_bos_token,
+                                                      audio=self.processor.audio_token,
+                                                      audio_eos=self.processor.audio_eos_token)
+        ids = self.processor(text=[prefix], audio=[ref], sampling_rate=self.facts.sampling_rate,
+                             return_tensors="pt")["input_ids"][0]
+        n = int(ids.numel())
+        if n >= int(input_ids.numel()) or not bool((input_ids[:n].cpu() == ids).all()):
+            return 0
+        return n
 
     def _rng_devices(self) -> list[int]:
         """CUDA device indices whose RNG state ``fork_rng`` must save and restore (none on CPU)."""
@@ -542,12 +1055,13 @@ class VibeVoiceAdapter(TTSAdapter):
             return []
         return [device.index if device.index is not None else torch.cuda.current_device()]
 
-    def _select_tokens(self, hidden, allowed):
-        """Next token per row ``(batch,)`` int64: the argmax of the LM head restricted to ``allowed``, always (as the
-        original model and transformers do; sampling the stop decision would end speech early)."""
+    def _select_tokens(self, hidden, allowed, rows):
+        """Next token per row ``(n,)`` int64: the argmax of the LM head restricted to ``allowed``, always (as the
+        original model and transformers do; sampling the stop decision would end speech early). ``hidden``:
+        ``(n, hidden_size)`` last hidden states of the live rows ``rows`` (``_Row``: its ``row``, ``num_steps``)."""
         import torch
 
-        logits = self.model.lm_head(hidden).float()  # (batch, vocab)
+        logits = self.model.lm_head(hidden).float()  # (n, vocab)
         scores = torch.full_like(logits, float("-inf"))
         scores[:, allowed] = logits[:, allowed]
         return scores.argmax(dim=-1)
@@ -571,6 +1085,13 @@ class VibeVoiceAdapter(TTSAdapter):
             latent = scheduler.step(guided, timestep, latent).prev_sample
         return latent
 
+    def start_decode(self, params: SynthesisParams, prefix_cache: PrefixCache | None = None
+                     ) -> VibeVoiceDecodeBatch:
+        """An empty running batch (step interface, ``VibeVoiceDecodeBatch``) for rows with these knobs; the engine's
+        continuous batching prefills rows into it, steps it and releases rows. ``prefix_cache``: where rows of one
+        reference voice share that voice's prefilled prompt prefix (with the KV cache on)."""
+        return VibeVoiceDecodeBatch(self, self.resolve(params), prefix_cache)
+
     def generate(self, inputs: VibeVoiceInputs, params: SynthesisParams) -> VibeVoiceOutputs:
         """Decode until every row says ``<eos>`` or ``max_new_tokens`` tokens are made.
 
@@ -580,68 +1101,25 @@ class VibeVoiceAdapter(TTSAdapter):
         afresh), ``<eos>`` ends the row. ``greedy``, ``temperature``, ``top_k`` and ``top_p`` do not apply; the
         diffusion noise comes from the row's seed. Honours ``cfg_scale`` (guidance of the diffusion head; default
         from the checkpoint's generation config, else 1.3), ``max_new_tokens`` and ``use_cache`` (same tokens on or
-        off). May raise ``torch.OutOfMemoryError``.
+        off). Runs the step interface's ``VibeVoiceDecodeBatch`` with every row from the start and no row released
+        early (finished rows stay in the forward calls, masked, until the last ends). May raise
+        ``torch.OutOfMemoryError``.
         """
         import torch
 
-        from tts_app.adapters.sampling import RowSampler
-
-        model, config = self.model, self.model.config
-        params = self.resolve(params)
-        batch_size = inputs.inputs_embeds.shape[0]
-        max_new_tokens = params.max_new_tokens
-        device = inputs.inputs_embeds.device
-        # One random stream per row for its diffusion noise, in decode order.
-        generators = RowSampler(inputs.seeds).generators(device)
-        allowed = torch.tensor([config.audio_token_id, config.audio_bos_token_id, config.audio_eos_token_id,
-                                config.eos_token_id], device=device)
-        scheduler = copy.deepcopy(self._noise_scheduler)
-        language_model = model.model.language_model
-        embed = model.model.get_input_embeddings()
-        hop = int(config.audio_config.hop_length)
-        outputs = VibeVoiceOutputs(token_ids=[[] for _ in range(batch_size)],
-                                   audio_chunks=[[] for _ in range(batch_size)])
+        batch = VibeVoiceDecodeBatch(self, self.resolve(params))
+        num_rows = inputs.inputs_embeds.shape[0]
+        rows = inputs.rows or [AdapterRow(text="", reference_audio=None, reference_text=None, seed=seed)
+                               for seed in inputs.seeds]
+        audio = [[] for _ in range(num_rows)]
         with torch.inference_mode():
-            positive = _DecoderStream(language_model, inputs.inputs_embeds, inputs.attention_mask, params.use_cache)
-            negative = _NegativeStream(language_model, inputs.inputs_embeds[:, :0], params.use_cache)
-            decoder_cache = _RowStreamingCache(batch_size)
-            semantic_cache = _RowStreamingCache(batch_size)
-            finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
-            # What the negative stream reads when a row makes a frame this step: the positive stream's input of the
-            # step (upstream passes the same embeddings to both), and at step 0 a lone <audio_bos>.
-            step_inputs = embed(torch.full((batch_size, 1), config.audio_bos_token_id, device=device))
-            hidden = positive.forward()  # prefill: (batch, hidden)
-            for step in range(max_new_tokens):
-                next_tokens = self._select_tokens(hidden, allowed)
-                live = ~finished
-                for i in live.nonzero().flatten().tolist():
-                    outputs.token_ids[i].append(int(next_tokens[i]))
-                negative.reset(live & (next_tokens == config.audio_bos_token_id))
-                making = live & (next_tokens == config.audio_token_id)
-                next_embeds = embed(next_tokens)[:, None, :]
-                if making.any():
-                    rows = making.nonzero().flatten()
-                    negative_hidden = negative.forward(step_inputs, making)
-                    latent = self._sample_latents(hidden[rows], negative_hidden[rows], params.cfg_scale,
-                                                  [generators[i] for i in rows.tolist()], scheduler)  # (n, latent)
-                    scaled = latent / model.model.latent_scaling_factor - model.model.latent_bias_factor
-                    audio = decoder_cache.run(model.model.audio_tower.decode, scaled[:, None, :], rows).audio
-                    semantic = semantic_cache.run(model.model.semantic_tokenizer_encoder, audio, rows).latents
-                    frame_embeds = (model.model.multi_modal_projector(latent[:, None, :])
-                                    + model.model.semantic_connector(semantic))  # (n, 1, hidden)
-                    for j, i in enumerate(rows.tolist()):
-                        outputs.audio_chunks[i].append(audio[j, 0, :hop].float())
-                    next_embeds[rows] = frame_embeds.to(next_embeds.dtype)
-                finished = finished | (live & (next_tokens == config.eos_token_id))
-                if bool(finished.all()) or step + 1 == max_new_tokens:
-                    break
-                positive.append(next_embeds, ~finished)
-                step_inputs = next_embeds
-                hidden = positive.forward()
-        outputs.token_ids = [torch.tensor(t, dtype=torch.long) for t in outputs.token_ids]
-        outputs.stop_reasons = [StopReason.END_OF_SPEECH if done else StopReason.MAX_NEW_TOKENS
-                                for done in finished.tolist()]
-        return outputs
+            batch._join(list(range(num_rows)), rows, inputs)
+            while any(r.stop_reason is None for r in batch.rows):
+                for step in batch._decode_step():
+                    if step.audio.size:
+                        audio[step.key].append(step.audio)
+        return VibeVoiceOutputs(token_ids=[torch.tensor(r.token_ids, dtype=torch.long) for r in batch.rows],
+                                audio_chunks=audio, stop_reasons=[r.stop_reason for r in batch.rows])
 
     def stop_reasons(self, outputs: VibeVoiceOutputs, inputs: VibeVoiceInputs) -> list[StopReason]:
         """``MAX_NEW_TOKENS`` for a row still making frames at the cap, else ``END_OF_SPEECH``."""
@@ -650,7 +1128,5 @@ class VibeVoiceAdapter(TTSAdapter):
     def postprocess(self, outputs: VibeVoiceOutputs, inputs: VibeVoiceInputs) -> list[np.ndarray]:
         """One float32 waveform ``(num_frames * 3200,)`` per row at ``facts.sampling_rate``, only that row's frames
         (empty when the row ended before making a frame)."""
-        import torch
-
-        return [torch.cat(chunks).cpu().numpy().astype(np.float32) if chunks else np.zeros(0, dtype=np.float32)
+        return [np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, dtype=np.float32)
                 for chunks in outputs.audio_chunks]

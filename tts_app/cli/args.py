@@ -201,6 +201,7 @@ class EngineArgs:
 ENGINE_FLAGS: dict[str, str] = {
     "model_id": "--model", "device": "--device", "dtype": "--dtype", "max_batch_size": "--max-batch-size",
     "memory_budget_bytes": "--memory-budget", "simulate_oom_above_batch": "--simulate-oom-above-batch",
+    "simulate_step_delay_ms": "--simulate-step-delay-ms",
 }
 
 
@@ -222,6 +223,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         "on CUDA, unlimited on CPU)")
     g.add_argument("--simulate-oom-above-batch", type=positive_int, default=None, metavar="N",
                    help="testing aid: raise a real out-of-memory error for batches larger than N")
+    g.add_argument("--simulate-step-delay-ms", type=float, default=None, metavar="MS",
+                   help="testing aid: wait MS milliseconds before each decode step (watch streaming on a fast "
+                        "machine; models with step-wise decoding only)")
 
 
 def _given(args: argparse.Namespace, names: dict[str, str]) -> dict:
@@ -254,7 +258,8 @@ def engine_args_from(args: argparse.Namespace, **engine_overrides) -> EngineArgs
         model = ModelConfig(**_given(args, {"model": "model_id", "device": "device", "dtype": "dtype"}))
         engine = EngineConfig(**{**_given(args, {"max_batch_size": "max_batch_size",
                                                  "memory_budget": "memory_budget_bytes",
-                                                 "simulate_oom_above_batch": "simulate_oom_above_batch"}),
+                                                 "simulate_oom_above_batch": "simulate_oom_above_batch",
+                                                 "simulate_step_delay_ms": "simulate_step_delay_ms"}),
                                  **engine_overrides})
     except ConfigError as exc:
         raise _usage_error(exc, ENGINE_FLAGS) from None

@@ -1071,6 +1071,8 @@ class Engine:
             oom = self._simulated_oom(num_rows)
             if oom is not None:
                 raise oom
+            if self.config.simulate_step_delay_ms:
+                time.sleep(self.config.simulate_step_delay_ms / 1000.0)
             return batch.decode_step()
 
         row_steps_before, padded_before = batch.num_row_steps, batch.num_padded_row_steps

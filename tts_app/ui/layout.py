@@ -164,9 +164,14 @@ def _wrap(fn, ctx: AppContext):
     sig = inspect.signature(fn)
     params = list(sig.parameters.values())[1:]
 
-    @functools.wraps(fn)
-    def bound(*args, **kwargs):
-        return fn(ctx, *args, **kwargs)
+    if inspect.isgeneratorfunction(fn):  # gradio streams a handler's yields only when it sees a generator
+        @functools.wraps(fn)
+        def bound(*args, **kwargs):
+            yield from fn(ctx, *args, **kwargs)
+    else:
+        @functools.wraps(fn)
+        def bound(*args, **kwargs):
+            return fn(ctx, *args, **kwargs)
 
     bound.__signature__ = sig.replace(parameters=params)
     del bound.__wrapped__
