@@ -497,7 +497,9 @@ class VibeVoiceDecodeBatch(DecodeBatch):
         model = adapter.model
         self.config = config = model.config
         self.device = torch.device(adapter.device)
-        self.prefix_cache = prefix_cache if params.use_cache else None  # prefixes are kept as KV caches
+        # prefixes are kept as KV caches: none without the KV cache, none when the engine keeps none
+        self.prefix_cache = prefix_cache if params.use_cache and prefix_cache is not None \
+            and prefix_cache.max_entries > 0 else None
         lm = model.model.language_model
         self.embed = model.model.get_input_embeddings()
         hidden_size = int(config.text_config.hidden_size)
@@ -559,7 +561,8 @@ class VibeVoiceDecodeBatch(DecodeBatch):
         """A stream of the new rows prefilled through the prefix cache: each row's voice prefix comes from the cache
         (or is prefilled once per new voice and stored), then the rest of its prompt runs on top. Returns (stream,
         last hidden ``(m, hidden)``). Per row the stream holds [padding | prefix | padding | rest]; position ids
-        follow the mask, so the holes change nothing."""
+        follow the mask, so the holes change nothing. A row of a known voice needs neither its reference encoded
+        nor its audio processed: only its text section is tokenised."""
         import torch
 
         adapter = self.adapter
@@ -569,23 +572,26 @@ class VibeVoiceDecodeBatch(DecodeBatch):
         found: dict = {}  # prefix key -> per-layer (keys, values), each (1, kv_heads, P, head_dim)
         to_prefill: dict = {}  # prefix key -> prefix embeddings (P, hidden) of a voice not in the cache
         for row, ref in zip(adapter_rows, references):
-            tokens = adapter._row_tokens(row.text, ref)
-            ids = tokens["input_ids"][0].to(self.device)
-            length = adapter._prefix_length(ref, ids) if ref is not None else 0
-            key = ("vibevoice voice prefix", voice_digest(ref), length) if length else None
+            key = None if ref is None else ("vibevoice voice prefix", voice_digest(ref))
             if key is not None and key not in found and key not in to_prefill:
                 cached = self.prefix_cache.get(key)
                 if cached is not None:
                     found[key] = cached
-            if key is None or (key not in found and key not in to_prefill):
-                full = adapter._row_embeds(tokens, ref)  # reference frames encoded: a new voice (or no prefix)
-                if key is not None:
-                    to_prefill[key] = full[:length]
-                    full = full[length:]
-                rests.append(full)
-            else:
-                rests.append(self.embed(ids[length:]))
-            row_prefix.append(key)
+            if key is not None and (key in found or key in to_prefill):
+                rests.append(self.embed(adapter._text_ids(row.text).to(self.device)))
+                row_prefix.append(key)
+                continue
+            tokens = adapter._row_tokens(row.text, ref)
+            full = adapter._row_embeds(tokens, ref)
+            ids = tokens["input_ids"][0]
+            length = adapter._prefix_length(ref, ids) if ref is not None else 0
+            if length and not torch.equal(ids[length:], adapter._text_ids(row.text)):
+                length = 0  # the tokenizer merges across the boundary: nothing to share
+            if length:
+                to_prefill[key] = full[:length]
+                full = full[length:]
+            rests.append(full)
+            row_prefix.append(key if length else None)
         if to_prefill:  # one forward for every new voice of this prefill
             todo = list(to_prefill)
             widths = [to_prefill[k].shape[0] for k in todo]
@@ -1032,6 +1038,11 @@ class VibeVoiceAdapter(TTSAdapter):
             frames = lm.get_audio_features(values, mask, sample=True).pooler_output  # (num_frames, hidden)
         embeds[input_ids == self.model.config.audio_token_id] = frames.to(embeds.dtype)
         return embeds
+
+    def _text_ids(self, text: str):
+        """Token ids ``(R,)`` of a row's text section (the end of its prompt, after the voice), on the CPU."""
+        section = TEXT_SECTION.format(text=text.strip(), audio_bos=self.processor.audio_bos_token)
+        return self.processor(text=[section], return_tensors="pt")["input_ids"][0]
 
     def _prefix_length(self, ref: np.ndarray, input_ids) -> int:
         """Positions of a row's prompt that depend on its voice only (system prompt + the reference section) when

@@ -332,6 +332,7 @@ class Engine:
         self._busy = False
         self._rng = random.Random(0)  # simulated-OOM draws; seeded so a test run is repeatable
         self._budget_bytes = self._measure_budget()
+        self._prefix_bytes_at_measure = 0
         self._used_since_empty = False
         self._num_oom = 0
         self._num_batches = 0
@@ -432,13 +433,22 @@ class Engine:
                                    safety_margin_bytes=self.config.safety_margin_bytes)
 
     def _rows_budget(self) -> int | None:
-        """The budget left for rows: the memory budget less what the prefix cache holds (which is bounded to
-        ``PREFIX_CACHE_BUDGET_SHARE`` of it). Lock held."""
+        """The budget left for rows: the memory budget less what the prefix cache holds (bounded to
+        ``PREFIX_CACHE_BUDGET_SHARE`` of it). A budget measured from free device memory already leaves out what the
+        cache held then, so only its growth since is subtracted. Lock held."""
         budget = self._budget_bytes
         if budget is None:
             return None
         self.prefix_cache.trim(int(budget * PREFIX_CACHE_BUDGET_SHARE))
-        return max(0, budget - self.prefix_cache.num_bytes)
+        held = self.prefix_cache.num_bytes
+        if self.config.memory_budget_bytes is None:
+            held -= self._prefix_bytes_at_measure
+        return max(0, budget - max(0, held))
+
+    def _remeasure_budget(self) -> None:
+        """Measure the budget now (nothing of ours is running). Lock held."""
+        self._budget_bytes = self._measure_budget()
+        self._prefix_bytes_at_measure = self.prefix_cache.num_bytes
 
     def estimate_request_bytes(self, request: SynthesisRequest) -> int:
         """Estimated bytes (KV cache + activations) the request's longest segment needs as a batch of one: the
@@ -998,7 +1008,7 @@ class Engine:
                 if self._stopping:
                     break
                 if batch is None:
-                    self._budget_bytes = self._measure_budget()  # nothing of ours is resident: a clean reading
+                    self._remeasure_budget()  # no running batch: a clean reading
                 released = self.scheduler.take_released()
                 plan = self.scheduler.schedule_step(self._rows_budget(), admit_only_when_empty=not self.continuous)
                 self._fail_too_large(plan.too_large, resolved)
@@ -1023,35 +1033,41 @@ class Engine:
             if batch is not None and released:
                 batch.release(released)
             if admit:
-                if batch is not None and batch.num_rows == 0:
-                    batch = None
-                if batch is None:
-                    batch = self.adapter.start_decode(admit[0][1].params, self.prefix_cache)
-                self._prefill(batch, admit)
+                batch = self._prefill(batch if batch is not None and batch.num_rows else None, admit)
             batch = self._step(batch)
 
-    def _prefill(self, batch: DecodeBatch, admit: list[tuple[SegmentWork, _RequestState]]) -> None:
+    def _prefill(self, batch: DecodeBatch | None, admit: list[tuple[SegmentWork, _RequestState]]
+                 ) -> DecodeBatch | None:
+        """Prefill the admitted rows into ``batch`` (a new one from ``adapter.start_decode`` when None) and apply
+        the outcome. Returns the running batch (None when there was none and it could not be made)."""
         works = [w for w, _ in admit]
         rows = [(w, self._adapter_row(w, s)) for w, s in admit]
+        holder = {"batch": batch}
 
         def call():
-            oom = self._simulated_oom(batch.num_rows + len(rows))
+            if holder["batch"] is None:
+                holder["batch"] = self.adapter.start_decode(admit[0][1].params, self.prefix_cache)
+            running = holder["batch"]
+            oom = self._simulated_oom(running.num_rows + len(rows))
             if oom is not None:
                 raise oom
-            before = batch.prefill_s
-            batch.prefill(rows)
-            return batch.prefill_s - before
+            before = running.prefill_s
+            running.prefill(rows)
+            return running.prefill_s - before
 
         outcome, seconds = self._run_phase(Phase.PREFILL, works, call)
+        batch = holder["batch"]
         resolved: list = []
         events: list = []
         with self._cv:
             self._prefill_s += seconds or 0.0
             update = self.scheduler.update_from_output(outcome)
-            self._apply_update(update, resolved, events, batch_size=batch.num_rows)
+            self._apply_update(update, resolved, events, batch_size=batch.num_rows if batch is not None else 0)
             self._cv.notify_all()
-        self._release(batch, update)
+        if batch is not None:
+            self._release(batch, update)
         self._deliver(resolved, events)
+        return batch
 
     def _step(self, batch: DecodeBatch | None) -> DecodeBatch | None:
         """One decode step of the running batch and its update. Returns the batch to go on with (None when it ended
