@@ -20,8 +20,13 @@ Measures:
    codec decoder, the semantic encoder and the two connectors once. bound frames/s = bandwidth / those bytes; printed with measured / bound.
 4. OOM back-off through the real ``Engine``: ``torch.cuda.set_per_process_memory_fraction`` caps this process
    between the measured peaks of small and large batches; 16 requests at max batch 16 must all finish while the
-   engine halves its cap on each real ``torch.OutOfMemoryError``. On CPU (``--device cpu``) the OOM is simulated
-   (``simulate_oom_above_batch``).
+   engine halves its cap on each real ``torch.OutOfMemoryError`` (continuous batching: the youngest rows are
+   requeued, the others go on). On CPU (``--device cpu``) the OOM is simulated (``simulate_oom_above_batch``).
+5. continuous vs request-level batching (issue 15): 64 mixed-length requests (5-200 characters; each row stops at
+   its text's expected spoken length, ``bench/continuous_bench.py length_driven``) at caps 8 and 16: audio seconds
+   per second and padded row-steps of each mode and their ratio, the largest sample difference to the first mode
+   (equality), peak memory (``max_memory_allocated`` growth) vs the engine's budget; then the time to the first
+   streamed chunk of a short request submitted while a long job decodes, request-level vs continuous.
 
 Without CUDA (and without ``--device cpu``) it prints one line saying so and exits with status 2.
 """
@@ -60,7 +65,7 @@ def forced_frames_adapter_class():
     from tts_app.adapters.vibevoice import VibeVoiceAdapter
 
     class ForcedFramesAdapter(VibeVoiceAdapter):
-        def _select_tokens(self, hidden, allowed):
+        def _select_tokens(self, hidden, allowed, rows):
             import torch
 
             self.model.lm_head(hidden)  # keep the LM-head read, as a real step does
@@ -256,6 +261,56 @@ def measure_oom_backoff(adapter, device: str, decode: list[dict], new_tokens: in
     return out
 
 
+def measure_continuous(adapter, device: str, caps: list[int], num_requests: int, max_frames: int,
+                       deadline: float) -> dict:
+    """Request-level vs continuous batching on ``num_requests`` mixed-length requests at each cap, then the time to
+    first audio (see module docstring, 5). Runs stop being started once ``deadline`` (monotonic s) has passed."""
+    import continuous_bench as cb
+
+    driven, frames_for = cb.length_driven(adapter, max_frames)
+    texts = common.workload_texts(num_requests, 5, 200, seed=1)
+    requests = cb.requests_for(driven, texts, max_frames)
+    cb.run_all(driven, requests[:2], 2, continuous=True)  # warm-up
+    out: dict = {"num_requests": num_requests, "max_new_tokens": max_frames, "runs": []}
+    reference = None
+    for cap in caps:
+        by_mode = {}
+        for mode, continuous in (("request-level", False), ("continuous", True)):
+            if time.monotonic() > deadline:
+                out["runs"].append({"cap": cap, "mode": mode, "skipped": "time budget spent"})
+                continue
+            with common.cuda_peak(device) as peak:
+                seconds, stats, results = cb.run_all(driven, requests, cap, continuous=continuous)
+            audio_s = sum(r.duration_s for r in results if r.ok)
+            same, diff = cb._compare(results, reference) if reference is not None else (True, 0.0)
+            reference = reference or results
+            row = {"cap": cap, "mode": mode, "wall_s": seconds, "audio_s": audio_s,
+                   "audio_s_per_s": audio_s / max(seconds, 1e-9), "completed": sum(r.ok for r in results),
+                   "padded_share": stats.padded_share or 0.0, "row_steps": stats.num_row_steps,
+                   "same_length_as_first": same, "max_abs_diff_to_first": diff,
+                   "budget_bytes": stats.memory_budget_bytes, "cuda_peak_bytes": peak["peak_bytes"]}
+            if peak["peak_bytes"] is not None and stats.memory_budget_bytes:
+                row["peak_vs_budget"] = peak["peak_bytes"] / stats.memory_budget_bytes
+            by_mode[mode] = row
+            out["runs"].append(row)
+            print(f"  cap {cap:2d} {mode:13s}: {row['audio_s_per_s']:7.2f} audio s/s, padded "
+                  f"{row['padded_share']:.1%}, {seconds:6.1f} s" + (f", peak {peak['peak_bytes'] / 2**30:.2f} GiB"
+                                                                  if peak["peak_bytes"] is not None else ""),
+                  flush=True)
+        if len(by_mode) == 2:
+            by_mode["continuous"]["vs_request_level"] = (by_mode["continuous"]["audio_s_per_s"]
+                                                         / max(by_mode["request-level"]["audio_s_per_s"], 1e-9))
+    if time.monotonic() < deadline:
+        table = cb.build_tables()["ttfa"]
+        cfg = {"caps": [max(caps)], "job_requests": 2 * max(caps), "max_new_tokens": max_frames}
+        cb.measure_ttfa(driven, texts, cfg, table, frames_for)
+        out["time_to_first_audio"] = table.rows
+        req, con = table.rows
+        print(f"  first audio of a short request during a long job: request-level {req['first_audio_s']:.2f} s, "
+              f"continuous {con['first_audio_s']:.2f} s (x{req['vs_continuous']:.1f})", flush=True)
+    return out
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", default="vibevoice", choices=["vibevoice", "indextts2"],
@@ -269,7 +324,13 @@ def parse_args(argv):
     parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting new decode runs after this")
     parser.add_argument("--bandwidth-gbps", type=float, default=None, help="device memory bandwidth in GB/s")
     parser.add_argument("--json", dest="json_out", default=None, help="write the report here too")
+    parser.add_argument("--continuous-caps", default=None, help="caps of measure 5 (default 8,16; --tiny 2,4)")
+    parser.add_argument("--continuous-requests", type=int, default=None, help="requests of measure 5 (default 64; "
+                                                                              "--tiny 8)")
     args = parser.parse_args(argv)
+    args.continuous_caps = [int(x) for x in (args.continuous_caps or ("2,4" if args.tiny else "8,16")).split(",")]
+    if args.continuous_requests is None:
+        args.continuous_requests = 8 if args.tiny else 64
     default_sizes = {"vibevoice": ("1,2,4", "1,2,4,8,16"), "indextts2": ("1,4", "1,4,8,16")}[args.family]
     args.batch_sizes = [int(x) for x in (args.batch_sizes or default_sizes[0 if args.tiny else 1]).split(",")]
     if args.new_tokens is None:
@@ -330,10 +391,14 @@ def main(argv=None) -> int:
     else:
         print(f"  OOM back-off skipped: {oom['reason']}", flush=True)
 
+    continuous = measure_continuous(adapter, device, args.continuous_caps, args.continuous_requests,
+                                    max(args.new_tokens, 48) if not args.tiny else 8, deadline + 120)
+
     report = {"device": device, "device_name": torch.cuda.get_device_name(device) if device.startswith("cuda")
               else "cpu", "model": "tiny VibeVoice" if args.tiny else "VibeVoice-1.5B (random weights)",
               "dtype": adapter.dtype, "num_parameters": num_parameters, "weight_bytes": weight_bytes,
               "build_s": build_s, "decode": decode, "bandwidth_bound": bound, "oom_backoff": oom,
+              "continuous": continuous,
               "torch": torch.__version__, "elapsed_s": time.monotonic() - started}
     text = json.dumps(report, indent=1, default=str)
     if args.json_out:

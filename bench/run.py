@@ -17,8 +17,13 @@ Measures (tiny random checkpoints of the real architectures, built in code; noth
 7. jsonl        validation time and peak memory of a 10 000-line job.
 8. stages       IndexTTS 2 only (when included): GPT stage vs code latents / s2mel / vocoder seconds on the same rows
                 at batch 1 and 4, and the share of s2mel + vocoder (bench/indextts2_stages.py).
+9. continuous   families with a step interface (``--step-families``, default vibevoice; bench/continuous_bench.py):
+                continuous vs request-level batching on one mixed-length workload at the same cap (throughput ratio,
+                padded row-steps, equality with one by one), time to first audio of a short request submitted while
+                a long job decodes (ratio), and the prefill time a one-voice job saves by reusing the voice's prefix.
 
-``--tiny`` is the CI mode (one family, 4 short requests, 1 000 JSONL lines; well under a minute of work).
+``--tiny`` is the CI mode (one family, 4 short requests, 1 000 JSONL lines, a small continuous workload; about a
+minute of work).
 Timings on a shared machine are noisy: compare ratios within one run, not numbers across runs.
 """
 
@@ -369,8 +374,23 @@ def measure_stages(adapters: dict, cfg: dict, table: Table, device: str) -> None
     table.notes += measured.notes
 
 
+# -- 9. continuous batching ---------------------------------------------------------------------------------------
+def measure_continuous(args, work_dir: Path, device: str, tables: dict) -> None:
+    """The continuous / ttfa / prefix tables (bench/continuous_bench.py) for ``--step-families``."""
+    import continuous_bench
+
+    adapters = continuous_bench.step_adapters(args.step_families, work_dir / "steps", device)
+    continuous_bench.run(adapters, args.tiny, tables)
+
+
 # -- main ------------------------------------------------------------------------------------------------------------
 def build_tables(tiny: bool) -> dict[str, Table]:
+    from continuous_bench import build_tables as continuous_tables
+
+    return {**_tables(), **continuous_tables()}
+
+
+def _tables() -> dict[str, Table]:
     return {
         "throughput": Table("throughput", "throughput: audio seconds per wall second (greedy, tiny checkpoints)",
                             ["family", "mode", "max_batch", "segments", "batches", "wall_s", "audio_s",
@@ -411,6 +431,8 @@ def add_notes(tables: dict[str, Table], device: str, cfg: dict) -> None:
         "wall time includes preprocessing, decode and codec; engine rows include the front end and scheduling",
         "tiny random models stop at arbitrary steps, so audio_s is what greedy decoding made (equal across modes "
         "when batching is exact); raw generate uses the checkpoint's generation config, cache on",
+        "engine rows of a family with a step interface (vibevoice) batch continuously (rows join and leave every "
+        "decode step); the continuous table compares that with request-level batching",
     ]
     tables["padding"].notes.append("expected steps per segment are the engine's own estimate (read-speech rate x "
                                    "frame rate, capped at the family's default max_new_tokens); counted, not timed")
@@ -464,6 +486,9 @@ def summary_line(tables: dict[str, Table]) -> str:
     js = tables["jsonl"].rows
     if js:
         parts.append(f"JSONL {js[0]['num_lines']:,} lines {js[0]['seconds']:.2f} s")
+    from continuous_bench import summary_parts
+
+    parts += summary_parts(tables)
     return "summary: " + "; ".join(parts)
 
 
@@ -476,6 +501,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                           "else the first)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
     parser.add_argument("--json", dest="json_out", default=None, help="also write every number to this JSON file")
+    parser.add_argument("--step-families", default="vibevoice",
+                        help="families measured in the continuous-batching tables (those with a step interface; "
+                             "default vibevoice; '' = none)")
     args = parser.parse_args(argv)
     families = args.families.split(",") if args.families else (["csm"] if args.tiny else list(ALL_FAMILIES))
     families = [f.strip() for f in families if f.strip()]
@@ -483,6 +511,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown or not families:
         parser.error(f"--families: unknown {unknown}; choose from {','.join(ALL_FAMILIES)}")
     args.families = families
+    args.step_families = [f.strip() for f in args.step_families.split(",") if f.strip()]
+    if any(f not in ALL_FAMILIES for f in args.step_families):
+        parser.error(f"--step-families: choose from {','.join(ALL_FAMILIES)}")
     if args.kv_family is None:
         args.kv_family = "csm" if "csm" in families else families[0]
     elif args.kv_family not in families:
@@ -518,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
             ("frontend", lambda: measure_frontend(texts, cfg, tables["frontend"])),
             ("jsonl", lambda: measure_jsonl(cfg, tables["jsonl"])),
             ("stages", lambda: measure_stages(adapters, cfg, tables["stages"], device)),
+            ("continuous", lambda: measure_continuous(args, Path(tmp), device, tables)),
         ):
             t0 = time.perf_counter()
             fn()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TABLES = ("throughput", "padding", "kv_cache", "memory", "oom", "frontend", "jsonl")
+TABLES = ("throughput", "padding", "kv_cache", "memory", "oom", "frontend", "jsonl", "continuous", "ttfa", "prefix")
 
 
 def _env() -> dict:
@@ -73,6 +73,17 @@ def test_report_covers_what_the_measures_promise(tiny_report):
     for row in tables["oom"]["rows"]:
         assert row["completed"] == row["submitted"] and row["num_oom"] >= 1
     assert tables["jsonl"]["rows"][0]["num_lines"] == 1000
+    # continuous batching (VibeVoice): no padded row-steps, the one-by-one audio, a time-to-first-audio ratio, and
+    # the one-voice job reusing its prefix
+    continuous = {r["mode"]: r for r in tables["continuous"]["rows"] if r["family"] == "vibevoice"}
+    assert continuous["continuous"]["padded_share"] == 0.0 < continuous["request-level"]["padded_share"]
+    assert all(r["same_length"] and r["max_abs_diff"] < 1e-3 for r in continuous.values())
+    assert continuous["continuous"]["audio_s"] == pytest.approx(continuous["one by one"]["audio_s"])
+    assert {r["mode"] for r in tables["ttfa"]["rows"]} == {"request-level", "continuous"}
+    prefix = {r["mode"]: r for r in tables["prefix"]["rows"]}
+    assert prefix["prefix cache on"]["hits"] >= 1 and prefix["prefix cache off"]["hits"] == 0
+    assert prefix["prefix cache on"]["same_length"]
+    assert "continuous x" in tiny_report["summary"] and "padded row-steps" in tiny_report["summary"]
 
 
 def test_gpu_check_without_cuda_exits_with_a_clear_message():
@@ -100,6 +111,11 @@ def test_gpu_check_cpu_tiny_mode_runs_every_code_path(tmp_path):
     assert _finite(report["bandwidth_bound"]["bound_tokens_per_s"])
     oom = report["oom_backoff"]
     assert oom["completed"] == oom["submitted"] and oom["num_oom"] >= 1
+    runs = {(r["cap"], r["mode"]): r for r in report["continuous"]["runs"]}
+    assert set(runs) == {(c, m) for c in (2, 4) for m in ("request-level", "continuous")}
+    assert all(r["completed"] == 8 and r["same_length_as_first"] for r in runs.values())
+    assert runs[(4, "continuous")]["padded_share"] == 0.0 and _finite(runs[(4, "continuous")]["vs_request_level"])
+    assert {r["mode"] for r in report["continuous"]["time_to_first_audio"]} == {"request-level", "continuous"}
 
 
 def test_gpu_check_indextts2_cpu_tiny_mode_runs_every_code_path(tmp_path, tiny_checkpoint):
