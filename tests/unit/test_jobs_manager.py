@@ -161,3 +161,14 @@ def test_job_ids_are_checked_and_never_name_another_folder(tmp_path, engine):
     assert manager.get("20250101-120000-1a2b3c4d") is None
     with pytest.raises(InputError, match="no model"):
         JobManager(JobStore(tmp_path / "outputs"), None).submit(tmp_path / "x.jsonl")
+
+
+def test_a_jobs_settings_never_change_the_servers_batch_ceiling(tmp_path, inputs, engine):
+    """The batch-size ceiling is the operator's (--max-batch-size): a job asking for another one (an old job.json,
+    an API caller) must not throttle every other user's requests."""
+    manager = JobManager(JobStore(tmp_path / "outputs"), engine)
+    state = manager.submit(inputs / "tasks.jsonl", audio_zip=inputs / "voices.zip",
+                           settings={"seed": 0, "max_batch_size": 1})
+    final = manager.wait(state.job_id, timeout_s=120)
+    assert final.status == "done"
+    assert engine.engine.stats().max_batch_size == 2 and engine.engine.batch_cap.max_batch_size == 2

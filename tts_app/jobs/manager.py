@@ -217,8 +217,6 @@ class JobManager:
         live.run_started_s = time.monotonic()
         settings = state.settings
         try:
-            if settings.get("max_batch_size"):
-                self.runtime.engine.set_max_batch_size(int(settings["max_batch_size"]))
             params = SynthesisParams(seed=int(settings.get("seed", 0)), greedy=bool(settings.get("greedy", False)),
                                      use_cache=bool(settings.get("use_cache", True)))
             summary = run_job(self.store.job_file(state.job_id), self.store.out_dir(state.job_id), self.runtime,

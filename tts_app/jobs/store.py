@@ -71,7 +71,8 @@ class JobState:
         started_s, finished_s: when its latest run started / ended (None before).
         input_name: the job file's name as the user uploaded it (for display).
         audio_name, default_voice_name: the uploaded audio ZIP / default voice names, or None.
-        settings: the job's own generation settings (max_batch_size, use_cache, greedy, seed).
+        settings: the job's own generation settings (use_cache, greedy, seed); the batch-size ceiling is
+            the operator's (``--max-batch-size``), never a job's.
         num_lines: non-blank lines (known once validated); num_done: lines with a record.
         num_ok, num_failed, num_cancelled, num_skipped: records by outcome (skipped = kept from an earlier run).
         eta_s: estimated seconds to finish (None when unknown); batch_size: rows of the engine's latest batch.
