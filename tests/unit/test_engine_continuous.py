@@ -151,6 +151,33 @@ def test_out_of_memory_in_a_step_requeues_the_youngest_and_keeps_the_rest():
     engine.shutdown()
 
 
+def test_out_of_memory_with_a_finished_row_as_padding_drops_the_padding_and_fails_nobody():
+    """Request-level batching keeps a finished row in the batch until the batch ends. Out of memory then is not
+    the live row's fault: the padding goes and the step is retried; the live row does not fail 'even alone'."""
+    calls = {"two_rows": 0}
+
+    def oom_once_padded(keys):
+        if len(keys) == 2:
+            calls["two_rows"] += 1
+            if calls["two_rows"] >= 2:  # the short row ended at the first step; it is padding from now on
+                return torch.OutOfMemoryError("fake: the padded batch does not fit")
+        return None
+
+    adapter = FakeStepAdapter(raise_in_step=oom_once_padded)
+    engine = Engine(adapter, EngineConfig(max_batch_size=2, wait_window_ms=0), continuous=False)
+    handles = [engine.submit(request("Hi.", seed=1)),
+               engine.submit(request("A long line that keeps on going for a while.", seed=2))]
+    engine.start()
+    results = [h.result(timeout=30) for h in handles]
+    for r, seed in zip(results, (1, 2)):
+        assert r.ok, r.error
+        np.testing.assert_array_equal(r.audio, expected_audio(r, seed))
+    stats = engine.stats()
+    assert stats.num_oom == 1 and stats.num_requeued == 0 and stats.batch_cap == 2
+    assert adapter.steps[0] == 2 and set(adapter.steps[1:]) == {1}  # the retried steps run the live row alone
+    engine.shutdown()
+
+
 def test_a_row_the_adapter_refuses_at_prefill_fails_alone():
     def refuse(rows):
         if any("poison" in r.text for r in rows):

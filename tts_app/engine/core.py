@@ -833,9 +833,14 @@ class Engine:
         """Carry out the scheduler's ``Update`` (lock held): store finished rows' audio, fail failed rows, note
         requeued ones. ``generate_s``: per finished row (``id``), its seconds (default: since it was admitted)."""
         self._num_requeued += len(update.requeued)
-        if update.requeued:
-            logger.warning("requeued %d rows after out of memory (requests %s); cap -> %d", len(update.requeued),
-                           ", ".join(sorted({w.request_id for w in update.requeued})), update.cap)
+        after_oom = [w for w in update.requeued if not w.isolate]
+        isolated = [w for w in update.requeued if w.isolate]
+        if after_oom:
+            logger.warning("requeued %d rows after out of memory (requests %s); cap -> %d", len(after_oom),
+                           ", ".join(sorted({w.request_id for w in after_oom})), update.cap)
+        if isolated:
+            logger.info("retrying the %d rows of a failed batch one by one (requests %s)", len(isolated),
+                        ", ".join(sorted({w.request_id for w in isolated})))
         for work in update.requeued:
             state = self._requests.get(work.request_id)
             if state is not None and not state.finished:
@@ -843,7 +848,9 @@ class Engine:
         for work, message in update.failed:
             state = self._requests.get(work.request_id)
             if state is not None and not state.finished:
-                logger.warning("request %s: %s", work.request_id, message)
+                # INFO, not WARNING: the message reaches the request's result (the CLI prints it, the UI shows it),
+                # and _run_phase already logged the out-of-memory error or crash that caused it.
+                logger.info("request %s failed: %s", work.request_id, message)
                 self._finish_locked(state, RequestStatus.FAILED, message, resolved)
         touched: dict[str, _RequestState] = {}
         now = time.perf_counter()
@@ -1093,6 +1100,13 @@ class Engine:
 
         row_steps_before, padded_before = batch.num_row_steps, batch.num_padded_row_steps
         outcome, steps = self._run_phase(Phase.DECODE, live, call)
+        if outcome.kind is OutcomeKind.OOM and num_rows > len(live):
+            # Request-level batching keeps finished rows as padding: out of memory then is not the live rows'
+            # fault. Drop the padding and retry the step before the scheduler shrinks the batch or fails a row.
+            batch.release([key for key in batch.keys if id(key) not in by_key])
+            with self._cv:
+                self._busy = False
+            return batch
         resolved: list = []
         events: list = []
         with self._cv:
