@@ -57,6 +57,7 @@ import numpy as np
 
 from tts_app.adapters.base import (AdapterRow, DecodeBatch, GenerationDefaults, ModelFacts, PrefixCache, RowStep,
                                    TTSAdapter)
+from tts_app.adapters.decode_stream import DecoderStream, pad_left
 from tts_app.engine.scheduler import max_chars_for_speech_s
 from tts_app.errors import InputError, ReferenceAudioError
 from tts_app.request import StopReason, SynthesisParams
@@ -189,17 +190,6 @@ class VibeVoiceOutputs:
     stop_reasons: list = field(default_factory=list)
 
 
-def _pad_left(tensor, width: int, dim: int):
-    """``tensor`` with ``width`` zero entries put before the others along ``dim`` (left padding)."""
-    import torch
-
-    if width <= 0:
-        return tensor
-    shape = list(tensor.shape)
-    shape[dim] = width
-    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
-
-
 class _RowStreamingCache:
     """Per-row state of a streaming causal conv stack (codec decoder or semantic encoder) for a running batch.
 
@@ -256,157 +246,6 @@ class _RowStreamingCache:
         self.num_rows = int(rows.numel())
 
 
-class _DecoderStream:
-    """One LM input stream (the positive prompt stream, or the CFG negative stream) of a running batch.
-
-    Holds the attention mask of every position so far, ``(num_rows, num_columns)`` (left padding, finished rows and
-    dropped history are 0), and either a ``DynamicCache`` (``use_cache=True``: each forward reads only the new
-    positions) or the whole embedding history (``use_cache=False``: each forward re-reads every position). Position
-    ids come from the mask (``cumsum(mask) - 1``), so a row's positions do not depend on how much padding its
-    batch-mates forced on it nor on masked holes.
-
-    Rows join (``prepare_merge`` / ``prepare_add_empty_rows`` then ``commit``: another stream's rows or rows with no
-    position yet, the shorter side left-padded) and leave (``keep_rows``, which also drops leading columns no row
-    sees). ``checkpoint`` / ``rollback`` undo a forward that raised (each layer is cropped back to its old length),
-    so a failed decode step leaves the stream as it was.
-    """
-
-    def __init__(self, language_model, hidden_size: int, device, dtype, use_cache: bool):
-        import torch
-
-        self.language_model = language_model
-        self.use_cache = use_cache
-        self.hidden_size = hidden_size
-        self.device = device
-        self.dtype = dtype
-        self.attention_mask = torch.zeros((0, 0), dtype=torch.long, device=device)
-        self.history = torch.zeros((0, 0, hidden_size), dtype=dtype, device=device)  # without cache only
-        self.cache = self._new_cache()
-
-    def _new_cache(self):
-        from transformers import DynamicCache
-
-        return DynamicCache(config=self.language_model.config) if self.use_cache else None
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.attention_mask.shape[0])
-
-    @property
-    def num_columns(self) -> int:
-        return int(self.attention_mask.shape[1])
-
-    def _layers(self):
-        return [layer for layer in self.cache.layers if layer.is_initialized] if self.cache is not None else []
-
-    def forward(self, inputs_embeds, mask):
-        """Run new positions ``inputs_embeds`` ``(num_rows, k, hidden)``; ``mask`` ``(num_rows, k)``: which rows attend
-        to them. Returns the last position's hidden state ``(num_rows, hidden)``."""
-        import torch
-
-        if self.num_columns == 0 and self.num_rows != inputs_embeds.shape[0]:  # a fresh stream takes its rows
-            self.attention_mask = self.attention_mask.new_zeros((inputs_embeds.shape[0], 0))
-            self.history = self.history.new_zeros((inputs_embeds.shape[0], 0, self.hidden_size))
-        attention_mask = torch.cat([self.attention_mask, mask.to(self.attention_mask.dtype)], dim=1)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        num_new = inputs_embeds.shape[1]
-        if self.use_cache:
-            outputs = self.language_model(inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-                                          position_ids=position_ids[:, -num_new:], cache=self.cache, use_cache=True)
-        else:
-            history = torch.cat([self.history, inputs_embeds], dim=1)
-            outputs = self.language_model(inputs_embeds=history, attention_mask=attention_mask,
-                                          position_ids=position_ids, use_cache=False)
-            self.history = history
-        self.attention_mask = attention_mask
-        return outputs.last_hidden_state[:, -1]
-
-    def checkpoint(self):
-        """The stream's state before a forward, for ``rollback``."""
-        return self.attention_mask, self.history, self.num_columns
-
-    def rollback(self, mark) -> None:
-        """Undo what happened since ``checkpoint`` (a forward that raised half-way: layers it grew are cropped)."""
-        self.attention_mask, self.history, length = mark
-        for layer in self._layers():
-            if layer.keys.shape[-2] > length:
-                layer.keys = layer.keys[..., :length, :]
-                layer.values = layer.values[..., :length, :]
-
-    def prepare_merge(self, other: "_DecoderStream"):
-        """This stream's rows followed by ``other``'s (a stream of rows just prefilled), the shorter side left-padded
-        to the longer; returned for ``commit`` (nothing changes yet, so a failure here changes nothing)."""
-        import torch
-
-        if self.num_rows == 0:
-            return other.attention_mask, other.history, other.cache
-        width = max(self.num_columns, other.num_columns)
-        pad_self, pad_other = width - self.num_columns, width - other.num_columns
-        mask = torch.cat([_pad_left(self.attention_mask, pad_self, 1), _pad_left(other.attention_mask, pad_other, 1)])
-        history = self.history
-        if not self.use_cache:
-            history = torch.cat([_pad_left(self.history, pad_self, 1), _pad_left(other.history, pad_other, 1)])
-        cache = self.cache
-        if self.use_cache:
-            merged = []
-            for mine, theirs in zip(self.cache.layers, other.cache.layers):
-                merged.append((torch.cat([_pad_left(mine.keys, pad_self, 2), _pad_left(theirs.keys, pad_other, 2)]),
-                               torch.cat([_pad_left(mine.values, pad_self, 2),
-                                          _pad_left(theirs.values, pad_other, 2)])))
-            cache = (self.cache, merged)
-        return mask, history, cache
-
-    def prepare_add_empty_rows(self, num_new: int):
-        """This stream with ``num_new`` rows that have seen nothing (all masked), for ``commit``."""
-        import torch
-
-        mask = torch.cat([self.attention_mask, self.attention_mask.new_zeros((num_new, self.num_columns))])
-        history = self.history
-        if not self.use_cache:
-            history = torch.cat([self.history, self.history.new_zeros((num_new, *self.history.shape[1:]))])
-        cache = self.cache
-        if self.use_cache and self._layers():
-            cache = (self.cache, [(torch.cat([layer.keys, layer.keys.new_zeros((num_new, *layer.keys.shape[1:]))]),
-                                   torch.cat([layer.values,
-                                              layer.values.new_zeros((num_new, *layer.values.shape[1:]))]))
-                                  for layer in self.cache.layers])
-        return mask, history, cache
-
-    def commit(self, prepared) -> None:
-        """Adopt what a ``prepare_*`` call built (assignments only)."""
-        mask, history, cache = prepared
-        self.attention_mask, self.history = mask, history
-        if isinstance(cache, tuple):
-            target, layers = cache
-            for layer, (keys, values) in zip(target.layers, layers):
-                layer.keys, layer.values = keys, values
-            self.cache = target
-        else:
-            self.cache = cache
-
-    def keep_rows(self, rows) -> None:
-        """Keep only batch rows ``rows`` (int64 index), in that order, and drop the leading columns none of them
-        sees (left padding a long prompt forced on the others, history that every row has dropped)."""
-        if int(rows.numel()) == 0:
-            self.attention_mask = self.attention_mask[:0, :0]
-            self.history = self.history[:0, :0]
-            self.cache = self._new_cache()
-            return
-        mask = self.attention_mask[rows]
-        seen = mask.any(dim=0).nonzero()
-        start = int(seen[0]) if seen.numel() else self.num_columns
-        self.attention_mask = mask[:, start:]
-        if not self.use_cache:
-            self.history = self.history[rows, start:]
-        for layer in self._layers():
-            layer.keys = layer.keys[rows, :, start:]
-            layer.values = layer.values[rows, :, start:]
-
-    def num_cached_positions(self) -> int:
-        """Positions held per row (cache or history length)."""
-        return self.num_columns
-
-
 class _NegativeStream:
     """The CFG negative (unconditional) stream of a running batch: per row, what transformers' VibeVoice negative
     branch sees at batch 1 (``VibeVoiceGenerationMixin._step_negative_branch`` /
@@ -423,7 +262,7 @@ class _NegativeStream:
     reason. A row's frames therefore never depend on its batch-mates.
     """
 
-    def __init__(self, stream: _DecoderStream):
+    def __init__(self, stream: DecoderStream):
         import torch
 
         self.stream = stream
@@ -503,8 +342,8 @@ class VibeVoiceDecodeBatch(DecodeBatch):
         lm = model.model.language_model
         self.embed = model.model.get_input_embeddings()
         hidden_size = int(config.text_config.hidden_size)
-        self.positive = _DecoderStream(lm, hidden_size, self.device, model.dtype, params.use_cache)
-        self.negative = _NegativeStream(_DecoderStream(lm, hidden_size, self.device, model.dtype, params.use_cache))
+        self.positive = DecoderStream(lm, hidden_size, self.device, model.dtype, params.use_cache)
+        self.negative = _NegativeStream(DecoderStream(lm, hidden_size, self.device, model.dtype, params.use_cache))
         self.decoder_cache = _RowStreamingCache()
         self.semantic_cache = _RowStreamingCache()
         self.rows: list[_Row] = []
@@ -553,7 +392,7 @@ class VibeVoiceDecodeBatch(DecodeBatch):
     def _join(self, keys, adapter_rows, inputs: VibeVoiceInputs) -> None:
         """Run the new rows' prompts in a stream of their own, then merge it into the running batch."""
         lm = self.adapter.model.model.language_model
-        sub = _DecoderStream(lm, self.positive.hidden_size, self.device, self.positive.dtype, self.params.use_cache)
+        sub = DecoderStream(lm, self.positive.hidden_size, self.device, self.positive.dtype, self.params.use_cache)
         hidden = sub.forward(inputs.inputs_embeds, inputs.attention_mask)  # (m, hidden)
         self._merge(keys, adapter_rows, sub, hidden)
 
@@ -596,8 +435,8 @@ class VibeVoiceDecodeBatch(DecodeBatch):
             todo = list(to_prefill)
             widths = [to_prefill[k].shape[0] for k in todo]
             width = max(widths)
-            stream = _DecoderStream(lm, self.positive.hidden_size, self.device, self.positive.dtype, True)
-            stream.forward(torch.stack([_pad_left(to_prefill[k], width - w, 0) for k, w in zip(todo, widths)]),
+            stream = DecoderStream(lm, self.positive.hidden_size, self.device, self.positive.dtype, True)
+            stream.forward(torch.stack([pad_left(to_prefill[k], width - w, 0) for k, w in zip(todo, widths)]),
                            torch.stack([self._ones(w, width) for w in widths]))
             for j, (key, w) in enumerate(zip(todo, widths)):
                 layers = [(layer.keys[j:j + 1, :, width - w:].clone(), layer.values[j:j + 1, :, width - w:].clone())
@@ -605,7 +444,7 @@ class VibeVoiceDecodeBatch(DecodeBatch):
                 found[key] = layers
                 self.prefix_cache.put(key, layers, sum(k.numel() * k.element_size() + v.numel() * v.element_size()
                                                       for k, v in layers))
-        sub = _DecoderStream(lm, self.positive.hidden_size, self.device, self.positive.dtype, True)
+        sub = DecoderStream(lm, self.positive.hidden_size, self.device, self.positive.dtype, True)
         num_new = len(adapter_rows)
         widths = [0 if key is None else found[key][0][0].shape[2] for key in row_prefix]
         prefix_width = max(widths)
@@ -614,17 +453,17 @@ class VibeVoiceDecodeBatch(DecodeBatch):
             for index, layer in enumerate(sub.cache.layers):
                 k0, v0 = template[index]
                 keys = [k0.new_zeros((1, k0.shape[1], prefix_width, k0.shape[3])) if key is None
-                        else _pad_left(found[key][index][0], prefix_width - w, 2)
+                        else pad_left(found[key][index][0], prefix_width - w, 2)
                         for key, w in zip(row_prefix, widths)]
                 values = [v0.new_zeros((1, v0.shape[1], prefix_width, v0.shape[3])) if key is None
-                          else _pad_left(found[key][index][1], prefix_width - w, 2)
+                          else pad_left(found[key][index][1], prefix_width - w, 2)
                           for key, w in zip(row_prefix, widths)]
                 layer.update(torch.cat(keys), torch.cat(values))
         sub.attention_mask = torch.stack([self._ones(w, prefix_width) for w in widths]) if prefix_width else \
             sub.attention_mask.new_zeros((num_new, 0))
         sub.history = sub.history.new_zeros((num_new, 0, sub.hidden_size))
         rest_width = max(r.shape[0] for r in rests)
-        hidden = sub.forward(torch.stack([_pad_left(r, rest_width - r.shape[0], 0) for r in rests]),
+        hidden = sub.forward(torch.stack([pad_left(r, rest_width - r.shape[0], 0) for r in rests]),
                              torch.stack([self._ones(r.shape[0], rest_width) for r in rests]))
         return sub, hidden
 
@@ -632,9 +471,9 @@ class VibeVoiceDecodeBatch(DecodeBatch):
         """Mask row ``(width,)`` int64: ``width - num_ones`` zeros (left padding), then ``num_ones`` ones."""
         import torch
 
-        return _pad_left(torch.ones(num_ones, dtype=torch.long, device=self.device), width - num_ones, 0)
+        return pad_left(torch.ones(num_ones, dtype=torch.long, device=self.device), width - num_ones, 0)
 
-    def _merge(self, keys, adapter_rows, sub: _DecoderStream, hidden) -> None:
+    def _merge(self, keys, adapter_rows, sub: DecoderStream, hidden) -> None:
         """Merge a stream of newly prefilled rows (and their last hidden states ``(m, hidden)``) into the running
         batch. Everything is prepared first and then committed with assignments only, so a failure on the way
         leaves the batch as it was."""
