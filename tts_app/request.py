@@ -232,7 +232,8 @@ class SegmentTiming:
         index: 0-based segment index within the request.
         text: the segment's text.
         start_s, end_s: position of the segment's audio in the request's final waveform, in seconds.
-        batch_size: number of rows in the batch that produced it.
+        batch_size: number of rows in the batch that produced it (continuous batching: the most rows it shared a
+            decode step with).
         generate_s: wall-clock seconds of that batch's generate call.
         seed: the seed this segment was generated with (the request's seed + ``index``).
         model_text: the text as the model received it (front-end rendering: homophone stand-ins, pinyin tokens).

@@ -1115,6 +1115,10 @@ class Engine:
             self._num_row_steps += batch.num_row_steps - row_steps_before
             self._num_padded_row_steps += batch.num_padded_row_steps - padded_before
             if steps is not None:
+                for work in live:  # a segment's batch size: the most rows it shared a decode step with
+                    state = self._requests.get(work.request_id)
+                    if state is not None and not state.finished:
+                        state.batch_sizes[work.index] = max(state.batch_sizes[work.index], num_rows)
                 finished = []
                 for step in steps:
                     work = by_key.get(id(step.key))
