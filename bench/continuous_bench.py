@@ -15,9 +15,11 @@ Measures (tiny random checkpoint, nothing downloaded):
 3. prefix       a one-voice job (every line the same 10 s reference) with the prefix cache off vs on: seconds spent
                 prefilling, wall time, prefill time saved, equality of the outputs.
 
-A random tiny LM picks <eos> after a few arbitrary frames whatever the text, so here the stop decision follows the
-text's expected spoken length (``length_driven``: ~0.07 s per Latin character, 0.22 s per hanzi, at 7.5 frames/s);
-everything else each step computes is the model's own (LM streams, diffusion head, codec, semantic encoder).
+For VibeVoice, a random tiny LM picks <eos> after a few arbitrary frames whatever the text, so there the stop
+decision follows the text's expected spoken length (``length_driven``: ~0.07 s per Latin character, 0.22 s per
+hanzi, at 7.5 frames/s); everything else each step computes is the model's own (LM streams, diffusion head, codec,
+semantic encoder). IndexTTS 2 (``--families vibevoice,indextts2``) runs as it is: its tiny GPT stops by itself after
+10-35 codes.
 """
 
 from __future__ import annotations
@@ -236,8 +238,9 @@ def build_tables() -> dict:
 
 def add_notes(tables: dict) -> None:
     tables["continuous"].notes += [
-        "stop decisions follow each text's expected spoken length (a random tiny LM stops anywhere); every other "
-        "computation is the model's; prefix cache off in both modes",
+        "VibeVoice's stop decisions follow each text's expected spoken length (a random tiny LM stops anywhere), "
+        "IndexTTS 2's tiny GPT stops by itself; every other computation is the model's; prefix cache off in both "
+        "modes",
         "padded_share = row-steps of rows already finished but still in their batch / all row-steps (counted by the "
         "adapter's decode batch); max_abs_diff = largest sample difference to the one-by-one run (float32 "
         "reassociation between batch shapes; 0 = bit-identical)",
@@ -289,9 +292,13 @@ def run(adapters: dict, tiny: bool, tables: dict) -> None:
     cfg = sizes(tiny)
     texts = common.workload_texts(cfg["num_requests"], cfg["min_chars"], cfg["max_chars"])
     for family, base in adapters.items():
-        adapter, frames_for = length_driven(base, cfg["max_new_tokens"])
+        if family == "vibevoice":
+            adapter, frames_for = length_driven(base, cfg["max_new_tokens"])
+        else:  # IndexTTS 2: its tiny GPT stops by itself (10-35 codes), the workload's mixed lengths as they come
+            adapter, frames_for = base, (lambda text: max(1, cfg["max_new_tokens"] // 2))
         measure_continuous(adapter, texts, cfg, tables["continuous"], tables["ttfa"], frames_for)
-        measure_prefix(adapter, texts, cfg, tables["prefix"])
+        if family == "vibevoice":  # the only family whose decode batch reuses voice prefixes
+            measure_prefix(adapter, texts, cfg, tables["prefix"])
     add_notes(tables)
 
 

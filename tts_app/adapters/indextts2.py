@@ -32,6 +32,10 @@ Differences from the package's own ``infer``, on purpose:
   (``postprocess``), exactly the package's code per row: its ``solve_euler`` takes one reference (prompt) length
   per batch and its WaveNet reads the unmasked padding after a shorter row, so a batched s2mel would change a row's
   audio with its batch-mates. Its share of the time: ``bench/indextts2_stages.py``.
+* Step interface (``IndexTTS2DecodeBatch``, ``supports_decode_steps``): the engine batches IndexTTS 2 continuously:
+  rows join the running GPT batch (their prefix prefilled apart, then merged with the shorter side left-padded) and
+  leave it at any decode step; a row's s2mel + vocoder run in the step that ends it. Same per-row computation as
+  ``generate`` (the continuous-batching tests compare them row by row).
 * Decoding: ``infer`` samples with beam search (``num_beams=3``); here each row samples alone (no beams), with one
   ``torch.Generator`` per row seeded with ``AdapterRow.seed`` (tts_app/adapters/sampling.py), so a row's audio does
   not depend on its batch-mates. Greedy (``params.greedy``) is the argmax after the repetition penalty, which is what
@@ -92,8 +96,9 @@ from typing import Any
 
 import numpy as np
 
-from tts_app.adapters.base import (DTYPE_BYTES, AdapterRow, GenerationDefaults, ModelFacts, RowEmotion, TTSAdapter,
-                                   count_parameters)
+from tts_app.adapters.base import (DTYPE_BYTES, AdapterRow, DecodeBatch, GenerationDefaults, ModelFacts, PrefixCache,
+                                   RowEmotion, RowStep, TTSAdapter, count_parameters)
+from tts_app.adapters.decode_stream import DecoderStream
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
 from tts_app.engine.scheduler import max_chars_for_speech_s
 from tts_app.request import EMOTION_NAMES, StopReason, SynthesisParams
@@ -491,8 +496,8 @@ class _DecodeState:
     """A batch being decoded (gpt-fast style: ``prefill`` makes it, ``decode_one_token`` advances it one code).
 
     Rows are independent except for sharing forwards: each has its own count of generated codes (its mel-position
-    index), its own stop flag and its own sampling stream, so a later step interface can add rows (prefill) and release
-    finished ones without touching the others.
+    index), its own stop flag and its own sampling stream (``IndexTTS2DecodeBatch`` keeps the same per row, for rows
+    that join and leave).
 
     Attributes:
         mask: ``(batch_size, num_positions)`` int64 attention mask of every position fed so far.
@@ -544,12 +549,203 @@ class _CodeSelector:
         return self.sampler.sample(logits, history)
 
 
+
+@dataclass
+class _StepRow:
+    """One row of a running IndexTTS 2 batch (``IndexTTS2DecodeBatch``).
+
+    Attributes:
+        key: the engine's key for it.
+        inputs: the ``IndexTTS2Inputs`` of the prefill it joined with; ``index``: its row there (for
+            ``code_latents`` and ``s2mel`` once its codes are done).
+        selector: its own ``_CodeSelector`` (repetition penalty over its own history, its own generator).
+        history: ``(1, 2 + num_codes)`` int64 ids its repetition penalty sees.
+        codes: the codes it has generated (its stop code excluded).
+        stop_reason: None while it decodes.
+    """
+
+    key: object
+    inputs: IndexTTS2Inputs
+    index: int
+    selector: _CodeSelector
+    history: Any
+    codes: list = field(default_factory=list)
+    stop_reason: StopReason | None = None
+
+    @property
+    def seed(self) -> int:
+        return self.inputs.seeds[self.index]
+
+
+class IndexTTS2DecodeBatch(DecodeBatch):
+    """A running IndexTTS 2 batch (step interface, ``DecodeBatch``): the GPT stream of semantic codes for rows that
+    join and leave at any decode step (continuous batching). The same computation as ``IndexTTS2Adapter.generate``
+    per row: the prefix + ``<start_mel>`` prefilled with the row's left padding masked, one code per live row per
+    step (the checkpoint's repetition penalty over the row's own history, then argmax or the row's own sampler),
+    the k-th code fed at mel position k; rows join with the shorter side left-padded (the GPT-2 stack has no position
+    embeddings of its own, so padding changes nothing but the mask).
+
+    A row's audio comes in the step that ends it (its stop code, or ``max_new_tokens`` codes): its codes through
+    ``code_latents`` -> ``s2mel`` -> ``vocode``, exactly ``postprocess``'s per-row path. Streaming therefore gives
+    IndexTTS 2 audio per segment, not per code.
+
+    A step changes nothing until its last computation succeeded: on an exception (``torch.OutOfMemoryError``) the
+    stream is rolled back and the rows' sampling generators restored, so the engine can retry with fewer rows.
+    """
+
+    def __init__(self, adapter: "IndexTTS2Adapter", params: SynthesisParams):
+        import torch
+
+        super().__init__(params)
+        self.adapter = adapter
+        gpt = adapter.model.gpt
+        self.gpt = gpt
+        self.device = torch.device(adapter.device)
+        self.max_new_tokens = adapter.max_new_tokens(params)
+        dim = int(adapter.processor.config.gpt.model_dim)
+        self.stream = DecoderStream(gpt.gpt, dim, self.device, next(gpt.parameters()).dtype, params.use_cache)
+        self.rows: list[_StepRow] = []
+        self.next_logits = torch.zeros((0, int(gpt.number_mel_codes)), dtype=torch.float32, device=self.device)
+
+    @property
+    def keys(self) -> list:
+        return [r.key for r in self.rows]
+
+    def _logits(self, hidden):
+        """Last hidden states ``(rows, dim)`` -> float32 code logits ``(rows, number_mel_codes)`` (``final_norm`` +
+        ``mel_head``, as ``IndexTTS2Adapter._forward``; called under its ``_gpt_autocast``)."""
+        return self.gpt.mel_head(self.gpt.final_norm(hidden)).float()
+
+    def prefill(self, rows) -> None:
+        """Prefill ``rows`` ((key, ``AdapterRow``)) into the batch (see ``DecodeBatch.prefill``): their prompts are
+        ``IndexTTS2Adapter.preprocess``'s, run in a stream of their own and merged into the running one. Raises what
+        ``preprocess`` raises, or ``torch.OutOfMemoryError``; nothing joins then."""
+        import time
+
+        import torch
+
+        t0 = time.perf_counter()
+        keys = [k for k, _ in rows]
+        if len(set(keys)) != len(keys) or set(keys) & set(self.keys):
+            raise ValueError("prefill got a key already in the batch")
+        adapter, gpt = self.adapter, self.gpt
+        with torch.no_grad():
+            inputs = adapter.preprocess([r for _, r in rows], self.params)
+            num_new = len(keys)
+            start = torch.full((num_new,), gpt.start_mel_token, dtype=torch.long, device=self.device)
+            zero = torch.zeros(num_new, dtype=torch.long, device=self.device)
+            embeds = torch.cat([inputs.prefix_embeds, adapter._mel_embeddings(start, zero)], dim=1)
+            mask = torch.cat([inputs.prefix_mask, torch.ones(num_new, 1, dtype=torch.long, device=self.device)], dim=1)
+            sub = DecoderStream(gpt.gpt, self.stream.hidden_size, self.device, self.stream.dtype, self.params.use_cache)
+            with adapter._gpt_autocast():
+                logits = self._logits(sub.forward(embeds, mask))
+            merged = self.stream.prepare_merge(sub)
+            next_logits = torch.cat([self.next_logits, logits])
+            # The package's repetition penalty sees its placeholder ids (all 1) and <start_mel> (module docstring).
+            new_rows = [_StepRow(key=k, inputs=inputs, index=i,
+                                 selector=_CodeSelector(self.params, [inputs.seeds[i]], adapter.repetition_penalty),
+                                 history=torch.tensor([[1, gpt.start_mel_token]], dtype=torch.long,
+                                                      device=self.device))
+                        for i, k in enumerate(keys)]
+        self.stream.commit(merged)
+        self.next_logits = next_logits
+        self.rows += new_rows
+        self.prefill_s += time.perf_counter() - t0
+
+    def decode_step(self) -> list[RowStep]:
+        """One code per live row (see the class docstring); a row that ends gets its whole audio in this step's
+        ``RowStep``. Raises ``torch.OutOfMemoryError``; the batch is then as before."""
+        import torch
+
+        num_rows = len(self.rows)
+        live = [i for i, r in enumerate(self.rows) if r.stop_reason is None]
+        self.num_row_steps += num_rows
+        self.num_padded_row_steps += num_rows - len(live)
+        if not live:
+            return []
+        stop = int(self.gpt.stop_mel_token)
+        generators = [g for i in live if self.rows[i].selector.sampler is not None
+                      for g in self.rows[i].selector.sampler.generators("cpu")]
+        generator_states = [g.get_state() for g in generators]
+        mark = self.stream.checkpoint()
+        try:
+            with torch.no_grad():
+                picked = {i: int(self.rows[i].selector.pick(self.rows[i].history, self.next_logits[i:i + 1])[0])
+                          for i in live}
+                ends = {i for i in live if picked[i] == stop}
+                capped = {i for i in live if i not in ends and len(self.rows[i].codes) + 1 >= self.max_new_tokens}
+                audio = {i: self._row_audio(self.rows[i], picked[i] if i not in ends else None)
+                         for i in ends | capped}
+                continuing = [i for i in live if i not in ends and i not in capped]
+                new_logits = None
+                if continuing:
+                    codes = torch.full((num_rows,), stop, dtype=torch.long, device=self.device)
+                    positions = torch.zeros(num_rows, dtype=torch.long, device=self.device)
+                    feed = torch.zeros((num_rows, 1), dtype=torch.long, device=self.device)
+                    for i in continuing:
+                        codes[i], positions[i], feed[i, 0] = picked[i], len(self.rows[i].codes) + 1, 1
+                    new = self.adapter._mel_embeddings(codes, positions)
+                    with self.adapter._gpt_autocast():
+                        new_logits = self._logits(self.stream.forward(new, feed))
+        except BaseException:
+            self.stream.rollback(mark)
+            for g, state in zip(generators, generator_states):
+                g.set_state(state)
+            raise
+        # commit: assignments only
+        if new_logits is not None:
+            index = torch.tensor(continuing, dtype=torch.long, device=self.device)
+            self.next_logits[index] = new_logits[index]
+        out = []
+        for i in live:
+            row = self.rows[i]
+            code = torch.tensor([[picked[i]]], dtype=torch.long, device=self.device)
+            row.history = torch.cat([row.history, code], dim=1)
+            if i in ends:
+                row.stop_reason = StopReason.END_OF_SPEECH
+            else:
+                row.codes.append(picked[i])
+                if i in capped:
+                    row.stop_reason = StopReason.MAX_NEW_TOKENS
+            out.append(RowStep(key=row.key, audio=audio.get(i, np.zeros(0, dtype=np.float32)),
+                               stop_reason=row.stop_reason))
+        return out
+
+    def _row_audio(self, row: _StepRow, last_code: int | None) -> np.ndarray:
+        """A finishing row's waveform: its codes (plus ``last_code`` when the cap, not a stop code, ended it) through
+        ``code_latents`` -> ``s2mel`` -> ``vocode`` (``IndexTTS2Adapter.postprocess`` per row)."""
+        import torch
+
+        codes = row.codes + ([last_code] if last_code is not None else [])
+        if not codes:
+            return np.zeros(0, dtype=np.float32)
+        adapter = self.adapter
+        codes = torch.tensor([codes], dtype=torch.long, device=self.device)
+        latent = adapter.code_latents(row.inputs, row.index, codes)
+        mel = adapter.s2mel(row.inputs.conditioning[row.index], codes, latent, row.seed)
+        return adapter.vocode(mel)
+
+    def release(self, keys) -> None:
+        import torch
+
+        gone = set(keys)
+        keep = [i for i, r in enumerate(self.rows) if r.key not in gone]
+        if len(keep) == len(self.rows):
+            return
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        with torch.no_grad():
+            self.stream.keep_rows(index)
+            self.next_logits = self.next_logits[index]
+        self.rows = [self.rows[i] for i in keep]
+
+
 class IndexTTS2Adapter(TTSAdapter):
     """Adapter for IndexTTS-2 checkpoints (a folder with config.yaml + gpt.pth + s2mel.pth + bpe.model ..., or the
     hub id ``IndexTeam/IndexTTS-2``)."""
 
     family = "indextts2"
     display_name = "IndexTTS 2"
+    supports_decode_steps = True
 
     def __init__(self, model, processor: IndexTTS2Processor, device: str, dtype: str):
         self._conditioning_cache = _LRU(CONDITIONING_CACHE_SIZE)
@@ -1027,6 +1223,26 @@ class IndexTTS2Adapter(TTSAdapter):
         text_emb = gpt.text_embedding(text) + gpt.text_pos_embedding.emb(positions)
         return torch.cat([conds, text_emb])
 
+    def start_decode(self, params: SynthesisParams, prefix_cache: PrefixCache | None = None
+                     ) -> IndexTTS2DecodeBatch:
+        """An empty running batch (step interface, ``IndexTTS2DecodeBatch``) for rows with these knobs; the engine's
+        continuous batching prefills rows into it, steps it and releases rows. ``prefix_cache`` is not used (a
+        voice's conditioning is already computed once per clip, ``speaker_conditioning``).
+
+        Raises:
+            InputError: ``max_new_tokens`` above the checkpoint's ``gpt.max_mel_tokens``.
+        """
+        self._check_max_new_tokens(params)
+        return IndexTTS2DecodeBatch(self, self.resolve(params))
+
+    def _check_max_new_tokens(self, params: SynthesisParams) -> int:
+        max_new = self.max_new_tokens(params)
+        capacity = int(self.processor.config.gpt.max_mel_tokens)
+        if max_new > capacity:
+            raise InputError(f"max_new_tokens={max_new} exceeds the {capacity} codes this checkpoint can generate "
+                             "(gpt.max_mel_tokens); lower it")
+        return max_new
+
     def generate(self, inputs: IndexTTS2Inputs, params: SynthesisParams) -> IndexTTS2Outputs:
         """Decode up to ``self.max_new_tokens(params)`` semantic codes per row, the whole batch in one GPT forward per
         step (``prefill`` then ``decode_one_token``); a row stops at its own stop code, the loop when every row has.
@@ -1038,11 +1254,7 @@ class IndexTTS2Adapter(TTSAdapter):
         """
         import torch
 
-        max_new = self.max_new_tokens(params)
-        capacity = int(self.processor.config.gpt.max_mel_tokens)
-        if max_new > capacity:
-            raise InputError(f"max_new_tokens={max_new} exceeds the {capacity} codes this checkpoint can generate "
-                             "(gpt.max_mel_tokens); lower it")
+        max_new = self._check_max_new_tokens(params)
         params = self.resolve(params)
         selector = _CodeSelector(params, inputs.seeds, self.repetition_penalty)
         with torch.no_grad():
