@@ -40,7 +40,7 @@ ONE_VOICE = ("en_female_1__long_45s.wav", 10.0)
 def sizes(tiny: bool) -> dict:
     """Workload sizes of the full and the tiny (CI) mode."""
     if tiny:
-        return dict(num_requests=5, min_chars=5, max_chars=60, caps=(4,), max_new_tokens=16, job_requests=6,
+        return dict(num_requests=4, min_chars=5, max_chars=50, caps=(4,), max_new_tokens=12, job_requests=4,
                     one_voice_lines=6)
     return dict(num_requests=16, min_chars=5, max_chars=200, caps=(4, 8), max_new_tokens=60, job_requests=16,
                 one_voice_lines=12)

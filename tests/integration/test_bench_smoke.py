@@ -30,7 +30,7 @@ def _finite(value) -> bool:
 def tiny_report(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("bench") / "report.json"
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "run.py"), "--tiny", "--json", str(out)],
-                          cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=240)
+                          cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=600)  # ~2 min alone
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
     report["stdout"] = proc.stdout
@@ -102,7 +102,7 @@ def test_gpu_check_cpu_tiny_mode_runs_every_code_path(tmp_path):
     out = tmp_path / "gpu.json"
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_check.py"), "--device", "cpu", "--tiny",
                            "--json", str(out)], cwd=REPO_ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=240)
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
     decode = report["decode"]
