@@ -30,6 +30,14 @@ MIN_MAX_SEGMENT_CHARS = 8
 MIN_SAMPLING_RATE, MAX_SAMPLING_RATE = 8000, 192000
 #: Segment length cap when the model gives none (``ModelFacts.max_segment_chars`` usually does).
 DEFAULT_MAX_SEGMENT_CHARS = 200
+#: Tempo factors a request may ask for (``SynthesisParams.speed``, or implied by ``duration_s``): beyond 2x faster
+#: or slower, time-stretched speech stops sounding natural (the range most TTS tools offer, e.g. edge-tts, Piper).
+MIN_SPEED, MAX_SPEED = 0.5, 2.0
+#: Loudness targets accepted (``SynthesisParams.loudness_lufs``), in LUFS: -40 is far below any delivery spec,
+#: -5 is louder than the loudest streaming masters. Common targets: -23 (EBU R128 broadcast), -16 (podcasts).
+MIN_LOUDNESS_LUFS, MAX_LOUDNESS_LUFS = -40.0, -5.0
+#: Silence after a chapter (a ``#`` heading line, or a section after two blank lines), in ms.
+DEFAULT_CHAPTER_PAUSE_MS = 1500
 
 
 def check_device(device: str) -> str:

@@ -44,8 +44,8 @@ from tts_app.engine.memory import (
     probe_for_device,
 )
 from tts_app.engine.scheduler import BatchCap, Scheduler, SegmentWork, expected_speech_s
-from tts_app.request import (RequestStatus, SegmentTiming, StopReason, SynthesisParams, SynthesisRequest,
-                             SynthesisResult)
+from tts_app.request import (ChapterSpan, RequestStatus, SegmentTiming, StopReason, SynthesisParams,
+                             SynthesisRequest, SynthesisResult)
 
 logger = logging.getLogger(__name__)
 
@@ -172,12 +172,44 @@ class _RequestState:
     num_done: int = 0
     finished: bool = False
     source_texts: list[str] = field(default_factory=list)  # what the user wrote, for timings and subtitles
+    segment_parts: list[int] = field(default_factory=list)  # per segment, its _Part index
+    parts: list[_Part] = field(default_factory=list)
     normalized_text: str = ""
     seeds: list[int] = field(default_factory=list)  # per segment, as the scheduler's SegmentWork carries them
 
     @property
     def num_segments(self) -> int:
         return len(self.texts)
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A piece of a request's text run through the front end on its own: a chapter, or a dialogue turn."""
+
+    text: str
+    chapter: int = 0
+    title: str | None = None
+    speaker: int | None = None  # index into request.speakers
+
+
+@dataclass
+class _RequestText:
+    """The front end's output for a whole request: its parts' segments in order, and which part each came from."""
+
+    normalized_text: str
+    segments: list  # tts_app.frontend.TextSegment
+    warnings: list[str]
+    segment_parts: list[int]
+    parts: list[_Part]
+
+
+def _request_parts(request: SynthesisRequest) -> list[_Part]:
+    """Dialogue turns (each its own part, with its speaker), else the text's chapters (``tts_app.longform``)."""
+    from tts_app.longform import split_chapters
+
+    if request.turns:
+        return [_Part(turn.text, 0, None, turn.speaker) for turn in request.turns]
+    return [_Part(c.text, i, c.title) for i, c in enumerate(split_chapters(request.text))]
 
 
 def _prepare_text(text: str, *, supports_pinyin: bool, max_segment_chars: int, default_pause_ms: int,
@@ -388,28 +420,58 @@ class Engine:
             )
 
     # -- submit / cancel -----------------------------------------------------------------------------------------
-    def _segments_of(self, request: SynthesisRequest):
-        """The front end's ``PreparedText`` for the request: normalised text and segments (each with the model text,
-        which may hold homophone stand-ins or pinyin tokens, the source text the user wrote, for subtitles, and the
-        pause after it in ms) and warnings.
+    def _segments_of(self, request: SynthesisRequest) -> _RequestText:
+        """The front end's output for the request: normalised text and segments (each with the model text, which
+        may hold homophone stand-ins or pinyin tokens, the source text the user wrote, for subtitles, and the pause
+        after it in ms) and warnings. Each chapter or dialogue turn (``_request_parts``) goes through the front end
+        on its own; the last segment of a chapter is followed by ``chapter_pause_ms``, that of a turn by the usual
+        pause.
 
         Raises:
-            InputError: the text has nothing to speak.
+            InputError: the text has nothing to speak; a turn names a speaker the request does not have.
         """
+        import dataclasses
+
         params = request.params
         max_chars = params.max_segment_chars if params.max_segment_chars is not None else self.facts.max_segment_chars
-        prepared = _prepare_text(request.text, supports_pinyin=self.facts.supports_pinyin,
-                                 max_segment_chars=max_chars, default_pause_ms=params.pause_between_segments_ms,
-                                 control_tags=self.facts.control_tags,
-                                 unencodable_characters=self.adapter.unencodable_characters)
-        if not prepared.segments:
+        parts = _request_parts(request)
+        segments, warnings, normalized, owners = [], [], [], []
+        for index, part in enumerate(parts):
+            if part.speaker is not None and not 0 <= part.speaker < len(request.speakers):
+                raise InputError(f"turn {index + 1} names speaker {part.speaker + 1} but the dialogue has "
+                                 f"{len(request.speakers)} speaker(s)")
+            prepared = _prepare_text(part.text, supports_pinyin=self.facts.supports_pinyin,
+                                     max_segment_chars=max_chars, default_pause_ms=params.pause_between_segments_ms,
+                                     control_tags=self.facts.control_tags,
+                                     unencodable_characters=self.adapter.unencodable_characters)
+            if not prepared.segments:
+                if len(parts) > 1 and part.speaker is not None:
+                    raise InputError(f"turn {index + 1} has nothing to speak; give it some words or remove it")
+                continue
+            part_segments = list(prepared.segments)
+            if index < len(parts) - 1:  # the pause after a part: a chapter's is longer
+                last_pause = (params.chapter_pause_ms if part.speaker is None
+                              else max(part_segments[-1].pause_after_ms, params.pause_between_segments_ms))
+                part_segments[-1] = dataclasses.replace(part_segments[-1], pause_after_ms=last_pause)
+            segments += part_segments
+            owners += [index] * len(part_segments)
+            warnings += list(prepared.warnings)
+            normalized.append(prepared.normalized_text)
+        if not segments:
             raise InputError("the text has nothing to speak; type some words")
-        return prepared
+        return _RequestText(normalized_text="\n\n".join(normalized), segments=segments, warnings=warnings,
+                            segment_parts=owners, parts=parts)
 
     def _row_context(self, request: SynthesisRequest) -> tuple[float, int, int]:
-        ref = request.reference_audio
-        ref_s = ref.duration_s if ref is not None else 0.0
-        return ref_s, len(request.reference_text or ""), int(self.adapter.max_new_tokens(request.params))
+        """(reference seconds, reference-text characters, decode-step cap) a row of the request may carry: for a
+        dialogue, its longest speaker reference (every row is estimated as the largest)."""
+        if request.turns:
+            voices = [(s.reference_audio, s.reference_text) for s in request.speakers]
+        else:
+            voices = [(request.reference_audio, request.reference_text)]
+        ref_s = max((ref.duration_s for ref, _ in voices if ref is not None), default=0.0)
+        ref_chars = max((len(text or "") for _, text in voices), default=0)
+        return ref_s, ref_chars, int(self.adapter.max_new_tokens(request.params))
 
     def _too_large_message(self, request: SynthesisRequest, index: int, text: str, budget: int) -> str:
         ref_s, ref_chars, max_new = self._row_context(request)
@@ -442,8 +504,9 @@ class Engine:
             pauses = [int(segment.pause_after_ms) for segment in prepared.segments]
             source_texts = [segment.source_text for segment in prepared.segments]
             warnings = list(prepared.warnings)
-            ref = request.reference_audio
-            if ref is not None and int(ref.sampling_rate) != self.sampling_rate:
+            for ref in [request.reference_audio] + [speaker.reference_audio for speaker in request.speakers]:
+                if ref is None or int(ref.sampling_rate) == self.sampling_rate:
+                    continue
                 raise ReferenceAudioError(
                     f"reference audio is at {ref.sampling_rate} Hz but the model needs {self.sampling_rate} Hz; "
                     "clean it with tts_app.audio.reference.prepare_reference(path, "
@@ -473,7 +536,8 @@ class Engine:
                               on_progress=on_progress, params=params, warnings=warnings, waves=[None] * len(texts),
                               batch_sizes=[0] * len(texts), generate_s=[0.0] * len(texts),
                               stop_reasons=[StopReason.END_OF_SPEECH] * len(texts), source_texts=source_texts,
-                              normalized_text=prepared.normalized_text, seeds=[w.seed for w in works])
+                              normalized_text=prepared.normalized_text, seeds=[w.seed for w in works],
+                              segment_parts=prepared.segment_parts, parts=prepared.parts)
         error = None
         with self._cv:
             budget = self._budget_bytes
@@ -557,14 +621,21 @@ class Engine:
         self.scheduler.remove_request(state.request.request_id)
         self._outcomes[status] += 1
         if status is RequestStatus.DONE:
-            result = self._assemble(state)
+            # assembled in ``_resolve``, outside the lock: joining and post-processing (tempo, loudness) of a long
+            # request takes a while and must not hold up submitters or the scheduler
+            resolved.append((state.handle.future, state))
         else:
             result = self._failed_result(state.request, error or status.value, state.warnings, status)
-        resolved.append((state.handle.future, result))
+            resolved.append((state.handle.future, result))
 
-    @staticmethod
-    def _resolve(resolved: list[tuple[Future, SynthesisResult]]) -> None:
+    def _resolve(self, resolved: list[tuple[Future, SynthesisResult | _RequestState]]) -> None:
         for future, result in resolved:
+            if isinstance(result, _RequestState):
+                result = self._assemble(result)
+                if not result.ok:
+                    with self._cv:
+                        self._outcomes[RequestStatus.DONE] -= 1
+                        self._outcomes[RequestStatus.FAILED] += 1
             if not future.done():
                 future.set_result(result)
 
@@ -590,14 +661,41 @@ class Engine:
         self._cancel_all(reason, RequestStatus.FAILED)
 
     def _assemble(self, state: _RequestState) -> SynthesisResult:
+        """The DONE result of a request whose segments are all made: segments joined with their pauses, then the
+        request's tempo and loudness (``tts_app.audio.effects``); FAILED when its target duration cannot be met."""
+        from tts_app.audio.effects import apply_request_effects
+
         waves = [w for w in state.waves if w is not None]
         audio, spans = join_segments(waves, state.pauses_after_ms, self.sampling_rate)
+        params = state.params
+        try:
+            effects = apply_request_effects(audio, spans, self.sampling_rate, speed=params.speed,
+                                            duration_s=params.duration_s, loudness_lufs=params.loudness_lufs)
+        except TTSAppError as exc:
+            return self._failed_result(state.request, str(exc), state.warnings)
+        except Exception as exc:  # noqa: BLE001 - a post-processing bug fails this request only
+            logger.exception("request %s: post-processing failed", state.request.request_id)
+            return self._failed_result(state.request, f"post-processing failed: {type(exc).__name__}: {exc}",
+                                       state.warnings)
+        audio, spans = effects.audio, effects.spans
         max_new_tokens = state.params.max_new_tokens
-        timings = [SegmentTiming(index=i, text=t, start_s=a, end_s=b, batch_size=state.batch_sizes[i],
-                                 generate_s=state.generate_s[i], seed=state.seeds[i], model_text=state.texts[i],
-                                 stop_reason=state.stop_reasons[i], max_new_tokens=max_new_tokens)
-                   for i, (t, (a, b)) in enumerate(zip(state.source_texts, spans))]
-        warnings = list(state.warnings)
+        speakers = state.request.speakers
+        timings = []
+        for i, (t, (a, b)) in enumerate(zip(state.source_texts, spans)):
+            part = state.parts[state.segment_parts[i]]
+            timings.append(SegmentTiming(
+                index=i, text=t, start_s=a, end_s=b, batch_size=state.batch_sizes[i], generate_s=state.generate_s[i],
+                seed=state.seeds[i], model_text=state.texts[i], stop_reason=state.stop_reasons[i],
+                max_new_tokens=max_new_tokens, chapter=part.chapter,
+                speaker=speakers[part.speaker].name if part.speaker is not None else None))
+        chapters = []
+        if len({t.chapter for t in timings}) > 1:
+            for chapter in sorted({t.chapter for t in timings}):
+                members = [t for t in timings if t.chapter == chapter]
+                chapters.append(ChapterSpan(index=len(chapters), title=state.parts[
+                    state.segment_parts[members[0].index]].title, start_s=members[0].start_s,
+                    end_s=members[-1].end_s, segments=tuple(t.index for t in members)))
+        warnings = list(state.warnings) + list(effects.warnings)
         for i, wave in enumerate(waves):
             if state.stop_reasons[i] is StopReason.MAX_NEW_TOKENS:
                 audio_s = wave.size / self.sampling_rate if wave.size else max_new_tokens / self.facts.frames_per_second
@@ -607,7 +705,8 @@ class Engine:
                                 "speech at once; try another seed, sampling instead of greedy, or a longer segment")
         return SynthesisResult(request_id=state.request.request_id, status=RequestStatus.DONE, audio=audio,
                                sampling_rate=self.sampling_rate, segments=timings, warnings=warnings,
-                               normalized_text=state.normalized_text, effective_params=state.params)
+                               normalized_text=state.normalized_text, effective_params=state.params,
+                               post_processing=effects.applied, chapters=chapters)
 
     # -- worker --------------------------------------------------------------------------------------------------
     def _worker(self) -> None:
@@ -685,9 +784,9 @@ class Engine:
         of the generate call)."""
         rows = []
         for work, state in zip(batch, states):
-            ref = state.request.reference_audio
+            ref, ref_text = self._segment_reference(state, work.index)
             rows.append(AdapterRow(text=work.text, reference_audio=None if ref is None else ref.samples,
-                                   reference_text=state.request.reference_text, seed=work.seed,
+                                   reference_text=ref_text, seed=work.seed,
                                    emotion=self._row_emotion(state.request)))
         params = states[0].params.with_seed(batch[0].seed)  # knobs equal across the batch (batch_key)
         inputs = self.adapter.preprocess(rows, params)
@@ -700,6 +799,15 @@ class Engine:
             raise RuntimeError(f"adapter returned {len(waves)} waveforms and {len(reasons)} stop reasons for "
                                f"{len(rows)} rows")
         return [np.asarray(w, dtype=np.float32).reshape(-1) for w in waves], reasons, generate_s
+
+    @staticmethod
+    def _segment_reference(state: _RequestState, index: int):
+        """(reference audio, reference text) of segment ``index``: its dialogue speaker's, else the request's."""
+        part = state.parts[state.segment_parts[index]] if state.parts else None
+        if part is not None and part.speaker is not None:
+            speaker = state.request.speakers[part.speaker]
+            return speaker.reference_audio, speaker.reference_text
+        return state.request.reference_audio, state.request.reference_text
 
     def _probe_reading(self, name: str) -> int | None:
         reader = getattr(self.probe, name, None)  # optional probe methods (older/custom probes may lack them)

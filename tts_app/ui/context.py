@@ -15,6 +15,8 @@ from tts_app.audio.preparer import ReferencePreparer
 from tts_app.config import EngineConfig, FrontendConfig, ModelConfig, ReferenceConfig
 from tts_app.monitor import MemoryHistory
 from tts_app.runtime import Runtime
+from tts_app.audio.transcribe import DEFAULT_ASR_MODEL, Transcriber
+from tts_app.voices import VoiceLibrary
 
 
 @dataclass
@@ -29,6 +31,9 @@ class AppContext:
         output_root: folder for per-request and per-job outputs (WAV, SRT, sidecar JSON, ZIP); a temporary folder by
             default.
         lang: "zh", "en" or None (browser decides).
+        voices_dir: folder of the voice library; None = ``output_root / "voices"``.
+        voices: the ``VoiceLibrary`` (saved voices + bundled examples), shared by all users.
+        asr_model: Whisper checkpoint for automatic reference transcripts (None = the default, "none" = off).
     """
 
     model_config: ModelConfig
@@ -39,6 +44,10 @@ class AppContext:
     frontend_config: FrontendConfig = field(default_factory=FrontendConfig)
     output_root: Path | None = None  # None: a temporary folder, removed when the app stops
     lang: str | None = None
+    voices_dir: Path | None = None
+    voices: VoiceLibrary | None = None
+    asr_model: str | None = None
+    _transcriber: Transcriber | None = None
     history: MemoryHistory = field(default_factory=MemoryHistory)
     cancel_events: dict[str, threading.Event] = field(default_factory=dict)
     running_jobs: set[str] = field(default_factory=set)  # session hashes with a batch job in progress
@@ -50,6 +59,8 @@ class AppContext:
         self.owns_output_root = self.output_root is None
         if self.output_root is None:
             self.output_root = Path(tempfile.mkdtemp(prefix="tts_app_"))
+        if self.voices is None:
+            self.voices = VoiceLibrary(self.voices_dir if self.voices_dir is not None else self.output_root / "voices")
 
     @property
     def engine(self):
@@ -76,6 +87,16 @@ class AppContext:
             self.runtime.close()  # joins the worker (see Engine.shutdown)
         if self.owns_output_root:
             shutil.rmtree(self.output_root, ignore_errors=True)
+
+    @property
+    def transcriber(self) -> Transcriber:
+        """The shared ASR pipeline (loaded on first use, on the model's device)."""
+        with self._lock:
+            if self._transcriber is None:
+                device = self.engine.device if self.engine is not None else "cpu"
+                model = self.asr_model if self.asr_model is not None else DEFAULT_ASR_MODEL
+                self._transcriber = Transcriber(model, device=device)
+            return self._transcriber
 
     def cancel_event(self, session_hash: str) -> threading.Event:
         """The cancel flag of one browser session's batch job (created on first use)."""

@@ -17,7 +17,7 @@ import gradio as gr
 from tts_app.audio.post import write_wav_atomic
 from tts_app.errors import TTSAppError
 from tts_app.monitor import GIB, read_memory
-from tts_app.request import Priority, SynthesisRequest
+from tts_app.request import Priority, SynthesisParams, SynthesisRequest
 from tts_app.ui.context import AppContext
 from tts_app.ui.texts import pick_language, preview_label, server_text
 
@@ -178,11 +178,14 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                emotion_audio: str | None = None, happy: float | None = 0.0, angry: float | None = 0.0,
                sad: float | None = 0.0, afraid: float | None = 0.0, disgusted: float | None = 0.0,
                melancholic: float | None = 0.0, surprised: float | None = 0.0, calm: float | None = 0.0,
-               emotion_weight: float | None = 1.0, emotion_text: str | None = None, request: gr.Request = None,
-               progress=gr.Progress()):
+               emotion_weight: float | None = 1.0, emotion_text: str | None = None, voice: str | None = None,
+               speed: float | None = None, duration_s: float | None = None, loudness_lufs: float | None = None,
+               audio_format: str | None = "wav", request: gr.Request = None, progress=gr.Progress()):
     """Generate speech in the reference voice -> (audio, subtitles, metadata, segments, seed used).
 
-    Only ``reference_audio`` and ``text`` are needed; every other input left out (or equal to the model's default)
+    ``speed`` (1 = as generated), ``duration_s`` (0 = as generated), ``loudness_lufs`` (0 = not normalised) and
+    ``audio_format`` ("wav", "flac", "mp3", "opus") shape the output. ``voice`` names a saved voice of the library (then ``reference_audio`` is ignored and, when ``reference_text``
+    is empty, the voice's own transcript is used). Only ``reference_audio`` (or ``voice``) and ``text`` are needed; every other input left out (or equal to the model's default)
     means "the model's default", as in ``synth`` and JSONL jobs. ``max_batch_size`` sets the engine's ceiling for
     everyone (None: unchanged). Emotion (models with emotion control, IndexTTS 2; ``tts_app.ui.emotion``):
     ``emotion_mode`` "none" (the voice reference's own), "clip" (``emotion_audio``), "vector" (the eight weights
@@ -194,7 +197,6 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
         metadata: the sidecar JSON (``tts_app.outputs``); segments: per-segment table; seed: the seed used.
 
     Errors stay on screen until closed and name the seed used, so a failed random seed can be reported or avoided."""
-    from tts_app.outputs import output_metadata, save_outputs
     from tts_app.ui.controls import params_from_controls
 
     lang = _lang(ctx, request)
@@ -202,7 +204,14 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     if not text or not text.strip():
         raise gr.Error(server_text(lang, "need_text"))
     seed = random.randint(0, MAX_SEED) if randomize_seed else int(seed or 0)
-    reference = _reference(ctx, reference_audio, reference_text, lang)
+    if voice:
+        try:
+            reference, voice_text = ctx.voices.prepare_source(voice, ctx.references)
+        except TTSAppError as exc:
+            raise gr.Error(str(exc), duration=None) from exc
+        reference_text = reference_text or voice_text
+    else:
+        reference = _reference(ctx, reference_audio, reference_text, lang)
     for w in reference.warnings:
         gr.Warning(w)
     if max_batch_size:
@@ -216,12 +225,60 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                                               "pause_between_segments_ms": pause_ms})
     except TTSAppError as exc:
         raise gr.Error(str(exc)) from exc
+    params = tempo_params(params, speed, duration_s, loudness_lufs)
+    if not reference_text and engine.facts.needs_reference_text and ctx.transcriber.enabled:
+        reference_text = _transcript_or_none(ctx, reference)
     emotion = _emotion(ctx, emotion_mode, emotion_audio,
                        [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight,
                        emotion_text)
     synthesis_request = SynthesisRequest(text=text, reference_audio=reference.audio,
                                          reference_text=reference.text, params=params,
                                          priority=Priority.INTERACTIVE, emotion=emotion)
+    return run_web_request(ctx, synthesis_request, lang, progress, reference=reference, audio_format=audio_format)
+
+
+def _transcript_or_none(ctx: AppContext, prepared) -> str | None:
+    """The ASR transcript of a prepared reference, or None (with a warning) when no ASR model can be loaded."""
+    from tts_app.audio.transcribe import AsrUnavailableError
+
+    try:
+        return ctx.transcriber.transcribe(prepared.audio.samples, prepared.audio.sampling_rate) or None
+    except AsrUnavailableError as exc:
+        gr.Warning(str(exc))
+        return None
+
+
+#: output formats the page offers (``tts_app.audio.formats``)
+AUDIO_FORMATS = ("wav", "flac", "mp3", "opus")
+
+
+def tempo_params(params, speed: float | None, duration_s: float | None, loudness_lufs: float | None):
+    """``params`` with the page's speed / duration / loudness: speed 1, duration 0 and loudness 0 mean "off"."""
+    import dataclasses
+
+    from tts_app.config import ConfigError
+
+    values = {"speed": None if not speed or float(speed) == 1.0 else float(speed),
+              "duration_s": float(duration_s) if duration_s else None,
+              "loudness_lufs": float(loudness_lufs) if loudness_lufs else None}
+    if values["duration_s"] is not None:
+        values["speed"] = None  # a target duration sets the tempo itself
+    try:
+        return dataclasses.replace(params, **values)
+    except ConfigError as exc:
+        raise gr.Error(str(exc)) from exc
+
+
+def run_web_request(ctx: AppContext, synthesis_request: SynthesisRequest, lang: str, progress, *, reference=None,
+                    speaker_references=None, audio_format: str | None = "wav"):
+    """Submit, wait with progress, save audio (in ``audio_format``) + SRT + sidecar named after the text's first
+    words -> (audio, subtitles, metadata, segments table, seed used). Shared by the single and dialogue handlers."""
+    from tts_app.longform import name_from_text
+    from tts_app.outputs import output_metadata, save_outputs
+
+    engine = _engine(ctx)
+    seed = synthesis_request.params.seed
+    fmt = audio_format if audio_format in AUDIO_FORMATS else "wav"
     state = {"done": 0, "total": 1}
 
     def on_progress(event):  # engine worker thread: only store numbers
@@ -247,11 +304,13 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     for w in result.warnings:
         gr.Warning(localize(w, lang))  # front-end notices in the user's language
     out_dir = ctx.output_root / "single"
-    stem = f"{time.strftime('%Y%m%d-%H%M%S')}_{result.request_id}"
-    metadata = output_metadata(ctx.runtime, synthesis_request, result, entry_point="web", reference=reference)
-    files = save_outputs(out_dir / f"{stem}.wav", result, metadata, subtitles_path=out_dir / f"{stem}.srt")
-    rows = [[s.index + 1, s.text, round(s.start_s, 2), round(s.end_s, 2), s.batch_size, round(s.generate_s, 2)]
-            for s in result.segments]
+    words = name_from_text(synthesis_request.turns[0].text if synthesis_request.turns else synthesis_request.text)
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}_{words}_{result.request_id[:6]}"
+    metadata = output_metadata(ctx.runtime, synthesis_request, result, entry_point="web", reference=reference,
+                               speaker_references=speaker_references)
+    files = save_outputs(out_dir / f"{stem}.{fmt}", result, metadata, subtitles_path=out_dir / f"{stem}.srt")
+    rows = [[s.index + 1, s.speaker or "", s.text, round(s.start_s, 2), round(s.end_s, 2), s.batch_size,
+             round(s.generate_s, 2)] for s in result.segments]
     return str(files.audio), str(files.subtitles), str(files.metadata), _table(rows, lang, "col_timings"), seed
 
 
@@ -400,3 +459,43 @@ def gauge(ctx: AppContext, request: gr.Request = None):
     frame = pd.DataFrame(ctx.history.rows() or [{"seconds_ago": 0.0, "used_gib": 0.0, "torch_gib": 0.0,
                                                   "event": "ok"}])
     return "\n".join(lines), frame
+
+
+def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None, voice_2: str | None = None,
+                        voice_3: str | None = None, voice_4: str | None = None, audio_1: str | None = None,
+                        audio_2: str | None = None, audio_3: str | None = None, audio_4: str | None = None,
+                        seed: int | None = 0, speed: float | None = None, duration_s: float | None = None,
+                        loudness_lufs: float | None = None, audio_format: str | None = "wav",
+                        request: gr.Request = None, progress=gr.Progress()):
+    """A dialogue script (``Speaker 1:`` / ``[S1]`` / ``Name:`` lines, up to 4 speakers) -> (audio, subtitles,
+    metadata, segments with their speaker, seed used). Speaker N speaks with ``voice_N`` (a saved voice) or, when
+    that is empty, ``audio_N`` (an uploaded clip)."""
+    from tts_app.dialogue import dialogue_request, parse_script
+
+    lang = _lang(ctx, request)
+    engine = _engine(ctx)
+    try:
+        parsed = parse_script(script or "")
+    except TTSAppError as exc:
+        raise gr.Error(str(exc), duration=None) from exc
+    voices_given = [voice_1, voice_2, voice_3, voice_4]
+    audios = [audio_1, audio_2, audio_3, audio_4]
+    voices, refs = [], []
+    for speaker in parsed.speakers:
+        slot = speaker.number - 1
+        try:
+            if voices_given[slot]:
+                ref, text = ctx.voices.prepare_source(voices_given[slot], ctx.references)
+            elif audios[slot]:
+                ref, text = _prepare_reference(ctx, audios[slot], None), None
+            else:
+                raise gr.Error(server_text(lang, "need_speaker_voice", number=speaker.number, name=speaker.label),
+                               duration=None)
+        except TTSAppError as exc:
+            raise gr.Error(_hide_paths(str(exc), ctx, audios[slot]), duration=None) from exc
+        voices.append((ref, text))
+        refs.append(ref)
+    params = tempo_params(SynthesisParams(seed=int(seed or 0)), speed, duration_s, loudness_lufs)
+    synthesis_request = dialogue_request(parsed, voices, text=script, params=params, priority=Priority.INTERACTIVE)
+    return run_web_request(ctx, synthesis_request, lang, progress, speaker_references=refs,
+                           audio_format=audio_format)

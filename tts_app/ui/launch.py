@@ -14,8 +14,8 @@ import os
 import signal
 import sys
 
-from tts_app.cli.args import (CliParser, EngineArgs, add_engine_args, check_device_available, engine_args_from,
-                              parse_cli, positive_int, usage_error)
+from tts_app.cli.args import (CliParser, EngineArgs, add_engine_args, add_voice_args, check_device_available,
+                              check_output_dir, engine_args_from, parse_cli, positive_int, usage_error)
 from tts_app.errors import InputError, TTSAppError
 
 log = logging.getLogger("tts_app")
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--share", action="store_true", help="create a public gradio.live link")
     g.add_argument("--lang", choices=["zh", "en"], default=None, help="interface language (default: browser's)")
     g.add_argument("--output-dir", default=None, help="where generated files are kept (default: a temp folder)")
+    add_voice_args(p)
     return p
 
 
@@ -44,7 +45,9 @@ def build_context(args: argparse.Namespace, engine_args: EngineArgs):
     from tts_app.ui.context import AppContext
 
     ctx = AppContext(model_config=engine_args.model, engine_config=engine_args.engine, lang=args.lang,
-                     output_root=Path(args.output_dir) if args.output_dir is not None else None)
+                     output_root=Path(args.output_dir) if args.output_dir is not None else None,
+                     voices_dir=Path(args.voices_dir) if args.voices_dir is not None else None,
+                     asr_model=args.asr_model)
     # Load the front end's dictionaries in the background so the first keystroke's preview is fast.
     threading.Thread(target=warm_up, name="frontend-warm-up", daemon=True).start()
     try:
@@ -64,6 +67,8 @@ def main(argv: list[str]) -> int:
     try:
         engine_args = engine_args_from(args)
         check_device_available(engine_args.model)
+        if args.voices_dir is not None:
+            check_output_dir(args.voices_dir, "--voices-dir")
     except InputError as exc:
         return usage_error(PROG, exc)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -72,13 +77,16 @@ def main(argv: list[str]) -> int:
 
     print(f"Generated files go to {ctx.output_root}"
           + (" (temporary; removed when the app stops)" if ctx.owns_output_root else ""), flush=True)
+    print(f"Saved voices go to {ctx.voices.root}" + (" (temporary too: give --output-dir or --voices-dir to keep "
+                                                     "them)" if ctx.owns_output_root and args.voices_dir is None
+                                                    else ""), flush=True)
     demo, i18n = build_demo(ctx)
     demo.queue(default_concurrency_limit=8)
     # SIGTERM (e.g. from a service manager) ends like Ctrl-C, so the engine stops and temporary files go.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         demo.launch(server_name=args.host, server_port=args.port, share=args.share, i18n=i18n, css=CSS,
-                    allowed_paths=[str(ctx.output_root)])
+                    allowed_paths=[str(ctx.output_root)])  # voices' files are served as copies from there
     finally:
         ctx.close()
     return 0

@@ -12,6 +12,7 @@ import gradio as gr
 from gradio.i18n import I18nData
 
 from tts_app.ui import handlers
+from tts_app.ui import voices as voice_handlers
 from tts_app.ui.context import AppContext
 from tts_app.ui.controls import Control, generation_controls
 from tts_app.ui.texts import preview_label, server_text, translations
@@ -44,13 +45,28 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         with gr.Tab(i18n("tab_single"), id="single"):
             with gr.Row():
                 with gr.Column():
+                    voice = gr.Dropdown(choices=voice_handlers.voice_choices(ctx, ctx.lang or "en"),
+                                        value=voice_handlers.UPLOAD, label=i18n("voice"), elem_id="voice",
+                                        allow_custom_value=True)  # voices saved since the page loaded; API
                     ref_audio = gr.Audio(label=i18n("reference_audio"), sources=["upload", "microphone"],
                                          type="filepath", elem_id="ref-audio")
                     needs_text = facts is not None and facts.needs_reference_text
                     ref_text = gr.Textbox(label=i18n("reference_text_required" if needs_text else "reference_text"),
                                           lines=1, elem_id="ref-text")
+                    transcribe = gr.Button(i18n("transcribe"), size="sm", elem_id="transcribe")
                     ref_report = gr.Markdown(label=i18n("reference_report"), elem_id="ref-report")
                     ref_clean = gr.Audio(label=i18n("cleaned_reference"), interactive=False, elem_id="ref-clean")
+                    with gr.Accordion(i18n("voice_library"), open=False, elem_id="voice-library"):
+                        with gr.Row():
+                            voice_name = gr.Textbox(label=i18n("voice_name"), lines=1, elem_id="voice-name")
+                            save_voice = gr.Button(i18n("save_voice"), size="sm", elem_id="save-voice")
+                        with gr.Row():
+                            new_voice_name = gr.Textbox(label=i18n("new_voice_name"), lines=1,
+                                                        elem_id="new-voice-name")
+                            rename_voice = gr.Button(i18n("rename_voice"), size="sm", elem_id="rename-voice")
+                            delete_voice = gr.Button(i18n("delete_voice"), size="sm", variant="stop",
+                                                     elem_id="delete-voice")
+                        voice_status = gr.Markdown(label=i18n("voice_status"), elem_id="voice-status")
                 with gr.Column():
                     text = gr.Textbox(label=i18n("text"), placeholder=i18n("text_placeholder"), lines=5,
                                       elem_id="text")
@@ -75,6 +91,8 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     knobs.update({name: _control_widget(c, i18n) for name, c in controls.items()
                                   if name in ("max_new_tokens", "max_segment_chars", "pause_between_segments_ms")})
                 with gr.Row():
+                    speed, duration_s, loudness, audio_format = _output_controls(i18n, "")
+                with gr.Row():
                     max_batch = gr.Slider(1, 64, value=ctx.engine_config.max_batch_size, step=1,
                                           label=i18n("max_batch_size"))
                     reset = gr.Button(i18n("reset_defaults"), size="sm", elem_id="reset-defaults")
@@ -92,6 +110,36 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                                         elem_classes="download-box", elem_id="metadata-file")
             timings = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_timings").split("|"),
                                    label=i18n("timings"), interactive=False, elem_id="timings")
+
+        with gr.Tab(i18n("tab_dialogue"), id="dialogue"):
+            gr.Markdown(i18n("dialogue_intro"))
+            script = gr.Textbox(label=i18n("script"), lines=6, elem_id="script",
+                                placeholder="Speaker 1: 你好，欢迎收听。\nSpeaker 2: Thanks, glad to be here.")
+            speaker_voices, speaker_audios = [], []
+            with gr.Row():
+                for n in range(1, 5):
+                    with gr.Column(min_width=160):
+                        gr.Markdown(f"**{n}**")
+                        speaker_voices.append(gr.Dropdown(
+                            choices=voice_handlers.voice_choices(ctx, ctx.lang or "en"), value=voice_handlers.UPLOAD,
+                            label=i18n("speaker_voice"), elem_id=f"speaker-voice-{n}", allow_custom_value=True))
+                        speaker_audios.append(gr.Audio(label=i18n("speaker_audio"), sources=["upload"],
+                                                       type="filepath", elem_id=f"speaker-audio-{n}"))
+            with gr.Row():
+                d_seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="dialogue-seed")
+                d_speed, d_duration, d_loudness, d_format = _output_controls(i18n, "dialogue-")
+            generate_dialogue = gr.Button(i18n("generate_dialogue"), variant="primary", elem_id="generate-dialogue")
+            with gr.Row():
+                d_audio = gr.Audio(label=i18n("output_audio"), type="filepath", interactive=False,
+                                   elem_id="dialogue-audio")
+                d_used_seed = gr.Number(value=None, label=i18n("used_seed"), interactive=False)
+            with gr.Row():
+                d_srt = gr.File(label=i18n("download_srt"), interactive=False, height=90,
+                                elem_classes="download-box", elem_id="dialogue-srt")
+                d_metadata = gr.File(label=i18n("download_metadata"), interactive=False, height=90,
+                                     elem_classes="download-box", elem_id="dialogue-metadata")
+            d_timings = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_timings").split("|"),
+                                     label=i18n("timings"), interactive=False, elem_id="dialogue-timings")
 
         with gr.Tab(i18n("tab_batch"), id="batch"):
             with gr.Row():
@@ -127,9 +175,29 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                       "pause_between_segments_ms"]
         generate.click(_wrap(handlers.synthesize, ctx),
                        [ref_audio, text, ref_text, seed, randomize, greedy, *(knobs[n] for n in knob_order),
-                        use_cache, max_batch, *emotion],
+                        use_cache, max_batch, *emotion, voice, speed, duration_s, loudness, audio_format],
                        [out_audio, srt_file, metadata_file, timings, used_seed], api_name="synthesize",
                        **MODEL_CONCURRENCY)
+        generate_dialogue.click(_wrap(handlers.synthesize_dialogue, ctx),
+                                [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness,
+                                 d_format], [d_audio, d_srt, d_metadata, d_timings, d_used_seed],
+                                api_name="synthesize_dialogue", **MODEL_CONCURRENCY)
+        transcribe.click(_wrap(voice_handlers.transcribe_reference, ctx), [ref_audio, voice], [ref_text],
+                         api_name="transcribe", **MODEL_CONCURRENCY)
+        # --- voice library
+        ref_audio.upload(lambda: voice_handlers.UPLOAD, None, [voice], queue=False, api_visibility="private")
+        voice.input(_wrap(voice_handlers.select_voice, ctx), [voice, ref_text], [ref_text, ref_clean, ref_report],
+                    api_visibility="private", **MODEL_CONCURRENCY)
+        save_voice.click(_wrap(voice_handlers.save_voice, ctx), [ref_audio, ref_text, voice_name],
+                         [voice, voice_status], api_name="save_voice", **MODEL_CONCURRENCY)
+        rename_voice.click(_wrap(voice_handlers.rename_voice, ctx), [voice, new_voice_name], [voice, voice_status],
+                           api_name="rename_voice", queue=False)
+        delete_voice.click(_wrap(voice_handlers.delete_voice, ctx), [voice], [voice, voice_status],
+                           api_name="delete_voice", queue=False)
+        gr.api(_wrap(voice_handlers.list_voices, ctx), api_name="list_voices", queue=False)
+        for dropdown in (voice, *speaker_voices):
+            demo.load(_wrap(voice_handlers.refresh_voices, ctx), None, [dropdown], queue=False,
+                      api_visibility="private")
         reset.click(lambda: [bool(controls["greedy"].default)] + [controls[n].default for n in knob_order], None,
                     [greedy] + [knobs[n] for n in knob_order], queue=False, api_visibility="private")
         validate_btn.click(_wrap(handlers.validate_job, ctx), [jsonl, audio_zip, default_voice],
@@ -145,6 +213,18 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         demo.load(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], queue=False, show_progress="hidden",
                   api_visibility="private")  # the same as /memory
     return demo, i18n
+
+
+def _output_controls(i18n: gr.I18n, prefix: str):
+    """Speed, target duration, loudness and format widgets (``handlers.tempo_params`` reads them)."""
+    from tts_app.config import MAX_SPEED, MIN_SPEED
+
+    speed = gr.Slider(MIN_SPEED, MAX_SPEED, value=1.0, step=0.05, label=i18n("speed"), elem_id=f"{prefix}speed")
+    duration_s = gr.Number(value=0, minimum=0, label=i18n("duration_s"), elem_id=f"{prefix}duration-s")
+    loudness = gr.Number(value=0, maximum=0, label=i18n("loudness_lufs"), elem_id=f"{prefix}loudness")
+    audio_format = gr.Dropdown(choices=list(handlers.AUDIO_FORMATS), value="wav", label=i18n("audio_format"),
+                               elem_id=f"{prefix}audio-format")
+    return speed, duration_s, loudness, audio_format
 
 
 def _wrap(fn, ctx: AppContext):
@@ -205,7 +285,9 @@ def _control_widget(control: Control, i18n: gr.I18n):
 API_NAMES = {"output_audio": "audio", "download_srt": "subtitles", "download_metadata": "metadata",
              "timings": "segments", "preview_warnings": "notes", "reference_report": "report",
              "cleaned_reference": "cleaned_reference", "memory_summary": "summary", "memory_plot": "plot",
-             "job_results": "results", "download_zip": "zip", "validation": "validation"}
+             "job_results": "results", "download_zip": "zip", "validation": "validation", "voice": "voice",
+             "voice_status": "status", "speed": "speed", "duration_s": "duration_s", "loudness_lufs": "loudness_lufs",
+             "audio_format": "audio_format", "script": "script", "reference_text": "reference_text"}
 
 
 class _Blocks(gr.Blocks):

@@ -129,6 +129,52 @@ ZH: dict[str, str] = {
     "emo_disgusted": "反感", "emo_melancholic": "低落", "emo_surprised": "惊讶", "emo_calm": "自然",
 }
 
+# Voices, dialogue and long-form output (issue 16).
+EN.update({
+    "voice": "Voice (a saved voice, or the uploaded clip)",
+    "voice_library": "Voice library: save the uploaded clip, rename or delete the selected voice",
+    "voice_name": "Name for the uploaded clip",
+    "save_voice": "Save as voice",
+    "new_voice_name": "New name for the selected voice",
+    "rename_voice": "Rename",
+    "delete_voice": "Delete",
+    "voice_status": "Voice library status",
+    "transcribe": "Transcribe the reference (automatic, editable)",
+    "speed": "Speed (x the model's pace; pitch kept)",
+    "duration_s": "Target duration in seconds (0 = as generated)",
+    "loudness_lufs": "Loudness target in LUFS (0 = as generated; -16 podcast, -23 broadcast)",
+    "audio_format": "Output format",
+    "tab_dialogue": "Dialogue",
+    "dialogue_intro": "One turn per line: `Speaker 1: …`, `[S1] …` or `张三：…` (up to 4 speakers; names take "
+                      "speaker numbers in order of appearance). Give each speaker a saved voice or a clip.",
+    "script": "Dialogue script",
+    "speaker_voice": "Saved voice",
+    "speaker_audio": "or upload a clip",
+    "generate_dialogue": "Generate dialogue",
+})
+ZH.update({
+    "voice": "声音（已保存的声音，或上传的音频）",
+    "voice_library": "声音库：保存上传的音频，重命名或删除所选声音",
+    "voice_name": "为上传的音频命名",
+    "save_voice": "保存为声音",
+    "new_voice_name": "所选声音的新名字",
+    "rename_voice": "重命名",
+    "delete_voice": "删除",
+    "voice_status": "声音库状态",
+    "transcribe": "自动识别参考文本（可编辑）",
+    "speed": "语速（相对模型原速；音高不变）",
+    "duration_s": "目标时长（秒，0 = 不调整）",
+    "loudness_lufs": "响度目标（LUFS，0 = 不调整；播客 -16，广播 -23）",
+    "audio_format": "输出格式",
+    "tab_dialogue": "对话",
+    "dialogue_intro": "每行一句：`Speaker 1: …`、`[S1] …` 或 `张三：…`（最多 4 位说话人；名字按出现顺序编号）。"
+                      "为每位说话人选择已保存的声音或上传音频。",
+    "script": "对话脚本",
+    "speaker_voice": "已保存的声音",
+    "speaker_audio": "或上传音频",
+    "generate_dialogue": "生成对话",
+})
+
 assert EN.keys() == ZH.keys()  # a missing translation is a programming error, caught at import
 
 
@@ -159,7 +205,7 @@ SERVER: dict[str, dict[str, str]] = {
                              "Try another seed or a larger max new tokens.",
         "no_audio_greedy": "The model produced no audio for this text: it ended speech at once. Try sampling "
                            "instead of greedy decoding, or a larger max new tokens.",
-        "col_timings": "#|text|start (s)|end (s)|batch size|generate (s)",
+        "col_timings": "#|speaker|text|start (s)|end (s)|batch size|generate (s)",
         "col_validation": "line|status|message",
         "col_results": "line|output name|status|error|duration (s)",
         "job_file": "job file",
@@ -200,7 +246,7 @@ SERVER: dict[str, dict[str, str]] = {
         "synthesis_failed": "合成失败（种子 {seed}）：{error}",
         "no_audio_sampling": "模型没有为这段文本生成音频（种子 {seed}）：它立即结束了。请换一个种子，或调大最大新 token 数。",
         "no_audio_greedy": "模型没有为这段文本生成音频：它立即结束了。请改用采样解码，或调大最大新 token 数。",
-        "col_timings": "#|文本|开始（秒）|结束（秒）|批大小|生成（秒）",
+        "col_timings": "#|说话人|文本|开始（秒）|结束（秒）|批大小|生成（秒）",
         "col_validation": "行|状态|说明",
         "col_results": "行|输出名|状态|错误|时长（秒）",
         "job_file": "任务文件",
@@ -227,6 +273,21 @@ SERVER: dict[str, dict[str, str]] = {
         "emo_mode_vector": "情感滑块", "emo_mode_text": "从文本判断",
     },
 }
+SERVER["en"].update({
+    "voice_upload": "(uploaded / recorded clip)", "voice_example": "example",
+    "voice_selected": "Voice **{name}**: {seconds} s of cleaned speech, saved {created}.",
+    "voice_saved": "Saved voice {name}.", "voice_renamed": "Renamed {old} to {name}.",
+    "voice_deleted": "Deleted voice {name}.", "need_voice": "Select a saved voice first.",
+    "need_speaker_voice": "{name} (speaker {number}) has no voice: pick a saved voice or upload a clip for speaker "
+                          "{number}.",
+})
+SERVER["zh"].update({
+    "voice_upload": "（上传 / 录制的音频）", "voice_example": "示例",
+    "voice_selected": "声音 **{name}**：处理后语音 {seconds} 秒，保存于 {created}。",
+    "voice_saved": "已保存声音 {name}。", "voice_renamed": "已将 {old} 重命名为 {name}。",
+    "voice_deleted": "已删除声音 {name}。", "need_voice": "请先选择一个已保存的声音。",
+    "need_speaker_voice": "{name}（说话人 {number}）没有声音：请为说话人 {number} 选择已保存的声音或上传音频。",
+})
 assert SERVER["en"].keys() == SERVER["zh"].keys()
 
 
