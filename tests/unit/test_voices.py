@@ -37,9 +37,10 @@ def synthesize(runtime: Runtime, reference, text: str = "Hello there, this is a 
 
 def test_saved_voice_survives_a_restart_and_sounds_like_its_uploaded_file(tmp_path, data_dir, runtime):
     upload = data_dir / "en_female_1.wav"
-    from_upload = runtime.references.prepare(upload)
+    transcript = "The morning train was late again."
+    from_upload = runtime.references.prepare(upload, reference_text=transcript)
     library = VoiceLibrary(tmp_path / "voices")
-    saved = library.save("Anna", upload, runtime.references, reference_text="The morning train was late again.")
+    saved = library.save("Anna", upload, runtime.references, reference_text=transcript)
     assert saved.source_sha256 == from_upload.sha256
 
     # "restart": a new library object on the same folder and a new preparer with an empty cache
@@ -162,7 +163,7 @@ def test_jsonl_dialogue_line_with_script_and_speakers(tmp_path, data_dir, runtim
              {"script": "Speaker 1: Part one.\n", "speakers": {"2": "en-male"}}]
     jsonl.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8")
     report = validate_job(jsonl)
-    messages = {r.line: r.message for r in report.rows}
+    messages = {r.line: r.message for r in report.rows if r.line}  # line 0: advice for the whole file
     assert set(messages) == {2, 3, 4}
     assert "'ghost.wav' not found" in messages[2] and "both 'script' and 'input_text'" in messages[3]
     assert "Speaker 1 (speaker 1) has no voice" in messages[4]
