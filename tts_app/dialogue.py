@@ -13,7 +13,9 @@ appearance. Voices are given per speaker by number or name (``--voice 1=a.wav --
 
 How each model family speaks a dialogue is the adapter's business (``ModelFacts.max_dialogue_speakers``): by default
 every turn is its own segment (or several), synthesised with its speaker's reference, and the segments of all turns
-batch together like any others.
+batch together like any others. A family with its own multi-speaker prompt (VibeVoice, Dia) gets dialogue rows
+instead: the turns' segments are packed in order into segments of at most ``max_segment_chars`` characters
+(``pack_turn_pieces``), each spoken in one generation from a prompt that holds every speaker's voice.
 """
 
 from __future__ import annotations
@@ -206,3 +208,47 @@ def dialogue_request(script: Script, voices: list[tuple[object | None, str | Non
     request_fields.setdefault("text", "\n".join(f"{script.speakers[t.speaker].label}: {t.text}"
                                                 for t in script.turns))
     return SynthesisRequest(speakers=speakers, turns=turns, **request_fields)
+
+
+def pack_turn_pieces(lengths: list[int], max_chars: int) -> list[list[int]]:
+    """Group consecutive turn pieces (the front end's segments of each turn, in script order) into dialogue
+    segments of at most ``max_chars`` characters, greedily: a piece joins the current group while the group's
+    characters plus one separator per piece stay within ``max_chars``. A piece longer than ``max_chars`` (the front
+    end never makes one) is a group of its own.
+
+    Args:
+        lengths: characters of each piece, in order.
+        max_chars: the segment limit (``max_segment_chars``), >= 1.
+
+    Returns:
+        Groups of piece indices, in order, covering every piece exactly once.
+    """
+    groups: list[list[int]] = []
+    size = 0
+    for index, length in enumerate(lengths):
+        if groups and size + 1 + length <= max_chars:
+            groups[-1].append(index)
+            size += 1 + length
+        else:
+            groups.append([index])
+            size = length
+    return groups
+
+
+def _is_cjk(char: str) -> bool:
+    """Chinese characters and full-width punctuation: text in them is written without spaces."""
+    return "\u2e80" <= char <= "\u9fff" or "\uf900" <= char <= "\ufaff" or "\uff00" <= char <= "\uffef" or \
+        "\u3000" <= char <= "\u303f"
+
+
+def join_pieces(pieces: list[str]) -> str:
+    """Pieces of one turn (the front end's segments, in order) back into one line: a space between two pieces,
+    none where both sides are Chinese characters or full-width punctuation."""
+    out = ""
+    for piece in (p.strip() for p in pieces):
+        if not piece:
+            continue
+        if out and not (_is_cjk(out[-1]) and _is_cjk(piece[0])):
+            out += " "
+        out += piece
+    return out

@@ -2,7 +2,8 @@
 ``save_outputs`` as a 16-bit WAV, optional SubRip subtitles and a metadata sidecar JSON next to the audio
 (``name.wav`` -> ``name.json``), each file atomically (temporary file, fsync, rename), the sidecar last.
 
-Sidecar fields (``schema_version`` 1):
+Sidecar fields (``schema_version`` 2; version 1 had no ``speakers``, ``post_processing``, ``chapters``,
+``reference.voice``, ``segments[].speaker`` / ``chapter`` / ``turns``, and its audio was always WAV):
 
 - ``app``: ``name``, ``version``; ``entry_point``: "web" (UI and its API), "synth" or "job"; ``created_utc``;
   ``request_id``.
@@ -23,7 +24,9 @@ Sidecar fields (``schema_version`` 1):
 - ``segments``: per segment ``index``, ``text`` (normalised source), ``model_text`` (as the model got it),
   ``seed``, ``start_s``, ``end_s``, ``batch_size``, ``generate_s``, ``max_new_tokens`` (its cap),
   ``stop_reason`` ("end_of_speech", or "max_new_tokens" when it was cut at the cap), ``speaker`` (dialogue: the
-  speaker's name, else null) and ``chapter`` (0-based).
+  speaker's name, else null), ``chapter`` (0-based) and ``turns``: for a segment a family spoke from its own
+  multi-speaker prompt, per turn ``speaker`` and ``text`` (``text`` is then their texts, one per line; ``speaker`` is
+  null when several speak), else an empty list.
 - ``speakers``: for a dialogue, per speaker its ``name`` and ``reference`` block (as ``reference``); else null.
 - ``post_processing``: what was done after generation: ``speed`` (tempo factor applied, 1.0 = none),
   ``speed_source`` ("speed", "duration_s" or "none"), ``method``, ``duration_before_s``, ``duration_s``, and
@@ -55,7 +58,7 @@ if TYPE_CHECKING:
     from tts_app.audio.preparer import PreparedReference
     from tts_app.runtime import Runtime
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,8 @@ def output_metadata(runtime: Runtime, request: SynthesisRequest, result: Synthes
         "segments": [{"index": s.index, "text": s.text, "model_text": s.model_text, "seed": s.seed,
                       "start_s": round(s.start_s, 4), "end_s": round(s.end_s, 4), "batch_size": s.batch_size,
                       "generate_s": round(s.generate_s, 4), "max_new_tokens": s.max_new_tokens,
-                      "stop_reason": s.stop_reason.value, "speaker": s.speaker, "chapter": s.chapter}
+                      "stop_reason": s.stop_reason.value, "speaker": s.speaker, "chapter": s.chapter,
+                      "turns": [{"speaker": name, "text": text} for name, text in s.turns]}
                      for s in result.segments],
         "speakers": speakers_block,
         "post_processing": result.post_processing,
@@ -200,8 +204,15 @@ def output_metadata(runtime: Runtime, request: SynthesisRequest, result: Synthes
 
 
 def subtitle_texts(result: SynthesisResult) -> list[str]:
-    """One subtitle line per segment: its text, prefixed with its speaker's name in a dialogue ("Mei: 你好。")."""
-    return [f"{s.speaker}: {s.text}" if s.speaker else s.text for s in result.segments]
+    """One subtitle cue text per segment: its text, prefixed with its speaker's name in a dialogue ("Mei: 你好。");
+    a segment holding several turns (``SegmentTiming.turns``) gives one line per turn, each with its speaker."""
+    out = []
+    for s in result.segments:
+        if s.turns:
+            out.append("\n".join(f"{name}: {text}" for name, text in s.turns))
+        else:
+            out.append(f"{s.speaker}: {s.text}" if s.speaker else s.text)
+    return out
 
 
 def chapter_path(audio_path: Path, index: int, title: str | None) -> Path:

@@ -297,8 +297,12 @@ class SegmentTiming:
         stop_reason: why its decoding stopped (``StopReason.MAX_NEW_TOKENS``: cut at the cap, a warning in
             ``SynthesisResult.warnings`` names the segment).
         max_new_tokens: the decode-step cap it ran under (after resolving the model default).
-        speaker: the dialogue speaker's name (``Speaker.name``) of the segment, or None for a single-voice request.
+        speaker: the dialogue speaker's name (``Speaker.name``) of the segment, or None for a single-voice request
+            (and for a dialogue segment that holds turns of several speakers: see ``turns``).
         chapter: 0-based chapter of the segment (``SynthesisResult.chapters``).
+        turns: for a segment spoken in one generation from a family's multi-speaker prompt
+            (``ModelFacts.max_dialogue_speakers``), per turn piece it holds ``(speaker name, source text)`` in order;
+            ``text`` is then their texts joined by newlines. Empty for any other segment.
     """
 
     index: int
@@ -313,6 +317,7 @@ class SegmentTiming:
     max_new_tokens: int | None = None
     speaker: str | None = None
     chapter: int = 0
+    turns: tuple[tuple[str, str], ...] = ()
 
     @property
     def hit_max_new_tokens(self) -> bool:

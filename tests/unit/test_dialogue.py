@@ -150,3 +150,54 @@ def test_engine_applies_speed_and_duration_and_the_sidecar_records_it(runtime):
     assert runtime.engine.stats().num_requests_failed == 1
     with pytest.raises(InputError, match="speed=3.0 is outside 0.5-2.0"):
         SynthesisParams(speed=3.0)
+
+
+def test_turn_pieces_pack_in_order_within_the_limit():
+    from tts_app.dialogue import join_pieces, pack_turn_pieces
+
+    assert pack_turn_pieces([10, 10, 10, 30, 5], 25) == [[0, 1], [2], [3], [4]]
+    assert pack_turn_pieces([3, 3, 3], 100) == [[0, 1, 2]]
+    assert pack_turn_pieces([], 10) == []
+    assert join_pieces(["你好。", "今天天气很好。"]) == "你好。今天天气很好。"
+    assert join_pieces(["Morning!", "How are you?"]) == "Morning! How are you?"
+
+
+def test_a_family_with_a_dialogue_prompt_gets_packed_rows_with_every_voice(tmp_path):
+    from tests.fakes import fake_facts
+
+    adapter = RecordingAdapter(samples_per_char=200, facts=fake_facts(max_dialogue_speakers=4))
+    rt = Runtime.from_adapter(adapter, "fake-model", EngineConfig(wait_window_ms=20.0, max_batch_size=8))
+    try:
+        script = parse_script("Speaker 1: Good morning everyone.\nSpeaker 2: Morning! How are you?\n"
+                              "Speaker 3: Fine, thanks.\nSpeaker 1: Great, let us begin the meeting now.")
+        refs = [_reference(0.1), _reference(0.2), _reference(0.3)]
+        voices = [(type("P", (), {"audio": r})(), f"transcript {i + 1}") for i, r in enumerate(refs)]
+        request = dialogue_request(script, voices, params=SynthesisParams(seed=1, max_segment_chars=40))
+        result = rt.engine.submit(request).result(timeout=60)
+    finally:
+        rt.close()
+    assert result.ok, result.error
+    rows = adapter.rows
+    assert len(rows) == len(result.segments) < len(script.turns)  # turns packed: fewer rows than turns
+    for row in rows:
+        assert row.is_dialogue and row.reference_audio is None
+        assert [float(v.reference_audio[0]) for v in row.voices] == pytest.approx([0.1, 0.2, 0.3])
+        assert [v.reference_text for v in row.voices] == ["transcript 1", "transcript 2", "transcript 3"]
+    spoken = [(t.speaker, t.text) for row in rows for t in row.turns]  # a turn may go on in the next row
+    merged = [spoken[0]]
+    for speaker, text in spoken[1:]:
+        merged[-1:] = [(speaker, f"{merged[-1][1]} {text}")] if speaker == merged[-1][0] else [merged[-1],
+                                                                                               (speaker, text)]
+    assert merged == [(t.speaker, t.text) for t in script.turns]
+    assert all(len(row.text) <= 40 for row in rows)
+    # the outputs: each segment's turns, subtitles one line per turn, sidecar turns
+    assert [name for s in result.segments for name, _ in s.turns] == [
+        ["Speaker 1", "Speaker 2", "Speaker 3"][k] for k, _ in spoken]
+    metadata = output_metadata(rt, request, result, entry_point="synth")
+    files = save_outputs(tmp_path / "talk.wav", result, metadata, subtitles_path=tmp_path / "talk.srt")
+    srt = files.subtitles.read_text(encoding="utf-8")
+    assert "Speaker 1: Good morning everyone.\nSpeaker 2: Morning!" in srt
+    sidecar = json.loads(files.metadata.read_text(encoding="utf-8"))
+    assert sidecar["schema_version"] == 2
+    assert [t["speaker"] for s in sidecar["segments"] for t in s["turns"]] == [
+        name for s in result.segments for name, _ in s.turns]

@@ -105,13 +105,19 @@ VIBEVOICE_1_5B_CONFIG: dict = {
     "audio_token_id": 151654,
 }
 
-# Prompt layout of VibeVoice's own processor (original microsoft/VibeVoice ``vibevoice_processor.py``; the same text
-# the hf chat template renders). One ``{audio}`` placeholder is expanded by ``VibeVoiceProcessor`` to one token per
-# acoustic frame of the reference.
+# Prompt layout of VibeVoice's own processor (original microsoft/VibeVoice ``vibevoice_processor.py``:
+# ``_process_single`` / ``_create_voice_prompt``; the same text the hf chat template renders). Speakers are numbered
+# from 0 in both sections (the original renumbers a script's "Speaker 1..N" to 0..N-1) and voice k is speaker k's.
+# One ``{audio}`` placeholder is expanded by ``VibeVoiceProcessor`` to one token per acoustic frame of the reference.
 SYSTEM_PROMPT = (" Transform the text provided by various speakers into speech output, utilizing the distinct voice "
                  "of each respective speaker.\n")
-VOICE_SECTION = " Voice input:\n Speaker 0:{audio_bos}{audio}{audio_eos}\n"
-TEXT_SECTION = " Text input:\n Speaker 0: {text}\n Speech output:\n{audio_bos}"
+VOICE_HEADER = " Voice input:\n"
+VOICE_LINE = " Speaker {speaker}:{audio_bos}{audio}{audio_eos}\n"
+TEXT_HEADER = " Text input:\n"
+TEXT_LINE = " Speaker {speaker}: {text}\n"
+OUTPUT_HEADER = " Speech output:\n{audio_bos}"
+# Speakers one prompt takes (VibeVoice model card / technical report: "up to 4 distinct speakers").
+MAX_SPEAKERS = 4
 
 DEFAULT_CFG_SCALE = 1.3  # VibeVoice demo default (``--cfg_scale 1.3``); used when generation_config has none
 DEFAULT_NUM_DIFFUSION_STEPS = 10  # transformers' VibeVoiceGenerationMixin fallback
@@ -294,7 +300,9 @@ class VibeVoiceAdapter(TTSAdapter):
     """Adapter for VibeVoice checkpoints (``model_type == "vibevoice"``, e.g. ``vibevoice/VibeVoice-1.5B-hf``).
 
     Reference text is not used (VibeVoice clones from the reference audio alone). Rows without reference audio get
-    the prompt without its "Voice input" section.
+    the prompt without its "Voice input" section. Dialogues of up to 4 speakers run as dialogue rows
+    (``ModelFacts.max_dialogue_speakers``): each row's prompt holds every speaker's voice, numbered as in the whole
+    script, and a run of consecutive turns, as VibeVoice's processor builds a script's prompt.
     """
 
     family = "vibevoice"
@@ -364,8 +372,10 @@ class VibeVoiceAdapter(TTSAdapter):
         self._noise_scheduler = self.model._build_default_noise_scheduler(generation_config)
         self._num_diffusion_steps = int(getattr(generation_config, "num_diffusion_steps", None)
                                         or DEFAULT_NUM_DIFFUSION_STEPS)
-        # Fixed prompt positions besides the text and the reference frames (system prompt, headers, speaker tags).
-        self._prompt_overhead = len(tokenizer(self._prompt("", num_frames=0), add_special_tokens=False)["input_ids"])
+        # Fixed prompt positions besides the text and the reference frames (system prompt, headers, speaker tags),
+        # for the largest prompt: MAX_SPEAKERS voice lines (a dialogue row carries every speaker's voice).
+        self._prompt_overhead = len(tokenizer(self._build_prompt([(0, "")], [(k, 0) for k in range(MAX_SPEAKERS)]),
+                                              add_special_tokens=False)["input_ids"])
         frames_per_second = feature_extractor.sampling_rate / hop
         return self._model_facts(
             sampling_rate=int(feature_extractor.sampling_rate),
@@ -380,6 +390,7 @@ class VibeVoiceAdapter(TTSAdapter):
                 defaults.max_new_tokens / frames_per_second, LANGUAGES)),
             generation_defaults=defaults,
             languages=LANGUAGES,
+            max_dialogue_speakers=MAX_SPEAKERS,
         )
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
@@ -389,7 +400,9 @@ class VibeVoiceAdapter(TTSAdapter):
 
         A row keeps two caches of the same LM: the prompt stream (prompt + reference frames + new tokens) and the CFG
         negative stream (1 + new tokens; it never sees the prompt). Their sum is split over ``cfg_multiplier = 2``,
-        rounded up. The reference text is not part of VibeVoice's prompt.
+        rounded up. The reference text is not part of VibeVoice's prompt. The fixed part counts the largest voice
+        section (4 speakers); a dialogue row's per-turn ``Speaker k:`` prefixes (~4 positions each) ride on the
+        estimator's measured activation margin.
         """
         f = self.facts
         prompt = (self._prompt_overhead + math.ceil(reference_s * f.reference_positions_per_second)
@@ -470,42 +483,69 @@ class VibeVoiceAdapter(TTSAdapter):
 
     # ------------------------------------------------------------------ batch pipeline
 
-    def _prompt(self, text: str, num_frames: int | None) -> str:
-        """Prompt text of one row; ``num_frames=None`` = no reference audio, else one audio placeholder (the
-        processor expands it to the frame count)."""
+    def _build_prompt(self, turns: list[tuple[int, str]], voices: list[tuple[int, int]]) -> str:
+        """VibeVoice's prompt text (see ``SYSTEM_PROMPT``): the voice section holds one line per ``(speaker,
+        placeholders)`` of ``voices`` (placeholders 1 = an audio placeholder the processor expands to the reference's
+        frame count, 0 = none, for length measurements), omitted when ``voices`` is empty; the text section one line
+        per ``(speaker, text)`` of ``turns``."""
         p = self.processor
         voice = ""
-        if num_frames is not None:
-            voice = VOICE_SECTION.format(audio_bos=p.audio_bos_token, audio=p.audio_token * (num_frames > 0),
-                                         audio_eos=p.audio_eos_token)
-        return SYSTEM_PROMPT + voice + TEXT_SECTION.format(text=text, audio_bos=p.audio_bos_token)
+        if voices:
+            voice = VOICE_HEADER + "".join(
+                VOICE_LINE.format(speaker=k, audio_bos=p.audio_bos_token, audio=p.audio_token * n,
+                                  audio_eos=p.audio_eos_token) for k, n in voices)
+        text = TEXT_HEADER + "".join(TEXT_LINE.format(speaker=k, text=t) for k, t in turns)
+        return SYSTEM_PROMPT + voice + text + OUTPUT_HEADER.format(audio_bos=p.audio_bos_token)
+
+    def _prompt(self, text: str, num_frames: int | None) -> str:
+        """Prompt text of a single-voice row (speaker 0); ``num_frames=None`` = no reference audio, else one audio
+        placeholder (the processor expands it to the frame count)."""
+        return self._build_prompt([(0, text)], [] if num_frames is None else [(0, int(num_frames > 0))])
+
+    def _row_prompt(self, row: AdapterRow) -> tuple[str, list[np.ndarray]]:
+        """(prompt text, reference clips in placeholder order) of one row. A dialogue row (``row.turns``) puts every
+        speaker's voice in the voice section (speaker k = ``row.voices[k]``, a voice without audio has no line) and
+        its turns in the text section, as VibeVoice's processor does for a script; any other row is speaker 0."""
+        if row.is_dialogue:
+            if len(row.voices) > MAX_SPEAKERS:
+                raise InputError(f"VibeVoice takes at most {MAX_SPEAKERS} speakers in one prompt; this dialogue has "
+                                 f"{len(row.voices)}")
+            voiced = [(k, v.reference_audio) for k, v in enumerate(row.voices) if v.reference_audio is not None]
+            turns = [(t.speaker, t.text.strip()) for t in row.turns]
+            return self._build_prompt(turns, [(k, 1) for k, _ in voiced]), [a for _, a in voiced]
+        prompt = self._prompt(row.text.strip(), None if row.reference_audio is None else 1)
+        return prompt, [] if row.reference_audio is None else [row.reference_audio]
 
     def preprocess(self, rows: list[AdapterRow], params: SynthesisParams) -> VibeVoiceInputs:
         """Tokenise the rows (left-padded) and put each row's reference frames into its prompt embeddings.
 
-        Each row's reference audio (float32 ``(num_samples,)`` at ``facts.sampling_rate``) is encoded on its own, with
-        the codec's sigma-VAE noise drawn from a generator seeded with ``row.seed``.
+        Each reference clip (float32 ``(num_samples,)`` at ``facts.sampling_rate``) is encoded on its own, with the
+        codec's sigma-VAE noise drawn from a generator seeded with ``row.seed`` (a dialogue row's clips in voice
+        order, one after the other from that generator). A dialogue row (``row.turns``) is VibeVoice's
+        multi-speaker prompt: every voice in the voice section, its turns as ``Speaker k:`` lines (``_row_prompt``).
 
         Raises:
-            InputError: no rows, or a row's text is empty.
+            InputError: no rows, a row's text is empty, a dialogue row with more than 4 speakers.
             ReferenceAudioError: a reference is not a finite 1-D array with at least one sample.
         """
         import torch
 
         if not rows:
             raise InputError("preprocess got no rows; pass at least one AdapterRow")
-        audios = []
+        prompts, audios, row_audios = [], [], []
         for i, row in enumerate(rows):
-            if not row.text or not row.text.strip():
+            if not row.text or not row.text.strip() or any(not t.text.strip() for t in row.turns):
                 raise InputError(f"row {i}: text is empty; give the segment some text to speak")
-            if row.reference_audio is not None:
-                ref = np.asarray(row.reference_audio, dtype=np.float32)
+            prompt, clips = self._row_prompt(row)
+            for clip in clips:
+                ref = np.asarray(clip, dtype=np.float32)
                 if ref.ndim != 1 or ref.size == 0 or not np.isfinite(ref).all():
                     raise ReferenceAudioError(
                         f"row {i}: reference audio must be a finite mono array (num_samples,) with samples; got shape "
                         f"{ref.shape}. Clean it with `python -m tts_app reference FILE` first.")
                 audios.append(ref)
-        prompts = [self._prompt(row.text.strip(), None if row.reference_audio is None else 1) for row in rows]
+            prompts.append(prompt)
+            row_audios.append(len(clips))
         kwargs = {"padding": True, "return_tensors": "pt"}
         if audios:
             kwargs.update(audio=audios, sampling_rate=self.facts.sampling_rate)
@@ -516,20 +556,24 @@ class VibeVoiceAdapter(TTSAdapter):
         with torch.inference_mode():
             inputs_embeds = lm.get_input_embeddings()(input_ids)
             audio_index = 0
+            multiple = self.processor.feature_extractor.pad_to_multiple_of
             for i, row in enumerate(rows):
-                if row.reference_audio is None:
+                if not row_audios[i]:
                     continue
-                num_samples = int(batch["padding_mask"][audio_index].sum())
-                padded = math.ceil(num_samples / self.processor.feature_extractor.pad_to_multiple_of) * \
-                    self.processor.feature_extractor.pad_to_multiple_of
-                values = batch["input_values"][audio_index:audio_index + 1, :, :padded].to(self.device, lm.dtype)
-                mask = batch["padding_mask"][audio_index:audio_index + 1, :padded].to(self.device)
+                row_frames = []
                 with torch.random.fork_rng(devices=self._rng_devices()):
                     torch.manual_seed(row.seed)
-                    frames = lm.get_audio_features(values, mask, sample=True).pooler_output  # (num_frames, hidden)
+                    for _ in range(row_audios[i]):
+                        num_samples = int(batch["padding_mask"][audio_index].sum())
+                        padded = math.ceil(num_samples / multiple) * multiple
+                        values = batch["input_values"][audio_index:audio_index + 1, :, :padded].to(self.device,
+                                                                                                    lm.dtype)
+                        mask = batch["padding_mask"][audio_index:audio_index + 1, :padded].to(self.device)
+                        row_frames.append(lm.get_audio_features(values, mask, sample=True).pooler_output)
+                        audio_index += 1
+                frames = torch.cat(row_frames, dim=0)  # (num_frames of all the row's clips, hidden), prompt order
                 placeholder = input_ids[i] == self.model.config.audio_token_id
                 inputs_embeds[i, placeholder] = frames.to(inputs_embeds.dtype)
-                audio_index += 1
         return VibeVoiceInputs(inputs_embeds=inputs_embeds, attention_mask=attention_mask, input_ids=input_ids,
                                seeds=[int(row.seed) for row in rows])
 

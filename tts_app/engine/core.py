@@ -28,9 +28,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tts_app.adapters.base import AdapterRow, ModelFacts, RowEmotion, TTSAdapter
+from tts_app.adapters.base import AdapterRow, ModelFacts, RowEmotion, RowTurn, RowVoice, TTSAdapter
 from tts_app.audio.post import join_segments
 from tts_app.config import MIN_MAX_SEGMENT_CHARS, EngineConfig
+from tts_app.dialogue import join_pieces
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
 from tts_app.engine.memory import (
     MemoryEstimator,
@@ -176,6 +177,7 @@ class _RequestState:
     parts: list[_Part] = field(default_factory=list)
     normalized_text: str = ""
     seeds: list[int] = field(default_factory=list)  # per segment, as the scheduler's SegmentWork carries them
+    segment_turns: list[tuple[_TurnPiece, ...]] = field(default_factory=list)  # per segment; () = not a dialogue row
 
     @property
     def num_segments(self) -> int:
@@ -192,15 +194,40 @@ class _Part:
     speaker: int | None = None  # index into request.speakers
 
 
+@dataclass(frozen=True)
+class _TurnPiece:
+    """One front-end segment of a dialogue turn inside a dialogue row (``ModelFacts.max_dialogue_speakers``)."""
+
+    speaker: int  # index into request.speakers
+    model_text: str
+    source_text: str
+
+
 @dataclass
 class _RequestText:
-    """The front end's output for a whole request: its parts' segments in order, and which part each came from."""
+    """The front end's output for a whole request: its parts' segments in order, and which part each came from.
+    ``texts`` / ``source_texts`` / ``pauses_after_ms`` are per segment; ``segment_turns[i]`` is empty, or the turn
+    pieces segment ``i`` speaks in one generation (a dialogue row)."""
 
     normalized_text: str
-    segments: list  # tts_app.frontend.TextSegment
+    texts: list[str]
+    source_texts: list[str]
+    pauses_after_ms: list[int]
     warnings: list[str]
     segment_parts: list[int]
     parts: list[_Part]
+    segment_turns: list[tuple[_TurnPiece, ...]]
+
+
+def _turn_lines(pieces: tuple[_TurnPiece, ...], speakers) -> tuple[tuple[str, str], ...]:
+    """(speaker name, source text) per turn of a dialogue row, consecutive pieces of one speaker joined."""
+    lines: list[tuple[int, list[str]]] = []
+    for piece in pieces:
+        if lines and lines[-1][0] == piece.speaker:
+            lines[-1][1].append(piece.source_text)
+        else:
+            lines.append((piece.speaker, [piece.source_text]))
+    return tuple((speakers[k].name, join_pieces(texts)) for k, texts in lines)
 
 
 def _request_parts(request: SynthesisRequest) -> list[_Part]:
@@ -389,7 +416,7 @@ class Engine:
         Raises:
             InputError: the text is empty or unspeakable (from the front end).
         """
-        texts = [segment.text for segment in self._segments_of(request).segments]
+        texts = self._segments_of(request).texts
         ref_s, ref_chars, max_new = self._row_context(request)
         return max(self.estimator.row_bytes(self._positions(len(t), ref_s, ref_chars, max_new)) for t in texts)
 
@@ -459,18 +486,52 @@ class Engine:
             normalized.append(prepared.normalized_text)
         if not segments:
             raise InputError("the text has nothing to speak; type some words")
-        return _RequestText(normalized_text="\n\n".join(normalized), segments=segments, warnings=warnings,
-                            segment_parts=owners, parts=parts)
+        out = _RequestText(normalized_text="\n\n".join(normalized), texts=[seg.text for seg in segments],
+                           source_texts=[seg.source_text for seg in segments],
+                           pauses_after_ms=[int(seg.pause_after_ms) for seg in segments], warnings=warnings,
+                           segment_parts=owners, parts=parts, segment_turns=[()] * len(segments))
+        if request.turns and self.facts.max_dialogue_speakers:
+            if self._dialogue_rows(request):
+                return self._pack_dialogue(out, max_chars)
+            warnings.append(f"{self.adapter.display_name}'s dialogue prompt takes at most "
+                            f"{self.facts.max_dialogue_speakers} speakers; with {len(request.speakers)} each turn is "
+                            "synthesised on its own with its speaker's voice")
+        return out
+
+    def _dialogue_rows(self, request: SynthesisRequest) -> bool:
+        """The request is a dialogue the family speaks from its own multi-speaker prompt (dialogue rows)."""
+        return bool(request.turns) and 0 < len(request.speakers) <= self.facts.max_dialogue_speakers
+
+    @staticmethod
+    def _pack_dialogue(text: _RequestText, max_chars: int) -> _RequestText:
+        """Pack the turns' segments, in order, into dialogue rows of at most ``max_chars`` characters
+        (``tts_app.dialogue.pack_turn_pieces``); a row's pause is its last piece's."""
+        from tts_app.dialogue import pack_turn_pieces
+
+        groups = pack_turn_pieces([len(t) for t in text.texts], max_chars)
+        pieces = [_TurnPiece(text.parts[part].speaker, model, source)
+                  for part, model, source in zip(text.segment_parts, text.texts, text.source_texts)]
+        return _RequestText(
+            normalized_text=text.normalized_text,
+            texts=["\n".join(text.texts[i] for i in group) for group in groups],
+            source_texts=["\n".join(text.source_texts[i] for i in group) for group in groups],
+            pauses_after_ms=[text.pauses_after_ms[group[-1]] for group in groups], warnings=text.warnings,
+            segment_parts=[text.segment_parts[group[0]] for group in groups], parts=text.parts,
+            segment_turns=[tuple(pieces[i] for i in group) for group in groups])
 
     def _row_context(self, request: SynthesisRequest) -> tuple[float, int, int]:
         """(reference seconds, reference-text characters, decode-step cap) a row of the request may carry: for a
-        dialogue, its longest speaker reference (every row is estimated as the largest)."""
+        dialogue, its longest speaker reference (every row is estimated as the largest); for dialogue rows, all
+        speakers' references together (each row's prompt holds every voice)."""
         if request.turns:
             voices = [(s.reference_audio, s.reference_text) for s in request.speakers]
         else:
             voices = [(request.reference_audio, request.reference_text)]
-        ref_s = max((ref.duration_s for ref, _ in voices if ref is not None), default=0.0)
-        ref_chars = max((len(text or "") for _, text in voices), default=0)
+        seconds = [ref.duration_s for ref, _ in voices if ref is not None]
+        chars = [len(text or "") for _, text in voices]
+        together = self._dialogue_rows(request)
+        ref_s = sum(seconds) if together else max(seconds, default=0.0)
+        ref_chars = sum(chars) if together else max(chars, default=0)
         return ref_s, ref_chars, int(self.adapter.max_new_tokens(request.params))
 
     def _too_large_message(self, request: SynthesisRequest, index: int, text: str, budget: int) -> str:
@@ -500,9 +561,7 @@ class Engine:
         handle = RequestHandle(request.request_id, self)
         try:
             prepared = self._segments_of(request)
-            texts = [segment.text for segment in prepared.segments]
-            pauses = [int(segment.pause_after_ms) for segment in prepared.segments]
-            source_texts = [segment.source_text for segment in prepared.segments]
+            texts, pauses, source_texts = prepared.texts, prepared.pauses_after_ms, prepared.source_texts
             warnings = list(prepared.warnings)
             for ref in [request.reference_audio] + [speaker.reference_audio for speaker in request.speakers]:
                 if ref is None or int(ref.sampling_rate) == self.sampling_rate:
@@ -537,7 +596,8 @@ class Engine:
                               batch_sizes=[0] * len(texts), generate_s=[0.0] * len(texts),
                               stop_reasons=[StopReason.END_OF_SPEECH] * len(texts), source_texts=source_texts,
                               normalized_text=prepared.normalized_text, seeds=[w.seed for w in works],
-                              segment_parts=prepared.segment_parts, parts=prepared.parts)
+                              segment_parts=prepared.segment_parts, parts=prepared.parts,
+                              segment_turns=prepared.segment_turns)
         error = None
         with self._cv:
             budget = self._budget_bytes
@@ -683,11 +743,14 @@ class Engine:
         timings = []
         for i, (t, (a, b)) in enumerate(zip(state.source_texts, spans)):
             part = state.parts[state.segment_parts[i]]
+            speaker = speakers[part.speaker].name if part.speaker is not None else None
+            turns = _turn_lines(state.segment_turns[i], speakers)
+            if len({name for name, _ in turns}) > 1:
+                speaker = None  # a dialogue row with several speakers: ``turns`` names each
             timings.append(SegmentTiming(
                 index=i, text=t, start_s=a, end_s=b, batch_size=state.batch_sizes[i], generate_s=state.generate_s[i],
                 seed=state.seeds[i], model_text=state.texts[i], stop_reason=state.stop_reasons[i],
-                max_new_tokens=max_new_tokens, chapter=part.chapter,
-                speaker=speakers[part.speaker].name if part.speaker is not None else None))
+                max_new_tokens=max_new_tokens, chapter=part.chapter, speaker=speaker, turns=turns))
         chapters = []
         if len({t.chapter for t in timings}) > 1:
             for chapter in sorted({t.chapter for t in timings}):
@@ -782,12 +845,7 @@ class Engine:
                    ) -> tuple[list[np.ndarray], list[StopReason], float]:
         """preprocess -> generate -> postprocess of one batch: (one waveform and one stop reason per row, seconds
         of the generate call)."""
-        rows = []
-        for work, state in zip(batch, states):
-            ref, ref_text = self._segment_reference(state, work.index)
-            rows.append(AdapterRow(text=work.text, reference_audio=None if ref is None else ref.samples,
-                                   reference_text=ref_text, seed=work.seed,
-                                   emotion=self._row_emotion(state.request)))
+        rows = [self._segment_row(state, work) for work, state in zip(batch, states)]
         params = states[0].params.with_seed(batch[0].seed)  # knobs equal across the batch (batch_key)
         inputs = self.adapter.preprocess(rows, params)
         t0 = time.perf_counter()
@@ -800,14 +858,31 @@ class Engine:
                                f"{len(rows)} rows")
         return [np.asarray(w, dtype=np.float32).reshape(-1) for w in waves], reasons, generate_s
 
-    @staticmethod
-    def _segment_reference(state: _RequestState, index: int):
-        """(reference audio, reference text) of segment ``index``: its dialogue speaker's, else the request's."""
-        part = state.parts[state.segment_parts[index]] if state.parts else None
+    def _segment_row(self, state: _RequestState, work: SegmentWork) -> AdapterRow:
+        """The adapter row of segment ``work.index``: a dialogue row (every speaker's voice and the turns it
+        speaks), else the text with its dialogue speaker's reference, else with the request's."""
+        request = state.request
+        turns = state.segment_turns[work.index] if state.segment_turns else ()
+        if turns:
+            voices = tuple(RowVoice(None if s.reference_audio is None else s.reference_audio.samples,
+                                    s.reference_text) for s in request.speakers)
+            runs: list[tuple[int, list[str]]] = []  # consecutive pieces of one speaker make one turn line
+            for piece in turns:
+                if runs and runs[-1][0] == piece.speaker:
+                    runs[-1][1].append(piece.model_text)
+                else:
+                    runs.append((piece.speaker, [piece.model_text]))
+            return AdapterRow(text=work.text, reference_audio=None, reference_text=None, seed=work.seed,
+                              emotion=self._row_emotion(request), voices=voices,
+                              turns=tuple(RowTurn(k, join_pieces(texts)) for k, texts in runs))
+        part = state.parts[state.segment_parts[work.index]] if state.parts else None
         if part is not None and part.speaker is not None:
-            speaker = state.request.speakers[part.speaker]
-            return speaker.reference_audio, speaker.reference_text
-        return state.request.reference_audio, state.request.reference_text
+            speaker = request.speakers[part.speaker]
+            ref, ref_text = speaker.reference_audio, speaker.reference_text
+        else:
+            ref, ref_text = request.reference_audio, request.reference_text
+        return AdapterRow(text=work.text, reference_audio=None if ref is None else ref.samples,
+                          reference_text=ref_text, seed=work.seed, emotion=self._row_emotion(request))
 
     def _probe_reading(self, name: str) -> int | None:
         reader = getattr(self.probe, name, None)  # optional probe methods (older/custom probes may lack them)
