@@ -65,5 +65,7 @@ def test_dialogue_mode_names_each_speaker_in_the_segment_table(page):
     page.wait_for_function("() => document.querySelector('#dialogue-timings')?.innerText.includes('Speaker 2')",
                            timeout=30_000)
     table = page.locator("#dialogue-timings").inner_text()
-    assert table.count("Speaker 1") >= 2 and "Speaker 2" in table
+    # VibeVoice speaks the three turns from one prompt: the segment's text names each turn's speaker
+    for turn in ("Speaker 1: Hello there.", "Speaker 2: 你好。", "Speaker 1: Bye now."):
+        assert turn in table, table
     page.screenshot(path=str(SHOTS / "dialogue.png"), full_page=True)

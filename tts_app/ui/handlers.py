@@ -309,7 +309,9 @@ def run_web_request(ctx: AppContext, synthesis_request: SynthesisRequest, lang: 
     metadata = output_metadata(ctx.runtime, synthesis_request, result, entry_point="web", reference=reference,
                                speaker_references=speaker_references)
     files = save_outputs(out_dir / f"{stem}.{fmt}", result, metadata, subtitles_path=out_dir / f"{stem}.srt")
-    rows = [[s.index + 1, s.speaker or " / ".join(dict.fromkeys(name for name, _ in s.turns)), s.text,
+    # a segment holding several turns (a family's own dialogue prompt) shows each turn with its speaker
+    rows = [[s.index + 1, s.speaker or " / ".join(dict.fromkeys(name for name, _ in s.turns)),
+             "\n".join(f"{name}: {t}" for name, t in s.turns) if s.turns else s.text,
              round(s.start_s, 2), round(s.end_s, 2), s.batch_size, round(s.generate_s, 2)] for s in result.segments]
     return str(files.audio), str(files.subtitles), str(files.metadata), _table(rows, lang, "col_timings"), seed
 
