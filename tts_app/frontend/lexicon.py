@@ -28,8 +28,8 @@ whose terms grant no licence (measured: +0.8 points on the CPP dev set, not wort
   (pypinyin's first reading of rarer characters is often a rare one: 晟 chéng for shèng). Measured on the CPP dev set
   (Park & Lee 2020, Wikipedia sentences): 89.5 % -> 90.6 %.
 
-The merged state (phrases, jieba's word counts with the phrases added, POS tags, default readings) is built once per
-machine (about 3-5 s) and kept in a ``marshal`` file in the temporary folder, named by the sources' versions, as jieba
+The merged state (phrases, jieba's word counts with the phrases added, POS tags, default readings, the homophone
+ranking of ``g2p.homophone_table``) is built once per machine (about 3-5 s) and kept in a ``marshal`` file in the temporary folder, named by the sources' versions, as jieba
 keeps its own cache; later processes load it in about 0.5-1 s (``bench/frontend_bench.py`` measures both). The
 load runs in the background at start-up (``tts_app.frontend.warm_up``).
 """
@@ -54,6 +54,10 @@ class Lexicon:
             ``r`` pronoun, ``m`` numeral, ``q`` measure word, ``n*`` nouns, ``p`` preposition, ``u*`` particles...;
             ICTCLAS tag set, jieba README).
         max_phrase_chars: length of the longest phrase.
+        reading_counts: char -> {TONE3 reading: entries of pypinyin's phrase dictionary reading it so}
+            (``g2p.common_readings``).
+        homophones: (reading -> characters whose only reading in use it is, reading -> characters whose default
+            reading it is), most common first (``g2p.homophone_table``).
     """
 
     phrases: dict[str, tuple[str, ...]]
@@ -61,6 +65,8 @@ class Lexicon:
     tokenizer: object  # jieba.Tokenizer (typed loosely: jieba ships no type hints)
     t2s: object | None  # opencc.OpenCC("t2s") or None when OpenCC is missing
     max_phrase_chars: int
+    reading_counts: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+    homophones: tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]] = ({}, {})
     _char_default: dict[str, str] = field(default_factory=dict, repr=False)  # outside GB2312 level 1
     _char_cache: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -128,7 +134,7 @@ def _merge_phrases() -> dict[str, tuple[str, ...]]:
     return merged
 
 
-CACHE_FORMAT = 1  # bump when what the cache holds changes
+CACHE_FORMAT = 2  # bump when what the cache holds changes
 
 
 def _cache_path() -> str:
@@ -151,7 +157,7 @@ def _build_state() -> dict:
 
     import jieba
 
-    from tts_app.frontend.g2p import _gb2312_level
+    from tts_app.frontend.g2p import _gb2312_level, build_phrase_reading_counts, build_ranked_characters
 
     jieba.setLogLevel(logging.WARNING)  # jieba logs "Building prefix dict..." at INFO on every load
     phrases = _merge_phrases()
@@ -177,7 +183,9 @@ def _build_state() -> dict:
         for char, reading in zip(word, readings):
             counts[char][reading] += 1
     char_default = {c: n.most_common(1)[0][0] for c, n in counts.items() if _gb2312_level(c) > 1}
-    return {"phrases": phrases, "tags": tags, "freq": freq, "total": total, "char_default": char_default}
+    reading_counts = build_phrase_reading_counts()
+    return {"phrases": phrases, "tags": tags, "freq": freq, "total": total, "char_default": char_default,
+            "reading_counts": reading_counts, "homophones": build_ranked_characters(reading_counts)}
 
 
 def _load_state() -> dict:
@@ -219,9 +227,11 @@ def _build() -> Lexicon:
         t2s = opencc.OpenCC("t2s")
     except ImportError:  # optional at run time: traditional input then reads character by character
         t2s = None
-    phrases = {w: tuple(r) for w, r in state["phrases"].items()}
+    phrases = state["phrases"]  # marshal keeps the reading tuples as tuples
+    single, default = state["homophones"]
     return Lexicon(phrases=phrases, tags=state["tags"], tokenizer=tokenizer, t2s=t2s,
-                   max_phrase_chars=max(map(len, phrases)), _char_default=state["char_default"])
+                   max_phrase_chars=max(map(len, phrases)), reading_counts=state["reading_counts"],
+                   homophones=(single, default), _char_default=state["char_default"])
 
 
 def load_lexicon() -> Lexicon:
