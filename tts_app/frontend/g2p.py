@@ -254,7 +254,7 @@ def run_tokens(run: str) -> list:
                 else:
                     tokens.append(Token(piece, start, lex.tags.get(piece, ""), [lex.char_reading(piece)], ["char"]))
         pos += len(word)
-    apply_rules(simple, tokens)
+    apply_rules(simple, tokens, lex.phrases)
     return tokens
 
 
