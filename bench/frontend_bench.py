@@ -4,7 +4,7 @@
 
 Prints, side by side in one run:
 
-* accuracy on each polyphone set (default: tests/data/polyphones_zh.tsv and tests/data/polyphones_zh_heldout.tsv)
+* accuracy on each polyphone set (default: tests/data/polyphones_zh.tsv, polyphones_zh_heldout.tsv, _heldout2.tsv)
   of **before** = pypinyin 0.55 alone (``lazy_pinyin`` per run of Chinese characters, its phrase dictionary with
   forward maximum matching: the front end's G2P until issue 13) and **after** = ``tts_app.frontend.g2p.read_text``
   (jieba segmentation over the merged lexicon + grammar rules), with the misses of "after" (``--misses``);
@@ -17,7 +17,7 @@ Prints, side by side in one run:
 * ``preview_pronunciation`` per keystroke, as a ratio to a 100 ms keystroke budget.
 
 Two set formats are read: ``sentence, char, occurrence, reading`` (tests/data/polyphones_zh.tsv) and
-``sentence, char_index, char, pinyin`` (the held-out set, 0-based index).
+``sentence, char_index, char, pinyin`` (the held-out sets, 0-based index).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-DEFAULT_SETS = [ROOT / "tests/data/polyphones_zh.tsv", ROOT / "tests/data/polyphones_zh_heldout.tsv"]
+DEFAULT_SETS = [ROOT / "tests/data/polyphones_zh.tsv", ROOT / "tests/data/polyphones_zh_heldout.tsv",
+                ROOT / "tests/data/polyphones_zh_heldout2.tsv"]
 
 
 def load_rows(path: Path) -> list[tuple[str, int, str, str]]:

@@ -70,7 +70,9 @@ DATA = __import__("pathlib").Path(__file__).resolve().parents[1] / "data"
 # 96.8 %, held-out set 97.0 %; pypinyin alone: 86.4 % and 85.9 %), so a change that makes the default readings worse
 # fails here. The held-out set was written apart from this code; since its first scoring (92.2 %) its miss categories
 # (not its sentences) guided general rules and dictionary-sourced word readings.
-FLOORS = {"polyphones_zh.tsv": 0.95, "polyphones_zh_heldout.tsv": 0.95}
+# The second held-out set (polyphones_zh_heldout2.tsv, written by another engineer while these rules were being
+# written, never seen by them) was scored once, before (main: 90.1 %) and after (90.1 %) the rules above it.
+FLOORS = {"polyphones_zh.tsv": 0.95, "polyphones_zh_heldout.tsv": 0.95, "polyphones_zh_heldout2.tsv": 0.88}
 
 
 def _rows(name: str) -> list[tuple[str, int, str, str]]:
