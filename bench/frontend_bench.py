@@ -83,17 +83,18 @@ def accuracy(rows, read) -> tuple[float, list[str]]:
 
 _SCORE_CODE = """
 import json, sys
-sys.path.insert(0, sys.argv[1])
-from frontend_bench import accuracy, load_rows
-from pathlib import Path
 from tts_app.frontend.g2p import read_text
-print(accuracy(load_rows(Path(sys.argv[2])), lambda s: {r.position: r.reading for r in read_text(s)})[0])
+rows = json.loads(sys.stdin.read())
+print(sum({r.position: r.reading for r in read_text(s)}.get(i, "") == e for s, i, _, e in rows) / len(rows))
 """
 
 
 def score_checkout(checkout: Path, path: Path) -> float:
-    """Accuracy of the default G2P of another checkout (its ``read_text``) on the set at ``path``."""
-    out = subprocess.run([sys.executable, "-c", _SCORE_CODE, str(ROOT / "bench"), str(path)], capture_output=True,
+    """Accuracy of the default G2P of another checkout (its ``read_text``, imported from there alone) on the set at
+    ``path``."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", _SCORE_CODE], input=json.dumps(load_rows(path)), capture_output=True,
                          text=True, check=True, cwd=checkout,
                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(checkout)})
     return float(out.stdout.strip().splitlines()[-1])
