@@ -208,6 +208,33 @@ class ReferenceConfig:
 
 
 @dataclass(frozen=True)
+class UploadConfig:
+    """What browsers may upload to the web app, and how long uploads and finished jobs are kept.
+
+    Attributes:
+        max_upload_bytes: largest reference audio, job file or default voice, in bytes (100 MB: a 5-minute 48 kHz
+            stereo 16-bit WAV is 58 MB; references are read only up to ``ReferenceConfig.max_decode_s`` anyway).
+        max_zip_upload_bytes: largest ZIP of reference audio for a job, in bytes (1 GB); what it unpacks to is
+            limited separately (``JobConfig.max_zip_bytes``).
+        cache_max_age_s: gradio's copies of uploads older than this are deleted (checked every
+            ``cache_check_every_s``), in s.
+        cache_check_every_s: how often that clean-up runs, in s.
+        keep_jobs_s: job folders that ended more than this long ago are removed when the app starts, in s.
+    """
+
+    max_upload_bytes: int = 100 * 1000**2
+    max_zip_upload_bytes: int = 1000**3
+    cache_max_age_s: int = 6 * 3600
+    cache_check_every_s: int = 3600
+    keep_jobs_s: float = 14 * 86400.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_upload_bytes", "max_zip_upload_bytes", "cache_max_age_s", "cache_check_every_s",
+                     "keep_jobs_s"):
+            _check(name, getattr(self, name) > 0, f"{name}={getattr(self, name)} must be > 0")
+
+
+@dataclass(frozen=True)
 class FrontendConfig:
     """Text front-end settings.
 

@@ -88,6 +88,24 @@ def memory_budget(text: str) -> int:
     return value
 
 
+def file_size(text: str) -> int:
+    """argparse ``type=``: a file size such as ``100MB`` or ``1GB`` -> bytes (> 0); units as
+    ``tts_app.engine.memory.parse_size``.
+
+    Raises:
+        argparse.ArgumentTypeError: negative, zero, or not a size.
+    """
+    from tts_app.engine.memory import parse_size  # pure Python; torch stays unimported
+
+    try:
+        value = parse_size(text) if not str(text).strip().startswith("-") else 0
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive, got {text!r}; write e.g. 100MB or 1GB")
+    return value
+
+
 def join_negative_values(argv: list[str], flags: tuple[str, ...]) -> list[str]:
     """``["--memory-budget", "-5MB"]`` -> ``["--memory-budget=-5MB"]`` for the given flags, so the flag's ``type=``
     reports what is wrong with the value instead of argparse saying "expected one argument"."""

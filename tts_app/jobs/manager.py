@@ -219,7 +219,8 @@ class JobManager:
         try:
             if settings.get("max_batch_size"):
                 self.runtime.engine.set_max_batch_size(int(settings["max_batch_size"]))
-            params = SynthesisParams(seed=int(settings.get("seed", 0)), greedy=bool(settings.get("greedy", False)),
+            # greedy None (not given) = the checkpoint's own choice, as everywhere else
+            params = SynthesisParams(seed=int(settings.get("seed") or 0), greedy=settings.get("greedy"),
                                      use_cache=bool(settings.get("use_cache", True)))
             summary = run_job(self.store.job_file(state.job_id), self.store.out_dir(state.job_id), self.runtime,
                               audio_dir=self.store.audio_zip(state.job_id),

@@ -1,4 +1,5 @@
-"""The Gradio layout: three tabs (single synthesis, JSONL batch, memory gauge) wired to ``handlers``.
+"""The Gradio layout: three tabs (single synthesis, JSONL batch — built in ``batch.py``, memory gauge) wired to
+``handlers``.
 
 Every event that touches the model shares ``concurrency_id="model"``; the engine batches what arrives together, so
 the limit is generous (callers only wait on futures). Every action has a stable ``api_name`` for ``gradio_client``.
@@ -11,7 +12,7 @@ import functools
 import gradio as gr
 from gradio.i18n import I18nData
 
-from tts_app.ui import handlers
+from tts_app.ui import batch, handlers
 from tts_app.ui import voices as voice_handlers
 from tts_app.ui.context import AppContext
 from tts_app.ui.controls import Control, generation_controls
@@ -23,7 +24,7 @@ MODEL_CONCURRENCY = dict(concurrency_id="model", concurrency_limit=32)
 CSS = """
 #preview { max-height: 260px; overflow-y: auto; }
 .download-box { max-height: 150px; overflow: hidden; }
-"""
+""" + batch.CSS
 
 
 def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
@@ -31,7 +32,10 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
     i18n = gr.I18n(**translations(ctx.lang))
     facts = ctx.engine.facts if ctx.engine is not None else None
 
-    with _Blocks(title="tts_app") as demo:
+    limits = ctx.upload_config
+    # delete_cache: gradio's copies of uploads (and files it served) older than cache_max_age_s are removed, so the
+    # temp folder of finished or abandoned sessions does not grow without end.
+    with _Blocks(title="tts_app", delete_cache=(limits.cache_check_every_s, limits.cache_max_age_s)) as demo:
         gr.Markdown(i18n("title"), elem_id="title")
         gr.Markdown(i18n("intro"))
         if ctx.load_error:
@@ -97,7 +101,9 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                                           label=i18n("max_batch_size"))
                     reset = gr.Button(i18n("reset_defaults"), size="sm", elem_id="reset-defaults")
             emotion = _emotion_widgets(facts, i18n, ctx.lang)
-            generate = gr.Button(i18n("generate"), variant="primary", elem_id="generate")
+            # Without a model nothing can be generated: the button waits, greyed out, under the banner's fix.
+            generate = gr.Button(i18n("generate"), variant="primary", elem_id="generate",
+                                 interactive=ctx.engine is not None)
             with gr.Row():
                 # A WAV file path: the player gets the file's own 16-bit samples (its download button saves it).
                 out_audio = gr.Audio(label=i18n("output_audio"), type="filepath", interactive=False,
@@ -141,24 +147,11 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             d_timings = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_timings").split("|"),
                                      label=i18n("timings"), interactive=False, elem_id="dialogue-timings")
 
-        with gr.Tab(i18n("tab_batch"), id="batch"):
-            with gr.Row():
-                jsonl = gr.File(label=i18n("jsonl_file"), file_types=[".jsonl", ".json", ".txt"], type="filepath",
-                                elem_id="jsonl")
-                audio_zip = gr.File(label=i18n("audio_zip"), file_types=[".zip"], type="filepath",
-                                    elem_id="audio-zip")
-                default_voice = gr.Audio(label=i18n("default_voice"), sources=["upload"], type="filepath",
-                                         elem_id="default-voice")
-            with gr.Row():
-                validate_btn = gr.Button(i18n("validate"), elem_id="validate")
-                run_btn = gr.Button(i18n("run_job"), variant="primary", elem_id="run-job")
-                cancel_btn = gr.Button(i18n("cancel_job"), variant="stop", elem_id="cancel-job")
-            validation = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_validation").split("|"), label=i18n("validation"), wrap=True,
-                                      interactive=False, elem_id="validation")
-            job_status = gr.Markdown(label=i18n("job_status"), elem_id="job-status")
-            results = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_results").split("|"), wrap=True,
-                                   label=i18n("job_results"), interactive=False, elem_id="job-results")
-            results_zip = gr.File(label=i18n("download_zip"), interactive=False, elem_id="results-zip")
+        jobs_browser = batch.browser_state()  # outside the tabs: loaded with the page, not when a tab is drawn
+        with gr.Tab(i18n("tab_batch"), id="batch") as batch_tab:
+            restore_jobs = batch.build_batch_tab(ctx, i18n, lambda fn: _wrap(fn, ctx), MODEL_CONCURRENCY,
+                                                 jobs_browser)
+        batch_tab.select(**restore_jobs)
 
         with gr.Tab(i18n("tab_memory"), id="memory"):
             gauge_md = gr.Markdown(label=i18n("memory_summary"), elem_id="gauge")
@@ -177,11 +170,11 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                        [ref_audio, text, ref_text, seed, randomize, greedy, *(knobs[n] for n in knob_order),
                         use_cache, max_batch, *emotion, voice, speed, duration_s, loudness, audio_format],
                        [out_audio, srt_file, metadata_file, timings, used_seed], api_name="synthesize",
-                       **MODEL_CONCURRENCY)
+                       show_progress_on=[out_audio], **MODEL_CONCURRENCY)  # progress and errors in one place
         generate_dialogue.click(_wrap(handlers.synthesize_dialogue, ctx),
                                 [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness,
                                  d_format], [d_audio, d_srt, d_metadata, d_timings, d_used_seed],
-                                api_name="synthesize_dialogue", **MODEL_CONCURRENCY)
+                                api_name="synthesize_dialogue", show_progress_on=[d_audio], **MODEL_CONCURRENCY)
         transcribe.click(_wrap(voice_handlers.transcribe_reference, ctx), [ref_audio, voice], [ref_text],
                          api_name="transcribe", **MODEL_CONCURRENCY)
         # --- voice library
@@ -200,18 +193,16 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                       api_visibility="private")
         reset.click(lambda: [bool(controls["greedy"].default)] + [controls[n].default for n in knob_order], None,
                     [greedy] + [knobs[n] for n in knob_order], queue=False, api_visibility="private")
-        validate_btn.click(_wrap(handlers.validate_job, ctx), [jsonl, audio_zip, default_voice],
-                           [validation, job_status],
-                           api_name="validate_job")
-        run_btn.click(_wrap(handlers.run_job, ctx),
-                      [jsonl, audio_zip, default_voice, max_batch, use_cache, greedy, seed],
-                      [job_status, results, results_zip], api_name="run_job", show_progress_on=[job_status],
-                      **MODEL_CONCURRENCY)
-        cancel_btn.click(_wrap(handlers.cancel_job, ctx), None, [job_status], api_name="cancel_job", queue=False)
         timer.tick(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], api_name="memory", queue=False,
                    show_progress="hidden")
         demo.load(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], queue=False, show_progress="hidden",
                   api_visibility="private")  # the same as /memory
+        demo.load(**restore_jobs)  # a reloaded page reopens its job, with live progress
+
+        def end_session(request: gr.Request) -> None:  # the tab closed: its single-synthesis outputs go
+            ctx.end_session(getattr(request, "session_hash", None))
+
+        demo.unload(end_session)
     return demo, i18n
 
 
@@ -287,7 +278,8 @@ API_NAMES = {"output_audio": "audio", "download_srt": "subtitles", "download_met
              "cleaned_reference": "cleaned_reference", "memory_summary": "summary", "memory_plot": "plot",
              "job_results": "results", "download_zip": "zip", "validation": "validation", "voice": "voice",
              "voice_status": "status", "speed": "speed", "duration_s": "duration_s", "loudness_lufs": "loudness_lufs",
-             "audio_format": "audio_format", "script": "script", "reference_text": "reference_text"}
+             "audio_format": "audio_format", "script": "script", "reference_text": "reference_text",
+             "validation_summary": "summary", "job_progress": "progress", "job_status": "summary"}
 
 
 class _Blocks(gr.Blocks):
@@ -297,6 +289,9 @@ class _Blocks(gr.Blocks):
 
     def get_api_info(self, *args, **kwargs):
         info = super().get_api_info(*args, **kwargs)
+        for name, labels in batch.API_RETURNS.items():  # gr.api endpoints: name their returned values too
+            for item, label in zip((info or {}).get("named_endpoints", {}).get(name, {}).get("returns", []), labels):
+                item["label"] = label
         for endpoint in (info or {}).get("named_endpoints", {}).values():
             for item in endpoint.get("parameters", []) + endpoint.get("returns", []):
                 label = item.get("label")

@@ -54,6 +54,30 @@ EN: dict[str, str] = {
     "memory_summary": "Device memory",
     "memory_plot": "Memory use over the last minutes (OOM events marked)",
     "model_status": "Model",
+    "batch_intro": "Run many lines at once: upload a JSONL task file (one line per clip to make) and, when its lines "
+                   "name reference audio files, the ZIP that holds them. The job runs on the server: you can close or "
+                   "reload this page and come back to it (it is listed under Recent jobs).",
+    "jsonl_help_title": "What goes in the task file (fields, example, template)",
+    "jsonl_help": "One JSON object per line, UTF-8. Fields:\n\n"
+                  "| field | also accepted | meaning |\n|---|---|---|\n"
+                  "| `input_text` | `syn_text` | the text to speak (required) |\n"
+                  "| `prompt_audio` | `prompt_speech` | reference audio file inside the ZIP, e.g. `voices/mei.wav` "
+                  "(required unless you give a default voice) |\n"
+                  "| `prompt_text` | | what is said in the reference audio (optional; some models need it) |\n"
+                  "| `output_name` | `uttid` | file name of the result without `.wav` (default: the line number) |\n"
+                  "| `seed`, `greedy`, `temperature`, `top_p`, `top_k`, `cfg_scale`, `max_new_tokens` | | per-line "
+                  "settings (optional) |\n\n"
+                  "Example: `{\"input_text\": \"你好。\", \"prompt_audio\": \"voices/mei.wav\", "
+                  "\"output_name\": \"hello\"}`. Write paths with forward slashes (`voices/mei.wav`, not "
+                  "`voices\\mei.wav`). Validate before you run: every problem is listed with its line number.",
+    "download_template": "Download a template (.jsonl)",
+    "job_settings": "Job settings (batch size, KV cache, greedy, seed)",
+    "resume_job": "Resume",
+    "recent_jobs": "Recent jobs (this browser)",
+    "job_id": "Job id (paste one to reopen it)",
+    "open_job": "Open",
+    "show_lines": "Show lines",
+    "validation_summary": "Validation summary",
     "languages": "Languages the model was trained on (other text gets a warning)",
     "emotion": "Emotion",
     "emotion_note": "This model can speak with another emotion than the voice reference's: copy it from an emotion "
@@ -117,6 +141,27 @@ ZH: dict[str, str] = {
     "memory_summary": "设备内存",
     "memory_plot": "最近几分钟的内存占用（标出 OOM 事件）",
     "model_status": "模型",
+    "batch_intro": "一次合成多条：上传 JSONL 任务文件（每行一条要生成的音频）；如果各行引用了参考音频文件，再上传包含这些文件的 "
+                   "ZIP。任务在服务器上运行：可以关闭或刷新本页面，稍后回来继续查看（在“最近的任务”中）。",
+    "jsonl_help_title": "任务文件的写法（字段、示例、模板）",
+    "jsonl_help": "每行一个 JSON 对象，UTF-8 编码。字段：\n\n"
+                  "| 字段 | 也可写作 | 含义 |\n|---|---|---|\n"
+                  "| `input_text` | `syn_text` | 要朗读的文本（必填） |\n"
+                  "| `prompt_audio` | `prompt_speech` | ZIP 中的参考音频文件，如 `voices/mei.wav`（未设默认声音时必填） |\n"
+                  "| `prompt_text` | | 参考音频里说的话（可选；部分模型需要） |\n"
+                  "| `output_name` | `uttid` | 结果文件名，不含 `.wav`（默认：行号） |\n"
+                  "| `seed`、`greedy`、`temperature`、`top_p`、`top_k`、`cfg_scale`、`max_new_tokens` | | 每行的生成设置（可选） |\n\n"
+                  "示例：`{\"input_text\": \"你好。\", \"prompt_audio\": \"voices/mei.wav\", "
+                  "\"output_name\": \"hello\"}`。路径请用正斜杠（`voices/mei.wav`，而不是 `voices\\mei.wav`）。"
+                  "运行前先校验：每个问题都会列出行号。",
+    "download_template": "下载模板（.jsonl）",
+    "job_settings": "任务设置（批大小、KV 缓存、贪心解码、种子）",
+    "resume_job": "继续",
+    "recent_jobs": "最近的任务（本浏览器）",
+    "job_id": "任务 ID（粘贴 ID 可重新打开）",
+    "open_job": "打开",
+    "show_lines": "显示行",
+    "validation_summary": "校验摘要",
     "languages": "模型训练所用的语言（其他语言的文本会收到提示）",
     "emotion": "情感",
     "emotion_note": "该模型可以用与参考音频不同的情感说话：从情感参考音频复制、用下面八个滑块设定，或由模型自带的情感模型从文本判断。"
@@ -216,8 +261,21 @@ SERVER: dict[str, dict[str, str]] = {
         "job_summary": "ok {ok} · failed {failed} · already done {skipped}",
         "job_cancelled": "Job cancelled: {ok} lines finished, {cancelled} not run.",
         "lines_failed": "{failed} line(s) failed; see the results table.",
+        "no_job_yet": "No job yet: upload a task file and press Run job (or open one of your recent jobs).",
+        "status_queued": "queued", "status_running": "running", "status_done": "done",
+        "status_cancelled": "cancelled", "status_failed": "failed", "status_interrupted": "interrupted (resume it)",
+        "lines_done": "lines {done}/{total}", "outcomes": "ok {ok} · failed {failed} · cancelled {cancelled}",
+        "kept_lines": "{kept} kept from an earlier run", "eta": "about {eta} left", "batch_now": "batch of {size}",
+        "col_job_results": "line|output name|status|duration (s)|listen|error / notes",
+        "line_ok": "ok", "line_failed": "failed", "line_cancelled": "cancelled",
+        "filter_all": "all", "filter_ok": "ok", "filter_failed": "failed", "filter_cancelled": "cancelled",
+        "rows_shown": "Showing the first {shown} of {total} lines; the ZIP has every line.",
+        "no_rows": "No lines to show.",
+        "no_such_job": "There is no job {job_id} (it may have been removed).",
+        "upload_too_large": "{name} is {size}; files up to {limit} are accepted here. Upload a smaller file.",
+        "notes_more": "(and {count} more)",
         "cancelling": "cancelling…", "no_job": "no job of yours is running",
-        "cancel_info": "Cancelling: lines already running finish, the rest are not run.",
+        "cancel_info": "Cancelling: lines already running finish, the rest are recorded as cancelled.",
         "cpu_memory": "system RAM (CPU run: no GPU)", "gpu_memory": "GPU memory",
         "mem_totals": "total {total} GiB · used {used} GiB · free {free} GiB",
         "mem_cpu_process": "process RSS {rss} GiB · peak {peak} GiB",
@@ -257,8 +315,21 @@ SERVER: dict[str, dict[str, str]] = {
         "job_summary": "成功 {ok} · 失败 {failed} · 之前已完成 {skipped}",
         "job_cancelled": "任务已取消：完成 {ok} 行，{cancelled} 行未运行。",
         "lines_failed": "{failed} 行失败，详见结果表。",
+        "no_job_yet": "还没有任务：上传任务文件后点击“运行任务”（或打开最近的任务）。",
+        "status_queued": "排队中", "status_running": "运行中", "status_done": "已完成",
+        "status_cancelled": "已取消", "status_failed": "失败", "status_interrupted": "已中断（可继续）",
+        "lines_done": "{done}/{total} 行", "outcomes": "成功 {ok} · 失败 {failed} · 取消 {cancelled}",
+        "kept_lines": "{kept} 行沿用之前的结果", "eta": "预计还需 {eta}", "batch_now": "批大小 {size}",
+        "col_job_results": "行|输出名|状态|时长（秒）|试听|错误 / 提示",
+        "line_ok": "成功", "line_failed": "失败", "line_cancelled": "已取消",
+        "filter_all": "全部", "filter_ok": "成功", "filter_failed": "失败", "filter_cancelled": "已取消",
+        "rows_shown": "仅显示前 {shown} 行（共 {total} 行）；ZIP 中包含全部。",
+        "no_rows": "没有可显示的行。",
+        "no_such_job": "没有任务 {job_id}（可能已被删除）。",
+        "upload_too_large": "{name} 大小为 {size}；此处最多接受 {limit}。请上传更小的文件。",
+        "notes_more": "（另有 {count} 条）",
         "cancelling": "正在取消…", "no_job": "你没有正在运行的任务",
-        "cancel_info": "正在取消：已在运行的行会完成，其余不再运行。",
+        "cancel_info": "正在取消：已在运行的行会完成，其余记为已取消。",
         "cpu_memory": "系统内存（CPU 运行：无 GPU）", "gpu_memory": "显存",
         "mem_totals": "总量 {total} GiB · 已用 {used} GiB · 空闲 {free} GiB",
         "mem_cpu_process": "进程常驻内存 {rss} GiB · 峰值 {peak} GiB",
