@@ -117,3 +117,16 @@ def test_memory_gauge_updates(page):
     second = page.locator("#gauge").inner_text()
     assert "GiB" in first and first != second
     page.screenshot(path=str(SHOTS / "memory.png"), full_page=True)
+
+
+def test_a_file_that_is_not_audio_is_refused_in_words_not_a_mime_list(page, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes, not a recording\n", encoding="utf-8")
+    page.reload()  # an empty reference box (the first test filled it)
+    page.wait_for_selector("#generate", timeout=60_000)
+    page.locator("#ref-audio input[type=file]").set_input_files(str(notes))
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=\"toast-text\"]')]"
+                           ".some(t => t.innerText.includes('is not an audio file'))", timeout=30_000)
+    texts = page.locator('[data-testid="toast-text"]').all_inner_texts()
+    assert any("“notes.txt” is not an audio file: upload a recording" in t for t in texts), texts
+    assert not any("audio/aac" in t for t in texts)

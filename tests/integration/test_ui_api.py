@@ -215,3 +215,36 @@ def test_emotion_settings_are_refused_by_a_model_without_emotion_control(app_url
     with pytest.raises(Exception, match="no emotion control"):
         client.predict(gradio_client.handle_file(str(data_dir / "en_female_1.wav")), "Hello there.",
                        emotion_mode="vector", happy=0.8, api_name="/synthesize")
+
+
+def test_a_job_is_queried_by_id_while_and_after_it_runs(app_url, data_dir, tmp_path):
+    import shutil
+    import time
+    import zipfile
+
+    shutil.copy(data_dir / "en_female_1.wav", tmp_path / "ref.wav")
+    with zipfile.ZipFile(tmp_path / "voices.zip", "w") as zf:
+        zf.write(tmp_path / "ref.wav", "ref.wav")
+    jsonl = tmp_path / "queued.jsonl"
+    jsonl.write_text("\n".join(json.dumps({"input_text": f"Line {i}.", "prompt_audio": "ref.wav",
+                                           "max_new_tokens": 12}) for i in range(6)) + "\n", encoding="utf-8")
+    client = gradio_client.Client(app_url, verbose=False)
+    returned = client.predict(gradio_client.handle_file(str(jsonl)), gradio_client.handle_file(
+        str(tmp_path / "voices.zip")), api_name="/submit_job")
+    import re
+
+    job_id = next(x for x in returned if isinstance(x, str) and re.match(r"^\d{8}-\d{6}-[0-9a-f]{8}$", x))
+    deadline = time.monotonic() + 180
+    while True:  # another client (a script, a reconnecting browser) follows the job by its id alone
+        job = gradio_client.Client(app_url, verbose=False).predict(job_id, api_name="/job_status")
+        assert job["job_id"] == job_id and job["num_lines"] in (0, 6) and "owner" not in job
+        if job["status"] == "done" or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert (job["status"], job["num_ok"], job["num_done"]) == ("done", 6, 6)
+    records, zip_path = client.predict(job_id, api_name="/job_results")
+    assert [r["line"] for r in records] == list(range(1, 7)) and all(r["status"] == "ok" for r in records)
+    with zipfile.ZipFile(zip_path) as zf:
+        assert "results.jsonl" in zf.namelist()
+    with pytest.raises(Exception, match="not a job id"):
+        client.predict("../../etc/passwd", api_name="/job_status")

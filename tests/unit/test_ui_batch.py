@@ -92,3 +92,17 @@ def test_the_no_model_messages_name_the_installed_hub_clients_commands():
     messages = [offline_message("a/b"), gated_message("a/b"), not_found_message("a/b")]
     assert "hf download ID" in messages[0] and "hf auth login" in messages[1] + messages[2]
     assert not any("huggingface-cli" in m for m in messages)  # huggingface_hub 1.x has no such command
+
+
+def test_a_finished_browser_session_takes_its_single_outputs_along_and_leaves_jobs(tmp_path):
+    from tts_app.config import EngineConfig, ModelConfig
+    from tts_app.ui.context import AppContext
+
+    ctx = AppContext(model_config=ModelConfig(), engine_config=EngineConfig(), output_root=tmp_path)
+    mine, theirs = ctx.session_dir("abc123"), ctx.session_dir("def456")
+    for folder in (mine, theirs, tmp_path / "jobs" / "20250101-120000-1a2b3c4d"):
+        folder.mkdir(parents=True)
+        (folder / "x.wav").write_bytes(b"RIFF")
+    assert ctx.session_dir("../../etc") == tmp_path / "single" / "etc"  # a session id never names another folder
+    ctx.end_session("abc123")
+    assert not mine.exists() and theirs.exists() and (tmp_path / "jobs").exists()

@@ -240,9 +240,10 @@ def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dic
         raise _user_error(str(exc)) from exc
 
 
-def submit_job(ctx: AppContext, jsonl_file, audio_zip, default_voice, max_batch_size, use_cache, greedy, seed,
-               browser, status_filter="all", request: gr.Request = None):
-    """Run clicked -> the job starts on the server; the page follows it by id (also after a reload)."""
+def submit_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None, use_cache=True,
+               greedy=None, seed=0, browser=None, status_filter="all", request: gr.Request = None):
+    """Run clicked -> the job starts on the server; the page follows it by id (also after a reload). API: only
+    ``jsonl_file`` is needed; the job id comes back at once (follow it with ``/job_status``)."""
     lang = _lang(ctx, request)
     browser = _browser(browser)
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,

@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
         return usage_error(PROG, exc)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ctx = build_context(args, engine_args)
-    from tts_app.ui.layout import CSS, build_demo
+    from tts_app.ui.layout import CSS, build_demo, page_js
 
     print(f"Generated files and jobs go to {ctx.output_root}", flush=True)
     print(f"Saved voices go to {ctx.voices.root}", flush=True)
@@ -103,6 +103,7 @@ def main(argv: list[str]) -> int:
     try:
         # max_file_size: gradio refuses bigger uploads while they stream in (HTTP 413), before they fill a disk.
         demo.launch(server_name=args.host, server_port=args.port, share=args.share, i18n=i18n, css=CSS,
+                    js=page_js(ctx.lang),
                     allowed_paths=[str(ctx.output_root)],  # voices' files are served as copies from there
                     max_file_size=max(limits.max_upload_bytes, limits.max_zip_upload_bytes))
     finally:

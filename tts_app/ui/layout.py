@@ -27,6 +27,27 @@ CSS = """
 """ + batch.CSS
 
 
+# Gradio's audio upload refuses a file that is not audio with its own English text listing a dozen MIME types
+# ("Invalid file type: notes.txt. Only audio/aac,audio/midi,... allowed."), which it cannot translate. This page
+# script rewrites that one toast (only when the list is of audio types) into the user's words and language.
+_NOT_AUDIO_JS = """() => {
+  const lang = __LANG__ || (navigator.language || "en").toLowerCase();
+  const say = (name) => lang.startsWith("zh")
+    ? `“${name}”不是音频文件：请上传一段录音（WAV、MP3、FLAC、OGG 或 M4A）。`
+    : `“${name}” is not an audio file: upload a recording (WAV, MP3, FLAC, OGG or M4A).`;
+  const fix = () => document.querySelectorAll('[data-testid="toast-text"]').forEach((el) => {
+    const m = /^Invalid file types?: (.+?)\\. Only (.*) allowed\\.$/s.exec(el.textContent.trim());
+    if (m && m[2].includes("audio/")) el.textContent = say(m[1]);
+  });
+  new MutationObserver(fix).observe(document.body, {childList: true, subtree: true, characterData: true});
+}"""
+
+
+def page_js(lang: str | None) -> str:
+    """The page script (``demo.launch(js=...)``): see ``_NOT_AUDIO_JS``; ``lang`` is --lang (None: the browser's)."""
+    return _NOT_AUDIO_JS.replace("__LANG__", "null" if lang is None else f'"{lang}"')
+
+
 def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
     """Build the Blocks app for ``ctx``. Returns (demo, i18n) — pass i18n to ``demo.launch``."""
     i18n = gr.I18n(**translations(ctx.lang))
