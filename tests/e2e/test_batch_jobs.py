@@ -64,6 +64,10 @@ def test_a_job_is_followed_across_a_reload_and_a_server_restart(tiny_checkpoint,
             "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"])
         context = browser.new_context(viewport={"width": 1280, "height": 1400})
         page = context.new_page()
+        # Page loads and clicks wait longer than playwright's 30 s: on 2 shared cores a freshly restarted server
+        # serving gradio's scripts to Chromium can take that long (these are waits, not timing assertions).
+        page.set_default_navigation_timeout(180_000)
+        page.set_default_timeout(120_000)
         try:
             _open_batch_tab(page, url)
             page.locator("#jsonl input[type=file]").set_input_files(str(jsonl))
