@@ -1,20 +1,23 @@
 """Text front end: polyphone accuracy before/after (pypinyin alone vs our G2P), load time, ms per request.
 
-    OMP_NUM_THREADS=1 python3 bench/frontend_bench.py [--tsv FILE ...] [--misses]
+    OMP_NUM_THREADS=1 python3 bench/frontend_bench.py [--tsv FILE ...] [--misses] [--before-checkout DIR ...]
 
 Prints, side by side in one run:
 
-* accuracy on each polyphone set (default: tests/data/polyphones_zh.tsv and tests/data/polyphones_zh_heldout.tsv)
+* accuracy on each polyphone set (default: tests/data/polyphones_zh.tsv, polyphones_zh_heldout.tsv, _heldout2.tsv)
   of **before** = pypinyin 0.55 alone (``lazy_pinyin`` per run of Chinese characters, its phrase dictionary with
   forward maximum matching: the front end's G2P until issue 13) and **after** = ``tts_app.frontend.g2p.read_text``
   (jieba segmentation over the merged lexicon + grammar rules), with the misses of "after" (``--misses``);
-* load time in fresh processes: the lexicon built from the packages (no cache), then read from its cache, then the
-  whole ``warm_up`` (lexicon + wetext + homophone table);
-* ms per request of ``prepare_text`` on 200-character texts (distinct texts, so no cache helps) and of
-  ``preview_pronunciation`` per keystroke, as ratios to the issue's 5 ms budget and a 100 ms keystroke budget.
+  (and of each ``--before-checkout``, e.g. main before a change);
+* load time in fresh processes: the lexicon built from the packages (no cache), then read from its cache;
+* start-up (import + ``warm_up``: lexicon, wetext, OpenCC, homophone table) and ms per request of ``prepare_text`` on
+  200-character texts (distinct texts, so no cache helps), of this checkout and each ``--before-checkout``, in fresh
+  processes alternating over ``--rounds`` rounds, as wall-clock and CPU time, with the load average (other engineers
+  share the CPUs: CPU time is the steadier figure), as ratios to the issue's 5 ms / 3 s budgets;
+* ``preview_pronunciation`` per keystroke, as a ratio to a 100 ms keystroke budget.
 
 Two set formats are read: ``sentence, char, occurrence, reading`` (tests/data/polyphones_zh.tsv) and
-``sentence, char_index, char, pinyin`` (the held-out set, 0-based index).
+``sentence, char_index, char, pinyin`` (the held-out sets, 0-based index).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-DEFAULT_SETS = [ROOT / "tests/data/polyphones_zh.tsv", ROOT / "tests/data/polyphones_zh_heldout.tsv"]
+DEFAULT_SETS = [ROOT / "tests/data/polyphones_zh.tsv", ROOT / "tests/data/polyphones_zh_heldout.tsv",
+                ROOT / "tests/data/polyphones_zh_heldout2.tsv"]
 
 
 def load_rows(path: Path) -> list[tuple[str, int, str, str]]:
@@ -77,6 +81,25 @@ def accuracy(rows, read) -> tuple[float, list[str]]:
     return 1 - len(misses) / len(rows), misses
 
 
+_SCORE_CODE = """
+import json, sys
+from tts_app.frontend.g2p import read_text
+rows = json.loads(sys.stdin.read())
+print(sum({r.position: r.reading for r in read_text(s)}.get(i, "") == e for s, i, _, e in rows) / len(rows))
+"""
+
+
+def score_checkout(checkout: Path, path: Path) -> float:
+    """Accuracy of the default G2P of another checkout (its ``read_text``, imported from there alone) on the set at
+    ``path``."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", _SCORE_CODE], input=json.dumps(load_rows(path)), capture_output=True,
+                         text=True, check=True, cwd=checkout,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(checkout)})
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def fresh_process_s(code: str, tmpdir: str | None = None) -> float:
     """Seconds a fresh interpreter takes to run ``code`` (imports included), measured inside it; ``tmpdir``: its
     temporary folder (where the lexicon cache lives), default the usual one."""
@@ -100,21 +123,46 @@ def request_texts(n: int, chars: int = 200) -> list[str]:
     return texts
 
 
-def before_ms_per_request(checkout: Path, texts: list[str]) -> float:
-    """ms per request of ``prepare_text`` of another checkout (e.g. main before issue 13), in a fresh process."""
-    code = ("import json, sys, time\n"
-            "from tts_app.frontend import prepare_text, warm_up\n"
-            "warm_up()\n"
-            "texts = json.loads(sys.stdin.read())\n"
-            "t = time.perf_counter()\n"
-            "for x in texts: prepare_text(x)\n"
-            "print((time.perf_counter() - t) / len(texts) * 1000)")
+_TIMING_CODE = """
+import json, sys, time
+t, c = time.perf_counter(), time.process_time()
+from tts_app.frontend import prepare_text, warm_up
+warm_up()
+warm = (time.perf_counter() - t, time.process_time() - c)
+texts = json.loads(sys.stdin.read())
+prepare_text(texts[0])
+t, c = time.perf_counter(), time.process_time()
+for x in texts[1:]:
+    prepare_text(x)
+n = len(texts) - 1
+print(json.dumps({"warm_up_wall_s": warm[0], "warm_up_cpu_s": warm[1],
+                  "request_wall_ms": (time.perf_counter() - t) / n * 1000,
+                  "request_cpu_ms": (time.process_time() - c) / n * 1000}))
+"""
+
+
+def time_checkout(checkout: Path, texts: list[str]) -> dict[str, float]:
+    """Start-up (import + ``warm_up``, lexicon cache present) and ms per request of ``prepare_text`` of the front
+    end in ``checkout``, in a fresh process: wall-clock and CPU time (the process's own, which other engineers'
+    load inflates far less than the wall clock)."""
     import json
 
-    out = subprocess.run([sys.executable, "-c", code], input=json.dumps(texts), capture_output=True, text=True,
-                         check=True, cwd=checkout, env={**os.environ, "OMP_NUM_THREADS": "1",
-                                                         "PYTHONPATH": str(checkout)})
-    return float(out.stdout.strip().splitlines()[-1])
+    out = subprocess.run([sys.executable, "-c", _TIMING_CODE], input=json.dumps(texts), capture_output=True,
+                         text=True, check=True, cwd=checkout,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(checkout)})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compare_checkouts(checkouts: dict[str, Path], texts: list[str], rounds: int) -> dict[str, dict[str, float]]:
+    """``time_checkout`` of every checkout, alternating in ``rounds`` rounds (so a change of load hits all alike),
+    median per measure."""
+    import statistics
+
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in checkouts}
+    for _ in range(rounds):
+        for name, path in checkouts.items():
+            runs[name].append(time_checkout(path, texts))
+    return {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
 
 
 TYPED = "他先去银行(yin2 hang2)找行长，2024年3月5日下午3:30回家。Then he paid $5 for coffee.[pause:500ms]我还没还钱。"
@@ -134,9 +182,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tsv", type=Path, nargs="*", default=[p for p in DEFAULT_SETS if p.exists()])
     ap.add_argument("--misses", action="store_true", help="list the misses of the new G2P")
-    ap.add_argument("--before-checkout", type=Path, default=None,
-                    help="a checkout of the front end before issue 13 (e.g. a worktree of an older commit): its "
-                         "prepare_text is timed on the same requests, in a fresh process")
+    ap.add_argument("--before-checkout", type=Path, nargs="*", default=[],
+                    help="checkouts of an older front end (e.g. `git worktree add /tmp/old main`): their warm_up and "
+                         "prepare_text are timed on the same requests, alternating with this checkout's")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating fresh processes per checkout (median)")
     args = ap.parse_args()
 
     import tempfile
@@ -144,32 +193,41 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as empty:  # no cache there: the build (and the first cached load) is timed
         build_s = fresh_process_s("from tts_app.frontend.lexicon import load_lexicon; load_lexicon()", empty)
         cached_s = fresh_process_s("from tts_app.frontend.lexicon import load_lexicon; load_lexicon()", empty)
-    warm_s = fresh_process_s("from tts_app.frontend import warm_up; warm_up()")
-    print(f"load (fresh process): lexicon built {build_s:.2f} s, from cache {cached_s:.2f} s; whole warm_up "
-          f"{warm_s:.2f} s = {warm_s / 3:.2f} of the 3 s start-up budget")
+    print(f"load (fresh process, wall clock): lexicon built {build_s:.2f} s, from its cache {cached_s:.2f} s")
 
-    from tts_app.frontend import prepare_text, warm_up
+    from tts_app.frontend import warm_up
 
     warm_up()
+    checkouts = {"this checkout": ROOT, **{str(p): p for p in args.before_checkout}}
     for path in args.tsv:
         rows = load_rows(path)
         before, _ = accuracy(rows, read_before)
         after, misses = accuracy(rows, read_after)
-        print(f"{path.name} ({len(rows)} targets): before (pypinyin alone) {before:.1%}, after {after:.1%} "
-              f"({after - before:+.1%})")
+        others = "".join(f", {name}: {score_checkout(p, path):.1%}" for name, p in checkouts.items()
+                         if p != ROOT)
+        print(f"{path.name} ({len(rows)} targets): pypinyin alone {before:.1%}{others}, this checkout {after:.1%} "
+              f"({after - before:+.1%} over pypinyin)")
         if args.misses:
             print("\n".join(misses))
 
-    texts = request_texts(40)
-    t0 = time.perf_counter()
-    for text in texts:
-        prepare_text(text)
-    per_request_ms = (time.perf_counter() - t0) / len(texts) * 1000
-    print(f"prepare_text, 200-character request: {per_request_ms:.2f} ms = {per_request_ms / 5:.2f} of the 5 ms "
-          "budget")
-    if args.before_checkout is not None:
-        before_ms = before_ms_per_request(args.before_checkout, texts)
-        print(f"  before ({args.before_checkout}): {before_ms:.2f} ms; after / before = {per_request_ms / before_ms:.2f}")
+    texts = request_texts(41)
+    print(f"load average before timing: {' '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
+    timed = compare_checkouts(checkouts, texts, args.rounds)
+    print(f"load average after timing:  {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    ours = timed["this checkout"]
+    print(f"{'front end':<40} {'warm_up wall s':>14} {'cpu s':>6} {'request wall ms':>16} {'cpu ms':>7}   "
+          f"(median of {args.rounds} alternating fresh processes, 200-character requests)")
+    for name, t in timed.items():
+        print(f"{name[-40:]:<40} {t['warm_up_wall_s']:>14.2f} {t['warm_up_cpu_s']:>6.2f} {t['request_wall_ms']:>16.2f} "
+              f"{t['request_cpu_ms']:>7.2f}")
+    print(f"this checkout: request {ours['request_cpu_ms'] / 5:.2f} (cpu) / {ours['request_wall_ms'] / 5:.2f} (wall) of "
+          f"the 5 ms budget; warm_up {ours['warm_up_cpu_s'] / 3:.2f} (cpu) / {ours['warm_up_wall_s'] / 3:.2f} (wall) "
+          "of the 3 s budget")
+    for name, t in timed.items():
+        if name != "this checkout":
+            print(f"  this / {name}: request cpu {ours['request_cpu_ms'] / t['request_cpu_ms']:.2f}, wall "
+                  f"{ours['request_wall_ms'] / t['request_wall_ms']:.2f}; warm_up cpu "
+                  f"{ours['warm_up_cpu_s'] / t['warm_up_cpu_s']:.2f}, wall {ours['warm_up_wall_s'] / t['warm_up_wall_s']:.2f}")
     per_key_ms = preview_ms_per_keystroke()
     print(f"preview per keystroke: {per_key_ms:.2f} ms = {per_key_ms / 100:.3f} of a 100 ms keystroke budget")
 

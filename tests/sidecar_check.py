@@ -19,7 +19,7 @@ def check_sidecar(audio_path: str | Path, *, entry_point: str, text: str, refere
     sidecar_path = audio_path.with_suffix(".json")
     assert sidecar_path.is_file(), f"no sidecar next to {audio_path}"
     meta = json.loads(sidecar_path.read_text(encoding="utf-8"))
-    assert meta["schema_version"] == 1 and meta["entry_point"] == entry_point
+    assert meta["schema_version"] == 2 and meta["entry_point"] == entry_point
     assert meta["app"]["name"] == "tts_app" and meta["app"]["version"]
     model = meta["model"]
     assert {"id", "revision", "checkpoint_sha256", "family", "dtype", "device", "num_parameters"} <= set(model)

@@ -19,16 +19,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_app(model_dir: Path, *extra: str, lang: str | None = None, timeout_s: float = 180.0):
-    """Start ``python app.py --model DIR`` on a free loopback port; returns (process, url)."""
-    port = free_port()
+def start_app(model_dir: Path, *extra: str, lang: str | None = None, timeout_s: float = 180.0,
+              port: int | None = None, env: dict[str, str] | None = None):
+    """Start ``python app.py --model DIR`` on a loopback port (free one unless given); returns (process, url).
+    ``env`` adds environment variables. Without ``--output-dir`` in ``extra`` the app keeps its outputs in a
+    temporary folder next to the model's (never the user's home)."""
+    port = free_port() if port is None else port
+    if "--output-dir" not in extra:
+        extra = (*extra, "--output-dir", str(model_dir.parent / f"outputs-{port}"))
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", **(env or {}))
     cmd = [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir), "--device", "cpu", "--port", str(port),
            "--host", "127.0.0.1", *extra]
     if lang:
         cmd += ["--lang", lang]
-    log = open(model_dir.parent / f"app-{port}.log", "w")
+    log = open(model_dir.parent / f"app-{port}.log", "a")  # a restart on the same port appends
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + timeout_s

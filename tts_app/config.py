@@ -30,6 +30,14 @@ MIN_MAX_SEGMENT_CHARS = 8
 MIN_SAMPLING_RATE, MAX_SAMPLING_RATE = 8000, 192000
 #: Segment length cap when the model gives none (``ModelFacts.max_segment_chars`` usually does).
 DEFAULT_MAX_SEGMENT_CHARS = 200
+#: Tempo factors a request may ask for (``SynthesisParams.speed``, or implied by ``duration_s``): beyond 2x faster
+#: or slower, time-stretched speech stops sounding natural (the range most TTS tools offer, e.g. edge-tts, Piper).
+MIN_SPEED, MAX_SPEED = 0.5, 2.0
+#: Loudness targets accepted (``SynthesisParams.loudness_lufs``), in LUFS: -40 is far below any delivery spec,
+#: -5 is louder than the loudest streaming masters. Common targets: -23 (EBU R128 broadcast), -16 (podcasts).
+MIN_LOUDNESS_LUFS, MAX_LOUDNESS_LUFS = -40.0, -5.0
+#: Silence after a chapter (a ``#`` heading line, or a section after two blank lines), in ms.
+DEFAULT_CHAPTER_PAUSE_MS = 1500
 
 
 def check_device(device: str) -> str:
@@ -208,6 +216,33 @@ class ReferenceConfig:
         ]
         for field, ok, message in problems:
             _check(field, ok, f"reference config: {message}")
+
+
+@dataclass(frozen=True)
+class UploadConfig:
+    """What browsers may upload to the web app, and how long uploads and finished jobs are kept.
+
+    Attributes:
+        max_upload_bytes: largest reference audio, job file or default voice, in bytes (100 MB: a 5-minute 48 kHz
+            stereo 16-bit WAV is 58 MB; references are read only up to ``ReferenceConfig.max_decode_s`` anyway).
+        max_zip_upload_bytes: largest ZIP of reference audio for a job, in bytes (1 GB); what it unpacks to is
+            limited separately (``JobConfig.max_zip_bytes``).
+        cache_max_age_s: gradio's copies of uploads older than this are deleted (checked every
+            ``cache_check_every_s``), in s.
+        cache_check_every_s: how often that clean-up runs, in s.
+        keep_jobs_s: job folders that ended more than this long ago are removed when the app starts, in s.
+    """
+
+    max_upload_bytes: int = 100 * 1000**2
+    max_zip_upload_bytes: int = 1000**3
+    cache_max_age_s: int = 6 * 3600
+    cache_check_every_s: int = 3600
+    keep_jobs_s: float = 14 * 86400.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_upload_bytes", "max_zip_upload_bytes", "cache_max_age_s", "cache_check_every_s",
+                     "keep_jobs_s"):
+            _check(name, getattr(self, name) > 0, f"{name}={getattr(self, name)} must be > 0")
 
 
 @dataclass(frozen=True)

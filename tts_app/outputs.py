@@ -2,7 +2,8 @@
 ``save_outputs`` as a 16-bit WAV, optional SubRip subtitles and a metadata sidecar JSON next to the audio
 (``name.wav`` -> ``name.json``), each file atomically (temporary file, fsync, rename), the sidecar last.
 
-Sidecar fields (``schema_version`` 1):
+Sidecar fields (``schema_version`` 2; version 1 had no ``speakers``, ``post_processing``, ``chapters``,
+``reference.voice``, ``segments[].speaker`` / ``chapter`` / ``turns``, and its audio was always WAV):
 
 - ``app``: ``name``, ``version``; ``entry_point``: "web" (UI and its API), "synth" or "job"; ``created_utc``;
   ``request_id``.
@@ -13,17 +14,27 @@ Sidecar fields (``schema_version`` 1):
   source, e.g. "checkpoint generation_config (temperature=1.8)", or why the family has no such knob).
 - ``requested``: the request's ``SynthesisParams`` as given (null = not given).
 - ``engine``: ``max_batch_size``, ``memory_budget_bytes`` at the time.
-- ``reference``: ``name``, ``sha256`` of the file as given, ``cleaned_duration_s``, ``sampling_rate``, ``cropped``,
+- ``reference``: ``name``, ``voice`` (the saved voice's name, or null), ``sha256`` of the file as given,
+  ``cleaned_duration_s``, ``sampling_rate``, ``cropped``,
   ``warnings``, ``text`` (the transcript given, or null); null when no reference audio was used.
 - ``emotion``: the request's emotion control (IndexTTS 2), or null: ``source`` ("clip", "vector" or "text"),
   ``weight``, ``vector`` (8 values in ``tts_app.request.EMOTION_NAMES`` order) or ``text`` (null = the input text),
   ``clip_duration_s`` / ``clip_sampling_rate``.
 - ``text``: ``input`` (as typed) and ``normalized`` (after the front end).
 - ``segments``: per segment ``index``, ``text`` (normalised source), ``model_text`` (as the model got it),
-  ``seed``, ``start_s``, ``end_s``, ``batch_size``, ``generate_s``, ``max_new_tokens`` (its cap) and
-  ``stop_reason`` ("end_of_speech", or "max_new_tokens" when it was cut at the cap).
+  ``seed``, ``start_s``, ``end_s``, ``batch_size``, ``generate_s``, ``max_new_tokens`` (its cap),
+  ``stop_reason`` ("end_of_speech", or "max_new_tokens" when it was cut at the cap), ``speaker`` (dialogue: the
+  speaker's name, else null), ``chapter`` (0-based) and ``turns``: for a segment a family spoke from its own
+  multi-speaker prompt, per turn ``speaker`` and ``text`` (``text`` is then their texts, one per line; ``speaker`` is
+  null when several speak), else an empty list.
+- ``speakers``: for a dialogue, per speaker its ``name`` and ``reference`` block (as ``reference``); else null.
+- ``post_processing``: what was done after generation: ``speed`` (tempo factor applied, 1.0 = none),
+  ``speed_source`` ("speed", "duration_s" or "none"), ``method``, ``duration_before_s``, ``duration_s``, and
+  ``loudness`` (standard, ``target_lufs``, ``measured_lufs``, ``output_lufs``, ``gain_db``) or null.
+- ``chapters``: per chapter ``index``, ``title``, ``start_s``, ``end_s``, ``segments`` and ``file`` (its own audio
+  file next to the main one); empty for a text without chapters.
 - ``audio``: ``file`` (name, next to the sidecar), ``sha256`` of its bytes, ``sampling_rate``, ``num_samples``,
-  ``duration_s``, ``format``.
+  ``duration_s``, ``format`` (by the file's ending: WAV / FLAC 16-bit, MP3, Ogg Opus; ``tts_app.audio.formats``).
 - ``warnings``: everything the user was told (reference, front end, engine, caller's own).
 - plus the caller's ``extra`` block (a job line adds ``job``: file, line, output name).
 """
@@ -38,7 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tts_app.audio.post import encode_wav, to_srt, write_atomic
+from tts_app.audio.formats import encode_audio, format_for_path, format_label
+from tts_app.audio.post import to_srt, write_atomic
 from tts_app.request import SynthesisParams, SynthesisRequest, SynthesisResult
 
 if TYPE_CHECKING:
@@ -46,8 +58,7 @@ if TYPE_CHECKING:
     from tts_app.audio.preparer import PreparedReference
     from tts_app.runtime import Runtime
 
-SCHEMA_VERSION = 1
-AUDIO_FORMAT = "WAV PCM_16"
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,7 @@ class OutputFiles:
     audio: Path
     metadata: Path
     subtitles: Path | None = None
+    chapters: tuple[Path, ...] = ()
 
 
 def metadata_path(audio_path: str | Path) -> Path:
@@ -88,7 +100,7 @@ def generation_settings(facts: ModelFacts, requested: SynthesisParams, effective
     sources: dict[str, str] = {}
     for name in ("seed", "greedy", "temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens",
                  "ras_win_len", "ras_win_max_num_repeat", "use_cache", "max_segment_chars",
-                 "pause_between_segments_ms"):
+                 "pause_between_segments_ms", "speed", "duration_s", "loudness_lufs", "chapter_pause_ms"):
         if name in ("ras_win_len", "ras_win_max_num_repeat"):  # not request knobs: the checkpoint's, if any
             settings[name] = getattr(defaults, name)
             sources[name] = defaults.sources.get(name, "not used by this model")
@@ -97,8 +109,10 @@ def generation_settings(facts: ModelFacts, requested: SynthesisParams, effective
         value = getattr(effective, name)
         if name == "max_segment_chars" and value is None:
             value, source = facts.max_segment_chars, "model default (fits its max_new_tokens cap)"
-        elif name in ("seed", "use_cache", "pause_between_segments_ms"):
+        elif name in ("seed", "use_cache", "pause_between_segments_ms", "chapter_pause_ms"):
             source = SOURCE_REQUEST  # always set by the caller (dataclass defaults: seed 0, cache on, 200 ms)
+        elif name in ("speed", "duration_s", "loudness_lufs"):
+            source = SOURCE_REQUEST if value is not None else "not given (audio as generated)"
         elif value is None:
             source = defaults.sources.get(name, "not used by this model")
         elif given is not None:
@@ -128,7 +142,8 @@ def emotion_metadata(request: SynthesisRequest) -> dict[str, Any] | None:
 
 def output_metadata(runtime: Runtime, request: SynthesisRequest, result: SynthesisResult, *, entry_point: str,
                     reference: PreparedReference | None = None, warnings: list[str] | tuple[str, ...] = (),
-                    extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                    extra: dict[str, Any] | None = None,
+                    speaker_references: list[PreparedReference | None] | None = None) -> dict[str, Any]:
     """The sidecar dict (module docstring) for one finished request, without its ``audio`` block.
 
     Args:
@@ -138,6 +153,7 @@ def output_metadata(runtime: Runtime, request: SynthesisRequest, result: Synthes
         reference: the ``PreparedReference`` used, or None.
         warnings: the caller's own notices (e.g. a job line's ignored knobs), listed before the result's.
         extra: blocks added as they are (e.g. ``{"job": {...}}``).
+        speaker_references: for a dialogue, each speaker's ``PreparedReference`` (``request.speakers`` order).
     """
     from tts_app import __version__
 
@@ -147,7 +163,15 @@ def output_metadata(runtime: Runtime, request: SynthesisRequest, result: Synthes
     reference_block = None
     if reference is not None:
         reference_block = {**reference.metadata(), "text": request.reference_text}
-    all_warnings = list(reference.warnings if reference is not None else []) + list(warnings) + list(result.warnings)
+    speakers_block = None
+    if request.speakers:
+        refs = list(speaker_references or [None] * len(request.speakers))
+        speakers_block = [{"name": s.name, "reference": None if ref is None else {**ref.metadata(),
+                                                                                    "text": s.reference_text}}
+                          for s, ref in zip(request.speakers, refs)]
+    all_warnings = (list(reference.warnings if reference is not None else [])
+                    + [w for ref in (speaker_references or []) if ref is not None for w in ref.warnings]
+                    + list(warnings) + list(result.warnings))
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "app": {"name": "tts_app", "version": __version__},
@@ -165,7 +189,13 @@ def output_metadata(runtime: Runtime, request: SynthesisRequest, result: Synthes
         "segments": [{"index": s.index, "text": s.text, "model_text": s.model_text, "seed": s.seed,
                       "start_s": round(s.start_s, 4), "end_s": round(s.end_s, 4), "batch_size": s.batch_size,
                       "generate_s": round(s.generate_s, 4), "max_new_tokens": s.max_new_tokens,
-                      "stop_reason": s.stop_reason.value} for s in result.segments],
+                      "stop_reason": s.stop_reason.value, "speaker": s.speaker, "chapter": s.chapter,
+                      "turns": [{"speaker": name, "text": text} for name, text in s.turns]}
+                     for s in result.segments],
+        "speakers": speakers_block,
+        "post_processing": result.post_processing,
+        "chapters": [{"index": c.index, "title": c.title, "start_s": round(c.start_s, 4), "end_s": round(c.end_s, 4),
+                      "segments": list(c.segments)} for c in result.chapters],
         "warnings": list(dict.fromkeys(all_warnings)),  # in order, each once
     }
     if extra:
@@ -173,32 +203,67 @@ def output_metadata(runtime: Runtime, request: SynthesisRequest, result: Synthes
     return out
 
 
+def subtitle_texts(result: SynthesisResult) -> list[str]:
+    """One subtitle cue text per segment: its text, prefixed with its speaker's name in a dialogue ("Mei: 你好。");
+    a segment holding several turns (``SegmentTiming.turns``) gives one line per turn, each with its speaker."""
+    out = []
+    for s in result.segments:
+        if s.turns:
+            out.append("\n".join(f"{name}: {text}" for name, text in s.turns))
+        else:
+            out.append(f"{s.speaker}: {s.text}" if s.speaker else s.text)
+    return out
+
+
+def chapter_path(audio_path: Path, index: int, title: str | None) -> Path:
+    """Where chapter ``index`` (0-based) of ``audio_path`` goes: ``<stem>.ch01_<first words of its title>.<ext>``."""
+    from tts_app.longform import name_from_text
+
+    label = f"_{name_from_text(title)}" if title else ""
+    return audio_path.with_name(f"{audio_path.stem}.ch{index + 1:02d}{label}{audio_path.suffix}")
+
+
 def save_outputs(audio_path: str | Path, result: SynthesisResult, metadata: dict[str, Any], *,
                  subtitles_path: str | Path | None = None) -> OutputFiles:
-    """Write the result's audio (16-bit PCM WAV), subtitles when asked, and the sidecar (``metadata`` plus its
-    ``audio`` block), each atomically; the sidecar goes last, so a sidecar's audio is always complete.
+    """Write the result's audio (format by the file's ending: ``.wav``/``.flac`` 16-bit PCM, ``.mp3``, ``.opus``;
+    see ``tts_app.audio.formats``), one file per chapter when the text has chapters, subtitles when asked, and the
+    sidecar (``metadata`` plus its ``audio`` block), each atomically; the sidecar goes last, so a sidecar's audio is
+    always complete.
 
     Args:
-        audio_path: where the WAV goes; the sidecar goes to ``metadata_path(audio_path)``.
+        audio_path: where the audio goes; the sidecar goes to ``metadata_path(audio_path)``, chapter files to
+            ``chapter_path``.
         result: a DONE ``SynthesisResult``.
         metadata: from ``output_metadata``.
-        subtitles_path: where SubRip subtitles (one cue per segment) go, or None.
+        subtitles_path: where SubRip subtitles (one cue per segment, dialogue lines prefixed with the speaker) go,
+            or None.
 
     Raises:
+        InputError: an unknown file ending.
         OSError: a file cannot be written (nothing half-written is left behind).
     """
     audio_path = Path(audio_path)
-    wav = encode_wav(result.audio, result.sampling_rate)
-    write_atomic(audio_path, wav)
+    fmt = format_for_path(audio_path)
+    encoded = encode_audio(result.audio, result.sampling_rate, fmt)
+    write_atomic(audio_path, encoded)
+    chapters = []
+    for chapter, block in zip(result.chapters, metadata.get("chapters") or []):
+        path = chapter_path(audio_path, chapter.index, chapter.title)
+        start, end = (int(round(t * result.sampling_rate)) for t in (chapter.start_s, chapter.end_s))
+        write_atomic(path, encode_audio(result.audio[start:end], result.sampling_rate, fmt))
+        chapters.append({**block, "file": path.name})
     subtitles = None
     if subtitles_path is not None:
-        srt = to_srt([s.text for s in result.segments], [(s.start_s, s.end_s) for s in result.segments])
+        srt = to_srt(subtitle_texts(result), [(s.start_s, s.end_s) for s in result.segments])
         subtitles = write_atomic(subtitles_path, srt.encode("utf-8"))
     sidecar = {**metadata, "audio": {
-        "file": audio_path.name, "sha256": hashlib.sha256(wav).hexdigest(), "sampling_rate": result.sampling_rate,
-        "num_samples": int(result.audio.size), "duration_s": round(result.duration_s, 4), "format": AUDIO_FORMAT}}
+        "file": audio_path.name, "sha256": hashlib.sha256(encoded).hexdigest(), "sampling_rate": result.sampling_rate,
+        "num_samples": int(result.audio.size), "duration_s": round(result.duration_s, 4), "format": format_label(fmt)}}
+    if chapters:
+        sidecar["chapters"] = chapters
     if subtitles is not None:
         sidecar["subtitles"] = {"file": subtitles.name}
     path = write_atomic(metadata_path(audio_path),
                         (json.dumps(sidecar, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
-    return OutputFiles(audio=audio_path, metadata=path, subtitles=subtitles)
+    return OutputFiles(audio=audio_path, metadata=path, subtitles=subtitles,
+                       chapters=tuple(audio_path.with_name(c["file"]) for c in chapters))

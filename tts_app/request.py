@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tts_app.config import MIN_MAX_SEGMENT_CHARS, FrontendConfig
+from tts_app.config import (DEFAULT_CHAPTER_PAUSE_MS, MAX_LOUDNESS_LUFS, MAX_SPEED, MIN_LOUDNESS_LUFS,
+                            MIN_MAX_SEGMENT_CHARS, MIN_SPEED, FrontendConfig)
 from tts_app.errors import ConfigError
 
 
@@ -67,6 +68,15 @@ class SynthesisParams:
         use_cache: KV cache on (fast) or off (recomputes the whole prefix each step; same output).
         max_segment_chars: split long text into segments of at most this many characters (None = model default).
         pause_between_segments_ms: silence inserted between consecutive segments of one request, in ms.
+        speed: tempo of the whole request's audio, x the model's own pace (1.25 = 25 % faster, 20 % shorter), in
+            [MIN_SPEED, MAX_SPEED]; pitch is kept (``tts_app.audio.effects``). None = as generated.
+        duration_s: target length of the whole request's audio in seconds (dubbing); the tempo factor it needs
+            must lie in the speed range. Not together with ``speed``. None = as generated.
+        loudness_lufs: integrated loudness (ITU-R BS.1770) the request's audio is normalised to, in LUFS, in
+            [MIN_LOUDNESS_LUFS, MAX_LOUDNESS_LUFS]; None = not normalised.
+        chapter_pause_ms: silence after each chapter of a text with chapters (``tts_app.longform``), in ms.
+
+    Tempo, loudness and chapter pauses act after generation: they never change which segments share a batch.
     """
 
     seed: int = 0
@@ -79,6 +89,18 @@ class SynthesisParams:
     use_cache: bool = True
     max_segment_chars: int | None = None
     pause_between_segments_ms: int = FrontendConfig.default_pause_ms
+    speed: float | None = None
+    duration_s: float | None = None
+    loudness_lufs: float | None = None
+    chapter_pause_ms: int = DEFAULT_CHAPTER_PAUSE_MS
+
+    @property
+    def needs_whole_clip(self) -> bool:
+        """True when the request's post-processing works on the whole joined clip (a tempo other than 1, a target
+        duration, loudness normalisation; ``tts_app.audio.effects.apply_request_effects``): such a request streams
+        no partial audio, only its final audio once done (``tts_app.engine.streaming``)."""
+        return (self.speed is not None and self.speed != 1.0) or self.duration_s is not None \
+            or self.loudness_lufs is not None
 
     def __post_init__(self) -> None:
         checks = [
@@ -92,6 +114,17 @@ class SynthesisParams:
              f"max_segment_chars={self.max_segment_chars} must be >= {MIN_MAX_SEGMENT_CHARS}"),
             ("pause_between_segments_ms", self.pause_between_segments_ms >= 0,
              f"pause_between_segments_ms={self.pause_between_segments_ms} must be >= 0"),
+            ("speed", self.speed is None or MIN_SPEED <= self.speed <= MAX_SPEED,
+             f"speed={self.speed} is outside {MIN_SPEED}-{MAX_SPEED} (x the model's own pace); beyond that speech "
+             "stops sounding natural"),
+            ("duration_s", self.duration_s is None or self.duration_s > 0,
+             f"duration_s={self.duration_s} must be > 0 seconds"),
+            ("duration_s", self.speed is None or self.duration_s is None,
+             "give either speed or duration_s, not both"),
+            ("loudness_lufs", self.loudness_lufs is None or MIN_LOUDNESS_LUFS <= self.loudness_lufs <= MAX_LOUDNESS_LUFS,
+             f"loudness_lufs={self.loudness_lufs} is outside {MIN_LOUDNESS_LUFS}..{MAX_LOUDNESS_LUFS} LUFS (-23 is "
+             "EBU R128 broadcast, -16 podcasts)"),
+            ("chapter_pause_ms", self.chapter_pause_ms >= 0, f"chapter_pause_ms={self.chapter_pause_ms} must be >= 0"),
         ]
         for name, ok, message in checks:
             if not ok:
@@ -195,6 +228,34 @@ def check_emotion(*, has_reference_audio: bool, vector, weight: float, from_text
     return vector
 
 
+#: Most speakers a dialogue script may have (VibeVoice, the family built for dialogue, takes up to 4 voices).
+MAX_SPEAKERS = 4
+
+
+@dataclass(frozen=True)
+class Speaker:
+    """One voice of a dialogue (``SynthesisRequest.speakers``).
+
+    Attributes:
+        name: how the segment table, subtitles and sidecar name this speaker ("Speaker 1", "张三", a voice name).
+        reference_audio: the speaker's cleaned reference clip at the model's rate, or None (the model's own voice).
+        reference_text: its transcript, if known.
+    """
+
+    name: str
+    reference_audio: ReferenceAudio | None = None
+    reference_text: str | None = None
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn of a dialogue script: ``speaker`` is a 0-based index into ``SynthesisRequest.speakers``; ``text``
+    what that speaker says (raw text; the front end runs on each turn)."""
+
+    speaker: int
+    text: str
+
+
 def new_request_id() -> str:
     return uuid.uuid4().hex[:12]
 
@@ -213,6 +274,9 @@ class SynthesisRequest:
             reference's own emotion.
         priority: INTERACTIVE (UI) requests are scheduled ahead of JOB requests.
         request_id: short unique id used in logs and results.
+        speakers, turns: a dialogue (``tts_app.dialogue`` parses scripts into them): each turn is spoken by its
+            speaker's voice (``reference_audio`` / ``reference_text`` of the request are then unused, ``text`` is
+            the script as written, for the record). Empty: a plain single-voice request.
     """
 
     text: str
@@ -222,6 +286,8 @@ class SynthesisRequest:
     emotion: EmotionControl | None = None
     priority: Priority = Priority.INTERACTIVE
     request_id: str = field(default_factory=new_request_id)
+    speakers: tuple[Speaker, ...] = ()
+    turns: tuple[Turn, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -240,6 +306,12 @@ class SegmentTiming:
         stop_reason: why its decoding stopped (``StopReason.MAX_NEW_TOKENS``: cut at the cap, a warning in
             ``SynthesisResult.warnings`` names the segment).
         max_new_tokens: the decode-step cap it ran under (after resolving the model default).
+        speaker: the dialogue speaker's name (``Speaker.name``) of the segment, or None for a single-voice request
+            (and for a dialogue segment that holds turns of several speakers: see ``turns``).
+        chapter: 0-based chapter of the segment (``SynthesisResult.chapters``).
+        turns: for a segment spoken in one generation from a family's multi-speaker prompt
+            (``ModelFacts.max_dialogue_speakers``), per turn piece it holds ``(speaker name, source text)`` in order;
+            ``text`` is then their texts joined by newlines. Empty for any other segment.
     """
 
     index: int
@@ -252,11 +324,26 @@ class SegmentTiming:
     model_text: str = ""
     stop_reason: StopReason = StopReason.END_OF_SPEECH
     max_new_tokens: int | None = None
+    speaker: str | None = None
+    chapter: int = 0
+    turns: tuple[tuple[str, str], ...] = ()
 
     @property
     def hit_max_new_tokens(self) -> bool:
         """True when the segment was cut at its ``max_new_tokens`` cap."""
         return self.stop_reason is StopReason.MAX_NEW_TOKENS
+
+
+@dataclass(frozen=True)
+class ChapterSpan:
+    """Where one chapter lies in a request's audio: ``index`` (0-based), ``title`` (None when it has none),
+    ``start_s`` / ``end_s`` (its first segment's start, its last segment's end), ``segments`` (their indices)."""
+
+    index: int
+    title: str | None
+    start_s: float
+    end_s: float
+    segments: tuple[int, ...]
 
 
 @dataclass
@@ -276,6 +363,10 @@ class SynthesisResult:
             segment cut at its ``max_new_tokens`` cap, ...).
         effective_params: the knobs that ran: the request's ``params`` with every one not given set to the
             checkpoint's default (``GenerationDefaults.resolve``); None when the request failed before that.
+        chapters: one ``ChapterSpan`` per chapter when the text has more than one (``tts_app.longform``), else
+            empty.
+        post_processing: what was done to the joined audio (``tts_app.audio.effects.RequestEffects.applied``:
+            tempo factor and its source, loudness measured and applied); None when it failed before that.
     """
 
     request_id: str
@@ -287,6 +378,8 @@ class SynthesisResult:
     warnings: list[str] = field(default_factory=list)
     normalized_text: str = ""
     effective_params: SynthesisParams | None = None
+    post_processing: dict | None = None
+    chapters: list[ChapterSpan] = field(default_factory=list)
 
     @property
     def duration_s(self) -> float:

@@ -161,3 +161,16 @@ def test_speech_starts_playing_before_generation_ends(browser, tiny_checkpoint, 
     finally:
         page.close()
         stop_app(proc)
+
+
+def test_a_file_that_is_not_audio_is_refused_in_words_not_a_mime_list(page, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes, not a recording\n", encoding="utf-8")
+    page.reload()  # an empty reference box (the first test filled it)
+    page.wait_for_selector("#generate", timeout=60_000)
+    page.locator("#ref-audio input[type=file]").set_input_files(str(notes))
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=\"toast-text\"]')]"
+                           ".some(t => t.innerText.includes('is not an audio file'))", timeout=30_000)
+    texts = page.locator('[data-testid="toast-text"]').all_inner_texts()
+    assert any("“notes.txt” is not an audio file: upload a recording" in t for t in texts), texts
+    assert not any("audio/aac" in t for t in texts)

@@ -147,3 +147,33 @@ def test_sigkill_midway_then_resume_finishes_every_line_once(job_dir, tiny_model
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
     assert sorted(p.name for p in out.iterdir()) == sorted(
         [r["audio_path"] for r in final] + [r["metadata_path"] for r in final] + ["results.jsonl"])
+
+
+@pytest.mark.slow
+def test_ctrl_c_cancels_records_every_line_and_exits_130_then_resume_finishes(job_dir, tiny_model):
+    rows = [{"input_text": f"This is sentence number {i} of the story.", "prompt_audio": "voices/anna.wav"}
+            for i in range(1, 13)]
+    path = write_jsonl(job_dir / "tasks.jsonl", rows)
+    out = job_dir / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "tts_app", "batch", str(path), "--out-dir", str(out), "--model", str(tiny_model),
+           *TINY_FLAGS, "--batch-size", "1"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not any(r["status"] == "ok" for r in records(out)):
+            assert proc.poll() is None, "the job ended before it could be interrupted"
+            assert time.monotonic() < deadline, "no results line appeared"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "cancelling" in err
+    final = records(out)
+    assert [r["line"] for r in final] == list(range(1, 13))  # every line has its record, in line order
+    assert {r["status"] for r in final} == {"ok", "cancelled"}
+    assert main([str(path), "--out-dir", str(out), "--model", str(tiny_model), *TINY_FLAGS, "--resume"]) == 0
+    assert all(r["status"] == "ok" for r in records(out))

@@ -60,7 +60,8 @@ def test_synthesize_needs_only_reference_audio_and_text_and_returns_the_wav_itse
     assert sidecar["generation_sources"]["max_new_tokens"] != "request"
     assert sidecar["reference"]["name"] == "en_female_1.wav" and sidecar["text"]["input"] == "Hello there."
     # the server keeps the WAV and its complete sidecar side by side in --output-dir
-    check_sidecar(ui_out / "single" / sidecar["audio"]["file"], entry_point="web", text="Hello there.",
+    audio_path = next((ui_out / "single").rglob(sidecar["audio"]["file"]))  # single/<browser session>/
+    check_sidecar(audio_path, entry_point="web", text="Hello there.",
                   reference=data_dir / "en_female_1.wav", model_id=str(tiny_checkpoint("vibevoice")))
     port = app_url.rstrip("/").rsplit(":", 1)[1]
     log = (tiny_checkpoint("vibevoice").parent / f"app-{port}.log").read_text()
@@ -152,9 +153,47 @@ def test_app_without_a_model_starts_explains_and_still_checks_references(tmp_pat
                            api_name="/synthesize")
     finally:
         stop_app(proc)
-    # SIGTERM removes the temporary output folder the app announced.
-    temp_root = re.search(r"Generated files go to (\S+) \(temporary", log.read_text()).group(1)
-    assert not Path(temp_root).exists()
+    # The page says how to download a model with the hub client installed (hf, not huggingface-cli), and offers
+    # no Generate / Run button that could only fail.
+    assert "huggingface-cli" not in config  # (the offline hint says `hf download ID`: test_adapters_registry)
+    components = {c.get("props", {}).get("elem_id"): c.get("props", {}) for c in json.loads(config)["components"]}
+    assert components["generate"]["interactive"] is False and components["run-job"]["interactive"] is False
+    # SIGTERM keeps the job folders (they resume after a restart) and removes the sessions' single outputs.
+    root = re.search(r"Generated files and jobs go to (\S+)", log.read_text()).group(1)
+    assert Path(root).is_dir() and not (Path(root) / "single").exists()
+
+
+def test_user_errors_are_one_message_and_no_traceback_in_the_log(app_url, tiny_checkpoint, data_dir):
+    client = gradio_client.Client(app_url, verbose=False)
+    with pytest.raises(Exception, match="Upload or record a reference audio clip first"):
+        client.predict(None, "hello", api_name="/synthesize")
+    with pytest.raises(Exception, match="Type some text"):
+        client.predict(gradio_client.handle_file(str(data_dir / "en_male_1.wav")), "  ", api_name="/synthesize")
+    with pytest.raises(Exception, match="no speech found"):
+        client.predict(gradio_client.handle_file(str(data_dir / "silence_digital_5s.wav")), "hello",
+                       api_name="/synthesize")
+    port = app_url.rstrip("/").rsplit(":", 1)[1]
+    log = (tiny_checkpoint("vibevoice").parent / f"app-{port}.log").read_text()
+    assert "Traceback" not in log, log[-3000:]
+    # Progress and errors of Generate show in the output box only, not as a badge on each of its five outputs.
+    import urllib.request
+
+    config = json.loads(urllib.request.urlopen(app_url + "config", timeout=10).read().decode("utf-8"))
+    ids = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
+    synthesize = next(d for d in config["dependencies"] if d.get("api_name") == "synthesize")
+    assert [ids[i] for i in synthesize["show_progress_on"]] == ["out-audio"]
+
+
+def test_messages_show_the_users_own_paths_as_written(app_url, tmp_path):
+    jsonl = tmp_path / "paths.jsonl"
+    jsonl.write_text(json.dumps({"input_text": "Hi.", "prompt_audio": "/var/tmp/voice.wav"}) + "\n"
+                     + json.dumps({"input_text": "Hi.", "prompt_audio": "takes/voice.wav"}) + "\n", encoding="utf-8")
+    client = gradio_client.Client(app_url, verbose=False)
+    table, summary = client.predict(gradio_client.handle_file(str(jsonl)), api_name="/validate_job")
+    rows = {row[0]: row[2] for row in table["data"]}
+    assert "'/var/tmp/voice.wav'" in rows[1] and "<server temp>" not in rows[1]
+    assert "'takes/voice.wav'" in rows[2] and "the job file's folder" in rows[2]
+    assert str(tmp_path) not in json.dumps(table)  # no server path of the upload leaks into a message
 
 
 def test_validation_says_when_every_line_is_valid_in_the_browsers_language(app_url, data_dir, tmp_path):
@@ -176,3 +215,36 @@ def test_emotion_settings_are_refused_by_a_model_without_emotion_control(app_url
     with pytest.raises(Exception, match="no emotion control"):
         client.predict(gradio_client.handle_file(str(data_dir / "en_female_1.wav")), "Hello there.",
                        emotion_mode="vector", happy=0.8, api_name="/synthesize")
+
+
+def test_a_job_is_queried_by_id_while_and_after_it_runs(app_url, data_dir, tmp_path):
+    import shutil
+    import time
+    import zipfile
+
+    shutil.copy(data_dir / "en_female_1.wav", tmp_path / "ref.wav")
+    with zipfile.ZipFile(tmp_path / "voices.zip", "w") as zf:
+        zf.write(tmp_path / "ref.wav", "ref.wav")
+    jsonl = tmp_path / "queued.jsonl"
+    jsonl.write_text("\n".join(json.dumps({"input_text": f"Line {i}.", "prompt_audio": "ref.wav",
+                                           "max_new_tokens": 12}) for i in range(6)) + "\n", encoding="utf-8")
+    client = gradio_client.Client(app_url, verbose=False)
+    returned = client.predict(gradio_client.handle_file(str(jsonl)), gradio_client.handle_file(
+        str(tmp_path / "voices.zip")), api_name="/submit_job")
+    import re
+
+    job_id = next(x for x in returned if isinstance(x, str) and re.match(r"^\d{8}-\d{6}-[0-9a-f]{8}$", x))
+    deadline = time.monotonic() + 180
+    while True:  # another client (a script, a reconnecting browser) follows the job by its id alone
+        job = gradio_client.Client(app_url, verbose=False).predict(job_id, api_name="/job_status")
+        assert job["job_id"] == job_id and job["num_lines"] in (0, 6) and "owner" not in job
+        if job["status"] == "done" or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert (job["status"], job["num_ok"], job["num_done"]) == ("done", 6, 6)
+    records, zip_path = client.predict(job_id, api_name="/job_results")
+    assert [r["line"] for r in records] == list(range(1, 7)) and all(r["status"] == "ok" for r in records)
+    with zipfile.ZipFile(zip_path) as zf:
+        assert "results.jsonl" in zf.namelist()
+    with pytest.raises(Exception, match="not a job id"):
+        client.predict("../../etc/passwd", api_name="/job_status")

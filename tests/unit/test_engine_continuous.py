@@ -115,6 +115,26 @@ def test_a_callback_gets_the_same_chunks_and_a_failed_request_ends_its_stream():
     engine.shutdown()
 
 
+@pytest.mark.parametrize("settings", [{"speed": 1.25}, {"loudness_lufs": -20.0}])
+def test_a_request_that_needs_the_whole_clip_streams_no_partial_chunks_only_its_final_audio(settings):
+    """Speed and loudness work on the whole joined clip, so such a request's stream holds one chunk: the final
+    audio, equal to the same request submitted without streaming."""
+    engine = Engine(FakeStepAdapter(fake_facts(max_segment_chars=40), step_delay_s=0.002),
+                    EngineConfig(max_batch_size=4, wait_window_ms=0)).start()
+    text = sentences(3, 3)
+    handle = engine.submit(request(text, seed=6, **settings), stream=True)
+    chunks = list(handle.stream(timeout=60))
+    result = handle.result(timeout=5)
+    plain = engine.submit(request(text, seed=6, **settings)).result(timeout=60)
+    assert result.ok and plain.ok and len(result.segments) >= 3
+    assert len(chunks) == 1 and chunks[0].start_sample == 0
+    np.testing.assert_array_equal(chunks[0].samples, result.audio)
+    np.testing.assert_array_equal(result.audio, plain.audio)
+    assert result.audio.size != expected_audio(result, 6).size or \
+        not np.array_equal(result.audio, expected_audio(result, 6))  # the effect was applied
+    engine.shutdown()
+
+
 def test_request_level_batching_streams_per_segment_too():
     from tests.fakes import FakeAdapter
 

@@ -38,7 +38,7 @@ def test_a_gated_repo_says_accept_the_licence_and_log_in(monkeypatch):
     message = str(caught.value)
     assert message.startswith("model 'sesame/csm-1b' is gated on the Hugging Face hub")
     assert "https://huggingface.co/sesame/csm-1b" in message and "accept its licence" in message
-    assert "huggingface-cli login" in message and "HF_TOKEN" in message
+    assert "hf auth login" in message and "HF_TOKEN" in message
 
 
 def test_an_unknown_id_says_check_the_spelling(monkeypatch):

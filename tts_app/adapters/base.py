@@ -171,6 +171,10 @@ class ModelFacts:
             with emotion control are refused by families without it.
         supports_emotion_text: the checkpoint also has an emotion model that reads the emotion from text
             (``EmotionControl.from_text``).
+        max_dialogue_speakers: how many speakers the family's own multi-speaker prompt takes (VibeVoice 4, Dia 2).
+            A dialogue with at most that many speakers runs as dialogue rows (``AdapterRow.turns``: consecutive turns
+            packed into one segment, every speaker's voice in each row's prompt); 0 (the default), or a dialogue
+            with more speakers, runs each turn as its own segment(s) with its speaker's reference.
     """
 
     family: str
@@ -193,6 +197,7 @@ class ModelFacts:
     control_tags: tuple[str, ...] = ()
     supports_emotion: bool = False
     supports_emotion_text: bool = False
+    max_dialogue_speakers: int = 0
 
     @property
     def default_max_new_tokens(self) -> int:
@@ -235,16 +240,42 @@ class RowEmotion:
 
 
 @dataclass(frozen=True)
+class RowVoice:
+    """One speaker's voice in a dialogue row (``AdapterRow.voices``).
+
+    Attributes:
+        reference_audio: float32 mono waveform ``(num_samples,)`` at ``ModelFacts.sampling_rate``, or None.
+        reference_text: its transcript, or None.
+    """
+
+    reference_audio: np.ndarray | None
+    reference_text: str | None = None
+
+
+@dataclass(frozen=True)
+class RowTurn:
+    """One turn of a dialogue row: ``speaker`` is a 0-based index into ``AdapterRow.voices``; ``text`` is what that
+    speaker says, rendered for the model by the front end."""
+
+    speaker: int
+    text: str
+
+
+@dataclass(frozen=True)
 class AdapterRow:
     """One row of a batch.
 
     Attributes:
-        text: the segment text, already normalised and rendered for this model by the front end.
+        text: the segment text, already normalised and rendered for this model by the front end (a dialogue row:
+            its turns' texts joined by newlines, for logs and length estimates).
         reference_audio: float32 mono waveform, shape ``(num_samples,)``, at ``ModelFacts.sampling_rate``; or None.
         reference_text: transcript of the reference audio, or None.
         seed: this row's seed. Every random draw for the row (sampling, diffusion noise) comes from a generator seeded
             with it, so the row's audio does not depend on its batch-mates.
         emotion: the request's emotion control (only for ``ModelFacts.supports_emotion`` families), or None.
+        voices, turns: a dialogue row (only for a family with ``ModelFacts.max_dialogue_speakers``): every
+            speaker's voice, in the dialogue's speaker order, and the turns to speak in one generation;
+            ``reference_audio``/``reference_text`` are then None. Empty for an ordinary row.
     """
 
     text: str
@@ -252,6 +283,13 @@ class AdapterRow:
     reference_text: str | None
     seed: int = 0
     emotion: RowEmotion | None = None
+    voices: tuple[RowVoice, ...] = ()
+    turns: tuple[RowTurn, ...] = ()
+
+    @property
+    def is_dialogue(self) -> bool:
+        """The row holds turns of a dialogue (the family's multi-speaker prompt)."""
+        return bool(self.turns)
 
 
 @dataclass(frozen=True)

@@ -234,6 +234,7 @@ class DiaAdapter(TTSAdapter):
             languages=LANGUAGES,
             needs_reference_text=True,  # Dia clones a voice only with the reference audio's transcript
             control_tags=SPEAKER_TAGS + NONVERBAL_TAGS,
+            max_dialogue_speakers=len(SPEAKER_TAGS),
         )
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
@@ -332,19 +333,7 @@ class DiaAdapter(TTSAdapter):
         for i, row in enumerate(rows):
             if not row.text.strip():
                 raise InputError(f"row {i}: text is empty; give the text to speak")
-            text = dialogue(row.text)
-            audio = None
-            if row.reference_audio is not None:
-                audio = np.asarray(row.reference_audio)
-                if audio.ndim != 1 or audio.size == 0 or audio.dtype != np.float32:
-                    raise InputError(f"row {i}: reference audio must be a non-empty float32 mono array "
-                                     f"(num_samples,), got dtype {audio.dtype} shape {audio.shape}")
-                if not row.reference_text or not row.reference_text.strip():
-                    # No row prefix: the row index means nothing to the user, and the message is the same for all.
-                    raise InputError("Dia clones a voice only with the reference audio's transcript: pass --ref-text "
-                                     "(the UI's 'Reference text' box, or prompt_text in a JSONL line), or leave "
-                                     "out the reference audio")
-                text = dialogue(row.reference_text, row.text)
+            text, audio = self._row_prompt(i, row)
             # DiaProcessor silently truncates the text to the tokenizer's max_length, so check before it runs.
             text_len = len(self.processor.tokenizer(text, add_special_tokens=False)["input_ids"])
             if text_len > self.config.encoder_config.max_position_embeddings:
@@ -387,6 +376,59 @@ class DiaAdapter(TTSAdapter):
             audio_prompt_len=decoder_len - self.max_delay, seeds=[row.seed for row in rows],
             max_new_tokens=max_new_tokens,
         )
+
+    @staticmethod
+    def _check_reference(i: int, audio, transcript: str | None, speaker: str | None = None) -> np.ndarray:
+        """A reference clip as float32 ``(num_samples,)``, and its transcript present.
+
+        Raises:
+            InputError: not a non-empty float32 mono array; no transcript (Dia clones only with it).
+        """
+        audio = np.asarray(audio)
+        if audio.ndim != 1 or audio.size == 0 or audio.dtype != np.float32:
+            raise InputError(f"row {i}: reference audio must be a non-empty float32 mono array "
+                             f"(num_samples,), got dtype {audio.dtype} shape {audio.shape}")
+        if not transcript or not transcript.strip():
+            # No row prefix: the row index means nothing to the user, and the message is the same for all.
+            whose = f" of {speaker}" if speaker else ""
+            raise InputError(f"Dia clones a voice only with the reference audio's transcript{whose}: pass --ref-text "
+                             "(the UI's 'Reference text' box, or prompt_text in a JSONL line; --transcribe fills it), "
+                             "or leave out the reference audio")
+        return audio
+
+    def _row_prompt(self, i: int, row: AdapterRow) -> tuple[str, np.ndarray | None]:
+        """(encoder text, audio prompt or None) of one row.
+
+        An ordinary row: ``[S1] <reference text> <text>`` with its reference clip. A dialogue row
+        (``row.turns``, at most 2 voices): Dia's two-speaker prompt, as in its voice cloning (nari-labs/dia README and
+        voice-cloning example: the tagged transcript of an audio prompt holding both voices, then the script to say):
+        ``[S1] <speaker 1's transcript> [S2] <speaker 2's transcript>`` followed by the turns tagged ``[S1]``/``[S2]``,
+        with the two reference clips one after the other as the audio prompt. Either every voice has a clip or none does (then
+        the turns alone, in voices Dia picks).
+
+        Raises:
+            InputError: a bad clip, a clip without transcript, more than 2 voices, or only some voices with a clip.
+        """
+        if not row.is_dialogue:
+            if row.reference_audio is None:
+                return dialogue(row.text), None
+            audio = self._check_reference(i, row.reference_audio, row.reference_text)
+            return dialogue(row.reference_text, row.text), audio
+        if len(row.voices) > len(SPEAKER_TAGS):
+            raise InputError(f"Dia's dialogue prompt takes {len(SPEAKER_TAGS)} speakers ([S1], [S2]); this one has "
+                             f"{len(row.voices)}")
+        script = [f"{SPEAKER_TAGS[t.speaker]} {t.text.strip()}" for t in row.turns]
+        voiced = [v.reference_audio is not None for v in row.voices]
+        if not any(voiced):
+            return dialogue(*script), None
+        if not all(voiced):
+            missing = ", ".join(SPEAKER_TAGS[k] for k, has in enumerate(voiced) if not has)
+            raise InputError(f"Dia's two-speaker prompt needs a voice for every speaker or for none; {missing} has "
+                             "none")
+        clips = [self._check_reference(i, v.reference_audio, v.reference_text, SPEAKER_TAGS[k])
+                 for k, v in enumerate(row.voices)]
+        transcripts = [f"{SPEAKER_TAGS[k]} {v.reference_text.strip()}" for k, v in enumerate(row.voices)]
+        return dialogue(*transcripts, *script), np.concatenate(clips)
 
     def _sampling_knobs(self, params: SynthesisParams) -> SynthesisParams:
         """``params`` with every knob not given set to the checkpoint default (``facts.generation_defaults``: the

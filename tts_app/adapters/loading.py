@@ -20,21 +20,21 @@ TINY_HINT = ("`python -m tts_app make-tiny-model --family vibevoice --out DIR` w
 def offline_message(id_or_path: str) -> str:
     """Not in the local Hugging Face cache and the hub cannot be reached (or offline mode is on)."""
     return (f"model {id_or_path!r} is not in the local Hugging Face cache and the hub cannot be reached. "
-            "Download it once on a connected machine (huggingface-cli download ID), or point --model at a local "
+            "Download it once on a connected machine (hf download ID), or point --model at a local "
             f"checkpoint folder; {TINY_HINT}.")
 
 
 def gated_message(id_or_path: str) -> str:
     """The repo is gated: its licence must be accepted on the hub and the request must carry a token."""
     return (f"model {id_or_path!r} is gated on the Hugging Face hub: open https://huggingface.co/{id_or_path}, "
-            "accept its licence with your account, then log in on this machine (`huggingface-cli login`, or set "
+            "accept its licence with your account, then log in on this machine (`hf auth login`, or set "
             "HF_TOKEN to a token of that account) and start again.")
 
 
 def not_found_message(id_or_path: str) -> str:
     """No model with that id on the hub (misspelled), or a private one the caller may not read."""
     return (f"there is no model {id_or_path!r} on the Hugging Face hub: check the spelling (ids look like "
-            f"{EXAMPLE_ID}); if it is a private repo, log in (`huggingface-cli login` or HF_TOKEN); if it is meant "
+            f"{EXAMPLE_ID}); if it is a private repo, log in (`hf auth login` or HF_TOKEN); if it is meant "
             "to be a local folder, that folder does not exist.")
 
 

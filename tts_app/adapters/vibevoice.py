@@ -107,13 +107,19 @@ VIBEVOICE_1_5B_CONFIG: dict = {
     "audio_token_id": 151654,
 }
 
-# Prompt layout of VibeVoice's own processor (original microsoft/VibeVoice ``vibevoice_processor.py``; the same text
-# the hf chat template renders). One ``{audio}`` placeholder is expanded by ``VibeVoiceProcessor`` to one token per
-# acoustic frame of the reference.
+# Prompt layout of VibeVoice's own processor (original microsoft/VibeVoice ``vibevoice_processor.py``:
+# ``_process_single`` / ``_create_voice_prompt``; the same text the hf chat template renders). Speakers are numbered
+# from 0 in both sections (the original renumbers a script's "Speaker 1..N" to 0..N-1) and voice k is speaker k's.
+# One ``{audio}`` placeholder is expanded by ``VibeVoiceProcessor`` to one token per acoustic frame of the reference.
 SYSTEM_PROMPT = (" Transform the text provided by various speakers into speech output, utilizing the distinct voice "
                  "of each respective speaker.\n")
-VOICE_SECTION = " Voice input:\n Speaker 0:{audio_bos}{audio}{audio_eos}\n"
-TEXT_SECTION = " Text input:\n Speaker 0: {text}\n Speech output:\n{audio_bos}"
+VOICE_HEADER = " Voice input:\n"
+VOICE_LINE = " Speaker {speaker}:{audio_bos}{audio}{audio_eos}\n"
+TEXT_HEADER = " Text input:\n"
+TEXT_LINE = " Speaker {speaker}: {text}\n"
+OUTPUT_HEADER = " Speech output:\n{audio_bos}"
+# Speakers one prompt takes (VibeVoice model card / technical report: "up to 4 distinct speakers").
+MAX_SPEAKERS = 4
 
 DEFAULT_CFG_SCALE = 1.3  # VibeVoice demo default (``--cfg_scale 1.3``); used when generation_config has none
 DEFAULT_NUM_DIFFUSION_STEPS = 10  # transformers' VibeVoiceGenerationMixin fallback
@@ -406,11 +412,13 @@ class VibeVoiceDecodeBatch(DecodeBatch):
 
         adapter = self.adapter
         lm = adapter.model.model.language_model
-        references = adapter._check_rows(adapter_rows)
+        row_clips = adapter._check_rows(adapter_rows)
         row_prefix, rests = [], []
         found: dict = {}  # prefix key -> per-layer (keys, values), each (1, kv_heads, P, head_dim)
         to_prefill: dict = {}  # prefix key -> prefix embeddings (P, hidden) of a voice not in the cache
-        for row, ref in zip(adapter_rows, references):
+        for row, clips in zip(adapter_rows, row_clips):
+            # a single-voice row shares its voice's prefix; a dialogue row (several voices) shares nothing
+            ref = clips[0] if clips and not row.is_dialogue else None
             key = None if ref is None else ("vibevoice voice prefix", voice_digest(ref))
             if key is not None and key not in found and key not in to_prefill:
                 cached = self.prefix_cache.get(key)
@@ -420,8 +428,8 @@ class VibeVoiceDecodeBatch(DecodeBatch):
                 rests.append(self.embed(adapter._text_ids(row.text).to(self.device)))
                 row_prefix.append(key)
                 continue
-            tokens = adapter._row_tokens(row.text, ref)
-            full = adapter._row_embeds(tokens, ref)
+            tokens = adapter._row_tokens(row, clips)
+            full = adapter._row_embeds(tokens, clips)
             ids = tokens["input_ids"][0]
             length = adapter._prefix_length(ref, ids) if ref is not None else 0
             if length and not torch.equal(ids[length:], adapter._text_ids(row.text)):
@@ -608,7 +616,9 @@ class VibeVoiceAdapter(TTSAdapter):
     """Adapter for VibeVoice checkpoints (``model_type == "vibevoice"``, e.g. ``vibevoice/VibeVoice-1.5B-hf``).
 
     Reference text is not used (VibeVoice clones from the reference audio alone). Rows without reference audio get
-    the prompt without its "Voice input" section.
+    the prompt without its "Voice input" section. Dialogues of up to 4 speakers run as dialogue rows
+    (``ModelFacts.max_dialogue_speakers``): each row's prompt holds every speaker's voice, numbered as in the whole
+    script, and a run of consecutive turns, as VibeVoice's processor builds a script's prompt.
     """
 
     family = "vibevoice"
@@ -679,8 +689,10 @@ class VibeVoiceAdapter(TTSAdapter):
         self._noise_scheduler = self.model._build_default_noise_scheduler(generation_config)
         self._num_diffusion_steps = int(getattr(generation_config, "num_diffusion_steps", None)
                                         or DEFAULT_NUM_DIFFUSION_STEPS)
-        # Fixed prompt positions besides the text and the reference frames (system prompt, headers, speaker tags).
-        self._prompt_overhead = len(tokenizer(self._prompt("", num_frames=0), add_special_tokens=False)["input_ids"])
+        # Fixed prompt positions besides the text and the reference frames (system prompt, headers, speaker tags),
+        # for the largest prompt: MAX_SPEAKERS voice lines (a dialogue row carries every speaker's voice).
+        self._prompt_overhead = len(tokenizer(self._build_prompt([(0, "")], [(k, 0) for k in range(MAX_SPEAKERS)]),
+                                              add_special_tokens=False)["input_ids"])
         frames_per_second = feature_extractor.sampling_rate / hop
         return self._model_facts(
             sampling_rate=int(feature_extractor.sampling_rate),
@@ -695,6 +707,7 @@ class VibeVoiceAdapter(TTSAdapter):
                 defaults.max_new_tokens / frames_per_second, LANGUAGES)),
             generation_defaults=defaults,
             languages=LANGUAGES,
+            max_dialogue_speakers=MAX_SPEAKERS,
         )
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
@@ -704,7 +717,9 @@ class VibeVoiceAdapter(TTSAdapter):
 
         A row keeps two caches of the same LM: the prompt stream (prompt + reference frames + new tokens) and the CFG
         negative stream (1 + new tokens; it never sees the prompt). Their sum is split over ``cfg_multiplier = 2``,
-        rounded up. The reference text is not part of VibeVoice's prompt.
+        rounded up. The reference text is not part of VibeVoice's prompt. The fixed part counts the largest voice
+        section (4 speakers); a dialogue row's per-turn ``Speaker k:`` prefixes (~4 positions each) ride on the
+        estimator's measured activation margin.
         """
         f = self.facts
         prompt = (self._prompt_overhead + math.ceil(reference_s * f.reference_positions_per_second)
@@ -785,38 +800,63 @@ class VibeVoiceAdapter(TTSAdapter):
 
     # ------------------------------------------------------------------ batch pipeline
 
-    def _prompt(self, text: str, num_frames: int | None) -> str:
-        """Prompt text of one row; ``num_frames=None`` = no reference audio, else one audio placeholder (the
-        processor expands it to the frame count)."""
+    def _build_prompt(self, turns: list[tuple[int, str]], voices: list[tuple[int, int]]) -> str:
+        """VibeVoice's prompt text (see ``SYSTEM_PROMPT``): the voice section holds one line per ``(speaker,
+        placeholders)`` of ``voices`` (placeholders 1 = an audio placeholder the processor expands to the reference's
+        frame count, 0 = none, for length measurements), omitted when ``voices`` is empty; the text section one line
+        per ``(speaker, text)`` of ``turns``."""
         p = self.processor
         voice = ""
-        if num_frames is not None:
-            voice = VOICE_SECTION.format(audio_bos=p.audio_bos_token, audio=p.audio_token * (num_frames > 0),
-                                         audio_eos=p.audio_eos_token)
-        return SYSTEM_PROMPT + voice + TEXT_SECTION.format(text=text, audio_bos=p.audio_bos_token)
+        if voices:
+            voice = VOICE_HEADER + "".join(
+                VOICE_LINE.format(speaker=k, audio_bos=p.audio_bos_token, audio=p.audio_token * n,
+                                  audio_eos=p.audio_eos_token) for k, n in voices)
+        text = TEXT_HEADER + "".join(TEXT_LINE.format(speaker=k, text=t) for k, t in turns)
+        return SYSTEM_PROMPT + voice + text + OUTPUT_HEADER.format(audio_bos=p.audio_bos_token)
+
+    def _prompt(self, text: str, num_frames: int | None) -> str:
+        """Prompt text of a single-voice row (speaker 0); ``num_frames=None`` = no reference audio, else one audio
+        placeholder (the processor expands it to the frame count)."""
+        return self._build_prompt([(0, text)], [] if num_frames is None else [(0, int(num_frames > 0))])
+
+    def _row_prompt(self, row: AdapterRow) -> tuple[str, list[np.ndarray]]:
+        """(prompt text, reference clips in placeholder order) of one row. A dialogue row (``row.turns``) puts every
+        speaker's voice in the voice section (speaker k = ``row.voices[k]``, a voice without audio has no line) and
+        its turns in the text section, as VibeVoice's processor does for a script; any other row is speaker 0."""
+        if row.is_dialogue:
+            if len(row.voices) > MAX_SPEAKERS:
+                raise InputError(f"VibeVoice takes at most {MAX_SPEAKERS} speakers in one prompt; this dialogue has "
+                                 f"{len(row.voices)}")
+            voiced = [(k, v.reference_audio) for k, v in enumerate(row.voices) if v.reference_audio is not None]
+            turns = [(t.speaker, t.text.strip()) for t in row.turns]
+            return self._build_prompt(turns, [(k, 1) for k, _ in voiced]), [a for _, a in voiced]
+        prompt = self._prompt(row.text.strip(), None if row.reference_audio is None else 1)
+        return prompt, [] if row.reference_audio is None else [row.reference_audio]
 
     def preprocess(self, rows: list[AdapterRow], params: SynthesisParams) -> VibeVoiceInputs:
         """Tokenise the rows (left-padded) and put each row's reference frames into its prompt embeddings.
 
-        Each row's reference audio (float32 ``(num_samples,)`` at ``facts.sampling_rate``) is encoded on its own, with
-        the codec's sigma-VAE noise drawn from a generator seeded from the reference's own samples
-        (``voice_seed``): one voice always gets the same conditioning, so rows of that voice can share their prompt
-        prefix (``VibeVoiceDecodeBatch`` reuses its prefill); the row's seed drives the diffusion noise.
+        Each reference clip (float32 ``(num_samples,)`` at ``facts.sampling_rate``) is encoded on its own, with the
+        codec's sigma-VAE noise drawn from a generator seeded from the clip's own samples (``voice_seed``): one voice
+        always gets the same conditioning, so rows of that voice can share their prompt prefix
+        (``VibeVoiceDecodeBatch`` reuses its prefill); the row's seed drives the diffusion noise. A dialogue row
+        (``row.turns``) is VibeVoice's multi-speaker prompt: every voice in the voice section, its turns as
+        ``Speaker k:`` lines (``_row_prompt``).
 
         Raises:
-            InputError: no rows, or a row's text is empty.
+            InputError: no rows, a row's text is empty, a dialogue row with more than 4 speakers.
             ReferenceAudioError: a reference is not a finite 1-D array with at least one sample.
         """
         import torch
 
-        references = self._check_rows(rows)
+        row_clips = self._check_rows(rows)
         pad_id = int(self.processor.tokenizer.pad_token_id)
         ids, embeds = [], []
         with torch.inference_mode():
-            for row, ref in zip(rows, references):
-                tokens = self._row_tokens(row.text, ref)
+            for row, clips in zip(rows, row_clips):
+                tokens = self._row_tokens(row, clips)
                 ids.append(tokens["input_ids"][0].to(self.device))
-                embeds.append(self._row_embeds(tokens, ref))
+                embeds.append(self._row_embeds(tokens, clips))
             width = max(t.numel() for t in ids)
             input_ids = torch.stack([torch.cat([t.new_full((width - t.numel(),), pad_id), t]) for t in ids])
             attention_mask = torch.stack([torch.cat([t.new_zeros(width - t.numel()), torch.ones_like(t)])
@@ -827,68 +867,77 @@ class VibeVoiceAdapter(TTSAdapter):
         return VibeVoiceInputs(inputs_embeds=inputs_embeds, attention_mask=attention_mask, input_ids=input_ids,
                                seeds=[int(row.seed) for row in rows], rows=list(rows))
 
-    def _check_rows(self, rows: list[AdapterRow]) -> list[np.ndarray | None]:
-        """Each row's reference as float32 ``(num_samples,)`` (None without one), after checking the rows.
+    def _check_rows(self, rows: list[AdapterRow]) -> list[list[np.ndarray]]:
+        """Each row's reference clips in prompt order (``_row_prompt``), as float32 ``(num_samples,)``, after checking
+        the rows.
 
         Raises:
-            InputError: no rows, or a row's text is empty.
+            InputError: no rows, a row's text is empty, a dialogue row with more than 4 speakers.
             ReferenceAudioError: a reference is not a finite 1-D array with at least one sample.
         """
         if not rows:
             raise InputError("preprocess got no rows; pass at least one AdapterRow")
-        references = []
+        row_clips = []
         for i, row in enumerate(rows):
-            if not row.text or not row.text.strip():
+            if not row.text or not row.text.strip() or any(not t.text.strip() for t in row.turns):
                 raise InputError(f"row {i}: text is empty; give the segment some text to speak")
-            ref = None
-            if row.reference_audio is not None:
-                ref = np.asarray(row.reference_audio, dtype=np.float32)
+            _, clips = self._row_prompt(row)
+            checked = []
+            for clip in clips:
+                ref = np.asarray(clip, dtype=np.float32)
                 if ref.ndim != 1 or ref.size == 0 or not np.isfinite(ref).all():
                     raise ReferenceAudioError(
                         f"row {i}: reference audio must be a finite mono array (num_samples,) with samples; got shape "
                         f"{ref.shape}. Clean it with `python -m tts_app reference FILE` first.")
-            references.append(ref)
-        return references
+                checked.append(ref)
+            row_clips.append(checked)
+        return row_clips
 
-    def _row_tokens(self, text: str, ref: np.ndarray | None) -> dict:
-        """The processor's output for one row's prompt (``input_ids`` ``(1, L)`` with one ``<audio>`` per reference
-        frame, and the reference's ``input_values`` / ``padding_mask``)."""
+    def _row_tokens(self, row: AdapterRow, clips: list[np.ndarray]) -> dict:
+        """The processor's output for one row's prompt (``_row_prompt``: ``input_ids`` ``(1, L)`` with one
+        ``<audio>`` per reference frame, and the clips' ``input_values`` / ``padding_mask``, one per clip)."""
+        prompt, _ = self._row_prompt(row)
         kwargs = {"return_tensors": "pt"}
-        if ref is not None:
-            kwargs.update(audio=[ref], sampling_rate=self.facts.sampling_rate)
-        return self.processor(text=[self._prompt(text.strip(), None if ref is None else 1)], **kwargs)
+        if clips:
+            kwargs.update(audio=list(clips), sampling_rate=self.facts.sampling_rate)
+        return self.processor(text=[prompt], **kwargs)
 
-    def _row_embeds(self, tokens: dict, ref: np.ndarray | None):
-        """Prompt embeddings ``(L, hidden)`` of one row (``_row_tokens``), its reference frames in place."""
+    def _row_embeds(self, tokens: dict, clips: list[np.ndarray]):
+        """Prompt embeddings ``(L, hidden)`` of one row (``_row_tokens``), its clips' frames in place (prompt
+        order), each clip encoded with noise seeded by ``voice_seed``."""
         import torch
 
         lm = self.model.model
         input_ids = tokens["input_ids"][0].to(self.device)
         embeds = lm.get_input_embeddings()(input_ids)
-        if ref is None:
+        if not clips:
             return embeds
-        num_samples = int(tokens["padding_mask"][0].sum())
         multiple = self.processor.feature_extractor.pad_to_multiple_of
-        padded = math.ceil(num_samples / multiple) * multiple
-        values = tokens["input_values"][:1, :, :padded].to(self.device, lm.dtype)
-        mask = tokens["padding_mask"][:1, :padded].to(self.device)
-        with torch.random.fork_rng(devices=self._rng_devices()):
-            torch.manual_seed(voice_seed(ref))
-            frames = lm.get_audio_features(values, mask, sample=True).pooler_output  # (num_frames, hidden)
+        row_frames = []
+        for j, clip in enumerate(clips):
+            num_samples = int(tokens["padding_mask"][j].sum())
+            padded = math.ceil(num_samples / multiple) * multiple
+            values = tokens["input_values"][j:j + 1, :, :padded].to(self.device, lm.dtype)
+            mask = tokens["padding_mask"][j:j + 1, :padded].to(self.device)
+            with torch.random.fork_rng(devices=self._rng_devices()):
+                torch.manual_seed(voice_seed(clip))
+                row_frames.append(lm.get_audio_features(values, mask, sample=True).pooler_output)
+        frames = torch.cat(row_frames, dim=0)  # (num_frames of all the row's clips, hidden)
         embeds[input_ids == self.model.config.audio_token_id] = frames.to(embeds.dtype)
         return embeds
 
     def _text_ids(self, text: str):
         """Token ids ``(R,)`` of a row's text section (the end of its prompt, after the voice), on the CPU."""
-        section = TEXT_SECTION.format(text=text.strip(), audio_bos=self.processor.audio_bos_token)
+        section = (TEXT_HEADER + TEXT_LINE.format(speaker=0, text=text.strip())
+                   + OUTPUT_HEADER.format(audio_bos=self.processor.audio_bos_token))
         return self.processor(text=[section], return_tensors="pt")["input_ids"][0]
 
     def _prefix_length(self, ref: np.ndarray, input_ids) -> int:
         """Positions of a row's prompt that depend on its voice only (system prompt + the reference section) when
         their tokens are exactly the start of the row's ``input_ids`` ``(L,)``; else 0 (nothing to share)."""
-        prefix = SYSTEM_PROMPT + VOICE_SECTION.format(audio_bos=self.processor.audio_bos_token,
-                                                      audio=self.processor.audio_token,
-                                                      audio_eos=self.processor.audio_eos_token)
+        p = self.processor
+        prefix = SYSTEM_PROMPT + VOICE_HEADER + VOICE_LINE.format(speaker=0, audio_bos=p.audio_bos_token,
+                                                                  audio=p.audio_token, audio_eos=p.audio_eos_token)
         ids = self.processor(text=[prefix], audio=[ref], sampling_rate=self.facts.sampling_rate,
                              return_tensors="pt")["input_ids"][0]
         n = int(ids.numel())

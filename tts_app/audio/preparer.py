@@ -32,12 +32,14 @@ class PreparedReference:
         name: the name messages use (the file name, or the name given).
         sha256: hex SHA-256 of the source as given (the file's bytes, the uploaded bytes, or for an array its dtype,
             shape, rate and samples), before any cleanup.
+        voice: the voice library's name for it when it came from there (``tts_app.voices``), else None.
     """
 
     audio: ReferenceAudio
     report: ReferenceReport
     name: str
     sha256: str
+    voice: str | None = None
 
     @property
     def warnings(self) -> list[str]:
@@ -50,8 +52,9 @@ class PreparedReference:
         return self.report.reference_text
 
     def metadata(self) -> dict[str, Any]:
-        """The sidecar's ``reference`` block: name, source hash, cleaned duration (s) and rate (Hz), warnings."""
-        return {"name": self.name, "sha256": self.sha256, "cleaned_duration_s": round(self.audio.duration_s, 3),
+        """The sidecar's ``reference`` block: name, saved voice name (or null), source hash, cleaned duration (s) and
+        rate (Hz), warnings."""
+        return {"name": self.name, "voice": self.voice, "sha256": self.sha256, "cleaned_duration_s": round(self.audio.duration_s, 3),
                 "sampling_rate": self.audio.sampling_rate, "cropped": bool(self.report.cropped),
                 "warnings": self.warnings}
 

@@ -5,6 +5,7 @@ a model load plus a synthesis).
     parser = CliParser(prog="python -m tts_app synth")
     add_engine_args(parser)                      # --model --device --dtype --max-batch-size --memory-budget ...
     add_generation_args(parser)                  # --seed --greedy --no-kv-cache --temperature ... (synth, batch)
+    add_voice_args(parser)                       # --voices-dir (app.py, synth, batch)
     args = parse_cli(parser, argv)               # an int is the exit status (usage error 2, --help 0)
     engine_args = engine_args_from(args)         # EngineArgs(model=ModelConfig, engine=EngineConfig)
     params = params_from_args(args)              # SynthesisParams with only the flags that were given
@@ -84,6 +85,24 @@ def memory_budget(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"memory budget must be positive, got {text!r}; write e.g. 2GiB or 512MB")
+    return value
+
+
+def file_size(text: str) -> int:
+    """argparse ``type=``: a file size such as ``100MB`` or ``1GB`` -> bytes (> 0); units as
+    ``tts_app.engine.memory.parse_size``.
+
+    Raises:
+        argparse.ArgumentTypeError: negative, zero, or not a size.
+    """
+    from tts_app.engine.memory import parse_size  # pure Python; torch stays unimported
+
+    try:
+        value = parse_size(text) if not str(text).strip().startswith("-") else 0
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive, got {text!r}; write e.g. 100MB or 1GB")
     return value
 
 
@@ -293,6 +312,8 @@ GENERATION_FLAGS: dict[str, str] = {
     "seed": "--seed", "greedy": "--greedy", "use_cache": "--no-kv-cache", "temperature": "--temperature",
     "top_p": "--top-p", "top_k": "--top-k", "cfg_scale": "--cfg-scale", "max_new_tokens": "--max-new-tokens",
     "max_segment_chars": "--max-segment-chars", "pause_between_segments_ms": "--pause-ms",
+    "speed": "--speed", "duration_s": "--duration-s", "loudness_lufs": "--loudness",
+    "chapter_pause_ms": "--chapter-pause-ms",
 }
 
 
@@ -320,6 +341,17 @@ def add_generation_args(parser: argparse.ArgumentParser, title: str = "generatio
                    help="split the text into segments of at most this many characters (default: model's)")
     g.add_argument("--pause-ms", dest="pause_between_segments_ms", type=non_negative_int, default=None,
                    help=f"silence between segments in ms (default {defaults.pause_between_segments_ms})")
+    from tts_app.config import MAX_LOUDNESS_LUFS, MAX_SPEED, MIN_LOUDNESS_LUFS, MIN_SPEED
+
+    g.add_argument("--speed", type=number, default=None,
+                   help=f"tempo x the model's own pace, {MIN_SPEED}-{MAX_SPEED} (1.25 = 20 %% shorter), pitch kept")
+    g.add_argument("--duration-s", type=number, default=None, metavar="S",
+                   help="make the whole audio exactly S seconds long (dubbing); not with --speed")
+    g.add_argument("--loudness", dest="loudness_lufs", type=number, default=None, metavar="LUFS",
+                   help=f"normalise the loudness to LUFS (ITU-R BS.1770), {MIN_LOUDNESS_LUFS:g}..{MAX_LOUDNESS_LUFS:g}"
+                        "; e.g. -23 (EBU R128) or -16 (podcasts); default: as generated")
+    g.add_argument("--chapter-pause-ms", type=non_negative_int, default=None,
+                   help=f"silence after each chapter ('# Title' lines) in ms (default {defaults.chapter_pause_ms})")
 
 
 def params_from_args(args: argparse.Namespace):
@@ -335,6 +367,38 @@ def params_from_args(args: argparse.Namespace):
         return SynthesisParams(**given)
     except ConfigError as exc:
         raise _usage_error(exc, GENERATION_FLAGS) from None
+
+
+# --------------------------------------------------------------------------------------------- voices
+
+
+def add_voice_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--voices-dir``: the voice library's folder (``tts_app.voices.VoiceLibrary``), shared by every command.
+    Not given: ``<--output-dir>/voices`` for the web app, none for ``synth`` and ``batch`` (only the bundled example
+    voices, from ``assets/voices``, can then be named)."""
+    g = parser.add_argument_group("voice library")
+    g.add_argument("--voices-dir", default=None, metavar="DIR",
+                   help="folder of saved voices (default for app.py: OUTPUT_DIR/voices; synth and batch: only the "
+                        "bundled example voices)")
+    from tts_app.audio.transcribe import DEFAULT_ASR_MODEL
+
+    g.add_argument("--asr-model", default=None, metavar="ID_OR_DIR|none",
+                   help=f"Whisper checkpoint that transcribes references given without a transcript (default "
+                        f"{DEFAULT_ASR_MODEL}, loaded on first use on the model's device; none = off)")
+
+
+def voice_library_from(args: argparse.Namespace, default_root: str | Path | None = None):
+    """The ``VoiceLibrary`` of ``--voices-dir`` (else ``default_root``; None = bundled voices only).
+
+    Raises:
+        InputError: ``--voices-dir`` is a file or cannot be created.
+    """
+    from tts_app.voices import VoiceLibrary
+
+    root = getattr(args, "voices_dir", None)
+    if root is not None:
+        check_output_dir(root, "--voices-dir")
+    return VoiceLibrary(root if root is not None else default_root)
 
 
 def usage_error(prog: str, exc: InputError) -> int:

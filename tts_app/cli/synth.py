@@ -3,11 +3,18 @@ with a metadata sidecar next to it (``out.wav`` -> ``out.json``: model, settings
 ``tts_app.outputs``).
 
     python -m tts_app synth --ref voice.wav [--ref-text T] --text "..." --out out.wav [--srt out.srt]
+    python -m tts_app synth --voice NAME [--voices-dir DIR] --text "..." --out out.mp3   # a saved voice
+    python -m tts_app synth --script dialogue.txt --voice 1=a.wav --voice 2=mei --out talk.opus
         [model and engine flags: --model --device --dtype --max-batch-size --memory-budget ...]
         [generation flags: --seed --greedy --no-kv-cache --temperature --top-p --top-k --cfg-scale
-         --max-new-tokens --max-segment-chars --pause-ms]
+         --max-new-tokens --max-segment-chars --pause-ms --speed --duration-s --loudness --chapter-pause-ms]
         [emotion (IndexTTS 2): --emo-ref clip.wav | --emo-vector 0.8,0,0,0,0,0,0,0 | --emo-from-text [--emo-text T]
          [--emo-weight W]]
+
+The output format follows ``--out``'s ending: .wav, .flac, .mp3 or .opus. A text with chapters (``# Title`` lines)
+also writes one file per chapter next to it (``out.ch01_Title.wav``). ``--script FILE`` reads a dialogue
+(``Speaker 1: ...``, ``[S1] ...`` or ``Name: ...`` lines; ``tts_app.dialogue``) and ``--voice SPEAKER=VOICE`` gives
+each speaker a voice (an audio file or a saved voice's name).
 
 Generation flags not given take the checkpoint's own defaults. Exit status: 0 written; 1 the model, the reference
 audio or the synthesis failed; 2 bad command-line values. Errors print one line (no traceback). ``--text -`` reads
@@ -21,8 +28,8 @@ import logging
 import sys
 from pathlib import Path
 
-from tts_app.cli.args import (CliParser, add_engine_args, add_generation_args, check_output_file, engine_args_from,
-                              params_from_args, parse_cli)
+from tts_app.cli.args import (CliParser, add_engine_args, add_generation_args, add_voice_args, check_output_file,
+                              engine_args_from, params_from_args, parse_cli, voice_library_from)
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError, TTSAppError
 
 PROG = "python -m tts_app synth"
@@ -31,9 +38,15 @@ PROG = "python -m tts_app synth"
 def build_parser() -> argparse.ArgumentParser:
     p = CliParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ref", help="reference audio file (the voice to clone); cleaned before use")
-    p.add_argument("--ref-text", help="transcript of the reference audio, if known")
-    p.add_argument("--text", required=True, help="text to speak ('-' reads standard input)")
-    p.add_argument("--out", required=True, help="output WAV path (written atomically; the sidecar goes next to it)")
+    p.add_argument("--ref-text", help="transcript of the reference audio, if known (default for --voice: its own)")
+    p.add_argument("--voice", action="append", default=[], metavar="NAME|SPEAKER=VOICE",
+                   help="a saved voice of the library (--voices-dir) or a bundled example voice, instead of --ref; "
+                        "with --script, SPEAKER=VOICE per speaker (VOICE: an audio file or a voice name; repeat)")
+    p.add_argument("--text", help="text to speak ('-' reads standard input)")
+    p.add_argument("--script", metavar="FILE", help="a dialogue script file (UTF-8) instead of --text; give each "
+                                                   "speaker a voice with --voice N=VOICE")
+    p.add_argument("--out", required=True, help="output audio path, .wav/.flac/.mp3/.opus (written atomically; the "
+                                                "sidecar goes next to it)")
     p.add_argument("--srt", help="also write SubRip subtitles, one cue per segment")
     add_engine_args(p)
     add_generation_args(p)
@@ -45,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="read the emotion from the text (or --emo-text) with the checkpoint's emotion model")
     emotion.add_argument("--emo-text", help="the text to read the emotion from (with --emo-from-text)")
     emotion.add_argument("--emo-weight", type=float, default=None, help="emotion strength in [0, 1] (default 1)")
+    add_voice_args(p)
     return p
 
 
@@ -113,6 +127,8 @@ def main(argv: list[str]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from tts_app.audio.formats import format_for_path
+    from tts_app.dialogue import check_voices, dialogue_request, parse_script, parse_voice_assignments
     from tts_app.engine.memory import format_bytes
     from tts_app.outputs import metadata_path, output_metadata, save_outputs
     from tts_app.request import SynthesisRequest
@@ -122,36 +138,78 @@ def _run(args: argparse.Namespace) -> int:
     engine_args = engine_args_from(args, wait_window_ms=0.0)  # one request: nothing to wait for
     params = params_from_args(args)
     check_output_file(args.out, "--out")
+    format_for_path(args.out)
     if args.srt:
         check_output_file(args.srt, "--srt", "out.srt")
     if args.srt and Path(args.srt).absolute() in (Path(args.out).absolute(), metadata_path(args.out).absolute()):
         raise InputError(f"--srt {args.srt!r} would overwrite the audio or its metadata sidecar; give another name")
-    text = sys.stdin.read() if args.text == "-" else args.text
-    if args.ref is not None and not Path(args.ref).is_file():
+    if (args.text is None) == (args.script is None):
+        raise InputError("give the text to speak with --text, or a dialogue script with --script (one of them)")
+    library = voice_library_from(args)
+    script = assignments = None
+    if args.script is not None:
+        if args.ref is not None:
+            raise InputError("--ref is for a single voice; with --script give each speaker --voice N=FILE_OR_NAME")
+        try:
+            script_text = Path(args.script).read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"--script {args.script!r} cannot be read as UTF-8 text: {exc}") from None
+        script = parse_script(script_text)
+        assignments = check_voices(script, parse_voice_assignments(args.voice))
+        for value in assignments:
+            library.check_voice_or_file(value)
+        text = script_text
+    else:
+        text = sys.stdin.read() if args.text == "-" else args.text
+    if script is None and args.ref is not None and not Path(args.ref).is_file():
         raise ReferenceAudioError(f"reference audio {args.ref!r} does not exist; give --ref an audio file")
     _check_emotion_args(args)
+    if script is None and len(args.voice) > 1:
+        raise InputError("--voice was given more than once; one voice speaks a text (dialogue scripts: --script)")
+    if script is None and args.voice and args.ref is not None:
+        raise InputError("--voice and --ref were both given; give one of them")
+    voice_name = args.voice[0] if args.voice and script is None else None
+    reference_text = args.ref_text
+    if voice_name is not None:
+        voice = library.get(voice_name)  # VoiceNotFoundError (an InputError) lists the voices there are
+        reference_text = reference_text if reference_text is not None else voice.reference_text
 
     runtime = Runtime.load(engine_args.model, engine_args.engine)
     try:
-        reference = runtime.references.prepare(args.ref, reference_text=args.ref_text) if args.ref else None
-        request = SynthesisRequest(text=text, reference_audio=reference.audio if reference else None,
-                                   reference_text=reference.text if reference else args.ref_text, params=params,
-                                   emotion=_emotion_from_args(args, runtime))
+        reference, speaker_refs = None, None
+        if script is not None:
+            voices = [library.resolve(value, runtime.references) for value in assignments]
+            speaker_refs = [ref for ref, _ in voices]
+            request = dialogue_request(script, voices, text=text, params=params,
+                                       emotion=_emotion_from_args(args, runtime))
+        else:
+            if voice_name is not None:
+                reference = library.prepare(voice_name, runtime.references)
+            elif args.ref:
+                reference = runtime.references.prepare(args.ref, reference_text=args.ref_text)
+                reference_text = reference.text
+            request = SynthesisRequest(text=text, reference_audio=reference.audio if reference else None,
+                                       reference_text=reference_text, params=params,
+                                       emotion=_emotion_from_args(args, runtime))
         result = runtime.engine.submit(request).result()
         stats = runtime.engine.stats()
-        for warning in (reference.warnings if reference else []) + list(result.warnings):
+        reference_warnings = [w for ref in ([reference] + (speaker_refs or [])) if ref is not None
+                              for w in ref.warnings]
+        for warning in reference_warnings + list(result.warnings):
             print(f"warning: {warning}", file=sys.stderr)
         if not result.ok:
             print(f"error: {result.error}", file=sys.stderr)
             return 1
-        metadata = output_metadata(runtime, request, result, entry_point="synth", reference=reference)
+        metadata = output_metadata(runtime, request, result, entry_point="synth", reference=reference,
+                                   speaker_references=speaker_refs)
         files = save_outputs(args.out, result, metadata, subtitles_path=args.srt)
     finally:
         runtime.close()
+    chapters = f", {len(files.chapters)} chapter files" if files.chapters else ""
     print(f"wrote {files.audio}: {result.duration_s:.2f} s at {result.sampling_rate} Hz, {len(result.segments)} "
           f"segments in {stats.num_batches} batches (largest {max(s.batch_size for s in result.segments)}), "
           f"{stats.num_oom} out-of-memory retries, memory budget {format_bytes(stats.memory_budget_bytes)}; "
-          f"metadata in {files.metadata}")
+          f"metadata in {files.metadata}{chapters}")
     return 0
 
 

@@ -36,9 +36,11 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from tts_app.adapters.base import AdapterRow, DecodeBatch, ModelFacts, PrefixCache, RowEmotion, RowStep, TTSAdapter
+from tts_app.adapters.base import (AdapterRow, DecodeBatch, ModelFacts, PrefixCache, RowEmotion, RowStep, RowTurn,
+                                     RowVoice, TTSAdapter)
 from tts_app.audio.post import join_segments
 from tts_app.config import MIN_MAX_SEGMENT_CHARS, EngineConfig
+from tts_app.dialogue import join_pieces
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
 from tts_app.engine.memory import (
     MemoryEstimator,
@@ -54,8 +56,8 @@ from tts_app.engine.memory import (
 from tts_app.engine.scheduler import (BatchCap, Outcome, OutcomeKind, Phase, Scheduler, SegmentWork, Update,
                                      expected_speech_s)
 from tts_app.engine.streaming import AudioChunk, AudioStream
-from tts_app.request import (RequestStatus, SegmentTiming, StopReason, SynthesisParams, SynthesisRequest,
-                             SynthesisResult)
+from tts_app.request import (ChapterSpan, RequestStatus, SegmentTiming, StopReason, SynthesisParams,
+                             SynthesisRequest, SynthesisResult)
 
 logger = logging.getLogger(__name__)
 
@@ -220,8 +222,11 @@ class _RequestState:
     num_done: int = 0
     finished: bool = False
     source_texts: list[str] = field(default_factory=list)  # what the user wrote, for timings and subtitles
+    segment_parts: list[int] = field(default_factory=list)  # per segment, its _Part index
+    parts: list[_Part] = field(default_factory=list)
     normalized_text: str = ""
     seeds: list[int] = field(default_factory=list)  # per segment, as the scheduler's SegmentWork carries them
+    segment_turns: list[tuple[_TurnPiece, ...]] = field(default_factory=list)  # per segment; () = not a dialogue row
     audio_stream: AudioStream | None = None
     # continuous batching, per segment: audio decoded so far, samples of a restarted run to skip (already streamed),
     # when its row was admitted, and the most rows its batch held
@@ -232,6 +237,61 @@ class _RequestState:
     @property
     def num_segments(self) -> int:
         return len(self.texts)
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A piece of a request's text run through the front end on its own: a chapter, or a dialogue turn."""
+
+    text: str
+    chapter: int = 0
+    title: str | None = None
+    speaker: int | None = None  # index into request.speakers
+
+
+@dataclass(frozen=True)
+class _TurnPiece:
+    """One front-end segment of a dialogue turn inside a dialogue row (``ModelFacts.max_dialogue_speakers``)."""
+
+    speaker: int  # index into request.speakers
+    model_text: str
+    source_text: str
+
+
+@dataclass
+class _RequestText:
+    """The front end's output for a whole request: its parts' segments in order, and which part each came from.
+    ``texts`` / ``source_texts`` / ``pauses_after_ms`` are per segment; ``segment_turns[i]`` is empty, or the turn
+    pieces segment ``i`` speaks in one generation (a dialogue row)."""
+
+    normalized_text: str
+    texts: list[str]
+    source_texts: list[str]
+    pauses_after_ms: list[int]
+    warnings: list[str]
+    segment_parts: list[int]
+    parts: list[_Part]
+    segment_turns: list[tuple[_TurnPiece, ...]]
+
+
+def _turn_lines(pieces: tuple[_TurnPiece, ...], speakers) -> tuple[tuple[str, str], ...]:
+    """(speaker name, source text) per turn of a dialogue row, consecutive pieces of one speaker joined."""
+    lines: list[tuple[int, list[str]]] = []
+    for piece in pieces:
+        if lines and lines[-1][0] == piece.speaker:
+            lines[-1][1].append(piece.source_text)
+        else:
+            lines.append((piece.speaker, [piece.source_text]))
+    return tuple((speakers[k].name, join_pieces(texts)) for k, texts in lines)
+
+
+def _request_parts(request: SynthesisRequest) -> list[_Part]:
+    """Dialogue turns (each its own part, with its speaker), else the text's chapters (``tts_app.longform``)."""
+    from tts_app.longform import split_chapters
+
+    if request.turns:
+        return [_Part(turn.text, 0, None, turn.speaker) for turn in request.turns]
+    return [_Part(c.text, i, c.title) for i, c in enumerate(split_chapters(request.text))]
 
 
 def _prepare_text(text: str, *, supports_pinyin: bool, max_segment_chars: int, default_pause_ms: int,
@@ -457,7 +517,7 @@ class Engine:
         Raises:
             InputError: the text is empty or unspeakable (from the front end).
         """
-        texts = [segment.text for segment in self._segments_of(request).segments]
+        texts = self._segments_of(request).texts
         ref_s, ref_chars, max_new = self._row_context(request)
         return max(self.estimator.row_bytes(self._positions(len(t), ref_s, ref_chars, max_new)) for t in texts)
 
@@ -496,28 +556,92 @@ class Engine:
             )
 
     # -- submit / cancel -----------------------------------------------------------------------------------------
-    def _segments_of(self, request: SynthesisRequest):
-        """The front end's ``PreparedText`` for the request: normalised text and segments (each with the model text,
-        which may hold homophone stand-ins or pinyin tokens, the source text the user wrote, for subtitles, and the
-        pause after it in ms) and warnings.
+    def _segments_of(self, request: SynthesisRequest) -> _RequestText:
+        """The front end's output for the request: normalised text and segments (each with the model text, which
+        may hold homophone stand-ins or pinyin tokens, the source text the user wrote, for subtitles, and the pause
+        after it in ms) and warnings. Each chapter or dialogue turn (``_request_parts``) goes through the front end
+        on its own; the last segment of a chapter is followed by ``chapter_pause_ms``, that of a turn by the usual
+        pause.
 
         Raises:
-            InputError: the text has nothing to speak.
+            InputError: the text has nothing to speak; a turn names a speaker the request does not have.
         """
+        import dataclasses
+
         params = request.params
         max_chars = params.max_segment_chars if params.max_segment_chars is not None else self.facts.max_segment_chars
-        prepared = _prepare_text(request.text, supports_pinyin=self.facts.supports_pinyin,
-                                 max_segment_chars=max_chars, default_pause_ms=params.pause_between_segments_ms,
-                                 control_tags=self.facts.control_tags,
-                                 unencodable_characters=self.adapter.unencodable_characters)
-        if not prepared.segments:
+        parts = _request_parts(request)
+        segments, warnings, normalized, owners = [], [], [], []
+        for index, part in enumerate(parts):
+            if part.speaker is not None and not 0 <= part.speaker < len(request.speakers):
+                raise InputError(f"turn {index + 1} names speaker {part.speaker + 1} but the dialogue has "
+                                 f"{len(request.speakers)} speaker(s)")
+            prepared = _prepare_text(part.text, supports_pinyin=self.facts.supports_pinyin,
+                                     max_segment_chars=max_chars, default_pause_ms=params.pause_between_segments_ms,
+                                     control_tags=self.facts.control_tags,
+                                     unencodable_characters=self.adapter.unencodable_characters)
+            if not prepared.segments:
+                if len(parts) > 1 and part.speaker is not None:
+                    raise InputError(f"turn {index + 1} has nothing to speak; give it some words or remove it")
+                continue
+            part_segments = list(prepared.segments)
+            if index < len(parts) - 1:  # the pause after a part: a chapter's is longer
+                last_pause = (params.chapter_pause_ms if part.speaker is None
+                              else max(part_segments[-1].pause_after_ms, params.pause_between_segments_ms))
+                part_segments[-1] = dataclasses.replace(part_segments[-1], pause_after_ms=last_pause)
+            segments += part_segments
+            owners += [index] * len(part_segments)
+            warnings += list(prepared.warnings)
+            normalized.append(prepared.normalized_text)
+        if not segments:
             raise InputError("the text has nothing to speak; type some words")
-        return prepared
+        out = _RequestText(normalized_text="\n\n".join(normalized), texts=[seg.text for seg in segments],
+                           source_texts=[seg.source_text for seg in segments],
+                           pauses_after_ms=[int(seg.pause_after_ms) for seg in segments], warnings=warnings,
+                           segment_parts=owners, parts=parts, segment_turns=[()] * len(segments))
+        if request.turns and self.facts.max_dialogue_speakers:
+            if self._dialogue_rows(request):
+                return self._pack_dialogue(out, max_chars)
+            warnings.append(f"{self.adapter.display_name}'s dialogue prompt takes at most "
+                            f"{self.facts.max_dialogue_speakers} speakers; with {len(request.speakers)} each turn is "
+                            "synthesised on its own with its speaker's voice")
+        return out
+
+    def _dialogue_rows(self, request: SynthesisRequest) -> bool:
+        """The request is a dialogue the family speaks from its own multi-speaker prompt (dialogue rows)."""
+        return bool(request.turns) and 0 < len(request.speakers) <= self.facts.max_dialogue_speakers
+
+    @staticmethod
+    def _pack_dialogue(text: _RequestText, max_chars: int) -> _RequestText:
+        """Pack the turns' segments, in order, into dialogue rows of at most ``max_chars`` characters
+        (``tts_app.dialogue.pack_turn_pieces``); a row's pause is its last piece's."""
+        from tts_app.dialogue import pack_turn_pieces
+
+        groups = pack_turn_pieces([len(t) for t in text.texts], max_chars)
+        pieces = [_TurnPiece(text.parts[part].speaker, model, source)
+                  for part, model, source in zip(text.segment_parts, text.texts, text.source_texts)]
+        return _RequestText(
+            normalized_text=text.normalized_text,
+            texts=["\n".join(text.texts[i] for i in group) for group in groups],
+            source_texts=["\n".join(text.source_texts[i] for i in group) for group in groups],
+            pauses_after_ms=[text.pauses_after_ms[group[-1]] for group in groups], warnings=text.warnings,
+            segment_parts=[text.segment_parts[group[0]] for group in groups], parts=text.parts,
+            segment_turns=[tuple(pieces[i] for i in group) for group in groups])
 
     def _row_context(self, request: SynthesisRequest) -> tuple[float, int, int]:
-        ref = request.reference_audio
-        ref_s = ref.duration_s if ref is not None else 0.0
-        return ref_s, len(request.reference_text or ""), int(self.adapter.max_new_tokens(request.params))
+        """(reference seconds, reference-text characters, decode-step cap) a row of the request may carry: for a
+        dialogue, its longest speaker reference (every row is estimated as the largest); for dialogue rows, all
+        speakers' references together (each row's prompt holds every voice)."""
+        if request.turns:
+            voices = [(s.reference_audio, s.reference_text) for s in request.speakers]
+        else:
+            voices = [(request.reference_audio, request.reference_text)]
+        seconds = [ref.duration_s for ref, _ in voices if ref is not None]
+        chars = [len(text or "") for _, text in voices]
+        together = self._dialogue_rows(request)
+        ref_s = sum(seconds) if together else max(seconds, default=0.0)
+        ref_chars = sum(chars) if together else max(chars, default=0)
+        return ref_s, ref_chars, int(self.adapter.max_new_tokens(request.params))
 
     def _too_large_message(self, request: SynthesisRequest, index: int, text: str, budget: int) -> str:
         ref_s, ref_chars, max_new = self._row_context(request)
@@ -550,12 +674,11 @@ class Engine:
         handle = RequestHandle(request.request_id, self)
         try:
             prepared = self._segments_of(request)
-            texts = [segment.text for segment in prepared.segments]
-            pauses = [int(segment.pause_after_ms) for segment in prepared.segments]
-            source_texts = [segment.source_text for segment in prepared.segments]
+            texts, pauses, source_texts = prepared.texts, prepared.pauses_after_ms, prepared.source_texts
             warnings = list(prepared.warnings)
-            ref = request.reference_audio
-            if ref is not None and int(ref.sampling_rate) != self.sampling_rate:
+            for ref in [request.reference_audio] + [speaker.reference_audio for speaker in request.speakers]:
+                if ref is None or int(ref.sampling_rate) == self.sampling_rate:
+                    continue
                 raise ReferenceAudioError(
                     f"reference audio is at {ref.sampling_rate} Hz but the model needs {self.sampling_rate} Hz; "
                     "clean it with tts_app.audio.reference.prepare_reference(path, "
@@ -587,7 +710,9 @@ class Engine:
             ))
         audio_stream = None
         if stream or on_audio is not None:
-            audio_stream = AudioStream(request.request_id, self.sampling_rate, pauses, on_audio)
+            # settings that need the whole clip (tempo, duration, loudness): no partial chunks, only the final audio
+            audio_stream = AudioStream(request.request_id, self.sampling_rate, pauses, on_audio,
+                                       live=not params.needs_whole_clip)
             handle._audio_stream = audio_stream
         n = len(texts)
         state = _RequestState(request=request, handle=handle, texts=texts, pauses_after_ms=pauses,
@@ -595,6 +720,8 @@ class Engine:
                               batch_sizes=[0] * n, generate_s=[0.0] * n,
                               stop_reasons=[StopReason.END_OF_SPEECH] * n, source_texts=source_texts,
                               normalized_text=prepared.normalized_text, seeds=[w.seed for w in works],
+                              segment_parts=prepared.segment_parts, parts=prepared.parts,
+                              segment_turns=prepared.segment_turns,
                               audio_stream=audio_stream, partial=[[] for _ in range(n)], skip_samples=[0] * n,
                               started_s=[0.0] * n)
         error = None
@@ -682,16 +809,26 @@ class Engine:
         self.scheduler.remove_request(state.request.request_id)
         self._outcomes[status] += 1
         if status is RequestStatus.DONE:
-            result = self._assemble(state)
+            # assembled in ``_resolve``, outside the lock: joining and post-processing (tempo, loudness) of a long
+            # request takes a while and must not hold up submitters or the scheduler
+            resolved.append((state.handle.future, state, state.audio_stream))
         else:
             result = self._failed_result(state.request, error or status.value, state.warnings, status)
-        resolved.append((state.handle.future, result, state.audio_stream))
+            resolved.append((state.handle.future, result, state.audio_stream))
 
-    @staticmethod
-    def _resolve(resolved: list) -> None:
-        """Outside the lock: deliver pending audio chunks, end finished streams, resolve futures (in that order, so a
-        stream's consumer sees every chunk before ``result()`` returns)."""
+    def _resolve(self, resolved: list[tuple[Future, SynthesisResult | _RequestState, AudioStream | None]]) -> None:
+        """Outside the lock: assemble DONE requests (join, tempo, loudness), deliver pending audio chunks (a request
+        that did not stream gets its final audio as one chunk), end finished streams, resolve futures (in that order,
+        so a stream's consumer sees every chunk before ``result()`` returns)."""
         for future, result, audio_stream in resolved:
+            if isinstance(result, _RequestState):
+                result = self._assemble(result)
+                if not result.ok:
+                    with self._cv:
+                        self._outcomes[RequestStatus.DONE] -= 1
+                        self._outcomes[RequestStatus.FAILED] += 1
+                elif audio_stream is not None:
+                    audio_stream.finish(result.audio)
             if audio_stream is not None:
                 try:
                     audio_stream.flush()
@@ -723,14 +860,44 @@ class Engine:
         self._cancel_all(reason, RequestStatus.FAILED)
 
     def _assemble(self, state: _RequestState) -> SynthesisResult:
+        """The DONE result of a request whose segments are all made: segments joined with their pauses, then the
+        request's tempo and loudness (``tts_app.audio.effects``); FAILED when its target duration cannot be met."""
+        from tts_app.audio.effects import apply_request_effects
+
         waves = [w for w in state.waves if w is not None]
         audio, spans = join_segments(waves, state.pauses_after_ms, self.sampling_rate)
+        params = state.params
+        try:
+            effects = apply_request_effects(audio, spans, self.sampling_rate, speed=params.speed,
+                                            duration_s=params.duration_s, loudness_lufs=params.loudness_lufs)
+        except TTSAppError as exc:
+            return self._failed_result(state.request, str(exc), state.warnings)
+        except Exception as exc:  # noqa: BLE001 - a post-processing bug fails this request only
+            logger.exception("request %s: post-processing failed", state.request.request_id)
+            return self._failed_result(state.request, f"post-processing failed: {type(exc).__name__}: {exc}",
+                                       state.warnings)
+        audio, spans = effects.audio, effects.spans
         max_new_tokens = state.params.max_new_tokens
-        timings = [SegmentTiming(index=i, text=t, start_s=a, end_s=b, batch_size=state.batch_sizes[i],
-                                 generate_s=state.generate_s[i], seed=state.seeds[i], model_text=state.texts[i],
-                                 stop_reason=state.stop_reasons[i], max_new_tokens=max_new_tokens)
-                   for i, (t, (a, b)) in enumerate(zip(state.source_texts, spans))]
-        warnings = list(state.warnings)
+        speakers = state.request.speakers
+        timings = []
+        for i, (t, (a, b)) in enumerate(zip(state.source_texts, spans)):
+            part = state.parts[state.segment_parts[i]]
+            speaker = speakers[part.speaker].name if part.speaker is not None else None
+            turns = _turn_lines(state.segment_turns[i], speakers)
+            if len({name for name, _ in turns}) > 1:
+                speaker = None  # a dialogue row with several speakers: ``turns`` names each
+            timings.append(SegmentTiming(
+                index=i, text=t, start_s=a, end_s=b, batch_size=state.batch_sizes[i], generate_s=state.generate_s[i],
+                seed=state.seeds[i], model_text=state.texts[i], stop_reason=state.stop_reasons[i],
+                max_new_tokens=max_new_tokens, chapter=part.chapter, speaker=speaker, turns=turns))
+        chapters = []
+        if len({t.chapter for t in timings}) > 1:
+            for chapter in sorted({t.chapter for t in timings}):
+                members = [t for t in timings if t.chapter == chapter]
+                chapters.append(ChapterSpan(index=len(chapters), title=state.parts[
+                    state.segment_parts[members[0].index]].title, start_s=members[0].start_s,
+                    end_s=members[-1].end_s, segments=tuple(t.index for t in members)))
+        warnings = list(state.warnings) + list(effects.warnings)
         for i, wave in enumerate(waves):
             if state.stop_reasons[i] is StopReason.MAX_NEW_TOKENS:
                 audio_s = wave.size / self.sampling_rate if wave.size else max_new_tokens / self.facts.frames_per_second
@@ -740,7 +907,8 @@ class Engine:
                                 "speech at once; try another seed, sampling instead of greedy, or a longer segment")
         return SynthesisResult(request_id=state.request.request_id, status=RequestStatus.DONE, audio=audio,
                                sampling_rate=self.sampling_rate, segments=timings, warnings=warnings,
-                               normalized_text=state.normalized_text, effective_params=state.params)
+                               normalized_text=state.normalized_text, effective_params=state.params,
+                               post_processing=effects.applied, chapters=chapters)
 
     # -- worker --------------------------------------------------------------------------------------------------
     def _worker(self) -> None:
@@ -958,7 +1126,7 @@ class Engine:
         oom = self._simulated_oom(len(batch))
         if oom is not None:
             raise oom
-        rows = [self._adapter_row(work, state) for work, state in zip(batch, states)]
+        rows = [self._segment_row(state, work) for work, state in zip(batch, states)]
         params = states[0].params.with_seed(batch[0].seed)  # knobs equal across the batch (batch_key)
         inputs = self.adapter.preprocess(rows, params)
         t0 = time.perf_counter()
@@ -971,11 +1139,31 @@ class Engine:
                                f"{len(rows)} rows")
         return [np.asarray(w, dtype=np.float32).reshape(-1) for w in waves], reasons, generate_s
 
-    def _adapter_row(self, work: SegmentWork, state: _RequestState) -> AdapterRow:
-        ref = state.request.reference_audio
+    def _segment_row(self, state: _RequestState, work: SegmentWork) -> AdapterRow:
+        """The adapter row of segment ``work.index``: a dialogue row (every speaker's voice and the turns it
+        speaks), else the text with its dialogue speaker's reference, else with the request's."""
+        request = state.request
+        turns = state.segment_turns[work.index] if state.segment_turns else ()
+        if turns:
+            voices = tuple(RowVoice(None if s.reference_audio is None else s.reference_audio.samples,
+                                    s.reference_text) for s in request.speakers)
+            runs: list[tuple[int, list[str]]] = []  # consecutive pieces of one speaker make one turn line
+            for piece in turns:
+                if runs and runs[-1][0] == piece.speaker:
+                    runs[-1][1].append(piece.model_text)
+                else:
+                    runs.append((piece.speaker, [piece.model_text]))
+            return AdapterRow(text=work.text, reference_audio=None, reference_text=None, seed=work.seed,
+                              emotion=self._row_emotion(request), voices=voices,
+                              turns=tuple(RowTurn(k, join_pieces(texts)) for k, texts in runs))
+        part = state.parts[state.segment_parts[work.index]] if state.parts else None
+        if part is not None and part.speaker is not None:
+            speaker = request.speakers[part.speaker]
+            ref, ref_text = speaker.reference_audio, speaker.reference_text
+        else:
+            ref, ref_text = request.reference_audio, request.reference_text
         return AdapterRow(text=work.text, reference_audio=None if ref is None else ref.samples,
-                          reference_text=state.request.reference_text, seed=work.seed,
-                          emotion=self._row_emotion(state.request))
+                          reference_text=ref_text, seed=work.seed, emotion=self._row_emotion(request))
 
     def _execute_batch(self, batch: list[SegmentWork], states: list[_RequestState]) -> None:
         outcome, value = self._run_phase(Phase.BATCH, batch, lambda: self._run_batch(batch, states))
@@ -1048,7 +1236,7 @@ class Engine:
         """Prefill the admitted rows into ``batch`` (a new one from ``adapter.start_decode`` when None) and apply
         the outcome. Returns the running batch (None when there was none and it could not be made)."""
         works = [w for w, _ in admit]
-        rows = [(w, self._adapter_row(w, s)) for w, s in admit]
+        rows = [(w, self._segment_row(s, w)) for w, s in admit]
         holder = {"batch": batch}
 
         def call():

@@ -10,6 +10,11 @@ silence, so ``np.concatenate([c.samples for c in chunks])`` equals ``SynthesisRe
 Consumers: ``RequestHandle.stream()`` (a blocking iterator, for the web UI and the HTTP layer) or an ``on_audio``
 callback (called in the engine's worker thread; keep it quick).
 
+A request whose settings need the whole clip (``SynthesisParams.needs_whole_clip``: speed, a target duration,
+loudness) does not stream: its stream is made with ``live=False``, gets no partial chunks, and ``finish`` sends its
+final audio (after those effects) as one chunk when the request is done, so the concatenated chunks still equal
+``SynthesisResult.audio``.
+
 No torch here: arrays are numpy float32.
 """
 
@@ -63,6 +68,8 @@ class AudioStream:
         sampling_rate: Hz.
         pauses_after_ms: per segment, the silence after it in ms (none after the last), as ``join_segments``.
         on_audio: optional callback per chunk (worker thread).
+        live: False = no partial chunks (the request needs its whole clip for post-processing); only ``finish``
+            sends audio.
 
     Attributes:
         emitted_samples: per segment, samples of that segment already sent (a segment restarted after an
@@ -70,8 +77,9 @@ class AudioStream:
     """
 
     def __init__(self, request_id: str, sampling_rate: int, pauses_after_ms: list[int],
-                 on_audio: Callable[[AudioChunk], None] | None = None):
+                 on_audio: Callable[[AudioChunk], None] | None = None, live: bool = True):
         self.request_id = request_id
+        self.live = live
         self.sampling_rate = int(sampling_rate)
         self.pauses_after_ms = list(pauses_after_ms)
         self.on_audio = on_audio
@@ -99,6 +107,8 @@ class AudioStream:
 
     def add(self, index: int, samples: np.ndarray) -> None:
         """New decoded samples of segment ``index`` (float32 ``(n,)``), in decode order."""
+        if not self.live:
+            return
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
         if index == self._next:
             self._emit(index, samples)
@@ -112,6 +122,8 @@ class AudioStream:
 
     def complete(self, index: int) -> None:
         """Segment ``index`` has all its samples (``add``ed before). Sends whatever can go now."""
+        if not self.live:
+            return
         self._complete.add(index)
         while self._next in self._complete:
             i = self._next
@@ -124,6 +136,12 @@ class AudioStream:
             if self._next < self.num_segments:
                 for samples in self._held.pop(self._next, []):
                     self._emit(self._next, samples)
+
+    def finish(self, audio: np.ndarray) -> None:
+        """A request that did not stream (``live=False``) is done: its final audio (float32 ``(n,)``) as one chunk,
+        delivered by the next ``flush``. No-op for a live stream (its chunks already are the final audio)."""
+        if not self.live:
+            self._emit(max(0, self.num_segments - 1), np.asarray(audio, dtype=np.float32).reshape(-1))
 
     def flush(self) -> None:
         """Deliver the chunks made since the last flush (outside the engine lock): the queue, then ``on_audio``."""

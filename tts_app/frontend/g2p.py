@@ -45,7 +45,15 @@ def char_candidates(char: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=1)
 def _phrase_reading_counts() -> dict[str, dict[str, int]]:
-    """char -> {TONE3 reading: number of entries of pypinyin's phrase dictionary that read it so}."""
+    """char -> {TONE3 reading: number of entries of pypinyin's phrase dictionary that read it so}; kept in the
+    lexicon cache (``lexicon.Lexicon.reading_counts``, built by ``build_phrase_reading_counts``)."""
+    from tts_app.frontend.lexicon import load_lexicon
+
+    return load_lexicon().reading_counts
+
+
+def build_phrase_reading_counts() -> dict[str, dict[str, int]]:
+    """What ``_phrase_reading_counts`` returns, computed from pypinyin's phrase dictionary (about 0.3 s)."""
     from collections import Counter, defaultdict
 
     from pypinyin.contrib.tone_convert import to_tone3
@@ -72,10 +80,14 @@ def common_readings(char: str) -> tuple[str, ...]:
     """The readings of ``char`` in actual use: its default (first) reading plus every other reading that at least
     ``MIN_PHRASES_FOR_COMMON`` entries of pypinyin's phrase dictionary use. Drops archaic or rare readings
     (他 tuo2, 去 qu1, 还 fu2), so "polyphonic" flags the characters a reader can actually get wrong (行, 还, 得)."""
+    return _common_readings(char, _phrase_reading_counts())
+
+
+def _common_readings(char: str, phrase_counts: dict[str, dict[str, int]]) -> tuple[str, ...]:
     candidates = char_candidates(char)
     if not candidates:
         return ()
-    counts = _phrase_reading_counts().get(char, {})
+    counts = phrase_counts.get(char, {})
     return tuple(r for i, r in enumerate(candidates) if i == 0 or counts.get(r, 0) >= MIN_PHRASES_FOR_COMMON)
 
 
@@ -206,11 +218,16 @@ def read_text(text: str) -> list[G2PReading]:
     sub-words, the rest character by character), then the grammar rules of ``polyphone_rules`` decide the function
     words and verbs. Sources and licences: ``tts_app.frontend.lexicon``. Readings are TONE3 citation tones.
     """
-    out: list[G2PReading] = []
+    return [G2PReading(*r) for r in read_text_tuples(text)]
+
+
+def read_text_tuples(text: str) -> list[tuple[int, str, str, str, str | None]]:
+    """``read_text`` as plain tuples ``(position, char, reading, basis, rule)``: the per-request path
+    (``prepare._analyse``) reads 200 characters per request and skips building a dataclass per character."""
+    out: list[tuple[int, str, str, str, str | None]] = []
     for m in HANZI_RUN_RE.finditer(text):
-        run = m.group()
-        for k, (reading, basis, rule) in enumerate(_read_run(run)):
-            out.append(G2PReading(m.start() + k, run[k], reading, basis, rule))
+        run, start = m.group(), m.start()
+        out.extend((start + k, run[k], *r) for k, r in enumerate(_read_run(run)))
     return out
 
 
@@ -237,7 +254,7 @@ def run_tokens(run: str) -> list:
                 else:
                     tokens.append(Token(piece, start, lex.tags.get(piece, ""), [lex.char_reading(piece)], ["char"]))
         pos += len(word)
-    apply_rules(simple, tokens)
+    apply_rules(simple, tokens, lex.phrases)
     return tokens
 
 
@@ -308,10 +325,19 @@ def _gb2312_level(char: str) -> int:
 @lru_cache(maxsize=1)
 def _ranked_characters() -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
     """(reading -> characters whose only reading in use it is, reading -> characters whose default reading it is),
-    each ranked most common first (see ``homophone_table``)."""
+    each ranked most common first (see ``homophone_table``); kept in the lexicon cache
+    (``lexicon.Lexicon.homophones``, built by ``build_ranked_characters``)."""
+    from tts_app.frontend.lexicon import load_lexicon
+
+    return load_lexicon().homophones
+
+
+def build_ranked_characters(phrase_counts: dict[str, dict[str, int]]
+                            ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """What ``_ranked_characters`` returns, computed from pypinyin's dictionaries and ``phrase_counts`` (the
+    output of ``build_phrase_reading_counts``; about 1 s)."""
     from pypinyin.pinyin_dict import pinyin_dict
 
-    phrase_counts = _phrase_reading_counts()
     single: dict[str, list[tuple[tuple[int, int, int], str]]] = {}
     default: dict[str, list[tuple[tuple[int, int, int], str]]] = {}
     for code in pinyin_dict:
@@ -324,7 +350,7 @@ def _ranked_characters() -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[st
         num_phrases = sum(phrase_counts.get(char, {}).values())
         if num_phrases == 0:  # in no phrase at all: radicals (氵) and rarities a model may not know
             continue
-        readings = common_readings(char)
+        readings = _common_readings(char, phrase_counts)
         key = (level, -num_phrases, code)
         if len(readings) == 1:
             single.setdefault(readings[0], []).append((key, char))
@@ -343,8 +369,8 @@ def homophone_table() -> dict[str, str]:
     stand for guang1) and that occur in at least one phrase; "common" ranks GB2312 level 1 before level 2, then by
     how many entries of ``phrases_dict`` contain the character (a frequency proxy from the same dictionary), then by
     code point so the table is deterministic. Characters outside GB2312 are never used (a model's vocabulary rarely
-    has them), so a few readings (mostly neutral tones, e.g. ``le5``) have no entry. Built once on first use
-    (about 1 s) and cached.
+    has them), so a few readings (mostly neutral tones, e.g. ``le5``) have no entry. Built with the lexicon (about
+    1 s) and kept in its cache file, so a start reads it instead of rebuilding it.
     """
     return {reading: chars[0] for reading, chars in _ranked_characters()[0].items()}
 

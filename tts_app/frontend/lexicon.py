@@ -15,6 +15,11 @@ OpenCC 1.4.2 ``t2s``                           --        Apache-2.0 (BYVoid/Open
 pypinyin-dict's ``zdic_cibs`` / ``zdic_cybs`` / ``large_pinyin`` sets are NOT used: they are scraped from zdic.net,
 whose terms grant no licence (measured: +0.8 points on the CPP dev set, not worth the doubt).
 
+* ``WORD_READINGS``: seven common words whose reading in the data sets departs from 《现代汉语词典》/《普通话异读词审音表》
+  (照片 zhàopiàn, 落下 luòxià, 献血 xiànxuè, 不得了 bùdéliǎo, 大夫 dàifu, 冲着 chòngzhe, 下载 xiàzài), each with its
+  source; they override every data set. Neutral tones are not taken from CC-CEDICT (it writes them for 531 words
+  pypinyin gives citation tones, 商量 shāngliang): tried, it cost 0.3 points on the CPP dev set, whose labels, as
+  the issue asks, are citation tones.
 * Readings are TONE3 with citation tones: the tone sandhi some entries carry for 一 and 不 (``一个: yí gè``) is undone
   (``yi1 ge4``), so every reading the front end reports is the dictionary (underlying) tone and no sandhi is applied
   anywhere; the model applies its own.
@@ -28,8 +33,8 @@ whose terms grant no licence (measured: +0.8 points on the CPP dev set, not wort
   (pypinyin's first reading of rarer characters is often a rare one: 晟 chéng for shèng). Measured on the CPP dev set
   (Park & Lee 2020, Wikipedia sentences): 89.5 % -> 90.6 %.
 
-The merged state (phrases, jieba's word counts with the phrases added, POS tags, default readings) is built once per
-machine (about 3-5 s) and kept in a ``marshal`` file in the temporary folder, named by the sources' versions, as jieba
+The merged state (phrases, jieba's word counts with the phrases added, POS tags, default readings, the homophone
+ranking of ``g2p.homophone_table``) is built once per machine (about 3-5 s) and kept in a ``marshal`` file in the temporary folder, named by the sources' versions, as jieba
 keeps its own cache; later processes load it in about 0.5-1 s (``bench/frontend_bench.py`` measures both). The
 load runs in the background at start-up (``tts_app.frontend.warm_up``).
 """
@@ -54,6 +59,10 @@ class Lexicon:
             ``r`` pronoun, ``m`` numeral, ``q`` measure word, ``n*`` nouns, ``p`` preposition, ``u*`` particles...;
             ICTCLAS tag set, jieba README).
         max_phrase_chars: length of the longest phrase.
+        reading_counts: char -> {TONE3 reading: entries of pypinyin's phrase dictionary reading it so}
+            (``g2p.common_readings``).
+        homophones: (reading -> characters whose only reading in use it is, reading -> characters whose default
+            reading it is), most common first (``g2p.homophone_table``).
     """
 
     phrases: dict[str, tuple[str, ...]]
@@ -61,6 +70,8 @@ class Lexicon:
     tokenizer: object  # jieba.Tokenizer (typed loosely: jieba ships no type hints)
     t2s: object | None  # opencc.OpenCC("t2s") or None when OpenCC is missing
     max_phrase_chars: int
+    reading_counts: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+    homophones: tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]] = ({}, {})
     _char_default: dict[str, str] = field(default_factory=dict, repr=False)  # outside GB2312 level 1
     _char_cache: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -113,6 +124,19 @@ def citation_tones(word: str, readings: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+# Readings of common words where the data sets depart from the standard, each with its source (现汉 = 《现代汉语词典》
+# 第7版; 审音表 = 《普通话异读词审音表》1985). They override every data set.
+WORD_READINGS: dict[str, str] = {
+    "照片": "zhao4 pian4",  # 现汉 照片 zhàopiàn (照片儿 zhàopiānr); pypinyin: piān
+    "落下": "luo4 xia4",  # 现汉 落 luò '物体因失去支持而下来' (pypinyin: là; là "leave behind" is polyphone_rules' 把 rule)
+    "献血": "xian4 xue4",  # 审音表 血 xuè (文) '用于复音词及成语'; pypinyin: xiě
+    "不得了": "bu4 de2 liao3",  # 现汉 不得了 bùdéliǎo; pypinyin: le
+    "大夫": "dai4 fu5",  # 现汉 大夫 dài·fu '医生' (dàfū, an ancient rank, lives on in 士大夫); pypinyin, CC-CEDICT: dàfū
+    "冲着": "chong4 zhe5",  # 现汉 冲 chòng 介 '对着、向': 冲着大门; in no data set
+    "下载": "xia4 zai4",  # 现汉 下载 xiàzài; CC-CEDICT: zǎi
+}
+
+
 def _merge_phrases() -> dict[str, tuple[str, ...]]:
     from pypinyin.phrases_dict import phrases_dict as pypinyin_phrases
     from pypinyin_dict.phrase_pinyin_data import cc_cedict, di
@@ -125,20 +149,25 @@ def _merge_phrases() -> dict[str, tuple[str, ...]]:
             if len(readings) != len(word) or len(word) < 2 or (word in merged and not overrides):
                 continue
             merged[word] = citation_tones(word, [_tone3(options[0], cache) for options in readings])
+    for word, reading in WORD_READINGS.items():
+        merged[word] = tuple(reading.split())
     return merged
 
 
-CACHE_FORMAT = 1  # bump when what the cache holds changes
+CACHE_FORMAT = 2  # bump when what the cache holds changes
 
 
 def _cache_path() -> str:
     """The cache file of the merged lexicon, in the temporary folder (as jieba keeps its own), named by the versions
-    of every source so an upgrade rebuilds it."""
+    of every source and the code that builds it (this module and ``g2p``, with ``WORD_READINGS``), so an upgrade or
+    a change rebuilds it."""
     import hashlib
     import tempfile
     from importlib.metadata import version
 
-    key = "|".join([str(CACHE_FORMAT), str(ADDED_WORD_FREQ)] +
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = b"".join(open(os.path.join(here, name), "rb").read() for name in ("lexicon.py", "g2p.py"))  # the builders
+    key = "|".join([str(CACHE_FORMAT), str(ADDED_WORD_FREQ), hashlib.sha1(code).hexdigest()] +
                    [version(p) for p in ("pypinyin", "pypinyin-dict", "jieba")])
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     return os.path.join(tempfile.gettempdir(), f"tts_app_lexicon_{digest}.marshal")
@@ -151,7 +180,7 @@ def _build_state() -> dict:
 
     import jieba
 
-    from tts_app.frontend.g2p import _gb2312_level
+    from tts_app.frontend.g2p import _gb2312_level, build_phrase_reading_counts, build_ranked_characters
 
     jieba.setLogLevel(logging.WARNING)  # jieba logs "Building prefix dict..." at INFO on every load
     phrases = _merge_phrases()
@@ -177,7 +206,9 @@ def _build_state() -> dict:
         for char, reading in zip(word, readings):
             counts[char][reading] += 1
     char_default = {c: n.most_common(1)[0][0] for c, n in counts.items() if _gb2312_level(c) > 1}
-    return {"phrases": phrases, "tags": tags, "freq": freq, "total": total, "char_default": char_default}
+    reading_counts = build_phrase_reading_counts()
+    return {"phrases": phrases, "tags": tags, "freq": freq, "total": total, "char_default": char_default,
+            "reading_counts": reading_counts, "homophones": build_ranked_characters(reading_counts)}
 
 
 def _load_state() -> dict:
@@ -219,9 +250,11 @@ def _build() -> Lexicon:
         t2s = opencc.OpenCC("t2s")
     except ImportError:  # optional at run time: traditional input then reads character by character
         t2s = None
-    phrases = {w: tuple(r) for w, r in state["phrases"].items()}
+    phrases = state["phrases"]  # marshal keeps the reading tuples as tuples
+    single, default = state["homophones"]
     return Lexicon(phrases=phrases, tags=state["tags"], tokenizer=tokenizer, t2s=t2s,
-                   max_phrase_chars=max(map(len, phrases)), _char_default=state["char_default"])
+                   max_phrase_chars=max(map(len, phrases)), reading_counts=state["reading_counts"],
+                   homophones=(single, default), _char_default=state["char_default"])
 
 
 def load_lexicon() -> Lexicon:

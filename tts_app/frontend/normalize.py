@@ -211,20 +211,28 @@ def _run_wetext(text: str, lang: str) -> str:
     return text[: len(text) - len(text.lstrip())] + out + text[len(text.rstrip()):]
 
 
-# What a number is written with in Chinese text (digits and the signs and units around them), and how many Chinese
-# characters of context each side a number's window keeps: wetext's zh rules look at the characters next to a
-# number (年/月/日, 点/分, 第/名, 个, 元...), never further. wetext's time grows with the length of its input (measured
-# ~0.2 ms per character on wetext 0.1.8), so it reads only these windows, not the whole run.
+# What a number is written with in Chinese text (digits and the signs and units around them), and how many characters
+# of context each side a number's window keeps: wetext's zh rules look at the characters next to a number (年/月/日,
+# 点/分, 第/名, 个, 元, 年来...), never further, and never across a clause mark (，。！？；、 brackets, quotes), where a
+# window therefore stops. wetext's time grows with the length of its input (measured ~0.12 ms per character on wetext
+# 0.1.8, on top of ~0.5 ms per call), so it reads only these windows, not the whole run. 2 characters: measured on the
+# 6,000 sentences with digits of the CPP set (Wikipedia), every output equals that of 3 characters (1 character
+# differs on 17 of 1,500: 2007年来 read as a year needs 年来).
 _ZH_NUMBER_RE = re.compile(r"[0-9A-Za-z.,:%‰/+\-×·~～°℃℉$¥￥€£\ue000\ue001]*\d[0-9A-Za-z.,:%‰/+\-×·~～°℃℉$¥￥€£\ue000\ue001]*")
-ZH_WINDOW_CONTEXT_CHARS = 3
+ZH_WINDOW_CONTEXT_CHARS = 2
+_CLAUSE_MARKS = frozenset("，。！？；、!?;（）()“”‘’「」『』《》〈〉【】")
 
 
 def _zh_windows(text: str) -> list[tuple[str, bool]]:
     """``text`` cut into pieces, each flagged True when wetext must read it (a number with its context)."""
     spans: list[list[int]] = []
     for m in _ZH_NUMBER_RE.finditer(text):
-        start = max(0, m.start() - ZH_WINDOW_CONTEXT_CHARS)
-        end = min(len(text), m.end() + ZH_WINDOW_CONTEXT_CHARS)
+        start = m.start()
+        while start > max(0, m.start() - ZH_WINDOW_CONTEXT_CHARS) and text[start - 1] not in _CLAUSE_MARKS:
+            start -= 1
+        end = m.end()
+        while end < min(len(text), m.end() + ZH_WINDOW_CONTEXT_CHARS) and text[end] not in _CLAUSE_MARKS:
+            end += 1
         if spans and start <= spans[-1][1]:
             spans[-1][1] = max(spans[-1][1], end)
         else:

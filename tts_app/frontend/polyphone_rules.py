@@ -2,13 +2,15 @@
 
 The lexicon reads a polyphone inside a known word (银行 háng, 着急 zháo); these rules decide the function words and
 the characters jieba leaves on their own (得 de/dé/děi, 地 de/dì, 了 le/liǎo, 着 zhe/zháo, 还 hái/huán, 为 wèi/wéi,
-长 cháng/zhǎng, 种 zhǒng/zhòng, 行 after measure words, verbs before aspect particles and in reduplication A一A / A了A,
-surnames after 姓). Each rule states the grammar it follows and its source, and carries examples; the tests run every
+长 cháng/zhǎng, 种 zhǒng/zhòng, 行 after measure words, 卡 qiǎ, 落 là, verbs before aspect particles, before a noun
+object and in reduplication A一A / A了A / A A子, separable verb-object words 露了馅, surnames after 姓 or before a
+title 曾老师). Each rule states the grammar it follows and its source, and carries examples; the tests run every
 example (``tests/unit/test_polyphone_rules.py``). Sources:
 
 * 吕叔湘 主编《现代汉语八百词》(增订本, 商务印书馆 1999), cited as 八百词 with the entry;
 * 《现代汉语词典》(第7版, 商务印书馆 2016), cited as 现汉 with the entry and sense;
-* 朱德熙《语法讲义》(商务印书馆 1982), §3.3 (verb reduplication).
+* 朱德熙《语法讲义》(商务印书馆 1982), §3.3 (verb reduplication), §8.3 (separable verb-object words);
+* 赵元任《中国话的文法》(Chao 1968, A Grammar of Spoken Chinese), §6.5 (separable compounds).
 
 Rules see one run of Chinese characters (a clause: punctuation, digits and Latin letters end it) as ``Token`` s: the
 words of jieba's segmentation, with the words the lexicon does not know split into lexicon sub-words and single
@@ -88,12 +90,17 @@ def _at(sentence: str, char: str, occurrence: int = 1) -> int:
 _DEI_BEFORE = frozenset("还 就 也 都 总 可 又 才 只 真 必 非 是 准 总得 这 那".split())
 
 
+PERSONAL_PRONOUNS = frozenset("我 你 您 他 她 它 咱 我们 你们 他们 她们 它们 咱们 大家 自己".split())
+
+
 def _de(tokens: list[Token], i: int) -> list[str] | None:
     prev, nxt = _prev(tokens, i), _next(tokens, i)
     if _is_predicate(prev) and _text(prev) not in _DEI_BEFORE:
         return ["de5"]  # complement marker after a verb or adjective: 跑得很快, 好得很
     if _text(nxt) in ("了", "过"):
         return ["de2"]  # the verb 得 "obtain" with its aspect particle: 他得了第一名
+    if _text(prev) in PERSONAL_PRONOUNS and nxt is not None and not _tag_in(nxt, "mq") and _text(nxt) != "到":
+        return ["dei3"]  # subject + modal "must" + verb phrase (jieba tags some verb phrases n: 回家): 我得回家了
     if nxt is not None and _tag_in(nxt, "vdpmrtf"):
         return ["dei3"]  # modal "must / need" before a verb, adverb, preposition or amount: 你得早点来, 这得三天
     return ["de2"]
@@ -103,7 +110,7 @@ RULE_DE = Rule(
     "de", frozenset({"得"}), _de,
     "八百词 得 (dé 动 '得到'; de 助 '用在动词、形容词后连接补语'; děi 助动 '需要、必须')",
     (("他跑得很快。", 2, "de5"), ("你得早点来。", 1, "dei3"), ("他得了第一名。", 1, "de2"),
-     ("我们还得去一趟。", 3, "dei3"), ("这件衣服洗得很干净。", 5, "de5")),
+     ("我们还得去一趟。", 3, "dei3"), ("这件衣服洗得很干净。", 5, "de5"), ("天黑了，我得回家了。", 5, "dei3")),
 )
 
 
@@ -202,6 +209,9 @@ def _hai_huan(tokens: list[Token], i: int) -> list[str] | None:
         return ["huan2"]  # negated or modal verb with its object: 我还没还钱, 你要还我
     if object_or_end and any(t.text == "把" for t in tokens[:i]):
         return ["huan2"]  # 把-construction: 把钱还我
+    after = _next(tokens, i, 2)
+    if _text(nxt) in PERSONAL_PRONOUNS and (after is None or _tag_in(after, "nmq")):
+        return ["huan2"]  # the verb with its recipient (the adverb modifies a predicate, not a pronoun): 明天一定还你
     return ["hai2"]  # the adverb "still, also": 我还没吃饭
 
 
@@ -209,7 +219,8 @@ RULE_HAI_HUAN = Rule(
     "hai_huan", frozenset({"还"}), _hai_huan,
     "八百词 还 (hái 副; huán 动 '归还'); 动词带宾语、了/过和补语，副词修饰谓词",
     (("我还没还钱。", 1, "hai2"), ("我还没还钱。", 3, "huan2"), ("他还了那本书。", 1, "huan2"),
-     ("你还记得吗？", 1, "hai2")),
+     ("你还记得吗？", 1, "hai2"), ("下个月一定还你。", 5, "huan2"), ("他还你一本书。", 1, "huan2"),
+     ("你还好吗？", 1, "hai2")),
 )
 
 # --- 为 ---------------------------------------------------------------------------------------------------------------
@@ -289,16 +300,17 @@ def _zhong(tokens: list[Token], i: int) -> list[str] | None:
         return ["zhong4"]  # verb "plant" with aspect particle, complement or crop: 种了, 种树
     if _text(prev) in _ZHONG3_AFTER or _tag_in(prev, "mq"):
         return ["zhong3"]  # measure word / noun "kind, seed" after a numeral or demonstrative: 这种花, 三种
-    if _text(prev) in _ZHONG4_AFTER:
-        return ["zhong4"]  # verb after a modal or negation: 他想种一些
+    if _text(prev) in _ZHONG4_AFTER or prev is not None and prev.tag == "t":
+        return ["zhong4"]  # verb after a modal, a negation or a time word (adverbial before the predicate): 他想种一些,
+        # 这块地今年种玉米
     return ["zhong3"]
 
 
 RULE_ZHONG = Rule(
     "zhong", frozenset({"种"}), _zhong,
-    "现汉 种 (zhǒng 名/量 '种子、种类'; zhòng 动 '种植'); 八百词 了 (动态助词用在动词后)",
+    "现汉 种 (zhǒng 名/量 '种子、种类'; zhòng 动 '种植'); 八百词 了 (动态助词用在动词后); 时间词作状语在谓语前",
     (("我种了一棵树。", 1, "zhong4"), ("这种花很香。", 1, "zhong3"), ("他们在山上种树。", 5, "zhong4"),
-     ("有三种颜色。", 2, "zhong3")),
+     ("有三种颜色。", 2, "zhong3"), ("这片田去年种的是小麦。", 5, "zhong4")),
 )
 
 # --- 行 after numerals and demonstratives -------------------------------------------------------------------------------
@@ -336,6 +348,7 @@ VERB_READINGS = {
     "扇": "shan1", "盛": "cheng2", "刨": "pao2", "铺": "pu1", "钉": "ding4", "卷": "juan3", "缝": "feng2",
     "传": "chuan2", "教": "jiao1", "处": "chu3", "弹": "tan2", "藏": "cang2", "散": "san4",
     "喷": "pen1", "还": "huan2", "磨": "mo2", "挑": "tiao1", "扎": "zha1",
+    "待": "dai1", "中": "zhong4", "系": "ji4", "挣": "zheng4",
 }
 _ASPECT_AFTER = frozenset("了 着 过 一下 一下儿 一会儿 一遍 起来".split())
 
@@ -348,20 +361,52 @@ def _verb_aspect(tokens: list[Token], i: int) -> list[str] | None:
 
 RULE_VERB_ASPECT = Rule(
     "verb_aspect", frozenset(VERB_READINGS) - {"还", "种"}, _verb_aspect,
-    "八百词 了/着/过 (动态助词, 用在动词后); 一下 (用在动词后); 现汉 for each character's verb reading",
-    (("请量一下体温。", 1, "liang2"), ("他数了三遍。", 1, "shu3"), ("她削着苹果。", 1, "xiao1")),
+    "八百词 了/着/过 (动态助词, 用在动词后); 一下 (用在动词后); 现汉 for each character's verb reading (待 dāi "
+    "'停留': 待一会儿; 中 zhòng '正对上、受到': 中了奖)",
+    (("请量一下体温。", 1, "liang2"), ("他数了三遍。", 1, "shu3"), ("她削着苹果。", 1, "xiao1"),
+     ("你在这儿待一会儿。", 4, "dai1"), ("他中了头奖。", 1, "zhong4")),
 )
 
 
 def reduplication_readings(run: str) -> dict[int, str]:
     """Offsets of ``run`` in a verb reduplication A一A / A了A whose A is in ``VERB_READINGS`` -> the verb reading
-    (and 一 -> yi1, its citation tone). 朱德熙《语法讲义》§3.3: only verbs reduplicate as A一A / A了A."""
+    (and 一 -> yi1, its citation tone). 朱德熙《语法讲义》§3.3: only verbs reduplicate as A一A / A了A.
+
+    Also the verb before its own noun X子 (a cognate object, 现汉 扇 shān 动 '摇动扇子' / shàn 名 扇子; 钉钉子): the
+    first A of A A子 is the verb reading."""
     out: dict[int, str] = {}
     for i in range(len(run) - 2):
         a, mid = run[i], run[i + 1]
         if a == run[i + 2] and mid in "一了" and a in VERB_READINGS:
             out[i] = out[i + 2] = VERB_READINGS[a]
             out[i + 1] = "yi1" if mid == "一" else "le5"
+        elif a == mid and run[i + 2] == "子" and a in VERB_READINGS and run[i:i + 3] != "子子":
+            out[i] = VERB_READINGS[a]
+    return out
+
+
+# Aspect particles and the amounts that may stand between the two parts of a separable verb-object word.
+_SEPARABLE_INSIDE = frozenset("了 过 着".split())
+
+
+def separable_readings(tokens: list[Token], phrases: dict[str, tuple[str, ...]]) -> dict[int, str]:
+    """Offsets of a lone character read on its own that is the verb of a separable verb-object word (离合词: 露馅 ->
+    露了馅, 露面 -> 露了一次面, 折本 -> 折了本) -> its reading in that word, where it differs. 赵元任《中国话的文法》§6.5 / 朱德熙《语法讲义》§8.3 (离合词:
+    an aspect particle or an amount goes between the verb and its object). ``phrases``: the lexicon's words."""
+    out: dict[int, str] = {}
+    for i, token in enumerate(tokens[:-2]):
+        if len(token.text) != 1 or token.basis[0] != "char" or tokens[i + 1].text not in _SEPARABLE_INSIDE:
+            continue
+        k = i + 2
+        while k < len(tokens) - 1 and _tag_in(tokens[k], "mq"):
+            k += 1
+        obj = tokens[k]
+        for word in (token.text + obj.text, token.text + obj.text[0]):
+            reading = phrases.get(word)
+            if reading is not None and len(word) == 2:
+                if reading[0] != token.readings[0]:
+                    out[token.start] = reading[0]
+                break
     return out
 
 
@@ -370,9 +415,14 @@ def reduplication_readings(run: str) -> dict[int, str]:
 STANDALONE_VERB_READINGS = {
     "削": "xiao1", "钻": "zuan1", "铺": "pu1", "盛": "cheng2", "磨": "mo2", "称": "cheng1", "传": "chuan2",
     "藏": "cang2", "教": "jiao1", "弹": "tan2", "喷": "pen1", "刨": "pao2",
+    "挣": "zheng4", "切": "qie1", "系": "ji4",
 }
+# (挣 zhēng only in 挣扎/挣揣; 切 qiè in 一切, 亲切, 切记...; 系 xì in 关系, 系统, 中文系: after a noun, see below.)
 
 
+# Of those, the ones whose other readings are bound in written Chinese too, so that before a common noun they are the
+# verb (削 xuē, 铺 pù, 盛 shèng also stand alone in classical text, names and places: 削亲王品级, 递铺街道, 盛宣怀).
+_FREE_VERBS = frozenset("挣 切 系 教".split())
 _VERB_POSITION_AFTER = frozenset("来 去 要 想 会 能 在 正在 给 帮 替 先 再 又 也 都 就 才 快 慢慢 赶紧 一起 不 没 别 请 让 叫".split())
 
 
@@ -385,13 +435,19 @@ def _standalone_verb(tokens: list[Token], i: int) -> list[str] | None:
     # or before a pronoun object (教我们). A lone one inside a name (金扇虫) is left to its default.
     if _tag_in(nxt, "r") or _text(prev) in _VERB_POSITION_AFTER or _tag_in(prev, "rdpf"):
         return [STANDALONE_VERB_READINGS[tokens[i].text]]
-    return None
+    if nxt is not None and nxt.tag in ("n", "nz") and tokens[i].text in _FREE_VERBS and \
+            not (tokens[i].text == "系" and _tag_in(prev, "n")):
+        return [STANDALONE_VERB_READINGS[tokens[i].text]]  # verb + noun object: 切菜, 系鞋带, 在中学教数学
+        # (系 after a noun is the department: 农学系教授)
 
 
 RULE_STANDALONE_VERB = Rule(
     "standalone_verb", frozenset(STANDALONE_VERB_READINGS), _standalone_verb,
-    "现汉 削 xiāo/xuē (xuē 用于合成词), 钻 zuān/zuàn, 铺 pū/pù, 教 jiāo/jiào, 藏 cáng/zàng ...",
-    (("我来削梨。", 2, "xiao1"), ("老师教我们唱歌。", 2, "jiao1"), ("他往洞里钻。", 4, "zuan1")),
+    "现汉 削 xiāo/xuē (xuē 用于合成词), 钻 zuān/zuàn, 铺 pū/pù, 教 jiāo/jiào, 藏 cáng/zàng, 挣 zhèng/zhēng (zhēng 只在 "
+    "挣扎), 切 qiē/qiè (qiè 用于合成词: 一切、亲切), 系 jì '打结' / xì (关系、中文系) ...",
+    (("我来削梨。", 2, "xiao1"), ("老师教我们唱歌。", 2, "jiao1"), ("他往洞里钻。", 4, "zuan1"),
+     ("他一天能挣两百块。", 4, "zheng4"), ("快系好安全带。", 1, "ji4"), ("她在学校教英语。", 4, "jiao1"),
+     ("他是物理系教授。", 4, "xi4")),
 )
 
 # --- 只 as a measure word ---------------------------------------------------------------------------------------------
@@ -412,7 +468,37 @@ RULE_ZHI = Rule(
     (("我家有三只猫。", 4, "zhi1"), ("这只狗很可爱。", 1, "zhi1"), ("这只是开始。", 1, "zhi3")),
 )
 
-REDUPLICATION_EXAMPLES = (("请数一数有多少人。", 1, "shu3"), ("他量了量身高。", 3, "liang2"))
+# --- 卡 qiǎ, 落 là --------------------------------------------------------------------------------------------------
+
+
+def _qia(tokens: list[Token], i: int) -> list[str] | None:
+    prev = _prev(tokens, i)
+    if _text(_next(tokens, i)) in ("在", "住") and not (_text(prev) in ("的", "这", "那", "张", "一") or _tag_in(prev, "mq")):
+        return ["qia3"]  # the verb "be stuck" with its place or result: 鱼刺卡在喉咙里 (not 我的卡在钱包里: the noun)
+    return None
+
+
+RULE_QIA = Rule(
+    "qia", frozenset({"卡"}), _qia,
+    "现汉 卡 (qiǎ 动 '夹在中间不能活动': 鱼刺卡在嗓子里; kǎ 名 卡片、卡车)",
+    (("鱼刺卡在嗓子里。", 2, "qia3"), ("我的卡在钱包里。", 2, "ka3")),
+)
+
+
+def _la(tokens: list[Token], i: int) -> list[str] | None:
+    if any(t.text == "把" for t in tokens[:i]):
+        return ["la4"] + tokens[i].readings[1:]  # 把 + object + 落: "leave behind" (luò "fall" takes no 把 object)
+    return None
+
+
+RULE_LA = Rule(
+    "la", frozenset({"落", "落下"}), _la,
+    "现汉 落 (là 动 '把东西放在一处忘记拿走': 把它落在家里了; luò 动 '物体因失去支持而下来'); 八百词 把 (把+宾语+动词: 处置)",
+    (("我把书落在家里了。", 3, "la4"), ("树叶落在地上。", 2, "luo4"), ("别把东西落下。", 4, "la4")),
+)
+
+REDUPLICATION_EXAMPLES = (("请数一数有多少人。", 1, "shu3"), ("他量了量身高。", 3, "liang2"), ("她拿着扇子扇扇子。", 5, "shan1"))
+SEPARABLE_EXAMPLES = (("说着说着就露了馅。", 5, "lou4"), ("他只露了一次面。", 2, "lou4"), ("他做生意折了本。", 4, "she2"))
 
 # --- surnames after 姓 -------------------------------------------------------------------------------------------------
 
@@ -426,37 +512,57 @@ SURNAME_READINGS = {
 }
 
 
+# Titles and kin terms that follow a surname in address (王老师, 李经理, 张医生: 姓 + 称谓; 八百词 "老" and 现汉 each
+# title's entry, e.g. 老师 "尊称传授文化、技术的人", used after a surname).
+TITLES = frozenset("老师 先生 女士 小姐 太太 夫人 同学 同志 师傅 师父 经理 总经理 医生 大夫 护士 教授 博士 老板 主任 校长 院长 "
+                   "局长 部长 处长 科长 厂长 所长 队长 班长 市长 县长 书记 主席 董事长 总 工 律师 警官 阿姨 叔叔 伯伯 大爷 "
+                   "大妈 大姐 大哥 奶奶 爷爷 老太太 老先生 家 某".split())
+
+
 def surname_readings(tokens: list[Token]) -> dict[int, str]:
-    """Offsets (in the run) of a surname right after 姓 -> its surname reading: 他姓曾 (zēng)."""
+    """Offsets (in the run) of a surname -> its surname reading: right after 姓 (他姓曾: zēng), or alone before a
+    title or kin term of address (曾老师, 单经理: ``TITLES``)."""
     out: dict[int, str] = {}
     for i, token in enumerate(tokens[:-1]):
+        nxt = tokens[i + 1]
         if token.text.endswith("姓"):
-            nxt = tokens[i + 1]
             if nxt.text[0] in SURNAME_READINGS:
                 out[nxt.start] = SURNAME_READINGS[nxt.text[0]]
+        elif token.text in SURNAME_READINGS and nxt.text in TITLES and token.text not in _NOT_BEFORE_TITLES:
+            out[token.start] = SURNAME_READINGS[token.text]
     return out
 
 
-SURNAME_EXAMPLES = (("他姓曾。", 2, "zeng1"), ("我姓单，单田芳的单。", 2, "shan4"))
+# Surname characters that before a title are more often another word: 都老师 (all teachers), 能 (modal), 过家, 长老师,
+# 种家, 藏家 (collector).
+_NOT_BEFORE_TITLES = frozenset("都 能 过 长 种 藏".split())
+
+
+SURNAME_EXAMPLES = (("他姓曾。", 2, "zeng1"), ("我姓单，单田芳的单。", 2, "shan4"), ("曾老师教我们数学。", 0, "zeng1"),
+                    ("我去问仇经理。", 3, "qiu2"), ("查医生今天不在。", 0, "zha1"))
 
 RULES: tuple[Rule, ...] = (RULE_DE, RULE_DE_LE, RULE_DI, RULE_LE, RULE_ZHE, RULE_HAI_HUAN, RULE_WEI,
                            RULE_CHANG_ZHANG, RULE_ZHONG, RULE_HANG_XING, RULE_VERB_ASPECT, RULE_STANDALONE_VERB,
-                           RULE_ZHI)
+                           RULE_ZHI, RULE_QIA, RULE_LA)
 _BY_TEXT: dict[str, list[Rule]] = {}
 for _rule in RULES:
     for _text_key in _rule.applies_to:
         _BY_TEXT.setdefault(_text_key, []).append(_rule)
 
 
-def apply_rules(run: str, tokens: list[Token]) -> None:
-    """Apply every rule to ``tokens`` (one run) in place: readings, basis "rule" and the rule's name."""
+def apply_rules(run: str, tokens: list[Token], phrases: dict[str, tuple[str, ...]] | None = None) -> None:
+    """Apply every rule to ``tokens`` (one run) in place: readings, basis "rule" and the rule's name. ``phrases``
+    (the lexicon's words) enables ``separable_readings``."""
     for i, token in enumerate(tokens):
         for rule in _BY_TEXT.get(token.text, ()):
             readings = rule.decide(tokens, i)
             if readings is not None:
                 _set(token, readings, rule.name)
                 break
-    for name, decided in (("reduplication", reduplication_readings(run)), ("surname", surname_readings(tokens))):
+    passes = [("reduplication", reduplication_readings(run)), ("surname", surname_readings(tokens))]
+    if phrases is not None:
+        passes.append(("separable", separable_readings(tokens, phrases)))
+    for name, decided in passes:
         if not decided:
             continue
         for token in tokens:

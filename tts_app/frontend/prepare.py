@@ -15,8 +15,8 @@ from typing import Callable, Iterable
 
 from tts_app.config import DEFAULT_MAX_SEGMENT_CHARS, MIN_MAX_SEGMENT_CHARS, FrontendConfig
 from tts_app.errors import InputError
-from tts_app.frontend.g2p import (char_candidates, common_readings, is_hanzi, read_text, stand_in,
-                                  homophone_candidates)
+from tts_app.frontend.g2p import (char_candidates, common_readings, homophone_candidates, is_hanzi, read_text_tuples,
+                                  stand_in)
 from tts_app.frontend.markup import Annotation, ControlTag, InlinePinyin, PauseMarker, TextPiece, parse_markup, tag_name
 from tts_app.frontend.messages import Notice, join
 from tts_app.frontend.normalize import default_language, is_speakable, normalize_chunk
@@ -209,19 +209,18 @@ def _analyse(text: str, control_tags: tuple[str, ...] = ()) -> _Analysis:
         raise InputError(Notice("nothing_to_speak", left=left))
     analysis.normalized_text = normalized
     analysis.boundaries = [(min(off, len(normalized)), ms, scene) for off, ms, scene in analysis.boundaries]
-    for g in read_text(normalized):
-        pos, char, reading = g.position, g.char, g.reading
-        source, basis = "g2p", g.basis
-        if pos in analysis.overrides:
-            reading, source, basis = analysis.overrides[pos], "override", "override"
+    overrides, written, readings = analysis.overrides, analysis.written, analysis.readings
+    for pos, char, reading, basis, rule in read_text_tuples(normalized):
+        source = "g2p"
+        if pos in overrides:
+            reading, source, basis = overrides[pos], "override", "override"
         elif not reading:
             analysis.warnings.append(Notice("no_reading", char=char, pos=pos))
         polyphonic = len(common_readings(char)) > 1
         ambiguous = (polyphonic and source == "g2p" and basis in ("char", "rule")
                      and not (basis == "char" and char in _BOUND_READINGS))
-        analysis.readings.append(CharReading(char, reading, polyphonic, source, pos, char_candidates(char),
-                                             ambiguous=ambiguous, basis=basis, rule=g.rule,
-                                             written=analysis.written.get(pos)))
+        readings.append(CharReading(char, reading, polyphonic, source, pos, char_candidates(char), ambiguous, basis,
+                                    rule, written.get(pos)))
     return analysis
 
 

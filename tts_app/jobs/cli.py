@@ -17,8 +17,8 @@ import signal
 import sys
 import threading
 
-from tts_app.cli.args import (CliParser, add_engine_args, add_generation_args, check_output_dir, engine_args_from,
-                              params_from_args, parse_cli)
+from tts_app.cli.args import (CliParser, add_engine_args, add_generation_args, add_voice_args, check_output_dir,
+                              engine_args_from, params_from_args, parse_cli)
 from tts_app.errors import TTSAppError
 
 logger = logging.getLogger(__name__)
@@ -30,6 +30,7 @@ job file (JSONL): one JSON object per line, UTF-8; blank lines are skipped.
   prompt_audio    prompt_speech  reference audio file, relative to --audio-dir, then to the JSONL's folder
                                  (required unless --default-voice is given)
   prompt_text                    transcript of the reference audio (optional; Dia needs it to clone a voice)
+  voice                          a saved voice (--voices-dir) or bundled example voice, instead of prompt_audio
   output_name     uttid          output file name without .wav (default: the zero-padded line number)
   seed, greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars,
   pause_between_segments_ms      per-line generation settings (optional; override --seed etc.)
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra folder prompt_audio may point into (repeatable)")
     add_engine_args(p)
     add_generation_args(p, "generation defaults (a line's own fields override them; not given = the model's)")
+    add_voice_args(p)
     return p
 
 
@@ -77,9 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     from tts_app.jobs.schema import JobConfig
 
     # Everything that can be checked without the model is checked before it loads (a model load takes minutes).
-    config = JobConfig(extra_allowed_roots=tuple(args.allowed_root))
+    config = JobConfig(extra_allowed_roots=tuple(args.allowed_root), voices_dir=args.voices_dir)
     try:
         check_output_dir(args.out_dir, "--out-dir")
+        if args.voices_dir is not None:
+            check_output_dir(args.voices_dir, "--voices-dir")
         params = params_from_args(args)
         engine_args = engine_args_from(args)
         report = validate_job(args.tasks, audio_dir=args.audio_dir, default_voice=args.default_voice,

@@ -217,7 +217,8 @@ class JobManager:
         live.run_started_s = time.monotonic()
         settings = state.settings
         try:
-            params = SynthesisParams(seed=int(settings.get("seed", 0)), greedy=bool(settings.get("greedy", False)),
+            # greedy None (not given) = the checkpoint's own choice, as everywhere else
+            params = SynthesisParams(seed=int(settings.get("seed") or 0), greedy=settings.get("greedy"),
                                      use_cache=bool(settings.get("use_cache", True)))
             summary = run_job(self.store.job_file(state.job_id), self.store.out_dir(state.job_id), self.runtime,
                               audio_dir=self.store.audio_zip(state.job_id),

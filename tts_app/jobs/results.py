@@ -213,9 +213,19 @@ def remove_stale_temp_files(out_dir: Path) -> None:
             path.unlink(missing_ok=True)
 
 
+def _chapter_files(sidecar: Path) -> list[str]:
+    """Names of the per-chapter audio files a sidecar lists (``chapters[].file``) that exist next to it."""
+    try:
+        chapters = json.loads(sidecar.read_text(encoding="utf-8")).get("chapters") or []
+    except (OSError, ValueError):
+        return []
+    names = [c.get("file") for c in chapters if isinstance(c, dict)]
+    return [n for n in names if isinstance(n, str) and "/" not in n and (sidecar.parent / n).is_file()]
+
+
 def make_results_zip(out_dir: str | Path) -> Path:
-    """Bundle ``results.jsonl`` (line order, relative paths only) and the audio and metadata sidecar of every ok
-    line into ``out_dir/results.zip`` (written atomically).
+    """Bundle ``results.jsonl`` (line order, relative paths only) and the audio, per-chapter audio and metadata
+    sidecar of every ok line into ``out_dir/results.zip`` (written atomically).
 
     Returns:
         Path of the ZIP.
@@ -240,6 +250,8 @@ def make_results_zip(out_dir: str | Path) -> Path:
                     sidecar = record.get("metadata_path")
                     if isinstance(sidecar, str) and (out_dir / sidecar).is_file():
                         zf.write(out_dir / sidecar, sidecar, compress_type=zipfile.ZIP_DEFLATED)
+                        for chapter in _chapter_files(out_dir / sidecar):
+                            zf.write(out_dir / chapter, chapter, compress_type=zipfile.ZIP_STORED)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

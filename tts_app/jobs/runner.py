@@ -132,7 +132,7 @@ def _validation_sources(jsonl_path: str | Path, audio_dir: str | Path | None, co
         members = zip_audio_members(_zip_file(audio_dir), max_total_bytes=config.max_zip_bytes,
                                     max_members=config.max_zip_members)
         with AudioSources([Path(jsonl_path).parent], [Path(r) for r in config.extra_allowed_roots],
-                          zip_members=members, zip_path=Path(audio_dir),
+                          zip_members=members, zip_path=Path(audio_dir), voices=config.voice_library(),
                           root_labels={Path(jsonl_path).parent: "the job file's folder"}) as sources:
             yield sources
         return
@@ -199,6 +199,7 @@ class _Pending:
     warnings: list[str]
     request: SynthesisRequest
     reference: PreparedReference | None
+    speaker_references: list | None = None
 
 
 class _JobRun:
@@ -214,6 +215,7 @@ class _JobRun:
         self.progress = progress
         self.done = 0
         self.in_flight: dict[cf.Future, _Pending] = {}
+        self.voices = None  # the job's VoiceLibrary (AudioSources.voices), for lines with a ``voice`` field
 
     def record(self, line: int, output_name: str | None, status: str, *, error: str | None = None,
                audio_path: str | None = None, metadata_path: str | None = None, duration_s: float | None = None,
@@ -274,7 +276,8 @@ class _JobRun:
 
             job = {"job": {"file": self.jsonl_path.name, "line": line.line_number, "output_name": line.output_name}}
             metadata = output_metadata(self.runtime, pending.request, result, entry_point="job",
-                                       reference=pending.reference, warnings=pending.warnings, extra=job)
+                                       reference=pending.reference, warnings=pending.warnings, extra=job,
+                                       speaker_references=pending.speaker_references)
             files = save_outputs(self.out_dir / f"{line.output_name}.wav", result, metadata)
             self.record(line.line_number, line.output_name, "ok", audio_path=files.audio.name,
                         metadata_path=files.metadata.name, duration_s=round(result.duration_s, 3),
@@ -372,6 +375,7 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
         kept = resumable(out_dir) if resume else {}
         writer = ResultsWriter(out_dir, keep=[kept[n] for n in sorted(kept)])
         run = _JobRun(runtime, out_dir, writer, summary, progress, jsonl_path)
+        run.voices = sources.voices
         max_in_flight = config.max_in_flight_lines or (
             4 * runtime.engine.stats().max_batch_size if runtime is not None else 1)
         cancelled = False
@@ -439,16 +443,29 @@ def _submit_line(run: _JobRun, line: JobLine, params: SynthesisParams, default_r
     started = time.monotonic()
     try:
         line_params = line.synthesis_params(params)
-        if line.prompt_audio is None:
+        if line.voice is not None:
+            reference, voice_text = run.voices.prepare_source(line.voice, run.runtime.references)
+            reference_text = line.prompt_text or reference.text or voice_text
+        elif line.prompt_audio is None:
             reference = default_reference
             reference_text = line.prompt_text or (default_reference.text if default_reference else default_voice_text)
         else:
             reference = run.runtime.references.prepare(line.prompt_audio, reference_text=line.prompt_text)
             reference_text = reference.text  # shortened to the kept sentences, or None, when the clip was cropped
         warnings = list(line.warnings) + _unsupported_knobs(run.runtime.engine.facts, line)
-        request = SynthesisRequest(text=line.input_text, reference_audio=reference.audio if reference else None,
-                                   reference_text=reference_text, params=line_params, priority=Priority.JOB,
-                                   emotion=_emotion(run, line))
+        if line.script is not None:
+            from tts_app.dialogue import dialogue_request
+
+            voices = [run.voices.prepare_source(value, run.runtime.references) if kind == "voice"
+                      else (run.runtime.references.prepare(value), None) for kind, value in line.speaker_voices]
+            request = dialogue_request(line.script, voices, text=line.input_text, params=line_params,
+                                       priority=Priority.JOB, emotion=_emotion(run, line))
+            speaker_references = [ref for ref, _ in voices]
+        else:
+            request = SynthesisRequest(text=line.input_text, reference_audio=reference.audio if reference else None,
+                                       reference_text=reference_text, params=line_params, priority=Priority.JOB,
+                                       emotion=_emotion(run, line))
+            speaker_references = None
         handle = run.runtime.engine.submit(request)
     except TTSAppError as exc:
         run.record(line.line_number, line.output_name, "failed", error=str(exc),
@@ -459,4 +476,5 @@ def _submit_line(run: _JobRun, line: JobLine, params: SynthesisParams, default_r
         run.record(line.line_number, line.output_name, "failed", error=f"internal error: {exc!r}",
                    elapsed_s=time.monotonic() - started, warnings=line.warnings)
         return
-    run.in_flight[handle.future] = _Pending(line, handle, started, warnings, request, reference)
+    run.in_flight[handle.future] = _Pending(line, handle, started, warnings, request, reference,
+                                            speaker_references)

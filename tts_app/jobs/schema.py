@@ -10,9 +10,15 @@ field               alias                  meaning
 ``prompt_audio``    ``prompt_speech``      reference audio file, relative to the JSONL's folder or the audio
                                            folder/ZIP (required unless a default voice is given)
 ``prompt_text``                            transcript of the reference audio (optional)
+``voice``                                  a saved voice of the voice library (``tts_app.voices``), instead of
+                                           ``prompt_audio`` (its transcript is used unless ``prompt_text`` is given)
+``script`` + ``speakers``                  a dialogue instead of ``input_text``: the script text (``Speaker 1:``,
+                                           ``[S1]`` or ``Name:`` lines, ``tts_app.dialogue``) and per speaker
+                                           (number or name) a saved voice's name or a reference audio file
 ``output_name``     ``uttid``              output file name without ``.wav`` (default: zero-padded line number)
 ``seed`` ``greedy`` ``temperature`` ``top_p`` ``top_k`` ``cfg_scale`` ``max_new_tokens`` ``max_segment_chars``
-``pause_between_segments_ms``              per-line ``SynthesisParams`` overrides (optional)
+``pause_between_segments_ms`` ``speed`` ``duration_s`` ``loudness_lufs`` ``chapter_pause_ms``
+                                           per-line ``SynthesisParams`` overrides (optional)
 ``emo_audio_prompt`` ``emo_audio``         emotion clip (a path, resolved like ``prompt_audio``), IndexTTS 2 only
 ``emo_vector``                             8 emotion weights in [0, 1]: a list in the order happy, angry, sad,
                                            afraid, disgusted, melancholic, surprised, calm, or an object
@@ -63,6 +69,8 @@ class JobConfig:
         max_in_flight_lines: most lines submitted to the engine and not yet finished (bounds memory: reference
             audio of at most this many lines is loaded at once); None = 4 x the engine's max batch size.
         output_name_digits: zero-padding of the default output name (the 1-based line number).
+        voices_dir: folder of the voice library that ``voice`` fields name (``tts_app.voices.VoiceLibrary``);
+            None = only the bundled example voices.
     """
 
     extra_allowed_roots: tuple[str, ...] = ()
@@ -70,6 +78,13 @@ class JobConfig:
     max_zip_members: int = 10_000
     max_in_flight_lines: int | None = None
     output_name_digits: int = 5
+    voices_dir: str | None = None
+
+    def voice_library(self):
+        """The ``VoiceLibrary`` of ``voices_dir`` (bundled voices included)."""
+        from tts_app.voices import VoiceLibrary
+
+        return VoiceLibrary(self.voices_dir)
 
 
 # canonical field -> accepted aliases (GLM-TTS names)
@@ -97,9 +112,17 @@ PARAM_TYPES: dict[str, type] = {
     "max_new_tokens": int,
     "max_segment_chars": int,
     "pause_between_segments_ms": int,
+    "speed": float,
+    "duration_s": float,
+    "loudness_lufs": float,
+    "chapter_pause_ms": int,
 }
 
-KNOWN_FIELDS = frozenset(ALIASES) | {a for names in ALIASES.values() for a in names} | frozenset(PARAM_TYPES)
+#: fields that are neither aliased nor generation settings
+OTHER_FIELDS = frozenset({"voice", "script", "speakers"})
+
+KNOWN_FIELDS = (frozenset(ALIASES) | {a for names in ALIASES.values() for a in names} | frozenset(PARAM_TYPES)
+                | OTHER_FIELDS)
 
 # Names people write for a required field (other TTS tools' JSONL, plain guesses); a line missing the field but
 # holding one of these gets a "rename it" hint. Close spellings of the field are found by difflib as well.
@@ -148,6 +171,10 @@ class JobLine:
         params: per-line ``SynthesisParams`` overrides, already type-checked (field name -> value).
         warnings: notices for the user (unknown fields, ...).
         emotion: the line's emotion control, or None.
+        voice: name of a saved voice (checked to exist in the job's voice library) instead of ``prompt_audio``.
+        script: a dialogue (``tts_app.dialogue.Script``) instead of ``input_text`` (which then holds the script's
+            text), or None.
+        speaker_voices: per script speaker, ("voice", name) or ("file", resolved path).
     """
 
     line_number: int
@@ -158,6 +185,9 @@ class JobLine:
     params: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     emotion: JobEmotion | None = None
+    voice: str | None = None
+    script: Any = None
+    speaker_voices: tuple[tuple[str, Any], ...] = ()
 
     def synthesis_params(self, base: SynthesisParams) -> SynthesisParams:
         """``base`` (the job's defaults) with this line's overrides applied.
@@ -333,6 +363,8 @@ class AudioSources:
         has_audio_source: an audio folder or ZIP was given (when not, "not found" says to give one).
         root_labels: how messages name a root folder (e.g. "the job file's folder"), so messages hold no server
             paths; roots without a label are shown as paths.
+        voices: the ``tts_app.voices.VoiceLibrary`` that ``voice`` / ``speakers`` fields name (None: the bundled
+            example voices only).
     """
 
     _MEMO_ENTRIES = 4096  # distinct prompt_audio values remembered (a job reuses a few voices on many lines)
@@ -340,7 +372,12 @@ class AudioSources:
     def __init__(self, search_roots: list[Path], allowed_roots: list[Path], *,
                  zip_members: frozenset[str] | None = None, zip_path: Path | None = None,
                  min_reference_s: float = ReferenceConfig().min_speech_s, has_audio_source: bool = False,
-                 root_labels: dict[Path, str] | None = None):
+                 root_labels: dict[Path, str] | None = None, voices=None):
+        if voices is None:  # the tts_app.voices.VoiceLibrary that ``voice`` fields name: bundled voices only
+            from tts_app.voices import VoiceLibrary
+
+            voices = VoiceLibrary(None)
+        self.voices = voices
         self.search_roots = [Path(r).resolve() for r in search_roots]
         self.allowed_roots = [Path(r).resolve() for r in dict.fromkeys([*search_roots, *allowed_roots])]
         self.zip_members = zip_members
@@ -688,6 +725,8 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
         if renamed is not None:
             warnings.append(renamed)
 
+    if obj.get("script") is not None:
+        return _parse_dialogue_line(obj, line_number, sources, output_name, warnings)
     text = _pick(obj, "input_text", line_number)
     if text is None:
         raise JobLineError(line_number, _missing_field("input_text", "the text to speak", obj))
@@ -701,7 +740,20 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
         prompt_text = prompt_text.strip() or None
 
     audio_value = _pick(obj, "prompt_audio", line_number)
-    if audio_value in (None, ""):
+    voice = obj.get("voice")
+    if voice is not None:
+        if not isinstance(voice, str) or not voice.strip():
+            raise JobLineError(line_number, "'voice' must be the name of a saved voice (a non-empty string)")
+        if audio_value not in (None, ""):
+            raise JobLineError(line_number, "both 'voice' and 'prompt_audio' are given; keep one")
+        found = sources.voices.find(voice)
+        if found is None:
+            names = ", ".join(repr(n) for n in sources.voices.names()) or "none"
+            raise JobLineError(line_number, f"voice {voice!r} is not in the voice library (voices: {names}); save "
+                                            "it first, check the spelling, or give prompt_audio")
+        prompt_audio = None
+        voice = found.name
+    elif audio_value in (None, ""):
         if not has_default_voice:
             raise JobLineError(line_number, _missing_field("prompt_audio", "the reference audio file", obj)
                                + " and no default voice was given")
@@ -717,7 +769,7 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
     except InputError as exc:
         raise JobLineError(line_number, str(exc)) from exc
     return JobLine(line_number=line_number, output_name=output_name, input_text=text, prompt_audio=prompt_audio,
-                   prompt_text=prompt_text, params=params, warnings=tuple(warnings),
+                   prompt_text=prompt_text, params=params, warnings=tuple(warnings), voice=voice,
                    emotion=_parse_emotion(obj, line_number, sources))
 
 
@@ -763,6 +815,48 @@ def _parse_emotion(obj: dict, line_number: int, sources: AudioSources) -> JobEmo
     audio = sources.resolve(clip, line_number) if clip not in (None, "") else None
     return JobEmotion(audio=audio, vector=vector, weight=1.0 if weight is None else float(weight),
                       from_text=bool(from_text), text=text.strip() or None if text is not None else None)
+
+
+def _parse_dialogue_line(obj: dict, line_number: int, sources: AudioSources, output_name: str,
+                         warnings: list[str]) -> JobLine:
+    """A ``script`` + ``speakers`` line (see the module docstring)."""
+    from tts_app.dialogue import check_voices, parse_script
+
+    script_value = obj["script"]
+    if isinstance(script_value, list):  # [{"speaker": 1, "text": "..."}, ...]
+        try:
+            script_value = "\n".join(f"Speaker {int(t['speaker'])}: {t['text']}" if str(t["speaker"]).isdigit()
+                                     else f"{t['speaker']}: {t['text']}" for t in script_value)
+        except (TypeError, KeyError, ValueError):
+            raise JobLineError(line_number, "'script' as a list holds objects with 'speaker' and 'text'") from None
+    if not isinstance(script_value, str) or not script_value.strip():
+        raise JobLineError(line_number, "'script' must be a non-empty dialogue text ('Speaker 1: ...' lines)")
+    for clash in ("input_text", "syn_text", "prompt_audio", "prompt_speech", "voice"):
+        if obj.get(clash) not in (None, ""):
+            raise JobLineError(line_number, f"both 'script' and {clash!r} are given; a dialogue takes its voices "
+                                            "from 'speakers'")
+    speakers = obj.get("speakers")
+    if not isinstance(speakers, dict) or not speakers:
+        raise JobLineError(line_number, "a 'script' needs 'speakers': {\"1\": \"voice name or audio file\", ...}")
+    try:
+        script = parse_script(script_value)
+        values = check_voices(script, {str(k): v for k, v in speakers.items()})
+    except InputError as exc:
+        raise JobLineError(line_number, str(exc)) from None
+    voices = []
+    for speaker, value in zip(script.speakers, values):
+        if not isinstance(value, str) or not value.strip():
+            raise JobLineError(line_number, f"speakers: {speaker.label}'s voice must be a voice name or a file path")
+        found = sources.voices.find(value)
+        voices.append(("voice", found.name) if found is not None else ("file", sources.resolve(value, line_number)))
+    params = {k: _check_param(k, obj[k], line_number) for k in PARAM_TYPES if obj.get(k) is not None}
+    try:
+        SynthesisParams(**params)
+    except InputError as exc:
+        raise JobLineError(line_number, str(exc)) from exc
+    return JobLine(line_number=line_number, output_name=output_name, input_text=script_value, prompt_audio=None,
+                   prompt_text=None, params=params, warnings=tuple(warnings), script=script,
+                   speaker_voices=tuple(voices), emotion=_parse_emotion(obj, line_number, sources))
 
 
 def _name_hint(obj: Any, line_number: int, digits: int) -> str | None:
@@ -832,13 +926,14 @@ def iter_job(jsonl_path: str | Path, sources: AudioSources, *, has_default_voice
 def make_sources(jsonl_path: str | Path, audio_root: str | Path | None, config: JobConfig, *,
                  audio_label: str = "the audio folder") -> AudioSources:
     """``AudioSources`` for a job: search the audio folder (when given) then the JSONL's folder. Messages call
-    them ``audio_label`` and "the job file's folder" (no server paths)."""
+    them ``audio_label`` and "the job file's folder" (no server paths); ``voice`` fields name voices of
+    ``config.voice_library()``."""
     search = ([Path(audio_root)] if audio_root is not None else []) + [Path(jsonl_path).parent]
     labels = {Path(jsonl_path).parent: "the job file's folder"}
     if audio_root is not None:
         labels[Path(audio_root)] = audio_label
     return AudioSources(search, [Path(r) for r in config.extra_allowed_roots], has_audio_source=audio_root is not None,
-                        root_labels=labels)
+                        root_labels=labels, voices=config.voice_library())
 
 
 def check_default_voice(path: str | Path | None) -> Path | None:

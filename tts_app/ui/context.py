@@ -1,20 +1,32 @@
 """Server-wide state of the web app, built once in ``launch.main`` and passed to the handlers. No gradio import.
 
 Everything here is shared by all users on purpose (one runtime: engine, reference preparer and cache; one memory
-history); per-user state lives in gradio session state or in dicts keyed by the session hash (``cancel_events``).
+history; one job manager, whose jobs each belong to the browser that started them); per-user state lives in gradio
+session or browser state.
 """
 
 from __future__ import annotations
 
-import tempfile
+import os
+import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tts_app.audio.preparer import ReferencePreparer
-from tts_app.config import EngineConfig, FrontendConfig, ModelConfig, ReferenceConfig
+from tts_app.config import EngineConfig, FrontendConfig, ModelConfig, ReferenceConfig, UploadConfig
+from tts_app.jobs.manager import JobManager
 from tts_app.monitor import MemoryHistory
 from tts_app.runtime import Runtime
+from tts_app.audio.transcribe import DEFAULT_ASR_MODEL, Transcriber
+from tts_app.voices import VoiceLibrary
+
+
+def default_output_root() -> Path:
+    """Where the app keeps its outputs when ``--output-dir`` is not given: ``$XDG_DATA_HOME/tts_app`` (else
+    ``~/.local/share/tts_app``). A lasting folder, not a temporary one, so jobs survive a restart."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "tts_app"
 
 
 @dataclass
@@ -26,9 +38,15 @@ class AppContext:
         runtime: the loaded model's runtime (engine, reference preparer, model info), or None when the model could
             not be loaded (``load_error`` says why).
         load_error: the message shown in the UI when the model is missing.
-        output_root: folder for per-request and per-job outputs (WAV, SRT, sidecar JSON, ZIP); a temporary folder by
-            default.
+        output_root: folder for per-request and per-job outputs (WAV, SRT, sidecar JSON, ZIP, job folders);
+            ``default_output_root()`` when None.
         lang: "zh", "en" or None (browser decides).
+        voices_dir: folder of the voice library; None = ``output_root / "voices"``.
+        voices: the ``VoiceLibrary`` (saved voices + bundled examples), shared by all users.
+        asr_model: Whisper checkpoint for automatic reference transcripts (None = the default, "none" = off).
+        upload_config: per-kind upload size limits.
+        jobs: the server's durable jobs (``tts_app.jobs.manager``); built by ``start_jobs`` once the model is loaded
+            (or failed to load).
     """
 
     model_config: ModelConfig
@@ -37,19 +55,44 @@ class AppContext:
     load_error: str | None = None
     reference_config: ReferenceConfig = field(default_factory=ReferenceConfig)
     frontend_config: FrontendConfig = field(default_factory=FrontendConfig)
-    output_root: Path | None = None  # None: a temporary folder, removed when the app stops
+    output_root: Path | None = None
     lang: str | None = None
+    voices_dir: Path | None = None
+    voices: VoiceLibrary | None = None
+    asr_model: str | None = None
+    _transcriber: Transcriber | None = None
+    upload_config: UploadConfig = field(default_factory=UploadConfig)
     history: MemoryHistory = field(default_factory=MemoryHistory)
-    cancel_events: dict[str, threading.Event] = field(default_factory=dict)
-    running_jobs: set[str] = field(default_factory=set)  # session hashes with a batch job in progress
+    jobs: JobManager | None = None
     _last_oom_count: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _no_model_references: ReferencePreparer | None = None
 
     def __post_init__(self) -> None:
-        self.owns_output_root = self.output_root is None
         if self.output_root is None:
-            self.output_root = Path(tempfile.mkdtemp(prefix="tts_app_"))
+            self.output_root = default_output_root()
+        self.output_root = Path(self.output_root)
+        self.output_root.mkdir(parents=True, exist_ok=True)
+        if self.voices is None:
+            self.voices = VoiceLibrary(self.voices_dir if self.voices_dir is not None else self.output_root / "voices")
+
+    def start_jobs(self) -> None:
+        """(Re)build the job manager for the current runtime: jobs a stopped server left running come back
+        "interrupted"; jobs that ended more than ``upload_config.keep_jobs_s`` ago are removed."""
+        from tts_app.jobs.store import JobStore
+
+        store = JobStore(self.output_root)
+        store.prune(self.upload_config.keep_jobs_s)
+        self.jobs = JobManager(store, self.runtime)
+
+    def session_dir(self, session_hash: str | None) -> Path:
+        """This browser session's folder for single-synthesis outputs (removed when the session ends)."""
+        safe = "".join(ch for ch in (session_hash or "anonymous") if ch.isalnum())[:32] or "anonymous"
+        return self.output_root / "single" / safe
+
+    def end_session(self, session_hash: str | None) -> None:
+        """A browser session ended (tab closed): remove its single-synthesis outputs. Jobs stay."""
+        shutil.rmtree(self.session_dir(session_hash), ignore_errors=True)
 
     @property
     def engine(self):
@@ -69,15 +112,20 @@ class AppContext:
             return self._no_model_references
 
     def close(self) -> None:
-        """Stop the engine and remove the temporary output folder (a user-given --output-dir is kept)."""
-        import shutil
-
+        """Stop the jobs (they end "interrupted" and resume after a restart), then the engine; remove the
+        single-synthesis outputs of every session (job folders are kept)."""
+        if self.jobs is not None:
+            self.jobs.shutdown()
         if self.runtime is not None:
             self.runtime.close()  # joins the worker (see Engine.shutdown)
-        if self.owns_output_root:
-            shutil.rmtree(self.output_root, ignore_errors=True)
+        shutil.rmtree(self.output_root / "single", ignore_errors=True)
 
-    def cancel_event(self, session_hash: str) -> threading.Event:
-        """The cancel flag of one browser session's batch job (created on first use)."""
+    @property
+    def transcriber(self) -> Transcriber:
+        """The shared ASR pipeline (loaded on first use, on the model's device)."""
         with self._lock:
-            return self.cancel_events.setdefault(session_hash or "anonymous", threading.Event())
+            if self._transcriber is None:
+                device = self.engine.device if self.engine is not None else "cpu"
+                model = self.asr_model if self.asr_model is not None else DEFAULT_ASR_MODEL
+                self._transcriber = Transcriber(model, device=device)
+            return self._transcriber

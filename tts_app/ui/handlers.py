@@ -1,8 +1,11 @@
 """Thin Gradio handlers: turn widget values into engine / front-end / job calls and results back into widget values.
 
-Every handler returns the same outputs on every path; user errors become ``gr.Error`` (stops the event, shows a
-modal) and notices become ``gr.Warning`` / ``gr.Info``. Heavy work happens in the engine's worker thread; a handler
-only waits on a future, so many users' requests are batched together.
+Every handler returns the same outputs on every path. A mistake the user can fix becomes one ``gr.Error`` shown
+where they acted (the event's ``show_progress_on`` box), with no traceback in the server log (``user_error``); an
+unexpected exception is logged once, with its traceback, by gradio. Notices are grouped into one ``gr.Warning`` and
+never repeated: a reference's warnings live in its report box, not in pop-ups. Messages name files, never server
+paths, and are shown as written. Heavy work happens in the engine's worker thread; a handler only waits on a
+future, so many users' requests are batched together.
 """
 
 from __future__ import annotations
@@ -18,13 +21,43 @@ import numpy as np
 from tts_app.audio.post import write_wav_atomic
 from tts_app.errors import TTSAppError
 from tts_app.monitor import GIB, read_memory
-from tts_app.request import Priority, SynthesisRequest
+from tts_app.request import Priority, SynthesisParams, SynthesisRequest
 from tts_app.ui.context import AppContext
 from tts_app.ui.texts import pick_language, preview_label, server_text
 
 log = logging.getLogger(__name__)
 
 MAX_SEED = 2**31 - 1
+# Notices shown in one pop-up at most; the rest are counted ("and 10 more"); all are in the metadata sidecar.
+MAX_NOTICES_SHOWN = 3
+
+
+def user_error(message: str) -> gr.Error:
+    """A mistake the user can fix: stays until closed, no traceback in the server log."""
+    return gr.Error(message, duration=None, print_exception=False)
+
+
+def warn_grouped(messages: list[str], lang: str) -> None:
+    """One ``gr.Warning`` for many notices: duplicates dropped, the first ``MAX_NOTICES_SHOWN`` shown."""
+    unique = list(dict.fromkeys(m for m in messages if m))
+    if not unique:
+        return
+    shown = unique[:MAX_NOTICES_SHOWN]
+    more = len(unique) - len(shown)
+    text = "\n".join(f"• {m}" for m in shown)
+    if more:
+        text += "\n" + server_text(lang, "notes_more", count=more)
+    gr.Warning(text)
+
+
+def _check_reference_upload(ctx: AppContext, path: str | None, lang: str) -> None:
+    from tts_app.ui.uploads import check_upload
+
+    try:
+        check_upload(path, ctx.upload_config.max_upload_bytes,
+                     server_text(lang, "upload_too_large", name="{name}", size="{size}", limit="{limit}"))
+    except TTSAppError as exc:
+        raise user_error(str(exc)) from exc
 
 
 def _lang(ctx: AppContext, request: gr.Request | None) -> str:
@@ -43,7 +76,7 @@ def _table(rows: list[list], lang: str, key: str):
 
 def _engine(ctx: AppContext):
     if ctx.engine is None:
-        raise gr.Error(ctx.load_error or "no model is loaded; start the app with --model DIR")
+        raise user_error(ctx.load_error or "no model is loaded; start the app with --model DIR")
     return ctx.engine
 
 
@@ -57,11 +90,12 @@ def _prepare_reference(ctx: AppContext, audio_path: str, reference_text: str | N
 def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | None, lang: str = "en"):
     """``_prepare_reference`` for synthesis: a missing or unusable clip stops the event with ``gr.Error``."""
     if not audio_path:
-        raise gr.Error(server_text(lang, "need_reference"))
+        raise user_error(server_text(lang, "need_reference"))
+    _check_reference_upload(ctx, audio_path, lang)
     try:
         return _prepare_reference(ctx, audio_path, reference_text)
     except TTSAppError as exc:
-        raise gr.Error(_hide_paths(str(exc), ctx, audio_path), duration=None) from exc
+        raise user_error(str(exc)) from exc
 
 
 REPORT_FIELDS = (  # (report key, unit) shown in the UI; the CLI's --json has everything
@@ -69,21 +103,6 @@ REPORT_FIELDS = (  # (report key, unit) shown in the UI; the CLI's --json has ev
     ("speech_end_s", "s"), ("speech_s", "s"), ("speech_kept_s", "s"), ("snr_db", "dB"), ("clipping_share", ""),
     ("speech_level_dbfs", "dBFS"), ("bandwidth_hz", "Hz"), ("cropped", ""),
 )
-
-
-def _hide_paths(message: str, ctx: AppContext, *uploads: str | None) -> str:
-    """Server folders mean nothing to a browser user (and reveal the server's layout): replace the upload and
-    output folders in a message by short names."""
-    import tempfile
-
-    replacements = [(str(ctx.output_root), "<outputs>")]
-    for upload in uploads:
-        if upload:
-            replacements.append((str(Path(upload).parent), "<your upload>"))
-    replacements.append((tempfile.gettempdir(), "<server temp>"))
-    for folder, name in replacements:
-        message = message.replace(folder, name)
-    return message
 
 
 def _report_markdown(report: dict, lang: str) -> str:
@@ -109,22 +128,24 @@ def reference_report(ctx: AppContext, reference_audio: str | None, reference_tex
                      request: gr.Request = None):
     """Reference uploaded -> (cleaned clip for listening, quality report markdown).
 
-    A refused clip does not raise: its reason stays visible in the report box (a pop-up would vanish)."""
+    A refused clip does not raise, and warnings make no pop-ups: the report box, right under the upload, shows the
+    reason or the warnings once (a pop-up would vanish, and Generate would repeat it)."""
+    from tts_app.errors import ReferenceAudioError
+
     lang = _lang(ctx, request)
     if not reference_audio:
         return None, ""
     try:
+        _check_reference_upload(ctx, reference_audio, lang)
         prepared = _prepare_reference(ctx, reference_audio, reference_text)
+    except gr.Error as exc:
+        return None, f"**✖ {server_text(lang, 'reference_refused')}:** {exc.message}"
     except TTSAppError as exc:
-        partial = getattr(exc, "report", None)
-        message = _hide_paths(str(exc), ctx, reference_audio)
-        gr.Warning(message)
-        if partial is not None and partial.to_dict().get("errors"):  # the report lists the reason itself
+        partial = exc.report if isinstance(exc, ReferenceAudioError) else None
+        if partial is not None and partial.errors:  # the report lists the reason itself
             return None, f"**✖ {server_text(lang, 'reference_refused')}**\n\n" + _report_markdown(
                 partial.to_dict(), lang)
-        return None, f"**✖ {server_text(lang, 'reference_refused')}:** {message}"
-    for w in prepared.warnings:
-        gr.Warning(w)
+        return None, f"**✖ {server_text(lang, 'reference_refused')}:** {exc}"
     # The cleaned clip as a 16-bit WAV file (one per distinct clip and model rate): the player gets exactly these
     # samples (a numpy array would be peak-normalised and converted by gradio on every upload).
     clean_path = ctx.output_root / "references" / f"{prepared.audio.key or prepared.sha256[:32]}.wav"
@@ -179,18 +200,25 @@ STREAM_POLL_S = 0.25
 
 def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, reference_text, seed, randomize_seed,
                      greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars, pause_ms,
-                     use_cache, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text):
-    """Validate the widgets' values -> (engine, prepared reference, ``SynthesisRequest``, seed used). Raises
-    ``gr.Error`` for a missing model, text or usable reference, or a bad setting or emotion."""
+                     use_cache, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text, voice,
+                     speed, duration_s, loudness_lufs):
+    """Validate the widgets' values -> (prepared reference, ``SynthesisRequest``). Raises ``gr.Error`` for a missing
+    model, text or usable reference (uploaded or a saved ``voice``), or a bad setting or emotion."""
     from tts_app.ui.controls import params_from_controls
 
     engine = _engine(ctx)
     if not text or not text.strip():
-        raise gr.Error(server_text(lang, "need_text"))
+        raise user_error(server_text(lang, "need_text"))
     seed = random.randint(0, MAX_SEED) if randomize_seed else int(seed or 0)
-    reference = _reference(ctx, reference_audio, reference_text, lang)
-    for w in reference.warnings:
-        gr.Warning(w)
+    if voice:
+        try:
+            reference, voice_text = ctx.voices.prepare_source(voice, ctx.references)
+        except TTSAppError as exc:
+            raise user_error(str(exc)) from exc
+        reference_text = reference_text or voice_text
+        warn_grouped(list(reference.warnings), lang)  # a saved voice has no report box of its own
+    else:
+        reference = _reference(ctx, reference_audio, reference_text, lang)  # its warnings are in the report box
     try:
         params = params_from_controls(engine.facts, seed=seed, use_cache=bool(use_cache),
                                       values={"greedy": greedy, "temperature": temperature, "top_p": top_p,
@@ -199,36 +227,15 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
                                               "max_segment_chars": max_segment_chars,
                                               "pause_between_segments_ms": pause_ms})
     except TTSAppError as exc:
-        raise gr.Error(str(exc)) from exc
-    emotion = _emotion(ctx, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text)
+        raise user_error(str(exc)) from exc
+    params = tempo_params(params, speed, duration_s, loudness_lufs)
+    if not reference_text and engine.facts.needs_reference_text and ctx.transcriber.enabled:
+        reference_text = _transcript_or_none(ctx, reference)
+    emotion = _emotion(ctx, lang, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text)
     synthesis_request = SynthesisRequest(text=text, reference_audio=reference.audio,
                                          reference_text=reference.text, params=params,
                                          priority=Priority.INTERACTIVE, emotion=emotion)
-    return engine, reference, synthesis_request, seed
-
-
-def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request, reference, result, seed):
-    """A finished request -> (WAV path, SRT path, metadata path, segment table, seed), written atomically; a
-    failed or silent request raises ``gr.Error`` naming the seed."""
-    from tts_app.outputs import output_metadata, save_outputs
-
-    if not result.ok:
-        raise gr.Error(server_text(lang, "synthesis_failed", seed=seed, error=result.error), duration=None)
-    if result.audio.size == 0:
-        ran_greedy = result.effective_params is not None and result.effective_params.greedy is not False
-        raise gr.Error(server_text(lang, "no_audio_greedy" if ran_greedy else "no_audio_sampling", seed=seed),
-                       duration=None)
-    from tts_app.frontend.messages import localize
-
-    for w in result.warnings:
-        gr.Warning(localize(w, lang))  # front-end notices in the user's language
-    out_dir = ctx.output_root / "single"
-    stem = f"{time.strftime('%Y%m%d-%H%M%S')}_{result.request_id}"
-    metadata = output_metadata(ctx.runtime, synthesis_request, result, entry_point="web", reference=reference)
-    files = save_outputs(out_dir / f"{stem}.wav", result, metadata, subtitles_path=out_dir / f"{stem}.srt")
-    rows = [[s.index + 1, s.text, round(s.start_s, 2), round(s.end_s, 2), s.batch_size, round(s.generate_s, 2)]
-            for s in result.segments]
-    return str(files.audio), str(files.subtitles), str(files.metadata), _table(rows, lang, "col_timings"), seed
+    return reference, synthesis_request
 
 
 def synthesize(ctx: AppContext, reference_audio: str | None, text: str, reference_text: str | None = None,
@@ -240,42 +247,34 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                emotion_audio: str | None = None, happy: float | None = 0.0, angry: float | None = 0.0,
                sad: float | None = 0.0, afraid: float | None = 0.0, disgusted: float | None = 0.0,
                melancholic: float | None = 0.0, surprised: float | None = 0.0, calm: float | None = 0.0,
-               emotion_weight: float | None = 1.0, emotion_text: str | None = None, request: gr.Request = None,
-               progress=gr.Progress()):
+               emotion_weight: float | None = 1.0, emotion_text: str | None = None, voice: str | None = None,
+               speed: float | None = None, duration_s: float | None = None, loudness_lufs: float | None = None,
+               audio_format: str | None = "wav", request: gr.Request = None, progress=gr.Progress()):
     """Generate speech in the reference voice -> (audio, subtitles, metadata, segments, seed used).
 
-    Only ``reference_audio`` and ``text`` are needed; every other input left out (or equal to the model's default)
-    means "the model's default", as in ``synth`` and JSONL jobs. The batch ceiling is the server's
+    ``speed`` (1 = as generated), ``duration_s`` (0 = as generated), ``loudness_lufs`` (0 = not normalised) and
+    ``audio_format`` ("wav", "flac", "mp3", "opus") shape the output. ``voice`` names a saved voice of the library
+    (then ``reference_audio`` is ignored and, when ``reference_text`` is empty, the voice's own transcript is used).
+    Only ``reference_audio`` (or ``voice``) and ``text`` are needed; every other input left out (or equal to the
+    model's default) means "the model's default", as in ``synth`` and JSONL jobs. The batch ceiling is the server's
     (``--max-batch-size``), never a per-request input. Emotion (models with emotion control, IndexTTS 2;
     ``tts_app.ui.emotion``): ``emotion_mode`` "none" (the voice reference's own), "clip" (``emotion_audio``),
     "vector" (the eight weights ``happy`` ... ``calm``, each in [0, 1]) or "text" (``emotion_text``, empty = the
     text to speak), with ``emotion_weight`` in [0, 1].
 
     Returns:
-        audio: the WAV file (16-bit PCM; the player plays these samples as they are); subtitles: SubRip file;
-        metadata: the sidecar JSON (``tts_app.outputs``); segments: per-segment table; seed: the seed used.
+        audio: the audio file (WAV: 16-bit PCM; the player plays these samples as they are); subtitles: SubRip
+        file; metadata: the sidecar JSON (``tts_app.outputs``); segments: per-segment table; seed: the seed used.
 
     Errors stay on screen until closed and name the seed used, so a failed random seed can be reported or avoided."""
     lang = _lang(ctx, request)
-    engine, reference, synthesis_request, seed = _start_synthesis(
+    reference, synthesis_request = _start_synthesis(
         ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
-        [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text)
-    state = {"done": 0, "total": 1}
-
-    def on_progress(event):  # engine worker thread: only store numbers
-        state["done"], state["total"] = event.segments_done, event.segments_total
-
-    handle = engine.submit(synthesis_request, on_progress=on_progress)
-    progress(0.0, desc=server_text(lang, "queued"))
-    while True:
-        try:
-            result = handle.result(timeout=0.25)
-            break
-        except TimeoutError:
-            progress(state["done"] / max(state["total"], 1),
-                     desc=server_text(lang, "segment_progress", done=state["done"], total=state["total"]))
-    return _finish_synthesis(ctx, lang, synthesis_request, reference, result, seed)
+        [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
+        speed, duration_s, loudness_lufs)
+    return run_web_request(ctx, synthesis_request, lang, progress, reference=reference, audio_format=audio_format,
+                           request=request)
 
 
 def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, reference_text: str | None = None,
@@ -287,21 +286,29 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
                       emotion_audio: str | None = None, happy: float | None = 0.0, angry: float | None = 0.0,
                       sad: float | None = 0.0, afraid: float | None = 0.0, disgusted: float | None = 0.0,
                       melancholic: float | None = 0.0, surprised: float | None = 0.0, calm: float | None = 0.0,
-                      emotion_weight: float | None = 1.0, emotion_text: str | None = None, request: gr.Request = None,
-                      progress=gr.Progress()):
+                      emotion_weight: float | None = 1.0, emotion_text: str | None = None, voice: str | None = None,
+                      speed: float | None = None, duration_s: float | None = None,
+                      loudness_lufs: float | None = None, audio_format: str | None = "wav",
+                      request: gr.Request = None, progress=gr.Progress()):
     """``synthesize`` that plays while it generates: yields (live audio piece, then skip) while the engine decodes
     (16-bit WAV bytes of the next samples, in order; the first as soon as any audio exists), then (skip, audio,
     subtitles, metadata, segments, seed used) as ``synthesize`` returns them. The pieces together are the same
-    samples as the final WAV (``Engine.submit(stream=True)``)."""
+    samples as the final WAV (``Engine.submit(stream=True)``). A request whose settings need the whole clip (speed,
+    a target duration, loudness: ``SynthesisParams.needs_whole_clip``) does not stream: an info line says so and
+    its one piece is the final audio, once done."""
     import queue
 
     from tts_app.audio.post import encode_wav
 
     lang = _lang(ctx, request)
-    engine, reference, synthesis_request, seed = _start_synthesis(
+    reference, synthesis_request = _start_synthesis(
         ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
-        [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text)
+        [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
+        speed, duration_s, loudness_lufs)
+    if synthesis_request.params.needs_whole_clip:
+        gr.Info(server_text(lang, "stream_off_whole_clip"))
+    engine = _engine(ctx)
     state = {"done": 0, "total": 1}
 
     def on_progress(event):  # engine worker thread: only store numbers
@@ -336,104 +343,115 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
         if not handle.done():  # the browser went away (generator closed): free the engine's rows
             handle.cancel()
     result = handle.result()
-    yield (gr.skip(), *_finish_synthesis(ctx, lang, synthesis_request, reference, result, seed))
+    yield (gr.skip(), *_finish_synthesis(ctx, lang, synthesis_request, result, reference=reference,
+                                         audio_format=audio_format, request=request))
 
 
-def _emotion(ctx: AppContext, mode, clip_path, vector, weight, text):
+def _transcript_or_none(ctx: AppContext, prepared) -> str | None:
+    """The ASR transcript of a prepared reference, or None (with a warning) when no ASR model can be loaded."""
+    from tts_app.audio.transcribe import AsrUnavailableError
+
+    try:
+        return ctx.transcriber.transcribe(prepared.audio.samples, prepared.audio.sampling_rate) or None
+    except AsrUnavailableError as exc:
+        gr.Warning(str(exc))
+        return None
+
+
+#: output formats the page offers (``tts_app.audio.formats``)
+AUDIO_FORMATS = ("wav", "flac", "mp3", "opus")
+
+
+def tempo_params(params, speed: float | None, duration_s: float | None, loudness_lufs: float | None):
+    """``params`` with the page's speed / duration / loudness: speed 1, duration 0 and loudness 0 mean "off"."""
+    import dataclasses
+
+    from tts_app.config import ConfigError
+
+    values = {"speed": None if not speed or float(speed) == 1.0 else float(speed),
+              "duration_s": float(duration_s) if duration_s else None,
+              "loudness_lufs": float(loudness_lufs) if loudness_lufs else None}
+    if values["duration_s"] is not None:
+        values["speed"] = None  # a target duration sets the tempo itself
+    try:
+        return dataclasses.replace(params, **values)
+    except ConfigError as exc:
+        raise user_error(str(exc)) from exc
+
+
+def run_web_request(ctx: AppContext, synthesis_request: SynthesisRequest, lang: str, progress, *, reference=None,
+                    speaker_references=None, audio_format: str | None = "wav", request: gr.Request | None = None):
+    """Submit, wait with progress, save audio (in ``audio_format``) + SRT + sidecar named after the text's first
+    words -> (audio, subtitles, metadata, segments table, seed used), in the browser session's folder (removed when
+    the session ends; ``request`` names the session). Shared by the single and dialogue handlers."""
+    engine = _engine(ctx)
+    state = {"done": 0, "total": 1}
+
+    def on_progress(event):  # engine worker thread: only store numbers
+        state["done"], state["total"] = event.segments_done, event.segments_total
+
+    handle = engine.submit(synthesis_request, on_progress=on_progress)
+    progress(0.0, desc=server_text(lang, "queued"))
+    while True:
+        try:
+            result = handle.result(timeout=0.25)
+            break
+        except TimeoutError:
+            progress(state["done"] / max(state["total"], 1),
+                     desc=server_text(lang, "segment_progress", done=state["done"], total=state["total"]))
+    return _finish_synthesis(ctx, lang, synthesis_request, result, reference=reference,
+                             speaker_references=speaker_references, audio_format=audio_format, request=request)
+
+
+def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRequest, result, *, reference=None,
+                      speaker_references=None, audio_format: str | None = "wav", request: gr.Request | None = None):
+    """A finished request -> (audio path, SRT path, metadata path, segment table, seed), written atomically; a
+    failed or silent request raises ``gr.Error`` naming the seed."""
+    from tts_app.longform import name_from_text
+    from tts_app.outputs import output_metadata, save_outputs
+
+    seed = synthesis_request.params.seed
+    fmt = audio_format if audio_format in AUDIO_FORMATS else "wav"
+    if not result.ok:
+        raise user_error(server_text(lang, "synthesis_failed", seed=seed, error=result.error))
+    if result.audio.size == 0:
+        ran_greedy = result.effective_params is not None and result.effective_params.greedy is not False
+        raise user_error(server_text(lang, "no_audio_greedy" if ran_greedy else "no_audio_sampling", seed=seed))
+    from tts_app.frontend.messages import localize
+
+    # notices already shown with the references (report box, or one grouped warning for a saved voice) are not
+    # repeated; front-end notices in the user's language, grouped into one pop-up
+    references = [r for r in [reference, *(speaker_references or [])] if r is not None]
+    reference_notes = {w for r in references for w in r.warnings}
+    warn_grouped([localize(w, lang) for w in result.warnings if w not in reference_notes], lang)
+    out_dir = ctx.session_dir(getattr(request, "session_hash", None))
+    words = name_from_text(synthesis_request.turns[0].text if synthesis_request.turns else synthesis_request.text)
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}_{words}_{result.request_id[:6]}"
+    metadata = output_metadata(ctx.runtime, synthesis_request, result, entry_point="web", reference=reference,
+                               speaker_references=speaker_references)
+    files = save_outputs(out_dir / f"{stem}.{fmt}", result, metadata, subtitles_path=out_dir / f"{stem}.srt")
+    # a segment holding several turns (a family's own dialogue prompt) shows each turn with its speaker
+    rows = [[s.index + 1, s.speaker or " / ".join(dict.fromkeys(name for name, _ in s.turns)),
+             "\n".join(f"{name}: {t}" for name, t in s.turns) if s.turns else s.text,
+             round(s.start_s, 2), round(s.end_s, 2), s.batch_size, round(s.generate_s, 2)] for s in result.segments]
+    return str(files.audio), str(files.subtitles), str(files.metadata), _table(rows, lang, "col_timings"), seed
+
+
+
+def _emotion(ctx: AppContext, lang: str, mode, clip_path, vector, weight, text):
     """The request's ``EmotionControl`` from the emotion widgets (None: the voice reference's own); a bad value or
-    clip stops the event with ``gr.Error`` naming it."""
+    clip (unusable, or over the upload limit) stops the event with one ``user_error`` naming it."""
     from tts_app.ui.emotion import emotion_from_controls
+
+    def prepare_clip(path: str):
+        _check_reference_upload(ctx, path, lang)
+        return _prepare_reference(ctx, path, None).audio
 
     try:
         return emotion_from_controls(ctx.engine.facts, mode=mode, clip_path=clip_path, vector=vector, weight=weight,
-                                     text=text, prepare_clip=lambda path: _prepare_reference(ctx, path, None).audio)
+                                     text=text, prepare_clip=prepare_clip)
     except TTSAppError as exc:
-        raise gr.Error(_hide_paths(str(exc), ctx, clip_path), duration=None) from exc
-
-
-def _session(request: gr.Request | None) -> str:
-    return getattr(request, "session_hash", None) or "anonymous"
-
-
-def validate_job(ctx: AppContext, jsonl_file: str | None, audio_zip: str | None = None,
-                 default_voice: str | None = None, request: gr.Request = None):
-    """JSONL (+ZIP) uploaded -> (problem table [line, status, message], summary). Loads no model."""
-    from tts_app.jobs.runner import validate_job as _validate
-
-    lang = _lang(ctx, request)
-    if not jsonl_file:
-        raise gr.Error(server_text(lang, "need_jsonl"))
-    try:
-        report = _validate(Path(jsonl_file), audio_dir=audio_zip or None, default_voice=default_voice or None)
-    except TTSAppError as exc:
-        raise gr.Error(_hide_paths(str(exc), ctx, jsonl_file, audio_zip), duration=None) from exc
-    # Line 0 is the job file as a whole (encoding, audio ZIP, default voice).
-    rows = [[line if line else server_text(lang, "job_file"), status,
-             _hide_paths(str(message), ctx, jsonl_file, audio_zip)] for line, status, message in report.as_table()]
-    counts = dict(num_lines=report.num_lines, num_valid=report.num_valid, num_invalid=report.num_invalid,
-                  num_warnings=report.num_warnings)
-    summary = server_text(lang, "validation_ok" if report.ok else "validation_bad", **counts)
-    return _table(rows, lang, "col_validation"), summary
-
-
-def run_job(ctx: AppContext, jsonl_file: str | None, audio_zip: str | None = None, default_voice: str | None = None,
-            use_cache: bool = True, greedy: bool | None = None, seed: int | None = 0,
-            request: gr.Request = None, progress=gr.Progress()):
-    """Run a JSONL job -> (summary text, results table [line, output_name, status, error, duration_s], ZIP path).
-
-    Only ``jsonl_file`` is needed; the ZIP holds each line's WAV and metadata sidecar plus ``results.jsonl``.
-
-    Lines are streamed to the shared engine, so several users' jobs (and single requests) share batches."""
-    from tts_app.jobs.runner import make_results_zip, read_results
-    from tts_app.jobs.runner import run_job as _run
-    from tts_app.ui.controls import params_from_controls
-
-    lang = _lang(ctx, request)
-    engine = _engine(ctx)
-    if not jsonl_file:
-        raise gr.Error(server_text(lang, "need_jsonl"))
-    session = _session(request)
-    cancel = ctx.cancel_event(session)
-    cancel.clear()
-    out_dir = ctx.output_root / "jobs" / f"{time.strftime('%Y%m%d-%H%M%S')}_{session[:8]}"
-
-    def on_progress(done, total, info=None):
-        progress(done / max(total, 1),
-                 desc=server_text(lang, "job_progress", done=done, total=total, cap=engine.stats().batch_cap))
-
-    ctx.running_jobs.add(session)
-    try:
-        params = params_from_controls(engine.facts, seed=int(seed or 0), use_cache=bool(use_cache),
-                                      values={"greedy": greedy})  # the model's own choice unless changed
-        summary = _run(Path(jsonl_file), out_dir, ctx.runtime, audio_dir=audio_zip or None, progress=on_progress,
-                       cancel_event=cancel, params=params, default_voice=default_voice or None)
-    except TTSAppError as exc:
-        raise gr.Error(_hide_paths(str(exc), ctx, jsonl_file, audio_zip), duration=None) from exc
-    finally:
-        ctx.running_jobs.discard(session)
-    records = read_results(out_dir)
-    rows = [[n, r.get("output_name"), r.get("status"), _hide_paths(r.get("error") or "", ctx, jsonl_file, audio_zip),
-             r.get("duration_s")]
-            for n, r in sorted(records.items())]
-    if summary.num_cancelled:
-        text = server_text(lang, "job_cancelled", ok=summary.num_ok, cancelled=summary.num_cancelled)
-    else:
-        text = server_text(lang, "job_summary", ok=summary.num_ok, failed=summary.num_failed,
-                           skipped=summary.num_skipped)
-    if summary.num_failed:
-        gr.Warning(server_text(lang, "lines_failed", failed=summary.num_failed))
-    return text, _table(rows, lang, "col_results"), str(make_results_zip(out_dir))
-
-
-def cancel_job(ctx: AppContext, request: gr.Request = None):
-    """Cancel this browser session's running job (other users' jobs are untouched)."""
-    lang = _lang(ctx, request)
-    session = _session(request)
-    if session not in ctx.running_jobs:
-        return server_text(lang, "no_job")
-    ctx.cancel_event(session).set()
-    gr.Info(server_text(lang, "cancel_info"))
-    return server_text(lang, "cancelling")
+        raise user_error(str(exc)) from exc
 
 
 def gauge(ctx: AppContext, request: gr.Request = None):
@@ -481,3 +499,43 @@ def gauge(ctx: AppContext, request: gr.Request = None):
     frame = pd.DataFrame(ctx.history.rows() or [{"seconds_ago": 0.0, "used_gib": 0.0, "torch_gib": 0.0,
                                                   "event": "ok"}])
     return "\n".join(lines), frame
+
+
+def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None, voice_2: str | None = None,
+                        voice_3: str | None = None, voice_4: str | None = None, audio_1: str | None = None,
+                        audio_2: str | None = None, audio_3: str | None = None, audio_4: str | None = None,
+                        seed: int | None = 0, speed: float | None = None, duration_s: float | None = None,
+                        loudness_lufs: float | None = None, audio_format: str | None = "wav",
+                        request: gr.Request = None, progress=gr.Progress()):
+    """A dialogue script (``Speaker 1:`` / ``[S1]`` / ``Name:`` lines, up to 4 speakers) -> (audio, subtitles,
+    metadata, segments with their speaker, seed used). Speaker N speaks with ``voice_N`` (a saved voice) or, when
+    that is empty, ``audio_N`` (an uploaded clip)."""
+    from tts_app.dialogue import dialogue_request, parse_script
+
+    lang = _lang(ctx, request)
+    engine = _engine(ctx)
+    try:
+        parsed = parse_script(script or "")
+    except TTSAppError as exc:
+        raise user_error(str(exc)) from exc
+    voices_given = [voice_1, voice_2, voice_3, voice_4]
+    audios = [audio_1, audio_2, audio_3, audio_4]
+    voices, refs = [], []
+    for speaker in parsed.speakers:
+        slot = speaker.number - 1
+        try:
+            if voices_given[slot]:
+                ref, text = ctx.voices.prepare_source(voices_given[slot], ctx.references)
+            elif audios[slot]:
+                _check_reference_upload(ctx, audios[slot], lang)
+                ref, text = _prepare_reference(ctx, audios[slot], None), None
+            else:
+                raise user_error(server_text(lang, "need_speaker_voice", number=speaker.number, name=speaker.label))
+        except TTSAppError as exc:
+            raise user_error(str(exc)) from exc
+        voices.append((ref, text))
+        refs.append(ref)
+    params = tempo_params(SynthesisParams(seed=int(seed or 0)), speed, duration_s, loudness_lufs)
+    synthesis_request = dialogue_request(parsed, voices, text=script, params=params, priority=Priority.INTERACTIVE)
+    return run_web_request(ctx, synthesis_request, lang, progress, speaker_references=refs,
+                           audio_format=audio_format, request=request)

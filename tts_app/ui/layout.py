@@ -1,4 +1,5 @@
-"""The Gradio layout: three tabs (single synthesis, JSONL batch, memory gauge) wired to ``handlers``.
+"""The Gradio layout: three tabs (single synthesis, JSONL batch — built in ``batch.py``, memory gauge) wired to
+``handlers``.
 
 Every event that touches the model shares ``concurrency_id="model"``; the engine batches what arrives together, so
 the limit is generous (callers only wait on futures). Every action has a stable ``api_name`` for ``gradio_client``.
@@ -11,7 +12,8 @@ import functools
 import gradio as gr
 from gradio.i18n import I18nData
 
-from tts_app.ui import handlers
+from tts_app.ui import batch, handlers
+from tts_app.ui import voices as voice_handlers
 from tts_app.ui.context import AppContext
 from tts_app.ui.controls import Control, generation_controls
 from tts_app.ui.texts import preview_label, server_text, translations
@@ -22,7 +24,28 @@ MODEL_CONCURRENCY = dict(concurrency_id="model", concurrency_limit=32)
 CSS = """
 #preview { max-height: 260px; overflow-y: auto; }
 .download-box { max-height: 150px; overflow: hidden; }
-"""
+""" + batch.CSS
+
+
+# Gradio's audio upload refuses a file that is not audio with its own English text listing a dozen MIME types
+# ("Invalid file type: notes.txt. Only audio/aac,audio/midi,... allowed."), which it cannot translate. This page
+# script rewrites that one toast (only when the list is of audio types) into the user's words and language.
+_NOT_AUDIO_JS = """() => {
+  const lang = __LANG__ || (navigator.language || "en").toLowerCase();
+  const say = (name) => lang.startsWith("zh")
+    ? `“${name}”不是音频文件：请上传一段录音（WAV、MP3、FLAC、OGG 或 M4A）。`
+    : `“${name}” is not an audio file: upload a recording (WAV, MP3, FLAC, OGG or M4A).`;
+  const fix = () => document.querySelectorAll('[data-testid="toast-text"]').forEach((el) => {
+    const m = /^Invalid file types?: (.+?)\\. Only (.*) allowed\\.$/s.exec(el.textContent.trim());
+    if (m && m[2].includes("audio/")) el.textContent = say(m[1]);
+  });
+  new MutationObserver(fix).observe(document.body, {childList: true, subtree: true, characterData: true});
+}"""
+
+
+def page_js(lang: str | None) -> str:
+    """The page script (``demo.launch(js=...)``): see ``_NOT_AUDIO_JS``; ``lang`` is --lang (None: the browser's)."""
+    return _NOT_AUDIO_JS.replace("__LANG__", "null" if lang is None else f'"{lang}"')
 
 
 def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
@@ -30,7 +53,10 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
     i18n = gr.I18n(**translations(ctx.lang))
     facts = ctx.engine.facts if ctx.engine is not None else None
 
-    with _Blocks(title="tts_app") as demo:
+    limits = ctx.upload_config
+    # delete_cache: gradio's copies of uploads (and files it served) older than cache_max_age_s are removed, so the
+    # temp folder of finished or abandoned sessions does not grow without end.
+    with _Blocks(title="tts_app", delete_cache=(limits.cache_check_every_s, limits.cache_max_age_s)) as demo:
         gr.Markdown(i18n("title"), elem_id="title")
         gr.Markdown(i18n("intro"))
         if ctx.load_error:
@@ -44,13 +70,28 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         with gr.Tab(i18n("tab_single"), id="single"):
             with gr.Row():
                 with gr.Column():
+                    voice = gr.Dropdown(choices=voice_handlers.voice_choices(ctx, ctx.lang or "en"),
+                                        value=voice_handlers.UPLOAD, label=i18n("voice"), elem_id="voice",
+                                        allow_custom_value=True)  # voices saved since the page loaded; API
                     ref_audio = gr.Audio(label=i18n("reference_audio"), sources=["upload", "microphone"],
                                          type="filepath", elem_id="ref-audio")
                     needs_text = facts is not None and facts.needs_reference_text
                     ref_text = gr.Textbox(label=i18n("reference_text_required" if needs_text else "reference_text"),
                                           lines=1, elem_id="ref-text")
+                    transcribe = gr.Button(i18n("transcribe"), size="sm", elem_id="transcribe")
                     ref_report = gr.Markdown(label=i18n("reference_report"), elem_id="ref-report")
                     ref_clean = gr.Audio(label=i18n("cleaned_reference"), interactive=False, elem_id="ref-clean")
+                    with gr.Accordion(i18n("voice_library"), open=False, elem_id="voice-library"):
+                        with gr.Row():
+                            voice_name = gr.Textbox(label=i18n("voice_name"), lines=1, elem_id="voice-name")
+                            save_voice = gr.Button(i18n("save_voice"), size="sm", elem_id="save-voice")
+                        with gr.Row():
+                            new_voice_name = gr.Textbox(label=i18n("new_voice_name"), lines=1,
+                                                        elem_id="new-voice-name")
+                            rename_voice = gr.Button(i18n("rename_voice"), size="sm", elem_id="rename-voice")
+                            delete_voice = gr.Button(i18n("delete_voice"), size="sm", variant="stop",
+                                                     elem_id="delete-voice")
+                        voice_status = gr.Markdown(label=i18n("voice_status"), elem_id="voice-status")
                 with gr.Column():
                     text = gr.Textbox(label=i18n("text"), placeholder=i18n("text_placeholder"), lines=5,
                                       elem_id="text")
@@ -75,16 +116,21 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     knobs.update({name: _control_widget(c, i18n) for name, c in controls.items()
                                   if name in ("max_new_tokens", "max_segment_chars", "pause_between_segments_ms")})
                 with gr.Row():
+                    speed, duration_s, loudness, audio_format = _output_controls(i18n, "")
+                with gr.Row():
                     # The operator's setting, for everyone: shown, not changed here (one user must not throttle
                     # or overload the server for all).
                     gr.Number(value=ctx.engine_config.max_batch_size, precision=0, interactive=False,
                               label=i18n("max_batch_size"), elem_id="max-batch-size")
                     reset = gr.Button(i18n("reset_defaults"), size="sm", elem_id="reset-defaults")
             emotion = _emotion_widgets(facts, i18n, ctx.lang)
-            generate = gr.Button(i18n("generate"), variant="primary", elem_id="generate")
+            # Without a model nothing can be generated: the button waits, greyed out, under the banner's fix.
+            generate = gr.Button(i18n("generate"), variant="primary", elem_id="generate",
+                                 interactive=ctx.engine is not None)
             # The non-streaming /synthesize API (same inputs, the final files only); the button above streams.
             synthesize_api = gr.Button(visible=False)
-            # Plays the speech while it is generated (chunks as the engine decodes them); the WAV below is the file.
+            # Plays the speech while it is generated (chunks as the engine decodes them); the file is below. A
+            # request with speed, a target duration or loudness does not stream (they need the whole clip).
             live_audio = gr.Audio(label=i18n("live_audio"), streaming=True, autoplay=True, interactive=False,
                                   elem_id="live-audio")
             with gr.Row():
@@ -100,24 +146,41 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             timings = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_timings").split("|"),
                                    label=i18n("timings"), interactive=False, elem_id="timings")
 
-        with gr.Tab(i18n("tab_batch"), id="batch"):
+        with gr.Tab(i18n("tab_dialogue"), id="dialogue"):
+            gr.Markdown(i18n("dialogue_intro"))
+            script = gr.Textbox(label=i18n("script"), lines=6, elem_id="script",
+                                placeholder="Speaker 1: 你好，欢迎收听。\nSpeaker 2: Thanks, glad to be here.")
+            speaker_voices, speaker_audios = [], []
             with gr.Row():
-                jsonl = gr.File(label=i18n("jsonl_file"), file_types=[".jsonl", ".json", ".txt"], type="filepath",
-                                elem_id="jsonl")
-                audio_zip = gr.File(label=i18n("audio_zip"), file_types=[".zip"], type="filepath",
-                                    elem_id="audio-zip")
-                default_voice = gr.Audio(label=i18n("default_voice"), sources=["upload"], type="filepath",
-                                         elem_id="default-voice")
+                for n in range(1, 5):
+                    with gr.Column(min_width=160):
+                        gr.Markdown(f"**{n}**")
+                        speaker_voices.append(gr.Dropdown(
+                            choices=voice_handlers.voice_choices(ctx, ctx.lang or "en"), value=voice_handlers.UPLOAD,
+                            label=i18n("speaker_voice"), elem_id=f"speaker-voice-{n}", allow_custom_value=True))
+                        speaker_audios.append(gr.Audio(label=i18n("speaker_audio"), sources=["upload"],
+                                                       type="filepath", elem_id=f"speaker-audio-{n}"))
             with gr.Row():
-                validate_btn = gr.Button(i18n("validate"), elem_id="validate")
-                run_btn = gr.Button(i18n("run_job"), variant="primary", elem_id="run-job")
-                cancel_btn = gr.Button(i18n("cancel_job"), variant="stop", elem_id="cancel-job")
-            validation = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_validation").split("|"), label=i18n("validation"), wrap=True,
-                                      interactive=False, elem_id="validation")
-            job_status = gr.Markdown(label=i18n("job_status"), elem_id="job-status")
-            results = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_results").split("|"), wrap=True,
-                                   label=i18n("job_results"), interactive=False, elem_id="job-results")
-            results_zip = gr.File(label=i18n("download_zip"), interactive=False, elem_id="results-zip")
+                d_seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="dialogue-seed")
+                d_speed, d_duration, d_loudness, d_format = _output_controls(i18n, "dialogue-")
+            generate_dialogue = gr.Button(i18n("generate_dialogue"), variant="primary", elem_id="generate-dialogue")
+            with gr.Row():
+                d_audio = gr.Audio(label=i18n("output_audio"), type="filepath", interactive=False,
+                                   elem_id="dialogue-audio")
+                d_used_seed = gr.Number(value=None, label=i18n("used_seed"), interactive=False)
+            with gr.Row():
+                d_srt = gr.File(label=i18n("download_srt"), interactive=False, height=90,
+                                elem_classes="download-box", elem_id="dialogue-srt")
+                d_metadata = gr.File(label=i18n("download_metadata"), interactive=False, height=90,
+                                     elem_classes="download-box", elem_id="dialogue-metadata")
+            d_timings = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_timings").split("|"),
+                                     label=i18n("timings"), interactive=False, elem_id="dialogue-timings")
+
+        jobs_browser = batch.browser_state()  # outside the tabs: loaded with the page, not when a tab is drawn
+        with gr.Tab(i18n("tab_batch"), id="batch") as batch_tab:
+            restore_jobs = batch.build_batch_tab(ctx, i18n, lambda fn: _wrap(fn, ctx), MODEL_CONCURRENCY,
+                                                 jobs_browser)
+        batch_tab.select(**restore_jobs)
 
         with gr.Tab(i18n("tab_memory"), id="memory"):
             gauge_md = gr.Markdown(label=i18n("memory_summary"), elem_id="gauge")
@@ -133,27 +196,58 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         knob_order = ["temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens", "max_segment_chars",
                       "pause_between_segments_ms"]
         synthesis_inputs = [ref_audio, text, ref_text, seed, randomize, greedy, *(knobs[n] for n in knob_order),
-                            use_cache, *emotion]
+                            use_cache, *emotion, voice, speed, duration_s, loudness, audio_format]
         synthesis_outputs = [out_audio, srt_file, metadata_file, timings, used_seed]
         generate.click(_wrap(handlers.synthesize_stream, ctx), synthesis_inputs, [live_audio, *synthesis_outputs],
-                       api_name="synthesize_stream", show_progress_on=[timings], **MODEL_CONCURRENCY)
+                       api_name="synthesize_stream", show_progress_on=[out_audio], **MODEL_CONCURRENCY)
         synthesize_api.click(_wrap(handlers.synthesize, ctx), synthesis_inputs, synthesis_outputs,
-                             api_name="synthesize", **MODEL_CONCURRENCY)
+                             api_name="synthesize", show_progress_on=[out_audio],
+                             **MODEL_CONCURRENCY)  # progress and errors in one place
+        generate_dialogue.click(_wrap(handlers.synthesize_dialogue, ctx),
+                                [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness,
+                                 d_format], [d_audio, d_srt, d_metadata, d_timings, d_used_seed],
+                                api_name="synthesize_dialogue", show_progress_on=[d_audio], **MODEL_CONCURRENCY)
+        transcribe.click(_wrap(voice_handlers.transcribe_reference, ctx), [ref_audio, voice], [ref_text],
+                         api_name="transcribe", **MODEL_CONCURRENCY)
+        # --- voice library
+        ref_audio.upload(lambda: voice_handlers.UPLOAD, None, [voice], queue=False, api_visibility="private")
+        voice.input(_wrap(voice_handlers.select_voice, ctx), [voice, ref_text], [ref_text, ref_clean, ref_report],
+                    api_visibility="private", **MODEL_CONCURRENCY)
+        save_voice.click(_wrap(voice_handlers.save_voice, ctx), [ref_audio, ref_text, voice_name],
+                         [voice, voice_status], api_name="save_voice", **MODEL_CONCURRENCY)
+        rename_voice.click(_wrap(voice_handlers.rename_voice, ctx), [voice, new_voice_name], [voice, voice_status],
+                           api_name="rename_voice", queue=False)
+        delete_voice.click(_wrap(voice_handlers.delete_voice, ctx), [voice], [voice, voice_status],
+                           api_name="delete_voice", queue=False)
+        gr.api(_wrap(voice_handlers.list_voices, ctx), api_name="list_voices", queue=False)
+        for dropdown in (voice, *speaker_voices):
+            demo.load(_wrap(voice_handlers.refresh_voices, ctx), None, [dropdown], queue=False,
+                      api_visibility="private")
         reset.click(lambda: [bool(controls["greedy"].default)] + [controls[n].default for n in knob_order], None,
                     [greedy] + [knobs[n] for n in knob_order], queue=False, api_visibility="private")
-        validate_btn.click(_wrap(handlers.validate_job, ctx), [jsonl, audio_zip, default_voice],
-                           [validation, job_status],
-                           api_name="validate_job")
-        run_btn.click(_wrap(handlers.run_job, ctx),
-                      [jsonl, audio_zip, default_voice, use_cache, greedy, seed],
-                      [job_status, results, results_zip], api_name="run_job", show_progress_on=[job_status],
-                      **MODEL_CONCURRENCY)
-        cancel_btn.click(_wrap(handlers.cancel_job, ctx), None, [job_status], api_name="cancel_job", queue=False)
         timer.tick(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], api_name="memory", queue=False,
                    show_progress="hidden")
         demo.load(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], queue=False, show_progress="hidden",
                   api_visibility="private")  # the same as /memory
+        demo.load(**restore_jobs)  # a reloaded page reopens its job, with live progress
+
+        def end_session(request: gr.Request) -> None:  # the tab closed: its single-synthesis outputs go
+            ctx.end_session(getattr(request, "session_hash", None))
+
+        demo.unload(end_session)
     return demo, i18n
+
+
+def _output_controls(i18n: gr.I18n, prefix: str):
+    """Speed, target duration, loudness and format widgets (``handlers.tempo_params`` reads them)."""
+    from tts_app.config import MAX_SPEED, MIN_SPEED
+
+    speed = gr.Slider(MIN_SPEED, MAX_SPEED, value=1.0, step=0.05, label=i18n("speed"), elem_id=f"{prefix}speed")
+    duration_s = gr.Number(value=0, minimum=0, label=i18n("duration_s"), elem_id=f"{prefix}duration-s")
+    loudness = gr.Number(value=0, maximum=0, label=i18n("loudness_lufs"), elem_id=f"{prefix}loudness")
+    audio_format = gr.Dropdown(choices=list(handlers.AUDIO_FORMATS), value="wav", label=i18n("audio_format"),
+                               elem_id=f"{prefix}audio-format")
+    return speed, duration_s, loudness, audio_format
 
 
 def _wrap(fn, ctx: AppContext):
@@ -218,8 +312,12 @@ def _control_widget(control: Control, i18n: gr.I18n):
 #: API names of outputs whose interface text key reads badly as a name
 API_NAMES = {"output_audio": "audio", "download_srt": "subtitles", "download_metadata": "metadata",
              "timings": "segments", "live_audio": "live_audio", "preview_warnings": "notes",
-             "reference_report": "report", "cleaned_reference": "cleaned_reference", "memory_summary": "summary", "memory_plot": "plot",
-             "job_results": "results", "download_zip": "zip", "validation": "validation"}
+             "reference_report": "report",
+             "cleaned_reference": "cleaned_reference", "memory_summary": "summary", "memory_plot": "plot",
+             "job_results": "results", "download_zip": "zip", "validation": "validation", "voice": "voice",
+             "voice_status": "status", "speed": "speed", "duration_s": "duration_s", "loudness_lufs": "loudness_lufs",
+             "audio_format": "audio_format", "script": "script", "reference_text": "reference_text",
+             "validation_summary": "summary", "job_progress": "progress", "job_status": "summary"}
 
 
 class _Blocks(gr.Blocks):
@@ -229,6 +327,9 @@ class _Blocks(gr.Blocks):
 
     def get_api_info(self, *args, **kwargs):
         info = super().get_api_info(*args, **kwargs)
+        for name, labels in batch.API_RETURNS.items():  # gr.api endpoints: name their returned values too
+            for item, label in zip((info or {}).get("named_endpoints", {}).get(name, {}).get("returns", []), labels):
+                item["label"] = label
         for endpoint in (info or {}).get("named_endpoints", {}).values():
             for item in endpoint.get("parameters", []) + endpoint.get("returns", []):
                 label = item.get("label")

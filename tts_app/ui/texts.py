@@ -55,6 +55,30 @@ EN: dict[str, str] = {
     "memory_summary": "Device memory",
     "memory_plot": "Memory use over the last minutes (OOM events marked)",
     "model_status": "Model",
+    "batch_intro": "Run many lines at once: upload a JSONL task file (one line per clip to make) and, when its lines "
+                   "name reference audio files, the ZIP that holds them. The job runs on the server: you can close or "
+                   "reload this page and come back to it (it is listed under Recent jobs).",
+    "jsonl_help_title": "What goes in the task file (fields, example, template)",
+    "jsonl_help": "One JSON object per line, UTF-8. Fields:\n\n"
+                  "| field | also accepted | meaning |\n|---|---|---|\n"
+                  "| `input_text` | `syn_text` | the text to speak (required) |\n"
+                  "| `prompt_audio` | `prompt_speech` | reference audio file inside the ZIP, e.g. `voices/mei.wav` "
+                  "(required unless you give a default voice) |\n"
+                  "| `prompt_text` | | what is said in the reference audio (optional; some models need it) |\n"
+                  "| `output_name` | `uttid` | file name of the result without `.wav` (default: the line number) |\n"
+                  "| `seed`, `greedy`, `temperature`, `top_p`, `top_k`, `cfg_scale`, `max_new_tokens` | | per-line "
+                  "settings (optional) |\n\n"
+                  "Example: `{\"input_text\": \"你好。\", \"prompt_audio\": \"voices/mei.wav\", "
+                  "\"output_name\": \"hello\"}`. Write paths with forward slashes (`voices/mei.wav`, not "
+                  "`voices\\mei.wav`). Validate before you run: every problem is listed with its line number.",
+    "download_template": "Download a template (.jsonl)",
+    "job_settings": "Job settings (batch size, KV cache, greedy, seed)",
+    "resume_job": "Resume",
+    "recent_jobs": "Recent jobs (this browser)",
+    "job_id": "Job id (paste one to reopen it)",
+    "open_job": "Open",
+    "show_lines": "Show lines",
+    "validation_summary": "Validation summary",
     "languages": "Languages the model was trained on (other text gets a warning)",
     "emotion": "Emotion",
     "emotion_note": "This model can speak with another emotion than the voice reference's: copy it from an emotion "
@@ -119,6 +143,27 @@ ZH: dict[str, str] = {
     "memory_summary": "设备内存",
     "memory_plot": "最近几分钟的内存占用（标出 OOM 事件）",
     "model_status": "模型",
+    "batch_intro": "一次合成多条：上传 JSONL 任务文件（每行一条要生成的音频）；如果各行引用了参考音频文件，再上传包含这些文件的 "
+                   "ZIP。任务在服务器上运行：可以关闭或刷新本页面，稍后回来继续查看（在“最近的任务”中）。",
+    "jsonl_help_title": "任务文件的写法（字段、示例、模板）",
+    "jsonl_help": "每行一个 JSON 对象，UTF-8 编码。字段：\n\n"
+                  "| 字段 | 也可写作 | 含义 |\n|---|---|---|\n"
+                  "| `input_text` | `syn_text` | 要朗读的文本（必填） |\n"
+                  "| `prompt_audio` | `prompt_speech` | ZIP 中的参考音频文件，如 `voices/mei.wav`（未设默认声音时必填） |\n"
+                  "| `prompt_text` | | 参考音频里说的话（可选；部分模型需要） |\n"
+                  "| `output_name` | `uttid` | 结果文件名，不含 `.wav`（默认：行号） |\n"
+                  "| `seed`、`greedy`、`temperature`、`top_p`、`top_k`、`cfg_scale`、`max_new_tokens` | | 每行的生成设置（可选） |\n\n"
+                  "示例：`{\"input_text\": \"你好。\", \"prompt_audio\": \"voices/mei.wav\", "
+                  "\"output_name\": \"hello\"}`。路径请用正斜杠（`voices/mei.wav`，而不是 `voices\\mei.wav`）。"
+                  "运行前先校验：每个问题都会列出行号。",
+    "download_template": "下载模板（.jsonl）",
+    "job_settings": "任务设置（批大小、KV 缓存、贪心解码、种子）",
+    "resume_job": "继续",
+    "recent_jobs": "最近的任务（本浏览器）",
+    "job_id": "任务 ID（粘贴 ID 可重新打开）",
+    "open_job": "打开",
+    "show_lines": "显示行",
+    "validation_summary": "校验摘要",
     "languages": "模型训练所用的语言（其他语言的文本会收到提示）",
     "emotion": "情感",
     "emotion_note": "该模型可以用与参考音频不同的情感说话：从情感参考音频复制、用下面八个滑块设定，或由模型自带的情感模型从文本判断。"
@@ -130,6 +175,52 @@ ZH: dict[str, str] = {
     "emo_happy": "高兴", "emo_angry": "愤怒", "emo_sad": "悲伤", "emo_afraid": "恐惧",
     "emo_disgusted": "反感", "emo_melancholic": "低落", "emo_surprised": "惊讶", "emo_calm": "自然",
 }
+
+# Voices, dialogue and long-form output (issue 16).
+EN.update({
+    "voice": "Voice (a saved voice, or the uploaded clip)",
+    "voice_library": "Voice library: save the uploaded clip, rename or delete the selected voice",
+    "voice_name": "Name for the uploaded clip",
+    "save_voice": "Save as voice",
+    "new_voice_name": "New name for the selected voice",
+    "rename_voice": "Rename",
+    "delete_voice": "Delete",
+    "voice_status": "Voice library status",
+    "transcribe": "Transcribe the reference (automatic, editable)",
+    "speed": "Speed (x the model's pace; pitch kept)",
+    "duration_s": "Target duration in seconds (0 = as generated)",
+    "loudness_lufs": "Loudness target in LUFS (0 = as generated; -16 podcast, -23 broadcast)",
+    "audio_format": "Output format",
+    "tab_dialogue": "Dialogue",
+    "dialogue_intro": "One turn per line: `Speaker 1: …`, `[S1] …` or `张三：…` (up to 4 speakers; names take "
+                      "speaker numbers in order of appearance). Give each speaker a saved voice or a clip.",
+    "script": "Dialogue script",
+    "speaker_voice": "Saved voice",
+    "speaker_audio": "or upload a clip",
+    "generate_dialogue": "Generate dialogue",
+})
+ZH.update({
+    "voice": "声音（已保存的声音，或上传的音频）",
+    "voice_library": "声音库：保存上传的音频，重命名或删除所选声音",
+    "voice_name": "为上传的音频命名",
+    "save_voice": "保存为声音",
+    "new_voice_name": "所选声音的新名字",
+    "rename_voice": "重命名",
+    "delete_voice": "删除",
+    "voice_status": "声音库状态",
+    "transcribe": "自动识别参考文本（可编辑）",
+    "speed": "语速（相对模型原速；音高不变）",
+    "duration_s": "目标时长（秒，0 = 不调整）",
+    "loudness_lufs": "响度目标（LUFS，0 = 不调整；播客 -16，广播 -23）",
+    "audio_format": "输出格式",
+    "tab_dialogue": "对话",
+    "dialogue_intro": "每行一句：`Speaker 1: …`、`[S1] …` 或 `张三：…`（最多 4 位说话人；名字按出现顺序编号）。"
+                      "为每位说话人选择已保存的声音或上传音频。",
+    "script": "对话脚本",
+    "speaker_voice": "已保存的声音",
+    "speaker_audio": "或上传音频",
+    "generate_dialogue": "生成对话",
+})
 
 assert EN.keys() == ZH.keys()  # a missing translation is a programming error, caught at import
 
@@ -156,12 +247,13 @@ SERVER: dict[str, dict[str, str]] = {
         "need_reference": "Upload or record a reference audio clip first (a few seconds of the voice to clone).",
         "need_text": "Type some text to speak.", "need_jsonl": "Upload a JSONL task file first.",
         "queued": "queued", "segment_progress": "segment {done}/{total}",
+        "stream_off_whole_clip": "streaming is off for this request: speed/duration/loudness need the whole clip",
         "synthesis_failed": "Synthesis failed (seed {seed}): {error}",
         "no_audio_sampling": "The model produced no audio for this text (seed {seed}): it ended speech at once. "
                              "Try another seed or a larger max new tokens.",
         "no_audio_greedy": "The model produced no audio for this text: it ended speech at once. Try sampling "
                            "instead of greedy decoding, or a larger max new tokens.",
-        "col_timings": "#|text|start (s)|end (s)|batch size|generate (s)",
+        "col_timings": "#|speaker|text|start (s)|end (s)|batch size|generate (s)",
         "col_validation": "line|status|message",
         "col_results": "line|output name|status|error|duration (s)",
         "job_file": "job file",
@@ -172,8 +264,21 @@ SERVER: dict[str, dict[str, str]] = {
         "job_summary": "ok {ok} · failed {failed} · already done {skipped}",
         "job_cancelled": "Job cancelled: {ok} lines finished, {cancelled} not run.",
         "lines_failed": "{failed} line(s) failed; see the results table.",
+        "no_job_yet": "No job yet: upload a task file and press Run job (or open one of your recent jobs).",
+        "status_queued": "queued", "status_running": "running", "status_done": "done",
+        "status_cancelled": "cancelled", "status_failed": "failed", "status_interrupted": "interrupted (resume it)",
+        "lines_done": "lines {done}/{total}", "outcomes": "ok {ok} · failed {failed} · cancelled {cancelled}",
+        "kept_lines": "{kept} kept from an earlier run", "eta": "about {eta} left", "batch_now": "batch of {size}",
+        "col_job_results": "line|output name|status|duration (s)|listen|error / notes",
+        "line_ok": "ok", "line_failed": "failed", "line_cancelled": "cancelled",
+        "filter_all": "all", "filter_ok": "ok", "filter_failed": "failed", "filter_cancelled": "cancelled",
+        "rows_shown": "Showing the first {shown} of {total} lines; the ZIP has every line.",
+        "no_rows": "No lines to show.",
+        "no_such_job": "There is no job {job_id} (it may have been removed).",
+        "upload_too_large": "{name} is {size}; files up to {limit} are accepted here. Upload a smaller file.",
+        "notes_more": "(and {count} more)",
         "cancelling": "cancelling…", "no_job": "no job of yours is running",
-        "cancel_info": "Cancelling: lines already running finish, the rest are not run.",
+        "cancel_info": "Cancelling: lines already running finish, the rest are recorded as cancelled.",
         "cpu_memory": "system RAM (CPU run: no GPU)", "gpu_memory": "GPU memory",
         "mem_totals": "total {total} GiB · used {used} GiB · free {free} GiB",
         "mem_cpu_process": "process RSS {rss} GiB · peak {peak} GiB",
@@ -199,10 +304,11 @@ SERVER: dict[str, dict[str, str]] = {
         "need_reference": "请先上传或录制一段参考音频（几秒钟要克隆的声音）。",
         "need_text": "请输入要朗读的文本。", "need_jsonl": "请先上传 JSONL 任务文件。",
         "queued": "排队中", "segment_progress": "第 {done}/{total} 段",
+        "stream_off_whole_clip": "此请求不流式播放：语速/时长/响度需要完整音频",
         "synthesis_failed": "合成失败（种子 {seed}）：{error}",
         "no_audio_sampling": "模型没有为这段文本生成音频（种子 {seed}）：它立即结束了。请换一个种子，或调大最大新 token 数。",
         "no_audio_greedy": "模型没有为这段文本生成音频：它立即结束了。请改用采样解码，或调大最大新 token 数。",
-        "col_timings": "#|文本|开始（秒）|结束（秒）|批大小|生成（秒）",
+        "col_timings": "#|说话人|文本|开始（秒）|结束（秒）|批大小|生成（秒）",
         "col_validation": "行|状态|说明",
         "col_results": "行|输出名|状态|错误|时长（秒）",
         "job_file": "任务文件",
@@ -213,8 +319,21 @@ SERVER: dict[str, dict[str, str]] = {
         "job_summary": "成功 {ok} · 失败 {failed} · 之前已完成 {skipped}",
         "job_cancelled": "任务已取消：完成 {ok} 行，{cancelled} 行未运行。",
         "lines_failed": "{failed} 行失败，详见结果表。",
+        "no_job_yet": "还没有任务：上传任务文件后点击“运行任务”（或打开最近的任务）。",
+        "status_queued": "排队中", "status_running": "运行中", "status_done": "已完成",
+        "status_cancelled": "已取消", "status_failed": "失败", "status_interrupted": "已中断（可继续）",
+        "lines_done": "{done}/{total} 行", "outcomes": "成功 {ok} · 失败 {failed} · 取消 {cancelled}",
+        "kept_lines": "{kept} 行沿用之前的结果", "eta": "预计还需 {eta}", "batch_now": "批大小 {size}",
+        "col_job_results": "行|输出名|状态|时长（秒）|试听|错误 / 提示",
+        "line_ok": "成功", "line_failed": "失败", "line_cancelled": "已取消",
+        "filter_all": "全部", "filter_ok": "成功", "filter_failed": "失败", "filter_cancelled": "已取消",
+        "rows_shown": "仅显示前 {shown} 行（共 {total} 行）；ZIP 中包含全部。",
+        "no_rows": "没有可显示的行。",
+        "no_such_job": "没有任务 {job_id}（可能已被删除）。",
+        "upload_too_large": "{name} 大小为 {size}；此处最多接受 {limit}。请上传更小的文件。",
+        "notes_more": "（另有 {count} 条）",
         "cancelling": "正在取消…", "no_job": "你没有正在运行的任务",
-        "cancel_info": "正在取消：已在运行的行会完成，其余不再运行。",
+        "cancel_info": "正在取消：已在运行的行会完成，其余记为已取消。",
         "cpu_memory": "系统内存（CPU 运行：无 GPU）", "gpu_memory": "显存",
         "mem_totals": "总量 {total} GiB · 已用 {used} GiB · 空闲 {free} GiB",
         "mem_cpu_process": "进程常驻内存 {rss} GiB · 峰值 {peak} GiB",
@@ -229,6 +348,21 @@ SERVER: dict[str, dict[str, str]] = {
         "emo_mode_vector": "情感滑块", "emo_mode_text": "从文本判断",
     },
 }
+SERVER["en"].update({
+    "voice_upload": "(uploaded / recorded clip)", "voice_example": "example",
+    "voice_selected": "Voice **{name}**: {seconds} s of cleaned speech, saved {created}.",
+    "voice_saved": "Saved voice {name}.", "voice_renamed": "Renamed {old} to {name}.",
+    "voice_deleted": "Deleted voice {name}.", "need_voice": "Select a saved voice first.",
+    "need_speaker_voice": "{name} (speaker {number}) has no voice: pick a saved voice or upload a clip for speaker "
+                          "{number}.",
+})
+SERVER["zh"].update({
+    "voice_upload": "（上传 / 录制的音频）", "voice_example": "示例",
+    "voice_selected": "声音 **{name}**：处理后语音 {seconds} 秒，保存于 {created}。",
+    "voice_saved": "已保存声音 {name}。", "voice_renamed": "已将 {old} 重命名为 {name}。",
+    "voice_deleted": "已删除声音 {name}。", "need_voice": "请先选择一个已保存的声音。",
+    "need_speaker_voice": "{name}（说话人 {number}）没有声音：请为说话人 {number} 选择已保存的声音或上传音频。",
+})
 assert SERVER["en"].keys() == SERVER["zh"].keys()
 
 

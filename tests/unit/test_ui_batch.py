@@ -1,0 +1,108 @@
+"""What the Batch tab draws (progress box, results table with players and a status filter) and how the UI groups
+notices, without a browser."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from types import SimpleNamespace
+
+import pytest
+
+from tests.fakes import FakeAdapter
+from tts_app.config import EngineConfig, UploadConfig
+from tts_app.jobs.manager import JobManager
+from tts_app.jobs.store import JobState, JobStore
+from tts_app.runtime import Runtime
+from tts_app.ui import batch, handlers
+
+
+def test_the_progress_box_says_lines_done_eta_and_batch_size():
+    state = JobState(job_id="20250101-120000-1a2b3c4d", status="running", num_lines=50, num_done=12, num_ok=11,
+                     num_failed=1, eta_s=95.0, batch_size=4)
+    text = batch.progress_html(state, "en")
+    assert 'data-status="running"' in text and 'data-done="12"' in text and 'style="width: 24.0%"' in text
+    for part in ("running", "lines 12/50", "ok 11 · failed 1 · cancelled 0", "about 1:35 left", "batch of 4",
+                 "20250101-120000-1a2b3c4d"):
+        assert part in text, part
+    done = batch.progress_html(JobState(job_id=state.job_id, status="interrupted", num_lines=50, num_done=20,
+                                        error="<b>disk</b> full"), "zh")
+    assert "已中断" in done and "left" not in done and "&lt;b&gt;disk&lt;/b&gt;" in done  # escaped, localised
+    assert "upload a task file" in batch.progress_html(None, "en")
+
+
+@pytest.fixture()
+def finished_job(tmp_path, data_dir):
+    shutil.copy(data_dir / "en_female_1.wav", tmp_path / "v.wav")
+    with zipfile.ZipFile(tmp_path / "v.zip", "w") as zf:
+        zf.write(tmp_path / "v.wav", "v.wav")
+    rows = [{"input_text": "Hello there.", "prompt_audio": "v.wav", "output_name": "a"},
+            {"input_text": "Missing.", "prompt_audio": "gone<img src=x onerror=alert(1)>.wav", "output_name": "b"},
+            {"input_text": "Third.", "prompt_audio": "v.wav", "output_name": "c"}]
+    (tmp_path / "job.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    runtime = Runtime.from_adapter(FakeAdapter(), "fake", EngineConfig(wait_window_ms=1))
+    manager = JobManager(JobStore(tmp_path / "out"), runtime)
+    state = manager.submit(tmp_path / "job.jsonl", audio_zip=tmp_path / "v.zip")
+    manager.wait(state.job_id, timeout_s=60)
+    yield SimpleNamespace(jobs=manager, engine=runtime.engine, upload_config=UploadConfig()), state.job_id
+    runtime.close()
+
+
+def test_the_results_table_has_a_player_per_ok_line_and_filters_by_status(finished_job):
+    ctx, job_id = finished_job
+    table = batch.results_html(ctx, job_id, "all", "en")
+    assert table.count("<tr>") == 4 and table.count("<audio ") == 2  # header + 3 lines; players for the 2 ok
+    assert "<img" not in table and "&lt;img src=x" in table  # a user's string is shown, never run
+    assert 'preload="none"' in table  # 1000 lines do not load 1000 files
+    failed = batch.results_html(ctx, job_id, "failed", "en")
+    assert failed.count("<tr>") == 2 and "not found" in failed and "<audio " not in failed
+    assert "No lines" in batch.results_html(ctx, job_id, "cancelled", "en")
+
+
+def test_many_notices_make_one_grouped_warning(monkeypatch):
+    shown = []
+    monkeypatch.setattr(handlers.gr, "Warning", lambda message: shown.append(message))
+    notes = [f"segment {i} hit the cap" for i in range(13)] + ["segment 0 hit the cap"]
+    handlers.warn_grouped(notes, "en")
+    assert len(shown) == 1
+    assert shown[0].count("•") == handlers.MAX_NOTICES_SHOWN and "(and 10 more)" in shown[0]
+    handlers.warn_grouped([], "en")
+    assert len(shown) == 1
+
+
+def test_an_upload_over_its_kinds_limit_is_refused_and_removed(tmp_path):
+    from tts_app.errors import InputError
+    from tts_app.ui.uploads import check_upload
+
+    big = tmp_path / "voice.wav"
+    big.write_bytes(b"\0" * 2_000_000)
+    with pytest.raises(InputError, match=r"voice\.wav is 2\.0 MB; up to 1\.0 MB"):
+        check_upload(big, 1_000_000, "{name} is {size}; up to {limit}")
+    assert not big.exists()
+    small = tmp_path / "ok.wav"
+    small.write_bytes(b"\0" * 10)
+    check_upload(small, 1_000_000, "{name}")
+    assert small.exists()
+
+
+def test_the_no_model_messages_name_the_installed_hub_clients_commands():
+    from tts_app.adapters.loading import gated_message, not_found_message, offline_message
+
+    messages = [offline_message("a/b"), gated_message("a/b"), not_found_message("a/b")]
+    assert "hf download ID" in messages[0] and "hf auth login" in messages[1] + messages[2]
+    assert not any("huggingface-cli" in m for m in messages)  # huggingface_hub 1.x has no such command
+
+
+def test_a_finished_browser_session_takes_its_single_outputs_along_and_leaves_jobs(tmp_path):
+    from tts_app.config import EngineConfig, ModelConfig
+    from tts_app.ui.context import AppContext
+
+    ctx = AppContext(model_config=ModelConfig(), engine_config=EngineConfig(), output_root=tmp_path)
+    mine, theirs = ctx.session_dir("abc123"), ctx.session_dir("def456")
+    for folder in (mine, theirs, tmp_path / "jobs" / "20250101-120000-1a2b3c4d"):
+        folder.mkdir(parents=True)
+        (folder / "x.wav").write_bytes(b"RIFF")
+    assert ctx.session_dir("../../etc") == tmp_path / "single" / "etc"  # a session id never names another folder
+    ctx.end_session("abc123")
+    assert not mine.exists() and theirs.exists() and (tmp_path / "jobs").exists()

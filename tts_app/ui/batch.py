@@ -1,0 +1,460 @@
+"""The Batch (JSONL) tab: a creator uploads a job file (and the ZIP of voices it names), checks it, runs it as a
+durable job and follows it: lines done / total, ETA and batch size while it runs, a results table with a player per
+line, a ZIP. The job runs on the server (``tts_app.jobs.manager``), so closing or reloading the page, or
+restarting the server, loses nothing: the browser remembers its jobs (``gr.BrowserState``) and reopens them.
+
+API (``gradio_client``): ``/validate_job``, ``/submit_job`` (returns the job id at once), ``/job_status`` (job id
+-> progress dict), ``/job_results`` (job id -> table and ZIP), ``/run_job`` (submits and waits; summary, table,
+ZIP), ``/cancel_job``, ``/resume_job``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import secrets
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from tts_app.errors import TTSAppError
+from tts_app.jobs.store import JobState
+from tts_app.ui.context import AppContext
+from tts_app.ui.texts import server_text
+
+log = logging.getLogger(__name__)
+
+# Key of the (non-secret) job list in localStorage; encryption there only keeps other pages' scripts out, and a fixed
+# key lets a restarted server read it (the job ids themselves are the access keys).
+BROWSER_SECRET = "tts_app-batch-jobs-v1"
+# Rows shown in the results table at once (each has an audio player); the ZIP always has every line.
+MAX_SHOWN_ROWS = 200
+FILTERS = ("all", "ok", "failed", "cancelled")
+# Written next to the outputs at start-up and offered for download: one line per common case.
+TEMPLATE_LINES = [
+    {"input_text": "你好，欢迎收听今天的节目。", "prompt_audio": "voices/mei.wav", "prompt_text": "大家好，我是小美。",
+     "output_name": "intro_zh"},
+    {"input_text": "Welcome back to the show.", "prompt_audio": "voices/anna.wav", "output_name": "intro_en"},
+    {"input_text": "银行(yin2 hang2)九点开门。", "prompt_audio": "voices/mei.wav", "output_name": "bank", "seed": 7},
+]
+
+# Names of what the API-only endpoints return (gradio would call them "1st", "2nd").
+_VIEW_NAMES = ["progress", "results", "zip", "run_button", "cancel_button", "resume_button", "recent_jobs"]
+API_RETURNS = {"/job_status": ["job"], "/job_results": ["records", "zip"],
+               "/submit_job": ["browser", "job_id", *_VIEW_NAMES], "/resume_job": ["browser", *_VIEW_NAMES]}
+
+CSS = """
+#job-progress { min-height: 3.5em; }
+#job-progress .job-bar { height: 0.9em; background: var(--neutral-200); border-radius: 0.45em; overflow: hidden; }
+#job-progress .job-bar > div { height: 100%; background: var(--color-accent); transition: width 0.5s; }
+#job-progress p { margin: 0.4em 0 0 0; }
+#job-results { max-height: 640px; overflow-y: auto; }
+#job-results table { table-layout: fixed; width: 100%; border-collapse: collapse; font-size: 0.9em; }
+#job-results th, #job-results td { padding: 0.25em 0.4em; border-bottom: 1px solid var(--neutral-200);
+                                   overflow-wrap: anywhere; vertical-align: middle; text-align: left; }
+#job-results col.c-line { width: 4em; } #job-results col.c-status { width: 6em; }
+#job-results col.c-dur { width: 5em; } #job-results col.c-audio { width: 16em; }
+#job-results audio { width: 100%; height: 2em; }
+"""
+
+
+def _lang(ctx: AppContext, request: gr.Request | None) -> str:
+    from tts_app.ui.texts import pick_language
+
+    headers = getattr(request, "headers", None) or {}
+    return pick_language(ctx.lang, headers.get("accept-language"))
+
+
+def _user_error(message: str) -> gr.Error:
+    """A mistake the user can fix: shown where they acted, no traceback in the server log."""
+    return gr.Error(message, duration=None, print_exception=False)
+
+
+def _check_uploads(ctx: AppContext, jsonl, audio_zip, default_voice, lang: str) -> None:
+    """Hold each uploaded file to its kind's size limit (``UploadConfig``)."""
+    from tts_app.ui.uploads import check_upload
+
+    message = server_text(lang, "upload_too_large", name="{name}", size="{size}", limit="{limit}")
+    try:
+        check_upload(jsonl, ctx.upload_config.max_upload_bytes, message)
+        check_upload(default_voice, ctx.upload_config.max_upload_bytes, message)
+        check_upload(audio_zip, ctx.upload_config.max_zip_upload_bytes, message)
+    except TTSAppError as exc:
+        raise _user_error(str(exc)) from exc
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
+        f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def progress_html(state: JobState | None, lang: str) -> str:
+    """The progress box: a bar and one line (status, lines done / total, outcome counts, ETA, batch size, id)."""
+    if state is None:
+        return f"<p>{html.escape(server_text(lang, 'no_job_yet'))}</p>"
+    total = max(state.num_lines, 1)
+    share = 100.0 * state.num_done / total if state.num_lines else 0.0
+    parts = [f"<b>{html.escape(server_text(lang, 'status_' + state.status))}</b>",
+             html.escape(server_text(lang, "lines_done", done=state.num_done, total=state.num_lines or "?")),
+             html.escape(server_text(lang, "outcomes", ok=state.num_ok, failed=state.num_failed,
+                                     cancelled=state.num_cancelled))]
+    if state.num_skipped:
+        parts.append(html.escape(server_text(lang, "kept_lines", kept=state.num_skipped)))
+    if state.active:
+        parts.append(html.escape(server_text(lang, "eta", eta=_duration(state.eta_s))))
+        if state.batch_size:
+            parts.append(html.escape(server_text(lang, "batch_now", size=state.batch_size)))
+    parts.append(f"<code>{html.escape(state.job_id)}</code>")
+    lines = [f'<div class="job-bar" role="progressbar" aria-valuenow="{state.num_done}" aria-valuemin="0" '
+             f'aria-valuemax="{state.num_lines}"><div style="width: {share:.1f}%"></div></div>',
+             f"<p>{' · '.join(parts)}</p>"]
+    if state.error:
+        lines.append(f"<p>✖ {html.escape(state.error)}</p>")
+    for warning in state.warnings:
+        lines.append(f"<p>⚠ {html.escape(warning)}</p>")
+    return f'<div data-status="{state.status}" data-done="{state.num_done}">{"".join(lines)}</div>'
+
+
+def results_html(ctx: AppContext, job_id: str | None, status_filter: str, lang: str) -> str:
+    """The results table: line, output name, status, duration, a player for ok lines, error / warnings."""
+    if not job_id:
+        return ""
+    records = ctx.jobs.results(job_id)
+    if status_filter in FILTERS[1:]:
+        records = [r for r in records if r.get("status") == status_filter]
+    out_dir = ctx.jobs.store.out_dir(job_id)
+    head = server_text(lang, "col_job_results").split("|")
+    rows = []
+    for record in records[:MAX_SHOWN_ROWS]:
+        audio = record.get("audio_path")
+        player = ""
+        if record.get("status") == "ok" and audio:
+            src = f"/gradio_api/file={html.escape(str((out_dir / audio).resolve()), quote=True)}"
+            player = f'<audio controls preload="none" src="{src}"></audio>'
+        notes = [record.get("error") or ""] + list(record.get("warnings") or [])
+        duration = record.get("duration_s")
+        rows.append("<tr>" + "".join([
+            f"<td>{record['line']}</td>", f"<td>{html.escape(str(record.get('output_name') or '—'))}</td>",
+            f"<td>{html.escape(server_text(lang, 'line_' + str(record.get('status'))))}</td>",
+            f"<td>{'' if duration is None else f'{duration:.2f}'}</td>", f"<td>{player}</td>",
+            f"<td>{'<br>'.join(html.escape(n) for n in notes if n)}</td>"]) + "</tr>")
+    cols = "".join(f'<col class="{c}">' for c in ("c-line", "c-name", "c-status", "c-dur", "c-audio", "c-notes"))
+    table = (f"<table><colgroup>{cols}</colgroup><thead><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}"
+             f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    if len(records) > MAX_SHOWN_ROWS:
+        table += f"<p>{html.escape(server_text(lang, 'rows_shown', shown=MAX_SHOWN_ROWS, total=len(records)))}</p>"
+    if not records:
+        table = f"<p>{html.escape(server_text(lang, 'no_rows'))}</p>"
+    return table
+
+
+def _choices(ctx: AppContext, owner: str, lang: str) -> list[tuple[str, str]]:
+    from datetime import datetime
+
+    out = []
+    for state in ctx.jobs.list(owner=owner, limit=20):
+        when = datetime.fromtimestamp(state.created_s).strftime("%m-%d %H:%M")
+        label = (f"{when} · {state.input_name} · {server_text(lang, 'status_' + state.status)} · "
+                 f"{state.num_done}/{state.num_lines or '?'}")
+        out.append((label, state.job_id))
+    return out
+
+
+def _view(ctx: AppContext, browser: dict, status_filter: str, lang: str) -> tuple:
+    """(progress html, results html, zip path, run button, cancel button, resume button, recent jobs) for the
+    browser's current job."""
+    job_id = browser.get("job_id") or None
+    state = ctx.jobs.get(job_id) if job_id else None
+    running = state is not None and state.active
+    zip_path = None
+    if state is not None and not running:
+        found = ctx.jobs.results_zip(job_id)
+        zip_path = None if found is None else str(found)
+    can_run = ctx.engine is not None and not running
+    return (progress_html(state, lang), results_html(ctx, job_id if state else None, status_filter, lang), zip_path,
+            gr.update(interactive=can_run), gr.update(interactive=running),
+            gr.update(interactive=ctx.engine is not None and state is not None and state.status in (
+                "interrupted", "cancelled", "failed")),
+            gr.update(choices=_choices(ctx, browser.get("owner", ""), lang), value=job_id if state else None))
+
+
+def _browser(browser: Any) -> dict:
+    browser = dict(browser or {})
+    if not browser.get("owner"):
+        browser["owner"] = secrets.token_hex(8)
+    return browser
+
+
+# ----------------------------------------------------------------------------------------------------- handlers
+
+
+def validate_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, request: gr.Request = None):
+    """JSONL (+ZIP) uploaded -> (problem table [line, status, message], summary). Loads no model."""
+    from tts_app.jobs.runner import validate_job as _validate
+    from tts_app.ui.handlers import _table
+
+    lang = _lang(ctx, request)
+    if not jsonl_file:
+        raise _user_error(server_text(lang, "need_jsonl"))
+    _check_uploads(ctx, jsonl_file, audio_zip, default_voice, lang)
+    try:
+        report = _validate(Path(jsonl_file), audio_dir=audio_zip or None, default_voice=default_voice or None)
+    except TTSAppError as exc:
+        raise _user_error(str(exc)) from exc
+    rows = [[line if line else server_text(lang, "job_file"), status, str(message)]
+            for line, status, message in report.as_table()]
+    counts = dict(num_lines=report.num_lines, num_valid=report.num_valid, num_invalid=report.num_invalid,
+                  num_warnings=report.num_warnings)
+    summary = server_text(lang, "validation_ok" if report.ok else "validation_bad", **counts)
+    return _table(rows, lang, "col_validation"), summary
+
+
+def _settings(ctx: AppContext, max_batch_size, use_cache, greedy, seed) -> dict:
+    """The job's own settings; ``greedy`` equal to the model's default (or not given) is stored as None = "the
+    model's choice", as the Single tab and the command line send it."""
+    from tts_app.ui.controls import generation_controls
+
+    control = generation_controls(ctx.engine.facts if ctx.engine is not None else None)["greedy"]
+    greedy = None if greedy is None or not control.visible or bool(greedy) == bool(control.default) else bool(greedy)
+    return {"max_batch_size": int(max_batch_size) if max_batch_size else None, "use_cache": bool(use_cache),
+            "greedy": greedy, "seed": int(seed or 0)}
+
+
+def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dict, owner: str | None, lang: str
+            ) -> JobState:
+    if not jsonl_file:
+        raise _user_error(server_text(lang, "need_jsonl"))
+    _check_uploads(ctx, jsonl_file, audio_zip, default_voice, lang)
+    try:
+        return ctx.jobs.submit(jsonl_file, audio_zip=audio_zip or None, default_voice=default_voice or None,
+                               settings=settings, owner=owner,
+                               names={"input": Path(jsonl_file).name,
+                                      "audio": Path(audio_zip).name if audio_zip else None,
+                                      "voice": Path(default_voice).name if default_voice else None})
+    except TTSAppError as exc:
+        raise _user_error(str(exc)) from exc
+
+
+def submit_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None, use_cache=True,
+               greedy=None, seed=0, browser=None, status_filter="all", request: gr.Request = None):
+    """Run clicked -> the job starts on the server; the page follows it by id (also after a reload). API: only
+    ``jsonl_file`` is needed; the job id comes back at once (follow it with ``/job_status``)."""
+    lang = _lang(ctx, request)
+    browser = _browser(browser)
+    state = _submit(ctx, jsonl_file, audio_zip, default_voice,
+                    _settings(ctx, max_batch_size, use_cache, greedy, seed), browser["owner"], lang)
+    browser["job_id"] = state.job_id
+    return (browser, state.job_id, *_view(ctx, browser, status_filter, lang))
+
+
+def poll(ctx: AppContext, browser, status_filter, shown, request: gr.Request = None):
+    """Timer tick -> refresh the progress box (and the results once something changed) of the current job."""
+    lang = _lang(ctx, request)
+    browser = _browser(browser)
+    job_id = browser.get("job_id")
+    state = ctx.jobs.get(job_id) if job_id else None
+    key = None if state is None else f"{state.job_id}|{state.status}|{state.num_done}|{status_filter}"
+    if key == shown:
+        return (gr.skip(),) * 8
+    return (key, *_view(ctx, browser, status_filter, lang))
+
+
+def open_job(ctx: AppContext, job_id, browser, status_filter="all", request: gr.Request = None):
+    """A job picked from the list or pasted by id -> show it."""
+    lang = _lang(ctx, request)
+    browser = _browser(browser)
+    job_id = (job_id or "").strip()
+    if job_id:
+        try:
+            state = ctx.jobs.get(job_id)
+        except TTSAppError as exc:
+            raise _user_error(str(exc)) from exc
+        if state is None:
+            raise _user_error(server_text(lang, "no_such_job", job_id=job_id))
+        browser["job_id"] = job_id
+    return (browser, browser.get("job_id") or "", *_view(ctx, browser, status_filter, lang))
+
+
+def restore(ctx: AppContext, browser, status_filter="all", request: gr.Request = None):
+    """Page (re)loaded -> reopen the browser's current job, with its live progress."""
+    lang = _lang(ctx, request)
+    browser = _browser(browser)
+    if browser.get("job_id"):
+        try:
+            if ctx.jobs.get(browser["job_id"]) is None:
+                browser["job_id"] = ""
+        except TTSAppError:
+            browser["job_id"] = ""
+    return (browser, browser.get("job_id") or "", *_view(ctx, browser, status_filter, lang))
+
+
+def cancel_job(ctx: AppContext, browser=None, request: gr.Request = None):
+    """Cancel this browser's running job (other users' jobs are untouched)."""
+    lang = _lang(ctx, request)
+    job_id = (browser or {}).get("job_id")
+    if not job_id or not ctx.jobs.cancel(job_id):
+        return server_text(lang, "no_job")
+    gr.Info(server_text(lang, "cancel_info"))
+    return server_text(lang, "cancelling")
+
+
+def resume_job(ctx: AppContext, browser, status_filter="all", request: gr.Request = None):
+    """Resume clicked -> run the lines the job has not finished (ok lines are kept)."""
+    lang = _lang(ctx, request)
+    browser = _browser(browser)
+    if not browser.get("job_id"):
+        raise _user_error(server_text(lang, "no_job"))
+    try:
+        ctx.jobs.resume(browser["job_id"])
+    except TTSAppError as exc:
+        raise _user_error(str(exc)) from exc
+    return (browser, *_view(ctx, browser, status_filter, lang))
+
+
+def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None,
+                     use_cache=True, greedy=None, seed=0, request: gr.Request = None):
+    """API: submit a job and wait for it -> (summary text, results table, ZIP path). The job keeps running if
+    the caller disconnects; ``/job_status`` with the id in the summary follows it."""
+    from tts_app.ui.handlers import _table
+
+    lang = _lang(ctx, request)
+    state = _submit(ctx, jsonl_file, audio_zip, default_voice,
+                    _settings(ctx, max_batch_size, use_cache, greedy, seed), None, lang)
+    state = ctx.jobs.wait(state.job_id)
+    records = ctx.jobs.results(state.job_id)
+    rows = [[r["line"], r.get("output_name"), r.get("status"), r.get("error") or "", r.get("duration_s")]
+            for r in records]
+    if state.status == "failed":
+        raise _user_error(state.error or "the job failed")
+    key = "job_cancelled" if state.num_cancelled else "job_summary"
+    text = server_text(lang, key, ok=state.num_ok, failed=state.num_failed, skipped=state.num_skipped,
+                       cancelled=state.num_cancelled) + f" ({state.job_id})"
+    found = ctx.jobs.results_zip(state.job_id)
+    return text, _table(rows, lang, "col_results"), None if found is None else str(found)
+
+
+def job_status(ctx: AppContext, job_id: str) -> dict:
+    """API: a job's state (status, num_lines, num_done, num_ok, num_failed, num_cancelled, eta_s, batch_size,
+    error, ...) as a dict."""
+    try:
+        state = ctx.jobs.get(job_id)
+    except TTSAppError as exc:
+        raise _user_error(str(exc)) from exc
+    if state is None:
+        raise _user_error(server_text("en", "no_such_job", job_id=job_id))
+    out = state.to_dict()
+    out.pop("owner", None)
+    out.pop("server_id", None)
+    return out
+
+
+def job_results(ctx: AppContext, job_id: str) -> tuple[list[dict], str | None]:
+    """API: a job's results.jsonl records (line order) and the path of its ZIP (None before the first record)."""
+    job_status(ctx, job_id)  # checks the id and that the job exists
+    found = ctx.jobs.results_zip(job_id)
+    return ctx.jobs.results(job_id), None if found is None else str(found)
+
+
+# ----------------------------------------------------------------------------------------------------- layout
+
+
+def write_template(folder: Path) -> Path:
+    """The downloadable example job file (UTF-8 JSONL)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "template.jsonl"
+    path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in TEMPLATE_LINES),
+                    encoding="utf-8")
+    return path
+
+
+def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browser) -> dict:
+    """The tab's components and events (call inside ``gr.Blocks`` / ``gr.Tab``). ``wrap`` binds ``ctx``;
+    ``browser`` is the page's ``gr.BrowserState`` (created outside the tabs, so it is loaded with the page even
+    before this tab is first drawn). Returns the keyword arguments of the event that reopens the browser's job
+    (run it on page load and when the tab is selected)."""
+    from tts_app.ui.controls import generation_controls
+    from tts_app.ui.texts import server_text as st
+
+    lang = ctx.lang or "en"
+    gr.Markdown(i18n("batch_intro"))
+    with gr.Accordion(i18n("jsonl_help_title"), open=False):
+        gr.Markdown(i18n("jsonl_help"), elem_id="jsonl-help")
+        gr.DownloadButton(i18n("download_template"), value=str(write_template(ctx.output_root)),
+                          elem_id="template", size="sm")
+    with gr.Row():
+        jsonl = gr.File(label=i18n("jsonl_file"), file_types=[".jsonl", ".json", ".txt"], type="filepath",
+                        elem_id="jsonl")
+        audio_zip = gr.File(label=i18n("audio_zip"), file_types=[".zip"], type="filepath", elem_id="audio-zip")
+        default_voice = gr.Audio(label=i18n("default_voice"), sources=["upload"], type="filepath",
+                                 elem_id="default-voice")
+    with gr.Accordion(i18n("job_settings"), open=False):
+        with gr.Row():
+            job_batch = gr.Slider(1, 64, value=ctx.engine_config.max_batch_size, step=1,
+                                  label=i18n("max_batch_size"), elem_id="job-batch")
+            job_cache = gr.Checkbox(value=True, label=i18n("use_cache"), elem_id="job-cache")
+            greedy_control = generation_controls(ctx.engine.facts if ctx.engine is not None else None)["greedy"]
+            job_greedy = gr.Checkbox(value=bool(greedy_control.default), label=i18n("greedy"),
+                                     visible=greedy_control.visible, elem_id="job-greedy")
+            job_seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="job-seed")
+    can_run = ctx.engine is not None
+    with gr.Row():
+        validate_btn = gr.Button(i18n("validate"), elem_id="validate")
+        run_btn = gr.Button(i18n("run_job"), variant="primary", elem_id="run-job", interactive=can_run)
+        cancel_btn = gr.Button(i18n("cancel_job"), variant="stop", elem_id="cancel-job", interactive=False)
+        resume_btn = gr.Button(i18n("resume_job"), elem_id="resume-job", interactive=False)
+    validation_summary = gr.Markdown(label=i18n("validation_summary"), elem_id="validation-summary")
+    validation = gr.Dataframe(headers=st(lang, "col_validation").split("|"), label=i18n("validation"), wrap=True,
+                              interactive=False, elem_id="validation")
+    progress = gr.HTML(progress_html(None, lang), label=i18n("job_progress"), elem_id="job-progress")
+    with gr.Row():
+        recent = gr.Dropdown(label=i18n("recent_jobs"), choices=[], value=None, elem_id="recent-jobs", scale=3)
+        job_id = gr.Textbox(label=i18n("job_id"), placeholder="20250101-120000-1a2b3c4d", elem_id="job-id", scale=2)
+        open_btn = gr.Button(i18n("open_job"), elem_id="open-job", scale=1)
+    status_filter = gr.Radio(choices=[(st(lang, "filter_" + f), f) for f in FILTERS], value="all",
+                             label=i18n("show_lines"), elem_id="status-filter")
+    results = gr.HTML(label=i18n("job_results"), elem_id="job-results")
+    results_zip = gr.File(label=i18n("download_zip"), interactive=False, elem_id="results-zip", height=90,
+                          elem_classes="download-box")
+    shown = gr.State(None)
+    timer = gr.Timer(1.0)
+    # Hidden outputs of the blocking /run_job API (its callers read the summary and the table).
+    api_summary = gr.Markdown(label=i18n("job_status"), visible=False)
+    api_table = gr.Dataframe(headers=st(lang, "col_results").split("|"), label=i18n("job_results"), visible=False)
+    api_run = gr.Button(visible=False)
+
+    view = [progress, results, results_zip, run_btn, cancel_btn, resume_btn, recent]
+    validate_btn.click(wrap(validate_job), [jsonl, audio_zip, default_voice], [validation, validation_summary],
+                       api_name="validate_job", show_progress_on=[validation_summary])
+    run_btn.click(wrap(submit_job), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy, job_seed,
+                                     browser, status_filter], [browser, job_id, *view], api_name="submit_job",
+                  show_progress_on=[progress])
+    cancel_btn.click(wrap(cancel_job), [browser], [validation_summary], api_name="cancel_job", queue=False)
+    resume_btn.click(wrap(resume_job), [browser, status_filter], [browser, *view], api_name="resume_job",
+                     show_progress_on=[progress])
+    open_btn.click(wrap(open_job), [job_id, browser, status_filter], [browser, job_id, *view],
+                   show_progress_on=[progress], api_visibility="private")
+    recent.input(wrap(open_job), [recent, browser, status_filter], [browser, job_id, *view],
+                 show_progress_on=[progress], api_visibility="private")
+    status_filter.change(wrap(open_job), [job_id, browser, status_filter], [browser, job_id, *view],
+                         show_progress="hidden", api_visibility="private")
+    timer.tick(wrap(poll), [browser, status_filter, shown], [shown, *view], show_progress="hidden",
+               api_visibility="private", queue=False)
+    api_run.click(wrap(run_job_blocking), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy,
+                                           job_seed], [api_summary, api_table, results_zip], api_name="run_job",
+                  **model_concurrency)
+    gr.api(wrap(job_status), api_name="job_status")
+    gr.api(wrap(job_results), api_name="job_results")
+    restore_event = dict(fn=wrap(restore), inputs=[browser, status_filter], outputs=[browser, job_id, *view],
+                         show_progress="hidden", api_visibility="private")
+    return restore_event
+
+
+def browser_state():
+    """The page's memory of its jobs: an opaque owner id and the job on screen, in the browser's localStorage.
+    Its secret is fixed so a restarted server can still read what the browser kept."""
+    return gr.BrowserState({"owner": "", "job_id": ""}, storage_key="tts_app_batch", secret=BROWSER_SECRET)

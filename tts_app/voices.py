@@ -1,0 +1,446 @@
+"""The voice library: named, reusable voices on disk (a voice = its reference audio as uploaded, the cleaned clip the
+``ReferencePreparer`` made of it, its transcript, the source's SHA-256, the quality report, when it was made and its
+name). No torch, no gradio: the web UI, ``synth``, JSONL jobs and an HTTP API all use this one Python API.
+
+    library = VoiceLibrary(Path("out/voices"))          # saved voices + the bundled examples (assets/voices)
+    voice = library.save("mei", "mei.wav", runtime.references, reference_text="大家好。")
+    library.names()                                      # ["en-female-1", "mei", "zh-female-1"]
+    prepared = library.prepare("mei", runtime.references)  # PreparedReference, as if the file were uploaded
+    library.rename("mei", "Mei"); library.delete("Mei")
+
+Layout (``root`` is ``<output folder>/voices`` in the web app)::
+
+    root/<voice_id>/voice.json              name, created_utc, reference_text, source sha256 + file name, report
+    root/<voice_id>/source.<ext>            the file as it was given (bytes unchanged)
+    root/<voice_id>/cleaned/<rate>_<cfg>.wav   float32 cleaned clip for one model rate and one cleanup config
+    root/<voice_id>/cleaned/<rate>_<cfg>.json  its cache key and quality report
+
+A voice is written in a hidden temporary folder and renamed into place (one ``rename``: a voice is either all there
+or absent); ``voice.json`` and cleaned clips are replaced atomically (``write_atomic``); a deleted voice is renamed
+away before its files are removed. Folders and files whose names start with a dot are ignored when listing.
+
+The cleaned clip is stored as 32-bit float, so a saved voice gives bit for bit the samples that uploading its file
+gives (same preparer settings); for another model rate or cleanup config it is cleaned again from the source and that
+result stored next to the first.
+
+Bundled example voices live in ``assets/voices`` (read-only, listed with ``bundled=True``; synthetic speech, see
+``assets/voices/LICENSE.md``); a saved voice may not take a bundled voice's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import threading
+import unicodedata
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tts_app.audio.post import write_atomic
+from tts_app.errors import InputError
+
+if TYPE_CHECKING:
+    from tts_app.audio.preparer import PreparedReference, ReferencePreparer
+    from tts_app.audio.reference import ReferenceSource
+
+#: The example voices shipped with the app (synthetic speech; licence in that folder's LICENSE.md).
+BUNDLED_VOICES_DIR = Path(__file__).resolve().parents[1] / "assets" / "voices"
+#: Longest voice name, in characters.
+MAX_NAME_CHARS = 64
+#: Audio file endings kept for a voice's source file (anything else is stored as ``source.bin``; the decoder sniffs
+#: the content, not the ending).
+_SOURCE_SUFFIXES = {".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".webm", ".aiff", ".aif"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+VOICE_FILE = "voice.json"
+SCHEMA_VERSION = 1
+
+
+class VoiceError(InputError):
+    """A voice library request that cannot be done. ``voice`` is the name it is about."""
+
+    def __init__(self, voice: str, message: str):
+        super().__init__(message)
+        self.voice = voice
+
+
+class VoiceNotFoundError(VoiceError, KeyError):
+    """No voice of that name (the message lists the names there are)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Voice:
+    """One voice of the library.
+
+    Attributes:
+        name: its name (unique, compared case-insensitively).
+        voice_id: folder name (stable across renames).
+        created_utc: ISO 8601 time it was saved.
+        reference_text: transcript of the reference audio, or None.
+        source_sha256: hex SHA-256 of the file as given (the sidecar's ``reference.sha256``).
+        source_name: the file's original name (for display).
+        report: the quality report of its first cleanup (``ReferenceReport.to_dict()``).
+        folder: where its files are.
+        bundled: shipped with the app (read-only).
+    """
+
+    name: str
+    voice_id: str
+    created_utc: str
+    reference_text: str | None
+    source_sha256: str
+    source_name: str
+    report: dict[str, Any]
+    folder: Path
+    bundled: bool = False
+
+    @property
+    def source_path(self) -> Path:
+        """The reference audio file as it was given."""
+        return next(p for p in sorted(self.folder.iterdir()) if p.stem == "source" and p.is_file())
+
+    def to_dict(self) -> dict[str, Any]:
+        """What an API returns for the voice (no server paths)."""
+        return {"name": self.name, "created_utc": self.created_utc, "reference_text": self.reference_text,
+                "source_sha256": self.source_sha256, "source_name": self.source_name, "bundled": self.bundled,
+                "duration_s": self.report.get("output_duration_s"), "warnings": list(self.report.get("warnings", []))}
+
+
+def check_voice_name(name: Any) -> str:
+    """The name, trimmed and NFC-normalised, if it can name a voice.
+
+    Raises:
+        VoiceError: not a string, empty, longer than ``MAX_NAME_CHARS``, or holding control characters or a
+            "/" or "\\" (names are also written in JSONL lines and on command lines).
+    """
+    if not isinstance(name, str):
+        raise VoiceError(str(name), f"a voice name must be text, not {type(name).__name__}")
+    clean = unicodedata.normalize("NFC", name).strip()
+    if not clean:
+        raise VoiceError(name, "the voice name is empty; give the voice a name")
+    if len(clean) > MAX_NAME_CHARS:
+        raise VoiceError(clean, f"voice name {clean[:20]!r}... is {len(clean)} characters; at most {MAX_NAME_CHARS}")
+    if _CONTROL.search(clean) or "/" in clean or "\\" in clean:
+        raise VoiceError(clean, f"voice name {clean!r} holds a control character or a slash; use letters, digits, "
+                                "spaces, '-' or '_'")
+    return clean
+
+
+def config_fingerprint(config: Any) -> str:
+    """Short hex digest of a frozen config dataclass's values (which cleanup settings a stored clip was made with)."""
+    return hashlib.sha256(repr(dataclasses.astuple(config)).encode()).hexdigest()[:12]
+
+
+def _now_utc() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _json_bytes(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False, indent=1) + "\n").encode("utf-8")
+
+
+def _float_wav(samples: np.ndarray, sampling_rate: int) -> bytes:
+    """32-bit float WAV bytes (lossless for the float32 clip)."""
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, np.asarray(samples, dtype=np.float32), int(sampling_rate), format="WAV", subtype="FLOAT")
+    return buf.getvalue()
+
+
+class VoiceLibrary:
+    """Saved voices in ``root`` plus the bundled examples. Thread-safe within one process (one lock around every
+    change); names are unique case-insensitively across both.
+
+    Args:
+        root: folder of saved voices (created on first save); None = no saved voices (the bundled ones only;
+            ``save`` says how to give a folder).
+        bundled_dir: folder of read-only example voices; None = none.
+    """
+
+    def __init__(self, root: str | Path | None, bundled_dir: str | Path | None = BUNDLED_VOICES_DIR):
+        self.root = Path(root) if root is not None else None
+        self.bundled_dir = Path(bundled_dir) if bundled_dir is not None else None
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ reading
+
+    def _read(self, folder: Path, bundled: bool) -> Voice | None:
+        try:
+            data = json.loads((folder / VOICE_FILE).read_text(encoding="utf-8"))
+            return Voice(name=str(data["name"]), voice_id=folder.name, created_utc=str(data.get("created_utc", "")),
+                         reference_text=data.get("reference_text") or None,
+                         source_sha256=str(data["source_sha256"]), source_name=str(data.get("source_name", "")),
+                         report=dict(data.get("report") or {}), folder=folder, bundled=bundled)
+        except (OSError, ValueError, KeyError, TypeError):  # a broken or foreign folder is not a voice
+            return None
+
+    def _scan(self, base: Path | None, bundled: bool) -> list[Voice]:
+        if base is None or not base.is_dir():
+            return []
+        found = []
+        for folder in sorted(base.iterdir()):
+            if folder.name.startswith(".") or not folder.is_dir():
+                continue
+            voice = self._read(folder, bundled)
+            if voice is not None:
+                found.append(voice)
+        return found
+
+    def list(self) -> list[Voice]:
+        """Every voice, bundled ones included, sorted by name (case-insensitively). A saved voice that has the name
+        of a bundled one (only possible by editing files by hand) hides the bundled one."""
+        saved = self._scan(self.root, False)
+        taken = {v.name.casefold() for v in saved}
+        bundled = [v for v in self._scan(self.bundled_dir, True) if v.name.casefold() not in taken]
+        return sorted(saved + bundled, key=lambda v: v.name.casefold())
+
+    def names(self) -> list[str]:
+        """The names of ``list()``."""
+        return [v.name for v in self.list()]
+
+    def find(self, name: str) -> Voice | None:
+        """The voice called ``name`` (case-insensitively), or None."""
+        if not isinstance(name, str):
+            return None
+        key = unicodedata.normalize("NFC", name).strip().casefold()
+        return next((v for v in self.list() if v.name.casefold() == key), None)
+
+    def get(self, name: str) -> Voice:
+        """The voice called ``name`` (case-insensitively).
+
+        Raises:
+            VoiceNotFoundError: no such voice; the message lists the voices there are.
+        """
+        voice = self.find(name)
+        if voice is None:
+            names = self.names()
+            known = ", ".join(repr(n) for n in names) if names else "none yet"
+            raise VoiceNotFoundError(str(name), f"there is no voice named {name!r} (voices: {known}); save it "
+                                                "first or check the spelling")
+        return voice
+
+    # ------------------------------------------------------------------ changing
+
+    def save(self, name: str, source: ReferenceSource, preparer: ReferencePreparer, *,
+             reference_text: str | None = None, source_name: str | None = None,
+             overwrite: bool = False) -> Voice:
+        """Clean ``source`` with ``preparer`` (refusing an unusable clip before anything is written) and store it as
+        voice ``name``.
+
+        Args:
+            name: the voice's name (``check_voice_name``).
+            source: a file path or the file's bytes (arrays have no file to keep: write them to a WAV first).
+            preparer: the runtime's ``ReferencePreparer`` (its cleaned clip is stored and reused).
+            reference_text: transcript of the clip, or None.
+            source_name: the file name to show (default: the path's name).
+            overwrite: replace a saved voice of the same name (a bundled voice is never replaced).
+
+        Returns:
+            The saved ``Voice``.
+
+        Raises:
+            VoiceError: bad name, or the name is taken (and ``overwrite`` is False, or it is a bundled voice).
+            ReferenceAudioError: the clip cannot be used (nothing is written).
+            OSError: the files cannot be written (nothing half-written is left).
+        """
+        name = check_voice_name(name)
+        if self.root is None:
+            raise VoiceError(name, "there is no voices folder to save into; give --voices-dir DIR")
+        if isinstance(source, (str, Path)):
+            path = Path(source)
+            data = path.read_bytes() if path.is_file() else None
+            source_name = source_name or path.name
+            suffix = path.suffix.lower()
+        elif isinstance(source, (bytes, bytearray, memoryview)):
+            data, suffix = bytes(source), Path(source_name or "").suffix.lower()
+            source_name = source_name or "upload"
+        else:
+            raise VoiceError(name, "a voice is saved from an audio file (a path or its bytes)")
+        if data is None:
+            raise VoiceError(name, f"reference audio {source_name!r} does not exist; give an audio file")
+        text = (reference_text or "").strip() or None
+        prepared = preparer.prepare(data, reference_text=text, name=source_name)
+        with self._lock:
+            existing = self.find(name)
+            if existing is not None and (existing.bundled or not overwrite):
+                why = "is a bundled example voice" if existing.bundled else "is already taken"
+                raise VoiceError(name, f"the voice name {existing.name!r} {why}; choose another name"
+                                       + ("" if existing.bundled else " or delete that voice first"))
+            voice_id = uuid.uuid4().hex[:16]
+            self.root.mkdir(parents=True, exist_ok=True)
+            staging = self.root / f".new-{voice_id}"
+            staging.mkdir()
+            try:
+                suffix = suffix if suffix in _SOURCE_SUFFIXES else ".bin"
+                write_atomic(staging / f"source{suffix}", data)
+                self._store_cleaned(staging, prepared, preparer)
+                write_atomic(staging / VOICE_FILE, _json_bytes({
+                    "schema_version": SCHEMA_VERSION, "name": name, "created_utc": _now_utc(),
+                    "reference_text": text, "source_sha256": prepared.sha256, "source_name": source_name,
+                    "report": prepared.report.to_dict()}))
+                os.replace(staging, self.root / voice_id)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            if existing is not None:
+                self._remove_folder(existing.folder)
+        return self.get(name)
+
+    def rename(self, name: str, new_name: str) -> Voice:
+        """Give voice ``name`` the name ``new_name`` (its files stay where they are).
+
+        Raises:
+            VoiceNotFoundError: no voice ``name``.
+            VoiceError: ``new_name`` is not a valid name or is taken, or ``name`` is a bundled voice.
+        """
+        new_name = check_voice_name(new_name)
+        with self._lock:
+            voice = self.get(name)
+            if voice.bundled:
+                raise VoiceError(voice.name, f"{voice.name!r} is a bundled example voice and cannot be renamed; save "
+                                             "it under another name instead")
+            other = self.find(new_name)
+            if other is not None and other.voice_id != voice.voice_id:
+                raise VoiceError(new_name, f"the voice name {other.name!r} is already taken; choose another name")
+            data = json.loads((voice.folder / VOICE_FILE).read_text(encoding="utf-8"))
+            data["name"] = new_name
+            write_atomic(voice.folder / VOICE_FILE, _json_bytes(data))
+        return self.get(new_name)
+
+    def set_reference_text(self, name: str, reference_text: str | None) -> Voice:
+        """Replace the stored transcript of voice ``name`` (e.g. after correcting an automatic one).
+
+        Raises:
+            VoiceNotFoundError, VoiceError: no such voice, or it is bundled.
+        """
+        with self._lock:
+            voice = self.get(name)
+            if voice.bundled:
+                raise VoiceError(voice.name, f"{voice.name!r} is a bundled example voice and cannot be changed")
+            data = json.loads((voice.folder / VOICE_FILE).read_text(encoding="utf-8"))
+            data["reference_text"] = (reference_text or "").strip() or None
+            write_atomic(voice.folder / VOICE_FILE, _json_bytes(data))
+        return self.get(voice.name)
+
+    def delete(self, name: str) -> None:
+        """Remove voice ``name`` and its files.
+
+        Raises:
+            VoiceNotFoundError: no such voice.
+            VoiceError: it is a bundled voice.
+        """
+        with self._lock:
+            voice = self.get(name)
+            if voice.bundled:
+                raise VoiceError(voice.name, f"{voice.name!r} is a bundled example voice and cannot be deleted")
+            self._remove_folder(voice.folder)
+
+    def _remove_folder(self, folder: Path) -> None:
+        """Rename the folder away (so it stops being a voice at once), then delete it."""
+        gone = folder.parent / f".deleted-{folder.name}-{uuid.uuid4().hex[:6]}"
+        os.replace(folder, gone)
+        shutil.rmtree(gone, ignore_errors=True)
+
+    # ------------------------------------------------------------------ using
+
+    def prepare(self, name: str, preparer: ReferencePreparer) -> PreparedReference:
+        """Voice ``name`` as a ``PreparedReference`` for ``preparer``'s model: the stored cleaned clip when one was
+        made at the preparer's rate with its settings (no cleanup runs), else the source cleaned now (and stored,
+        for a saved voice). The result equals ``preparer.prepare(voice's file)``: same samples, report, key and
+        source hash; its ``name`` is the voice's name.
+
+        Raises:
+            VoiceNotFoundError: no such voice.
+            ReferenceAudioError: the stored source cannot be used any more (e.g. edited by hand).
+        """
+        from tts_app.audio.preparer import PreparedReference
+        from tts_app.audio.reference import ReferenceReport
+        from tts_app.request import ReferenceAudio
+
+        voice = self.get(name)
+        stem = f"{preparer.sampling_rate}_{config_fingerprint(preparer.config)}"
+        cleaned = voice.folder / "cleaned"
+        stored = self._load_cleaned(cleaned / f"{stem}.wav", cleaned / f"{stem}.json")
+        if stored is not None:
+            samples, sampling_rate, info = stored
+            fields = {f.name for f in dataclasses.fields(ReferenceReport)}
+            report = ReferenceReport(**{k: v for k, v in info["report"].items() if k in fields})
+            report = dataclasses.replace(report, name=voice.name)
+            audio = ReferenceAudio(samples=samples, sampling_rate=sampling_rate, key=str(info.get("key", "")))
+            return PreparedReference(audio=audio, report=report, name=voice.name, sha256=voice.source_sha256,
+                                     voice=voice.name)
+        source = voice.source_path.read_bytes()
+        prepared = dataclasses.replace(preparer.prepare(source, reference_text=voice.reference_text,
+                                                        name=voice.name), voice=voice.name)
+        if not voice.bundled:
+            try:
+                self._store_cleaned(voice.folder, prepared, preparer)
+            except OSError:  # a read-only library still works, it just cleans again next time
+                pass
+        return prepared
+
+    def prepare_source(self, name: str, preparer: ReferencePreparer) -> tuple[PreparedReference, str | None]:
+        """(``prepare(name, preparer)``, the voice's transcript): what a request needs from a voice."""
+        voice = self.get(name)
+        return self.prepare(voice.name, preparer), voice.reference_text
+
+    def check_voice_or_file(self, value: str) -> None:
+        """Refuse ``value`` unless it is an audio file that exists or the name of a voice (command-line voices).
+
+        Raises:
+            VoiceNotFoundError: neither (the message lists the voices there are).
+        """
+        if Path(value).expanduser().is_file() or self.find(value) is not None:
+            return
+        names = ", ".join(repr(n) for n in self.names()) or "none yet"
+        raise VoiceNotFoundError(value, f"{value!r} is neither an audio file nor a saved voice (voices: {names})")
+
+    def resolve(self, value: str, preparer: ReferencePreparer) -> tuple[PreparedReference, str | None]:
+        """(prepared reference, transcript or None) for ``value``: an audio file (cleaned by ``preparer``), else the
+        voice of that name (``prepare_source``).
+
+        Raises:
+            VoiceNotFoundError: neither a file nor a voice.
+            ReferenceAudioError: the clip cannot be used.
+        """
+        self.check_voice_or_file(value)
+        path = Path(value).expanduser()
+        if path.is_file():
+            return preparer.prepare(path), None
+        return self.prepare_source(value, preparer)
+
+    @staticmethod
+    def _store_cleaned(folder: Path, prepared: PreparedReference, preparer: ReferencePreparer) -> None:
+        stem = f"{preparer.sampling_rate}_{config_fingerprint(preparer.config)}"
+        audio = prepared.audio
+        write_atomic(folder / "cleaned" / f"{stem}.wav", _float_wav(audio.samples, audio.sampling_rate))
+        write_atomic(folder / "cleaned" / f"{stem}.json", _json_bytes({
+            "key": audio.key, "sampling_rate": audio.sampling_rate, "report": prepared.report.to_dict()}))
+
+    @staticmethod
+    def _load_cleaned(wav: Path, info_path: Path) -> tuple[np.ndarray, int, dict] | None:
+        if not (wav.is_file() and info_path.is_file()):
+            return None
+        try:
+            import soundfile as sf
+
+            info = json.loads(info_path.read_text(encoding="utf-8"))
+            samples, sampling_rate = sf.read(str(wav), dtype="float32", always_2d=False)
+            if samples.ndim != 1 or samples.size == 0 or int(sampling_rate) != int(info["sampling_rate"]):
+                return None
+            return np.ascontiguousarray(samples), int(sampling_rate), info
+        except Exception:  # noqa: BLE001 - a damaged cache file: clean the source again
+            return None
