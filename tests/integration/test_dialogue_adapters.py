@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.adapter_helpers import load_reference
+from tts_app.adapters.vibevoice import voice_seed
 from tts_app.config import EngineConfig
 from tts_app.dialogue import dialogue_request, parse_script
 from tts_app.request import ReferenceAudio, SynthesisParams
@@ -119,16 +120,17 @@ def test_vibevoice_speaks_a_three_speaker_script_from_one_prompt_with_every_voic
             runs = torch.tensor_split(placeholders, (torch.diff(placeholders) > 1).nonzero().flatten() + 1)
             hop = adapter.model.config.audio_config.hop_length
             assert [len(r) for r in runs] == [math.ceil(v[0].audio.samples.size / hop) for v in voices]
-            # the embeddings there are speaker k's encoded clip (same seeded sigma-VAE noise as the adapter draws)
-            with torch.random.fork_rng():
-                torch.manual_seed(row.seed)
-                for k, run in enumerate(runs):
+            # the embeddings there are speaker k's encoded clip (the sigma-VAE noise seeded from the clip's own
+            # samples, as the adapter draws it: one voice, one conditioning)
+            for k, run in enumerate(runs):
+                with torch.random.fork_rng():
+                    torch.manual_seed(voice_seed(voices[k][0].audio.samples))
                     feats = adapter.processor.feature_extractor(
                         [voices[k][0].audio.samples], sampling_rate=adapter.facts.sampling_rate,
                         return_tensors="pt")
                     frames = lm.get_audio_features(feats["input_values"], feats["padding_mask"],
                                                    sample=True).pooler_output
-                    torch.testing.assert_close(inputs.inputs_embeds[b, run], frames, rtol=0, atol=1e-5)
+                torch.testing.assert_close(inputs.inputs_embeds[b, run], frames, rtol=0, atol=1e-5)
 
     # The outputs name who speaks: each segment its turns, subtitles one line per turn with the speaker.
     from tts_app.outputs import subtitle_texts

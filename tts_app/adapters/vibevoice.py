@@ -387,7 +387,8 @@ class VibeVoiceDecodeBatch(DecodeBatch):
             raise ValueError("prefill got a key already in the batch")
         adapter_rows = [r for _, r in rows]
         with torch.inference_mode():
-            if self.prefix_cache is None:
+            if self.prefix_cache is None or all(row.is_dialogue for row in adapter_rows):
+                # dialogue rows (several voices in one prompt) share no voice prefix
                 inputs = self.adapter.preprocess(adapter_rows, self.params)
                 self._join(keys, adapter_rows, inputs)
             else:
