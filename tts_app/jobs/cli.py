@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         return args
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
+    from tts_app.audio.transcribe import transcriber_from
     from tts_app.jobs.runner import count_lines_to_run, run_job, validate_job
     from tts_app.jobs.schema import JobConfig
 
@@ -141,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run_job(args.tasks, args.out_dir, runtime, audio_dir=args.audio_dir, resume=args.resume,
                           progress=progress, params=params, default_voice=args.default_voice,
-                          default_voice_text=args.default_voice_text, config=config, cancel_event=cancel)
+                          default_voice_text=args.default_voice_text, config=config, cancel_event=cancel,
+                          transcriber=None if runtime is None else transcriber_from(args.asr_model,
+                                                                                    runtime.engine.device))
     except TTSAppError as exc:
         bar.close()
         print(f"error: {exc}", file=sys.stderr)
