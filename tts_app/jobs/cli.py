@@ -31,7 +31,8 @@ job file (JSONL): one JSON object per line, UTF-8; blank lines are skipped.
                                  (required unless --default-voice is given)
   prompt_text                    transcript of the reference audio (optional; Dia needs it to clone a voice)
   voice                          a saved voice (--voices-dir) or bundled example voice, instead of prompt_audio
-  output_name     uttid          output file name without .wav (default: the zero-padded line number)
+  output_name     uttid          output file name without .wav (default: the zero-padded line number and the
+                                 text's first words, e.g. 00003_今天天气很好)
   seed, greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars,
   pause_between_segments_ms      per-line generation settings (optional; override --seed etc.)
 

@@ -15,7 +15,8 @@ field               alias                  meaning
 ``script`` + ``speakers``                  a dialogue instead of ``input_text``: the script text (``Speaker 1:``,
                                            ``[S1]`` or ``Name:`` lines, ``tts_app.dialogue``) and per speaker
                                            (number or name) a saved voice's name or a reference audio file
-``output_name``     ``uttid``              output file name without ``.wav`` (default: zero-padded line number)
+``output_name``     ``uttid``              output file name without ``.wav`` (default: zero-padded line number and
+                                           the text's first words, ``00003_今天天气很好``)
 ``seed`` ``greedy`` ``temperature`` ``top_p`` ``top_k`` ``cfg_scale`` ``max_new_tokens`` ``max_segment_chars``
 ``pause_between_segments_ms`` ``speed`` ``duration_s`` ``loudness_lufs`` ``chapter_pause_ms``
                                            per-line ``SynthesisParams`` overrides (optional)
@@ -658,9 +659,29 @@ def rename_warning(value: Any, name: str) -> str | None:
             f"system); the audio is {name + '.wav'!r}")
 
 
-def default_output_name(line_number: int, digits: int) -> str:
-    """Zero-padded 1-based line number, e.g. ``00007``."""
-    return f"{line_number:0{digits}d}"
+def default_output_name(line_number: int, digits: int, obj: Any = None) -> str:
+    """The name of a line that gives no ``output_name``: the zero-padded 1-based line number and the first words
+    of what it says (``tts_app.longform.name_from_text``), e.g. ``00003_今天天气很好``; for a dialogue, the first
+    turn's words (not its speaker label); the number alone when the line has no text (``00007``)."""
+    text = None
+    if isinstance(obj, dict):
+        script = obj.get("script")
+        if isinstance(script, str) and script.strip():
+            from tts_app.dialogue import parse_script
+
+            try:
+                turns = parse_script(script).turns
+                text = turns[0].text if turns else None
+            except InputError:  # the line fails validation with its own message; name it by its number
+                text = None
+        else:
+            value = next((obj[n] for n in ("input_text", *ALIASES["input_text"]) if n in obj), None)
+            text = value if isinstance(value, str) else None
+    if text is None or not re.search(r"\w", text):  # nothing to name it by (no letters, digits or hanzi)
+        return f"{line_number:0{digits}d}"
+    from tts_app.longform import name_from_text
+
+    return name_from_text(text, line_number, digits=digits)
 
 
 # --------------------------------------------------------------------------------------------------- lines
@@ -714,11 +735,11 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
 
     name_value = _pick(obj, "output_name", line_number)
     if name_value is None:
-        output_name = default_output_name(line_number, digits)
+        output_name = default_output_name(line_number, digits, obj)
     elif isinstance(name_value, str) and not name_value.strip():
-        output_name = default_output_name(line_number, digits)
-        warnings.append(f"output_name is empty; the line number is used instead, so the audio is "
-                        f"{output_name + '.wav'!r}")
+        output_name = default_output_name(line_number, digits, obj)
+        warnings.append(f"output_name is empty; the line number and first words are used instead, so the audio "
+                        f"is {output_name + '.wav'!r}")
     else:
         output_name = sanitize_output_name(name_value, line_number)
         renamed = rename_warning(name_value, output_name)
@@ -865,7 +886,7 @@ def _name_hint(obj: Any, line_number: int, digits: int) -> str | None:
         return None
     try:
         value = _pick(obj, "output_name", line_number)
-        return default_output_name(line_number, digits) if value in (None, "") else sanitize_output_name(
+        return default_output_name(line_number, digits, obj) if value in (None, "") else sanitize_output_name(
             value, line_number)
     except JobLineError:
         return None
