@@ -54,6 +54,18 @@ def test_default_output_names_are_the_line_number_and_first_words(job_dir):
     assert names == ["00001_今天天气很好", "mine", "00003_Good_morning_everyone", "00004_大家好", "00005"]
 
 
+def test_segment_durations_are_a_list_of_seconds_per_line(job_dir):
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"input_text": "第一句。\n第二句。", "prompt_audio": "b.wav", "segment_durations_s": [1.5, 2]},
+        {"input_text": "One.", "prompt_audio": "b.wav", "segment_durations_s": 1.5},
+        {"input_text": "One.", "prompt_audio": "b.wav", "segment_durations_s": [1.5], "speed": 1.2},
+    ])
+    good, not_a_list, both = list(iter_job(path, make_sources(path, None, JobConfig())))
+    assert good.synthesis_params(SynthesisParams()).segment_durations_s == (1.5, 2.0)
+    assert isinstance(not_a_list, InvalidLine) and "must be a list of numbers of seconds" in not_a_list.message
+    assert isinstance(both, InvalidLine) and "not both" in both.message
+
+
 def test_bom_crlf_blank_lines_and_glm_tts_aliases(job_dir):
     path = write_jsonl(job_dir / "job.jsonl", [
         {"uttid": "first", "syn_text": "Hello there.", "prompt_speech": "voices/a.wav", "prompt_text": "ref words"},

@@ -192,6 +192,14 @@ def number(text: str) -> float:
     return value
 
 
+def number_list(text: str) -> tuple[float, ...]:
+    """argparse ``type=``: comma-separated finite numbers, e.g. ``2.5,1.8,3``."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers (e.g. 2.5,1.8,3)")
+    return tuple(number(p) for p in parts)
+
+
 def device_arg(text: str) -> str:
     """argparse ``type=``: "auto", "cpu", "cuda" or "cuda:N" (``tts_app.config.check_device``)."""
     try:
@@ -308,7 +316,7 @@ GENERATION_FLAGS: dict[str, str] = {
     "top_p": "--top-p", "top_k": "--top-k", "cfg_scale": "--cfg-scale", "max_new_tokens": "--max-new-tokens",
     "max_segment_chars": "--max-segment-chars", "pause_between_segments_ms": "--pause-ms",
     "speed": "--speed", "duration_s": "--duration-s", "loudness_lufs": "--loudness",
-    "chapter_pause_ms": "--chapter-pause-ms",
+    "chapter_pause_ms": "--chapter-pause-ms", "segment_durations_s": "--segment-durations-s",
 }
 
 
@@ -345,6 +353,9 @@ def add_generation_args(parser: argparse.ArgumentParser, title: str = "generatio
     g.add_argument("--loudness", dest="loudness_lufs", type=number, default=None, metavar="LUFS",
                    help=f"normalise the loudness to LUFS (ITU-R BS.1770), {MIN_LOUDNESS_LUFS:g}..{MAX_LOUDNESS_LUFS:g}"
                         "; e.g. -23 (EBU R128) or -16 (podcasts); default: as generated")
+    g.add_argument("--segment-durations-s", type=number_list, default=None, metavar="S1,S2,...",
+                   help="dubbing: a target length in seconds for each line of the text, in order (each line is one "
+                        "segment, stretched to fit, pitch kept); not with --speed / --duration-s")
     g.add_argument("--chapter-pause-ms", type=non_negative_int, default=None,
                    help=f"silence after each chapter ('# Title' lines) in ms (default {defaults.chapter_pause_ms})")
 

@@ -192,6 +192,7 @@ class _Part:
     chapter: int = 0
     title: str | None = None
     speaker: int | None = None  # index into request.speakers
+    target_s: float | None = None  # a dubbing cue's target length (SynthesisParams.segment_durations_s)
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,17 @@ def _request_parts(request: SynthesisRequest) -> list[_Part]:
     from tts_app.longform import split_chapters
 
     if request.turns:
+        if request.params.segment_durations_s is not None:
+            raise InputError("segment_durations_s is for plain text (one target per line); for a dialogue give the "
+                             "whole request's duration_s instead")
         return [_Part(turn.text, 0, None, turn.speaker) for turn in request.turns]
+    targets = request.params.segment_durations_s
+    if targets is not None:  # dubbing cues: each non-blank line its own segment, with its target length
+        lines = [line for line in request.text.splitlines() if line.strip()]
+        if len(lines) != len(targets):
+            raise InputError(f"segment_durations_s gives {len(targets)} duration(s) but the text has {len(lines)} "
+                             "non-blank line(s); give one duration per line")
+        return [_Part(line, 0, None, None, float(target)) for line, target in zip(lines, targets)]
     return [_Part(c.text, i, c.title) for i, c in enumerate(split_chapters(request.text))]
 
 
@@ -471,13 +482,20 @@ class Engine:
                                      max_segment_chars=max_chars, default_pause_ms=params.pause_between_segments_ms,
                                      control_tags=self.facts.control_tags,
                                      unencodable_characters=self.adapter.unencodable_characters)
+            if part.target_s is not None and not prepared.segments:
+                raise InputError(f"line {index + 1} ({part.text.strip()[:40]!r}) has a target duration but nothing to "
+                                 "speak; give it words or remove the line and its duration")
             if not prepared.segments:
                 if len(parts) > 1 and part.speaker is not None:
                     raise InputError(f"turn {index + 1} has nothing to speak; give it some words or remove it")
                 continue
             part_segments = list(prepared.segments)
+            if part.target_s is not None and len(part_segments) != 1:
+                raise InputError(f"line {index + 1} ({part.text.strip()[:40]!r}) has a target duration but would be "
+                                 f"split into {len(part_segments)} segments (longer than {max_chars} characters); "
+                                 "shorten it, split it into lines with a duration each, or raise max_segment_chars")
             if index < len(parts) - 1:  # the pause after a part: a chapter's is longer
-                last_pause = (params.chapter_pause_ms if part.speaker is None
+                last_pause = (params.chapter_pause_ms if part.speaker is None and part.target_s is None
                               else max(part_segments[-1].pause_after_ms, params.pause_between_segments_ms))
                 part_segments[-1] = dataclasses.replace(part_segments[-1], pause_after_ms=last_pause)
             segments += part_segments
@@ -726,11 +744,14 @@ class Engine:
         from tts_app.audio.effects import apply_request_effects
 
         waves = [w for w in state.waves if w is not None]
-        audio, spans = join_segments(waves, state.pauses_after_ms, self.sampling_rate)
         params = state.params
         try:
+            waves, cues = self._fit_segment_durations(state, waves)
+            audio, spans = join_segments(waves, state.pauses_after_ms, self.sampling_rate)
             effects = apply_request_effects(audio, spans, self.sampling_rate, speed=params.speed,
                                             duration_s=params.duration_s, loudness_lufs=params.loudness_lufs)
+            if cues:
+                effects.applied["segment_durations"] = cues
         except TTSAppError as exc:
             return self._failed_result(state.request, str(exc), state.warnings)
         except Exception as exc:  # noqa: BLE001 - a post-processing bug fails this request only
@@ -770,6 +791,34 @@ class Engine:
                                sampling_rate=self.sampling_rate, segments=timings, warnings=warnings,
                                normalized_text=state.normalized_text, effective_params=state.params,
                                post_processing=effects.applied, chapters=chapters)
+
+    def _fit_segment_durations(self, state: _RequestState, waves: list[np.ndarray]
+                               ) -> tuple[list[np.ndarray], list[dict]]:
+        """Each segment of a line with a target duration (``SynthesisParams.segment_durations_s``) stretched to
+        exactly that length, pitch kept (``tts_app.audio.effects.apply_tempo``) -> (waves, per such segment a record
+        for the sidecar: ``segment`` (1-based), ``target_s``, ``speed``, ``duration_before_s``).
+
+        Raises:
+            InputError: a line's factor is outside the speed range (the message names the line and what fits).
+        """
+        from tts_app.audio.effects import apply_tempo
+
+        if state.params.segment_durations_s is None:
+            return waves, []
+        out, cues = [], []
+        for i, wave in enumerate(waves):
+            target = state.parts[state.segment_parts[i]].target_s
+            if target is None:
+                out.append(wave)
+                continue
+            try:
+                tempo = apply_tempo(wave, self.sampling_rate, duration_s=target)
+            except InputError as exc:
+                raise InputError(f"line {i + 1} ({state.source_texts[i][:40]!r}): {exc}") from None
+            out.append(tempo.audio)
+            cues.append({"segment": i + 1, "target_s": target, "speed": round(tempo.speed, 4),
+                         "duration_before_s": round(tempo.duration_before_s, 4)})
+        return out, cues
 
     # -- worker --------------------------------------------------------------------------------------------------
     def _worker(self) -> None:

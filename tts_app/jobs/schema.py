@@ -19,6 +19,7 @@ field               alias                  meaning
                                            the text's first words, ``00003_今天天气很好``)
 ``seed`` ``greedy`` ``temperature`` ``top_p`` ``top_k`` ``cfg_scale`` ``max_new_tokens`` ``max_segment_chars``
 ``pause_between_segments_ms`` ``speed`` ``duration_s`` ``loudness_lufs`` ``chapter_pause_ms``
+``segment_durations_s`` (a list: seconds per line of the text, for dubbing)
                                            per-line ``SynthesisParams`` overrides (optional)
 ``emo_audio_prompt`` ``emo_audio``         emotion clip (a path, resolved like ``prompt_audio``), IndexTTS 2 only
 ``emo_vector``                             8 emotion weights in [0, 1]: a list in the order happy, angry, sad,
@@ -117,6 +118,7 @@ PARAM_TYPES: dict[str, type] = {
     "duration_s": float,
     "loudness_lufs": float,
     "chapter_pause_ms": int,
+    "segment_durations_s": list,  # of numbers: seconds per line of the text
 }
 
 #: fields that are neither aliased nor generation settings
@@ -698,6 +700,12 @@ def _pick(obj: dict, canonical: str, line_number: int) -> Any:
 
 def _check_param(name: str, value: Any, line_number: int) -> Any:
     want = PARAM_TYPES[name]
+    if want is list:
+        if not (isinstance(value, list) and value and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)):
+            raise JobLineError(line_number, f"{name}={value!r} must be a list of numbers of seconds, one per line "
+                                            "of the text, e.g. [2.5, 1.8]")
+        return tuple(float(v) for v in value)
     ok = (isinstance(value, bool) if want is bool
           else isinstance(value, int) and not isinstance(value, bool) if want is int
           else isinstance(value, (int, float)) and not isinstance(value, bool))
