@@ -363,3 +363,25 @@ def test_emotion_lines_reach_a_model_with_emotion_and_their_sidecars_record_them
     sidecar = json.loads((job_dir / "out" / "happy.json").read_text(encoding="utf-8"))
     assert sidecar["emotion"] == {"source": "vector", "weight": 0.5, "vector": [0.9] + [0.0] * 7}
     assert json.loads((job_dir / "out" / "copied.json").read_text(encoding="utf-8"))["emotion"]["source"] == "clip"
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "opus"])
+def test_a_job_in_a_compact_format_writes_decodable_files_that_resume_keeps(job_dir, make_runtime, fmt):
+    from tts_app.audio.formats import decode_audio
+
+    path = write_jsonl(job_dir / "job.jsonl", [{"input_text": "今天天气很好。", "prompt_audio": "voices/anna.wav"},
+                                                {"input_text": "Second line.", "prompt_audio": "voices/anna.wav"}])
+    out = job_dir / "out"
+    config = JobConfig(audio_format=fmt)
+    assert run_job(path, out, make_runtime(), config=config).all_ok
+    names = sorted(r["audio_path"] for r in records(out))
+    assert names == [f"00001_今天天气很好.{fmt}", f"00002_Second_line.{fmt}"]
+    for name in names:
+        samples, rate = decode_audio(out / name)
+        assert samples.size > 0 and rate > 0
+    again = run_job(path, out, None, resume=True, config=config)  # finished compressed files count as done
+    assert (again.num_skipped, again.num_ok) == (2, 0)
+    with zipfile.ZipFile(make_results_zip(out)) as zf:
+        assert set(names) <= set(zf.namelist())
+    with pytest.raises(InputError, match="use one of wav, flac, mp3, opus"):
+        JobConfig(audio_format="aac")

@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--default-voice-text", default=None, help="transcript of --default-voice")
     p.add_argument("--allowed-root", action="append", default=[], metavar="DIR",
                    help="extra folder prompt_audio may point into (repeatable)")
+    p.add_argument("--format", dest="audio_format", choices=["wav", "flac", "mp3", "opus"], default="wav",
+                   help="audio format of every line's output (default wav)")
     add_engine_args(p)
     add_generation_args(p, "generation defaults (a line's own fields override them; not given = the model's)")
     add_voice_args(p)
@@ -83,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     from tts_app.jobs.schema import JobConfig
 
     # Everything that can be checked without the model is checked before it loads (a model load takes minutes).
-    config = JobConfig(extra_allowed_roots=tuple(args.allowed_root), voices_dir=args.voices_dir)
+    config = JobConfig(extra_allowed_roots=tuple(args.allowed_root), voices_dir=args.voices_dir,
+                       audio_format=args.audio_format)
     try:
         check_output_dir(args.out_dir, "--out-dir")
         if args.voices_dir is not None:

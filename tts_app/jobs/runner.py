@@ -218,6 +218,7 @@ class _JobRun:
         self.in_flight: dict[cf.Future, _Pending] = {}
         self.voices = None  # the job's VoiceLibrary (AudioSources.voices), for lines with a ``voice`` field
         self.transcriber: Transcriber | None = None  # automatic transcripts (run_job's ``transcriber``)
+        self.audio_format = "wav"  # JobConfig.audio_format
 
     def transcript(self, reference: PreparedReference | None, known: str | None,
                    notes: list[str]) -> str | None:
@@ -288,7 +289,7 @@ class _JobRun:
             metadata = output_metadata(self.runtime, pending.request, result, entry_point="job",
                                        reference=pending.reference, warnings=pending.warnings, extra=job,
                                        speaker_references=pending.speaker_references)
-            files = save_outputs(self.out_dir / f"{line.output_name}.wav", result, metadata)
+            files = save_outputs(self.out_dir / f"{line.output_name}.{self.audio_format}", result, metadata)
             self.record(line.line_number, line.output_name, "ok", audio_path=files.audio.name,
                         metadata_path=files.metadata.name, duration_s=round(result.duration_s, 3),
                         num_segments=len(result.segments), elapsed_s=elapsed, warnings=warnings)
@@ -326,8 +327,9 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
             cancel_event: threading.Event | None = None, params: SynthesisParams | None = None,
             default_voice: str | Path | None = None, default_voice_text: str | None = None,
             config: JobConfig = JobConfig(), transcriber: "Transcriber | None" = None) -> JobSummary:
-    """Run a JSONL job through ``runtime``: one ``<output_name>.wav`` and its sidecar ``<output_name>.json`` per ok
-    line, plus ``results.jsonl`` (one record per non-blank line, in line order) in ``out_dir``.
+    """Run a JSONL job through ``runtime``: one ``<output_name>.wav`` (or ``config.audio_format``) and its sidecar
+    ``<output_name>.json`` per ok line, plus ``results.jsonl`` (one record per non-blank line, in line order) in
+    ``out_dir``.
 
     Every line is validated (streaming) before any model work. Lines are then streamed to the engine with at most
     ``config.max_in_flight_lines`` (default 4 x the engine's max batch size) in flight, so the engine batches
@@ -390,6 +392,7 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
         run = _JobRun(runtime, out_dir, writer, summary, progress, jsonl_path)
         run.voices = sources.voices
         run.transcriber = transcriber
+        run.audio_format = config.audio_format
         max_in_flight = config.max_in_flight_lines or (
             4 * runtime.engine.stats().max_batch_size if runtime is not None else 1)
         cancelled = False

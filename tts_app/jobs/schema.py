@@ -73,6 +73,7 @@ class JobConfig:
         output_name_digits: zero-padding of the default output name (the 1-based line number).
         voices_dir: folder of the voice library that ``voice`` fields name (``tts_app.voices.VoiceLibrary``);
             None = only the bundled example voices.
+        audio_format: the lines' audio format, "wav", "flac", "mp3" or "opus" (``tts_app.audio.formats``).
     """
 
     extra_allowed_roots: tuple[str, ...] = ()
@@ -81,6 +82,14 @@ class JobConfig:
     max_in_flight_lines: int | None = None
     output_name_digits: int = 5
     voices_dir: str | None = None
+    audio_format: str = "wav"
+
+    def __post_init__(self) -> None:
+        from tts_app.audio.formats import FORMATS
+
+        if self.audio_format not in {name for name, _ in FORMATS.values()}:
+            raise InputError(f"audio format {self.audio_format!r} is unknown; use one of "
+                             f"{', '.join(name for name, _ in FORMATS.values())}")
 
     def voice_library(self):
         """The ``VoiceLibrary`` of ``voices_dir`` (bundled voices included)."""
