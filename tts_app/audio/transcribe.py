@@ -97,12 +97,23 @@ class Transcriber:
         import torch
         import torchaudio.functional as F
 
-        asr = self._load()
+        from tts_app.metrics import ASR_TRANSCRIPTIONS
+
+        try:
+            asr = self._load()
+        except AsrUnavailableError:
+            ASR_TRANSCRIPTIONS.labels(outcome="unavailable").inc()
+            raise
         audio = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32).reshape(-1))
         if int(sampling_rate) != WHISPER_SAMPLING_RATE:
             audio = F.resample(audio, int(sampling_rate), WHISPER_SAMPLING_RATE)
-        out = asr({"raw": audio.numpy(), "sampling_rate": WHISPER_SAMPLING_RATE},
-                  generate_kwargs={"max_new_tokens": max_new_tokens})
+        try:
+            out = asr({"raw": audio.numpy(), "sampling_rate": WHISPER_SAMPLING_RATE},
+                      generate_kwargs={"max_new_tokens": max_new_tokens})
+        except Exception:
+            ASR_TRANSCRIPTIONS.labels(outcome="failed").inc()
+            raise
+        ASR_TRANSCRIPTIONS.labels(outcome="ok").inc()
         return str(out.get("text", "")).strip()
 
 

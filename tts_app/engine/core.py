@@ -33,6 +33,7 @@ from tts_app.audio.post import join_segments
 from tts_app.config import MIN_MAX_SEGMENT_CHARS, EngineConfig
 from tts_app.dialogue import join_pieces
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
+from tts_app.metrics import BATCH_SIZE
 from tts_app.engine.memory import (
     MemoryEstimator,
     MemoryProbe,
@@ -47,6 +48,7 @@ from tts_app.engine.memory import (
 from tts_app.engine.scheduler import BatchCap, Scheduler, SegmentWork, expected_speech_s
 from tts_app.request import (ChapterSpan, RequestStatus, SegmentTiming, StopReason, SynthesisParams,
                              SynthesisRequest, SynthesisResult)
+from tts_app.zerogpu import GpuCalls, ZeroGPUConfig
 
 logger = logging.getLogger(__name__)
 
@@ -309,6 +311,15 @@ def cap_warning(index: int, text: str, audio_s: float, max_new_tokens: int) -> s
             f"{max_new_tokens}) and was cut off; shorten it (max_segment_chars) or raise max_new_tokens")
 
 
+@dataclass(frozen=True)
+class _DeviceRow:
+    """One row of a batch's device work: the adapter's row and its expected decode steps (``SegmentWork``), from
+    which a ZeroGPU call's duration is sized."""
+
+    row: AdapterRow
+    expected_steps: int
+
+
 class Engine:
     """Batches segments of many requests on one model, sized from memory, surviving out-of-memory.
 
@@ -317,10 +328,13 @@ class Engine:
         config: ``EngineConfig`` (batching, memory, OOM testing aids).
         memory_probe: device-memory probe; None = CUDA probe for a CUDA adapter, else CPU probe (no device budget).
         bucketing: length bucketing in the scheduler (False = FIFO; for comparisons).
+        zero_gpu: how a batch's device work is sized into ``spaces.GPU`` calls on a ZeroGPU Space
+            (``tts_app.zerogpu``); used only there (``SPACES_ZERO_GPU``), a no-op elsewhere.
     """
 
     def __init__(self, adapter: TTSAdapter, config: EngineConfig | None = None,
-                 memory_probe: MemoryProbe | None = None, *, bucketing: bool = True):
+                 memory_probe: MemoryProbe | None = None, *, bucketing: bool = True,
+                 zero_gpu: ZeroGPUConfig = ZeroGPUConfig()):
         self.adapter = adapter
         self.config = config = config or EngineConfig()  # EngineConfig checks its own values
         self.device = str(getattr(adapter, "device", "cpu"))
@@ -347,6 +361,11 @@ class Engine:
         self._num_segments_done = 0
         self._last_batch_size = 0
         self._outcomes = {RequestStatus.DONE: 0, RequestStatus.FAILED: 0, RequestStatus.CANCELLED: 0}
+        # On ZeroGPU every batch's device work (preprocess -> generate -> postprocess) runs inside spaces.GPU calls
+        # sized from the rows' expected decode steps; elsewhere ``wrap`` returns the function itself.
+        self.gpu_calls: GpuCalls[_DeviceRow, tuple[np.ndarray, StopReason]] = GpuCalls(
+            zero_gpu, lambda rows, _params: [row.expected_steps for row in rows])
+        self._rows_on_device = self.gpu_calls.wrap(self._run_rows)
 
     # -- facts ---------------------------------------------------------------------------------------------------
     @property
@@ -894,18 +913,31 @@ class Engine:
                    ) -> tuple[list[np.ndarray], list[StopReason], float]:
         """preprocess -> generate -> postprocess of one batch: (one waveform and one stop reason per row, seconds
         of the generate call)."""
-        rows = [self._segment_row(state, work) for work, state in zip(batch, states)]
+        rows = [_DeviceRow(self._segment_row(state, work), work.expected_steps) for work, state in zip(batch, states)]
         params = states[0].params.with_seed(batch[0].seed)  # knobs equal across the batch (batch_key)
-        inputs = self.adapter.preprocess(rows, params)
         t0 = time.perf_counter()
-        outputs = self._generate(inputs, params, len(rows))
+        # one call off ZeroGPU; on ZeroGPU as many spaces.GPU calls as the batch needs to fit their time limit
+        outputs = self.gpu_calls.run(self._rows_on_device, rows, params)
         generate_s = time.perf_counter() - t0
+        return [wave for wave, _ in outputs], [reason for _, reason in outputs], generate_s
+
+    def _run_rows(self, rows: list["_DeviceRow"], params: SynthesisParams) -> list[tuple[np.ndarray, StopReason]]:
+        """The device work of one batch: preprocess -> generate -> postprocess -> (waveform float32
+        ``(num_samples,)``, stop reason) per row. On ZeroGPU this runs inside a ``spaces.GPU`` call (in ZeroGPU's GPU
+        worker: its arguments and result are pickled), so all of it, the codec's decode included, sees the GPU.
+
+        Raises:
+            RuntimeError: the adapter returned a different number of waveforms or stop reasons than rows.
+        """
+        adapter_rows = [row.row for row in rows]
+        inputs = self.adapter.preprocess(adapter_rows, params)
+        outputs = self._generate(inputs, params, len(adapter_rows))
         waves = self.adapter.postprocess(outputs, inputs)
         reasons = list(self.adapter.stop_reasons(outputs, inputs))
         if len(waves) != len(rows) or len(reasons) != len(rows):
             raise RuntimeError(f"adapter returned {len(waves)} waveforms and {len(reasons)} stop reasons for "
                                f"{len(rows)} rows")
-        return [np.asarray(w, dtype=np.float32).reshape(-1) for w in waves], reasons, generate_s
+        return [(np.asarray(w, dtype=np.float32).reshape(-1), r) for w, r in zip(waves, reasons)]
 
     def _segment_row(self, state: _RequestState, work: SegmentWork) -> AdapterRow:
         """The adapter row of segment ``work.index``: a dialogue row (every speaker's voice and the turns it
@@ -1010,6 +1042,7 @@ class Engine:
             else:
                 self._num_batches += 1
                 self._last_batch_size = len(batch)
+                BATCH_SIZE.observe(len(batch))
                 self.batch_cap.on_success(len(batch))
                 self._calibrate(batch, allocated_before, peak_before)
                 touched: dict[str, _RequestState] = {}

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tts_app import metrics
 from tts_app.errors import InputError, TTSAppError
 from tts_app.jobs.results import make_results_zip, read_results
 from tts_app.jobs.runner import run_job
@@ -253,13 +254,15 @@ class JobManager:
             state.finished_s = time.time()
             state.eta_s = None
         self.store.save(state)
+        metrics.JOBS.labels(status=status).inc()
 
     def _progress(self, live: _LiveJob, done: int, total: int, info: dict) -> None:
         state = live.state
         now = time.monotonic()
+        status = info.get("status")
+        metrics.JOB_LINES.labels(status=status if status in ("ok", "failed", "cancelled") else "skipped").inc()
         with self._lock:
             state.num_lines, state.num_done = total, done
-            status = info.get("status")
             if status == "ok":
                 state.num_ok += 1
             elif status == "failed":
