@@ -37,12 +37,13 @@ TINY_REFERENCE = ("en_female_1.wav", 1.0)  # --tiny: the CPU smoke run only chec
 
 
 def force_full_length(adapter) -> None:
-    """Push the GPT's stop-code logit to -1e4 for good (a random model; timing only)."""
+    """Push the GPT's stop-code and start-code logits to -1e4 for good (a random model; timing only; the start code
+    is no codec entry, so a row that picked it would fail in s2mel)."""
     import torch
 
     gpt = adapter.model.gpt
     with torch.no_grad():
-        gpt.mel_head.bias[gpt.stop_mel_token] = -1e4
+        gpt.mel_head.bias[[gpt.stop_mel_token, gpt.start_mel_token]] = -1e4
 
 
 def build_adapter(device: str, tiny: bool, work_dir: Path, checkpoint: str | None = None):

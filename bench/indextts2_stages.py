@@ -49,7 +49,9 @@ def make_rows(adapter, count: int) -> list:
 
 @contextmanager
 def suppressed_stop(adapter, active: bool):
-    """While active, the GPT never picks its stop code (its logit bias is -1e4), so every row decodes to the cap."""
+    """While active, the GPT never picks its stop code, so every row decodes to the cap, nor its start code (a
+    random model that may not stop picks it sooner or later, and it is no codec entry: s2mel would fail); both
+    logit biases are -1e4."""
     import torch
 
     if not active:
@@ -57,14 +59,15 @@ def suppressed_stop(adapter, active: bool):
         return
     gpt = adapter.model.gpt
     bias = gpt.mel_head.bias
-    saved = bias[gpt.stop_mel_token].item()
+    suppressed = [gpt.stop_mel_token, gpt.start_mel_token]
+    saved = bias[suppressed].clone()
     with torch.no_grad():
-        bias[gpt.stop_mel_token] = -1e4
+        bias[suppressed] = -1e4
     try:
         yield
     finally:
         with torch.no_grad():
-            bias[gpt.stop_mel_token] = saved
+            bias[suppressed] = saved
 
 
 def run_stages(adapter, rows: list, params, device: str) -> dict:

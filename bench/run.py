@@ -80,6 +80,24 @@ def family_params(family: str, params):
     return params if chars is None else dataclasses.replace(params, max_segment_chars=chars)
 
 
+FULL_LENGTH_NOTE = {"indextts2": "indextts2 rows decode to max_new_tokens here (stop code suppressed: its tiny model "
+                                 "stops after a few codes; see to_the_cap)"}
+
+
+def to_the_cap(adapter):
+    """Context in which every row decodes to ``max_new_tokens`` (KV cache and memory measures), for families whose
+    tiny random model stops after a handful of codes: IndexTTS 2's rows stop after ~5-35 codes, so cache on vs off
+    and the estimate vs the held cache would compare runs that never reach the lengths asked for. Its stop code's
+    logit is suppressed (``indextts2_stages.suppressed_stop``); other families run as they are."""
+    import contextlib
+
+    if adapter.family == "indextts2":
+        import indextts2_stages
+
+        return indextts2_stages.suppressed_stop(adapter, True)
+    return contextlib.nullcontext()
+
+
 # Decode steps a family spends on top of the audio frames asked for: Dia's last 16 steps only flush its delayed
 # codebooks (tts_app/adapters/dia.py refuses max_new_tokens <= 16).
 EXTRA_STEPS = {"dia": 16}
@@ -288,7 +306,8 @@ def measure_kv_cache(adapter, texts: list[str], cfg: dict, table: Table) -> None
         on_s = None
         for use_cache in (True, False):
             params = SynthesisParams(greedy=True, max_new_tokens=new_tokens, use_cache=use_cache)
-            with KvCacheMeter() as kv, RssPeakSampler() as rss, cuda_peak(device) as cuda, wall_timer(device) as t:
+            with to_the_cap(adapter), KvCacheMeter() as kv, RssPeakSampler() as rss, cuda_peak(device) as cuda, \
+                    wall_timer(device) as t:
                 waves = adapter.synthesize(rows, params)
             row = {"family": adapter.family, "rows": len(rows), "max_new_tokens": new_tokens, "use_cache": use_cache,
                    "wall_s": t["s"], "audio_s": _audio_s(waves, adapter.facts.sampling_rate),
@@ -299,6 +318,8 @@ def measure_kv_cache(adapter, texts: list[str], cfg: dict, table: Table) -> None
                 on_s = t["s"]
             row["time_vs_cache_on"] = ratio(t["s"], on_s)
             table.rows.append(row)
+    if adapter.family in FULL_LENGTH_NOTE:
+        table.notes.append(FULL_LENGTH_NOTE[adapter.family])
 
 
 # -- 4. memory estimate vs measured ----------------------------------------------------------------------------------
@@ -317,7 +338,7 @@ def measure_memory(adapters: dict, texts: list[str], cfg: dict, table: Table) ->
         estimator = MemoryEstimator(facts.kv_bytes_per_position, facts.cfg_multiplier)
         ref_s = len(row.reference_audio) / facts.sampling_rate
         positions = adapter.estimate_positions(len(row.text), ref_s, len(row.reference_text or ""), new_tokens)
-        with KvCacheMeter() as kv, cuda_peak(device) as cuda:
+        with to_the_cap(adapter), KvCacheMeter() as kv, cuda_peak(device) as cuda:
             adapter.synthesize([row], params)
         out = {"family": family, "text_chars": len(row.text), "reference_s": ref_s, "max_new_tokens": new_tokens,
                "est_positions": positions, "est_kv_bytes": estimator.kv_bytes(positions),
@@ -328,6 +349,8 @@ def measure_memory(adapters: dict, texts: list[str], cfg: dict, table: Table) ->
             out["est_row_bytes"] = estimator.row_bytes(positions)
             out["est_row_vs_cuda_peak"] = ratio(out["est_row_bytes"], cuda["peak_bytes"])
         table.rows.append(out)
+        if family in FULL_LENGTH_NOTE:
+            table.notes.append(FULL_LENGTH_NOTE[family])
 
 
 # -- 6. front end + reference ----------------------------------------------------------------------------------------

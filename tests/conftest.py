@@ -60,6 +60,14 @@ def tiny_checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_whisper(tmp_path_factory) -> Path:
+    """Folder of a tiny random Whisper checkpoint (``tts_app.audio.transcribe.make_tiny_whisper``), built once."""
+    from tts_app.audio.transcribe import make_tiny_whisper
+
+    return make_tiny_whisper(tmp_path_factory.mktemp("tiny-whisper"))
+
+
+@pytest.fixture(scope="session")
 def tiny_adapter(tiny_checkpoint):
     """Factory: ``tiny_adapter("indextts2")`` -> the adapter of ``tiny_checkpoint(family)`` loaded on the CPU in
     float32, once per session (for families whose tiny checkpoint is costly to load: share it, never mutate it)."""

@@ -11,7 +11,7 @@ same way; ``tts_app.cli.args`` turns that into a one-line usage error naming the
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tts_app.errors import ConfigError
 
@@ -266,3 +266,51 @@ class FrontendConfig:
                f"min_segment_chars={self.min_segment_chars} must be >= 0")
         _check("scene_break_pause_ms", self.scene_break_pause_ms >= 0,
                f"scene break pause {self.scene_break_pause_ms} ms must be >= 0")
+
+
+#: Longest ``input`` the speech API takes, in characters: OpenAI's own limit for ``/v1/audio/speech``
+#: (https://platform.openai.com/docs/api-reference/audio/createSpeech, "The maximum length is 4096 characters").
+OPENAI_MAX_INPUT_CHARS = 4096
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The web server's HTTP API and access control (``python app.py``; ``tts_app.server``).
+
+    Attributes:
+        api_keys: keys the HTTP API accepts (``Authorization: Bearer KEY``); empty = the API is open (the server
+            binds to the loopback address unless told otherwise). Hidden from ``repr``.
+        ui_auth: (user, password) pairs for the web page (gradio's login form); empty = no login. Hidden from
+            ``repr``.
+        rate_limit_per_min: requests per minute one client (its API key, else its address) may make to the HTTP API,
+            averaged (a token bucket refilled at this rate); 0 = no limit.
+        rate_limit_burst: requests a client may make at once before the rate applies (the bucket's size), >= 1.
+        max_queue_depth: the speech API answers 429 while the engine already holds this many unfinished requests
+            (UI, jobs and API together), >= 1.
+        max_input_chars: longest speech ``input`` in characters (longer gets 413), >= 1.
+        max_voice_upload_bytes: largest reference audio ``POST /v1/audio/voices`` takes (larger gets 413), > 0.
+        cors_origins: browser origins allowed to call the HTTP API from another site (CORS); empty = none (no CORS
+            headers), ``("*",)`` = any.
+    """
+
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
+    ui_auth: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    rate_limit_per_min: float = 120.0
+    rate_limit_burst: int = 20
+    max_queue_depth: int = 64
+    max_input_chars: int = OPENAI_MAX_INPUT_CHARS
+    max_voice_upload_bytes: int = 50 * 1000**2
+    cors_origins: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check("api_keys", all(isinstance(k, str) and k.strip() == k and k for k in self.api_keys),
+               "an API key must be a non-empty string without surrounding spaces")
+        _check("ui_auth", all(len(pair) == 2 and pair[0] and pair[1] for pair in self.ui_auth),
+               "each login must be a user name and a password, written user:password")
+        _check("rate_limit_per_min", self.rate_limit_per_min >= 0,
+               f"rate limit {self.rate_limit_per_min} requests per minute must be >= 0 (0 = no limit)")
+        _check("rate_limit_burst", self.rate_limit_burst >= 1, f"rate limit burst {self.rate_limit_burst} must be >= 1")
+        _check("max_queue_depth", self.max_queue_depth >= 1, f"max queue depth {self.max_queue_depth} must be >= 1")
+        _check("max_input_chars", self.max_input_chars >= 1, f"max input chars {self.max_input_chars} must be >= 1")
+        _check("max_voice_upload_bytes", self.max_voice_upload_bytes > 0,
+               f"max voice upload {self.max_voice_upload_bytes} bytes must be positive")

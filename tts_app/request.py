@@ -8,6 +8,7 @@ No torch import here.
 from __future__ import annotations
 
 import enum
+import math
 import uuid
 from dataclasses import dataclass, field, replace
 
@@ -75,6 +76,10 @@ class SynthesisParams:
         loudness_lufs: integrated loudness (ITU-R BS.1770) the request's audio is normalised to, in LUFS, in
             [MIN_LOUDNESS_LUFS, MAX_LOUDNESS_LUFS]; None = not normalised.
         chapter_pause_ms: silence after each chapter of a text with chapters (``tts_app.longform``), in ms.
+        segment_durations_s: dubbing cues: a target length in seconds for each line of the text, in order (every
+            non-blank line is then one segment, stretched on its own to its target, pitch kept; the lines are
+            joined with ``pause_between_segments_ms``). The factor each line needs must lie in the speed range;
+            not with ``speed`` / ``duration_s``, nor with a dialogue. None = no per-line targets.
 
     Tempo, loudness and chapter pauses act after generation: they never change which segments share a batch.
     """
@@ -93,6 +98,7 @@ class SynthesisParams:
     duration_s: float | None = None
     loudness_lufs: float | None = None
     chapter_pause_ms: int = DEFAULT_CHAPTER_PAUSE_MS
+    segment_durations_s: tuple[float, ...] | None = None
 
     @property
     def needs_whole_clip(self) -> bool:
@@ -103,6 +109,15 @@ class SynthesisParams:
             or self.loudness_lufs is not None
 
     def __post_init__(self) -> None:
+        if self.segment_durations_s is not None:
+            try:
+                if isinstance(self.segment_durations_s, (str, bytes)):
+                    raise TypeError("a string")
+                durations = tuple(float(v) for v in self.segment_durations_s)
+            except (TypeError, ValueError):
+                raise ConfigError("segment_durations_s", f"segment_durations_s={self.segment_durations_s!r} must be "
+                                  "a list of numbers of seconds, one per line of the text") from None
+            object.__setattr__(self, "segment_durations_s", durations)
         checks = [
             ("temperature", self.temperature is None or self.temperature > 0,
              f"temperature={self.temperature} must be > 0 (use greedy=True for argmax decoding)"),
@@ -125,6 +140,11 @@ class SynthesisParams:
              f"loudness_lufs={self.loudness_lufs} is outside {MIN_LOUDNESS_LUFS}..{MAX_LOUDNESS_LUFS} LUFS (-23 is "
              "EBU R128 broadcast, -16 podcasts)"),
             ("chapter_pause_ms", self.chapter_pause_ms >= 0, f"chapter_pause_ms={self.chapter_pause_ms} must be >= 0"),
+            ("segment_durations_s", self.segment_durations_s is None or (
+                len(self.segment_durations_s) > 0 and all(math.isfinite(v) and v > 0 for v in self.segment_durations_s)),
+             f"segment_durations_s={self.segment_durations_s} must hold one duration > 0 seconds per line"),
+            ("segment_durations_s", self.segment_durations_s is None or (self.speed is None and self.duration_s is None),
+             "give segment_durations_s (per line) or speed / duration_s (whole request), not both"),
         ]
         for name, ok, message in checks:
             if not ok:

@@ -116,12 +116,18 @@ class Runtime:
         engine: the running ``tts_app.engine.Engine``.
         references: the ``ReferencePreparer`` at the model's sampling rate (one config, one cache for everyone).
         model: ``ModelInfo``.
+        load_s: seconds ``load`` took to load the checkpoint (None when built around a loaded adapter).
+        started_utc_s: ``time.time()`` when the runtime was built.
     """
 
-    def __init__(self, engine, references: ReferencePreparer, model: ModelInfo):
+    def __init__(self, engine, references: ReferencePreparer, model: ModelInfo, *, load_s: float | None = None):
+        import time
+
         self.engine = engine
         self.references = references
         self.model = model
+        self.load_s = load_s
+        self.started_utc_s = time.time()
 
     @classmethod
     def load(cls, model_config: ModelConfig, engine_config: EngineConfig = EngineConfig(),
@@ -148,9 +154,12 @@ class Runtime:
         if on_status is not None:
             on_status(f"Loading model {model_config.model_id} (hub downloads show their own progress bars) ...")
         adapter = load_adapter(model_config.model_id, device=model_config.device, dtype=model_config.dtype)
+        load_s = time.perf_counter() - started
         if on_status is not None:
-            on_status(f"Loaded {adapter.facts.family} in {time.perf_counter() - started:.1f} s")
-        return cls.from_adapter(adapter, model_config.model_id, engine_config, reference_config)
+            on_status(f"Loaded {adapter.facts.family} in {load_s:.1f} s")
+        runtime = cls.from_adapter(adapter, model_config.model_id, engine_config, reference_config)
+        runtime.load_s = load_s
+        return runtime
 
     @classmethod
     def from_adapter(cls, adapter, model_id: str, engine_config: EngineConfig = EngineConfig(),

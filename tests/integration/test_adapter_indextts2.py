@@ -393,13 +393,16 @@ def test_emotion_from_text_asks_the_checkpoints_emotion_model(monkeypatch, adapt
 def test_greedy_output_equals_the_packages_own_infer(tmp_path, tiny_idx, adapter, clip):
     """adapter batch of 1 == ``IndexTTS2.infer(top_k=1, num_beams=1)`` of indextts2-inference on the same tiny
     checkpoint, its hub cache pointed at the tiny auxiliaries offline (tests/indextts2_upstream.py): same codes,
-    same audio; plain, with an emotion vector, and with an emotion reference clip."""
+    same audio; plain, with an emotion vector, with an emotion reference clip, and another voice. Then the four
+    cases as one batch (different texts, voices, emotions; left padding, per-row stops) == the package, row by row."""
     import soundfile as sf
     from indextts.infer_v2 import IndexTTS2
 
     voice, emotion_clip = clip("zh_female_1.wav", 1.6), clip("en_male_1.wav", 1.2)
+    other_voice = clip("en_female_1.wav", 1.0)
     sf.write(tmp_path / "voice.wav", voice, 22050, subtype="FLOAT")
     sf.write(tmp_path / "emotion.wav", emotion_clip, 22050, subtype="FLOAT")
+    sf.write(tmp_path / "other_voice.wav", other_voice, 22050, subtype="FLOAT")
     vector = (0.6, 0.0, 0.3, 0.0, 0.0, 0.0, 0.0, 0.0)
     text_zh, text_en = "你好，世界。今天天气很好。", "Hello there, how are you?"
     cases = [
@@ -408,8 +411,10 @@ def test_greedy_output_equals_the_packages_own_infer(tmp_path, tiny_idx, adapter
          RowEmotion(vector=vector, weight=0.8)),
         (dict(text=text_en, seed=7, emo_audio_prompt=str(tmp_path / "emotion.wav"), emo_alpha=0.6),
          RowEmotion(reference_audio=emotion_clip, weight=0.6)),
+        (dict(text="短句。", seed=8, reference=str(tmp_path / "other_voice.wav")), None),
     ]
-    spec = [dict(reference=str(tmp_path / "voice.wav"), max_mel_tokens=CODES, **case) for case, _ in cases]
+    voices = [other_voice if "reference" in case else voice for case, _ in cases]
+    spec = [{"reference": str(tmp_path / "voice.wav"), "max_mel_tokens": CODES, **case} for case, _ in cases]
     (tmp_path / "cases.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
     env = dict(os.environ, HF_HUB_CACHE=str(tiny_idx / "hf_cache"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
                PYTHONPATH=str(REPO_ROOT))
@@ -418,13 +423,23 @@ def test_greedy_output_equals_the_packages_own_infer(tmp_path, tiny_idx, adapter
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     upstream = np.load(tmp_path / "upstream.npz")
-    for i, (case, emotion) in enumerate(cases):
-        row = AdapterRow(case["text"], voice, None, seed=case["seed"], emotion=emotion)
+    rows = [AdapterRow(case["text"], voices[i], None, seed=case["seed"], emotion=emotion)
+            for i, (case, emotion) in enumerate(cases)]
+    for i, row in enumerate(rows):
         outputs, (audio,) = run(adapter, [row], GREEDY)
         want_codes = upstream[f"codes_{i}"]
         assert outputs.codes.numpy().tolist() == want_codes.tolist(), f"case {i}"
         want_audio = upstream[f"audio_{i}"]
         assert audio.shape == want_audio.shape and np.allclose(audio, want_audio, atol=1e-5), f"case {i}"
+    batch, batch_audio = run(adapter, rows, GREEDY)
+    lengths = [upstream[f"codes_{i}"].shape[1] for i in range(len(rows))]
+    assert len(set(lengths)) > 1  # rows of different lengths: padding and per-row stops are exercised
+    for i, n in enumerate(lengths):
+        assert batch.codes[i, :n].numpy().tolist() == upstream[f"codes_{i}"][0].tolist(), f"batched case {i}"
+        assert bool((batch.codes[i, n:] == adapter.model.gpt.stop_mel_token).all()), f"batched case {i}"
+        want_audio = upstream[f"audio_{i}"]
+        assert batch_audio[i].shape == want_audio.shape, f"batched case {i}"
+        assert np.allclose(batch_audio[i], want_audio, atol=1e-4), f"batched case {i}"
 
 
 def test_characters_outside_the_bpe_vocabulary_are_reported_to_the_front_end(adapter):

@@ -177,3 +177,21 @@ def test_ctrl_c_cancels_records_every_line_and_exits_130_then_resume_finishes(jo
     assert {r["status"] for r in final} == {"ok", "cancelled"}
     assert main([str(path), "--out-dir", str(out), "--model", str(tiny_model), *TINY_FLAGS, "--resume"]) == 0
     assert all(r["status"] == "ok" for r in records(out))
+
+
+def test_lines_without_a_transcript_get_one_from_the_asr_model(job_dir, tiny_model, tiny_whisper, capsys):
+    path = write_jsonl(job_dir / "tasks.jsonl", [
+        {"input_text": "今天天气很好。", "prompt_audio": "voices/mei.wav", "output_name": "auto"},
+        {"input_text": "Hello there.", "prompt_audio": "voices/anna.wav", "prompt_text": "My own words.",
+         "output_name": "own"},
+    ])
+    out = job_dir / "out"
+    status = main([str(path), "--out-dir", str(out), "--model", str(tiny_model), *TINY_FLAGS,
+                   "--asr-model", str(tiny_whisper)])
+    assert status == 0, capsys.readouterr().err
+    auto = json.loads((out / "auto.json").read_text(encoding="utf-8"))
+    own = json.loads((out / "own.json").read_text(encoding="utf-8"))
+    assert auto["reference"]["text"] and set(auto["reference"]["text"]) <= set("abcdefghijklmnopqrstuvwxyz ")
+    assert any("transcribed automatically" in w for w in auto["warnings"])
+    assert own["reference"]["text"] == "My own words."  # a given transcript is kept
+    assert not any("transcribed" in w for w in own["warnings"])

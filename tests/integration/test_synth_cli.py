@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -152,3 +153,21 @@ def test_srt_path_that_would_overwrite_the_sidecar_is_refused(data_dir, tmp_path
     code = main(["--model", str(tmp_path / "no-model"), "--ref", str(data_dir / "en_female_1.wav"), "--text", "Hi.",
                  "--out", str(tmp_path / "x.wav"), "--srt", str(tmp_path / "x.json")])
     assert code == 2 and "sidecar" in capsys.readouterr().err
+
+
+def test_dia_reference_without_text_is_transcribed_by_the_asr_model(tiny_checkpoint, tiny_whisper, data_dir,
+                                                                    tmp_path, capsys):
+    from tts_app.audio.preparer import ReferencePreparer
+    from tts_app.audio.transcribe import Transcriber
+
+    ref = data_dir / "zh_female_1.wav"
+    code = main(["--model", str(tiny_checkpoint("dia")), "--ref", str(ref), "--text", "你好。",
+                 "--out", str(tmp_path / "x.wav"), "--greedy", "--max-new-tokens", "20", "--device", "cpu",
+                 "--asr-model", str(tiny_whisper)])
+    err = capsys.readouterr().err
+    assert code == 0, err  # without --asr-model this is the "Dia clones a voice only with ..." error above
+    meta = json.loads((tmp_path / "x.json").read_text(encoding="utf-8"))
+    cleaned = ReferencePreparer(meta["reference"]["sampling_rate"]).prepare(ref).audio  # the clip the model got
+    expected = Transcriber(str(tiny_whisper)).transcribe(cleaned.samples, cleaned.sampling_rate)
+    assert expected and meta["reference"]["text"] == expected  # the transcript of the cleaned clip, recorded
+    assert "transcribed automatically" in err and any("transcribed automatically" in w for w in meta["warnings"])

@@ -72,6 +72,11 @@ def test_generation_flags_not_given_are_not_given():
                                   pause_between_segments_ms=0, max_segment_chars=40)
     with pytest.raises(InputError, match="--max-segment-chars"):
         params_from_args(parse("--max-segment-chars", "3"))
+    assert params_from_args(parse("--segment-durations-s", "2.5, 1.8,3")).segment_durations_s == (2.5, 1.8, 3.0)
+    with pytest.raises(InputError, match="--segment-durations-s"):
+        params_from_args(parse("--segment-durations-s", "2,0"))
+    with pytest.raises(SystemExit):
+        parse("--segment-durations-s", "2,,3")
 
 
 @pytest.mark.parametrize("command", [

@@ -152,6 +152,40 @@ def test_engine_applies_speed_and_duration_and_the_sidecar_records_it(runtime):
         SynthesisParams(speed=3.0)
 
 
+def test_each_line_meets_its_own_target_duration_for_dubbing(runtime):
+    lines = ["Good morning, everyone here.", "今天天气很好，我们去公园散步吧。", "See you all tomorrow."]
+    natural = []
+    for line in lines:  # each line's length as generated, alone
+        alone = runtime.engine.submit(SynthesisRequest(text=line, reference_audio=_reference(0.2),
+                                                       params=SynthesisParams(seed=4))).result(timeout=60)
+        natural.append(alone.duration_s)
+    targets = (natural[0] * 0.8, natural[1] * 1.3, natural[2])
+    text = "\n".join([lines[0], "", lines[1], lines[2]])  # blank lines carry no cue
+    result = runtime.engine.submit(SynthesisRequest(text=text, reference_audio=_reference(0.2), params=SynthesisParams(
+        seed=4, segment_durations_s=targets, pause_between_segments_ms=300))).result(timeout=60)
+    assert result.ok, result.error
+    assert [s.text for s in result.segments] == lines  # one segment per line, never packed together
+    for segment, target in zip(result.segments, targets):
+        assert abs((segment.end_s - segment.start_s) - target) <= 0.05
+    gaps = [b.start_s - a.end_s for a, b in zip(result.segments, result.segments[1:])]
+    assert gaps == pytest.approx([0.3, 0.3], abs=0.002)  # the usual pause between cues, not a chapter pause
+    cues = result.post_processing["segment_durations"]
+    assert [c["segment"] for c in cues] == [1, 2, 3]
+    assert [c["speed"] for c in cues] == pytest.approx([1.25, 1 / 1.3, 1.0], abs=0.01)
+
+    def failed(text: str, **params) -> str:
+        out = runtime.engine.submit(SynthesisRequest(text=text, reference_audio=_reference(0.2),
+                                                     params=SynthesisParams(seed=4, **params))).result(timeout=60)
+        assert not out.ok
+        return out.error
+
+    assert "gives 2 duration(s) but the text has 3 non-blank line(s)" in failed(text, segment_durations_s=(1, 2))
+    assert "line 1 ('Good morning, everyone here.')" in failed(text, segment_durations_s=(0.01, *targets[1:]))
+    assert "split into" in failed(text, segment_durations_s=targets, max_segment_chars=12)
+    with pytest.raises(InputError, match="not both"):
+        SynthesisParams(segment_durations_s=(1.0,), speed=1.2)
+
+
 def test_turn_pieces_pack_in_order_within_the_limit():
     from tts_app.dialogue import join_pieces, pack_turn_pieces
 

@@ -96,13 +96,13 @@ def test_mixed_job_good_lines_get_audio_bad_lines_get_named_failures(job_dir, ma
     assert "contains a path" in by_line[5]["error"]
     assert "lines 1 and 7" in by_line[7]["error"]
     assert "broken.wav" in by_line[8]["error"]  # reference cleanup refused it; the job went on
-    assert sorted(p.name for p in out.iterdir() if p.suffix == ".wav") == ["00009.wav", "a.wav", "b.wav"]
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".wav") == ["00009_Last_good_line.wav", "a.wav", "b.wav"]
     assert not (job_dir.parent / "outside.wav").exists() and not list(job_dir.rglob("outside*"))
 
     # each file holds exactly the audio the engine makes for that line (nothing swapped between lines)
     from tts_app.audio.reference import prepare_reference
 
-    for line_no, name in [(1, "a"), (6, "b"), (9, "00009")]:
+    for line_no, name in [(1, "a"), (6, "b"), (9, "00009_Last_good_line")]:
         row = MIXED[line_no - 1]
         ref, _ = prepare_reference(job_dir / (row.get("prompt_audio") or row["prompt_speech"]),
                                    target_sampling_rate=engine.sampling_rate)
@@ -207,13 +207,17 @@ def test_cancel_then_resume_finishes_every_line_once(job_dir, make_runtime):
     assert first.num_cancelled > 0 and first.num_ok >= 5 and not first.all_ok
     ok_before = {r["line"] for r in records(out) if r["status"] == "ok"}
 
+    # lines without output_name are named by number and first words
+    assert (out / "00001_Chapter_line_0.wav").is_file()
+    wav = {r["line"]: out / r["audio_path"] for r in records(out) if r["status"] == "ok"}
+
     # damage two finished files (garbage; cut in half): resume must redo them, keep the others
     victim, cut = sorted(ok_before)[:2]
-    (out / f"{victim:05d}.wav").write_bytes(b"RIFF")
-    whole = (out / f"{cut:05d}.wav").read_bytes()
-    (out / f"{cut:05d}.wav").write_bytes(whole[: len(whole) // 2])
+    wav[victim].write_bytes(b"RIFF")
+    whole = wav[cut].read_bytes()
+    wav[cut].write_bytes(whole[: len(whole) // 2])
     (out / ".00003.wav.abc123.tmp").write_bytes(b"half written")  # as a kill mid-write leaves
-    mtimes = {n: (out / f"{n:05d}.wav").stat().st_mtime_ns for n in ok_before if n not in (victim, cut)}
+    mtimes = {n: wav[n].stat().st_mtime_ns for n in ok_before if n not in (victim, cut)}
 
     second = run_job(path, out, runtime, resume=True)
     assert second.all_ok and second.num_skipped == len(ok_before) - 2 and second.num_ok == 30 - second.num_skipped
@@ -221,7 +225,7 @@ def test_cancel_then_resume_finishes_every_line_once(job_dir, make_runtime):
     assert [r["line"] for r in final] == list(range(1, 31))  # every line exactly once
     assert all(r["status"] == "ok" for r in final)
     assert all(decoded(out / r["audio_path"]).size > 0 for r in final)
-    assert {n: (out / f"{n:05d}.wav").stat().st_mtime_ns for n in mtimes} == mtimes  # skipped lines untouched
+    assert {n: wav[n].stat().st_mtime_ns for n in mtimes} == mtimes  # skipped lines untouched
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
     # a finished job stays finished on resume, even once its reference audio is gone (e.g. a cleaned upload)
@@ -309,7 +313,7 @@ def test_lines_to_run_counts_valid_lines_not_done_and_run_job_needs_no_engine_fo
     assert count_lines_to_run(good, out, resume=True) == 0
     again = run_job(good, out, None, resume=True)  # all done: no model needed
     assert (again.num_skipped, again.num_ok) == (2, 0) and again.all_ok
-    (out / "00002.wav").write_bytes(b"RIFF")  # a damaged output must be redone
+    (out / "00002_Two.wav").write_bytes(b"RIFF")  # a damaged output must be redone
     assert count_lines_to_run(good, out, resume=True) == 1
     with pytest.raises(ValueError, match="runtime=None"):
         run_job(good, out, None, resume=True)
@@ -359,3 +363,25 @@ def test_emotion_lines_reach_a_model_with_emotion_and_their_sidecars_record_them
     sidecar = json.loads((job_dir / "out" / "happy.json").read_text(encoding="utf-8"))
     assert sidecar["emotion"] == {"source": "vector", "weight": 0.5, "vector": [0.9] + [0.0] * 7}
     assert json.loads((job_dir / "out" / "copied.json").read_text(encoding="utf-8"))["emotion"]["source"] == "clip"
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "opus"])
+def test_a_job_in_a_compact_format_writes_decodable_files_that_resume_keeps(job_dir, make_runtime, fmt):
+    from tts_app.audio.formats import decode_audio
+
+    path = write_jsonl(job_dir / "job.jsonl", [{"input_text": "今天天气很好。", "prompt_audio": "voices/anna.wav"},
+                                                {"input_text": "Second line.", "prompt_audio": "voices/anna.wav"}])
+    out = job_dir / "out"
+    config = JobConfig(audio_format=fmt)
+    assert run_job(path, out, make_runtime(), config=config).all_ok
+    names = sorted(r["audio_path"] for r in records(out))
+    assert names == [f"00001_今天天气很好.{fmt}", f"00002_Second_line.{fmt}"]
+    for name in names:
+        samples, rate = decode_audio(out / name)
+        assert samples.size > 0 and rate > 0
+    again = run_job(path, out, None, resume=True, config=config)  # finished compressed files count as done
+    assert (again.num_skipped, again.num_ok) == (2, 0)
+    with zipfile.ZipFile(make_results_zip(out)) as zf:
+        assert set(names) <= set(zf.namelist())
+    with pytest.raises(InputError, match="use one of wav, flac, mp3, opus"):
+        JobConfig(audio_format="aac")

@@ -41,6 +41,31 @@ def rows_by_line(report) -> dict[int, list[tuple[str, str]]]:
     return out
 
 
+def test_default_output_names_are_the_line_number_and_first_words(job_dir):
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"input_text": "今天天气很好，我们去公园。", "prompt_audio": "b.wav"},
+        {"input_text": "Hello, world!", "prompt_audio": "b.wav", "output_name": "mine"},
+        {"input_text": "Good morning everyone. How are you?", "prompt_audio": "b.wav"},
+        {"script": "Speaker 1: 大家好，欢迎收听。\nSpeaker 2: Thanks.", "speakers": {"1": "b.wav", "2": "b.wav"}},
+        {"input_text": "？？？", "prompt_audio": "b.wav"},
+    ])
+    names = [item.output_name for item in iter_job(path, make_sources(path, None, JobConfig()))]
+    # a dialogue is named by its first turn's words, not the speaker label; no words left: the number alone
+    assert names == ["00001_今天天气很好", "mine", "00003_Good_morning_everyone", "00004_大家好", "00005"]
+
+
+def test_segment_durations_are_a_list_of_seconds_per_line(job_dir):
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"input_text": "第一句。\n第二句。", "prompt_audio": "b.wav", "segment_durations_s": [1.5, 2]},
+        {"input_text": "One.", "prompt_audio": "b.wav", "segment_durations_s": 1.5},
+        {"input_text": "One.", "prompt_audio": "b.wav", "segment_durations_s": [1.5], "speed": 1.2},
+    ])
+    good, not_a_list, both = list(iter_job(path, make_sources(path, None, JobConfig())))
+    assert good.synthesis_params(SynthesisParams()).segment_durations_s == (1.5, 2.0)
+    assert isinstance(not_a_list, InvalidLine) and "must be a list of numbers of seconds" in not_a_list.message
+    assert isinstance(both, InvalidLine) and "not both" in both.message
+
+
 def test_bom_crlf_blank_lines_and_glm_tts_aliases(job_dir):
     path = write_jsonl(job_dir / "job.jsonl", [
         {"uttid": "first", "syn_text": "Hello there.", "prompt_speech": "voices/a.wav", "prompt_text": "ref words"},
@@ -54,8 +79,9 @@ def test_bom_crlf_blank_lines_and_glm_tts_aliases(job_dir):
     assert (first.line_number, first.output_name, first.input_text) == (1, "first", "Hello there.")
     assert first.prompt_audio == (job_dir / "voices" / "a.wav").resolve()
     assert first.prompt_text == "ref words"
-    # default output name = zero-padded physical line number (blank lines count, so it matches the editor)
-    assert (second.line_number, second.output_name, second.input_text) == (4, "00004", "你好，世界。")
+    # default output name = zero-padded physical line number (blank lines count, so it matches the editor) and the
+    # text's first words
+    assert (second.line_number, second.output_name, second.input_text) == (4, "00004_你好", "你好，世界。")
     params = second.synthesis_params(SynthesisParams(seed=1, max_new_tokens=50))
     assert (params.seed, params.greedy, params.top_p, params.max_new_tokens) == (7, True, 0.9, 50)
 

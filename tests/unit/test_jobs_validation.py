@@ -68,8 +68,8 @@ def test_an_empty_output_name_is_reported_not_silently_replaced(job_dir):
     path = _write(job_dir / "job.jsonl", [{"input_text": "Hi.", "prompt_audio": "refs/a.wav", "output_name": " "}])
     report = validate_job(path)
     assert report.num_valid == 1
-    assert _messages(report)[1] == ["warning: output_name is empty; the line number is used instead, so the audio "
-                                    "is '00001.wav'"]
+    assert _messages(report)[1] == ["warning: output_name is empty; the line number and first words are used "
+                                    "instead, so the audio is '00001_Hi.wav'"]
 
 
 def test_a_letter_case_mismatch_suggests_the_existing_name(job_dir):

@@ -115,9 +115,16 @@ class ReferencePreparer:
         Raises:
             ReferenceAudioError: unusable clip (missing, corrupt, silent, too short); the message names it.
         """
+        from tts_app.metrics import count_reference_failure
+
         if isinstance(source, (str, Path)) and not Path(source).is_file():
+            count_reference_failure("not_found")
             raise ReferenceAudioError(f"reference audio {name or Path(source).name!r} does not exist; give an audio "
                                       "file")
-        audio, report = prepare_reference(source, target_sampling_rate=self.sampling_rate, config=self.config,
-                                          reference_text=reference_text or None, cache=self.cache, name=name)
+        try:
+            audio, report = prepare_reference(source, target_sampling_rate=self.sampling_rate, config=self.config,
+                                              reference_text=reference_text or None, cache=self.cache, name=name)
+        except ReferenceAudioError as exc:
+            count_reference_failure(exc.notice.code if exc.notice is not None else None)
+            raise
         return PreparedReference(audio=audio, report=report, name=report.name, sha256=source_sha256(source))

@@ -8,6 +8,11 @@ Default checkpoint: ``openai/whisper-large-v3-turbo`` (809 M parameters, 1.6 GB 
 a 4-layer decoder, about as accurate as large-v3 on Chinese and English at several times its speed (OpenAI's model
 card) — the checkpoint F5-TTS uses for the same job. ``--asr-model`` picks another (``openai/whisper-small`` for
 a small machine) or ``none``. It runs on the TTS model's device, loaded lazily once and shared by every caller.
+
+When it runs (``fill_transcript``, the same for the web app, ``synth`` and ``batch``): for a reference that has no
+transcript, when the family needs one (``ModelFacts.needs_reference_text``: Dia), or for every family when
+``--asr-model`` was given explicitly (Higgs and CSM clone better with a transcript). The transcript is used for the
+request, stored in its sidecar (``reference.text``) and named in a warning, so the user can check and correct it.
 ``make_tiny_whisper`` writes a tiny random Whisper (real architecture and file layout) for offline tests.
 """
 
@@ -38,11 +43,14 @@ class Transcriber:
     Args:
         model_id: hub id or local folder of a Whisper checkpoint; None or "none" = transcription off.
         device: "cpu", "cuda", "cuda:N".
+        for_every_family: ``fill_transcript`` transcribes for every family, not only those that need a transcript.
     """
 
-    def __init__(self, model_id: str | None = DEFAULT_ASR_MODEL, device: str = "cpu"):
+    def __init__(self, model_id: str | None = DEFAULT_ASR_MODEL, device: str = "cpu", *,
+                 for_every_family: bool = False):
         self.model_id = None if model_id in (None, "", NO_ASR) else str(model_id)
         self.device = device
+        self.for_every_family = bool(for_every_family)
         self._pipeline = None
         self._error: str | None = None
         self._lock = threading.Lock()
@@ -89,13 +97,61 @@ class Transcriber:
         import torch
         import torchaudio.functional as F
 
-        asr = self._load()
+        from tts_app.metrics import ASR_TRANSCRIPTIONS
+
+        try:
+            asr = self._load()
+        except AsrUnavailableError:
+            ASR_TRANSCRIPTIONS.labels(outcome="unavailable").inc()
+            raise
         audio = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32).reshape(-1))
         if int(sampling_rate) != WHISPER_SAMPLING_RATE:
             audio = F.resample(audio, int(sampling_rate), WHISPER_SAMPLING_RATE)
-        out = asr({"raw": audio.numpy(), "sampling_rate": WHISPER_SAMPLING_RATE},
-                  generate_kwargs={"max_new_tokens": max_new_tokens})
+        try:
+            out = asr({"raw": audio.numpy(), "sampling_rate": WHISPER_SAMPLING_RATE},
+                      generate_kwargs={"max_new_tokens": max_new_tokens})
+        except Exception:
+            ASR_TRANSCRIPTIONS.labels(outcome="failed").inc()
+            raise
+        ASR_TRANSCRIPTIONS.labels(outcome="ok").inc()
         return str(out.get("text", "")).strip()
+
+
+def transcriber_from(asr_model: str | None, device: str) -> Transcriber:
+    """The ``Transcriber`` of an ``--asr-model`` value: None (not given) = ``DEFAULT_ASR_MODEL``, used only for
+    families that need a transcript; an id or folder = that checkpoint, used for every family; "none" = off."""
+    return Transcriber(DEFAULT_ASR_MODEL if asr_model is None else asr_model, device,
+                       for_every_family=asr_model is not None)
+
+
+def fill_transcript(transcriber: Transcriber | None, reference, reference_text: str | None, *,
+                    needs_reference_text: bool) -> tuple[str | None, list[str]]:
+    """The reference text a request should use, and warnings for the user.
+
+    Args:
+        transcriber: the shared ``Transcriber``, or None (no automatic transcripts).
+        reference: the ``PreparedReference`` (cleaned clip), or None (no reference: nothing to transcribe).
+        reference_text: the transcript known so far (typed, or a saved voice's), or None / "".
+        needs_reference_text: ``ModelFacts.needs_reference_text`` of the loaded family.
+
+    Returns:
+        (``reference_text`` when given, else the ASR transcript of the cleaned clip when ``transcriber`` runs for
+        this family (module docstring), else None; a warning naming the transcript, or saying why none could be
+        made). Never raises for an ASR failure: the request goes on without a transcript.
+    """
+    if reference_text or reference is None or transcriber is None or not transcriber.enabled:
+        return reference_text or None, []
+    if not (needs_reference_text or transcriber.for_every_family):
+        return None, []
+    try:
+        text = transcriber.transcribe(reference.audio.samples, reference.audio.sampling_rate)
+    except AsrUnavailableError as exc:
+        return None, [str(exc)]
+    if not text:
+        return None, [f"the speech-recognition model {transcriber.model_id!r} heard no words in the reference "
+                      "audio; give its transcript yourself"]
+    return text, [f"reference text transcribed automatically by {transcriber.model_id}: {text!r} (give the "
+                  "transcript yourself if it is wrong)"]
 
 
 def make_tiny_whisper(out_dir: str | Path, seed: int = 0) -> Path:
@@ -122,7 +178,7 @@ def make_tiny_whisper(out_dir: str | Path, seed: int = 0) -> Path:
     config = WhisperConfig(vocab_size=len(tokenizer), num_mel_bins=16, d_model=16, encoder_layers=1,
                            decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
                            encoder_ffn_dim=32, decoder_ffn_dim=32, max_source_positions=1500,
-                           max_target_positions=64, pad_token_id=ids["<|endoftext|>"],
+                           max_target_positions=448, pad_token_id=ids["<|endoftext|>"],
                            bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|endoftext|>"],
                            decoder_start_token_id=ids["<|startoftranscript|>"])
     torch.manual_seed(seed)
@@ -137,9 +193,9 @@ def make_tiny_whisper(out_dir: str | Path, seed: int = 0) -> Path:
     generation.begin_suppress_tokens = [ids["<|endoftext|>"]]
     letters = {tokenizer.convert_tokens_to_ids(c) for c in "abcdefghijklmnopqrstuvwxyz"} | \
         {tokenizer.convert_tokens_to_ids(byte_chars[ord(" ")])}
-    # random letters and spaces only (readable plumbing output), and the end token
-    generation.suppress_tokens = [i for i in range(256) if i not in letters]
-    generation.max_length = 64
+    # random letters and spaces only (readable plumbing output), and the end token; no special token mid-text
+    generation.suppress_tokens = [i for i in range(256) if i not in letters] + [ids[t] for t in specials]
+    generation.max_length = 448
     model.save_pretrained(out)
     WhisperProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=16), tokenizer=tokenizer).save_pretrained(out)
     return out

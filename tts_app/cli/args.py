@@ -192,6 +192,14 @@ def number(text: str) -> float:
     return value
 
 
+def number_list(text: str) -> tuple[float, ...]:
+    """argparse ``type=``: comma-separated finite numbers, e.g. ``2.5,1.8,3``."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers (e.g. 2.5,1.8,3)")
+    return tuple(number(p) for p in parts)
+
+
 def device_arg(text: str) -> str:
     """argparse ``type=``: "auto", "cpu", "cuda" or "cuda:N" (``tts_app.config.check_device``)."""
     try:
@@ -313,7 +321,7 @@ GENERATION_FLAGS: dict[str, str] = {
     "top_p": "--top-p", "top_k": "--top-k", "cfg_scale": "--cfg-scale", "max_new_tokens": "--max-new-tokens",
     "max_segment_chars": "--max-segment-chars", "pause_between_segments_ms": "--pause-ms",
     "speed": "--speed", "duration_s": "--duration-s", "loudness_lufs": "--loudness",
-    "chapter_pause_ms": "--chapter-pause-ms",
+    "chapter_pause_ms": "--chapter-pause-ms", "segment_durations_s": "--segment-durations-s",
 }
 
 
@@ -350,6 +358,9 @@ def add_generation_args(parser: argparse.ArgumentParser, title: str = "generatio
     g.add_argument("--loudness", dest="loudness_lufs", type=number, default=None, metavar="LUFS",
                    help=f"normalise the loudness to LUFS (ITU-R BS.1770), {MIN_LOUDNESS_LUFS:g}..{MAX_LOUDNESS_LUFS:g}"
                         "; e.g. -23 (EBU R128) or -16 (podcasts); default: as generated")
+    g.add_argument("--segment-durations-s", type=number_list, default=None, metavar="S1,S2,...",
+                   help="dubbing: a target length in seconds for each line of the text, in order (each line is one "
+                        "segment, stretched to fit, pitch kept); not with --speed / --duration-s")
     g.add_argument("--chapter-pause-ms", type=non_negative_int, default=None,
                    help=f"silence after each chapter ('# Title' lines) in ms (default {defaults.chapter_pause_ms})")
 
@@ -405,3 +416,114 @@ def usage_error(prog: str, exc: InputError) -> int:
     """Print a one-line usage error for ``prog`` (as ``CliParser.error``) and return exit status 2."""
     print(f"{prog}: error: {exc}", file=sys.stderr)
     return 2
+
+
+# --------------------------------------------------------------------------------------------- web server
+
+#: Environment variables read by ``server_config_from`` (Hugging Face Spaces turns a Space's secrets into these).
+API_KEY_ENV = "TTS_APP_API_KEY"
+UI_AUTH_ENV = "TTS_APP_AUTH"
+#: Gradio's own variables for the address and port (Hugging Face Spaces sets GRADIO_SERVER_NAME=0.0.0.0).
+HOST_ENV, PORT_ENV = "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT"
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 7860
+
+#: flag of each ``ServerConfig`` field set by ``add_server_args``
+SERVER_FLAGS: dict[str, str] = {
+    "api_keys": "--api-key", "ui_auth": "--auth", "rate_limit_per_min": "--rate-limit",
+    "rate_limit_burst": "--rate-limit-burst", "max_queue_depth": "--max-queue-depth",
+    "max_input_chars": "--max-input-chars", "cors_origins": "--cors-origin",
+}
+
+
+def add_server_args(parser: argparse.ArgumentParser) -> None:
+    """Add the web server's flags (``app.py``): address, public link, UI login, API keys, API limits, CORS."""
+    from tts_app.config import ServerConfig
+
+    d = ServerConfig()
+    g = parser.add_argument_group("web server")
+    g.add_argument("--host", default=None,
+                   help=f"address to listen on (default ${HOST_ENV}, else {DEFAULT_HOST}); 0.0.0.0 serves the network")
+    g.add_argument("--port", type=positive_int, default=None,
+                   help=f"port (default ${PORT_ENV}, else {DEFAULT_PORT} or the next free one)")
+    g.add_argument("--share", action="store_true", help="create a public gradio.live link")
+    g.add_argument("--auth", action="append", default=None, metavar="USER:PASSWORD",
+                   help=f"log-in for the web page (repeatable; also ${UI_AUTH_ENV}, comma-separated)")
+    g.add_argument("--auth-file", default=None, metavar="FILE",
+                   help="log-ins for the web page, one USER:PASSWORD per line")
+    g.add_argument("--api-key", action="append", default=None, metavar="KEY",
+                   help=f"key the HTTP API (/v1, /metrics) requires as 'Authorization: Bearer KEY' (repeatable; "
+                        f"better: ${API_KEY_ENV}, comma-separated, which other users of the machine cannot see)")
+    g.add_argument("--rate-limit", type=number, default=None, metavar="N",
+                   help=f"API requests per minute per client (default {d.rate_limit_per_min:g}; 0 = no limit)")
+    g.add_argument("--rate-limit-burst", type=positive_int, default=None, metavar="N",
+                   help=f"API requests a client may send at once (default {d.rate_limit_burst})")
+    g.add_argument("--max-queue-depth", type=positive_int, default=None, metavar="N",
+                   help=f"the speech API answers 429 while this many requests are in progress (default "
+                        f"{d.max_queue_depth})")
+    g.add_argument("--max-input-chars", type=positive_int, default=None, metavar="N",
+                   help=f"longest speech API input (default {d.max_input_chars}, as OpenAI)")
+    g.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
+                   help="let web pages of this origin call the API (repeatable; '*' = any; default: none)")
+
+
+def _split_login(text: str, where: str) -> tuple[str, str]:
+    user, sep, password = text.partition(":")
+    if not sep or not user.strip() or not password:
+        raise InputError(f"{where}: {text.split(':')[0][:20]!r}... is not USER:PASSWORD; write e.g. mei:s3cret")
+    return user.strip(), password
+
+
+def _logins(args: argparse.Namespace, environ) -> tuple[tuple[str, str], ...]:
+    pairs = [_split_login(item, "--auth") for item in (args.auth or [])]
+    if getattr(args, "auth_file", None):
+        try:
+            lines = Path(args.auth_file).read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise InputError(f"--auth-file {args.auth_file!r} cannot be read: {exc.strerror or exc}") from None
+        for number_, line in enumerate(lines, 1):
+            if line.strip() and not line.lstrip().startswith("#"):
+                pairs.append(_split_login(line.strip(), f"--auth-file line {number_}"))
+    if not pairs and environ.get(UI_AUTH_ENV):
+        pairs = [_split_login(item.strip(), UI_AUTH_ENV) for item in environ[UI_AUTH_ENV].split(",") if item.strip()]
+    return tuple(pairs)
+
+
+def server_config_from(args: argparse.Namespace, environ=None):
+    """``ServerConfig`` from the flags of ``add_server_args`` and the environment (``API_KEY_ENV``,
+    ``UI_AUTH_ENV``; a flag wins over its variable). A flag not given keeps the dataclass default.
+
+    Raises:
+        InputError: a value the config refuses, naming the flag; an unreadable ``--auth-file``; a log-in that is
+            not USER:PASSWORD.
+    """
+    from tts_app.config import ServerConfig
+
+    environ = os.environ if environ is None else environ
+    keys = list(args.api_key or [])
+    if not keys and environ.get(API_KEY_ENV):
+        keys = [key.strip() for key in environ[API_KEY_ENV].split(",") if key.strip()]
+    given = _given(args, {"rate_limit": "rate_limit_per_min", "rate_limit_burst": "rate_limit_burst",
+                          "max_queue_depth": "max_queue_depth", "max_input_chars": "max_input_chars"})
+    try:
+        return ServerConfig(api_keys=tuple(keys), ui_auth=_logins(args, environ),
+                            cors_origins=tuple(args.cors_origin or ()), **given)
+    except ConfigError as exc:
+        raise _usage_error(exc, SERVER_FLAGS) from None
+
+
+def server_address(args: argparse.Namespace, environ=None) -> tuple[str, int | None]:
+    """(host, port) to listen on: the flags, else gradio's variables (``GRADIO_SERVER_NAME``,
+    ``GRADIO_SERVER_PORT``), else 127.0.0.1 and None ("7860 or the next free one").
+
+    Raises:
+        InputError: ``GRADIO_SERVER_PORT`` is not a port number.
+    """
+    environ = os.environ if environ is None else environ
+    host = args.host if args.host is not None else (environ.get(HOST_ENV) or DEFAULT_HOST)
+    port = args.port
+    if port is None and environ.get(PORT_ENV):
+        text = environ[PORT_ENV].strip()
+        if not text.isdigit() or not 0 < int(text) < 65536:
+            raise InputError(f"{PORT_ENV}={text!r} is not a port number (1-65535)")
+        port = int(text)
+    return host, port

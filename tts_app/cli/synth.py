@@ -128,6 +128,7 @@ def main(argv: list[str]) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from tts_app.audio.formats import format_for_path
+    from tts_app.audio.transcribe import fill_transcript, transcriber_from
     from tts_app.dialogue import check_voices, dialogue_request, parse_script, parse_voice_assignments
     from tts_app.engine.memory import format_bytes
     from tts_app.outputs import metadata_path, output_metadata, save_outputs
@@ -176,9 +177,19 @@ def _run(args: argparse.Namespace) -> int:
 
     runtime = Runtime.load(engine_args.model, engine_args.engine)
     try:
+        transcriber = transcriber_from(args.asr_model, runtime.engine.device)
+        needs_text = runtime.engine.facts.needs_reference_text
+        notes: list[str] = []  # automatic transcripts (or why there is none)
+
+        def transcript(ref, known: str | None) -> str | None:
+            filled, said = fill_transcript(transcriber, ref, known, needs_reference_text=needs_text)
+            notes.extend(said)
+            return filled
+
         reference, speaker_refs = None, None
         if script is not None:
             voices = [library.resolve(value, runtime.references) for value in assignments]
+            voices = [(ref, transcript(ref, known)) for ref, known in voices]
             speaker_refs = [ref for ref, _ in voices]
             request = dialogue_request(script, voices, text=text, params=params,
                                        emotion=_emotion_from_args(args, runtime))
@@ -188,20 +199,21 @@ def _run(args: argparse.Namespace) -> int:
             elif args.ref:
                 reference = runtime.references.prepare(args.ref, reference_text=args.ref_text)
                 reference_text = reference.text
+            reference_text = transcript(reference, reference_text)
             request = SynthesisRequest(text=text, reference_audio=reference.audio if reference else None,
                                        reference_text=reference_text, params=params,
                                        emotion=_emotion_from_args(args, runtime))
         result = runtime.engine.submit(request).result()
         stats = runtime.engine.stats()
         reference_warnings = [w for ref in ([reference] + (speaker_refs or [])) if ref is not None
-                              for w in ref.warnings]
+                              for w in ref.warnings] + notes
         for warning in reference_warnings + list(result.warnings):
             print(f"warning: {warning}", file=sys.stderr)
         if not result.ok:
             print(f"error: {result.error}", file=sys.stderr)
             return 1
         metadata = output_metadata(runtime, request, result, entry_point="synth", reference=reference,
-                                   speaker_references=speaker_refs)
+                                   speaker_references=speaker_refs, warnings=notes)
         files = save_outputs(args.out, result, metadata, subtitles_path=args.srt)
     finally:
         runtime.close()

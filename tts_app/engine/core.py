@@ -42,6 +42,7 @@ from tts_app.audio.post import join_segments
 from tts_app.config import MIN_MAX_SEGMENT_CHARS, EngineConfig
 from tts_app.dialogue import join_pieces
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
+from tts_app.metrics import BATCH_SIZE
 from tts_app.engine.memory import (
     MemoryEstimator,
     MemoryProbe,
@@ -58,6 +59,7 @@ from tts_app.engine.scheduler import (BatchCap, Outcome, OutcomeKind, Phase, Sch
 from tts_app.engine.streaming import AudioChunk, AudioStream
 from tts_app.request import (ChapterSpan, RequestStatus, SegmentTiming, StopReason, SynthesisParams,
                              SynthesisRequest, SynthesisResult)
+from tts_app.zerogpu import GpuCalls, ZeroGPUConfig
 
 logger = logging.getLogger(__name__)
 
@@ -247,6 +249,7 @@ class _Part:
     chapter: int = 0
     title: str | None = None
     speaker: int | None = None  # index into request.speakers
+    target_s: float | None = None  # a dubbing cue's target length (SynthesisParams.segment_durations_s)
 
 
 @dataclass(frozen=True)
@@ -290,7 +293,17 @@ def _request_parts(request: SynthesisRequest) -> list[_Part]:
     from tts_app.longform import split_chapters
 
     if request.turns:
+        if request.params.segment_durations_s is not None:
+            raise InputError("segment_durations_s is for plain text (one target per line); for a dialogue give the "
+                             "whole request's duration_s instead")
         return [_Part(turn.text, 0, None, turn.speaker) for turn in request.turns]
+    targets = request.params.segment_durations_s
+    if targets is not None:  # dubbing cues: each non-blank line its own segment, with its target length
+        lines = [line for line in request.text.splitlines() if line.strip()]
+        if len(lines) != len(targets):
+            raise InputError(f"segment_durations_s gives {len(targets)} duration(s) but the text has {len(lines)} "
+                             "non-blank line(s); give one duration per line")
+        return [_Part(line, 0, None, None, float(target)) for line, target in zip(lines, targets)]
     return [_Part(c.text, i, c.title) for i, c in enumerate(split_chapters(request.text))]
 
 
@@ -353,6 +366,15 @@ def cap_warning(index: int, text: str, audio_s: float, max_new_tokens: int) -> s
             f"{max_new_tokens}) and was cut off; shorten it (max_segment_chars) or raise max_new_tokens")
 
 
+@dataclass(frozen=True)
+class _DeviceRow:
+    """One row of a batch's device work: the adapter's row and its expected decode steps (``SegmentWork``), from
+    which a ZeroGPU call's duration is sized."""
+
+    row: AdapterRow
+    expected_steps: int
+
+
 class Engine:
     """Batches segments of many requests on one model, sized from memory, surviving out-of-memory.
 
@@ -361,10 +383,13 @@ class Engine:
         config: ``EngineConfig`` (batching, memory, OOM testing aids).
         memory_probe: device-memory probe; None = CUDA probe for a CUDA adapter, else CPU probe (no device budget).
         bucketing: length bucketing in the scheduler (False = FIFO; for comparisons).
+        zero_gpu: how a batch's device work is sized into ``spaces.GPU`` calls on a ZeroGPU Space
+            (``tts_app.zerogpu``); used only there (``SPACES_ZERO_GPU``), a no-op elsewhere.
     """
 
     def __init__(self, adapter: TTSAdapter, config: EngineConfig | None = None,
-                 memory_probe: MemoryProbe | None = None, *, bucketing: bool = True, continuous: bool | None = None):
+                 memory_probe: MemoryProbe | None = None, *, bucketing: bool = True, continuous: bool | None = None,
+                 zero_gpu: ZeroGPUConfig = ZeroGPUConfig()):
         self.adapter = adapter
         self.config = config = config or EngineConfig()  # EngineConfig checks its own values
         self.device = str(getattr(adapter, "device", "cpu"))
@@ -403,6 +428,11 @@ class Engine:
         self._prefill_s = 0.0
         self._num_requeued = 0
         self._outcomes = {RequestStatus.DONE: 0, RequestStatus.FAILED: 0, RequestStatus.CANCELLED: 0}
+        # On ZeroGPU every batch's device work (preprocess -> generate -> postprocess) runs inside spaces.GPU calls
+        # sized from the rows' expected decode steps; elsewhere ``wrap`` returns the function itself.
+        self.gpu_calls: GpuCalls[_DeviceRow, tuple[np.ndarray, StopReason]] = GpuCalls(
+            zero_gpu, lambda rows, _params: [row.expected_steps for row in rows])
+        self._rows_on_device = self.gpu_calls.wrap(self._run_rows)
 
     @property
     def batch_cap(self) -> BatchCap:
@@ -580,13 +610,20 @@ class Engine:
                                      max_segment_chars=max_chars, default_pause_ms=params.pause_between_segments_ms,
                                      control_tags=self.facts.control_tags,
                                      unencodable_characters=self.adapter.unencodable_characters)
+            if part.target_s is not None and not prepared.segments:
+                raise InputError(f"line {index + 1} ({part.text.strip()[:40]!r}) has a target duration but nothing to "
+                                 "speak; give it words or remove the line and its duration")
             if not prepared.segments:
                 if len(parts) > 1 and part.speaker is not None:
                     raise InputError(f"turn {index + 1} has nothing to speak; give it some words or remove it")
                 continue
             part_segments = list(prepared.segments)
+            if part.target_s is not None and len(part_segments) != 1:
+                raise InputError(f"line {index + 1} ({part.text.strip()[:40]!r}) has a target duration but would be "
+                                 f"split into {len(part_segments)} segments (longer than {max_chars} characters); "
+                                 "shorten it, split it into lines with a duration each, or raise max_segment_chars")
             if index < len(parts) - 1:  # the pause after a part: a chapter's is longer
-                last_pause = (params.chapter_pause_ms if part.speaker is None
+                last_pause = (params.chapter_pause_ms if part.speaker is None and part.target_s is None
                               else max(part_segments[-1].pause_after_ms, params.pause_between_segments_ms))
                 part_segments[-1] = dataclasses.replace(part_segments[-1], pause_after_ms=last_pause)
             segments += part_segments
@@ -865,11 +902,14 @@ class Engine:
         from tts_app.audio.effects import apply_request_effects
 
         waves = [w for w in state.waves if w is not None]
-        audio, spans = join_segments(waves, state.pauses_after_ms, self.sampling_rate)
         params = state.params
         try:
+            waves, cues = self._fit_segment_durations(state, waves)
+            audio, spans = join_segments(waves, state.pauses_after_ms, self.sampling_rate)
             effects = apply_request_effects(audio, spans, self.sampling_rate, speed=params.speed,
                                             duration_s=params.duration_s, loudness_lufs=params.loudness_lufs)
+            if cues:
+                effects.applied["segment_durations"] = cues
         except TTSAppError as exc:
             return self._failed_result(state.request, str(exc), state.warnings)
         except Exception as exc:  # noqa: BLE001 - a post-processing bug fails this request only
@@ -909,6 +949,34 @@ class Engine:
                                sampling_rate=self.sampling_rate, segments=timings, warnings=warnings,
                                normalized_text=state.normalized_text, effective_params=state.params,
                                post_processing=effects.applied, chapters=chapters)
+
+    def _fit_segment_durations(self, state: _RequestState, waves: list[np.ndarray]
+                               ) -> tuple[list[np.ndarray], list[dict]]:
+        """Each segment of a line with a target duration (``SynthesisParams.segment_durations_s``) stretched to
+        exactly that length, pitch kept (``tts_app.audio.effects.apply_tempo``) -> (waves, per such segment a record
+        for the sidecar: ``segment`` (1-based), ``target_s``, ``speed``, ``duration_before_s``).
+
+        Raises:
+            InputError: a line's factor is outside the speed range (the message names the line and what fits).
+        """
+        from tts_app.audio.effects import apply_tempo
+
+        if state.params.segment_durations_s is None:
+            return waves, []
+        out, cues = [], []
+        for i, wave in enumerate(waves):
+            target = state.parts[state.segment_parts[i]].target_s
+            if target is None:
+                out.append(wave)
+                continue
+            try:
+                tempo = apply_tempo(wave, self.sampling_rate, duration_s=target)
+            except InputError as exc:
+                raise InputError(f"line {i + 1} ({state.source_texts[i][:40]!r}): {exc}") from None
+            out.append(tempo.audio)
+            cues.append({"segment": i + 1, "target_s": target, "speed": round(tempo.speed, 4),
+                         "duration_before_s": round(tempo.duration_before_s, 4)})
+        return out, cues
 
     # -- worker --------------------------------------------------------------------------------------------------
     def _worker(self) -> None:
@@ -1119,25 +1187,42 @@ class Engine:
             if batch is not None:
                 self._execute_batch(batch, states)
 
+    def _generate(self, inputs: Any, params: Any, batch_size: int) -> Any:
+        """``adapter.generate`` with the testing aids (``_simulated_oom``)."""
+        oom = self._simulated_oom(batch_size)
+        if oom is not None:
+            raise oom
+        return self.adapter.generate(inputs, params)
+
     def _run_batch(self, batch: list[SegmentWork], states: list[_RequestState]
                    ) -> tuple[list[np.ndarray], list[StopReason], float]:
         """preprocess -> generate -> postprocess of one batch: (one waveform and one stop reason per row, seconds
         of the generate call)."""
-        oom = self._simulated_oom(len(batch))
-        if oom is not None:
-            raise oom
-        rows = [self._segment_row(state, work) for work, state in zip(batch, states)]
+        rows = [_DeviceRow(self._segment_row(state, work), work.expected_steps) for work, state in zip(batch, states)]
         params = states[0].params.with_seed(batch[0].seed)  # knobs equal across the batch (batch_key)
-        inputs = self.adapter.preprocess(rows, params)
         t0 = time.perf_counter()
-        outputs = self.adapter.generate(inputs, params)
+        # one call off ZeroGPU; on ZeroGPU as many spaces.GPU calls as the batch needs to fit their time limit
+        outputs = self.gpu_calls.run(self._rows_on_device, rows, params)
         generate_s = time.perf_counter() - t0
+        return [wave for wave, _ in outputs], [reason for _, reason in outputs], generate_s
+
+    def _run_rows(self, rows: list["_DeviceRow"], params: SynthesisParams) -> list[tuple[np.ndarray, StopReason]]:
+        """The device work of one batch: preprocess -> generate -> postprocess -> (waveform float32
+        ``(num_samples,)``, stop reason) per row. On ZeroGPU this runs inside a ``spaces.GPU`` call (in ZeroGPU's GPU
+        worker: its arguments and result are pickled), so all of it, the codec's decode included, sees the GPU.
+
+        Raises:
+            RuntimeError: the adapter returned a different number of waveforms or stop reasons than rows.
+        """
+        adapter_rows = [row.row for row in rows]
+        inputs = self.adapter.preprocess(adapter_rows, params)
+        outputs = self._generate(inputs, params, len(adapter_rows))
         waves = self.adapter.postprocess(outputs, inputs)
         reasons = list(self.adapter.stop_reasons(outputs, inputs))
         if len(waves) != len(rows) or len(reasons) != len(rows):
             raise RuntimeError(f"adapter returned {len(waves)} waveforms and {len(reasons)} stop reasons for "
                                f"{len(rows)} rows")
-        return [np.asarray(w, dtype=np.float32).reshape(-1) for w in waves], reasons, generate_s
+        return [(np.asarray(w, dtype=np.float32).reshape(-1), r) for w, r in zip(waves, reasons)]
 
     def _segment_row(self, state: _RequestState, work: SegmentWork) -> AdapterRow:
         """The adapter row of segment ``work.index``: a dialogue row (every speaker's voice and the turns it
@@ -1184,6 +1269,7 @@ class Engine:
                     generate_s[id(work)] = seconds
                 self._num_batches += 1
                 self._last_batch_size = len(batch)
+                BATCH_SIZE.observe(len(batch))
             update = self.scheduler.update_from_output(outcome)
             self._apply_update(update, resolved, events, batch_size=len(batch), generate_s=generate_s)
             self._cv.notify_all()

@@ -31,9 +31,12 @@ job file (JSONL): one JSON object per line, UTF-8; blank lines are skipped.
                                  (required unless --default-voice is given)
   prompt_text                    transcript of the reference audio (optional; Dia needs it to clone a voice)
   voice                          a saved voice (--voices-dir) or bundled example voice, instead of prompt_audio
-  output_name     uttid          output file name without .wav (default: the zero-padded line number)
+  output_name     uttid          output file name without .wav (default: the zero-padded line number and the
+                                 text's first words, e.g. 00003_今天天气很好)
   seed, greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars,
-  pause_between_segments_ms      per-line generation settings (optional; override --seed etc.)
+  pause_between_segments_ms, speed, duration_s, loudness_lufs, chapter_pause_ms,
+  segment_durations_s            per-line generation settings (optional; override --seed etc.;
+                                 segment_durations_s: a list, seconds per line of the text)
 
 example line:
   {"input_text": "你好，欢迎收听。", "prompt_audio": "voices/mei.wav", "prompt_text": "大家好。", "output_name": "intro"}
@@ -62,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--default-voice-text", default=None, help="transcript of --default-voice")
     p.add_argument("--allowed-root", action="append", default=[], metavar="DIR",
                    help="extra folder prompt_audio may point into (repeatable)")
+    p.add_argument("--format", dest="audio_format", choices=["wav", "flac", "mp3", "opus"], default="wav",
+                   help="audio format of every line's output (default wav)")
     add_engine_args(p)
     add_generation_args(p, "generation defaults (a line's own fields override them; not given = the model's)")
     add_voice_args(p)
@@ -75,11 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         return args
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
+    from tts_app.audio.transcribe import transcriber_from
     from tts_app.jobs.runner import count_lines_to_run, run_job, validate_job
     from tts_app.jobs.schema import JobConfig
 
     # Everything that can be checked without the model is checked before it loads (a model load takes minutes).
-    config = JobConfig(extra_allowed_roots=tuple(args.allowed_root), voices_dir=args.voices_dir)
+    config = JobConfig(extra_allowed_roots=tuple(args.allowed_root), voices_dir=args.voices_dir,
+                       audio_format=args.audio_format)
     try:
         check_output_dir(args.out_dir, "--out-dir")
         if args.voices_dir is not None:
@@ -141,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run_job(args.tasks, args.out_dir, runtime, audio_dir=args.audio_dir, resume=args.resume,
                           progress=progress, params=params, default_voice=args.default_voice,
-                          default_voice_text=args.default_voice_text, config=config, cancel_event=cancel)
+                          default_voice_text=args.default_voice_text, config=config, cancel_event=cancel,
+                          transcriber=None if runtime is None else transcriber_from(args.asr_model,
+                                                                                    runtime.engine.device))
     except TTSAppError as exc:
         bar.close()
         print(f"error: {exc}", file=sys.stderr)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tts_app import metrics
 from tts_app.errors import InputError, TTSAppError
 from tts_app.jobs.results import make_results_zip, read_results
 from tts_app.jobs.runner import run_job
@@ -28,6 +29,7 @@ from tts_app.jobs.store import JobState, JobStore
 from tts_app.request import SynthesisParams
 
 if TYPE_CHECKING:
+    from tts_app.audio.transcribe import Transcriber
     from tts_app.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -61,12 +63,15 @@ class JobManager:
         max_running_jobs: jobs run at once; the others wait "queued".
         server_id: this server's id in ``job.json`` (default: random); jobs another id left active are marked
             "interrupted" at once.
+        transcriber: automatic reference transcripts for the jobs' lines (``run_job``'s ``transcriber``).
     """
 
     def __init__(self, store: JobStore, runtime: Runtime | None, *, job_config: JobConfig = JobConfig(),
-                 max_running_jobs: int = MAX_RUNNING_JOBS, server_id: str | None = None):
+                 max_running_jobs: int = MAX_RUNNING_JOBS, server_id: str | None = None,
+                 transcriber: Transcriber | None = None):
         self.store = store
         self.runtime = runtime
+        self.transcriber = transcriber
         self.job_config = job_config
         self.server_id = server_id or secrets.token_hex(6)
         self._slots = threading.Semaphore(max_running_jobs)
@@ -224,7 +229,8 @@ class JobManager:
                               audio_dir=self.store.audio_zip(state.job_id),
                               default_voice=self.store.default_voice(state.job_id), resume=resume,
                               progress=lambda done, total, info: self._progress(live, done, total, info),
-                              cancel_event=live.cancel, params=params, config=self.job_config)
+                              cancel_event=live.cancel, params=params, config=self.job_config,
+                              transcriber=self.transcriber)
         except TTSAppError as exc:
             status, error = "failed", str(exc)
         except Exception as exc:  # a bug: logged with its traceback once, the server and other jobs go on
@@ -246,13 +252,15 @@ class JobManager:
             state.finished_s = time.time()
             state.eta_s = None
         self.store.save(state)
+        metrics.JOBS.labels(status=status).inc()
 
     def _progress(self, live: _LiveJob, done: int, total: int, info: dict) -> None:
         state = live.state
         now = time.monotonic()
+        status = info.get("status")
+        metrics.JOB_LINES.labels(status=status if status in ("ok", "failed", "cancelled") else "skipped").inc()
         with self._lock:
             state.num_lines, state.num_done = total, done
-            status = info.get("status")
             if status == "ok":
                 state.num_ok += 1
             elif status == "failed":

@@ -175,7 +175,8 @@ def read_results(out_dir: str | Path) -> dict[int, dict]:
 def audio_decodes(path: Path) -> bool:
     """True when ``path`` is a complete audio file: soundfile opens it, it has samples, its last block decodes,
     and for WAV the RIFF size in the header matches the file size (libsndfile silently accepts a truncated WAV
-    as a shorter one, so a cut file would otherwise pass)."""
+    as a shorter one, so a cut file would otherwise pass). An MP3 / Opus file libsndfile cannot open counts when
+    PyAV decodes samples from it."""
     import soundfile as sf
 
     try:
@@ -192,6 +193,14 @@ def audio_decodes(path: Path) -> bool:
             f.seek(max(0, f.frames - 1024))
             return len(f.read(1024, dtype="float32")) > 0
     except Exception:  # soundfile raises LibsndfileError/RuntimeError/OSError variants for broken files
+        if path.suffix.lower() not in (".mp3", ".opus"):
+            return False
+    # libsndfile refuses some valid short Ogg Opus / MP3 files: decode them with PyAV, which wrote them
+    from tts_app.audio.formats import decode_audio
+
+    try:
+        return decode_audio(path)[0].size > 0
+    except Exception:  # PyAV raises av.error.* (InvalidDataError, EOFError...) for broken files
         return False
 
 

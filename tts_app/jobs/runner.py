@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from tts_app.audio.transcribe import Transcriber, fill_transcript
 from tts_app.errors import InputError, RequestCancelledError, TTSAppError
 from tts_app.jobs.results import (RESULTS_NAME, ZIP_NAME, ResultsWriter, audio_decodes, line_record,
                                   make_results_zip, read_results, remove_stale_temp_files, resumable)
@@ -216,6 +217,16 @@ class _JobRun:
         self.done = 0
         self.in_flight: dict[cf.Future, _Pending] = {}
         self.voices = None  # the job's VoiceLibrary (AudioSources.voices), for lines with a ``voice`` field
+        self.transcriber: Transcriber | None = None  # automatic transcripts (run_job's ``transcriber``)
+        self.audio_format = "wav"  # JobConfig.audio_format
+
+    def transcript(self, reference: PreparedReference | None, known: str | None,
+                   notes: list[str]) -> str | None:
+        """``known``, or the automatic transcript of ``reference`` (``fill_transcript``); notices go to ``notes``."""
+        text, said = fill_transcript(self.transcriber, reference, known,
+                                     needs_reference_text=self.runtime.engine.facts.needs_reference_text)
+        notes.extend(said)
+        return text
 
     def record(self, line: int, output_name: str | None, status: str, *, error: str | None = None,
                audio_path: str | None = None, metadata_path: str | None = None, duration_s: float | None = None,
@@ -278,7 +289,7 @@ class _JobRun:
             metadata = output_metadata(self.runtime, pending.request, result, entry_point="job",
                                        reference=pending.reference, warnings=pending.warnings, extra=job,
                                        speaker_references=pending.speaker_references)
-            files = save_outputs(self.out_dir / f"{line.output_name}.wav", result, metadata)
+            files = save_outputs(self.out_dir / f"{line.output_name}.{self.audio_format}", result, metadata)
             self.record(line.line_number, line.output_name, "ok", audio_path=files.audio.name,
                         metadata_path=files.metadata.name, duration_s=round(result.duration_s, 3),
                         num_segments=len(result.segments), elapsed_s=elapsed, warnings=warnings)
@@ -315,9 +326,10 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
             audio_dir: str | Path | None = None, resume: bool = False, progress: ProgressFn | None = None,
             cancel_event: threading.Event | None = None, params: SynthesisParams | None = None,
             default_voice: str | Path | None = None, default_voice_text: str | None = None,
-            config: JobConfig = JobConfig()) -> JobSummary:
-    """Run a JSONL job through ``runtime``: one ``<output_name>.wav`` and its sidecar ``<output_name>.json`` per ok
-    line, plus ``results.jsonl`` (one record per non-blank line, in line order) in ``out_dir``.
+            config: JobConfig = JobConfig(), transcriber: "Transcriber | None" = None) -> JobSummary:
+    """Run a JSONL job through ``runtime``: one ``<output_name>.wav`` (or ``config.audio_format``) and its sidecar
+    ``<output_name>.json`` per ok line, plus ``results.jsonl`` (one record per non-blank line, in line order) in
+    ``out_dir``.
 
     Every line is validated (streaming) before any model work. Lines are then streamed to the engine with at most
     ``config.max_in_flight_lines`` (default 4 x the engine's max batch size) in flight, so the engine batches
@@ -340,6 +352,9 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
         params: the job's default ``SynthesisParams`` (per-line fields override them); priority is always JOB.
         default_voice, default_voice_text: reference audio (and its transcript) for lines without prompt_audio.
         config: runner settings.
+        transcriber: fills the transcript of a line's reference (its file, voice, default voice or a dialogue
+            speaker's) that has none, when the family needs one or the transcriber runs for every family
+            (``tts_app.audio.transcribe.fill_transcript``; the line's sidecar and warnings show it); None = off.
 
     Returns:
         ``JobSummary`` (counts, failed lines, elapsed time).
@@ -376,6 +391,8 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
         writer = ResultsWriter(out_dir, keep=[kept[n] for n in sorted(kept)])
         run = _JobRun(runtime, out_dir, writer, summary, progress, jsonl_path)
         run.voices = sources.voices
+        run.transcriber = transcriber
+        run.audio_format = config.audio_format
         max_in_flight = config.max_in_flight_lines or (
             4 * runtime.engine.stats().max_batch_size if runtime is not None else 1)
         cancelled = False
@@ -458,10 +475,12 @@ def _submit_line(run: _JobRun, line: JobLine, params: SynthesisParams, default_r
 
             voices = [run.voices.prepare_source(value, run.runtime.references) if kind == "voice"
                       else (run.runtime.references.prepare(value), None) for kind, value in line.speaker_voices]
+            voices = [(ref, run.transcript(ref, known, warnings)) for ref, known in voices]
             request = dialogue_request(line.script, voices, text=line.input_text, params=line_params,
                                        priority=Priority.JOB, emotion=_emotion(run, line))
             speaker_references = [ref for ref, _ in voices]
         else:
+            reference_text = run.transcript(reference, reference_text, warnings)
             request = SynthesisRequest(text=line.input_text, reference_audio=reference.audio if reference else None,
                                        reference_text=reference_text, params=line_params, priority=Priority.JOB,
                                        emotion=_emotion(run, line))

@@ -15,9 +15,11 @@ field               alias                  meaning
 ``script`` + ``speakers``                  a dialogue instead of ``input_text``: the script text (``Speaker 1:``,
                                            ``[S1]`` or ``Name:`` lines, ``tts_app.dialogue``) and per speaker
                                            (number or name) a saved voice's name or a reference audio file
-``output_name``     ``uttid``              output file name without ``.wav`` (default: zero-padded line number)
+``output_name``     ``uttid``              output file name without ``.wav`` (default: zero-padded line number and
+                                           the text's first words, ``00003_今天天气很好``)
 ``seed`` ``greedy`` ``temperature`` ``top_p`` ``top_k`` ``cfg_scale`` ``max_new_tokens`` ``max_segment_chars``
 ``pause_between_segments_ms`` ``speed`` ``duration_s`` ``loudness_lufs`` ``chapter_pause_ms``
+``segment_durations_s`` (a list: seconds per line of the text, for dubbing)
                                            per-line ``SynthesisParams`` overrides (optional)
 ``emo_audio_prompt`` ``emo_audio``         emotion clip (a path, resolved like ``prompt_audio``), IndexTTS 2 only
 ``emo_vector``                             8 emotion weights in [0, 1]: a list in the order happy, angry, sad,
@@ -71,6 +73,7 @@ class JobConfig:
         output_name_digits: zero-padding of the default output name (the 1-based line number).
         voices_dir: folder of the voice library that ``voice`` fields name (``tts_app.voices.VoiceLibrary``);
             None = only the bundled example voices.
+        audio_format: the lines' audio format, "wav", "flac", "mp3" or "opus" (``tts_app.audio.formats``).
     """
 
     extra_allowed_roots: tuple[str, ...] = ()
@@ -79,6 +82,14 @@ class JobConfig:
     max_in_flight_lines: int | None = None
     output_name_digits: int = 5
     voices_dir: str | None = None
+    audio_format: str = "wav"
+
+    def __post_init__(self) -> None:
+        from tts_app.audio.formats import FORMATS
+
+        if self.audio_format not in {name for name, _ in FORMATS.values()}:
+            raise InputError(f"audio format {self.audio_format!r} is unknown; use one of "
+                             f"{', '.join(name for name, _ in FORMATS.values())}")
 
     def voice_library(self):
         """The ``VoiceLibrary`` of ``voices_dir`` (bundled voices included)."""
@@ -116,6 +127,7 @@ PARAM_TYPES: dict[str, type] = {
     "duration_s": float,
     "loudness_lufs": float,
     "chapter_pause_ms": int,
+    "segment_durations_s": list,  # of numbers: seconds per line of the text
 }
 
 #: fields that are neither aliased nor generation settings
@@ -658,9 +670,29 @@ def rename_warning(value: Any, name: str) -> str | None:
             f"system); the audio is {name + '.wav'!r}")
 
 
-def default_output_name(line_number: int, digits: int) -> str:
-    """Zero-padded 1-based line number, e.g. ``00007``."""
-    return f"{line_number:0{digits}d}"
+def default_output_name(line_number: int, digits: int, obj: Any = None) -> str:
+    """The name of a line that gives no ``output_name``: the zero-padded 1-based line number and the first words
+    of what it says (``tts_app.longform.name_from_text``), e.g. ``00003_今天天气很好``; for a dialogue, the first
+    turn's words (not its speaker label); the number alone when the line has no text (``00007``)."""
+    text = None
+    if isinstance(obj, dict):
+        script = obj.get("script")
+        if isinstance(script, str) and script.strip():
+            from tts_app.dialogue import parse_script
+
+            try:
+                turns = parse_script(script).turns
+                text = turns[0].text if turns else None
+            except InputError:  # the line fails validation with its own message; name it by its number
+                text = None
+        else:
+            value = next((obj[n] for n in ("input_text", *ALIASES["input_text"]) if n in obj), None)
+            text = value if isinstance(value, str) else None
+    if text is None or not re.search(r"\w", text):  # nothing to name it by (no letters, digits or hanzi)
+        return f"{line_number:0{digits}d}"
+    from tts_app.longform import name_from_text
+
+    return name_from_text(text, line_number, digits=digits)
 
 
 # --------------------------------------------------------------------------------------------------- lines
@@ -677,6 +709,12 @@ def _pick(obj: dict, canonical: str, line_number: int) -> Any:
 
 def _check_param(name: str, value: Any, line_number: int) -> Any:
     want = PARAM_TYPES[name]
+    if want is list:
+        if not (isinstance(value, list) and value and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)):
+            raise JobLineError(line_number, f"{name}={value!r} must be a list of numbers of seconds, one per line "
+                                            "of the text, e.g. [2.5, 1.8]")
+        return tuple(float(v) for v in value)
     ok = (isinstance(value, bool) if want is bool
           else isinstance(value, int) and not isinstance(value, bool) if want is int
           else isinstance(value, (int, float)) and not isinstance(value, bool))
@@ -714,11 +752,11 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
 
     name_value = _pick(obj, "output_name", line_number)
     if name_value is None:
-        output_name = default_output_name(line_number, digits)
+        output_name = default_output_name(line_number, digits, obj)
     elif isinstance(name_value, str) and not name_value.strip():
-        output_name = default_output_name(line_number, digits)
-        warnings.append(f"output_name is empty; the line number is used instead, so the audio is "
-                        f"{output_name + '.wav'!r}")
+        output_name = default_output_name(line_number, digits, obj)
+        warnings.append(f"output_name is empty; the line number and first words are used instead, so the audio "
+                        f"is {output_name + '.wav'!r}")
     else:
         output_name = sanitize_output_name(name_value, line_number)
         renamed = rename_warning(name_value, output_name)
@@ -865,7 +903,7 @@ def _name_hint(obj: Any, line_number: int, digits: int) -> str | None:
         return None
     try:
         value = _pick(obj, "output_name", line_number)
-        return default_output_name(line_number, digits) if value in (None, "") else sanitize_output_name(
+        return default_output_name(line_number, digits, obj) if value in (None, "") else sanitize_output_name(
             value, line_number)
     except JobLineError:
         return None

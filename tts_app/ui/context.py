@@ -18,7 +18,7 @@ from tts_app.config import EngineConfig, FrontendConfig, ModelConfig, ReferenceC
 from tts_app.jobs.manager import JobManager
 from tts_app.monitor import MemoryHistory
 from tts_app.runtime import Runtime
-from tts_app.audio.transcribe import DEFAULT_ASR_MODEL, Transcriber
+from tts_app.audio.transcribe import Transcriber, transcriber_from
 from tts_app.voices import VoiceLibrary
 
 
@@ -126,6 +126,5 @@ class AppContext:
         with self._lock:
             if self._transcriber is None:
                 device = self.engine.device if self.engine is not None else "cpu"
-                model = self.asr_model if self.asr_model is not None else DEFAULT_ASR_MODEL
-                self._transcriber = Transcriber(model, device=device)
+                self._transcriber = transcriber_from(self.asr_model, device)
             return self._transcriber

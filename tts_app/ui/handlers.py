@@ -219,6 +219,7 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
         warn_grouped(list(reference.warnings), lang)  # a saved voice has no report box of its own
     else:
         reference = _reference(ctx, reference_audio, reference_text, lang)  # its warnings are in the report box
+        reference_text = reference.text  # shortened to the kept sentences, or None, when the clip was cropped
     try:
         params = params_from_controls(engine.facts, seed=seed, use_cache=bool(use_cache),
                                       values={"greedy": greedy, "temperature": temperature, "top_p": top_p,
@@ -229,11 +230,10 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
     except TTSAppError as exc:
         raise user_error(str(exc)) from exc
     params = tempo_params(params, speed, duration_s, loudness_lufs)
-    if not reference_text and engine.facts.needs_reference_text and ctx.transcriber.enabled:
-        reference_text = _transcript_or_none(ctx, reference)
+    reference_text = _fill_transcript(ctx, reference, reference_text)
     emotion = _emotion(ctx, lang, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text)
     synthesis_request = SynthesisRequest(text=text, reference_audio=reference.audio,
-                                         reference_text=reference.text, params=params,
+                                         reference_text=reference_text, params=params,
                                          priority=Priority.INTERACTIVE, emotion=emotion)
     return reference, synthesis_request
 
@@ -347,15 +347,16 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
                                          audio_format=audio_format, request=request))
 
 
-def _transcript_or_none(ctx: AppContext, prepared) -> str | None:
-    """The ASR transcript of a prepared reference, or None (with a warning) when no ASR model can be loaded."""
-    from tts_app.audio.transcribe import AsrUnavailableError
+def _fill_transcript(ctx: AppContext, prepared, reference_text: str | None) -> str | None:
+    """``reference_text``, or the ASR transcript of the cleaned clip when there is none and the family needs one
+    (``tts_app.audio.transcribe.fill_transcript``); what happened is shown as a warning."""
+    from tts_app.audio.transcribe import fill_transcript
 
-    try:
-        return ctx.transcriber.transcribe(prepared.audio.samples, prepared.audio.sampling_rate) or None
-    except AsrUnavailableError as exc:
-        gr.Warning(str(exc))
-        return None
+    text, notes = fill_transcript(ctx.transcriber, prepared, reference_text,
+                                  needs_reference_text=_engine(ctx).facts.needs_reference_text)
+    for note in notes:
+        gr.Warning(note)
+    return text
 
 
 #: output formats the page offers (``tts_app.audio.formats``)
@@ -533,7 +534,7 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
                 raise user_error(server_text(lang, "need_speaker_voice", number=speaker.number, name=speaker.label))
         except TTSAppError as exc:
             raise user_error(str(exc)) from exc
-        voices.append((ref, text))
+        voices.append((ref, _fill_transcript(ctx, ref, text)))
         refs.append(ref)
     params = tempo_params(SynthesisParams(seed=int(seed or 0)), speed, duration_s, loudness_lufs)
     synthesis_request = dialogue_request(parsed, voices, text=script, params=params, priority=Priority.INTERACTIVE)
