@@ -102,11 +102,12 @@ class SynthesisParams:
 
     @property
     def needs_whole_clip(self) -> bool:
-        """True when the request's post-processing works on the whole joined clip (a tempo other than 1, a target
-        duration, loudness normalisation; ``tts_app.audio.effects.apply_request_effects``): such a request streams
-        no partial audio, only its final audio once done (``tts_app.engine.streaming``)."""
+        """True when the request's post-processing changes audio after decoding (a tempo other than 1, a target
+        duration, loudness normalisation: ``tts_app.audio.effects.apply_request_effects`` on the whole joined clip;
+        per-line target durations, each segment stretched once complete): such a request streams no partial audio,
+        only its final audio once done (``tts_app.engine.streaming``)."""
         return (self.speed is not None and self.speed != 1.0) or self.duration_s is not None \
-            or self.loudness_lufs is not None
+            or self.loudness_lufs is not None or self.segment_durations_s is not None
 
     def __post_init__(self) -> None:
         if self.segment_durations_s is not None:
