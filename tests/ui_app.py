@@ -13,6 +13,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def screenshot_dir() -> Path:
+    """Where browser tests save their screenshots: ``$TTS_APP_SCREENSHOT_DIR`` if set, else a folder in the system's
+    temporary directory (tests never write into the checkout)."""
+    import tempfile
+
+    folder = Path(os.environ.get("TTS_APP_SCREENSHOT_DIR") or Path(tempfile.gettempdir()) / "tts_app-screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
