@@ -1,6 +1,7 @@
 """The real UI in headless Chromium (Debian's /usr/bin/chromium driven by Playwright).
 
-Screenshots of the three tabs are saved to ``artifacts/screenshots/`` (not committed)."""
+Screenshots of the three tabs are saved to ``tests.ui_app.screenshot_dir()`` (a temporary folder unless
+$TTS_APP_SCREENSHOT_DIR says where)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui_app import ROOT, start_app, stop_app
+from tests.ui_app import screenshot_dir, start_app, stop_app
 
 pytestmark = pytest.mark.e2e
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -18,7 +19,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 if not Path(CHROMIUM).exists():
     pytest.skip("Debian chromium is not installed (scripts/test.sh installs it)", allow_module_level=True)
 
-SHOTS = ROOT / "artifacts" / "screenshots"
+SHOTS = screenshot_dir()
 
 
 @pytest.fixture(scope="module")

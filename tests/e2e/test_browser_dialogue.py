@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui_app import ROOT, start_app, stop_app
+from tests.ui_app import screenshot_dir, start_app, stop_app
 
 pytestmark = pytest.mark.e2e
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -16,7 +16,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 if not Path(CHROMIUM).exists():
     pytest.skip("Debian chromium is not installed (scripts/test.sh installs it)", allow_module_level=True)
 
-SHOTS = ROOT / "artifacts" / "screenshots"
+SHOTS = screenshot_dir()
 
 
 @pytest.fixture(scope="module")

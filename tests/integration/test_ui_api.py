@@ -59,8 +59,8 @@ def test_synthesize_needs_only_reference_audio_and_text_and_returns_the_wav_itse
     assert sidecar["requested"]["max_new_tokens"] is None
     assert sidecar["generation_sources"]["max_new_tokens"] != "request"
     assert sidecar["reference"]["name"] == "en_female_1.wav" and sidecar["text"]["input"] == "Hello there."
-    # the server keeps the WAV and its complete sidecar side by side in --output-dir
-    audio_path = next((ui_out / "single").rglob(sidecar["audio"]["file"]))  # single/<browser session>/
+    # the server keeps the WAV and its complete sidecar side by side in --output-dir, in this browser's own folder
+    audio_path = next((ui_out / "single").rglob(sidecar["audio"]["file"]))  # single/<browser>/<session>/
     check_sidecar(audio_path, entry_point="web", text="Hello there.",
                   reference=data_dir / "en_female_1.wav", model_id=str(tiny_checkpoint("vibevoice")))
     port = app_url.rstrip("/").rsplit(":", 1)[1]

@@ -98,11 +98,19 @@ def test_a_finished_browser_session_takes_its_single_outputs_along_and_leaves_jo
     from tts_app.config import EngineConfig, ModelConfig
     from tts_app.ui.context import AppContext
 
+    from tts_app.server.sessions import COOKIE_NAME, new_browser_token, owner_key
+
     ctx = AppContext(model_config=ModelConfig(), engine_config=EngineConfig(), output_root=tmp_path)
-    mine, theirs = ctx.session_dir("abc123"), ctx.session_dir("def456")
-    for folder in (mine, theirs, tmp_path / "jobs" / "20250101-120000-1a2b3c4d"):
+    token = new_browser_token()
+    cookie = f"{COOKIE_NAME}={token}"
+    mine, my_other_tab = ctx.session_dir("abc123", cookie), ctx.session_dir("abc999", cookie)
+    theirs = ctx.session_dir("def456", f"{COOKIE_NAME}={new_browser_token()}")
+    # a session's folder lies in its browser's folder (the one the server serves to that browser only)
+    assert mine.parent == my_other_tab.parent == tmp_path / "single" / owner_key(token) != theirs.parent
+    for folder in (mine, my_other_tab, theirs, tmp_path / "jobs" / "20250101-120000-1a2b3c4d"):
         folder.mkdir(parents=True)
         (folder / "x.wav").write_bytes(b"RIFF")
-    assert ctx.session_dir("../../etc") == tmp_path / "single" / "etc"  # a session id never names another folder
-    ctx.end_session("abc123")
-    assert not mine.exists() and theirs.exists() and (tmp_path / "jobs").exists()
+    # a session id never names another folder
+    assert ctx.session_dir("../../etc", cookie) == tmp_path / "single" / owner_key(token) / "etc"
+    ctx.end_session("abc123", cookie)
+    assert not mine.exists() and my_other_tab.exists() and theirs.exists() and (tmp_path / "jobs").exists()

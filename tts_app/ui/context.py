@@ -85,14 +85,23 @@ class AppContext:
         store.prune(self.upload_config.keep_jobs_s)
         self.jobs = JobManager(store, self.runtime)
 
-    def session_dir(self, session_hash: str | None) -> Path:
-        """This browser session's folder for single-synthesis outputs (removed when the session ends)."""
-        safe = "".join(ch for ch in (session_hash or "anonymous") if ch.isalnum())[:32] or "anonymous"
-        return self.output_root / "single" / safe
+    def browser_dir(self, cookie_header: str | None) -> Path:
+        """The folder of one browser's outputs: ``output_root/single/<owner key of its cookie>``
+        (``tts_app.server.sessions``: the server serves files there only to that browser). The cookie, not gradio's
+        session id, names it: the session id changes at every page load."""
+        from tts_app.server.sessions import SESSIONS_DIR, browser_token, owner_key
 
-    def end_session(self, session_hash: str | None) -> None:
+        return self.output_root / SESSIONS_DIR / owner_key(browser_token(cookie_header))
+
+    def session_dir(self, session_hash: str | None, cookie_header: str | None = None) -> Path:
+        """One browser session's (tab's) folder for single-synthesis outputs, inside its browser's folder:
+        ``browser_dir(cookie_header) / <session>`` (removed when the session ends)."""
+        safe = "".join(ch for ch in (session_hash or "anonymous") if ch.isalnum())[:32] or "anonymous"
+        return self.browser_dir(cookie_header) / safe
+
+    def end_session(self, session_hash: str | None, cookie_header: str | None = None) -> None:
         """A browser session ended (tab closed): remove its single-synthesis outputs. Jobs stay."""
-        shutil.rmtree(self.session_dir(session_hash), ignore_errors=True)
+        shutil.rmtree(self.session_dir(session_hash, cookie_header), ignore_errors=True)
 
     @property
     def engine(self):

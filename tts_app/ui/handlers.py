@@ -74,6 +74,12 @@ def _table(rows: list[list], lang: str, key: str):
     return pd.DataFrame(rows, columns=server_text(lang, key).split("|"))
 
 
+def _cookie(request: gr.Request | None) -> str | None:
+    """The request's Cookie header (the browser cookie names its own output folder: ``AppContext.browser_dir``)."""
+    headers = getattr(request, "headers", None) or {}
+    return headers.get("cookie")
+
+
 def _engine(ctx: AppContext):
     if ctx.engine is None:
         raise user_error(ctx.load_error or "no model is loaded; start the app with --model DIR")
@@ -383,8 +389,9 @@ def tempo_params(params, speed: float | None, duration_s: float | None, loudness
 def run_web_request(ctx: AppContext, synthesis_request: SynthesisRequest, lang: str, progress, *, reference=None,
                     speaker_references=None, audio_format: str | None = "wav", request: gr.Request | None = None):
     """Submit, wait with progress, save audio (in ``audio_format``) + SRT + sidecar named after the text's first
-    words -> (audio, subtitles, metadata, segments table, seed used), in the browser session's folder (removed when
-    the session ends; ``request`` names the session). Shared by the single and dialogue handlers."""
+    words -> (audio, subtitles, metadata, segments table, seed used), in the browser session's folder inside the
+    browser's own one (``request``'s session and cookie; served to that browser only, removed when the session
+    ends). Shared by the single and dialogue handlers."""
     engine = _engine(ctx)
     state = {"done": 0, "total": 1}
 
@@ -425,7 +432,7 @@ def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRe
     references = [r for r in [reference, *(speaker_references or [])] if r is not None]
     reference_notes = {w for r in references for w in r.warnings}
     warn_grouped([localize(w, lang) for w in result.warnings if w not in reference_notes], lang)
-    out_dir = ctx.session_dir(getattr(request, "session_hash", None))
+    out_dir = ctx.session_dir(getattr(request, "session_hash", None), _cookie(request))
     words = name_from_text(synthesis_request.turns[0].text if synthesis_request.turns else synthesis_request.text)
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}_{words}_{result.request_id[:6]}"
     metadata = output_metadata(ctx.runtime, synthesis_request, result, entry_point="web", reference=reference,

@@ -1,6 +1,14 @@
-"""``python app.py [model and engine flags] [--host] [--port] [--share] [--lang zh|en] [--output-dir DIR]
-[--max-upload-size SIZE] [--max-zip-size SIZE]``: load the model once, build the runtime (engine + reference
-preparer), the job manager and the UI, launch.
+"""``python app.py [model and engine flags] [web server flags] [--lang zh|en] [--output-dir DIR]
+[--max-upload-size SIZE] [--max-zip-size SIZE]``: start the one
+HTTP server (``tts_app.server``: the OpenAI-compatible API and ``/metrics``), load the model once, build the runtime
+(engine + reference preparer), the job manager and the UI, and mount the UI on that server, so the web page and the API share one
+engine (their requests batch together).
+
+Order: the server listens first (API clients get 503 while the model loads, browsers a page that reloads itself),
+then the model loads, then the gradio app is built and mounted at ``/`` (``gradio.mount_gradio_app``; its log-in is
+``--auth``). The address comes from ``--host``/``--port``, else gradio's ``GRADIO_SERVER_NAME``/``GRADIO_SERVER_PORT``
+(Hugging Face Spaces sets them), else 127.0.0.1 and 7860 or the next free port. Flags in ``$TTS_APP_ARGS`` come
+before those of the command line (a Space's way to pass flags).
 
 The model and engine flags are the ones ``synth`` and ``batch`` take (``tts_app.cli.args.add_engine_args``); a bad
 value is a one-line usage error with exit status 2. If the model cannot be loaded (not cached and the hub
@@ -13,24 +21,28 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
+import threading
+import time
 
-from tts_app.cli.args import (CliParser, EngineArgs, add_engine_args, add_voice_args, check_device_available,
-                              check_output_dir, engine_args_from, file_size, parse_cli, positive_int, usage_error)
+from tts_app.cli.args import (DEFAULT_PORT, CliParser, EngineArgs, add_engine_args, add_server_args, add_voice_args,
+                              check_device_available, check_output_dir, engine_args_from, file_size, parse_cli, server_address,
+                              server_config_from, usage_error)
 from tts_app.config import UploadConfig
 from tts_app.errors import InputError, TTSAppError
 
 log = logging.getLogger("tts_app")
 PROG = "python app.py"
+#: Ports tried after 7860 when no port is given (gradio's own range: 7860-7959).
+PORT_SEARCH = 100
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = CliParser(prog=PROG, description="tts_app web UI")
+    p = CliParser(prog=PROG, description="tts_app web UI and OpenAI-compatible speech API")
     add_engine_args(p)
-    g = p.add_argument_group("web server")
-    g.add_argument("--host", default="127.0.0.1", help="use 0.0.0.0 to serve the local network")
-    g.add_argument("--port", type=positive_int, default=None, help="default: gradio's (7860 or the next free one)")
-    g.add_argument("--share", action="store_true", help="create a public gradio.live link")
+    add_server_args(p)
+    g = p.add_argument_group("web page")
     g.add_argument("--lang", choices=["zh", "en"], default=None, help="interface language (default: browser's)")
     g.add_argument("--output-dir", default=None,
                    help="where generated files, jobs and saved voices are kept (default: $XDG_DATA_HOME/tts_app, "
@@ -53,12 +65,11 @@ def upload_config_from(args: argparse.Namespace) -> UploadConfig:
 
 
 def build_context(args: argparse.Namespace, engine_args: EngineArgs):
-    """Load the model (printing progress) and start the runtime; on failure keep the error for the page."""
+    """The app state, without a model yet (``load_model`` fills it in)."""
     import threading
     from pathlib import Path
 
     from tts_app.frontend import warm_up
-    from tts_app.runtime import Runtime
     from tts_app.ui.context import AppContext
 
     ctx = AppContext(model_config=engine_args.model, engine_config=engine_args.engine, lang=args.lang,
@@ -67,45 +78,193 @@ def build_context(args: argparse.Namespace, engine_args: EngineArgs):
                      asr_model=args.asr_model, upload_config=upload_config_from(args))
     # Load the front end's dictionaries in the background so the first keystroke's preview is fast.
     threading.Thread(target=warm_up, name="frontend-warm-up", daemon=True).start()
+    return ctx
+
+
+def load_model(ctx, engine_args: EngineArgs) -> None:
+    """Load the model (printing progress) into ``ctx.runtime``; on failure keep the error for the page and API."""
+    from tts_app.runtime import Runtime
+
     try:
         ctx.runtime = Runtime.load(engine_args.model, engine_args.engine, ctx.reference_config,
                                    on_status=lambda line: print(line, flush=True))
     except TTSAppError as exc:
         ctx.load_error = str(exc)
         print(f"error: {exc}", file=sys.stderr, flush=True)
-    ctx.start_jobs()
-    return ctx
+    ctx.start_jobs()  # after the model: jobs a stopped server left running come back "interrupted"
+
+
+def bind_socket(host: str, port: int | None) -> socket.socket:
+    """A listening TCP socket on ``host``: ``port``, or (None) the first free one of 7860-7959, as gradio does.
+
+    Raises:
+        OSError: the port (or every port of the range) is taken, or the address is not this machine's.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    candidates = [port] if port is not None else list(range(DEFAULT_PORT, DEFAULT_PORT + PORT_SEARCH))
+    last_error: OSError | None = None
+    for candidate in candidates:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, candidate))
+        except OSError as exc:
+            sock.close()
+            last_error = exc
+            continue
+        sock.listen(2048)
+        sock.set_inheritable(True)
+        return sock
+    assert last_error is not None
+    raise last_error
+
+
+class Server:
+    """uvicorn serving ``app`` on ``sock`` in a background thread with its own event loop."""
+
+    def __init__(self, app, sock: socket.socket):
+        import asyncio
+
+        import uvicorn
+
+        self.sock = sock
+        self.loop = asyncio.new_event_loop()
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5,
+                                                    lifespan="on"))
+        self.thread = threading.Thread(target=self._run, name="http-server", daemon=True)
+
+    def _run(self) -> None:
+        import asyncio
+
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start serving and wait until uvicorn accepts connections.
+
+        Raises:
+            RuntimeError: it did not start (its log says why).
+        """
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the web server did not start (see the messages above)")
+            time.sleep(0.02)
+
+    def wait(self) -> None:
+        """Block until the server stops (Ctrl-C and SIGTERM reach the caller's thread)."""
+        while self.thread.is_alive():
+            self.thread.join(timeout=0.5)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(timeout=15)
+
+
+def mount_ui(ctx, server_config, server: Server, ui) -> None:
+    """Build the gradio app for the loaded ``ctx`` and attach it at ``/`` of the running server."""
+    import gradio as gr
+    from fastapi import FastAPI
+
+    from tts_app.server.app import attach_ui
+    from tts_app.server.sessions import SESSIONS_DIR
+    from tts_app.ui.layout import CSS, build_demo, page_js
+
+    demo, i18n = build_demo(ctx)
+    demo.queue(default_concurrency_limit=8)
+    limits = ctx.upload_config
+    # The browsers' own output folders are served from where they are (not copied into gradio's shared cache, whose
+    # files anyone with the URL could fetch), so ``tts_app.server.sessions.BrowserSessions`` can keep each browser's
+    # files its own.
+    gr.set_static_paths([str(ctx.output_root / SESSIONS_DIR)])
+    holder = gr.mount_gradio_app(FastAPI(), demo, path="/", auth=list(server_config.ui_auth) or None,
+                                 i18n=i18n, css=CSS, js=page_js(ctx.lang),
+                                 allowed_paths=[str(ctx.output_root)],  # voices' files are served as copies from there
+                                 # gradio refuses bigger uploads while they stream in (HTTP 413), before they fill a disk
+                                 max_file_size=max(limits.max_upload_bytes, limits.max_zip_upload_bytes),
+                                 show_error=True)
+    attach_ui(server.loop, ui, holder)
+
+
+#: Extra command-line flags read from the environment, before the real ones (a Hugging Face Space runs
+#: ``python app.py`` with no arguments; its variables can hold e.g. ``--model nari-labs/Dia-1.6B-0626``).
+ARGS_ENV = "TTS_APP_ARGS"
 
 
 def main(argv: list[str]) -> int:
+    import shlex
+
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    args = parse_cli(build_parser(), argv)
+    try:
+        env_args = shlex.split(os.environ.get(ARGS_ENV, ""))
+    except ValueError as exc:
+        print(f"{PROG}: error: {ARGS_ENV}: {exc}", file=sys.stderr)
+        return 2
+    args = parse_cli(build_parser(), [*env_args, *argv])
     if isinstance(args, int):
         return args
     try:
         engine_args = engine_args_from(args)
+        server_config = server_config_from(args)
+        host, port = server_address(args)
         check_device_available(engine_args.model)
         if args.voices_dir is not None:
             check_output_dir(args.voices_dir, "--voices-dir")
     except InputError as exc:
         return usage_error(PROG, exc)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    ctx = build_context(args, engine_args)
-    from tts_app.ui.layout import CSS, build_demo, page_js
+    try:
+        sock = bind_socket(host, port)
+    except OSError as exc:
+        where = f"{host}:{port}" if port is not None else f"{host} (ports {DEFAULT_PORT}-{DEFAULT_PORT + PORT_SEARCH - 1})"
+        print(f"{PROG}: error: cannot listen on {where}: {exc.strerror or exc}; choose another --host/--port",
+              file=sys.stderr)
+        return 2
+    from tts_app.server.app import build_app
 
-    print(f"Generated files and jobs go to {ctx.output_root}", flush=True)
-    print(f"Saved voices go to {ctx.voices.root}", flush=True)
-    demo, i18n = build_demo(ctx)
-    demo.queue(default_concurrency_limit=8)
+    ctx = build_context(args, engine_args)
+    app, ui = build_app(ctx, server_config)
+    server = Server(app, sock)
     # SIGTERM (e.g. from a service manager) ends like Ctrl-C: jobs stop "interrupted", the engine stops.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    limits = ctx.upload_config
     try:
-        # max_file_size: gradio refuses bigger uploads while they stream in (HTTP 413), before they fill a disk.
-        demo.launch(server_name=args.host, server_port=args.port, share=args.share, i18n=i18n, css=CSS,
-                    js=page_js(ctx.lang),
-                    allowed_paths=[str(ctx.output_root)],  # voices' files are served as copies from there
-                    max_file_size=max(limits.max_upload_bytes, limits.max_zip_upload_bytes))
+        server.start()
+        bound_host, bound_port = sock.getsockname()[:2]
+        url_host = "127.0.0.1" if bound_host in ("0.0.0.0", "::") else bound_host
+        url = f"http://{url_host}:{bound_port}"
+        print(f"Serving on {url} (web page /, OpenAI-compatible API {url}/v1, metrics {url}/metrics); "
+              "loading the model ...", flush=True)
+        if not server_config.api_keys and host not in ("127.0.0.1", "localhost", "::1"):
+            print("warning: the HTTP API is open to anyone who can reach this address; give --api-key or "
+                  "TTS_APP_API_KEY", file=sys.stderr, flush=True)
+        load_model(ctx, engine_args)
+        print(f"Generated files and jobs go to {ctx.output_root}", flush=True)
+        print(f"Saved voices go to {ctx.voices.root}", flush=True)
+        mount_ui(ctx, server_config, server, ui)
+        print(f"Running on local URL:  {url}/", flush=True)
+        if args.share:
+            share_tunnel(url_host, bound_port)
+        server.wait()
+    except KeyboardInterrupt:
+        pass
     finally:
+        server.stop()
         ctx.close()
     return 0
+
+
+def share_tunnel(host: str, port: int) -> None:
+    """``--share``: gradio's public-link tunnel (gradio.live) to ``host:port``; a failure is printed, the local
+    server goes on."""
+    import secrets
+
+    from gradio import networking
+
+    try:
+        link = networking.setup_tunnel(local_host=host, local_port=port, share_token=secrets.token_urlsafe(32),
+                                       share_server_address=None, share_server_tls_certificate=None)
+        print(f"Running on public URL: {link}", flush=True)
+    except Exception as exc:  # noqa: BLE001 - no network, blocked tunnel: the local server still works
+        print(f"warning: could not create a share link: {exc}", file=sys.stderr, flush=True)
