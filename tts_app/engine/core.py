@@ -1003,14 +1003,21 @@ class Engine:
                 logger.info("batch of %d rows refused (requests %s): %s", len(batch), ", ".join(ids), error)
             else:
                 error = f"synthesis failed: {type(exc).__name__}: {exc}"
-                logger.exception("batch of %d rows failed (requests %s)", len(batch), ", ".join(ids))
+                if len(batch) > 1:
+                    # one line, no traceback: each row now runs alone, and the request whose row still fails
+                    # logs its traceback then, once, under its own id
+                    logger.warning("batch of %d rows failed (requests %s): %s; running each row alone",
+                                   len(batch), ", ".join(ids), error)
+                else:
+                    # the request's one traceback in the server log, under the id its user is shown
+                    logger.error("request %s failed (segment %d): %s", batch[0].request_id, batch[0].index + 1,
+                                 error, exc_info=exc)
             del exc  # drop the traceback (and the tensors its frames hold) before freeing memory
         if oom:
             free_after_oom(self.probe)
         elif error is not None and len(batch) > 1:
             # One row's bad input (or a row-specific failure) must not fail its batch-mates, which may be other
             # users' requests: run each row alone, so only the rows that fail by themselves fail.
-            logger.info("isolating the %d rows of the failed batch (requests %s)", len(batch), ", ".join(ids))
             for work, state in zip(batch, states):
                 if not state.finished:
                     self._execute([work], [state])

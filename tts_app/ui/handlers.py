@@ -223,7 +223,8 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
         audio: the WAV file (16-bit PCM; the player plays these samples as they are); subtitles: SubRip file;
         metadata: the sidecar JSON (``tts_app.outputs``); segments: per-segment table; seed: the seed used.
 
-    Errors stay on screen until closed and name the seed used, so a failed random seed can be reported or avoided."""
+    Errors stay on screen until closed and name the request id (the engine logged the failure's traceback once
+    under it) and the seed used, so a failure can be reported and a failed random seed avoided."""
     from tts_app.ui.controls import params_from_controls
 
     lang = _lang(ctx, request)
@@ -324,7 +325,8 @@ def run_web_request(ctx: AppContext, synthesis_request: SynthesisRequest, lang: 
             progress(state["done"] / max(state["total"], 1),
                      desc=server_text(lang, "segment_progress", done=state["done"], total=state["total"]))
     if not result.ok:
-        raise user_error(server_text(lang, "synthesis_failed", seed=seed, error=result.error))
+        raise user_error(server_text(lang, "synthesis_failed", request_id=result.request_id, seed=seed,
+                                     error=result.error))
     if result.audio.size == 0:
         ran_greedy = result.effective_params is not None and result.effective_params.greedy is not False
         raise user_error(server_text(lang, "no_audio_greedy" if ran_greedy else "no_audio_sampling", seed=seed))

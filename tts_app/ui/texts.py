@@ -245,7 +245,8 @@ SERVER: dict[str, dict[str, str]] = {
         "need_reference": "Upload or record a reference audio clip first (a few seconds of the voice to clone).",
         "need_text": "Type some text to speak.", "need_jsonl": "Upload a JSONL task file first.",
         "queued": "queued", "segment_progress": "segment {done}/{total}",
-        "synthesis_failed": "Synthesis failed (seed {seed}): {error}",
+        "synthesis_failed": "Synthesis failed (request {request_id}, seed {seed}): {error}. Quote the request id "
+                            "when you report it: the server log has the details under it.",
         "no_audio_sampling": "The model produced no audio for this text (seed {seed}): it ended speech at once. "
                              "Try another seed or a larger max new tokens.",
         "no_audio_greedy": "The model produced no audio for this text: it ended speech at once. Try sampling "
@@ -301,7 +302,8 @@ SERVER: dict[str, dict[str, str]] = {
         "need_reference": "请先上传或录制一段参考音频（几秒钟要克隆的声音）。",
         "need_text": "请输入要朗读的文本。", "need_jsonl": "请先上传 JSONL 任务文件。",
         "queued": "排队中", "segment_progress": "第 {done}/{total} 段",
-        "synthesis_failed": "合成失败（种子 {seed}）：{error}",
+        "synthesis_failed": "合成失败（请求 {request_id}，种子 {seed}）：{error}。报告问题时请附上请求 ID：服务器日志中"
+                            "以它记录了详细信息。",
         "no_audio_sampling": "模型没有为这段文本生成音频（种子 {seed}）：它立即结束了。请换一个种子，或调大最大新 token 数。",
         "no_audio_greedy": "模型没有为这段文本生成音频：它立即结束了。请改用采样解码，或调大最大新 token 数。",
         "col_timings": "#|说话人|文本|开始（秒）|结束（秒）|批大小|生成（秒）",
