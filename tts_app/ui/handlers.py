@@ -22,7 +22,7 @@ from tts_app.errors import TTSAppError
 from tts_app.monitor import GIB, read_memory
 from tts_app.request import Priority, SynthesisParams, SynthesisRequest
 from tts_app.ui.context import AppContext
-from tts_app.ui.texts import pick_language, preview_label, server_text
+from tts_app.ui.texts import error_text, pick_language, preview_label, server_text
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def _check_reference_upload(ctx: AppContext, path: str | None, lang: str) -> Non
         check_upload(path, ctx.upload_config.max_upload_bytes,
                      server_text(lang, "upload_too_large", name="{name}", size="{size}", limit="{limit}"))
     except TTSAppError as exc:
-        raise user_error(str(exc)) from exc
+        raise user_error(error_text(exc, lang)) from exc
 
 
 def _lang(ctx: AppContext, request: gr.Request | None) -> str:
@@ -100,7 +100,7 @@ def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | No
     try:
         return _prepare_reference(ctx, audio_path, reference_text)
     except TTSAppError as exc:
-        raise user_error(str(exc)) from exc
+        raise user_error(error_text(exc, lang)) from exc
 
 
 REPORT_FIELDS = (  # (report key, unit) shown in the UI; the CLI's --json has everything
@@ -236,7 +236,7 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
         try:
             reference, voice_text = ctx.voices.prepare_source(voice, ctx.references)
         except TTSAppError as exc:
-            raise user_error(str(exc)) from exc
+            raise user_error(error_text(exc, lang)) from exc
         reference_text = reference_text or voice_text
         warn_grouped(list(reference.warnings), lang)  # a saved voice has no report box of its own
     else:
@@ -252,7 +252,7 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                                               "max_segment_chars": max_segment_chars,
                                               "pause_between_segments_ms": pause_ms})
     except TTSAppError as exc:
-        raise user_error(str(exc)) from exc
+        raise user_error(error_text(exc, lang)) from exc
     params = tempo_params(params, speed, duration_s, loudness_lufs)
     reference_text = _fill_transcript(ctx, reference, reference_text)
     emotion = _emotion(ctx, lang, emotion_mode, emotion_audio,
@@ -363,7 +363,7 @@ def _emotion(ctx: AppContext, lang: str, mode, clip_path, vector, weight, text):
         return emotion_from_controls(ctx.engine.facts, mode=mode, clip_path=clip_path, vector=vector, weight=weight,
                                      text=text, prepare_clip=prepare_clip)
     except TTSAppError as exc:
-        raise user_error(str(exc)) from exc
+        raise user_error(error_text(exc, lang)) from exc
 
 
 def gauge(ctx: AppContext, request: gr.Request = None):
@@ -429,7 +429,7 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
     try:
         parsed = parse_script(script or "")
     except TTSAppError as exc:
-        raise user_error(str(exc)) from exc
+        raise user_error(error_text(exc, lang)) from exc
     voices_given = [voice_1, voice_2, voice_3, voice_4]
     audios = [audio_1, audio_2, audio_3, audio_4]
     voices, refs = [], []
@@ -444,7 +444,7 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
             else:
                 raise user_error(server_text(lang, "need_speaker_voice", number=speaker.number, name=speaker.label))
         except TTSAppError as exc:
-            raise user_error(str(exc)) from exc
+            raise user_error(error_text(exc, lang)) from exc
         voices.append((ref, _fill_transcript(ctx, ref, text)))
         refs.append(ref)
     params = tempo_params(SynthesisParams(seed=int(seed or 0)), speed, duration_s, loudness_lufs)
