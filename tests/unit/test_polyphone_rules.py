@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 
 from tts_app.frontend.g2p import read_text
-from tts_app.frontend.polyphone_rules import (REDUPLICATION_EXAMPLES, RULES, SEPARABLE_EXAMPLES, SURNAME_EXAMPLES,
-                                              reduplication_readings)
+from tts_app.frontend.polyphone_rules import (REDUPLICATED_WORD_EXAMPLES, REDUPLICATION_EXAMPLES, RULES,
+                                              SEPARABLE_EXAMPLES, SURNAME_EXAMPLES, reduplication_readings)
 
 EXAMPLES = [(rule.name, *example) for rule in RULES for example in rule.examples]
 EXAMPLES += [("reduplication", *example) for example in REDUPLICATION_EXAMPLES]
 EXAMPLES += [("surname", *example) for example in SURNAME_EXAMPLES]
 EXAMPLES += [("separable", *example) for example in SEPARABLE_EXAMPLES]
+EXAMPLES += [("reduplicated_word", *example) for example in REDUPLICATED_WORD_EXAMPLES]
 
 
 @pytest.mark.parametrize("rule,sentence,index,expected", EXAMPLES, ids=[f"{e[0]}:{e[1]}" for e in EXAMPLES])
@@ -86,12 +87,12 @@ def test_variant_character_words_read_as_their_standard_form(sentence, index, ex
 
 DATA = __import__("pathlib").Path(__file__).resolve().parents[1] / "data"
 # Floors a little below what bench/frontend_bench.py measured when the lexicon and rules were last changed (own set
-# 98.4 %, held-out set 99.4 %, second held-out set 94.9 % raw / 97.1 % under the citation-tone convention; pypinyin
+# 99.2 %, held-out set 99.4 %, second held-out set 96.0 % raw / 98.2 % under the citation-tone convention; pypinyin
 # alone: 86.4 %, 85.9 %, 84.2 %), so a change that makes the default readings worse fails here. Both held-out sets were
 # written apart from this code and scored once each before their miss categories (not their sentences) guided general
 # rules and dictionary-sourced word readings (first set 92.2 % at its first scoring, second set 87.3 % / 90.1 %); they
 # are no longer held out. A third set, written apart again, is for the next honest measure.
-FLOORS = {"polyphones_zh.tsv": 0.97, "polyphones_zh_heldout.tsv": 0.98, "polyphones_zh_heldout2.tsv": 0.93}
+FLOORS = {"polyphones_zh.tsv": 0.97, "polyphones_zh_heldout.tsv": 0.98, "polyphones_zh_heldout2.tsv": 0.94}
 
 
 def _rows(name: str) -> list[tuple[str, int, str, str]]:

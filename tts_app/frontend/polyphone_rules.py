@@ -3,9 +3,10 @@
 The lexicon reads a polyphone inside a known word (银行 háng, 着急 zháo); these rules decide the function words and
 the characters jieba leaves on their own (得 de/dé/děi, 地 de/dì, 了 le/liǎo, 着 zhe/zháo/zhāo, 还 hái/huán,
 为 wèi/wéi, 长 cháng/zhǎng, 种 zhǒng/zhòng, 行 after measure words and 第N, 卡 qiǎ, 落 là, 打的 dī, 和 huó/hú, 看 kān,
-结 jiē, 蒙 mēng, 撒 sǎ, 粘 nián, 冲 chòng, 折 shé, 宿 xiǔ, 脏 zāng, verbs before aspect particles, after adverbial 地,
-before a complement or a noun object and in reduplication A一A / A了A / A A子, separable verb-object words 露了馅 /
-照张相 / 睡个好觉, surnames after 姓 or before a title 曾老师). Each rule states the grammar it follows and its source, and carries examples; the tests run every
+结 jiē, 蒙 mēng, 撒 sǎ, 粘 nián, 冲 chòng, 折 shé, 宿 xiǔ, 脏 zāng, 喝 hè, 转 zhuàn, 扎 zā, verbs before aspect
+particles, after adverbial 地, before a complement or a noun object and in reduplication A一A / A了A / A A子, AABB of a
+word 高高兴兴, separable verb-object words 露了馅 / 照张相 / 睡个好觉, surnames after 姓 or before a title 曾老师).
+Each rule states the grammar it follows and its source, and carries examples; the tests run every
 example (``tests/unit/test_polyphone_rules.py``). Sources:
 
 * 吕叔湘 主编《现代汉语八百词》(增订本, 商务印书馆 1999), cited as 八百词 with the entry;
@@ -404,6 +405,59 @@ RULE_ZANG = Rule(
     (("他的手很脏。", 4, "zang1"), ("小孩的衣服脏了。", 5, "zang1"), ("心脏在左边。", 1, "zang4")),
 )
 
+# --- 喝 hè, 转 zhuàn, 扎 zā ----------------------------------------------------------------------------------------------
+
+
+def _he4(tokens: list[Token], i: int) -> list[str] | None:
+    if _text(_next(tokens, i)) in ("一声", "一声儿"):
+        return ["he4"]  # "shout", counted in shouts: 大喝一声 (hē "drink" is counted in cups: 喝一杯)
+    return None
+
+
+RULE_HE4 = Rule(
+    "he4", frozenset({"喝"}), _he4,
+    "现汉 喝 (hè 动 '大声喊叫': 大喝一声; hē 动 '把液体或流食咽下去')",
+    (("门卫大喝一声。", 3, "he4"), ("他喝了一杯水。", 1, "he1")),
+)
+
+_ROTATION_BEFORE = frozenset("在 正在 不停 一直 不停地 飞快地 绕 绕着 围着 老是 总是".split())
+
+
+def _zhuan(tokens: list[Token], i: int) -> list[str] | None:
+    nxt = _next(tokens, i)
+    if _text(nxt) in ("得", "圈", "圈儿", "圈子", "个不停", "不停") or \
+            (nxt is None and any(t.text in _ROTATION_BEFORE for t in tokens[max(0, i - 4):i])):
+        return ["zhuan4"]  # "rotate, revolve": takes no object; with 得, 圈 or as the clause's last word after 在/绕着
+    return None  # zhuǎn "turn, pass on" takes an object or a direction: 转过身, 转告他, 向左转
+
+
+RULE_ZHUAN = Rule(
+    "zhuan", frozenset({"转"}), _zhuan,
+    "现汉 转 (zhuàn 动 ① '旋转' ② '绕着某物移动, 打转': 轮子转得很快, 转圈子; zhuǎn 动 '改换方向、位置、形势等; 把一方的物品、"
+    "信件、意见等传到另一方': 转身, 转告)",
+    (("陀螺转得很快。", 2, "zhuan4"), ("月亮绕着地球转。", 6, "zhuan4"), ("他转过身来。", 1, "zhuan3")),
+)
+
+# Objects of 扎 zā "tie up, bind" (现汉 扎 zā: 扎辫子, 扎腰带); zhā "prick" takes 针 or a body part.
+_ZA_OBJECT_ENDINGS = ("辫", "辫子", "辫儿", "腰带", "头发", "花环", "彩门", "篱笆", "马尾")
+
+
+def _za(tokens: list[Token], i: int) -> list[str] | None:
+    k = i + 1
+    while k < len(tokens) and (tokens[k].text in _SEPARABLE_INSIDE or tokens[k].text in ("起", "上", "好", "成")
+                               or _tag_in(tokens[k], "mq") or tokens[k].text == "条"):
+        k += 1
+    if k < len(tokens) and tokens[k].text.endswith(_ZA_OBJECT_ENDINGS):
+        return ["za1"]
+    return None
+
+
+RULE_ZA = Rule(
+    "za", frozenset({"扎"}), _za,
+    "现汉 扎 (zā 动 '捆; 束': 扎辫子, 扎腰带; zhā 动 '刺': 扎针, 扎手)",
+    (("她每天早上扎辫子。", 5, "za1"), ("奶奶给她扎了一条马尾辫。", 4, "za1"), ("护士给他扎了一针。", 4, "zha1")),
+)
+
 # --- 了 / 着 ------------------------------------------------------------------------------------------------------------
 
 
@@ -653,6 +707,8 @@ def reduplication_readings(run: str) -> dict[int, str]:
 
 # Aspect particles and the amounts that may stand between the two parts of a separable verb-object word.
 _SEPARABLE_INSIDE = frozenset("了 过 着".split())
+_DIRECTIONAL_COMPLEMENTS = frozenset("来 去 上 下 进 出 回 过 起 开 上来 上去 下来 下去 进来 进去 出来 出去 回来 回去 "
+                                     "过来 过去 起来 开来".split())
 _QUANTITY_WORDS = frozenset("不少 很多 好多 许多 一些 好些 几 几次 一次".split())
 
 
@@ -673,15 +729,15 @@ def separable_readings(tokens: list[Token], phrases: dict[str, tuple[str, ...]])
             k, amounts = k + 1, amounts + 1
         if amounts and k < len(tokens) - 1 and len(tokens[k].text) == 1 and _is_adj(tokens[k]):
             k += 1  # a one-character modifier of the object after the amount: 睡了一个好觉
-        if k == i + 1 or k >= len(tokens):
-            continue  # nothing between: not a separated word
+        if k == i + 1 or k >= len(tokens) or tokens[k].text in _DIRECTIONAL_COMPLEMENTS:
+            continue  # nothing between (not a separated word), or a complement, not an object: 晕了过去
         obj = tokens[k]
         for word in (token.text + obj.text, token.text + obj.text[0]):
             reading = phrases.get(word)
-            if reading is not None and len(word) == 2:
+            if reading is not None and len(word) <= 3:
                 if reading[0] != token.readings[0]:
                     out[token.start] = reading[0]
-                if len(obj.text) == 1 and obj.basis[0] == "char" and reading[1] != obj.readings[0]:
+                if len(word) == 2 and len(obj.text) == 1 and obj.basis[0] == "char" and reading[1] != obj.readings[0]:
                     out[obj.start] = reading[1]  # the object read alone takes its reading in the word: 照张相 xiàng
                 break
     return out
@@ -716,7 +772,9 @@ def _standalone_verb(tokens: list[Token], i: int) -> list[str] | None:
         return None  # 一扇门, 这扇窗: the measure word / noun keeps its reading
     # In verb position only: after a subject pronoun, an adverb, a preposition phrase or a modal (我来削梨, 往洞里钻),
     # or before a pronoun object (教我们). A lone one inside a name (金扇虫) is left to its default.
-    if _tag_in(nxt, "r") or _text(prev) in _VERB_POSITION_AFTER or _tag_in(prev, "rdpf"):
+    before = _prev(tokens, i, 2)
+    if _tag_in(nxt, "r") or _text(prev) in _VERB_POSITION_AFTER or _tag_in(prev, "rdpf") or \
+            (_tag_in(before, "p") and _tag_in(prev, "nr")):  # after a preposition phrase: 给妈妈削苹果
         return [STANDALONE_VERB_READINGS[tokens[i].text]]
     if nxt is not None and nxt.tag in ("n", "nz") and tokens[i].text in _FREE_VERBS and \
             not (tokens[i].text == "系" and _tag_in(prev, "n")):
@@ -731,7 +789,7 @@ RULE_STANDALONE_VERB = Rule(
     (("我来削梨。", 2, "xiao1"), ("老师教我们唱歌。", 2, "jiao1"), ("他往洞里钻。", 4, "zuan1"),
      ("他一天能挣两百块。", 4, "zheng4"), ("快系好安全带。", 1, "ji4"), ("她在学校教英语。", 4, "jiao1"),
      ("他是物理系教授。", 4, "xi4"), ("她把被子铺得很平。", 4, "pu1"), ("这个碗盛不下两碗汤。", 3, "cheng2"),
-     ("他一个月能挣五千。", 5, "zheng4"), ("快把鞋带系紧。", 4, "ji4")),
+     ("他一个月能挣五千。", 5, "zheng4"), ("快把鞋带系紧。", 4, "ji4"), ("她在给客人削梨。", 5, "xiao1")),
 )
 
 # --- 只 as a measure word ---------------------------------------------------------------------------------------------
@@ -784,7 +842,7 @@ RULE_LA = Rule(
 REDUPLICATION_EXAMPLES = (("请数一数有多少人。", 1, "shu3"), ("他量了量身高。", 3, "liang2"), ("她拿着扇子扇扇子。", 5, "shan1"))
 SEPARABLE_EXAMPLES = (("说着说着就露了馅。", 5, "lou4"), ("他只露了一次面。", 2, "lou4"), ("他做生意折了本。", 4, "she2"),
                       ("咱们在门口照张相。", 7, "xiang4"), ("考完试我要睡个好觉。", 8, "jiao4"),
-                      ("那年他炒股折了不少本钱。", 5, "she2"))
+                      ("那年他炒股折了不少本钱。", 5, "she2"), ("他一不小心折了个跟头。", 5, "zhe1"))
 
 # --- surnames after 姓 -------------------------------------------------------------------------------------------------
 
@@ -828,13 +886,34 @@ SURNAME_EXAMPLES = (("他姓曾。", 2, "zeng1"), ("我姓单，单田芳的单�
                     ("我去问仇经理。", 3, "qiu2"), ("查医生今天不在。", 0, "zha1"))
 
 RULES: tuple[Rule, ...] = (RULE_DE, RULE_DE_LE, RULE_DI, RULE_LE, RULE_ZHE, RULE_HAI_HUAN, RULE_WEI,
-                           RULE_CHANG_ZHANG, RULE_ZHONG, RULE_HANG_XING, RULE_VERB_ASPECT, RULE_STANDALONE_VERB,
+                           RULE_CHANG_ZHANG, RULE_ZHONG, RULE_HANG_XING, RULE_ZA, RULE_VERB_ASPECT, RULE_STANDALONE_VERB,
                            RULE_ZHI, RULE_QIA, RULE_LA, RULE_DI_TAXI, RULE_HE, RULE_KAN, RULE_JIE, RULE_MENG, RULE_SA,
-                           RULE_NIAN, RULE_CHONG, RULE_SHE, RULE_XIU, RULE_ZANG)
+                           RULE_NIAN, RULE_CHONG, RULE_SHE, RULE_XIU, RULE_ZANG, RULE_HE4, RULE_ZHUAN)
 _BY_TEXT: dict[str, list[Rule]] = {}
 for _rule in RULES:
     for _text_key in _rule.applies_to:
         _BY_TEXT.setdefault(_text_key, []).append(_rule)
+
+
+def reduplicated_word_readings(tokens: list[Token], phrases: dict[str, tuple[str, ...]]) -> dict[int, str]:
+    """Offsets of a word read as the reduplication AABB (+ 地/的) of a lexicon word AB -> AB's readings where they
+    differ: 高高兴兴 is 高兴 gāoxìng doubled, whatever reading a data set gives the doubled form. 朱德熙《语法讲义》
+    §3.3 (形容词重叠 AABB; each syllable keeps its own tone, the second B often light in speech)."""
+    out: dict[int, str] = {}
+    for token in tokens:
+        word = token.text[:-1] if token.text[-1:] in ("地", "的") else token.text
+        if len(word) != 4 or word[0] != word[1] or word[2] != word[3]:
+            continue
+        base = phrases.get(word[0] + word[2])
+        if base is None:
+            continue
+        for k, reading in enumerate((base[0], base[0], base[1], base[1])):
+            if token.readings[k] != reading:
+                out[token.start + k] = reading
+    return out
+
+
+REDUPLICATED_WORD_EXAMPLES = (("大家高高兴兴地回家。", 5, "xing4"),)
 
 
 def apply_rules(run: str, tokens: list[Token], phrases: dict[str, tuple[str, ...]] | None = None) -> None:
@@ -849,6 +928,7 @@ def apply_rules(run: str, tokens: list[Token], phrases: dict[str, tuple[str, ...
     passes = [("reduplication", reduplication_readings(run)), ("surname", surname_readings(tokens))]
     if phrases is not None:
         passes.append(("separable", separable_readings(tokens, phrases)))
+        passes.append(("reduplicated_word", reduplicated_word_readings(tokens, phrases)))
     for name, decided in passes:
         if not decided:
             continue
