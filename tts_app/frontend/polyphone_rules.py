@@ -5,7 +5,7 @@ the characters jieba leaves on their own (得 de/dé/děi, 地 de/dì, 了 le/li
 为 wèi/wéi, 长 cháng/zhǎng, 种 zhǒng/zhòng, 行 after measure words and 第N, 卡 qiǎ, 落 là, 打的 dī, 和 huó/hú, 看 kān,
 结 jiē, 蒙 mēng, 撒 sǎ, 粘 nián, 冲 chòng, 折 shé, 宿 xiǔ, 脏 zāng, 喝 hè, 转 zhuàn, 扎 zā, verbs before aspect
 particles, after adverbial 地, before a complement or a noun object and in reduplication A一A / A了A / A A子, AABB of a
-word 高高兴兴, separable verb-object words 露了馅 / 照张相 / 睡个好觉, surnames after 姓 or before a title 曾老师).
+word 高高兴兴, separable verb-object words 露了馅 / 睡个好觉, surnames after 姓 or before a title 曾老师).
 Each rule states the grammar it follows and its source, and carries examples; the tests run every
 example (``tests/unit/test_polyphone_rules.py``). Sources:
 
@@ -203,7 +203,7 @@ RULE_DI_TAXI = Rule(
 # Objects of 和 huó "knead, mix with water" (现汉 和 huó: 和面, 和泥).
 _HUO_OBJECTS = frozenset("面 泥 面粉 水泥 灰".split())
 # Words after which a clause-final 和 is a predicate (a conjunction or preposition never ends a clause).
-_PREDICATE_POSITION = frozenset("没 没有 不 能 要 就 都 又 也 才 快 还 还没 已经 连".split())
+_PREDICATE_POSITION = frozenset("没 没有 能 要 就 都 又 也 才 快 还 还没 已经 连".split())  # not 不: 不和 bùhé
 
 
 def _he(tokens: list[Token], i: int) -> list[str] | None:
@@ -217,6 +217,8 @@ def _he(tokens: list[Token], i: int) -> list[str] | None:
     verb_before = any(_is_verb(t) and t.text not in ("在", "正在", "没", "没有") for t in before)
     if _text(obj) in _HUO_OBJECTS and (k > i + 1 or not verb_before and (after_obj is None or _is_verb(after_obj))):
         return ["huo2"]  # the verb "knead" with its object: 在厨房和面, 和了面 (not 米和面都涨价了: 面 + adverb)
+    if _text(nxt) == "着" or (_text(nxt) in _SEPARABLE_INSIDE and _text(_next(tokens, i, 2)).endswith(("首", "诗"))):
+        return ["he4"]  # "join in (singing), reply with a poem": 和着歌声, 和了一首诗
     if _text(nxt) in _SEPARABLE_INSIDE or (nxt is None and _text(prev) in _PREDICATE_POSITION):
         if any(t.text in _HUO_OBJECTS for t in before):
             return ["huo2"]  # its object before it: 面还没和
@@ -226,10 +228,12 @@ def _he(tokens: list[Token], i: int) -> list[str] | None:
 
 RULE_HE = Rule(
     "he", frozenset({"和"}), _he,
-    "现汉 和 (huó 动 '在粉状物中加液体搅拌或揉弄使有黏性': 和面, 和泥; hú 动 '打麻将或斗纸牌时某一家的牌合乎规定的要求, "
+    "现汉 和 (huó 动 '在粉状物中加液体搅拌或揉弄使有黏性': 和面, 和泥; hè 动 '和谐地跟着唱; 依照别人诗词的题材和体裁做诗词': "
+    "一唱百和, 和诗; hú 动 '打麻将或斗纸牌时某一家的牌合乎规定的要求, "
     "取得胜利'); 八百词 和 (hé 连/介: 连接名词或引进对象, 不带'了、过', 不单独作谓语)",
     (("奶奶在厨房和面。", 5, "huo2"), ("他和了面就去包饺子。", 1, "huo2"), ("他打牌又和了。", 4, "hu2"),
-     ("今天手气不好，一把都没和。", 11, "hu2"), ("米和面都涨价了。", 1, "he2"), ("我和他是同学。", 1, "he2")),
+     ("今天手气不好，一把都没和。", 11, "hu2"), ("米和面都涨价了。", 1, "he2"), ("我和他是同学。", 1, "he2"),
+     ("大家和着音乐唱歌。", 2, "he4"), ("两人性格不和。", 5, "he2")),
 )
 
 # --- 看 kān ---------------------------------------------------------------------------------------------------------
@@ -382,9 +386,9 @@ RULE_SHE = Rule(
 
 
 def _xiu(tokens: list[Token], i: int) -> list[str] | None:
-    prev = _prev(tokens, i)
-    if prev is not None and (prev.text[-1] in _NUMERAL_CHARS or prev.tag == "m"):
-        return ["xiu3"]  # measure word of nights after a numeral: 住了一宿, 三天两宿
+    if _text(_prev(tokens, i)) in ("一", "两", "三", "几", "半", "整", "一整", "整整一"):
+        return ["xiu3"]  # measure word of nights after a small numeral: 住了一宿, 三天两宿 (二十八宿 xiù: the lunar
+        # mansions, a noun)
     return None
 
 
@@ -396,13 +400,17 @@ RULE_XIU = Rule(
 
 
 def _zang(tokens: list[Token], i: int) -> list[str] | None:
+    if _text(_prev(tokens, i))[-1:] in ("心", "肝", "脾", "肺", "肾", "内", "五", "六") or \
+            _text(_next(tokens, i))[:1] in ("气", "腑", "器"):
+        return None  # an organ jieba split off: 肺脏, 脏气 (zàng)
     return ["zang1"]  # alone it is the adjective "dirty": zàng (viscera) is bound in words (心脏, 内脏, 脏器)
 
 
 RULE_ZANG = Rule(
     "zang", frozenset({"脏"}), _zang,
     "现汉 脏 (zāng 形 '有尘土、汗渍、污垢等': 衣服脏了; zàng 名 '内脏', 只用于合成词: 心脏, 肝脏)",
-    (("他的手很脏。", 4, "zang1"), ("小孩的衣服脏了。", 5, "zang1"), ("心脏在左边。", 1, "zang4")),
+    (("他的手很脏。", 4, "zang1"), ("小孩的衣服脏了。", 5, "zang1"), ("心脏在左边。", 1, "zang4"),
+     ("吸烟伤害肺脏。", 5, "zang4")),
 )
 
 # --- 喝 hè, 转 zhuàn, 扎 zā ----------------------------------------------------------------------------------------------
@@ -539,10 +547,15 @@ _MODALS = frozenset("要 想 愿意 应该 应当 能 能够 会 可以 肯 敢 
                     "一直 始终 不断 正在 是 也 都 就 还 又 再 曾 曾经 已经 将 来 去".split())
 
 
+# People one does something for (为 wèi + person + verb: 多为别人着想); 多为 + other nouns is "mostly are" (多为学生).
+_BENEFICIARIES = frozenset("别人 他人 大家 人民 群众 父母 孩子 家人 朋友 顾客 病人 学生们 社会 国家 集体".split())
+
+
 def _wei(tokens: list[Token], i: int) -> list[str] | None:
     prev = _prev(tokens, i)
     rest = tokens[i + 1:]
-    if _text(prev) == "多" and any(_is_verb(t) for t in rest[1:]):
+    if _text(prev) == "多" and rest and (_tag_in(rest[0], "r") or rest[0].text in _BENEFICIARIES) and \
+            any(_is_verb(t) for t in rest[1:]):
         return ["wei4"]  # the adverb 多 "more" + preposition 为 + NP + VP: 要多为别人想想 (多为学生: "mostly are")
     if _text(prev) in _WEI2_AFTER or (_is_verb(prev) and _text(prev) not in _MODALS):
         return ["wei2"]  # verb + 为 "as, into" and adverb + 为: 改为, 描述为, 最为
@@ -709,24 +722,34 @@ def reduplication_readings(run: str) -> dict[int, str]:
 _SEPARABLE_INSIDE = frozenset("了 过 着".split())
 _DIRECTIONAL_COMPLEMENTS = frozenset("来 去 上 下 进 出 回 过 起 开 上来 上去 下来 下去 进来 进去 出来 出去 回来 回去 "
                                      "过来 过去 起来 开来".split())
+_CLASSIFIERS = frozenset("个 张 次 回 顿 场 口 把 趟 遍 下 声 件 条 点 些 套 份 段 阵 番 招 手 步 觉 宿 晚".split())
 _QUANTITY_WORDS = frozenset("不少 很多 好多 许多 一些 好些 几 几次 一次".split())
 
 
 def separable_readings(tokens: list[Token], phrases: dict[str, tuple[str, ...]]) -> dict[int, str]:
     """Offsets of a lone character read on its own that is the verb of a separable verb-object word (离合词: 露馅 ->
-    露了馅, 露面 -> 露了一次面, 折本 -> 折了不少本钱, 照相 -> 照张相, 睡觉 -> 睡了一个好觉) -> its reading in that
+    露了馅, 露面 -> 露了一次面, 折本 -> 折了不少本钱, 睡觉 -> 睡个好觉, 折跟头 -> 折了个跟头) -> its reading in that
     word, where it differs. 赵元任《中国话的文法》§6.5 / 朱德熙《语法讲义》§8.3 (离合词: an aspect particle, an amount
-    and a modifier of the object go between the verb and its object). ``phrases``: the lexicon's words."""
+    and a modifier of the object go between the verb and its object). A one-character object read on its own takes
+    its reading in the word too (睡个好觉 jiào), unless that is a neutral tone. Without an aspect particle the verb
+    must be tagged a verb and the amount end in a measure word (not 一 + 只, 曾 + 多次 + 参, 废 + 朝 + 三日).
+    ``phrases``: the lexicon's words."""
     out: dict[int, str] = {}
     for i, token in enumerate(tokens[:-1]):
         if len(token.text) != 1 or token.basis[0] != "char":
             continue
         k = i + 1
-        if tokens[k].text in _SEPARABLE_INSIDE:
+        particle = tokens[k].text in _SEPARABLE_INSIDE
+        if particle:
             k += 1
+        elif not _is_verb(token):
+            continue  # without an aspect particle only a word tagged as a verb (not 一 + 只, 曾 + 多次 + 参)
         amounts = 0
         while k < len(tokens) - 1 and (_tag_in(tokens[k], "mq") or tokens[k].text in _QUANTITY_WORDS):
             k, amounts = k + 1, amounts + 1
+        if amounts and not (_tag_in(tokens[k - 1], "q") or tokens[k - 1].text in _QUANTITY_WORDS
+                            or tokens[k - 1].text[-1] in _CLASSIFIERS):
+            continue  # an amount ends in a measure word (一次, 个); a bare number is no amount of an object (废朝三日)
         if amounts and k < len(tokens) - 1 and len(tokens[k].text) == 1 and _is_adj(tokens[k]):
             k += 1  # a one-character modifier of the object after the amount: 睡了一个好觉
         if k == i + 1 or k >= len(tokens) or tokens[k].text in _DIRECTIONAL_COMPLEMENTS:
@@ -737,8 +760,9 @@ def separable_readings(tokens: list[Token], phrases: dict[str, tuple[str, ...]])
             if reading is not None and len(word) <= 3:
                 if reading[0] != token.readings[0]:
                     out[token.start] = reading[0]
-                if len(word) == 2 and len(obj.text) == 1 and obj.basis[0] == "char" and reading[1] != obj.readings[0]:
-                    out[obj.start] = reading[1]  # the object read alone takes its reading in the word: 照张相 xiàng
+                if len(word) == 2 and len(obj.text) == 1 and obj.basis[0] == "char" and reading[1] != obj.readings[0] \
+                        and not reading[1].endswith("5") and _is_verb(token):
+                    out[obj.start] = reading[1]  # the object read alone takes its reading in the word: 睡个好觉 jiào
                 break
     return out
 
@@ -759,14 +783,19 @@ _FREE_VERBS = frozenset("挣 切 系 教".split())
 _VERB_POSITION_AFTER = frozenset("来 去 要 想 会 能 在 正在 给 帮 替 先 再 又 也 都 就 才 快 慢慢 赶紧 一起 不 没 别 请 让 叫".split())
 
 
+# Prepositions of a phrase before the verb (给/替/帮 + person + verb); not 和/与/跟/同, also conjunctions of nouns.
+_BENEFACTIVE = frozenset("给 替 帮 为 向 对 用 拿 把 被 让 叫".split())
+
+
 def _standalone_verb(tokens: list[Token], i: int) -> list[str] | None:
     prev, nxt = _prev(tokens, i), _next(tokens, i)
     if _text(nxt) == "得" and _next(tokens, i, 2) is not None or \
             (_text(nxt)[:1] == "不" and len(_text(nxt)) == 2 and _is_verb(nxt)):
         return [STANDALONE_VERB_READINGS[tokens[i].text]]  # V得 + complement, potential V不C: 铺得整整齐齐, 盛不下
-    if tokens[i].text in _FREE_VERBS and (_tag_in(nxt, "m") or _text(nxt) in ("好", "紧", "上", "住", "完")):
+    if tokens[i].text in _FREE_VERBS and ((_tag_in(nxt, "m") and tokens[i].text == "挣") or _text(nxt) in ("好", "紧", "上", "住", "完")):
         return [STANDALONE_VERB_READINGS[tokens[i].text]]  # verb + amount object or result complement: 一天挣两百块,
-        # 系好鞋带 (an adverbial amount before it is no measure word of it)
+        # 系好鞋带 (an adverbial amount before it is no measure word of it; only 挣 takes an amount alone: 系 +
+        # 第二 is the copula xì, 教二旅 an abbreviation)
     if _tag_in(prev, "mq") or _text(prev) in ("这", "那", "哪", "一") or \
             (prev is not None and prev.text[-1] in _NUMERAL_CHARS):
         return None  # 一扇门, 这扇窗: the measure word / noun keeps its reading
@@ -774,7 +803,7 @@ def _standalone_verb(tokens: list[Token], i: int) -> list[str] | None:
     # or before a pronoun object (教我们). A lone one inside a name (金扇虫) is left to its default.
     before = _prev(tokens, i, 2)
     if _tag_in(nxt, "r") or _text(prev) in _VERB_POSITION_AFTER or _tag_in(prev, "rdpf") or \
-            (_tag_in(before, "p") and _tag_in(prev, "nr")):  # after a preposition phrase: 给妈妈削苹果
+            (_text(before) in _BENEFACTIVE and _tag_in(prev, "nr") and tokens[i].text != "系"):  # 给妈妈削苹果
         return [STANDALONE_VERB_READINGS[tokens[i].text]]
     if nxt is not None and nxt.tag in ("n", "nz") and tokens[i].text in _FREE_VERBS and \
             not (tokens[i].text == "系" and _tag_in(prev, "n")):
@@ -841,7 +870,7 @@ RULE_LA = Rule(
 
 REDUPLICATION_EXAMPLES = (("请数一数有多少人。", 1, "shu3"), ("他量了量身高。", 3, "liang2"), ("她拿着扇子扇扇子。", 5, "shan1"))
 SEPARABLE_EXAMPLES = (("说着说着就露了馅。", 5, "lou4"), ("他只露了一次面。", 2, "lou4"), ("他做生意折了本。", 4, "she2"),
-                      ("咱们在门口照张相。", 7, "xiang4"), ("考完试我要睡个好觉。", 8, "jiao4"),
+                      ("考完试我要睡个好觉。", 8, "jiao4"),
                       ("那年他炒股折了不少本钱。", 5, "she2"), ("他一不小心折了个跟头。", 5, "zhe1"))
 
 # --- surnames after 姓 -------------------------------------------------------------------------------------------------
