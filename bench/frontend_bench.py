@@ -1,6 +1,7 @@
 """Text front end: polyphone accuracy before/after (pypinyin alone vs our G2P), load time, ms per request.
 
     OMP_NUM_THREADS=1 python3 bench/frontend_bench.py [--tsv FILE ...] [--misses] [--before-checkout DIR ...]
+        [--cpp DIR]
 
 Prints, side by side in one run:
 
@@ -8,7 +9,12 @@ Prints, side by side in one run:
   of **before** = pypinyin 0.55 alone (``lazy_pinyin`` per run of Chinese characters, its phrase dictionary with
   forward maximum matching: the front end's G2P until issue 13) and **after** = ``tts_app.frontend.g2p.read_text``
   (jieba segmentation over the merged lexicon + grammar rules), with the misses of "after" (``--misses``);
-  (and of each ``--before-checkout``, e.g. main before a change);
+  (and of each ``--before-checkout``, e.g. main before a change), each as two scores, raw and under the
+  citation-tone convention (below);
+* with ``--cpp DIR``: the same two scores on the CPP dev set (Park & Lee 2020, "g2pM: A Neural Grapheme-to-Phoneme
+  Conversion Package for Mandarin Chinese", 9,893 Wikipedia sentences with one labelled polyphone each; DIR holds its
+  ``dev.sent`` and ``dev.lb``, from github.com/kakaobrain/g2pM ``data/``, Apache-2.0; not in this repository), for
+  this checkout and each ``--before-checkout``;
 * load time in fresh processes: the lexicon built from the packages (no cache), then read from its cache;
 * start-up (import + ``warm_up``: lexicon, wetext, OpenCC, homophone table) and ms per request of ``prepare_text`` on
   200-character texts (distinct texts, so no cache helps), of this checkout and each ``--before-checkout``, in fresh
@@ -18,6 +24,15 @@ Prints, side by side in one run:
 
 Two set formats are read: ``sentence, char, occurrence, reading`` (tests/data/polyphones_zh.tsv) and
 ``sentence, char_index, char, pinyin`` (the held-out sets, 0-based index).
+
+The citation-tone convention. The front end gives citation (dictionary) tones, as issue 13 asks: 商量 shāng liáng,
+认识 rèn shí, 东西 dōng xī. A set's author may have written the neutral tone of speech instead (shāngliang, rènshi,
+dōngxi). The second score counts such a target as matched: an expected tone 5 on a character that is *not* one of the
+always-neutral particles and suffixes (``ALWAYS_NEUTRAL``: 的 地 得 as structural particles, 了 着 过 as aspect
+particles, sentence-final 吗 呢 吧 啊 嘛 啦, the suffixes 子 们 么 头; a tone 5 expected on them is the particle's own
+dictionary reading, so a full tone there stays a miss) is matched when our syllable is the expected syllable and our
+tone is a full tone (1-4) that pypinyin's heteronyms list for that character with that syllable (识: shí, shì; so 认识
+rèn shí matches rènshi, but rèn zhì would not). Every other target is scored as in the raw score, which is kept.
 """
 
 from __future__ import annotations
@@ -27,6 +42,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,32 +88,80 @@ def read_after(sentence: str) -> dict[int, str]:
     return {r.position: r.reading for r in read_text(sentence)}
 
 
-def accuracy(rows, read) -> tuple[float, list[str]]:
-    misses = []
-    for sentence, index, char, expected in rows:
-        got = read(sentence).get(index, "")
+def load_cpp(folder: Path, split: str = "dev") -> list[tuple[str, int, str, str]]:
+    """The CPP set's ``split`` (``{split}.sent``: one sentence a line, the labelled character between two ``\u2581``
+    marks; ``{split}.lb``: its TONE3 label, ü as ``u:``) as ``[(sentence, char index, char, TONE3)]``."""
+    sentences = (folder / f"{split}.sent").read_text(encoding="utf-8").splitlines()
+    labels = (folder / f"{split}.lb").read_text(encoding="utf-8").splitlines()
+    rows = []
+    for marked, label in zip(sentences, labels, strict=True):
+        index = marked.index("\u2581")
+        sentence = marked.replace("\u2581", "")
+        rows.append((sentence, index, sentence[index], label.strip().lower().replace("u:", "v")))
+    return rows
+
+
+# Characters whose expected tone 5 is the particle's or suffix's own dictionary reading (module docstring).
+ALWAYS_NEUTRAL = frozenset("的地得了着过吗呢吧啊嘛啦子们么头")
+
+
+def citation_match(char: str, expected: str, got: str) -> bool:
+    """True when ``got`` counts as ``expected`` under the citation-tone convention (module docstring): equal, or an
+    expected neutral tone on a character outside ``ALWAYS_NEUTRAL`` where ``got`` has the same syllable and a full
+    tone that pypinyin lists for ``char``."""
+    if got == expected:
+        return True
+    if not expected.endswith("5") or char in ALWAYS_NEUTRAL or got[-1:] not in ("1", "2", "3", "4"):
+        return False
+    from tts_app.frontend.g2p import char_candidates
+
+    return got[:-1] == expected[:-1] and got in char_candidates(char)
+
+
+@dataclass(frozen=True)
+class Score:
+    """Accuracy on one set: ``raw`` (exact TONE3), ``citation`` (the citation-tone convention), ``misses`` (raw,
+    one line each)."""
+
+    raw: float
+    citation: float
+    misses: list[str]
+
+    def __str__(self) -> str:
+        return f"{self.raw:.1%} / {self.citation:.1%}"
+
+
+def score_readings(rows, readings: list[str]) -> Score:
+    """Score ``readings`` (ours, one per row of ``rows``, "" when none)."""
+    misses, citation = [], 0
+    for (sentence, index, char, expected), got in zip(rows, readings, strict=True):
         if got != expected:
             misses.append(f"    {sentence}  [{index}]{char}: expected {expected}, got {got}")
-    return 1 - len(misses) / len(rows), misses
+        citation += citation_match(char, expected, got)
+    return Score(1 - len(misses) / len(rows), citation / len(rows), misses)
 
 
-_SCORE_CODE = """
+def accuracy(rows, read) -> Score:
+    return score_readings(rows, [read(sentence).get(index, "") for sentence, index, _, _ in rows])
+
+
+_READ_CODE = """
 import json, sys
 from tts_app.frontend.g2p import read_text
 rows = json.loads(sys.stdin.read())
-print(sum({r.position: r.reading for r in read_text(s)}.get(i, "") == e for s, i, _, e in rows) / len(rows))
+print(json.dumps([{r.position: r.reading for r in read_text(s)}.get(i, "") for s, i, _, _ in rows]))
 """
 
 
-def score_checkout(checkout: Path, path: Path) -> float:
-    """Accuracy of the default G2P of another checkout (its ``read_text``, imported from there alone) on the set at
-    ``path``."""
+def score_checkout(checkout: Path, rows) -> Score:
+    """Accuracy of the default G2P of another checkout (its ``read_text``, imported from there alone) on ``rows``;
+    scored here, so both scores use this checkout's definition."""
     import json
 
-    out = subprocess.run([sys.executable, "-c", _SCORE_CODE], input=json.dumps(load_rows(path)), capture_output=True,
+    out = subprocess.run([sys.executable, "-c", _READ_CODE], input=json.dumps(rows), capture_output=True,
                          text=True, check=True, cwd=checkout,
                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(checkout)})
-    return float(out.stdout.strip().splitlines()[-1])
+    return score_readings(rows, json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def fresh_process_s(code: str, tmpdir: str | None = None) -> float:
@@ -186,6 +250,8 @@ def main() -> None:
                     help="checkouts of an older front end (e.g. `git worktree add /tmp/old main`): their warm_up and "
                          "prepare_text are timed on the same requests, alternating with this checkout's")
     ap.add_argument("--rounds", type=int, default=3, help="alternating fresh processes per checkout (median)")
+    ap.add_argument("--cpp", type=Path, default=None,
+                    help="folder with the CPP set's dev.sent and dev.lb (github.com/kakaobrain/g2pM data/): score it too")
     args = ap.parse_args()
 
     import tempfile
@@ -199,15 +265,22 @@ def main() -> None:
 
     warm_up()
     checkouts = {"this checkout": ROOT, **{str(p): p for p in args.before_checkout}}
-    for path in args.tsv:
-        rows = load_rows(path)
-        before, _ = accuracy(rows, read_before)
-        after, misses = accuracy(rows, read_after)
-        others = "".join(f", {name}: {score_checkout(p, path):.1%}" for name, p in checkouts.items()
-                         if p != ROOT)
-        print(f"{path.name} ({len(rows)} targets): pypinyin alone {before:.1%}{others}, this checkout {after:.1%} "
-              f"({after - before:+.1%} over pypinyin)")
-        if args.misses:
+    sets = [(path.name, load_rows(path)) for path in args.tsv]
+    if args.cpp is not None:
+        sets.append(("CPP dev", load_cpp(args.cpp)))
+    columns = ["pypinyin alone", *(str(p)[-24:] for p in args.before_checkout), "this checkout"]
+    print("polyphone accuracy, raw / citation-tone convention (module docstring):")
+    print(f"{'set':<28} {'targets':>7}" + "".join(f" {c:>24}" for c in columns))
+    all_misses = []
+    for name, rows in sets:
+        before = accuracy(rows, read_before)
+        others = [score_checkout(p, rows) for p in args.before_checkout]
+        after = accuracy(rows, read_after)
+        print(f"{name:<28} {len(rows):>7}" + "".join(f" {str(x):>24}" for x in (before, *others, after)))
+        all_misses.append((name, after.misses))
+    if args.misses:
+        for name, misses in all_misses:
+            print(f"misses of this checkout on {name} (raw):")
             print("\n".join(misses))
 
     texts = request_texts(41)

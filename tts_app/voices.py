@@ -66,11 +66,21 @@ SCHEMA_VERSION = 1
 
 
 class VoiceError(InputError):
-    """A voice library request that cannot be done. ``voice`` is the name it is about."""
+    """A voice library request that cannot be done.
 
-    def __init__(self, voice: str, message: str):
+    Attributes:
+        voice: the name it is about.
+        code: what went wrong, a stable key ("name_empty", "not_found", "name_taken", ...): the web page shows
+            ``tts_app.ui.texts`` string ``voice_error_<code>`` in the user's language, formatted with ``params``;
+            None for messages only the command line gives.
+        params: the values in the message (names, counts), for that rendering.
+    """
+
+    def __init__(self, voice: str, message: str, *, code: str | None = None, **params: Any):
         super().__init__(message)
         self.voice = voice
+        self.code = code
+        self.params = params
 
 
 class VoiceNotFoundError(VoiceError, KeyError):
@@ -126,15 +136,16 @@ def check_voice_name(name: Any) -> str:
             "/" or "\\" (names are also written in JSONL lines and on command lines).
     """
     if not isinstance(name, str):
-        raise VoiceError(str(name), f"a voice name must be text, not {type(name).__name__}")
+        raise VoiceError(str(name), f"a voice name must be text, not {type(name).__name__}", code="name_not_text")
     clean = unicodedata.normalize("NFC", name).strip()
     if not clean:
-        raise VoiceError(name, "the voice name is empty; give the voice a name")
+        raise VoiceError(name, "the voice name is empty; give the voice a name", code="name_empty")
     if len(clean) > MAX_NAME_CHARS:
-        raise VoiceError(clean, f"voice name {clean[:20]!r}... is {len(clean)} characters; at most {MAX_NAME_CHARS}")
+        raise VoiceError(clean, f"voice name {clean[:20]!r}... is {len(clean)} characters; at most {MAX_NAME_CHARS}",
+                         code="name_too_long", head=clean[:20], length=len(clean), limit=MAX_NAME_CHARS)
     if _CONTROL.search(clean) or "/" in clean or "\\" in clean:
         raise VoiceError(clean, f"voice name {clean!r} holds a control character or a slash; use letters, digits, "
-                                "spaces, '-' or '_'")
+                                "spaces, '-' or '_'", code="name_bad_characters", name=clean)
     return clean
 
 
@@ -229,7 +240,9 @@ class VoiceLibrary:
             names = self.names()
             known = ", ".join(repr(n) for n in names) if names else "none yet"
             raise VoiceNotFoundError(str(name), f"there is no voice named {name!r} (voices: {known}); save it "
-                                                "first or check the spelling")
+                                                "first or check the spelling",
+                                     code="not_found" if names else "not_found_none", name=str(name),
+                                     voices=", ".join(repr(n) for n in names))
         return voice
 
     # ------------------------------------------------------------------ changing
@@ -258,7 +271,7 @@ class VoiceLibrary:
         """
         name = check_voice_name(name)
         if self.root is None:
-            raise VoiceError(name, "there is no voices folder to save into; give --voices-dir DIR")
+            raise VoiceError(name, "there is no voices folder to save into; give --voices-dir DIR", code="no_folder")
         if isinstance(source, (str, Path)):
             path = Path(source)
             data = path.read_bytes() if path.is_file() else None
@@ -268,9 +281,10 @@ class VoiceLibrary:
             data, suffix = bytes(source), Path(source_name or "").suffix.lower()
             source_name = source_name or "upload"
         else:
-            raise VoiceError(name, "a voice is saved from an audio file (a path or its bytes)")
+            raise VoiceError(name, "a voice is saved from an audio file (a path or its bytes)", code="not_a_file")
         if data is None:
-            raise VoiceError(name, f"reference audio {source_name!r} does not exist; give an audio file")
+            raise VoiceError(name, f"reference audio {source_name!r} does not exist; give an audio file",
+                             code="no_source", source=source_name)
         text = (reference_text or "").strip() or None
         prepared = preparer.prepare(data, reference_text=text, name=source_name)
         with self._lock:
@@ -278,7 +292,8 @@ class VoiceLibrary:
             if existing is not None and (existing.bundled or not overwrite):
                 why = "is a bundled example voice" if existing.bundled else "is already taken"
                 raise VoiceError(name, f"the voice name {existing.name!r} {why}; choose another name"
-                                       + ("" if existing.bundled else " or delete that voice first"))
+                                       + ("" if existing.bundled else " or delete that voice first"),
+                                 code="name_bundled" if existing.bundled else "name_taken_save", name=existing.name)
             voice_id = uuid.uuid4().hex[:16]
             self.root.mkdir(parents=True, exist_ok=True)
             staging = self.root / f".new-{voice_id}"
@@ -311,10 +326,11 @@ class VoiceLibrary:
             voice = self.get(name)
             if voice.bundled:
                 raise VoiceError(voice.name, f"{voice.name!r} is a bundled example voice and cannot be renamed; save "
-                                             "it under another name instead")
+                                             "it under another name instead", code="bundled_rename", name=voice.name)
             other = self.find(new_name)
             if other is not None and other.voice_id != voice.voice_id:
-                raise VoiceError(new_name, f"the voice name {other.name!r} is already taken; choose another name")
+                raise VoiceError(new_name, f"the voice name {other.name!r} is already taken; choose another name",
+                                 code="name_taken", name=other.name)
             data = json.loads((voice.folder / VOICE_FILE).read_text(encoding="utf-8"))
             data["name"] = new_name
             write_atomic(voice.folder / VOICE_FILE, _json_bytes(data))
@@ -329,7 +345,8 @@ class VoiceLibrary:
         with self._lock:
             voice = self.get(name)
             if voice.bundled:
-                raise VoiceError(voice.name, f"{voice.name!r} is a bundled example voice and cannot be changed")
+                raise VoiceError(voice.name, f"{voice.name!r} is a bundled example voice and cannot be changed",
+                                 code="bundled_change", name=voice.name)
             data = json.loads((voice.folder / VOICE_FILE).read_text(encoding="utf-8"))
             data["reference_text"] = (reference_text or "").strip() or None
             write_atomic(voice.folder / VOICE_FILE, _json_bytes(data))
@@ -345,7 +362,8 @@ class VoiceLibrary:
         with self._lock:
             voice = self.get(name)
             if voice.bundled:
-                raise VoiceError(voice.name, f"{voice.name!r} is a bundled example voice and cannot be deleted")
+                raise VoiceError(voice.name, f"{voice.name!r} is a bundled example voice and cannot be deleted",
+                                 code="bundled_delete", name=voice.name)
             self._remove_folder(voice.folder)
 
     def _remove_folder(self, folder: Path) -> None:
@@ -406,7 +424,8 @@ class VoiceLibrary:
         if Path(value).expanduser().is_file() or self.find(value) is not None:
             return
         names = ", ".join(repr(n) for n in self.names()) or "none yet"
-        raise VoiceNotFoundError(value, f"{value!r} is neither an audio file nor a saved voice (voices: {names})")
+        raise VoiceNotFoundError(value, f"{value!r} is neither an audio file nor a saved voice (voices: {names})",
+                                 code="not_voice_or_file", name=value, voices=names)
 
     def resolve(self, value: str, preparer: ReferencePreparer) -> tuple[PreparedReference, str | None]:
         """(prepared reference, transcript or None) for ``value``: an audio file (cleaned by ``preparer``), else the

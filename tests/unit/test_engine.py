@@ -597,3 +597,29 @@ def test_emotion_from_text_reads_the_whole_request_text_unless_given_its_own():
     engine.shutdown()
     assert sorted({e.text for e in seen}) == sorted({text, "angry words"})
     assert len(seen) >= 3  # the long request's segments all carry its whole text
+
+
+def test_a_failing_row_of_a_batch_of_three_logs_one_traceback_under_its_request_id(caplog):
+    """Issue 14 item 9: a failure is logged once, with its traceback and the request id the user is shown; the
+    batch-level event is one line without a traceback."""
+    import logging
+
+    def boom(rows):
+        return ValueError("kaput") if any("boom" in r.text for r in rows) else None
+
+    adapter = FakeAdapter(raise_if=boom)
+    engine = Engine(adapter, EngineConfig(max_batch_size=4, wait_window_ms=0))
+    requests = make_requests(["This is fine.", "This goes boom.", "This too."])
+    with caplog.at_level(logging.INFO, logger="tts_app"):
+        results = run_all(engine, requests)
+    engine.shutdown()
+    assert [r.status for r in results] == [RequestStatus.DONE, RequestStatus.FAILED, RequestStatus.DONE]
+    assert adapter.calls[0] == 3  # they shared a batch, then ran alone
+    bad_id = requests[1].request_id
+    assert results[1].request_id == bad_id and "kaput" in results[1].error
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1, [r.getMessage() for r in tracebacks]
+    assert bad_id in tracebacks[0].getMessage() and "kaput" in caplog.text
+    assert not any(requests[i].request_id in tracebacks[0].getMessage() for i in (0, 2))
+    batch_lines = [r for r in caplog.records if "batch of 3 rows failed" in r.getMessage()]
+    assert len(batch_lines) == 1 and not batch_lines[0].exc_info

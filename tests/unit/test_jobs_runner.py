@@ -385,3 +385,29 @@ def test_a_job_in_a_compact_format_writes_decodable_files_that_resume_keeps(job_
         assert set(names) <= set(zf.namelist())
     with pytest.raises(InputError, match="use one of wav, flac, mp3, opus"):
         JobConfig(audio_format="aac")
+
+
+def test_every_record_names_its_request_and_a_failed_lines_traceback_is_logged_once_under_it(job_dir, make_runtime,
+                                                                                             caplog):
+    import logging
+
+    def boom(rows):
+        return ValueError("kaput") if any("boom" in r.text for r in rows) else None
+
+    rows = [{"input_text": "First fine line.", "prompt_audio": "voices/anna.wav", "output_name": "a"},
+            {"input_text": "This line goes boom.", "prompt_audio": "voices/anna.wav", "output_name": "b"},
+            {"input_text": "Third fine line.", "prompt_audio": "voices/anna.wav", "output_name": "c"},
+            {"input_text": "No voice.", "prompt_audio": "voices/ghost.wav", "output_name": "d"}]
+    path = write_jsonl(job_dir / "job.jsonl", rows)
+    runtime = make_runtime(adapter=FakeAdapter(raise_if=boom), max_batch_size=4, wait_window_ms=200.0)
+    with caplog.at_level(logging.INFO, logger="tts_app"):
+        run_job(path, job_dir / "out", runtime)
+    by_name = {r["output_name"]: r for r in records(job_dir / "out")}
+    assert [by_name[n]["status"] for n in "abcd"] == ["ok", "failed", "ok", "failed"]
+    ids = [by_name[n]["request_id"] for n in "abc"]
+    assert all(ids) and len(set(ids)) == 3
+    assert by_name["d"]["request_id"] is None  # refused at validation: it never reached the engine
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1 and by_name["b"]["request_id"] in tracebacks[0].getMessage()
+    sidecar = json.loads((job_dir / "out" / by_name["a"]["metadata_path"]).read_text(encoding="utf-8"))
+    assert sidecar["request_id"] == by_name["a"]["request_id"]  # one id: record, sidecar, log

@@ -301,3 +301,24 @@ def test_instructions_are_the_emotion_text_of_a_model_that_reads_it_and_otherwis
         assert not any("instructions" in w for w in json.loads(response.headers["x-tts-warnings"]))
     finally:
         runtime.close()
+
+
+def test_a_failed_synthesis_is_500_naming_the_request_id_its_one_logged_traceback_has(tmp_path, caplog):
+    import logging
+
+    adapter = FakeAdapter(raise_if=lambda rows: ValueError("kaput") if any("boom" in r.text for r in rows)
+                          else None)
+    runtime = Runtime.from_adapter(adapter, "fake-model", EngineConfig(max_batch_size=4, wait_window_ms=0))
+    try:
+        host = Host(runtime=runtime, voices=VoiceLibrary(tmp_path / "voices"), output_root=tmp_path / "outputs")
+        with caplog.at_level(logging.INFO, logger="tts_app"):
+            response = speech(client_for(host, rate_limit_per_min=0), input="This goes boom.")
+    finally:
+        runtime.close()
+    assert response.status_code == 500, response.text
+    error = response.json()["error"]
+    request_id = error["request_id"]
+    assert request_id and response.headers["x-request-id"] == request_id and request_id in error["message"]
+    assert error["code"] == "synthesis_failed" and "kaput" in error["message"]
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1 and request_id in tracebacks[0].getMessage()

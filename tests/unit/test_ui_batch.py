@@ -114,3 +114,32 @@ def test_a_finished_browser_session_takes_its_single_outputs_along_and_leaves_jo
     assert ctx.session_dir("../../etc", cookie) == tmp_path / "single" / owner_key(token) / "etc"
     ctx.end_session("abc123", cookie)
     assert not mine.exists() and my_other_tab.exists() and theirs.exists() and (tmp_path / "jobs").exists()
+
+
+def test_a_batch_tab_line_with_a_clip_and_no_transcript_gets_one_from_the_asr_model(tmp_path, data_dir,
+                                                                                    tiny_whisper):
+    """The web app's jobs transcribe a reference the same way ``batch --asr-model`` does (AppContext.start_jobs)."""
+    from tts_app.config import ModelConfig
+    from tts_app.ui.context import AppContext
+
+    with zipfile.ZipFile(tmp_path / "voices.zip", "w") as zf:
+        zf.write(data_dir / "en_female_1.wav", "v.wav")
+    rows = [{"input_text": "Hello there.", "prompt_audio": "v.wav", "output_name": "auto"},
+            {"input_text": "Again.", "prompt_audio": "v.wav", "prompt_text": "My own words.", "output_name": "own"}]
+    (tmp_path / "job.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    runtime = Runtime.from_adapter(FakeAdapter(), "fake", EngineConfig(wait_window_ms=1))
+    ctx = AppContext(model_config=ModelConfig(), engine_config=EngineConfig(), runtime=runtime,
+                     output_root=tmp_path / "out", asr_model=str(tiny_whisper))
+    try:
+        ctx.start_jobs()
+        summary, _, _ = batch.run_job_blocking(ctx, str(tmp_path / "job.jsonl"), str(tmp_path / "voices.zip"))
+        assert summary.startswith("ok 2 · failed 0")
+        job_id = summary.rsplit("(", 1)[1].rstrip(")")
+        out = ctx.jobs.store.out_dir(job_id)
+        auto = json.loads((out / "auto.json").read_text(encoding="utf-8"))
+        own = json.loads((out / "own.json").read_text(encoding="utf-8"))
+    finally:
+        ctx.close()
+    assert auto["reference"]["text"] and set(auto["reference"]["text"]) <= set("abcdefghijklmnopqrstuvwxyz ")
+    assert any("transcribed automatically" in w for w in auto["warnings"])
+    assert own["reference"]["text"] == "My own words." and not any("transcribed" in w for w in own["warnings"])

@@ -1050,7 +1050,15 @@ class Engine:
                 logger.info("%s of %d rows refused (requests %s): %s", phase.value, len(rows), ids, error)
             else:
                 kind, error = OutcomeKind.CRASHED, f"synthesis failed: {type(exc).__name__}: {exc}"
-                logger.exception("%s of %d rows failed (requests %s)", phase.value, len(rows), ids)
+                if len(rows) > 1:
+                    # one line, no traceback: each row now runs alone, and the request whose row still fails
+                    # logs its traceback then, once, under its own id
+                    logger.warning("%s of %d rows failed (requests %s): %s; running each row alone", phase.value,
+                                   len(rows), ids, error)
+                else:
+                    # the request's one traceback in the server log, under the id its user is shown
+                    logger.error("request %s failed (segment %d): %s", rows[0].request_id, rows[0].index + 1,
+                                 error, exc_info=exc)
             del exc  # drop the traceback (and the tensors its frames hold) before freeing memory
         if kind is OutcomeKind.OOM:
             with self._cv:

@@ -17,7 +17,9 @@ prefix of the job and a kill loses at most the record being written. ``read_resu
 Record fields: ``line`` (1-based physical line of the job file), ``output_name``, ``status`` ("ok" | "failed" |
 "cancelled"), ``error`` (message or null), ``audio_path`` and ``metadata_path`` (the sidecar JSON, see
 ``tts_app.outputs``; file names relative to the output folder, or null), ``duration_s``, ``num_segments``,
-``elapsed_s`` (wall seconds from submission to completion), ``warnings``.
+``elapsed_s`` (wall seconds from submission to completion), ``warnings``, ``request_id`` (the engine request
+that ran the line: the id a failure's traceback is logged under and its sidecar's ``request_id``; null for a line
+that never reached the engine: invalid, or cancelled before it started).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ STATUSES = ("ok", "failed", "cancelled")
 def line_record(line: int, output_name: str | None, status: str, *, error: str | None = None,
                 audio_path: str | None = None, metadata_path: str | None = None, duration_s: float | None = None,
                 num_segments: int | None = None, elapsed_s: float = 0.0,
-                warnings: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+                warnings: list[str] | tuple[str, ...] = (), request_id: str | None = None) -> dict[str, Any]:
     """One ``results.jsonl`` record (see the module docstring for the fields).
 
     Raises:
@@ -56,7 +58,8 @@ def line_record(line: int, output_name: str | None, status: str, *, error: str |
             raise ValueError(f"{path!r} must be a plain file name inside the output folder")
     return {"line": int(line), "output_name": output_name, "status": status, "error": error,
             "audio_path": audio_path, "metadata_path": metadata_path, "duration_s": duration_s,
-            "num_segments": num_segments, "elapsed_s": round(float(elapsed_s), 3), "warnings": list(warnings)}
+            "num_segments": num_segments, "elapsed_s": round(float(elapsed_s), 3), "warnings": list(warnings),
+            "request_id": request_id}
 
 
 def _dumps(record: dict) -> str:

@@ -231,10 +231,10 @@ class _JobRun:
     def record(self, line: int, output_name: str | None, status: str, *, error: str | None = None,
                audio_path: str | None = None, metadata_path: str | None = None, duration_s: float | None = None,
                num_segments: int | None = None, elapsed_s: float = 0.0,
-               warnings: list[str] | tuple[str, ...] = ()) -> None:
+               warnings: list[str] | tuple[str, ...] = (), request_id: str | None = None) -> None:
         self.writer.put(line_record(line, output_name, status, error=error, audio_path=audio_path,
                                     metadata_path=metadata_path, duration_s=duration_s, num_segments=num_segments,
-                                    elapsed_s=elapsed_s, warnings=warnings))
+                                    elapsed_s=elapsed_s, warnings=warnings, request_id=request_id))
         if status == "ok":
             self.summary.num_ok += 1
         elif status == "failed":
@@ -260,28 +260,30 @@ class _JobRun:
         """Turn one completed engine future into an output file and a results record."""
         pending = self.in_flight.pop(future)
         line, elapsed = pending.line, time.monotonic() - pending.started_s
+        request_id = pending.request.request_id
         try:
             result = future.result()
         except (cf.CancelledError, RequestCancelledError):
-            self.record(line.line_number, line.output_name, "cancelled", error="cancelled", elapsed_s=elapsed)
+            self.record(line.line_number, line.output_name, "cancelled", error="cancelled", elapsed_s=elapsed,
+                        request_id=request_id)
             return
         except TTSAppError as exc:
-            self.record(line.line_number, line.output_name, "failed", error=str(exc), elapsed_s=elapsed)
+            self.record(line.line_number, line.output_name, "failed", error=str(exc), elapsed_s=elapsed,
+                        request_id=request_id)
             return
         except Exception as exc:  # an engine bug must not stop the other lines; logged with its traceback
-            logger.exception("job line %d (request %s) raised", line.line_number,
-                             getattr(pending.handle, "request_id", "?"))
+            logger.exception("job line %d (request %s) raised", line.line_number, request_id)
             self.record(line.line_number, line.output_name, "failed", error=f"internal error: {exc!r}",
-                        elapsed_s=elapsed)
+                        elapsed_s=elapsed, request_id=request_id)
             return
         reference_warnings = pending.reference.warnings if pending.reference is not None else []
         warnings = list(dict.fromkeys(pending.warnings + reference_warnings + list(result.warnings or [])))
         if result.status is RequestStatus.CANCELLED:
             self.record(line.line_number, line.output_name, "cancelled", error=result.error or "cancelled",
-                        elapsed_s=elapsed, warnings=warnings)
+                        elapsed_s=elapsed, warnings=warnings, request_id=request_id)
         elif not result.ok or len(result.audio) == 0:
             self.record(line.line_number, line.output_name, "failed", error=result.error or "no audio produced",
-                        elapsed_s=elapsed, warnings=warnings)
+                        elapsed_s=elapsed, warnings=warnings, request_id=request_id)
         else:
             from tts_app.outputs import output_metadata, save_outputs
 
@@ -292,7 +294,8 @@ class _JobRun:
             files = save_outputs(self.out_dir / f"{line.output_name}.{self.audio_format}", result, metadata)
             self.record(line.line_number, line.output_name, "ok", audio_path=files.audio.name,
                         metadata_path=files.metadata.name, duration_s=round(result.duration_s, 3),
-                        num_segments=len(result.segments), elapsed_s=elapsed, warnings=warnings)
+                        num_segments=len(result.segments), elapsed_s=elapsed, warnings=warnings,
+                        request_id=request_id)
 
     def harvest(self) -> None:
         """Write out every line that has already finished, without waiting (outputs appear as lines complete)."""
@@ -319,7 +322,7 @@ class _JobRun:
         for future in not_done:
             pending = self.in_flight.pop(future)
             self.record(pending.line.line_number, pending.line.output_name, "cancelled", error="cancelled",
-                        elapsed_s=time.monotonic() - pending.started_s)
+                        elapsed_s=time.monotonic() - pending.started_s, request_id=pending.request.request_id)
 
 
 def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None, *,

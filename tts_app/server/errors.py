@@ -25,21 +25,28 @@ class APIError(Exception):
         code: short machine-readable code ("voice_not_found", "input_too_long", ...), or None.
         param: the request field at fault, or None.
         headers: extra response headers (``Retry-After`` on 429/503, ``WWW-Authenticate`` on 401).
+        request_id: the engine request that failed (500): sent as ``error.request_id`` and the ``X-Request-Id``
+            header, the id the server log files the failure's traceback under; None otherwise.
     """
 
     def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None,
-                 headers: dict[str, str] | None = None):
+                 headers: dict[str, str] | None = None, request_id: str | None = None):
         super().__init__(message)
         self.status = int(status)
         self.message = message
         self.code = code
         self.param = param
         self.headers = dict(headers or {})
+        self.request_id = request_id
+        if request_id is not None:
+            self.headers.setdefault("X-Request-Id", request_id)
 
     def response(self) -> JSONResponse:
-        body = {"error": {"message": self.message, "type": ERROR_TYPES.get(self.status, "invalid_request_error"),
-                          "param": self.param, "code": self.code}}
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
+        error = {"message": self.message, "type": ERROR_TYPES.get(self.status, "invalid_request_error"),
+                 "param": self.param, "code": self.code}
+        if self.request_id is not None:
+            error["request_id"] = self.request_id
+        return JSONResponse({"error": error}, status_code=self.status, headers=self.headers)
 
 
 async def api_error_handler(_request: Request, exc: APIError) -> JSONResponse:

@@ -313,7 +313,8 @@ class OpenAIRoutes:
         handle = await run_in_threadpool(runtime.engine.submit, synthesis)
         result = await self._wait(handle, request)
         if not result.ok:
-            raise APIError(500, f"synthesis failed: {result.error}", code="synthesis_failed")
+            raise APIError(500, f"request {result.request_id} failed: {result.error}",
+                           code="synthesis_failed", request_id=result.request_id)
         body_bytes = await run_in_threadpool(encode_speech, result.audio, result.sampling_rate, fmt)
         wall_s = time.perf_counter() - started
         metrics.observe_synthesis("api", wall_s=wall_s, audio_s=result.duration_s, first_audio_s=wall_s)

@@ -22,7 +22,7 @@ import gradio as gr
 from tts_app.errors import TTSAppError
 from tts_app.jobs.store import JobState
 from tts_app.ui.context import AppContext
-from tts_app.ui.texts import server_text
+from tts_app.ui.texts import error_text, server_text
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def _check_uploads(ctx: AppContext, jsonl, audio_zip, default_voice, lang: str) 
         check_upload(default_voice, ctx.upload_config.max_upload_bytes, message)
         check_upload(audio_zip, ctx.upload_config.max_zip_upload_bytes, message)
     except TTSAppError as exc:
-        raise _user_error(str(exc)) from exc
+        raise _user_error(error_text(exc, lang)) from exc
 
 
 def _duration(seconds: float | None) -> str:
@@ -205,7 +205,7 @@ def validate_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None
     try:
         report = _validate(Path(jsonl_file), audio_dir=audio_zip or None, default_voice=default_voice or None)
     except TTSAppError as exc:
-        raise _user_error(str(exc)) from exc
+        raise _user_error(error_text(exc, lang)) from exc
     rows = [[line if line else server_text(lang, "job_file"), status, str(message)]
             for line, status, message in report.as_table()]
     counts = dict(num_lines=report.num_lines, num_valid=report.num_valid, num_invalid=report.num_invalid,
@@ -237,7 +237,7 @@ def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dic
                                       "audio": Path(audio_zip).name if audio_zip else None,
                                       "voice": Path(default_voice).name if default_voice else None})
     except TTSAppError as exc:
-        raise _user_error(str(exc)) from exc
+        raise _user_error(error_text(exc, lang)) from exc
 
 
 def submit_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None, use_cache=True,
@@ -273,7 +273,7 @@ def open_job(ctx: AppContext, job_id, browser, status_filter="all", request: gr.
         try:
             state = ctx.jobs.get(job_id)
         except TTSAppError as exc:
-            raise _user_error(str(exc)) from exc
+            raise _user_error(error_text(exc, lang)) from exc
         if state is None:
             raise _user_error(server_text(lang, "no_such_job", job_id=job_id))
         browser["job_id"] = job_id
@@ -312,7 +312,7 @@ def resume_job(ctx: AppContext, browser, status_filter="all", request: gr.Reques
     try:
         ctx.jobs.resume(browser["job_id"])
     except TTSAppError as exc:
-        raise _user_error(str(exc)) from exc
+        raise _user_error(error_text(exc, lang)) from exc
     return (browser, *_view(ctx, browser, status_filter, lang))
 
 

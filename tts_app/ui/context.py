@@ -77,13 +77,17 @@ class AppContext:
             self.voices = VoiceLibrary(self.voices_dir if self.voices_dir is not None else self.output_root / "voices")
 
     def start_jobs(self) -> None:
-        """(Re)build the job manager for the current runtime: jobs a stopped server left running come back
-        "interrupted"; jobs that ended more than ``upload_config.keep_jobs_s`` ago are removed."""
+        """(Re)build the job manager for the current runtime, with the shared ``transcriber``: jobs a stopped server
+        left running come back "interrupted"; jobs that ended more than ``upload_config.keep_jobs_s`` ago are
+        removed."""
         from tts_app.jobs.store import JobStore
 
         store = JobStore(self.output_root)
         store.prune(self.upload_config.keep_jobs_s)
-        self.jobs = JobManager(store, self.runtime)
+        # the same automatic transcripts as the Single tab and ``batch``: a line with a reference clip and no
+        # transcript gets one (``fill_transcript``); nothing loads until a line needs it
+        self.jobs = JobManager(store, self.runtime,
+                               transcriber=self.transcriber if self.runtime is not None else None)
 
     def browser_dir(self, cookie_header: str | None) -> Path:
         """The folder of one browser's outputs: ``output_root/single/<owner key of its cookie>``

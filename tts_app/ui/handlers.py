@@ -23,7 +23,7 @@ from tts_app.errors import TTSAppError
 from tts_app.monitor import GIB, read_memory
 from tts_app.request import Priority, SynthesisParams, SynthesisRequest
 from tts_app.ui.context import AppContext
-from tts_app.ui.texts import pick_language, preview_label, server_text
+from tts_app.ui.texts import error_text, pick_language, preview_label, server_text
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def _check_reference_upload(ctx: AppContext, path: str | None, lang: str) -> Non
         check_upload(path, ctx.upload_config.max_upload_bytes,
                      server_text(lang, "upload_too_large", name="{name}", size="{size}", limit="{limit}"))
     except TTSAppError as exc:
-        raise user_error(str(exc)) from exc
+        raise user_error(error_text(exc, lang)) from exc
 
 
 def _lang(ctx: AppContext, request: gr.Request | None) -> str:
@@ -101,7 +101,7 @@ def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | No
     try:
         return _prepare_reference(ctx, audio_path, reference_text)
     except TTSAppError as exc:
-        raise user_error(str(exc)) from exc
+        raise user_error(error_text(exc, lang)) from exc
 
 
 REPORT_FIELDS = (  # (report key, unit) shown in the UI; the CLI's --json has everything
@@ -220,7 +220,7 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
         try:
             reference, voice_text = ctx.voices.prepare_source(voice, ctx.references)
         except TTSAppError as exc:
-            raise user_error(str(exc)) from exc
+            raise user_error(error_text(exc, lang)) from exc
         reference_text = reference_text or voice_text
         warn_grouped(list(reference.warnings), lang)  # a saved voice has no report box of its own
     else:
@@ -234,7 +234,7 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
                                               "max_segment_chars": max_segment_chars,
                                               "pause_between_segments_ms": pause_ms})
     except TTSAppError as exc:
-        raise user_error(str(exc)) from exc
+        raise user_error(error_text(exc, lang)) from exc
     params = tempo_params(params, speed, duration_s, loudness_lufs)
     reference_text = _fill_transcript(ctx, reference, reference_text)
     emotion = _emotion(ctx, lang, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text)
@@ -272,7 +272,8 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
         audio: the audio file (WAV: 16-bit PCM; the player plays these samples as they are); subtitles: SubRip
         file; metadata: the sidecar JSON (``tts_app.outputs``); segments: per-segment table; seed: the seed used.
 
-    Errors stay on screen until closed and name the seed used, so a failed random seed can be reported or avoided."""
+    Errors stay on screen until closed and name the request id (the engine logged the failure's traceback once
+    under it) and the seed used, so a failure can be reported and a failed random seed avoided."""
     lang = _lang(ctx, request)
     reference, synthesis_request = _start_synthesis(
         ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
@@ -421,7 +422,8 @@ def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRe
     seed = synthesis_request.params.seed
     fmt = audio_format if audio_format in AUDIO_FORMATS else "wav"
     if not result.ok:
-        raise user_error(server_text(lang, "synthesis_failed", seed=seed, error=result.error))
+        raise user_error(server_text(lang, "synthesis_failed", request_id=result.request_id, seed=seed,
+                                     error=result.error))
     if result.audio.size == 0:
         ran_greedy = result.effective_params is not None and result.effective_params.greedy is not False
         raise user_error(server_text(lang, "no_audio_greedy" if ran_greedy else "no_audio_sampling", seed=seed))
@@ -459,7 +461,7 @@ def _emotion(ctx: AppContext, lang: str, mode, clip_path, vector, weight, text):
         return emotion_from_controls(ctx.engine.facts, mode=mode, clip_path=clip_path, vector=vector, weight=weight,
                                      text=text, prepare_clip=prepare_clip)
     except TTSAppError as exc:
-        raise user_error(str(exc)) from exc
+        raise user_error(error_text(exc, lang)) from exc
 
 
 def gauge(ctx: AppContext, request: gr.Request = None):
@@ -525,7 +527,7 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
     try:
         parsed = parse_script(script or "")
     except TTSAppError as exc:
-        raise user_error(str(exc)) from exc
+        raise user_error(error_text(exc, lang)) from exc
     voices_given = [voice_1, voice_2, voice_3, voice_4]
     audios = [audio_1, audio_2, audio_3, audio_4]
     voices, refs = [], []
@@ -540,7 +542,7 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
             else:
                 raise user_error(server_text(lang, "need_speaker_voice", number=speaker.number, name=speaker.label))
         except TTSAppError as exc:
-            raise user_error(str(exc)) from exc
+            raise user_error(error_text(exc, lang)) from exc
         voices.append((ref, _fill_transcript(ctx, ref, text)))
         refs.append(ref)
     params = tempo_params(SynthesisParams(seed=int(seed or 0)), speed, duration_s, loudness_lufs)

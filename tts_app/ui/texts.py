@@ -248,7 +248,8 @@ SERVER: dict[str, dict[str, str]] = {
         "need_text": "Type some text to speak.", "need_jsonl": "Upload a JSONL task file first.",
         "queued": "queued", "segment_progress": "segment {done}/{total}",
         "stream_off_whole_clip": "streaming is off for this request: speed/duration/loudness need the whole clip",
-        "synthesis_failed": "Synthesis failed (seed {seed}): {error}",
+        "synthesis_failed": "Synthesis failed (request {request_id}, seed {seed}): {error}. Quote the request id "
+                            "when you report it: the server log has the details under it.",
         "no_audio_sampling": "The model produced no audio for this text (seed {seed}): it ended speech at once. "
                              "Try another seed or a larger max new tokens.",
         "no_audio_greedy": "The model produced no audio for this text: it ended speech at once. Try sampling "
@@ -305,7 +306,8 @@ SERVER: dict[str, dict[str, str]] = {
         "need_text": "请输入要朗读的文本。", "need_jsonl": "请先上传 JSONL 任务文件。",
         "queued": "排队中", "segment_progress": "第 {done}/{total} 段",
         "stream_off_whole_clip": "此请求不流式播放：语速/时长/响度需要完整音频",
-        "synthesis_failed": "合成失败（种子 {seed}）：{error}",
+        "synthesis_failed": "合成失败（请求 {request_id}，种子 {seed}）：{error}。报告问题时请附上请求 ID：服务器日志中"
+                            "以它记录了详细信息。",
         "no_audio_sampling": "模型没有为这段文本生成音频（种子 {seed}）：它立即结束了。请换一个种子，或调大最大新 token 数。",
         "no_audio_greedy": "模型没有为这段文本生成音频：它立即结束了。请改用采样解码，或调大最大新 token 数。",
         "col_timings": "#|说话人|文本|开始（秒）|结束（秒）|批大小|生成（秒）",
@@ -363,7 +365,59 @@ SERVER["zh"].update({
     "voice_deleted": "已删除声音 {name}。", "need_voice": "请先选择一个已保存的声音。",
     "need_speaker_voice": "{name}（说话人 {number}）没有声音：请为说话人 {number} 选择已保存的声音或上传音频。",
 })
+# The voice library's refusals (``tts_app.voices.VoiceError.code``), shown by ``error_text``.
+SERVER["en"].update({
+    "voice_error_name_not_text": "A voice name must be text.",
+    "voice_error_name_empty": "The voice name is empty: give the voice a name.",
+    "voice_error_name_too_long": "The voice name {head!r}… is {length} characters long; at most {limit}.",
+    "voice_error_name_bad_characters": "The voice name {name!r} holds a control character or a slash; use letters, "
+                                       "digits, spaces, '-' or '_'.",
+    "voice_error_not_found": "There is no voice named {name!r} (voices: {voices}); save it first or check the "
+                             "spelling.",
+    "voice_error_not_found_none": "There is no voice named {name!r}, and no voice is saved yet; save it first.",
+    "voice_error_not_voice_or_file": "{name!r} is neither an audio file nor a saved voice (voices: {voices}).",
+    "voice_error_no_folder": "This server has no voices folder to save into (its operator sets --voices-dir).",
+    "voice_error_not_a_file": "A voice is saved from an audio file: upload or record one.",
+    "voice_error_no_source": "The reference audio {source!r} is gone; upload it again.",
+    "voice_error_name_bundled": "{name!r} is the name of a bundled example voice; choose another name.",
+    "voice_error_name_taken_save": "The voice name {name!r} is already taken; choose another name or delete that "
+                                   "voice first.",
+    "voice_error_name_taken": "The voice name {name!r} is already taken; choose another name.",
+    "voice_error_bundled_rename": "{name!r} is a bundled example voice and cannot be renamed; save it under another "
+                                  "name instead.",
+    "voice_error_bundled_change": "{name!r} is a bundled example voice and cannot be changed.",
+    "voice_error_bundled_delete": "{name!r} is a bundled example voice and cannot be deleted.",
+})
+SERVER["zh"].update({
+    "voice_error_name_not_text": "声音名称必须是文字。",
+    "voice_error_name_empty": "声音名称为空：请为声音命名。",
+    "voice_error_name_too_long": "声音名称 {head!r}… 有 {length} 个字符；最多 {limit} 个。",
+    "voice_error_name_bad_characters": "声音名称 {name!r} 含有控制字符或斜杠；请使用字母、数字、空格、“-”或“_”。",
+    "voice_error_not_found": "没有名为 {name!r} 的声音（现有声音：{voices}）；请先保存它，或检查拼写。",
+    "voice_error_not_found_none": "没有名为 {name!r} 的声音，也还没有保存任何声音；请先保存它。",
+    "voice_error_not_voice_or_file": "{name!r} 既不是音频文件，也不是已保存的声音（现有声音：{voices}）。",
+    "voice_error_no_folder": "此服务器没有可保存声音的文件夹（由管理员用 --voices-dir 设置）。",
+    "voice_error_not_a_file": "声音需要从音频文件保存：请上传或录制一段音频。",
+    "voice_error_no_source": "参考音频 {source!r} 已不存在；请重新上传。",
+    "voice_error_name_bundled": "{name!r} 是内置示例声音的名字；请换一个名字。",
+    "voice_error_name_taken_save": "声音名称 {name!r} 已被使用；请换一个名字，或先删除那个声音。",
+    "voice_error_name_taken": "声音名称 {name!r} 已被使用；请换一个名字。",
+    "voice_error_bundled_rename": "{name!r} 是内置示例声音，不能重命名；请以其他名字另存。",
+    "voice_error_bundled_change": "{name!r} 是内置示例声音，不能修改。",
+    "voice_error_bundled_delete": "{name!r} 是内置示例声音，不能删除。",
+})
 assert SERVER["en"].keys() == SERVER["zh"].keys()
+
+
+def error_text(exc: BaseException, lang: str) -> str:
+    """What the page shows for a refused action, in ``lang``: a voice-library refusal from its ``code``
+    (``voice_error_<code>`` above), a front-end ``Notice`` rendered in ``lang``, anything else as its message."""
+    from tts_app.frontend.messages import localize
+    from tts_app.voices import VoiceError
+
+    if isinstance(exc, VoiceError) and exc.code is not None:
+        return server_text(lang, f"voice_error_{exc.code}", **exc.params)
+    return localize(exc, lang)
 
 
 def pick_language(forced: str | None, accept_language: str | None) -> str:

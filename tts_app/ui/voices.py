@@ -1,5 +1,7 @@
 """Voice-library handlers of the Single tab (save / select / rename / delete, and the list for API clients). Thin:
-the library (``tts_app.voices.VoiceLibrary``, ``AppContext.voices``) does the work; errors become ``gr.Error``."""
+the library (``tts_app.voices.VoiceLibrary``, ``AppContext.voices``) does the work; a refusal becomes one
+``gr.Error`` in the user's language (``tts_app.ui.texts.error_text``), shown where they acted, with no traceback in
+the server log."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import gradio as gr
 from tts_app.audio.post import write_wav_atomic
 from tts_app.errors import TTSAppError
 from tts_app.ui.context import AppContext
-from tts_app.ui.texts import server_text
+from tts_app.ui.texts import error_text, server_text
 
 #: dropdown value meaning "use the uploaded / recorded clip"
 UPLOAD = ""
@@ -29,6 +31,18 @@ def _lang(ctx: AppContext, request: gr.Request | None) -> str:
     from tts_app.ui.handlers import _lang as pick
 
     return pick(ctx, request)
+
+
+def _say(message: str) -> gr.Error:
+    """A refusal the user can act on: stays until closed, no traceback in the server log."""
+    from tts_app.ui.handlers import user_error
+
+    return user_error(message)
+
+
+def _refused(exc: BaseException, lang: str) -> gr.Error:
+    """``exc`` as the user's refusal message, in ``lang`` (``tts_app.ui.texts.error_text``)."""
+    return _say(error_text(exc, lang))
 
 
 def _cleaned_file(ctx: AppContext, prepared) -> str:
@@ -50,7 +64,7 @@ def select_voice(ctx: AppContext, voice: str | None, reference_text: str | None 
         found = ctx.voices.get(voice)
         prepared = ctx.voices.prepare(found.name, ctx.references)
     except TTSAppError as exc:
-        raise gr.Error(str(exc)) from exc
+        raise _refused(exc, lang) from exc
     note = server_text(lang, "voice_selected", name=found.name, seconds=f"{prepared.audio.duration_s:.1f}",
                        created=found.created_utc[:10])
     return found.reference_text or "", _cleaned_file(ctx, prepared), note
@@ -62,7 +76,7 @@ def save_voice(ctx: AppContext, reference_audio: str | None, reference_text: str
     status line). An empty transcript is filled by automatic transcription when an ASR model is available."""
     lang = _lang(ctx, request)
     if not reference_audio:
-        raise gr.Error(server_text(lang, "need_reference"))
+        raise _say(server_text(lang, "need_reference"))
     text = (reference_text or "").strip() or None
     if text is None:
         text = _auto_transcript(ctx, reference_audio, lang)
@@ -70,7 +84,7 @@ def save_voice(ctx: AppContext, reference_audio: str | None, reference_text: str
         voice = ctx.voices.save(name or "", Path(reference_audio), ctx.references, reference_text=text,
                                 source_name=Path(reference_audio).name)
     except TTSAppError as exc:
-        raise gr.Error(str(exc)) from exc
+        raise _refused(exc, lang) from exc
     gr.Info(server_text(lang, "voice_saved", name=voice.name))
     return gr.update(choices=voice_choices(ctx, lang), value=voice.name), server_text(lang, "voice_saved",
                                                                                        name=voice.name)
@@ -87,7 +101,7 @@ def _auto_transcript(ctx: AppContext, reference_audio: str, lang: str) -> str | 
         gr.Warning(str(exc))
         return None
     except TTSAppError as exc:
-        raise gr.Error(str(exc)) from exc
+        raise _refused(exc, lang) from exc
 
 
 def transcribe_reference(ctx: AppContext, reference_audio: str | None, voice: str | None = None,
@@ -102,23 +116,23 @@ def transcribe_reference(ctx: AppContext, reference_audio: str | None, voice: st
         elif reference_audio:
             prepared = ctx.references.prepare(reference_audio, name=Path(reference_audio).name)
         else:
-            raise gr.Error(server_text(lang, "need_reference"))
+            raise _say(server_text(lang, "need_reference"))
         return ctx.transcriber.transcribe(prepared.audio.samples, prepared.audio.sampling_rate)
     except AsrUnavailableError as exc:
-        raise gr.Error(str(exc), duration=None) from exc
+        raise _refused(exc, lang) from exc
     except TTSAppError as exc:
-        raise gr.Error(str(exc)) from exc
+        raise _refused(exc, lang) from exc
 
 
 def rename_voice(ctx: AppContext, voice: str | None, new_name: str | None, request: gr.Request = None):
     """Rename the selected voice -> (dropdown with the new name selected, status line)."""
     lang = _lang(ctx, request)
     if not voice:
-        raise gr.Error(server_text(lang, "need_voice"))
+        raise _say(server_text(lang, "need_voice"))
     try:
         renamed = ctx.voices.rename(voice, new_name or "")
     except TTSAppError as exc:
-        raise gr.Error(str(exc)) from exc
+        raise _refused(exc, lang) from exc
     message = server_text(lang, "voice_renamed", old=voice, name=renamed.name)
     return gr.update(choices=voice_choices(ctx, lang), value=renamed.name), message
 
@@ -127,11 +141,11 @@ def delete_voice(ctx: AppContext, voice: str | None, request: gr.Request = None)
     """Delete the selected voice -> (dropdown back on the uploaded clip, status line)."""
     lang = _lang(ctx, request)
     if not voice:
-        raise gr.Error(server_text(lang, "need_voice"))
+        raise _say(server_text(lang, "need_voice"))
     try:
         ctx.voices.delete(voice)
     except TTSAppError as exc:
-        raise gr.Error(str(exc)) from exc
+        raise _refused(exc, lang) from exc
     return gr.update(choices=voice_choices(ctx, lang), value=UPLOAD), server_text(lang, "voice_deleted", name=voice)
 
 
