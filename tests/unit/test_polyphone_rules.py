@@ -68,7 +68,7 @@ def test_word_readings_and_traditional_script(text, index, expected):
 # jieba's segmentation, not only sit in the lexicon): (sentence, index, expected TONE3).
 WORD_READING_EXAMPLES = [("这张照片拍得很好。", 3, "pian4"), ("他每年都去献血。", 6, "xue4"), ("这下可不得了。", 5, "liao3"),
                          ("他的手指流血了。", 5, "xue4"), ("这条裤子洗了就掉色。", 8, "shai3"),
-                         ("果园里硕果累累。", 6, "lei2"), ("请把文件下载下来。", 5, "zai4")]
+                         ("果园里硕果累累。", 6, "lei2"), ("老师把卷子发下来了。", 3, "juan4"), ("请把文件下载下来。", 5, "zai4")]
 
 
 @pytest.mark.parametrize("sentence,index,expected", WORD_READING_EXAMPLES)
