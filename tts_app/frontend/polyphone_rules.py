@@ -516,6 +516,12 @@ def _zhe(tokens: list[Token], i: int) -> list[str] | None:
         return ["zhao2"]  # resultative 着 "reach, succeed": the aspect particle zhe never takes 了 (睡着了, 点着了)
     if _text(prev) in ("不", "得") and _is_verb(before):
         return ["zhao2"]  # potential form V不着 / V得着: 睡不着, 找得着
+    rest = tokens[i + 1:]
+    while rest and rest[-1].text in ("吗", "吧", "呢", "啊"):
+        rest = rest[:-1]
+    if _is_verb(prev) and len(rest) >= 2 and rest[-1].text == "了" and not any(_is_verb(t) for t in rest[:-1]):
+        return ["zhao2"]  # V着 + object + clause-final 了, "got, reached": 找着钥匙了 (the durative 着 describes a
+        # state beside another verb: 拿着书走了)
     return ["zhe5"]  # aspect particle after a verb: 他坐着看书
 
 
@@ -524,7 +530,7 @@ RULE_ZHE = Rule(
     "八百词 着 (zhe 助 '表示动作的持续'; zháo 动 '用在动词后表示达到目的或有了结果', 可能式 '睡不着'); 现汉 着 zhāo "
     "名 '下棋时下一子或走一步': 一着棋",
     (("灯点着了。", 2, "zhao2"), ("我晚上睡不着。", 5, "zhao2"), ("他坐着看书。", 2, "zhe5"),
-     ("他走错了一着棋。", 5, "zhao1")),
+     ("他走错了一着棋。", 5, "zhao1"), ("我总算买着火车票了。", 4, "zhao2"), ("他拿着伞出门了。", 2, "zhe5")),
 )
 
 # --- 还 ---------------------------------------------------------------------------------------------------------------
