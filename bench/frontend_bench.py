@@ -5,7 +5,7 @@
 
 Prints, side by side in one run:
 
-* accuracy on each polyphone set (default: tests/data/polyphones_zh.tsv, polyphones_zh_heldout.tsv, _heldout2.tsv)
+* accuracy on each polyphone set (default: tests/data/polyphones_zh.tsv, polyphones_zh_heldout.tsv, _heldout2.tsv, _heldout3.tsv)
   of **before** = pypinyin 0.55 alone (``lazy_pinyin`` per run of Chinese characters, its phrase dictionary with
   forward maximum matching: the front end's G2P until issue 13) and **after** = ``tts_app.frontend.g2p.read_text``
   (jieba segmentation over the merged lexicon + grammar rules), with the misses of "after" (``--misses``);
@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 DEFAULT_SETS = [ROOT / "tests/data/polyphones_zh.tsv", ROOT / "tests/data/polyphones_zh_heldout.tsv",
-                ROOT / "tests/data/polyphones_zh_heldout2.tsv"]
+                ROOT / "tests/data/polyphones_zh_heldout2.tsv", ROOT / "tests/data/polyphones_zh_heldout3.tsv"]
 
 
 def load_rows(path: Path) -> list[tuple[str, int, str, str]]:

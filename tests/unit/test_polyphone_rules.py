@@ -68,7 +68,7 @@ def test_word_readings_and_traditional_script(text, index, expected):
 # jieba's segmentation, not only sit in the lexicon): (sentence, index, expected TONE3).
 WORD_READING_EXAMPLES = [("这张照片拍得很好。", 3, "pian4"), ("他每年都去献血。", 6, "xue4"), ("这下可不得了。", 5, "liao3"),
                          ("他的手指流血了。", 5, "xue4"), ("这条裤子洗了就掉色。", 8, "shai3"),
-                         ("果园里硕果累累。", 6, "lei2"), ("请把文件下载下来。", 5, "zai4")]
+                         ("果园里硕果累累。", 6, "lei2"), ("老师把卷子发下来了。", 3, "juan4"), ("请把文件下载下来。", 5, "zai4")]
 
 
 @pytest.mark.parametrize("sentence,index,expected", WORD_READING_EXAMPLES)
@@ -91,8 +91,11 @@ DATA = __import__("pathlib").Path(__file__).resolve().parents[1] / "data"
 # alone: 86.4 %, 85.9 %, 84.2 %), so a change that makes the default readings worse fails here. Both held-out sets were
 # written apart from this code and scored once each before their miss categories (not their sentences) guided general
 # rules and dictionary-sourced word readings (first set 92.2 % at its first scoring, second set 87.3 % / 90.1 %); they
-# are no longer held out. A third set, written apart again, is for the next honest measure.
-FLOORS = {"polyphones_zh.tsv": 0.97, "polyphones_zh_heldout.tsv": 0.98, "polyphones_zh_heldout2.tsv": 0.94}
+# are no longer held out. The third set (2,068 targets over 221 characters, written apart from this code by another
+# engineer who never read it, to the citation-tone convention of the issue) was scored once after the last rule change:
+# 96.0 % (pypinyin alone 87.8 %, the front end before the third round of rules 94.8 %).
+FLOORS = {"polyphones_zh.tsv": 0.97, "polyphones_zh_heldout.tsv": 0.98, "polyphones_zh_heldout2.tsv": 0.94,
+          "polyphones_zh_heldout3.tsv": 0.955}
 
 
 def _rows(name: str) -> list[tuple[str, int, str, str]]:

@@ -3,9 +3,10 @@
 The lexicon reads a polyphone inside a known word (银行 háng, 着急 zháo); these rules decide the function words and
 the characters jieba leaves on their own (得 de/dé/děi, 地 de/dì, 了 le/liǎo, 着 zhe/zháo/zhāo, 还 hái/huán,
 为 wèi/wéi, 长 cháng/zhǎng, 种 zhǒng/zhòng, 行 after measure words and 第N, 卡 qiǎ, 落 là, 打的 dī, 和 huó/hú, 看 kān,
-结 jiē, 蒙 mēng, 撒 sǎ, 粘 nián, 冲 chòng, 折 shé, 宿 xiǔ, 脏 zāng, 喝 hè, 转 zhuàn, 扎 zā, verbs before aspect
-particles, after adverbial 地, before a complement or a noun object and in reduplication A一A / A了A / A A子, AABB of a
-word 高高兴兴, separable verb-object words 露了馅 / 睡个好觉, surnames after 姓 or before a title 曾老师).
+结 jiē, 蒙 mēng, 撒 sǎ, 粘 nián, 冲 chòng, 折 shé, 宿 xiǔ, 脏 zāng, 喝 hè, 转 zhuàn, 扎 zā, measure words after a
+numeral (两卷 juàn, 两幢 zhuàng), verbs before aspect particles, after adverbial 地, before a complement or a noun
+object and in reduplication A一A / A了A / A A子, AABB of a word 高高兴兴, separable verb-object words 露了馅 / 睡个好觉,
+surnames after 姓 or before a title 曾老师).
 Each rule states the grammar it follows and its source, and carries examples; the tests run every
 example (``tests/unit/test_polyphone_rules.py``). Sources:
 
@@ -413,6 +414,30 @@ RULE_ZANG = Rule(
      ("吸烟伤害肺脏。", 5, "zang4")),
 )
 
+# --- measure words after a numeral --------------------------------------------------------------------------------
+
+# Characters with a measure-word reading of their own (现汉, each entry's 量 sense), read so right after a numeral or
+# an ordinal: 两卷书, 三幢楼, 一扎啤酒, 一担水, 几处, 一发子弹. Not 曲 (九曲 qū "bends") or 重 (一重 in names).
+MEASURE_READINGS = {"卷": "juan4", "幢": "zhuang4", "扎": "za1", "担": "dan4", "斗": "dou3", "处": "chu4",
+                    "发": "fa1", "间": "jian1"}
+_BARE_NUMERAL_CHARS = frozenset("一二两三四五六七八九十百千万亿几〇零第余")
+
+
+def _measure(tokens: list[Token], i: int) -> list[str] | None:
+    prev = _prev(tokens, i)
+    if prev is not None and all(c in _BARE_NUMERAL_CHARS for c in prev.text):
+        return [MEASURE_READINGS[tokens[i].text]]  # a numeral alone (一些重, 两个重达: a measure word is already there)
+    return None
+
+
+RULE_MEASURE = Rule(
+    "measure", frozenset(MEASURE_READINGS), _measure,
+    "现汉 卷 juàn 量 (一卷书), 幢 zhuàng 量 (一幢楼), 扎 zā 量 '捆儿' (一扎线), 担 dàn 量 (一担水), 斗 dǒu 量, "
+    "处 chù 量 (几处), 发 fā 量 (一发子弹), 间 jiān 量 (一间屋)",
+    (("这套书一共有三卷。", 7, "juan4"), ("村口新盖了两幢楼。", 6, "zhuang4"), ("他挑来两担水。", 4, "dan4"),
+     ("山上有几处泉水。", 4, "chu4"), ("他一共借了两卷。", 6, "juan4")),
+)
+
 # --- 喝 hè, 转 zhuàn, 扎 zā ----------------------------------------------------------------------------------------------
 
 
@@ -491,6 +516,12 @@ def _zhe(tokens: list[Token], i: int) -> list[str] | None:
         return ["zhao2"]  # resultative 着 "reach, succeed": the aspect particle zhe never takes 了 (睡着了, 点着了)
     if _text(prev) in ("不", "得") and _is_verb(before):
         return ["zhao2"]  # potential form V不着 / V得着: 睡不着, 找得着
+    rest = tokens[i + 1:]
+    while rest and rest[-1].text in ("吗", "吧", "呢", "啊"):
+        rest = rest[:-1]
+    if _is_verb(prev) and len(rest) >= 2 and rest[-1].text == "了" and not any(_is_verb(t) for t in rest[:-1]):
+        return ["zhao2"]  # V着 + object + clause-final 了, "got, reached": 找着钥匙了 (the durative 着 describes a
+        # state beside another verb: 拿着书走了)
     return ["zhe5"]  # aspect particle after a verb: 他坐着看书
 
 
@@ -499,7 +530,7 @@ RULE_ZHE = Rule(
     "八百词 着 (zhe 助 '表示动作的持续'; zháo 动 '用在动词后表示达到目的或有了结果', 可能式 '睡不着'); 现汉 着 zhāo "
     "名 '下棋时下一子或走一步': 一着棋",
     (("灯点着了。", 2, "zhao2"), ("我晚上睡不着。", 5, "zhao2"), ("他坐着看书。", 2, "zhe5"),
-     ("他走错了一着棋。", 5, "zhao1")),
+     ("他走错了一着棋。", 5, "zhao1"), ("我总算买着火车票了。", 4, "zhao2"), ("他拿着伞出门了。", 2, "zhe5")),
 )
 
 # --- 还 ---------------------------------------------------------------------------------------------------------------
@@ -747,7 +778,7 @@ def separable_readings(tokens: list[Token], phrases: dict[str, tuple[str, ...]])
         amounts = 0
         while k < len(tokens) - 1 and (_tag_in(tokens[k], "mq") or tokens[k].text in _QUANTITY_WORDS):
             k, amounts = k + 1, amounts + 1
-        if amounts and not (_tag_in(tokens[k - 1], "q") or tokens[k - 1].text in _QUANTITY_WORDS
+        if amounts and not particle and not (_tag_in(tokens[k - 1], "q") or tokens[k - 1].text in _QUANTITY_WORDS
                             or tokens[k - 1].text[-1] in _CLASSIFIERS):
             continue  # an amount ends in a measure word (一次, 个); a bare number is no amount of an object (废朝三日)
         if amounts and k < len(tokens) - 1 and len(tokens[k].text) == 1 and _is_adj(tokens[k]):
@@ -915,7 +946,7 @@ SURNAME_EXAMPLES = (("他姓曾。", 2, "zeng1"), ("我姓单，单田芳的单�
                     ("我去问仇经理。", 3, "qiu2"), ("查医生今天不在。", 0, "zha1"))
 
 RULES: tuple[Rule, ...] = (RULE_DE, RULE_DE_LE, RULE_DI, RULE_LE, RULE_ZHE, RULE_HAI_HUAN, RULE_WEI,
-                           RULE_CHANG_ZHANG, RULE_ZHONG, RULE_HANG_XING, RULE_ZA, RULE_VERB_ASPECT, RULE_STANDALONE_VERB,
+                           RULE_CHANG_ZHANG, RULE_ZHONG, RULE_HANG_XING, RULE_MEASURE, RULE_ZA, RULE_VERB_ASPECT, RULE_STANDALONE_VERB,
                            RULE_ZHI, RULE_QIA, RULE_LA, RULE_DI_TAXI, RULE_HE, RULE_KAN, RULE_JIE, RULE_MENG, RULE_SA,
                            RULE_NIAN, RULE_CHONG, RULE_SHE, RULE_XIU, RULE_ZANG, RULE_HE4, RULE_ZHUAN)
 _BY_TEXT: dict[str, list[Rule]] = {}
