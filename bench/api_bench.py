@@ -7,8 +7,10 @@ against the real launched app (``python app.py``) on a tiny random checkpoint.
 Both runs send the same requests (the same texts, voices and seeds, so the same audio is made) to the same server,
 sequential first, then from ``--clients`` threads at once. Printed side by side: wall time, audio seconds per wall
 second, the throughput ratio concurrent / sequential (the engine batches the concurrent requests together), and
-the p50 / p95 latency of a request in each run. Tiny models: the ratio shows the plumbing (batching across HTTP
-clients), not a real model's speed. No thresholds.
+the p50 / p95 latency of a request in each run. Then the same requests one after another again, streamed
+(``stream_format: "audio"``): p50 time to the first response byte streamed vs answered whole (the sequential run),
+side by side. Tiny models: the ratios show the plumbing (batching across HTTP clients, streaming), not a real
+model's speed. No thresholds.
 """
 
 from __future__ import annotations
@@ -76,29 +78,33 @@ def wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout_s: floa
     raise SystemExit(f"the app did not load the model in {timeout_s:.0f} s")
 
 
-def speech(url: str, index: int) -> tuple[float, float]:
-    """One request (``index`` picks text, voice and seed): (latency s, audio s)."""
+def speech(url: str, index: int, stream: bool = False) -> tuple[float, float, float]:
+    """One request (``index`` picks text, voice and seed; ``stream``: ``stream_format: "audio"``): (time to the
+    first response byte s, latency s, audio s)."""
     body = {"model": "tts-1", "input": TEXTS[index % len(TEXTS)], "voice": VOICES[index % len(VOICES)],
-            "response_format": "pcm", "seed": index}
+            "response_format": "pcm", "seed": index, **({"stream_format": "audio"} if stream else {})}
     request = urllib.request.Request(f"{url}/v1/audio/speech", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
     started = time.perf_counter()
     with urllib.request.urlopen(request, timeout=600) as response:
-        data = response.read()
+        data = response.read(1)
+        first_byte_s = time.perf_counter() - started
+        data += response.read()
         rate = int(response.headers["X-Sampling-Rate"])
-    return time.perf_counter() - started, len(data) / 2 / rate
+    return first_byte_s, time.perf_counter() - started, len(data) / 2 / rate
 
 
-def run(url: str, num_requests: int, clients: int) -> dict:
+def run(url: str, num_requests: int, clients: int, stream: bool = False) -> dict:
     """Send requests 0..n-1 from ``clients`` threads (1 = one after another)."""
     latencies: list[float] = [0.0] * num_requests
+    first_bytes: list[float] = [0.0] * num_requests
     audio: list[float] = [0.0] * num_requests
     lock = threading.Lock()
 
     def one(i: int) -> None:
-        latency, seconds = speech(url, i)
+        first_byte_s, latency, seconds = speech(url, i, stream)
         with lock:
-            latencies[i], audio[i] = latency, seconds
+            first_bytes[i], latencies[i], audio[i] = first_byte_s, latency, seconds
 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=clients) as pool:
@@ -106,7 +112,7 @@ def run(url: str, num_requests: int, clients: int) -> dict:
     wall_s = time.perf_counter() - started
     return {"clients": clients, "requests": num_requests, "wall_s": wall_s, "audio_s": sum(audio),
             "audio_s_per_wall_s": sum(audio) / wall_s, "p50_latency_s": percentile(latencies, 0.5),
-            "p95_latency_s": percentile(latencies, 0.95)}
+            "p95_latency_s": percentile(latencies, 0.95), "p50_first_byte_s": percentile(first_bytes, 0.5)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                 speech(url, i)
             sequential = run(url, args.requests, 1)
             concurrent = run(url, args.requests, args.clients)
+            streamed = run(url, args.requests, 1, stream=True)
         finally:
             proc.terminate()
             try:
@@ -140,19 +147,22 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
     ratio = concurrent["audio_s_per_wall_s"] / sequential["audio_s_per_wall_s"]
+    first_byte_ratio = streamed["p50_first_byte_s"] / sequential["p50_first_byte_s"]
     print(f"api: {args.requests} POST /v1/audio/speech (pcm), tiny {args.family}, server --max-batch-size "
           f"{args.max_batch_size}")
-    print(f"{'run':<14}{'clients':>8}{'wall s':>9}{'audio s/wall s':>16}{'p50 s':>8}{'p95 s':>8}")
-    for name, row in (("sequential", sequential), ("concurrent", concurrent)):
+    print(f"{'run':<14}{'clients':>8}{'wall s':>9}{'audio s/wall s':>16}{'p50 s':>8}{'p95 s':>8}"
+          f"{'p50 first byte s':>18}")
+    for name, row in (("sequential", sequential), ("concurrent", concurrent), ("streamed", streamed)):
         print(f"{name:<14}{row['clients']:>8}{row['wall_s']:>9.2f}{row['audio_s_per_wall_s']:>16.2f}"
-              f"{row['p50_latency_s']:>8.2f}{row['p95_latency_s']:>8.2f}")
+              f"{row['p50_latency_s']:>8.2f}{row['p95_latency_s']:>8.2f}{row['p50_first_byte_s']:>18.3f}")
     print(f"summary: throughput x{ratio:.2f} with {args.clients} concurrent clients vs sequential; p50 "
           f"{sequential['p50_latency_s']:.2f} -> {concurrent['p50_latency_s']:.2f} s, p95 "
-          f"{sequential['p95_latency_s']:.2f} -> {concurrent['p95_latency_s']:.2f} s")
+          f"{sequential['p95_latency_s']:.2f} -> {concurrent['p95_latency_s']:.2f} s; streamed: p50 first byte "
+          f"{sequential['p50_first_byte_s']:.3f} -> {streamed['p50_first_byte_s']:.3f} s (x{first_byte_ratio:.2f})")
     if args.json:
-        Path(args.json).write_text(json.dumps({"family": args.family, "sequential": sequential,
-                                               "concurrent": concurrent, "throughput_ratio": ratio}, indent=1),
-                                   encoding="utf-8")
+        numbers = {"family": args.family, "sequential": sequential, "concurrent": concurrent, "streamed": streamed,
+                   "throughput_ratio": ratio, "first_byte_ratio": first_byte_ratio}
+        Path(args.json).write_text(json.dumps(numbers, indent=1), encoding="utf-8")
     return 0
 
 

@@ -1,10 +1,12 @@
 """The OpenAI-compatible API with the official ``openai`` client against the launched app (tiny VibeVoice), plus
-the server's address, the web page's log-in and /metrics on the same server."""
+the server's address, the web page's log-in, /metrics on the same server and streamed speech."""
 
 from __future__ import annotations
 
 import io
 import os
+import threading
+import time
 import urllib.request
 
 import numpy as np
@@ -31,6 +33,16 @@ def app_url(tiny_checkpoint, tmp_path_factory):
 @pytest.fixture()
 def client(app_url):
     return openai.OpenAI(base_url=f"{app_url}v1", api_key=KEY, max_retries=0, timeout=300)
+
+
+def scrape(url: str, key: str | None = None) -> dict:
+    """The server's /metrics as {(sample name, sorted labels): value} (prometheus_client's own parser)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    text = urllib.request.urlopen(urllib.request.Request(f"{url}metrics", headers=headers), timeout=30).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
 
 
 def speak(client, fmt: str, **kw) -> bytes:
@@ -99,17 +111,9 @@ def test_models_and_voices(client, data_dir):
 
 
 def test_metrics_on_the_same_server(app_url, client):
-    from prometheus_client.parser import text_string_to_metric_families
-
-    def scrape():
-        request = urllib.request.Request(f"{app_url}metrics", headers={"Authorization": f"Bearer {KEY}"})
-        text = urllib.request.urlopen(request, timeout=30).read().decode()
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for f in text_string_to_metric_families(text) for s in f.samples}
-
-    before = scrape()
+    before = scrape(app_url, KEY)
     speak(client, "pcm")
-    after = scrape()
+    after = scrape(app_url, KEY)
     key = ("tts_request_duration_seconds_count", (("endpoint", "POST /v1/audio/speech"), ("outcome", "ok")))
     assert after[key] == before.get(key, 0) + 1
     assert after[("tts_model_loaded", ())] == 1
@@ -118,10 +122,12 @@ def test_metrics_on_the_same_server(app_url, client):
 
 @pytest.fixture(scope="module")
 def second_app(tiny_checkpoint, tmp_path_factory):
-    """An app started with no --host, GRADIO_SERVER_NAME=127.0.0.2 and a web log-in from TTS_APP_AUTH."""
+    """An app started with no --host, GRADIO_SERVER_NAME=127.0.0.2 and a web log-in from TTS_APP_AUTH (no API key),
+    each decode step slowed to 100 ms (a testing aid) so a streamed request lasts seconds on any machine."""
     out = tmp_path_factory.mktemp("api-out-2")
     env = {"GRADIO_SERVER_NAME": "127.0.0.2", "TTS_APP_AUTH": "mei:s3cret"}
-    proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(out), host=None, env=env)
+    proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(out), "--simulate-step-delay-ms", "100",
+                          host=None, env=env)
     yield url
     stop_app(proc)
 
@@ -179,3 +185,69 @@ def test_another_browser_cannot_fetch_my_files(app_url, data_dir):
     folder, name = audio["path"].rsplit("/", 1)
     sneaky = f"{app_url}gradio_api/file={folder}/../{folder.rsplit('/', 1)[1]}/{name}"
     assert httpx.get(sneaky, cookies=theirs.cookies, **slow).status_code == 403
+
+
+STORY = "The first sentence comes out at once. A second one follows it. Then a third sentence ends the story."
+SPEECH_ENDPOINT = (("endpoint", "POST /v1/audio/speech"),)
+
+
+def test_streamed_speech_arrives_while_decoding_and_is_the_same_audio(second_app):
+    """stream_format "audio" with the official client's streaming read: the first bytes come while the server is
+    still decoding the request, the pieces are the bytes of the answer without streaming (same seed), a streamed
+    WAV holds the same samples, and tts_time_to_first_audio_seconds records when the first audio left."""
+    client = openai.OpenAI(base_url=f"{second_app}v1", api_key="unused", max_retries=0, timeout=300)
+    ask = {"model": "tts-1", "voice": "en-female", "input": STORY, "extra_body": {"seed": 3}}
+    before = scrape(second_app)
+    pieces: list[bytes] = []
+    started = time.perf_counter()
+    with client.audio.speech.with_streaming_response.create(response_format="pcm", stream_format="audio",
+                                                           **ask) as response:
+        assert response.headers["x-tts-stream"] == "chunked"
+        for piece in response.iter_bytes():
+            if not pieces:
+                first_s = time.perf_counter() - started
+                active_at_first = scrape(second_app)[("tts_requests_active", ())]
+            pieces.append(piece)
+    after = scrape(second_app)
+    assert active_at_first >= 1, "the first audio came only after the request had finished"
+    assert len(pieces) > 1
+    whole = client.audio.speech.create(response_format="pcm", **ask).content
+    assert b"".join(pieces) == whole
+    count = ("tts_time_to_first_audio_seconds_count", (("entry_point", "api"),))
+    total = ("tts_time_to_first_audio_seconds_sum", (("entry_point", "api"),))
+    assert after[count] == before.get(count, 0) + 1
+    # the server's time to first audio is when the first bytes left (the client got them after that), not the end
+    assert after[total] - before.get(total, 0) <= first_s
+    with client.audio.speech.with_streaming_response.create(response_format="wav", stream_format="audio",
+                                                           **ask) as response:
+        wav = response.read()
+    samples, rate = sf.read(io.BytesIO(wav), dtype="int16")
+    assert rate == 24000
+    np.testing.assert_array_equal(samples, np.frombuffer(whole, dtype="<i2"))
+
+
+def test_a_streaming_client_that_leaves_cancels_only_its_own_request(second_app):
+    """A client that closes a streamed answer after its first audio: its request is cancelled in the engine (the
+    requests counter's "cancelled", the endpoint's "disconnected" outcome), and a request decoding beside it
+    finishes with the same audio as when it ran alone."""
+    client = openai.OpenAI(base_url=f"{second_app}v1", api_key="unused", max_retries=0, timeout=300)
+    other = {"model": "tts-1", "voice": "en-male", "input": "Another listener waits for this one.",
+             "response_format": "pcm", "extra_body": {"seed": 9}}
+    alone = client.audio.speech.create(**other).content
+    before = scrape(second_app)
+    beside: list[bytes] = []
+    worker = threading.Thread(target=lambda: beside.append(client.audio.speech.create(**other).content))
+    with client.audio.speech.with_streaming_response.create(model="tts-1", voice="en-female", input=STORY * 2,
+                                                           response_format="pcm", stream_format="audio") as response:
+        worker.start()
+        assert next(response.iter_bytes())  # the first audio; then the client goes away mid-stream
+    cancelled = ("tts_requests_total", (("outcome", "cancelled"),))
+    gone = ("tts_request_duration_seconds_count", (*SPEECH_ENDPOINT, ("outcome", "disconnected")))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and scrape(second_app).get(gone, 0) == before.get(gone, 0):
+        time.sleep(0.25)
+    worker.join(300)
+    after = scrape(second_app)
+    assert after[cancelled] == before.get(cancelled, 0) + 1
+    assert after[gone] == before.get(gone, 0) + 1
+    assert beside == [alone]

@@ -322,3 +322,70 @@ def test_a_failed_synthesis_is_500_naming_the_request_id_its_one_logged_tracebac
     assert error["code"] == "synthesis_failed" and "kaput" in error["message"]
     tracebacks = [r for r in caplog.records if r.exc_info]
     assert len(tracebacks) == 1 and request_id in tracebacks[0].getMessage()
+
+
+@pytest.fixture(scope="module")
+def step_runtime():
+    """A continuously batched fake model (decode steps of 400 samples): streamed answers come step by step."""
+    from tests.fakes import FakeStepAdapter
+
+    runtime = Runtime.from_adapter(FakeStepAdapter(step_delay_s=0.002), "fake-step-model",
+                                   EngineConfig(max_batch_size=4, wait_window_ms=0))
+    yield runtime
+    runtime.close()
+
+
+def test_streamed_speech_is_the_same_audio_as_the_whole_answer(step_runtime, tmp_path):
+    import io
+
+    import soundfile as sf
+
+    host = Host(runtime=step_runtime, voices=VoiceLibrary(tmp_path / "voices"), output_root=tmp_path / "outputs")
+    client = client_for(host, rate_limit_per_min=0)
+    text = "Hello there. A second sentence follows it. Then a third one ends it."
+    whole = speech(client, input=text, seed=5)
+    assert whole.status_code == 200 and "x-tts-stream" not in whole.headers  # not asked for: answered when done
+    for ask in ({"stream_format": "audio"}, {"stream": True}):
+        with client.stream("POST", "/v1/audio/speech", json={"model": "tts-1", "input": text, "voice": "en-female",
+                                                            "response_format": "pcm", "seed": 5, **ask}) as r:
+            assert r.status_code == 200 and r.headers["x-tts-stream"] == "chunked", ask
+            assert "x-audio-duration-s" not in r.headers  # not known when the first audio leaves
+            pieces = list(r.iter_bytes())
+        assert b"".join(pieces) == whole.content, ask
+    with client.stream("POST", "/v1/audio/speech", json={"model": "tts-1", "input": text, "voice": "en-female",
+                                                        "response_format": "wav", "seed": 5,
+                                                        "stream_format": "audio"}) as r:
+        assert r.headers["content-type"] == "audio/wav"
+        wav = r.read()
+    samples, rate = sf.read(io.BytesIO(wav), dtype="int16")
+    assert rate == 16000
+    np.testing.assert_array_equal(samples, np.frombuffer(whole.content, dtype="<i2"))
+    # stream: false keeps the whole answer even with stream_format given
+    off = speech(client, input=text, seed=5, stream_format="audio", stream=False)
+    assert off.content == whole.content and "x-tts-stream" not in off.headers
+
+
+@pytest.mark.parametrize("body, reason", [({"response_format": "mp3"}, "response_format mp3"),
+                                          ({"speed": 1.25}, "speed")])
+def test_streaming_that_needs_the_whole_clip_says_so(step_runtime, tmp_path, body, reason):
+    import json
+
+    host = Host(runtime=step_runtime, voices=VoiceLibrary(tmp_path / "voices"), output_root=tmp_path / "outputs")
+    response = speech(client_for(host, rate_limit_per_min=0), stream_format="audio", **body)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-tts-stream"] == "whole-clip" and float(response.headers["x-audio-duration-s"]) > 0
+    assert any(reason in w for w in json.loads(response.headers["x-tts-warnings"]))
+
+
+def test_streamed_request_failing_before_any_audio_gets_a_500(tmp_path):
+    adapter = FakeAdapter(raise_if=lambda rows: RuntimeError("the model broke"))
+    runtime = Runtime.from_adapter(adapter, "fake-broken", EngineConfig(max_batch_size=2, wait_window_ms=0))
+    try:
+        host = Host(runtime=runtime, voices=VoiceLibrary(tmp_path / "voices"), output_root=tmp_path / "outputs")
+        response = speech(client_for(host, rate_limit_per_min=0), stream_format="audio")
+        assert response.status_code == 500
+        error = response.json()["error"]
+        assert error["code"] == "synthesis_failed" and "the model broke" in error["message"]
+        assert error["request_id"] == response.headers["x-request-id"]
+    finally:
+        runtime.close()

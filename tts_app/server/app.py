@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tts_app import metrics
 from tts_app.config import ServerConfig
 from tts_app.server.errors import APIError, api_error_handler, validation_error_handler
-from tts_app.server.openai_api import OpenAIRoutes
+from tts_app.server.openai_api import CLIENT_GONE_SCOPE_KEY, OpenAIRoutes
 from tts_app.server.security import check_api_key
 from tts_app.server.sessions import BrowserSessions
 from tts_app.server.state import AppHost
@@ -149,7 +149,7 @@ class RequestTimer:
             await self.app(scope, receive, timed_send)
             code = status[0] if status else 500
             outcome = "ok" if code < 400 else ("server_error" if code >= 500 and code != 499 else "client_error")
-            if code == 499:
+            if code == 499 or scope.get(CLIENT_GONE_SCOPE_KEY):  # left before or during a streamed answer
                 outcome = "disconnected"
         finally:
             route = scope.get("route")
@@ -175,7 +175,7 @@ def build_app(host: AppHost, config: ServerConfig) -> tuple[FastAPI, LateMount]:
         app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST",
                            "DELETE", "OPTIONS"], allow_headers=["Authorization", "Content-Type", "X-API-Key"],
                            expose_headers=["X-Request-Id", "X-Seed", "X-Sampling-Rate", "X-Audio-Duration-S",
-                                           "X-TTS-Warnings", "Retry-After"])
+                                           "X-TTS-Warnings", "X-TTS-Stream", "Retry-After"])
     app.add_middleware(RequestTimer)
     app.add_middleware(BrowserSessions, output_root=host.output_root)
     routes = OpenAIRoutes(host, config)

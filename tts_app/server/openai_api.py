@@ -16,6 +16,21 @@ names (all mean "the loaded model"); ``pcm`` is 16-bit little-endian mono at the
 or emotion from text (IndexTTS 2 with its emotion model) and is otherwise ignored with a warning; ``seed`` is an
 extra field. Response headers: ``X-Request-Id``, ``X-Seed``, ``X-Sampling-Rate``, ``X-Audio-Duration-S``,
 ``X-TTS-Warnings`` (JSON list, ASCII-escaped).
+
+Streaming: a request that asks for it (``stream_format: "audio"`` given explicitly, as
+``client.audio.speech.with_streaming_response.create(..., stream_format="audio")`` sends it, or ``stream: true``)
+with ``response_format`` pcm or wav gets a chunked response fed from the engine's stream
+(``Engine.submit(on_audio=...)``): its first bytes leave once the first segment's first frames are decoded, the rest follows as it is decoded, and the
+bytes are those of the answer without streaming (pcm: byte for byte; wav: the same samples, after a header whose
+sizes are 0xFFFFFFFF since the length is not known yet). The headers go out with the first audio, so every error
+found before it (bad input, unknown voice, a failure before any audio) still gets its status; a failure after it
+ends the body early (the client sees a truncated response). No ``X-Audio-Duration-S`` then, and
+``X-TTS-Warnings`` holds the warnings known before the first audio. A client that
+disconnects cancels its request in the engine (its batch-mates go on). Requests that need the whole clip (mp3,
+flac, opus: encoded at once; ``speed`` other than 1: ``SynthesisParams.needs_whole_clip``) are answered when done,
+with ``X-TTS-Stream: whole-clip`` and a warning saying why; a streamed answer has ``X-TTS-Stream: chunked``. Without
+a streaming request the answer comes when the request is done, with every header (OpenAI streams always; we keep
+the duration header and error statuses for clients that do not read as a stream).
 """
 
 from __future__ import annotations
@@ -23,12 +38,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import struct
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -56,6 +72,10 @@ DEFAULT_FORMAT = "mp3"
 RETRY_AFTER_S = 5
 #: Longest ``X-TTS-Warnings`` header, in characters (proxies commonly cap a header at 8 KB).
 MAX_WARNINGS_HEADER_CHARS = 4000
+#: response formats sent while the audio is decoded when the client streams (the others are encoded whole)
+STREAM_FORMATS = ("pcm", "wav")
+#: seconds between two looks at a streaming client's connection while no audio arrives
+STREAM_POLL_S = 0.25
 
 
 class VoiceId(BaseModel):
@@ -76,8 +96,15 @@ class SpeechRequest(BaseModel):
     response_format: str = Field(DEFAULT_FORMAT, description="wav, mp3, flac, opus or pcm")
     speed: float = Field(1.0, description=f"tempo, x the model's own pace, {MIN_SPEED}-{MAX_SPEED}")
     instructions: str | None = Field(None, description="style / emotion in words, for models that read it")
-    stream_format: Literal["audio", "sse"] = "audio"
+    stream_format: Literal["audio", "sse"] = Field(
+        "audio", description="'audio' given explicitly: stream pcm / wav as it is decoded ('sse' is not supported)")
+    stream: bool | None = Field(None, description="ours: true = stream (as stream_format 'audio'), false = not")
     seed: int | None = Field(None, description="base seed (default 0): the same request gives the same audio")
+
+    @property
+    def wants_stream(self) -> bool:
+        """The client asked for the audio as it is decoded: ``stream`` if given, else ``stream_format`` given."""
+        return self.stream if self.stream is not None else "stream_format" in self.model_fields_set
 
 
 @dataclass(frozen=True)
@@ -107,6 +134,20 @@ def encode_speech(audio, sampling_rate: int, fmt: str) -> bytes:
     return encode_audio(audio, sampling_rate, fmt)
 
 
+def wav_stream_header(sampling_rate: int) -> bytes:
+    """The 44-byte header of a 16-bit mono PCM WAV file whose length is not known yet (RIFF and ``data`` sizes
+    0xFFFFFFFF, the usual marker for a streamed WAV: libsndfile, ffmpeg/PyAV and browsers read such a file to its
+    end). Layout: the canonical RIFF/WAVE header (``fmt `` chunk of 16 bytes, format tag 1 = PCM; Microsoft's
+    "Multimedia Programming Interface and Data Specifications 1.0", 1991). The samples that follow are
+    ``encode_speech(..., "pcm")``'s."""
+    rate = int(sampling_rate)
+    block_align = 2  # mono, 16 bits
+    unknown = 0xFFFFFFFF
+    return (b"RIFF" + struct.pack("<I", unknown) + b"WAVE"
+            + b"fmt " + struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * block_align, block_align, 16)
+            + b"data" + struct.pack("<I", unknown))
+
+
 def warnings_header(warnings: list[str]) -> str:
     """A JSON list of the warnings, ASCII-escaped (headers are Latin-1), cut to ``MAX_WARNINGS_HEADER_CHARS``."""
     kept: list[str] = []
@@ -115,6 +156,71 @@ def warnings_header(warnings: list[str]) -> str:
             break
         kept.append(warning)
     return json.dumps(kept, ensure_ascii=True)
+
+
+#: ``scope`` key set when a streaming client disconnected mid-answer (``RequestTimer``'s outcome "disconnected")
+CLIENT_GONE_SCOPE_KEY = "tts_app.client_disconnected"
+_GONE = object()  # ``_ChunkFeed.next``: the client disconnected
+
+
+class _ChunkFeed:
+    """One streaming request's ``AudioChunk``s from the engine's worker thread (``Engine.submit(on_audio=...)``)
+    to the event loop, without a thread per stream. The engine delivers every chunk before it resolves the
+    request's future, and both reach the loop through ``call_soon_threadsafe`` (first in, first run), so once the
+    future is done every chunk is queued."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self._checked_s = time.monotonic()
+
+    def __call__(self, chunk) -> None:  # worker thread
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, chunk)
+
+    async def next(self, done: asyncio.Future, request: Request):
+        """The next chunk; None once the request has ended (``done``) with every chunk taken; ``_GONE`` when the
+        client disconnected (looked at every ``STREAM_POLL_S`` seconds, chunks arriving or not)."""
+        while True:
+            if time.monotonic() - self._checked_s >= STREAM_POLL_S:
+                self._checked_s = time.monotonic()
+                if await request.is_disconnected():
+                    return _GONE
+            if not self.queue.empty():
+                return self.queue.get_nowait()
+            if done.done():
+                return None
+            getter = asyncio.ensure_future(self.queue.get())
+            finished, _ = await asyncio.wait({getter, done}, timeout=STREAM_POLL_S,
+                                             return_when=asyncio.FIRST_COMPLETED)
+            if getter in finished:
+                return getter.result()
+            getter.cancel()  # an item it had not taken stays in the queue
+
+
+class EngineStreamResponse(StreamingResponse):
+    """A ``StreamingResponse`` of one engine request's audio that cancels the request whenever the response ends
+    before it (the client disconnected, mid-stream or while waiting; the server stops): its rows leave the batch at
+    the next decode step, its batch-mates go on. Such an end is marked in the scope (``CLIENT_GONE_SCOPE_KEY``) for
+    ``RequestTimer``'s outcome "disconnected".
+
+    Args:
+        content: the body (async iterator of bytes).
+        handle: the request's ``RequestHandle``.
+    """
+
+    def __init__(self, content, handle, **kwargs):
+        super().__init__(content, **kwargs)
+        self.handle = handle
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # left at a ``yield`` when the send was cut: end it now
+            if not self.handle.done():
+                self.handle.cancel()
+                scope[CLIENT_GONE_SCOPE_KEY] = True
+                logger.info("request %s cancelled: its streaming client went away", self.handle.request_id)
 
 
 class OpenAIRoutes:
@@ -305,11 +411,30 @@ class OpenAIRoutes:
                                 "sentences", code="input_too_long", param="input")
         return request, warnings
 
+    @staticmethod
+    def whole_clip_reason(fmt: str, params: SynthesisParams) -> str | None:
+        """Why a request that asked for streaming is answered with the whole clip (a warning for the client), or
+        None when it can stream."""
+        if fmt not in STREAM_FORMATS:
+            return (f"response_format {fmt} is sent when the whole clip is done (it is encoded at once); ask for "
+                    f"{' or '.join(STREAM_FORMATS)} to get the audio as it is decoded")
+        if params.needs_whole_clip:
+            return "speed other than 1 changes the whole clip after decoding, so it is sent when done"
+        return None
+
     async def speech(self, body: SpeechRequest, request: Request) -> Response:
         started = time.perf_counter()
         runtime = self.runtime()
         fmt, params, voice_name = self.check_speech(body, runtime)
         synthesis, warnings = await run_in_threadpool(self.build_request, body, runtime, params, voice_name)
+        headers = {"X-Request-Id": synthesis.request_id, "X-Seed": str(params.seed),
+                   "X-Sampling-Rate": str(runtime.engine.sampling_rate)}
+        if body.wants_stream:
+            reason = self.whole_clip_reason(fmt, params)
+            if reason is None:
+                return await self._stream(runtime, synthesis, fmt, headers, warnings, request, started)
+            warnings.append(reason)
+            headers["X-TTS-Stream"] = "whole-clip"
         handle = await run_in_threadpool(runtime.engine.submit, synthesis)
         result = await self._wait(handle, request)
         if not result.ok:
@@ -318,10 +443,53 @@ class OpenAIRoutes:
         body_bytes = await run_in_threadpool(encode_speech, result.audio, result.sampling_rate, fmt)
         wall_s = time.perf_counter() - started
         metrics.observe_synthesis("api", wall_s=wall_s, audio_s=result.duration_s, first_audio_s=wall_s)
-        headers = {"X-Request-Id": result.request_id, "X-Seed": str(params.seed),
-                   "X-Sampling-Rate": str(result.sampling_rate), "X-Audio-Duration-S": f"{result.duration_s:.3f}",
-                   "X-TTS-Warnings": warnings_header(warnings + list(result.warnings))}
+        headers.update({"X-Audio-Duration-S": f"{result.duration_s:.3f}",
+                        "X-TTS-Warnings": warnings_header(warnings + list(result.warnings))})
         return Response(body_bytes, media_type=CONTENT_TYPES[fmt], headers=headers)
+
+    async def _stream(self, runtime: Runtime, synthesis: SynthesisRequest, fmt: str, headers: dict[str, str],
+                      warnings: list[str], request: Request, started: float) -> Response:
+        """The chunked answer of a streaming request (module docstring): waits for the first audio (errors before
+        it get their status), then sends the response with it and the rest as the engine decodes it.
+
+        Raises:
+            APIError: 500 the request failed before any audio; 499 the client left first (request cancelled).
+        """
+        feed = _ChunkFeed(asyncio.get_running_loop())
+        handle = await run_in_threadpool(lambda: runtime.engine.submit(synthesis, on_audio=feed))
+        done = asyncio.wrap_future(handle.future)
+        first = await feed.next(done, request)
+        if first is _GONE:
+            handle.cancel()
+            raise APIError(499, "the client closed the connection", code="client_closed")
+        if first is None:  # the request ended before any audio: a failure (or silence) gets a normal answer
+            result = await done
+            if not result.ok:
+                raise APIError(500, f"request {result.request_id} failed: {result.error}", code="synthesis_failed",
+                               request_id=result.request_id)
+        first_audio_s = time.perf_counter() - started
+        rate = runtime.engine.sampling_rate
+
+        async def body():
+            if fmt == "wav":
+                yield wav_stream_header(rate)
+            chunk = first
+            while chunk is not None and chunk is not _GONE:
+                yield encode_speech(chunk.samples, rate, "pcm")
+                chunk = await feed.next(done, request)
+            if chunk is _GONE:
+                return  # ``EngineStreamResponse`` cancels the request
+            result = await done
+            if not result.ok:
+                # the status went out with the first audio: ending the body early is all that is left to say
+                raise RuntimeError(f"request {handle.request_id} failed after its first audio was sent: "
+                                   f"{result.error}")
+            metrics.observe_synthesis("api", wall_s=time.perf_counter() - started, audio_s=result.duration_s,
+                                      first_audio_s=first_audio_s)
+
+        headers = {**headers, "X-TTS-Stream": "chunked", "X-TTS-Warnings": warnings_header(warnings),
+                   "Cache-Control": "no-store"}
+        return EngineStreamResponse(body(), handle, media_type=CONTENT_TYPES[fmt], headers=headers)
 
     @staticmethod
     async def _wait(handle, request: Request):
