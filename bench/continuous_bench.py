@@ -10,8 +10,10 @@ Measures (tiny random checkpoint, nothing downloaded):
                 join and leave every decode step): audio seconds per wall second and their ratio, padded row-steps
                 (rows still in the batch after they finished / all rows run, counted by the adapter), and equality
                 with the one-by-one run (same lengths, largest sample difference).
-2. ttfa         time to the first streamed audio of a short interactive request submitted while a long job decodes,
-                request-level vs continuous (ratio), and the time to its whole audio.
+2. ttfa         time to the first streamed audio of a short interactive request submitted while a long job decodes
+                (its rows fill the batch), request-level vs continuous without preemption (the request waits for a
+                job row to end) vs continuous (it takes a job row's slot at the next decode step; ratios), and the
+                time to its whole audio.
 3. prefix       a one-voice job (every line the same 10 s reference) with the prefix cache off vs on: seconds spent
                 prefilling, wall time, prefill time saved, equality of the outputs.
 
@@ -69,12 +71,13 @@ def length_driven(adapter, max_frames: int):
     return LengthDriven(adapter.model, adapter.processor, device=adapter.device, dtype=adapter.dtype), frames_for
 
 
-def _engine(adapter, cap: int, *, continuous: bool | None, prefix_cache_entries: int = 0):
+def _engine(adapter, cap: int, *, continuous: bool | None, prefix_cache_entries: int = 0, preempt: bool = True):
     from tts_app.config import EngineConfig
     from tts_app.engine import Engine
 
     return Engine(adapter, EngineConfig(max_batch_size=cap, wait_window_ms=0.0,
-                                        prefix_cache_entries=prefix_cache_entries), continuous=continuous)
+                                        prefix_cache_entries=prefix_cache_entries), continuous=continuous,
+                  preempt=preempt)
 
 
 def run_all(adapter, requests, cap: int, *, continuous: bool | None, prefix_cache_entries: int = 0):
@@ -113,7 +116,7 @@ def requests_for(adapter, texts: list[str], max_new_tokens: int, *, reference=No
         ref = reference if reference is not None else clips[i % len(clips)][0]
         out.append(SynthesisRequest(text=text, reference_audio=ReferenceAudio(ref, sr),
                                     params=SynthesisParams(seed=100 * i, max_new_tokens=max_new_tokens),
-                                    priority=priority or Priority.JOB))
+                                    priority=Priority.JOB if priority is None else priority))
     return out
 
 
@@ -161,8 +164,9 @@ def measure_ttfa(adapter, texts: list[str], cfg: dict, table, frames_for) -> Non
     batch_work = cap * statistics.mean(frames_for(t) for t in job_texts)
     points = [batch_work * share for share in (0.2, 0.45, 0.7)]
     rows = {}
-    for mode, continuous in (("request-level", False), ("continuous", True)):
-        engine = _engine(adapter, cap, continuous=continuous).start()
+    for mode, continuous, preempt in (("request-level", False, False), ("continuous, no preemption", True, False),
+                                      ("continuous", True, True)):
+        engine = _engine(adapter, cap, continuous=continuous, preempt=preempt).start()
         handles = [engine.submit(r) for r in job]
         firsts, wholes = [], []
         for point in points:
@@ -185,10 +189,10 @@ def measure_ttfa(adapter, texts: list[str], cfg: dict, table, frames_for) -> Non
         engine.shutdown()
         rows[mode] = {"family": adapter.family, "mode": mode, "cap": cap, "job_requests": len(job),
                       "arrivals": len(points), "first_audio_s": statistics.mean(firsts),
-                      "whole_audio_s": statistics.mean(wholes)}
+                      "whole_audio_s": statistics.mean(wholes), "preempted_rows": engine.stats().num_preempted}
     for mode in rows:
         rows[mode]["vs_continuous"] = common.ratio(rows[mode]["first_audio_s"], rows["continuous"]["first_audio_s"])
-    table.rows += [rows["request-level"], rows["continuous"]]
+    table.rows += list(rows.values())
     print(f"[bench] time to first audio of {adapter.family} done", file=sys.stderr, flush=True)
 
 
@@ -227,7 +231,7 @@ def build_tables() -> dict:
                             ["wall_s", "audio_s", "audio_s_per_wall_s", "padded_share", "max_abs_diff"]),
         "ttfa": Table("ttfa", "time to first audio of a short request submitted while a long job decodes",
                       ["family", "mode", "cap", "job_requests", "arrivals", "first_audio_s", "whole_audio_s",
-                       "vs_continuous"],
+                       "preempted_rows", "vs_continuous"],
                       ["first_audio_s", "whole_audio_s", "vs_continuous"]),
         "prefix": Table("prefix", "shared-prefix reuse: one-voice job, prefix cache off vs on (continuous)",
                         ["family", "mode", "lines", "reference_s", "prefill_s", "prefill_saved", "wall_s",
@@ -246,7 +250,8 @@ def add_notes(tables: dict) -> None:
         "reassociation between batch shapes; 0 = bit-identical)",
     ]
     tables["ttfa"].notes.append("first_audio_s: from submitting the short request to its first streamed chunk, mean "
-                                "over the arrivals; vs_continuous = that time / the continuous engine's")
+                                "over the arrivals; vs_continuous = that time / the continuous engine's (which "
+                                "preempts job rows for it); preempted_rows: job rows that gave up their slot")
     tables["prefix"].notes.append("prefill_s: seconds the engine spent prefilling rows (reference encoding + prompt "
                                   "forward); prefill_saved = 1 - prefill_s / prefill_s with the cache off")
 
@@ -267,7 +272,9 @@ def summary_parts(tables: dict) -> list[str]:
     ttfa = tables["ttfa"].rows
     for family in dict.fromkeys(r["family"] for r in ttfa):
         req = next(r for r in ttfa if r["family"] == family and r["mode"] == "request-level")
-        parts.append(f"{family} first audio x{req['vs_continuous']:.1f} sooner continuous")
+        wait = next(r for r in ttfa if r["family"] == family and r["mode"] == "continuous, no preemption")
+        parts.append(f"{family} first audio under a job x{req['vs_continuous']:.1f} sooner continuous "
+                     f"(x{wait['vs_continuous']:.1f} by preemption)")
     for row in tables["prefix"].rows:
         if row["mode"] == "prefix cache on":
             parts.append(f"{row['family']} one-voice prefill {row['prefill_saved']:.0%} saved by prefix reuse")

@@ -79,7 +79,8 @@ def test_report_covers_what_the_measures_promise(tiny_report):
     assert continuous["continuous"]["padded_share"] == 0.0 < continuous["request-level"]["padded_share"]
     assert all(r["same_length"] and r["max_abs_diff"] < 1e-3 for r in continuous.values())
     assert continuous["continuous"]["audio_s"] == pytest.approx(continuous["one by one"]["audio_s"])
-    assert {r["mode"] for r in tables["ttfa"]["rows"]} == {"request-level", "continuous"}
+    assert {r["mode"] for r in tables["ttfa"]["rows"]} == {"request-level", "continuous, no preemption",
+                                                          "continuous"}
     prefix = {r["mode"]: r for r in tables["prefix"]["rows"]}
     assert prefix["prefix cache on"]["hits"] >= 1 and prefix["prefix cache off"]["hits"] == 0
     assert prefix["prefix cache on"]["same_length"]
@@ -115,7 +116,8 @@ def test_gpu_check_cpu_tiny_mode_runs_every_code_path(tmp_path):
     assert set(runs) == {(c, m) for c in (2, 4) for m in ("request-level", "continuous")}
     assert all(r["completed"] == 8 and r["same_length_as_first"] for r in runs.values())
     assert runs[(4, "continuous")]["padded_share"] == 0.0 and _finite(runs[(4, "continuous")]["vs_request_level"])
-    assert {r["mode"] for r in report["continuous"]["time_to_first_audio"]} == {"request-level", "continuous"}
+    assert {r["mode"] for r in report["continuous"]["time_to_first_audio"]} == {"request-level", "continuous",
+                                                                                "continuous, no preemption"}
 
 
 def test_gpu_check_indextts2_cpu_tiny_mode_runs_every_code_path(tmp_path, tiny_checkpoint):

@@ -66,6 +66,34 @@ def test_a_short_request_joins_a_running_long_one_and_finishes_first():
     engine.shutdown()
 
 
+@pytest.mark.parametrize("preempt", [True, False])
+def test_an_interactive_request_gets_a_slot_at_the_next_step_while_a_job_fills_the_batch(preempt):
+    """A job's rows fill the batch (cap 2); an interactive request arriving then takes the youngest job row's slot
+    at the next decode step and is done before any job row ends (preempt=False: it waits for one to end). The
+    preempted row restarts later: the job's audio is exactly its audio alone."""
+    adapter = FakeStepAdapter(fake_facts(max_segment_chars=400), step_delay_s=0.002)
+    engine = Engine(adapter, EngineConfig(max_batch_size=2, wait_window_ms=0), preempt=preempt).start()
+    job_text = " ".join(f"Line {j} of the job" + ", and it goes on" * 16 + "." for j in range(3))
+    job_done: list[int] = []
+    job = engine.submit(request(job_text, seed=1, priority=Priority.JOB),
+                        on_progress=lambda event: job_done.append(event.segments_done))
+    while len(adapter.steps) < 3:
+        time.sleep(0.001)
+    ui = engine.submit(request("Hi there.", seed=2))
+    got_ui = ui.result(timeout=30)
+    segments_done_then = max(job_done)
+    got_job = job.result(timeout=60)
+    assert got_ui.ok and got_job.ok and len(got_job.segments) == 3
+    if preempt:
+        assert segments_done_then == 0, "the interactive request waited for a job row to end"
+        assert engine.stats().num_preempted >= 1
+    else:
+        assert segments_done_then >= 1 and engine.stats().num_preempted == 0
+    np.testing.assert_array_equal(got_ui.audio, expected_audio(got_ui, 2))
+    np.testing.assert_array_equal(got_job.audio, expected_audio(got_job, 1))
+    engine.shutdown()
+
+
 def test_continuous_batching_spends_no_row_steps_on_padding_while_request_level_does():
     texts = [f"Request {i} says" + " la" * (2 + 9 * (i % 4)) + "." for i in range(10)]  # mixed lengths
     shares = {}

@@ -396,3 +396,95 @@ def test_a_row_too_large_for_the_budget_alone_is_refused_wherever_it_waits():
     scheduler.add([small, huge])
     plan = scheduler.schedule_step(EST.batch_bytes([50]) * 2)
     assert plan.too_large == [huge] and plan.admit == [small]
+
+
+def test_an_interactive_row_takes_the_place_of_the_youngest_job_row_at_the_next_step():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=3)
+    jobs = [running_seg(f"job{i}", 40, priority=Priority.JOB, arrival=float(i)) for i in range(5)]
+    assert admitted(scheduler, jobs) == jobs[:3]  # the job fills the batch
+    for _ in range(5):
+        scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, tuple(scheduler.running())))
+    ui = running_seg("ui", 20, arrival=10.0)
+    scheduler.add([ui])
+    plan = scheduler.schedule_step(None)
+    assert plan.admit == [ui] and plan.preempted == [jobs[2]]  # the last admitted job row makes room
+    assert scheduler.running() == [jobs[0], jobs[1], ui]
+    assert all(r.steps_done == 5 for r in jobs[:2])  # the other job rows keep their progress
+    victim = jobs[2]
+    assert victim.steps_done == 0 and victim.num_restarts == 1 and victim in scheduler.waiting()
+    # the preempted row comes back in its old place in the queue (before the job rows that arrived after it)
+    scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, tuple(scheduler.running()),
+                                         finished=((ui, StopReason.END_OF_SPEECH),)))
+    assert scheduler.schedule_step(None).admit == [victim]
+
+
+def test_without_preemption_an_interactive_row_waits_for_a_free_slot():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=2, preempt=False)
+    jobs = [running_seg(f"job{i}", 40, priority=Priority.JOB) for i in range(2)]
+    assert admitted(scheduler, jobs) == jobs
+    scheduler.add([running_seg("ui", 20, arrival=1.0)])
+    plan = scheduler.schedule_step(None)
+    assert plan.admit == [] and plan.preempted == [] and scheduler.running() == jobs
+
+
+def test_preemption_never_takes_rows_of_the_same_priority_and_only_as_many_as_needed():
+    est = MemoryEstimator(kv_bytes_per_position=1, cfg_multiplier=1, activation_bytes_per_row=0)
+    scheduler = Scheduler(est.batch_bytes, wait_window_s=0.0, max_batch_size=2)
+    uis = [running_seg(f"ui{i}", 40) for i in range(2)]
+    assert admitted(scheduler, uis) == uis
+    scheduler.add([running_seg("ui-late", 40, arrival=1.0)])
+    plan = scheduler.schedule_step(None)
+    assert plan.admit == [] and plan.preempted == []  # interactive rows are never preempted
+    # the budget binds (a batch holds rows x its longest row): a longer interactive row needs two job rows to leave,
+    # not the third
+    scheduler = Scheduler(est.batch_bytes, wait_window_s=0.0, max_batch_size=8)
+    jobs = [running_seg(f"job{i}", 10, positions=100, priority=Priority.JOB) for i in range(3)]
+    budget = 300
+    assert admitted(scheduler, jobs, budget) == jobs
+    big = running_seg("big", 10, positions=150, arrival=1.0)
+    scheduler.add([big])
+    plan = scheduler.schedule_step(budget)
+    assert plan.admit == [big] and plan.preempted == [jobs[2], jobs[1]]
+    assert scheduler.running() == [jobs[0], big]
+    assert sorted(r.request_id for r in scheduler.waiting()) == ["job1", "job2"]
+    # a row that would not fit even with every job row gone preempts nobody
+    scheduler = Scheduler(est.batch_bytes, wait_window_s=0.0, max_batch_size=8)
+    assert admitted(scheduler, [running_seg("ui", 10, positions=150), running_seg("job", 10, positions=100,
+                                                                                 priority=Priority.JOB)], 300)
+    scheduler.add([running_seg("ui2", 10, positions=200, arrival=1.0)])
+    plan = scheduler.schedule_step(300)
+    assert plan.admit == [] and plan.preempted == [] and len(scheduler.running()) == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(1, 40), st.booleans(), st.integers(0, 30)), min_size=1, max_size=20),
+       budget_rows=st.floats(1.0, 5.0), seed=st.integers(0, 10_000))
+def test_with_preemption_every_row_finishes_once_within_the_budget(rows, budget_rows, seed):
+    """Random job and interactive rows arriving at random steps: the budget holds at every step, every row
+    finishes exactly once, and a waiting interactive row never waits while a job row holds a slot it could take."""
+    rng = random.Random(seed)
+    est = MemoryEstimator(kv_bytes_per_position=1, cfg_multiplier=1, activation_bytes_per_row=0)
+    scheduler = Scheduler(est.batch_bytes, wait_window_s=0.0, max_batch_size=4)
+    works = [(at, running_seg(f"r{i}", cap, positions=30 + cap, arrival=float(at),
+                              priority=Priority.INTERACTIVE if ui else Priority.JOB))
+             for i, (cap, ui, at) in enumerate(rows)]
+    budget = int(budget_rows * 100)
+    done, refused = [], []
+    for step in range(10_000):
+        scheduler.add([w for at, w in works if at == step])
+        plan = scheduler.schedule_step(budget)
+        refused += plan.too_large
+        live = scheduler.running()
+        if not live and not scheduler.num_waiting and step > 30:
+            break
+        assert est.batch_bytes([r.current_positions for r in live]) <= budget
+        waiting_ui = [w for w in scheduler.waiting() if w.priority is Priority.INTERACTIVE]
+        if waiting_ui:  # it could not run even with every job row gone
+            head = min(waiting_ui, key=lambda w: w.order)
+            others = [r for r in live if r.priority is Priority.INTERACTIVE]
+            assert len(others) + 1 > 4 or scheduler.future_peak_bytes(others + [head]) > budget
+        ends = tuple((r, StopReason.END_OF_SPEECH) for r in live
+                     if r.steps_done + 1 >= r.max_steps or rng.random() < 0.05)
+        update = scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, tuple(live), finished=ends))
+        done += [w for w, _ in update.finished]
+    assert sorted(id(r) for r in done + refused) == sorted(id(w) for _, w in works)

@@ -17,8 +17,9 @@ by type in ``memory.is_out_of_memory``) first frees the device cache and the pre
 never raised to callers: they come back as ``SynthesisResult`` with status FAILED / CANCELLED and ``error``.
 
 Determinism: a row's audio depends only on its text, reference, seed and knobs (adapters draw every random number
-from the row's own seed), so batching, joining a running batch, OOM retries and cancels of others never change what a
-user hears. A streamed row restarted after OOM keeps the samples already sent and skips them in the new run.
+from the row's own seed), so batching, joining a running batch, OOM retries, preemption (a job row giving its slot to an
+interactive one, ``Scheduler`` rule d) and cancels of others never change what a user hears. A streamed row restarted
+after OOM or preemption keeps the samples already sent and skips them in the new run.
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ class EngineStats:
         num_padded_row_steps: of those, rows that had already finished but still sat in the batch (padding).
         prefill_s: seconds spent prefilling rows (step interface only).
         num_requeued: rows requeued (restarted) after an out-of-memory error.
+        num_preempted: job rows that left the running batch for an interactive request (restarted later).
         prefix_cache_bytes: bytes held by the prefix cache (counted in the budget).
         prefix_cache_hits, prefix_cache_misses: prefix-cache look-ups that found / did not find a prefix.
     """
@@ -157,6 +159,7 @@ class EngineStats:
     num_padded_row_steps: int = 0
     prefill_s: float = 0.0
     num_requeued: int = 0
+    num_preempted: int = 0
     prefix_cache_bytes: int = 0
     prefix_cache_hits: int = 0
     prefix_cache_misses: int = 0
@@ -383,13 +386,18 @@ class Engine:
         config: ``EngineConfig`` (batching, memory, OOM testing aids).
         memory_probe: device-memory probe; None = CUDA probe for a CUDA adapter, else CPU probe (no device budget).
         bucketing: length bucketing in the scheduler (False = FIFO; for comparisons).
+        continuous: batch per decode step (None = when the adapter has a step interface; False = request-level
+            batching on a step adapter, for comparisons).
+        preempt: continuous batching: an interactive segment arriving while job rows fill the batch takes the place
+            of the youngest of them at the next decode step (they restart later, same seed, same audio); False = it
+            waits for a free slot (for comparisons; ``Scheduler`` rule d).
         zero_gpu: how a batch's device work is sized into ``spaces.GPU`` calls on a ZeroGPU Space
             (``tts_app.zerogpu``); used only there (``SPACES_ZERO_GPU``), a no-op elsewhere.
     """
 
     def __init__(self, adapter: TTSAdapter, config: EngineConfig | None = None,
                  memory_probe: MemoryProbe | None = None, *, bucketing: bool = True, continuous: bool | None = None,
-                 zero_gpu: ZeroGPUConfig = ZeroGPUConfig()):
+                 preempt: bool = True, zero_gpu: ZeroGPUConfig = ZeroGPUConfig()):
         self.adapter = adapter
         self.config = config = config or EngineConfig()  # EngineConfig checks its own values
         self.device = str(getattr(adapter, "device", "cpu"))
@@ -402,7 +410,7 @@ class Engine:
         self.scheduler = Scheduler(self.estimator.batch_bytes, wait_window_s=config.wait_window_ms / 1000.0,
                                    bucketing=bucketing, max_batch_size=config.max_batch_size,
                                    grow_after_successes=config.grow_after_successes,
-                                   observe=self._observe)
+                                   observe=self._observe, preempt=preempt)
         # Step interface: continuous batching unless asked for request-level batching (comparisons, benches).
         self.step_mode = bool(adapter.supports_decode_steps)
         if continuous and not self.step_mode:
@@ -427,6 +435,7 @@ class Engine:
         self._num_padded_row_steps = 0
         self._prefill_s = 0.0
         self._num_requeued = 0
+        self._num_preempted = 0
         self._outcomes = {RequestStatus.DONE: 0, RequestStatus.FAILED: 0, RequestStatus.CANCELLED: 0}
         # On ZeroGPU every batch's device work (preprocess -> generate -> postprocess) runs inside spaces.GPU calls
         # sized from the rows' expected decode steps; elsewhere ``wrap`` returns the function itself.
@@ -579,7 +588,7 @@ class Engine:
                 num_row_steps=self._num_row_steps,
                 num_padded_row_steps=self._num_padded_row_steps,
                 prefill_s=self._prefill_s,
-                num_requeued=self._num_requeued,
+                num_requeued=self._num_requeued, num_preempted=self._num_preempted,
                 prefix_cache_bytes=self.prefix_cache.num_bytes,
                 prefix_cache_hits=self.prefix_cache.num_hits,
                 prefix_cache_misses=self.prefix_cache.num_misses,
@@ -1121,9 +1130,22 @@ class Engine:
             if state.num_done == state.num_segments:
                 self._finish_locked(state, RequestStatus.DONE, None, resolved)
 
+    def _restart_preempted(self, preempted: list[SegmentWork]) -> None:
+        """Running rows the scheduler took out for a more urgent segment (lock held): they restart their segment
+        (the engine releases them from the running batch with the cancelled rows)."""
+        if not preempted:
+            return
+        self._num_preempted += len(preempted)
+        logger.info("%d job rows (requests %s) make room for an interactive request; they restart later",
+                    len(preempted), ", ".join(sorted({w.request_id for w in preempted})))
+        for work in preempted:
+            state = self._requests.get(work.request_id)
+            if state is not None and not state.finished:
+                self._restart_segment(state, work.index)
+
     def _restart_segment(self, state: _RequestState, index: int) -> None:
-        """A row requeued after OOM restarts its segment: drop its decoded audio, except what was already streamed
-        (kept; the new run skips that many samples, see module docstring). Lock held."""
+        """A row requeued (after OOM, or preempted) restarts its segment: drop its decoded audio, except what was
+        already streamed (kept; the new run skips that many samples, see module docstring). Lock held."""
         emitted = state.audio_stream.emitted_samples[index] if state.audio_stream is not None else 0
         if emitted:
             kept = np.concatenate(state.partial[index])[:emitted]
@@ -1301,6 +1323,8 @@ class Engine:
                 released = self.scheduler.take_released()
                 plan = self.scheduler.schedule_step(self._rows_budget(), admit_only_when_empty=not self.continuous)
                 self._fail_too_large(plan.too_large, resolved)
+                self._restart_preempted(plan.preempted)
+                released += plan.preempted
                 admit = [(w, self._requests[w.request_id]) for w in plan.admit]
                 now = time.perf_counter()
                 for work, state in admit:

@@ -32,6 +32,12 @@ b. every row, admitted or running, can still finish within the budget: ``future_
    every row runs to its cap and leaves when done, never exceeds ``budget_bytes``;
 c. the candidate's ``batch_key`` equals the running batch's; when the most urgent waiting segment has another key
    (or is isolated), nothing more is admitted, so the running batch drains and that segment gets the next batch.
+d. preemption (``preempt=True``): a candidate that fails a or b while the running batch holds rows of a less urgent
+   priority (an interactive request arriving while a JSONL job fills the batch) takes their place: the youngest of
+   them (fewest steps lost) leave the batch and are requeued, restarting their segment later with the same seed,
+   so they sound the same (vLLM's preemption by recomputation). Only as many leave as it takes for the candidate to
+   pass a and b; if even all of them leaving would not be enough, none leaves. Rows of the same or a more urgent
+   priority are never preempted.
 
 The update step (vLLM's ``update_from_output``): the engine turns every batch, prefill or decode step into a plain
 ``Outcome`` (ok with per-row results / out of memory / refused rows / crashed) and ``update_from_output`` returns
@@ -225,10 +231,13 @@ class StepPlan:
     Attributes:
         admit: waiting segments to prefill into the running batch now (already counted as running).
         too_large: segments that cannot fit the budget even alone (removed; the engine fails their requests).
+        preempted: running rows taken out for a more urgent segment (requeued; the engine releases them from the
+            running batch and restarts their segment).
     """
 
     admit: list[SegmentWork] = field(default_factory=list)
     too_large: list[SegmentWork] = field(default_factory=list)
+    preempted: list[SegmentWork] = field(default_factory=list)
 
 
 def oom_alone_message(work: SegmentWork) -> str:
@@ -337,6 +346,8 @@ class Scheduler:
         grow_after_successes: ``BatchCap.grow_after_successes``.
         observe: ``observe(row_positions, measured_peak_bytes)`` called with an outcome's measured peak
             (``MemoryEstimator.observe``); None = no calibration.
+        preempt: continuous batching, rule d: a more urgent segment takes the place of less urgent running rows
+            (False: it waits for a free slot, for comparison).
 
     Attributes:
         batch_cap: the ``BatchCap`` (halved on out-of-memory, grows back after successes).
@@ -344,8 +355,9 @@ class Scheduler:
 
     def __init__(self, batch_bytes: Callable[[Sequence[int]], int], wait_window_s: float = 0.03,
                  bucketing: bool = True, *, max_batch_size: int = 8, grow_after_successes: int = 4,
-                 observe: Callable[[Sequence[int], int], bool] | None = None):
+                 observe: Callable[[Sequence[int], int], bool] | None = None, preempt: bool = True):
         self.batch_bytes = batch_bytes
+        self.preempt = preempt
         self.wait_window_s = max(0.0, wait_window_s)
         self.bucketing = bucketing
         self.batch_cap = BatchCap(max_batch_size, grow_after_successes)
@@ -524,16 +536,21 @@ class Scheduler:
         key = self._running[0].batch_key if self._running else ordered[0].batch_key
         chosen: list[SegmentWork] = []
         for candidate in ordered:
-            if len(self._running) + len(chosen) >= cap:
-                break
             if candidate.isolate:
                 if not self._running and not chosen:
                     chosen.append(candidate)
                 break  # an isolated row runs alone: let the batch drain for it
             if candidate.batch_key != key:
                 break  # the most urgent waiting row needs another batch: let this one drain
-            if not self._fits_running(self._running + chosen + [candidate], budget_bytes):
-                break  # keep the order: a later, smaller row does not jump the queue
+            rows = self._running + chosen + [candidate]
+            if len(rows) > cap or not self._fits_running(rows, budget_bytes):
+                victims = self._victims_for(candidate, chosen, cap, budget_bytes) if self.preempt else []
+                if not victims:
+                    break  # keep the order: a later, smaller row does not jump the queue
+                victim_ids = {id(v) for v in victims}
+                self._running = [r for r in self._running if id(r) not in victim_ids]
+                self.requeue(victims)
+                plan.preempted += victims
             chosen.append(candidate)
         if chosen:
             chosen_ids = {id(s) for s in chosen}
@@ -541,6 +558,21 @@ class Scheduler:
             self._admit(chosen)
             plan.admit = chosen
         return plan
+
+    def _victims_for(self, candidate: SegmentWork, chosen: list[SegmentWork], cap: int,
+                     budget_bytes: int | None) -> list[SegmentWork]:
+        """The fewest running rows less urgent than ``candidate`` (youngest admission first) whose leaving lets it
+        pass rules a and b with ``chosen``; [] when none are or even all of them leaving is not enough (rule d)."""
+        movable = sorted((r for r in self._running if int(r.priority) > int(candidate.priority)),
+                         key=lambda r: r.admitted, reverse=True)
+        victims: list[SegmentWork] = []
+        for row in movable:
+            victims.append(row)
+            victim_ids = {id(v) for v in victims}
+            rows = [r for r in self._running if id(r) not in victim_ids] + chosen + [candidate]
+            if len(rows) <= cap and self._fits_running(rows, budget_bytes):
+                return victims
+        return []
 
     def _admit(self, rows: Sequence[SegmentWork]) -> None:
         for r in rows:
