@@ -158,3 +158,37 @@ def test_the_engine_runs_its_batches_through_spaces_gpu_on_zero_gpu(stub_spaces,
     assert max(adapter.calls) < len(texts)  # no generate call held all the lines
     for a, b in zip(plain, split):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_step_adapter_on_zero_gpu_runs_its_batches_inside_spaces_gpu_calls(stub_spaces, monkeypatch):
+    """A family that batches per decode step off ZeroGPU (VibeVoice, IndexTTS 2) would keep its KV cache on the GPU
+    between steps, outside any spaces.GPU call, where ZeroGPU lends no GPU. On ZeroGPU it batches request-level,
+    every batch inside calls, with the same audio as its continuous batching elsewhere."""
+    import numpy as np
+
+    from tests.fakes import FakeStepAdapter
+    from tts_app.config import EngineConfig
+    from tts_app.engine import Engine
+    from tts_app.request import SynthesisParams, SynthesisRequest
+
+    texts = [f"Line {i} of a job, a little longer each time{'.' * i}" for i in range(4)]
+
+    def run(zero: bool, **engine_kwargs):
+        monkeypatch.setenv("SPACES_ZERO_GPU", "true" if zero else "false")
+        engine = Engine(FakeStepAdapter(), EngineConfig(max_batch_size=4, wait_window_ms=0), **engine_kwargs).start()
+        try:
+            results = [h.result(timeout=60) for h in
+                       [engine.submit(SynthesisRequest(text=t, params=SynthesisParams(seed=5))) for t in texts]]
+        finally:
+            engine.shutdown()
+        assert all(r.ok for r in results), [r.error for r in results]
+        return [r.audio for r in results], engine
+
+    plain, off = run(False)
+    assert off.continuous and stub_spaces.durations == []
+    zero, on = run(True)
+    assert not on.continuous and on.gpu_calls.num_calls >= 1 and len(stub_spaces.durations) == on.gpu_calls.num_calls
+    for a, b in zip(plain, zero):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="ZeroGPU"):
+        run(True, continuous=True)

@@ -60,7 +60,7 @@ from tts_app.engine.scheduler import (BatchCap, Outcome, OutcomeKind, Phase, Sch
 from tts_app.engine.streaming import AudioChunk, AudioStream
 from tts_app.request import (ChapterSpan, RequestStatus, SegmentTiming, StopReason, SynthesisParams,
                              SynthesisRequest, SynthesisResult)
-from tts_app.zerogpu import GpuCalls, ZeroGPUConfig
+from tts_app.zerogpu import GpuCalls, ZeroGPUConfig, on_zero_gpu
 
 logger = logging.getLogger(__name__)
 
@@ -386,8 +386,9 @@ class Engine:
         config: ``EngineConfig`` (batching, memory, OOM testing aids).
         memory_probe: device-memory probe; None = CUDA probe for a CUDA adapter, else CPU probe (no device budget).
         bucketing: length bucketing in the scheduler (False = FIFO; for comparisons).
-        continuous: batch per decode step (None = when the adapter has a step interface; False = request-level
-            batching on a step adapter, for comparisons).
+        continuous: batch per decode step (None = when the adapter has a step interface and not on ZeroGPU;
+            False = request-level batching on a step adapter, for comparisons). Raises ValueError when True for an
+            adapter without a step interface, or on ZeroGPU (a ``spaces.GPU`` call cannot hold a running batch).
         preempt: continuous batching: an interactive segment arriving while job rows fill the batch takes the place
             of the youngest of them at the next decode step (they restart later, same seed, same audio); False = it
             waits for a free slot (for comparisons; ``Scheduler`` rule d).
@@ -412,9 +413,16 @@ class Engine:
                                    grow_after_successes=config.grow_after_successes,
                                    observe=self._observe, preempt=preempt)
         # Step interface: continuous batching unless asked for request-level batching (comparisons, benches).
-        self.step_mode = bool(adapter.supports_decode_steps)
+        # Not on ZeroGPU: a spaces.GPU call lends the GPU for one call, while a continuous batch keeps its KV cache on
+        # the device across decode steps and requests; there each batch runs whole inside its calls (request-level).
+        zero_gpu_hardware = on_zero_gpu()
+        self.step_mode = bool(adapter.supports_decode_steps) and not zero_gpu_hardware
         if continuous and not self.step_mode:
-            raise ValueError(f"{adapter.display_name} has no step interface; continuous batching needs one")
+            reason = "on ZeroGPU each batch runs inside a spaces.GPU call" if zero_gpu_hardware else "it has no step interface"
+            raise ValueError(f"{adapter.display_name} cannot batch continuously: {reason}")
+        if zero_gpu_hardware and adapter.supports_decode_steps:
+            logger.info("ZeroGPU: %s batches request-level (each batch inside spaces.GPU calls), not per decode step",
+                     adapter.display_name)
         self.continuous = self.step_mode if continuous is None else bool(continuous)
         self.prefix_cache = PrefixCache(config.prefix_cache_entries)
         self._cv = threading.Condition()
