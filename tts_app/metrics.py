@@ -15,7 +15,8 @@ Events (this module):
     tts_asr_transcriptions_total{outcome}              automatic reference transcripts
     tts_jobs_total{status} / tts_job_lines_total{status}   JSONL jobs finished / job lines finished
     tts_http_rejections_total{reason}                  API requests refused before any work (auth, rate, queue)
-    tts_batch_size_rows                                rows of each batch the engine ran (histogram)
+    tts_batch_size_rows                                rows of each batch the engine ran, or of each decode step
+                                                       when it batches continuously (histogram)
 
 State (``ServerCollector``, read per scrape):
     tts_model_loaded, tts_model_load_seconds, tts_queue_depth_segments, tts_requests_active, tts_batch_cap_rows,
@@ -56,7 +57,8 @@ JOBS = Counter("tts_jobs", "JSONL jobs that ended, by final status", ["status"])
 JOB_LINES = Counter("tts_job_lines", "JSONL job lines that ended, by status", ["status"])
 HTTP_REJECTIONS = Counter(
     "tts_http_rejections", "HTTP API requests refused before any work, by reason", ["reason"])
-BATCH_SIZE = Histogram("tts_batch_size_rows", "Rows of each batch the engine ran successfully",
+BATCH_SIZE = Histogram("tts_batch_size_rows", "Rows of each batch the engine ran successfully (continuous "
+                       "batching: live rows of each decode step)",
                        buckets=BATCH_SIZE_BUCKETS)
 
 

@@ -344,3 +344,26 @@ def test_any_arrival_order_priorities_cancels_and_oom_give_each_request_its_own_
         time.sleep(0.01)
     assert engine.stats().queue_depth == 0 and engine.scheduler.num_running == 0
     engine.shutdown()
+
+
+def test_the_batch_size_metric_counts_the_live_rows_of_every_decode_step():
+    """/metrics' tts_batch_size_rows: with continuous batching an operator sees how many rows share each decode step
+    (a batch is one step here), not nothing."""
+    from prometheus_client import REGISTRY
+
+    def sample(name):
+        return REGISTRY.get_sample_value(name) or 0.0
+
+    count_before, sum_before = sample("tts_batch_size_rows_count"), sample("tts_batch_size_rows_sum")
+    adapter = FakeStepAdapter(fake_facts(max_segment_chars=400), step_delay_s=0.002)
+    engine = Engine(adapter, EngineConfig(max_batch_size=4, wait_window_ms=0)).start()
+    try:
+        long = engine.submit(request("A sentence that takes a number of decode steps" + ", and more" * 6 + ".", seed=1))
+        while not adapter.steps:
+            time.sleep(0.001)
+        assert engine.submit(request("Hi there.", seed=2)).result(timeout=30).ok and long.result(timeout=30).ok
+    finally:
+        engine.shutdown()
+    assert 2 in adapter.steps  # the two requests shared some decode steps
+    assert sample("tts_batch_size_rows_count") - count_before == len(adapter.steps)
+    assert sample("tts_batch_size_rows_sum") - sum_before == sum(adapter.steps)

@@ -1447,6 +1447,7 @@ class Engine:
                                   finished=tuple(finished), measured_peak_bytes=outcome.measured_peak_bytes)
                 self._num_batches += 1
                 self._last_batch_size = num_rows
+                BATCH_SIZE.observe(len(live))  # rows that decoded this step (request-level padding rows excluded)
             update = self.scheduler.update_from_output(outcome)
             self._apply_update(update, resolved, events, batch_size=num_rows)
             self._cv.notify_all()
