@@ -218,6 +218,70 @@ class ReferenceConfig:
             _check(field, ok, f"reference config: {message}")
 
 
+#: ``ClusterConfig.reference_transport`` values: "send" ships each reference file's bytes to the workers through
+#: Ray's object store (works on any cluster); "shared" sends its path (every machine mounts the same folders)
+REFERENCE_TRANSPORTS = ("send", "shared")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Running job lines on a Ray cluster (``tts_app.jobs.cluster``): one worker = one Ray actor holding one loaded
+    model and its engine.
+
+    Attributes:
+        address: which cluster. None = an existing one if Ray finds it (``RAY_ADDRESS``, or ``ray start`` on this
+            machine), else a new one on this machine for this run; "auto" = an existing one (error if none);
+            "local" = always a new one on this machine, bound to the loopback address, stopped at the end;
+            "HOST:PORT" = the head node's GCS address (``ray start --head`` prints it); "ray://HOST:PORT" = Ray
+            Client.
+        num_workers: workers to start; None = one per GPU of the cluster (its GPUs // ``gpus_per_worker``), or 1
+            when the workers use no GPU.
+        gpus_per_worker: GPUs each worker reserves (fractions pack several workers on one GPU; the engine uses the
+            first GPU it is given); None = 1 when the cluster has GPUs and the model's device is not "cpu", else 0.
+        cpus_per_worker: CPUs each worker reserves (Ray's logical CPUs; also its torch threads, at least 1).
+        max_line_retries: how many times a line whose worker died is sent to another worker before it is recorded
+            failed (a line that kills every worker it meets must not take the whole cluster down).
+        max_worker_restarts: how many times Ray restarts a worker actor that died (it reloads the model); its lines
+            go to the other workers meanwhile.
+        worker_start_timeout_s: how long workers may take to be placed and load the model (a hub download counts),
+            in s; past it the start fails naming the workers still pending.
+        reference_transport: one of ``REFERENCE_TRANSPORTS``.
+        object_store_memory_bytes: Ray object store size of a cluster started here ("local", or None when none is
+            found); None = Ray's default (30 % of RAM). Ignored when joining a running cluster.
+        temp_dir: Ray's session folder for a cluster started here; None = Ray's default (``/tmp/ray``).
+    """
+
+    address: str | None = None
+    num_workers: int | None = None
+    gpus_per_worker: float | None = None
+    cpus_per_worker: float = 1.0
+    max_line_retries: int = 2
+    max_worker_restarts: int = 1
+    worker_start_timeout_s: float = 1800.0
+    reference_transport: str = "send"
+    object_store_memory_bytes: int | None = None
+    temp_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        _check("address", self.address is None or bool(str(self.address).strip()),
+               "Ray address is empty; give HOST:PORT, auto or local")
+        _check("num_workers", self.num_workers is None or self.num_workers >= 1,
+               f"num_workers={self.num_workers} must be >= 1")
+        _check("gpus_per_worker", self.gpus_per_worker is None or self.gpus_per_worker >= 0,
+               f"gpus_per_worker={self.gpus_per_worker} must be >= 0")
+        _check("cpus_per_worker", self.cpus_per_worker > 0, f"cpus_per_worker={self.cpus_per_worker} must be > 0")
+        _check("max_line_retries", self.max_line_retries >= 0, f"max_line_retries={self.max_line_retries} must be >= 0")
+        _check("max_worker_restarts", self.max_worker_restarts >= 0,
+               f"max_worker_restarts={self.max_worker_restarts} must be >= 0")
+        _check("worker_start_timeout_s", self.worker_start_timeout_s > 0,
+               f"worker_start_timeout_s={self.worker_start_timeout_s} must be > 0")
+        _check("reference_transport", self.reference_transport in REFERENCE_TRANSPORTS,
+               f"reference transport {self.reference_transport!r} is not one of {', '.join(REFERENCE_TRANSPORTS)}")
+        _check("object_store_memory_bytes", self.object_store_memory_bytes is None or
+               self.object_store_memory_bytes > 0,
+               f"object store memory {self.object_store_memory_bytes} bytes must be positive; write e.g. 2GiB")
+
+
 @dataclass(frozen=True)
 class UploadConfig:
     """What browsers may upload to the web app, and how long uploads and finished jobs are kept.

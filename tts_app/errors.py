@@ -54,6 +54,11 @@ class ModelLoadError(TTSAppError, RuntimeError):
     """A model could not be loaded (not cached and hub unreachable, unknown architecture, bad folder)."""
 
 
+class ClusterError(TTSAppError, RuntimeError):
+    """A Ray cluster cannot be used: Ray is not installed, the cluster cannot be reached, it lacks the resources
+    asked for, or its workers cannot load the model. The message names the cause and the fix."""
+
+
 class RequestOutOfMemoryError(TTSAppError, RuntimeError):
     """A request could not be served because even a batch of one ran out of device memory,
     or its estimated memory exceeds the budget before any work was done."""

@@ -6,9 +6,11 @@ a model load plus a synthesis).
     add_engine_args(parser)                      # --model --device --dtype --max-batch-size --memory-budget ...
     add_generation_args(parser)                  # --seed --greedy --no-kv-cache --temperature ... (synth, batch)
     add_voice_args(parser)                       # --voices-dir (app.py, synth, batch)
+    add_cluster_args(parser)                     # --ray --num-workers --gpus-per-worker ... (batch, app.py)
     args = parse_cli(parser, argv)               # an int is the exit status (usage error 2, --help 0)
     engine_args = engine_args_from(args)         # EngineArgs(model=ModelConfig, engine=EngineConfig)
     params = params_from_args(args)              # SynthesisParams with only the flags that were given
+    cluster = cluster_config_from(args)          # ClusterConfig, or None without --ray
 
 Every flag defaults to ``None`` ("not given"), so the value comes from the config dataclass (``tts_app.config``) or
 ``SynthesisParams`` (and, for generation knobs, from the loaded checkpoint): each default lives there, once. Values
@@ -28,7 +30,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tts_app.config import DEFAULT_MODEL_ID, DEVICES, DTYPES, EngineConfig, ModelConfig, check_device
+from tts_app.config import (DEFAULT_MODEL_ID, DEVICES, DTYPES, REFERENCE_TRANSPORTS, ClusterConfig, EngineConfig,
+                            ModelConfig, check_device)
 from tts_app.errors import ConfigError, InputError
 
 # "-5MB", "-0.5GiB", "-3": values that argparse would otherwise take for an unknown option (it only accepts plain
@@ -310,6 +313,80 @@ def check_device_available(model: ModelConfig) -> None:
     if index >= torch.cuda.device_count():
         raise InputError(f"--device {model.device}: this machine has {torch.cuda.device_count()} CUDA device(s) "
                          f"(cuda:0..cuda:{torch.cuda.device_count() - 1})")
+
+
+# --------------------------------------------------------------------------------------------- Ray cluster
+
+
+def non_negative_number(text: str) -> float:
+    """argparse ``type=``: a finite number >= 0."""
+    value = number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value:g} must be >= 0")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """argparse ``type=``: a finite number > 0."""
+    value = number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value:g} must be > 0")
+    return value
+
+
+#: flag of each ``ClusterConfig`` field set by ``add_cluster_args``
+CLUSTER_FLAGS: dict[str, str] = {
+    "address": "--ray", "num_workers": "--num-workers", "gpus_per_worker": "--gpus-per-worker",
+    "cpus_per_worker": "--cpus-per-worker", "reference_transport": "--ray-references",
+    "object_store_memory_bytes": "--ray-object-store",
+}
+#: ``--ray`` given without a value
+_RAY_DEFAULT_ADDRESS = ""
+
+
+def add_cluster_args(parser: argparse.ArgumentParser) -> None:
+    """Add the Ray flags (``batch`` and ``app.py``): JSONL job lines run on Ray workers, one model + engine each
+    (``tts_app.jobs.cluster``). All default to None = not given (``ClusterConfig``'s defaults)."""
+    defaults = ClusterConfig()
+    g = parser.add_argument_group("Ray cluster (job lines on several GPUs or machines; needs "
+                                  "`pip install -r requirements-ray.txt`)")
+    g.add_argument("--ray", nargs="?", const=_RAY_DEFAULT_ADDRESS, default=None, metavar="ADDRESS|auto|local",
+                   help="run job lines on Ray workers: HOST:PORT of a cluster's head (`ray start --head` prints it), "
+                        "auto (the cluster `ray start` runs on this machine), local (a new one on this machine, "
+                        "stopped at the end); no value: $RAY_ADDRESS if set, else local")
+    g.add_argument("--num-workers", type=positive_int, default=None, metavar="N",
+                   help="Ray workers, each loading the model (default: one per GPU of the cluster, 1 without GPUs)")
+    g.add_argument("--gpus-per-worker", type=non_negative_number, default=None, metavar="G",
+                   help="GPUs each worker reserves; 0.5 puts two workers on a GPU (default: 1 when the cluster has "
+                        "GPUs, else 0)")
+    g.add_argument("--cpus-per-worker", type=positive_number, default=None, metavar="C",
+                   help=f"CPUs each worker reserves, also its torch threads (default {defaults.cpus_per_worker:g})")
+    g.add_argument("--ray-references", choices=REFERENCE_TRANSPORTS, default=None,
+                   help=f"send: ship reference audio bytes to the workers; shared: send paths (every machine mounts "
+                        f"the same folders) (default {defaults.reference_transport})")
+    g.add_argument("--ray-object-store", type=memory_budget, default=None, metavar="SIZE",
+                   help="object store size of a cluster started here, e.g. 2GiB (default: Ray's, 30%% of RAM)")
+
+
+def cluster_config_from(args: argparse.Namespace) -> ClusterConfig | None:
+    """``ClusterConfig`` from the flags of ``add_cluster_args``, or None when ``--ray`` was not given.
+
+    Raises:
+        InputError: a Ray flag without ``--ray``, or a value the config refuses (naming the flag).
+    """
+    given = _given(args, {"num_workers": "num_workers", "gpus_per_worker": "gpus_per_worker",
+                          "cpus_per_worker": "cpus_per_worker", "ray_references": "reference_transport",
+                          "ray_object_store": "object_store_memory_bytes"})
+    address = getattr(args, "ray", None)
+    if address is None:
+        if given:
+            flags = ", ".join(CLUSTER_FLAGS[name] for name in given)
+            raise InputError(f"{flags} only apply with --ray; add --ray (e.g. --ray local) or drop them")
+        return None
+    try:
+        return ClusterConfig(address=None if address == _RAY_DEFAULT_ADDRESS else address, **given)
+    except ConfigError as exc:
+        raise _usage_error(exc, CLUSTER_FLAGS) from None
 
 
 # --------------------------------------------------------------------------------------------- generation

@@ -1,12 +1,14 @@
-"""``python -m tts_app batch TASKS.jsonl --out-dir DIR [--audio-dir DIR|ZIP] [--resume] [engine flags]``
+"""``python -m tts_app batch TASKS.jsonl --out-dir DIR [--audio-dir DIR|ZIP] [--resume] [engine flags]
+[--ray [ADDRESS|auto|local] [--num-workers N] [--gpus-per-worker G]]``
 
 Checks the arguments and validates the whole file first (no model), loads the model only when some line needs it,
-runs every line through one engine and writes ``DIR/<output_name>.wav`` per line plus ``DIR/results.jsonl``.
+runs every line through one engine (or, with --ray, through N Ray workers with one engine each) and writes
+``DIR/<output_name>.wav`` (or ``--format``) per line plus ``DIR/results.jsonl`` (always here, on this machine).
 A progress bar goes to stderr.
 
 Exit status: 0 every line ok; 1 some lines failed (listed on stderr); 2 usage error (bad arguments, unreadable
-or undecodable job file, unusable audio folder/default voice, model load failure); 130 cancelled with Ctrl-C
-(every line still has its record; --resume finishes the job).
+or undecodable job file, unusable audio folder/default voice, model load failure, a Ray cluster that cannot be
+used); 130 cancelled with Ctrl-C (every line still has its record; --resume finishes the job).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import signal
 import sys
 import threading
 
-from tts_app.cli.args import (CliParser, add_engine_args, add_generation_args, add_voice_args, check_output_dir,
-                              engine_args_from, params_from_args, parse_cli)
+from tts_app.cli.args import (CliParser, add_cluster_args, add_engine_args, add_generation_args, add_voice_args,
+                              check_output_dir, cluster_config_from, engine_args_from, params_from_args,
+                              parse_cli)
 from tts_app.errors import TTSAppError
 
 logger = logging.getLogger(__name__)
@@ -70,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_args(p)
     add_generation_args(p, "generation defaults (a line's own fields override them; not given = the model's)")
     add_voice_args(p)
+    add_cluster_args(p)
     return p
 
 
@@ -93,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             check_output_dir(args.voices_dir, "--voices-dir")
         params = params_from_args(args)
         engine_args = engine_args_from(args)
+        cluster = cluster_config_from(args)
         report = validate_job(args.tasks, audio_dir=args.audio_dir, default_voice=args.default_voice,
                               config=config)
     except TTSAppError as exc:
@@ -112,8 +117,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    runtime = None
-    if num_to_run > 0:
+    runtime = pool = executor = None
+    if num_to_run > 0 and cluster is not None:
+        from tts_app.jobs.cluster import RayExecutor, WorkerPool
+
+        try:
+            pool = WorkerPool.start(engine_args, config=cluster, on_status=lambda line: print(line, file=sys.stderr))
+        except TTSAppError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        executor = RayExecutor(pool)
+    elif num_to_run > 0:
         from tts_app.runtime import Runtime
 
         try:
@@ -123,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     else:
         print("no line needs the model (every line is invalid or already done); not loading it", file=sys.stderr)
+
+    # automatic reference transcripts: the local engine's device; with --ray only the setting is used here (each
+    # worker builds its own Transcriber on its device from it, JobContext.asr), nothing loads on this machine
+    transcriber = None
+    if num_to_run > 0:
+        transcriber = transcriber_from(args.asr_model, runtime.engine.device if runtime is not None else "cpu")
 
     from tqdm import tqdm
 
@@ -149,8 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_job(args.tasks, args.out_dir, runtime, audio_dir=args.audio_dir, resume=args.resume,
                           progress=progress, params=params, default_voice=args.default_voice,
                           default_voice_text=args.default_voice_text, config=config, cancel_event=cancel,
-                          transcriber=None if runtime is None else transcriber_from(args.asr_model,
-                                                                                    runtime.engine.device))
+                          executor=executor, transcriber=transcriber)
     except TTSAppError as exc:
         bar.close()
         print(f"error: {exc}", file=sys.stderr)
@@ -164,8 +183,16 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, previous_handler)
         if runtime is not None:
             runtime.close()  # joins the worker thread: a live one can abort the interpreter's exit (status 134)
+        if pool is not None:
+            pool.close()  # the workers' engines, then the actors (and a cluster started for this run)
     bar.close()
     print(summary.format_text().splitlines()[0])
+    if pool is not None:
+        print(f"ran on {pool.num_workers} Ray worker(s)"
+              + (f"; {executor.num_retried} line(s) sent to another worker after theirs stopped"
+                 if executor.num_retried else ""), file=sys.stderr)
+        for event in pool.events:
+            print(f"  {event}", file=sys.stderr)
     if summary.failed:
         print("failed lines:", file=sys.stderr)
         for line, error in sorted(summary.failed):

@@ -1,0 +1,290 @@
+"""JSONL jobs on a local Ray cluster (CPU, 2 workers of 0.5 CPU, tiny VibeVoice): the same ``results.jsonl``, WAVs
+and sidecars as the single-process run, every line exactly once when a worker is killed mid-job, and resume after
+the driver is SIGKILLed, with another worker count.
+
+One cluster per module (loopback only, no dashboard, 200 MB object store, its own session folder); it is shut down
+at the end and any of its processes still alive are stopped by pid.
+
+Runs that must give identical audio use ``max_batch_size=1``: every segment then runs in a batch of the same shape
+in both runs. With larger batches a line's batch-mates depend on the worker count, and batched matmuls round in
+another order (the adapters' documented batch-vs-alone tolerance, ``AUDIO_ATOL`` in test_adapter_vibevoice.py);
+the worker-kill test runs batched and checks that tolerance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tts_app.cli.args import EngineArgs
+from tts_app.config import ClusterConfig, EngineConfig, ModelConfig
+from tts_app.jobs.results import RESULTS_NAME
+from tts_app.jobs.runner import run_job
+from tts_app.request import SynthesisParams
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+PARAMS = SynthesisParams(seed=5, max_new_tokens=12)
+WORKER_CPUS = 0.5
+#: sidecar fields that differ between any two runs (time, random ids, timings) or name the engine's batch
+VOLATILE_SIDECAR = ("created_utc", "request_id")
+VOLATILE_SEGMENT = ("generate_s", "batch_size")
+AUDIO_ATOL_LSB = 4  # 1e-4 (the VibeVoice adapter's batch-shape tolerance) is 3.3 steps of 16-bit PCM
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A Ray cluster on this machine for the module: its GCS address."""
+    from tts_app.jobs.cluster import job_runtime_env, require_ray
+
+    ray = require_ray(loopback=True) if _ray_installed() else pytest.skip("Ray is not installed "
+                                                                          "(pip install -r requirements-ray.txt)")
+    temp_dir = tempfile.mkdtemp(prefix="ray_", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2,
+             _temp_dir=temp_dir, runtime_env=job_runtime_env(), logging_level="WARNING")
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+        _stop_leftovers(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _ray_installed() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _stop_leftovers(temp_dir: str, wait_s: float = 15.0) -> None:
+    """Processes of this module's cluster still running after shutdown (their command line names its session
+    folder): wait for them, then terminate them by pid."""
+    import psutil
+
+    def leftovers():
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if any(temp_dir in part for part in proc.info["cmdline"] or ()):
+                    found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return found
+
+    deadline = time.monotonic() + wait_s
+    while leftovers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for proc in leftovers():
+        proc.terminate()
+    psutil.wait_procs(leftovers(), timeout=5)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_checkpoint) -> Path:
+    return tiny_checkpoint("vibevoice")
+
+
+def engine_args(model: Path, max_batch_size: int) -> EngineArgs:
+    """The tiny model on CPU; ``wait_window_ms`` gathers lines arriving together into one batch."""
+    return EngineArgs(ModelConfig(str(model), device="cpu", dtype="float32"),
+                      EngineConfig(max_batch_size=max_batch_size, wait_window_ms=20.0))
+
+
+@pytest.fixture(scope="module")
+def pool(ray_cluster, tiny_model):
+    """Two Ray workers, each with the tiny model and an engine of max batch size 1."""
+    from tts_app.jobs.cluster import WorkerPool
+
+    pool = WorkerPool.start(engine_args(tiny_model, 1), config=ClusterConfig(
+        address=ray_cluster, num_workers=2, cpus_per_worker=WORKER_CPUS))
+    yield pool
+    pool.close()
+
+
+def story(n: int) -> list[dict]:
+    words = "one two three four five six seven eight nine ten eleven twelve".split()
+    return [{"input_text": f"This is sentence {words[i]} of the story.", "prompt_audio": ["voices/anna.wav",
+                                                                                          "voices/mei.wav"][i % 2]}
+            for i in range(n)]
+
+
+MIXED = story(5)
+MIXED[1:1] = [
+    '{"input_text": "cut short", "prompt_audio": ',                               # bad JSON
+    {"input_text": "Nobody is here.", "prompt_audio": "voices/ghost.wav"},        # missing file
+    {"input_text": "This voice is noise.", "prompt_audio": "voices/broken.wav"},  # fails on the worker
+    {"input_text": "Too hot.", "prompt_audio": "voices/anna.wav", "temperature": -1},
+    {"input_text": "Spoken in the default voice.", "output_name": "default_voice"},
+]
+NUM_OK, NUM_FAILED = 6, 4
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, data_dir) -> Path:
+    """The mixed job file (good lines, four kinds of bad line, one in the default voice) and its voices."""
+    d = tmp_path_factory.mktemp("ray_job")
+    (d / "voices").mkdir()
+    shutil.copy(data_dir / "en_female_2.wav", d / "voices" / "anna.wav")
+    shutil.copy(data_dir / "zh_female_1.wav", d / "voices" / "mei.wav")
+    shutil.copy(data_dir / "corrupt_random_data.wav", d / "voices" / "broken.wav")
+    return write_jsonl(d / "tasks.jsonl", MIXED)
+
+
+@pytest.fixture(scope="module")
+def single_process(job, tiny_model) -> Path:
+    """The job's output folder from the single-process run (engine of max batch size 1)."""
+    from tts_app.runtime import Runtime
+
+    args = engine_args(tiny_model, 1)
+    runtime = Runtime.load(args.model, args.engine)
+    try:
+        summary = run_job(job, job.parent / "single", runtime, params=PARAMS, default_voice=default_voice(job))
+    finally:
+        runtime.close()
+    assert (summary.num_ok, summary.num_failed) == (NUM_OK, NUM_FAILED)
+    return job.parent / "single"
+
+
+def default_voice(job: Path) -> Path:
+    return job.parent / "voices" / "mei.wav"
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in rows),
+                    encoding="utf-8")
+    return path
+
+
+def records(out_dir: Path) -> list[dict]:
+    """results.jsonl without the wall times (they differ run to run)."""
+    out = []
+    for text in (out_dir / RESULTS_NAME).read_text(encoding="utf-8").splitlines():
+        record = json.loads(text)
+        record.pop("elapsed_s")
+        out.append(record)
+    return out
+
+
+def sidecar(path: Path) -> dict:
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    for name in VOLATILE_SIDECAR:
+        meta.pop(name)
+    for segment in meta["segments"]:
+        for name in VOLATILE_SEGMENT:
+            segment.pop(name)
+    return meta
+
+
+def assert_same_outputs(expected_dir: Path, actual_dir: Path) -> None:
+    """Same records (line order, statuses, messages, names, durations), byte-identical WAVs, same sidecars."""
+    expected, actual = records(expected_dir), records(actual_dir)
+    assert actual == expected
+    for record in expected:
+        if record["status"] != "ok":
+            continue
+        assert (actual_dir / record["audio_path"]).read_bytes() == (expected_dir / record["audio_path"]).read_bytes()
+        assert sidecar(actual_dir / record["metadata_path"]) == sidecar(expected_dir / record["metadata_path"])
+
+
+def test_good_and_bad_lines_give_the_single_process_results_and_audio(job, single_process, pool, tmp_path):
+    from tts_app.jobs.cluster import RayExecutor
+
+    summary = run_job(job, tmp_path / "ray", None, params=PARAMS, default_voice=default_voice(job),
+                      executor=RayExecutor(pool))
+    assert (summary.num_ok, summary.num_failed) == (NUM_OK, NUM_FAILED)
+    assert_same_outputs(single_process, tmp_path / "ray")
+    by_line = {r["line"]: r for r in records(tmp_path / "ray")}
+    assert "broken.wav" in by_line[4]["error"]  # refused by the worker's reference preparer, as locally
+    assert by_line[6]["output_name"] == "default_voice" and by_line[6]["status"] == "ok"
+    assert all(s.lines_done > 0 for s in pool.stats())  # both workers ran lines (least-loaded dispatch)
+
+
+def test_resume_after_driver_sigkill_with_another_worker_count(job, single_process, pool, ray_cluster, tiny_model,
+                                                               tmp_path):
+    from tts_app.jobs.cluster import RayExecutor
+
+    out = tmp_path / "ray"
+    flags = ["--model", str(tiny_model), "--device", "cpu", "--dtype", "float32", "--max-batch-size", "1",
+             "--seed", str(PARAMS.seed), "--max-new-tokens", str(PARAMS.max_new_tokens),
+             "--default-voice", str(default_voice(job))]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    driver = subprocess.Popen([sys.executable, "-m", "tts_app", "batch", str(job), "--out-dir", str(out), *flags,
+                               "--ray", ray_cluster, "--num-workers", "1", "--cpus-per-worker", str(WORKER_CPUS)],
+                              cwd=str(REPO), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and driver.poll() is None and len(_ok_lines(out)) < 2:
+            time.sleep(0.1)
+        assert driver.poll() is None, driver.stderr.read().decode(errors="replace")[-3000:]
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.stderr.close()
+    assert 2 <= len(_ok_lines(out)) < NUM_OK  # killed mid-job, after some lines had audio
+
+    # resume on the module's two workers (the killed run had one): only the lines not done run
+    summary = run_job(job, out, None, params=PARAMS, default_voice=default_voice(job), resume=True,
+                      executor=RayExecutor(pool))
+    assert summary.num_skipped >= 2 and summary.num_skipped + summary.num_ok == NUM_OK
+    assert_same_outputs(single_process, out)
+    assert not (out / ".results.journal.jsonl").exists()
+
+
+def _ok_lines(out: Path) -> list[int]:
+    """Lines with an ok record so far (results.jsonl's in-order prefix plus the journal a killed run leaves)."""
+    from tts_app.jobs.results import read_results
+
+    return sorted(n for n, r in read_results(out).items() if r["status"] == "ok") if out.is_dir() else []
+
+
+def test_killing_a_worker_mid_job_still_finishes_every_line_once(job, single_process, ray_cluster, tiny_model,
+                                                                 tmp_path):
+    import ray
+
+    from tts_app.jobs.cluster import RayExecutor, WorkerPool
+
+    batched = WorkerPool.start(engine_args(tiny_model, 4), config=ClusterConfig(
+        address=ray_cluster, num_workers=2, cpus_per_worker=WORKER_CPUS, max_worker_restarts=0))
+    killed = []
+
+    def kill_first_worker(done, total, info):
+        if info["status"] == "ok" and not killed:  # the other good lines are still in flight on the two workers
+            ray.kill(batched.handles[0], no_restart=True)
+            killed.append(info["line"])
+
+    executor = RayExecutor(batched)
+    try:
+        summary = run_job(job, tmp_path / "ray", None, params=PARAMS, default_voice=default_voice(job),
+                          executor=executor, progress=kill_first_worker)
+        states = [s.state for s in batched.stats()]
+    finally:
+        batched.close()
+    assert killed and (summary.num_ok, summary.num_failed) == (NUM_OK, NUM_FAILED)
+    final, expected = records(tmp_path / "ray"), records(single_process)
+    assert [r["line"] for r in final] == [r["line"] for r in expected]  # one record per line, in line order
+    assert [(r["status"], r["error"]) for r in final] == [(r["status"], r["error"]) for r in expected]
+    assert executor.num_retried >= 1 and states == ["dead", "up"]
+    assert any("worker 1" in event and "stopped" in event for event in batched.events)
+    for record in expected:  # the retried lines too: the single-process audio, within batch rounding
+        if record["status"] != "ok":
+            continue
+        ours, _ = sf.read(tmp_path / "ray" / record["audio_path"], dtype="int16")
+        theirs, _ = sf.read(single_process / record["audio_path"], dtype="int16")
+        assert ours.shape == theirs.shape
+        assert np.abs(ours.astype(int) - theirs.astype(int)).max() <= AUDIO_ATOL_LSB
