@@ -192,6 +192,7 @@ class WorkerStats:
         info: ``WorkerInfo``.
         state: "up", "restarting" (it died and Ray is restarting it, or it is being probed) or "dead".
         lines_done: lines it finished for this pool (any outcome).
+        lines_in_flight: lines sent to it and not yet back, all jobs together.
         engine: its ``EngineStats`` (None when it did not answer).
         memory: its device's ``MemoryReading`` (the worker process's RSS on CPU).
         error: why it is not up.
@@ -200,6 +201,7 @@ class WorkerStats:
     info: WorkerInfo
     state: str
     lines_done: int = 0
+    lines_in_flight: int = 0
     engine: EngineStats | None = None
     memory: MemoryReading | None = None
     error: str | None = None
@@ -631,7 +633,8 @@ class WorkerPool:
                     error = f"no answer within {timeout_s:g} s (busy loading or swapping?)"
                 except ray_error as exc:
                     error = _short(exc)
-            out.append(WorkerStats(info=slot.info, state=slot.state, lines_done=slot.lines_done, engine=engine,
+            out.append(WorkerStats(info=slot.info, state=slot.state, lines_done=slot.lines_done,
+                                   lines_in_flight=slot.load, engine=engine,
                                    memory=memory, error=error))
         return out
 
