@@ -253,6 +253,34 @@ def _ok_lines(out: Path) -> list[int]:
     return sorted(n for n, r in read_results(out).items() if r["status"] == "ok") if out.is_dir() else []
 
 
+def test_the_web_apps_jobs_run_on_the_workers(job, single_process, pool, tmp_path):
+    """``JobManager(pool=...)`` (``app.py --ray``): an uploaded job (file + audio ZIP + default voice) runs on the
+    Ray workers and gives the single-process audio; its folder holds the records as for a local job."""
+    import zipfile
+
+    from tts_app.jobs.manager import JobManager
+    from tts_app.jobs.store import JobStore
+
+    rows = [r if isinstance(r, str) else {**r, "max_new_tokens": PARAMS.max_new_tokens} for r in MIXED]
+    job_file = write_jsonl(tmp_path / "upload.jsonl", rows)
+    with zipfile.ZipFile(tmp_path / "voices.zip", "w") as zf:
+        for wav in sorted((job.parent / "voices").iterdir()):
+            zf.write(wav, f"voices/{wav.name}")
+    manager = JobManager(JobStore(tmp_path / "server"), None, pool=pool)
+    state = manager.submit(job_file, audio_zip=tmp_path / "voices.zip", default_voice=default_voice(job),
+                           settings={"seed": PARAMS.seed})
+    state = manager.wait(state.job_id, timeout_s=300)
+    assert (state.status, state.num_ok, state.num_failed, state.num_done) == ("done", NUM_OK, NUM_FAILED, len(MIXED))
+    ours = manager.results(state.job_id)
+    expected = records(single_process)
+    assert [(r["line"], r["status"], r["output_name"]) for r in ours] == \
+        [(r["line"], r["status"], r["output_name"]) for r in expected]
+    out = manager.store.out_dir(state.job_id)
+    for record in expected:
+        if record["status"] == "ok":
+            assert (out / record["audio_path"]).read_bytes() == (single_process / record["audio_path"]).read_bytes()
+
+
 def test_killing_a_worker_mid_job_still_finishes_every_line_once(job, single_process, pool, tmp_path):
     """Last in the module: it kills one of the module's workers (Ray restarts it in the background)."""
     from tts_app.jobs.cluster import RayExecutor

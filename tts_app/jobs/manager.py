@@ -7,6 +7,8 @@ loses nothing either (its jobs come back "interrupted", ready to resume). No gra
     manager.get(state.job_id)        # status, lines done / total, ETA, current batch size
     manager.cancel(state.job_id)     # lines not finished are recorded "cancelled"
     manager.resume(state.job_id)     # runs what is not done yet (ok lines are kept)
+
+    JobManager(store, runtime, pool=WorkerPool.start(...))  # jobs' lines on Ray workers (tts_app.jobs.cluster)
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tts_app.request import SynthesisParams
 
 if TYPE_CHECKING:
     from tts_app.audio.transcribe import Transcriber
+    from tts_app.jobs.cluster import WorkerPool
     from tts_app.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -53,25 +56,29 @@ class _LiveJob:
 
 
 class JobManager:
-    """Background jobs on one engine, durable in a ``JobStore``.
+    """Background jobs on one engine (or on the engines of Ray workers), durable in a ``JobStore``.
 
     Args:
         store: where job folders live.
         runtime: the loaded model's ``tts_app.runtime.Runtime`` (engine + reference preparer), or None when no
-            model is loaded (``submit`` then refuses).
+            model is loaded (``submit`` then refuses, unless ``pool`` is given).
+        pool: Ray workers (``tts_app.jobs.cluster.WorkerPool``) that run every job's lines instead of ``runtime``;
+            validation, resume and the job's files stay on this machine. None = ``runtime``.
         job_config: runner settings.
         max_running_jobs: jobs run at once; the others wait "queued".
         server_id: this server's id in ``job.json`` (default: random); jobs another id left active are marked
             "interrupted" at once.
-        transcriber: automatic reference transcripts for the jobs' lines (``run_job``'s ``transcriber``).
+        transcriber: automatic reference transcripts for the jobs' lines (``run_job``'s ``transcriber``; with ``pool``
+            each worker builds its own from its setting).
     """
 
     def __init__(self, store: JobStore, runtime: Runtime | None, *, job_config: JobConfig = JobConfig(),
                  max_running_jobs: int = MAX_RUNNING_JOBS, server_id: str | None = None,
-                 transcriber: Transcriber | None = None):
+                 transcriber: Transcriber | None = None, pool: WorkerPool | None = None):
         self.store = store
         self.runtime = runtime
         self.transcriber = transcriber
+        self.pool = pool
         self.job_config = job_config
         self.server_id = server_id or secrets.token_hex(6)
         self._slots = threading.Semaphore(max_running_jobs)
@@ -177,7 +184,7 @@ class JobManager:
 
     # -- running -------------------------------------------------------------------------------------------------
     def _check_can_run(self) -> None:
-        if self.runtime is None:
+        if self.runtime is None and self.pool is None:
             raise InputError("no model is loaded, so no job can run; start the app with --model pointing at a "
                              "checkpoint")
         if self._stopping:
@@ -225,7 +232,13 @@ class JobManager:
             # greedy None (not given) = the checkpoint's own choice, as everywhere else
             params = SynthesisParams(seed=int(settings.get("seed") or 0), greedy=settings.get("greedy"),
                                      use_cache=bool(settings.get("use_cache", True)))
-            summary = run_job(self.store.job_file(state.job_id), self.store.out_dir(state.job_id), self.runtime,
+            executor = None
+            if self.pool is not None:
+                from tts_app.jobs.cluster import RayExecutor
+
+                executor = RayExecutor(self.pool)
+            summary = run_job(self.store.job_file(state.job_id), self.store.out_dir(state.job_id),
+                              self.runtime if executor is None else None, executor=executor,
                               audio_dir=self.store.audio_zip(state.job_id),
                               default_voice=self.store.default_voice(state.job_id), resume=resume,
                               progress=lambda done, total, info: self._progress(live, done, total, info),
@@ -274,7 +287,7 @@ class JobManager:
             elapsed = now - live.run_started_s
             remaining = max(0, total - done)
             state.eta_s = None if live.processed == 0 else remaining * elapsed / live.processed
-            stats = self.runtime.engine.stats() if self.runtime is not None else None
+            stats = self.runtime.engine.stats() if self.runtime is not None and self.pool is None else None
             state.batch_size = getattr(stats, "last_batch_size", None) or state.batch_size
             due = now - live.last_save_s >= SAVE_EVERY_S
             if due:
