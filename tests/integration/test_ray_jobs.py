@@ -281,6 +281,22 @@ def test_the_web_apps_jobs_run_on_the_workers(job, single_process, pool, tmp_pat
             assert (out / record["audio_path"]).read_bytes() == (single_process / record["audio_path"]).read_bytes()
 
 
+def test_the_memory_tab_lists_the_workers_with_their_memory(pool, tiny_model, tmp_path):
+    """``app.py --ray``: the Memory tab names each worker, its state, node, lines and its device memory (zh too)."""
+    from tts_app.config import EngineConfig, ModelConfig
+    from tts_app.ui import handlers
+    from tts_app.ui.context import AppContext
+
+    for lang, row, up in (("en", "worker {}: up", "2 of 2 up"), ("zh", "工作进程 {}：在线", "2 个在线")):
+        ctx = AppContext(model_config=ModelConfig(str(tiny_model)), engine_config=EngineConfig(), lang=lang,
+                         output_root=tmp_path / lang, pool=pool)
+        text, _ = handlers.gauge(ctx)
+        assert up in text
+        for worker in pool.stats():
+            line = next(line for line in text.splitlines() if row.format(worker.info.index + 1) in line)
+            assert f"{worker.info.node_ip} · pid {worker.info.pid}" in line and "GiB" in line  # where, memory
+
+
 def test_killing_a_worker_mid_job_still_finishes_every_line_once(job, single_process, pool, tmp_path):
     """Last in the module: it kills one of the module's workers (Ray restarts it in the background)."""
     from tts_app.jobs.cluster import RayExecutor

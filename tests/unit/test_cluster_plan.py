@@ -90,3 +90,21 @@ def test_batch_with_ray_not_installed_says_how_to_install_it(one_line_job, tmp_p
     err = capsys.readouterr().err
     assert "pip install -r requirements-ray.txt" in err and "Traceback" not in err
     assert not (tmp_path / "out" / "results.jsonl").exists()  # nothing ran
+
+
+def test_app_takes_the_batch_commands_ray_flags(capsys, monkeypatch):
+    from tts_app.jobs.cli import build_parser as batch_parser
+    from tts_app.ui.launch import build_parser as app_parser
+    from tts_app.ui.launch import main
+
+    def ray_flags(parser):
+        group = next(g for g in parser._action_groups if (g.title or "").startswith("Ray cluster"))
+        return {tuple(a.option_strings): (a.dest, a.default, a.type, a.choices) for a in group._group_actions}
+
+    assert ray_flags(app_parser()) == ray_flags(batch_parser())
+    assert main(["--num-workers", "2"]) == 2  # a usage error, before any model loads
+    assert "--num-workers only apply with --ray" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "ray", None)
+    assert main(["--ray", "local", "--model", "no/such-model"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install -r requirements-ray.txt" in err and "Traceback" not in err

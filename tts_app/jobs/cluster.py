@@ -414,6 +414,7 @@ class WorkerPool:
         self._slots = slots
         self._lock = threading.Lock()
         self._closed = False
+        self._last_stats: tuple[float, list[WorkerStats]] | None = None  # (monotonic time, stats)
 
     # -- start / stop --------------------------------------------------------------------------------------------
     @classmethod
@@ -631,12 +632,17 @@ class WorkerPool:
             ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
 
     # -- monitoring ----------------------------------------------------------------------------------------------
-    def stats(self, timeout_s: float = 2.0) -> list[WorkerStats]:
+    def stats(self, timeout_s: float = 2.0, *, max_age_s: float = 0.0) -> list[WorkerStats]:
         """Every worker now: state, lines done, engine stats and memory (asked of the workers that are up, each
-        answer waited for at most ``timeout_s``)."""
+        answer waited for at most ``timeout_s``). ``max_age_s`` > 0: the last answer when it is at most that old
+        (a page polling every second asks the workers once for all its viewers)."""
         import ray
 
         ray_error, _ = _ray_errors()
+        with self._lock:
+            cached = self._last_stats
+        if max_age_s > 0 and cached is not None and time.monotonic() - cached[0] <= max_age_s:
+            return cached[1]
         self.refresh()
         with self._lock:
             slots = list(self._slots)
@@ -659,6 +665,8 @@ class WorkerPool:
             out.append(WorkerStats(info=slot.info, state=slot.state, lines_done=slot.lines_done,
                                    lines_in_flight=slot.load, engine=engine,
                                    memory=memory, error=error))
+        with self._lock:
+            self._last_stats = (time.monotonic(), out)
         return out
 
 

@@ -12,6 +12,7 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tts_app.audio.preparer import ReferencePreparer
 from tts_app.config import EngineConfig, FrontendConfig, ModelConfig, ReferenceConfig, UploadConfig
@@ -20,6 +21,9 @@ from tts_app.monitor import MemoryHistory
 from tts_app.runtime import Runtime
 from tts_app.audio.transcribe import Transcriber, transcriber_from
 from tts_app.voices import VoiceLibrary
+
+if TYPE_CHECKING:
+    from tts_app.jobs.cluster import WorkerPool
 
 
 def default_output_root() -> Path:
@@ -47,6 +51,8 @@ class AppContext:
         upload_config: per-kind upload size limits.
         jobs: the server's durable jobs (``tts_app.jobs.manager``); built by ``start_jobs`` once the model is loaded
             (or failed to load).
+        pool: Ray workers that run the Batch tab's jobs (``app.py --ray``; ``tts_app.jobs.cluster.WorkerPool``),
+            or None (jobs run on ``runtime``). Stopped by ``launch.main``.
     """
 
     model_config: ModelConfig
@@ -62,6 +68,7 @@ class AppContext:
     asr_model: str | None = None
     _transcriber: Transcriber | None = None
     upload_config: UploadConfig = field(default_factory=UploadConfig)
+    pool: WorkerPool | None = None
     history: MemoryHistory = field(default_factory=MemoryHistory)
     jobs: JobManager | None = None
     _last_oom_count: int = 0
@@ -85,8 +92,9 @@ class AppContext:
         store = JobStore(self.output_root)
         store.prune(self.upload_config.keep_jobs_s)
         # the same automatic transcripts as the Single tab and ``batch``: a line with a reference clip and no
-        # transcript gets one (``fill_transcript``); nothing loads until a line needs it
-        self.jobs = JobManager(store, self.runtime,
+        # transcript gets one (``fill_transcript``; on Ray workers each builds its own); nothing loads until a line
+        # needs it
+        self.jobs = JobManager(store, self.runtime, pool=self.pool,
                                transcriber=self.transcriber if self.runtime is not None else None)
 
     def browser_dir(self, cookie_header: str | None) -> Path:

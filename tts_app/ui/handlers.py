@@ -464,6 +464,29 @@ def _emotion(ctx: AppContext, lang: str, mode, clip_path, vector, weight, text):
         raise user_error(error_text(exc, lang)) from exc
 
 
+def worker_lines(pool, lang: str) -> list[str]:
+    """Markdown lines for the Memory tab about the Ray workers of ``app.py --ray`` (``WorkerPool``): each one's
+    state, node, device, lines done / in flight, engine batch cap and OOM count, and its device memory."""
+    workers = pool.stats(timeout_s=1.0, max_age_s=2.0)
+    up = sum(1 for w in workers if w.state == "up")
+    lines = ["", server_text(lang, "workers_title", up=up, total=len(workers))]
+    for w in workers:
+        where = f"{w.info.device or '?'} · {w.info.node_ip} · pid {w.info.pid}"
+        text = server_text(lang, "worker_row", n=w.info.index + 1, state=server_text(lang, f"worker_{w.state}"),
+                           where=where, done=w.lines_done, flight=w.lines_in_flight)
+        if w.memory is not None:
+            text += " · " + server_text(lang, "worker_memory", used=f"{w.memory.used_bytes / GIB:.2f}",
+                                        total=f"{w.memory.total_bytes / GIB:.2f}",
+                                        own=f"{w.memory.torch_allocated_bytes / GIB:.3f}")
+        if w.engine is not None:
+            text += " · " + server_text(lang, "worker_engine", cap=w.engine.batch_cap, max=w.engine.max_batch_size,
+                                        oom=w.engine.num_oom)
+        if w.error:
+            text += f" · {w.error}"
+        lines.append("- " + text)
+    return lines
+
+
 def gauge(ctx: AppContext, request: gr.Request = None):
     """Timer tick -> (summary markdown, plot rows). Reads memory, records it, and marks new OOM events."""
     import pandas as pd
@@ -506,6 +529,8 @@ def gauge(ctx: AppContext, request: gr.Request = None):
                                             ago=f"{reading.time_s - ooms[-1]:.0f}"))
     else:
         lines.append("- " + server_text(lang, "no_model", error=ctx.load_error))
+    if ctx.pool is not None:
+        lines += worker_lines(ctx.pool, lang)
     frame = pd.DataFrame(ctx.history.rows() or [{"seconds_ago": 0.0, "used_gib": 0.0, "torch_gib": 0.0,
                                                   "event": "ok"}])
     return "\n".join(lines), frame

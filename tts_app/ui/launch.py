@@ -1,14 +1,18 @@
 """``python app.py [model and engine flags] [web server flags] [--lang zh|en] [--output-dir DIR]
-[--max-upload-size SIZE] [--max-zip-size SIZE]``: start the one
-HTTP server (``tts_app.server``: the OpenAI-compatible API and ``/metrics``), load the model once, build the runtime
-(engine + reference preparer), the job manager and the UI, and mount the UI on that server, so the web page and the API share one
-engine (their requests batch together).
+[--max-upload-size SIZE] [--max-zip-size SIZE] [--ray [ADDRESS|auto|local] [--num-workers N] [--gpus-per-worker G]]``:
+start the one HTTP server (``tts_app.server``: the OpenAI-compatible API and ``/metrics``), load the model once, build
+the runtime (engine + reference preparer), the job manager and the UI, and mount the UI on that server, so the web
+page and the API share one engine (their requests batch together).
 
 Order: the server listens first (API clients get 503 while the model loads, browsers a page that reloads itself),
 then the model loads, then the gradio app is built and mounted at ``/`` (``gradio.mount_gradio_app``; its log-in is
 ``--auth``). The address comes from ``--host``/``--port``, else gradio's ``GRADIO_SERVER_NAME``/``GRADIO_SERVER_PORT``
 (Hugging Face Spaces sets them), else 127.0.0.1 and 7860 or the next free port. Flags in ``$TTS_APP_ARGS`` come
 before those of the command line (a Space's way to pass flags).
+
+With ``--ray`` (the flags ``batch`` takes, ``tts_app.cli.args.add_cluster_args``) the Batch tab's jobs run on Ray
+workers that each load the model (``tts_app.jobs.cluster``), started after the local model; the single-synthesis tab
+and the API keep this process's engine. A cluster that cannot be used stops the start with exit status 2.
 
 The model and engine flags are the ones ``synth`` and ``batch`` take (``tts_app.cli.args.add_engine_args``); a bad
 value is a one-line usage error with exit status 2. If the model cannot be loaded (not cached and the hub
@@ -26,10 +30,10 @@ import sys
 import threading
 import time
 
-from tts_app.cli.args import (DEFAULT_PORT, CliParser, EngineArgs, add_engine_args, add_server_args, add_voice_args,
-                              check_device_available, check_output_dir, engine_args_from, file_size, parse_cli, server_address,
-                              server_config_from, usage_error)
-from tts_app.config import UploadConfig
+from tts_app.cli.args import (DEFAULT_PORT, CliParser, EngineArgs, add_cluster_args, add_engine_args, add_server_args,
+                              add_voice_args, check_device_available, check_output_dir, cluster_config_from,
+                              engine_args_from, file_size, parse_cli, server_address, server_config_from, usage_error)
+from tts_app.config import ClusterConfig, ReferenceConfig, UploadConfig
 from tts_app.errors import InputError, TTSAppError
 
 log = logging.getLogger("tts_app")
@@ -42,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = CliParser(prog=PROG, description="tts_app web UI and OpenAI-compatible speech API")
     add_engine_args(p)
     add_server_args(p)
+    add_cluster_args(p)
     g = p.add_argument_group("web page")
     g.add_argument("--lang", choices=["zh", "en"], default=None, help="interface language (default: browser's)")
     g.add_argument("--output-dir", default=None,
@@ -62,6 +67,18 @@ def upload_config_from(args: argparse.Namespace) -> UploadConfig:
     """``UploadConfig`` with the flags that were given (None = not given, the dataclass default applies)."""
     given = {"max_upload_bytes": args.max_upload_size, "max_zip_upload_bytes": args.max_zip_size}
     return UploadConfig(**{k: v for k, v in given.items() if v is not None})
+
+
+def start_pool(engine_args: EngineArgs, cluster: ClusterConfig, reference_config: ReferenceConfig):
+    """The Ray workers of ``app.py --ray`` (each loads the model; printing progress): the Batch tab's jobs run on
+    them, the Memory tab lists them.
+
+    Raises:
+        ClusterError: Ray missing, the cluster unreachable or too small, a worker could not load the model.
+    """
+    from tts_app.jobs.cluster import WorkerPool
+
+    return WorkerPool.start(engine_args, reference_config, cluster, on_status=lambda line: print(line, flush=True))
 
 
 def build_context(args: argparse.Namespace, engine_args: EngineArgs):
@@ -207,6 +224,7 @@ def main(argv: list[str]) -> int:
         return args
     try:
         engine_args = engine_args_from(args)
+        cluster = cluster_config_from(args)
         server_config = server_config_from(args)
         host, port = server_address(args)
         check_device_available(engine_args.model)
@@ -214,6 +232,14 @@ def main(argv: list[str]) -> int:
             check_output_dir(args.voices_dir, "--voices-dir")
     except InputError as exc:
         return usage_error(PROG, exc)
+    if cluster is not None:  # before the model loads: Ray missing is a set-up error, said at once
+        from tts_app.jobs.cluster import require_ray
+
+        try:
+            require_ray()
+        except TTSAppError as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         sock = bind_socket(host, port)
@@ -240,6 +266,13 @@ def main(argv: list[str]) -> int:
             print("warning: the HTTP API is open to anyone who can reach this address; give --api-key or "
                   "TTS_APP_API_KEY", file=sys.stderr, flush=True)
         load_model(ctx, engine_args)
+        if cluster is not None and ctx.runtime is not None:
+            try:
+                ctx.pool = start_pool(engine_args, cluster, ctx.reference_config)
+            except TTSAppError as exc:
+                print(f"error: {exc}", file=sys.stderr, flush=True)
+                return 2
+            ctx.start_jobs()  # the job manager again, now running its jobs on the workers
         print(f"Generated files and jobs go to {ctx.output_root}", flush=True)
         print(f"Saved voices go to {ctx.voices.root}", flush=True)
         mount_ui(ctx, server_config, server, ui)
@@ -252,6 +285,8 @@ def main(argv: list[str]) -> int:
     finally:
         server.stop()
         ctx.close()
+        if ctx.pool is not None:
+            ctx.pool.close()  # after the jobs stopped: the workers' engines, then the actors
     return 0
 
 

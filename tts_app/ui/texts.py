@@ -294,6 +294,11 @@ SERVER: dict[str, dict[str, str]] = {
         "no_model": "no model loaded: {error}",
         "emo_mode_none": "the voice reference's own", "emo_mode_clip": "emotion clip",
         "emo_mode_vector": "emotion sliders", "emo_mode_text": "from text",
+        "workers_title": "**Ray workers** ({up} of {total} up) — the Batch tab's jobs run on them",
+        "worker_row": "worker {n}: {state} · {where} · lines done {done}, in flight {flight}",
+        "worker_memory": "device memory used {used} / {total} GiB (worker's own {own} GiB)",
+        "worker_engine": "batch cap {cap} / {max} · OOM count {oom}",
+        "worker_up": "up", "worker_restarting": "restarting (its lines went to the others)", "worker_dead": "stopped",
     },
     "zh": {
         "format": "格式", "sampling_rate": "采样率", "channels": "声道", "duration_s": "时长",
@@ -348,6 +353,11 @@ SERVER: dict[str, dict[str, str]] = {
         "no_model": "未加载模型：{error}",
         "emo_mode_none": "参考音频自身的情感", "emo_mode_clip": "情感参考音频",
         "emo_mode_vector": "情感滑块", "emo_mode_text": "从文本判断",
+        "workers_title": "**Ray 工作进程**（{total} 个中 {up} 个在线）— 批量页的任务在这些进程上运行",
+        "worker_row": "工作进程 {n}：{state} · {where} · 已完成 {done} 行，进行中 {flight} 行",
+        "worker_memory": "设备内存已用 {used} / {total} GiB（本进程 {own} GiB）",
+        "worker_engine": "批大小上限 {cap} / {max} · OOM 次数 {oom}",
+        "worker_up": "在线", "worker_restarting": "重启中（它的行已交给其他进程）", "worker_dead": "已停止",
     },
 }
 SERVER["en"].update({
