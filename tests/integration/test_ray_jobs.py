@@ -3,7 +3,7 @@ and sidecars as the single-process run, every line exactly once when a worker is
 the driver is SIGKILLed, with another worker count.
 
 The module starts two workers once and every test uses them (starting Ray workers costs far more than the jobs);
-the worker-kill test comes last because it crashes one of them.
+the worker-kill tests come last because they stop them.
 
 One cluster per module (loopback only, no dashboard, 200 MB object store, its own session folder); it is shut down
 at the end and any of its processes still alive are stopped by pid.
@@ -223,7 +223,8 @@ def test_resume_after_driver_sigkill_with_another_worker_count(job, single_proce
              "--default-voice", str(default_voice(job))]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     driver = subprocess.Popen([sys.executable, "-m", "tts_app", "batch", str(job), "--out-dir", str(out), *flags,
-                               "--ray", ray_cluster, "--num-workers", "1", "--cpus-per-worker", str(WORKER_CPUS)],
+                               "--ray", ray_cluster, "--num-workers", "1", "--cpus-per-worker", str(WORKER_CPUS),
+                               "--ray-references", "shared"],  # workers read the files (same machine)
                               cwd=str(REPO), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 240
@@ -281,6 +282,32 @@ def test_the_web_apps_jobs_run_on_the_workers(job, single_process, pool, tmp_pat
             assert (out / record["audio_path"]).read_bytes() == (single_process / record["audio_path"]).read_bytes()
 
 
+def test_the_batch_tab_runs_its_job_on_the_workers(job, single_process, pool, tiny_model, tmp_path):
+    """``app.py --ray``: the Batch tab's job runs on the workers (none of its lines on the app's own engine) and
+    gives the single-process results."""
+    from tts_app.runtime import Runtime
+    from tts_app.ui import handlers
+    from tts_app.ui.context import AppContext
+
+    args = engine_args(tiny_model, 1)
+    runtime = Runtime.load(args.model, args.engine)
+    done_before = sum(s.lines_done for s in pool.stats())
+    try:
+        ctx = AppContext(model_config=args.model, engine_config=args.engine, runtime=runtime, lang="en",
+                         output_root=tmp_path / "app", pool=pool)
+        rows = [r if isinstance(r, str) else {**r, "seed": PARAMS.seed, "max_new_tokens": PARAMS.max_new_tokens}
+                for r in MIXED]
+        text, table, zip_path = handlers.run_job(ctx, str(write_jsonl(job.parent / "tab.jsonl", rows)),
+                                                 default_voice=str(default_voice(job)), seed=PARAMS.seed,
+                                                 progress=lambda *a, **k: None)
+        local_requests = runtime.engine.stats().num_requests_done
+    finally:
+        runtime.close()
+    assert f"ok {NUM_OK}" in text and Path(zip_path).is_file()
+    assert [row[2] for row in table.values.tolist()] == [r["status"] for r in records(single_process)]
+    assert local_requests == 0 and sum(s.lines_done for s in pool.stats()) - done_before == NUM_OK + 1
+
+
 def test_the_memory_tab_lists_the_workers_with_their_memory(pool, tiny_model, tmp_path):
     """``app.py --ray``: the Memory tab names each worker, its state, node, lines and its device memory (zh too)."""
     from tts_app.config import EngineConfig, ModelConfig
@@ -298,7 +325,7 @@ def test_the_memory_tab_lists_the_workers_with_their_memory(pool, tiny_model, tm
 
 
 def test_killing_a_worker_mid_job_still_finishes_every_line_once(job, single_process, pool, tmp_path):
-    """Last in the module: it kills one of the module's workers (Ray restarts it in the background)."""
+    """Next to last in the module: it crashes one of the module's workers (Ray restarts it)."""
     from tts_app.jobs.cluster import RayExecutor
 
     killed = []
@@ -316,7 +343,29 @@ def test_killing_a_worker_mid_job_still_finishes_every_line_once(job, single_pro
     assert killed and (summary.num_ok, summary.num_failed) == (NUM_OK, NUM_FAILED)
     assert executor.num_retried >= 1  # its lines went to the other worker
     assert any(f"worker {killed[0] + 1}" in event and "stopped" in event for event in pool.events)
-    states = {s.info.index: s.state for s in pool.stats()}
-    assert states[1 - killed[0]] == "up" and states[killed[0]] in ("restarting", "up")
     # one record per line in line order, the retried lines' audio and sidecars those of the single-process run
     assert_same_outputs(single_process, tmp_path / "ray")
+    deadline = time.monotonic() + 180  # Ray restarts the crashed worker (it reloads the model): it is back up
+    while time.monotonic() < deadline and pool.stats()[killed[0]].state == "restarting":
+        time.sleep(0.5)
+    assert [s.state for s in pool.stats()] == ["up", "up"]
+    assert f"worker {killed[0] + 1} is back" in pool.events
+
+
+def test_when_every_worker_is_gone_the_job_ends_at_once_with_every_line_recorded(job, pool, tmp_path):
+    """Last in the module (it stops the module's workers): no hang; the valid lines are recorded failed with a
+    message that says to resume, the invalid ones with their own errors."""
+    import ray
+
+    from tts_app.jobs.cluster import RayExecutor
+
+    for handle in pool.handles:
+        ray.kill(handle, no_restart=True)
+    started = time.monotonic()
+    summary = run_job(job, tmp_path / "ray", None, params=PARAMS, executor=RayExecutor(pool))
+    assert time.monotonic() - started < 60
+    final = records(tmp_path / "ray")
+    assert [r["line"] for r in final] == list(range(1, len(MIXED) + 1)) and summary.num_ok == 0
+    gone = [r for r in final if "no Ray worker is left" in (r["error"] or "")]
+    assert gone and all("--resume" in r["error"] for r in gone)
+    assert {s.state for s in pool.stats()} == {"dead"}

@@ -73,6 +73,8 @@ REFERENCE_REFS_KEPT = 64
 #: Ray's own switch that makes a single-machine cluster use and bind the loopback address (it must be set before
 #: ``import ray``; ``ray._private.ray_constants.ENABLE_RAY_CLUSTER``)
 _LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+#: seconds between probes of a worker Ray is restarting
+PROBE_INTERVAL_S = 1.0
 #: environment variables passed on to workers when the driver has them (offline mode, thread counts)
 _PASSED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM")
 
@@ -348,8 +350,9 @@ class _Slot:
     state: str = "up"  # "up" | "restarting" | "dead"
     load: int = 0  # lines in flight on it, all jobs together
     lines_done: int = 0
-    probe: Any = None  # ObjectRef of an ``info`` call while "restarting"
-    probe_started_s: float = 0.0
+    probe: Any = None  # ObjectRef of an ``info`` call while "restarting" (None: the next one is due at next_probe_s)
+    probe_started_s: float = 0.0  # when it stopped (monotonic s)
+    next_probe_s: float = 0.0
     error: str | None = None
 
 
@@ -570,11 +573,18 @@ class WorkerPool:
         logger.warning("%s", message)
 
     def refresh(self) -> None:
-        """Settle probes of failed workers without waiting: back "up", or "dead" (failed / timed out)."""
+        """Settle probes of failed workers without waiting: back "up", or "dead" (died for good, failed to load
+        the model, or not back within ``worker_start_timeout_s``). A probe that finds the actor still restarting
+        (Ray's ``ActorUnavailableError``) is sent again a second later."""
         import ray
+        from ray.exceptions import ActorUnavailableError
 
         ray_error, _ = _ray_errors()
+        now = time.monotonic()
         with self._lock:
+            for slot in self._slots:
+                if slot.state == "restarting" and slot.probe is None and now >= slot.next_probe_s:
+                    slot.probe = slot.handle.info.options(concurrency_group=CONTROL_GROUP).remote()
             probing = [s for s in self._slots if s.state == "restarting" and s.probe is not None]
         if not probing:
             return
@@ -586,9 +596,12 @@ class WorkerPool:
                 try:
                     info = ray.get(slot.probe)
                     verdict, error = ("up", None) if info.load_error is None else ("dead", info.load_error)
+                except ActorUnavailableError:  # Ray is restarting it (reloading the model): ask again later
+                    with self._lock:
+                        slot.probe, slot.next_probe_s = None, time.monotonic() + PROBE_INTERVAL_S
                 except ray_error as exc:
                     verdict, error = "dead", _short(exc)
-            elif time.monotonic() - slot.probe_started_s > self.config.worker_start_timeout_s:
+            if verdict is None and time.monotonic() - slot.probe_started_s > self.config.worker_start_timeout_s:
                 verdict, error = "dead", f"not back within {self.config.worker_start_timeout_s:g} s"
             if verdict is None:
                 continue
