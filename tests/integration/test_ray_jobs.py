@@ -130,7 +130,9 @@ MIXED[1:1] = [
     {"input_text": "Too hot.", "prompt_audio": "voices/anna.wav", "temperature": -1},
     {"input_text": "Spoken in the default voice.", "output_name": "default_voice"},
 ]
-NUM_OK, NUM_FAILED = 6, 4
+MIXED.append({"input_text": "Happy words.", "prompt_audio": "voices/anna.wav",  # its emotion clip goes to the
+              "emo_audio_prompt": "voices/mei.wav"})                           # worker; refused by VibeVoice
+NUM_OK, NUM_FAILED = 6, 5
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +212,7 @@ def test_good_and_bad_lines_give_the_single_process_results_and_audio(job, singl
     by_line = {r["line"]: r for r in records(tmp_path / "ray")}
     assert "broken.wav" in by_line[4]["error"]  # refused by the worker's reference preparer, as locally
     assert by_line[6]["output_name"] == "default_voice" and by_line[6]["status"] == "ok"
+    assert "emotion control" in by_line[len(MIXED)]["error"]  # as in the single process
     assert all(s.lines_done > 0 for s in pool.stats())  # both workers ran lines (least-loaded dispatch)
 
 
@@ -305,7 +308,7 @@ def test_the_batch_tab_runs_its_job_on_the_workers(job, single_process, pool, ti
         runtime.close()
     assert f"ok {NUM_OK}" in text and Path(zip_path).is_file()
     assert [row[2] for row in table.values.tolist()] == [r["status"] for r in records(single_process)]
-    assert local_requests == 0 and sum(s.lines_done for s in pool.stats()) - done_before == NUM_OK + 1
+    assert local_requests == 0 and sum(s.lines_done for s in pool.stats()) - done_before == NUM_OK + 2
 
 
 def test_the_memory_tab_lists_the_workers_with_their_memory(pool, tiny_model, tmp_path):
