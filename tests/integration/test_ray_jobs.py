@@ -132,7 +132,8 @@ MIXED[1:1] = [
 ]
 MIXED.append({"input_text": "Happy words.", "prompt_audio": "voices/anna.wav",  # its emotion clip goes to the
               "emo_audio_prompt": "voices/mei.wav"})                           # worker; refused by VibeVoice
-NUM_OK, NUM_FAILED = 6, 5
+MIXED.append({"input_text": "A bundled voice speaks.", "voice": "en-female", "output_name": "bundled"})  # the
+NUM_OK, NUM_FAILED = 7, 5                                                  # voice library, rebuilt on the worker
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +213,8 @@ def test_good_and_bad_lines_give_the_single_process_results_and_audio(job, singl
     by_line = {r["line"]: r for r in records(tmp_path / "ray")}
     assert "broken.wav" in by_line[4]["error"]  # refused by the worker's reference preparer, as locally
     assert by_line[6]["output_name"] == "default_voice" and by_line[6]["status"] == "ok"
-    assert "emotion control" in by_line[len(MIXED)]["error"]  # as in the single process
+    assert "emotion control" in by_line[len(MIXED) - 1]["error"]  # as in the single process
+    assert by_line[len(MIXED)]["status"] == "ok"  # the bundled voice
     assert all(s.lines_done > 0 for s in pool.stats())  # both workers ran lines (least-loaded dispatch)
 
 
