@@ -288,25 +288,31 @@ def test_the_web_apps_jobs_run_on_the_workers(job, single_process, pool, tmp_pat
 
 
 def test_the_batch_tab_runs_its_job_on_the_workers(job, single_process, pool, tiny_model, tmp_path):
-    """``app.py --ray``: the Batch tab's job runs on the workers (none of its lines on the app's own engine) and
-    gives the single-process results."""
+    """``app.py --ray``: the Batch tab's job (the app's job manager, ``ctx.start_jobs`` with ``ctx.pool``) runs on
+    the workers (none of its lines on the app's own engine) and gives the single-process results."""
+    import zipfile
+
     from tts_app.runtime import Runtime
-    from tts_app.ui import handlers
+    from tts_app.ui import batch
     from tts_app.ui.context import AppContext
 
     args = engine_args(tiny_model, 1)
     runtime = Runtime.load(args.model, args.engine)
     done_before = sum(s.lines_done for s in pool.stats())
+    ctx = AppContext(model_config=args.model, engine_config=args.engine, runtime=runtime, lang="en",
+                     output_root=tmp_path / "app", voices_dir=tmp_path / "voices", pool=pool)
     try:
-        ctx = AppContext(model_config=args.model, engine_config=args.engine, runtime=runtime, lang="en",
-                         output_root=tmp_path / "app", pool=pool)
-        rows = [r if isinstance(r, str) else {**r, "seed": PARAMS.seed, "max_new_tokens": PARAMS.max_new_tokens}
-                for r in MIXED]
-        text, table, zip_path = handlers.run_job(ctx, str(write_jsonl(job.parent / "tab.jsonl", rows)),
-                                                 default_voice=str(default_voice(job)), seed=PARAMS.seed,
-                                                 progress=lambda *a, **k: None)
+        ctx.start_jobs()
+        rows = [r if isinstance(r, str) else {**r, "max_new_tokens": PARAMS.max_new_tokens} for r in MIXED]
+        with zipfile.ZipFile(tmp_path / "voices.zip", "w") as zf:  # uploads: the job file and its voices' ZIP
+            for wav in sorted((job.parent / "voices").iterdir()):
+                zf.write(wav, f"voices/{wav.name}")
+        text, table, zip_path = batch.run_job_blocking(ctx, str(write_jsonl(tmp_path / "tab.jsonl", rows)),
+                                                       str(tmp_path / "voices.zip"),
+                                                       default_voice=str(default_voice(job)), seed=PARAMS.seed)
         local_requests = runtime.engine.stats().num_requests_done
     finally:
+        ctx.jobs.shutdown()
         runtime.close()
     assert f"ok {NUM_OK}" in text and Path(zip_path).is_file()
     assert [row[2] for row in table.values.tolist()] == [r["status"] for r in records(single_process)]
