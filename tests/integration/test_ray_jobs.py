@@ -335,6 +335,40 @@ def test_the_memory_tab_lists_the_workers_with_their_memory(pool, tiny_model, tm
             assert f"{worker.info.node_ip} · pid {worker.info.pid}" in line and "GiB" in line  # where, memory
 
 
+def test_automatic_transcripts_and_the_output_format_are_the_single_processs(job, tiny_model, tiny_whisper,
+                                                                             pool, tmp_path):
+    """``batch --asr-model M --format flac --ray``: each worker transcribes the references without a transcript
+    with its own ASR model (built from the job's setting), as the single process does; the files are FLAC."""
+    from tts_app.audio.transcribe import transcriber_from
+    from tts_app.jobs.cluster import RayExecutor
+    from tts_app.jobs.schema import JobConfig
+    from tts_app.runtime import Runtime
+
+    path = write_jsonl(job.parent / "transcribed.jsonl", story(2) + [
+        {"input_text": "Typed transcript.", "prompt_audio": "voices/anna.wav", "prompt_text": "Hello there."}])
+    config = JobConfig(audio_format="flac")
+    args = engine_args(tiny_model, 1)
+    runtime = Runtime.load(args.model, args.engine)
+    try:
+        run_job(path, tmp_path / "single", runtime, params=PARAMS, config=config,
+                transcriber=transcriber_from(str(tiny_whisper), "cpu"))
+    finally:
+        runtime.close()
+    summary = run_job(path, tmp_path / "ray", None, params=PARAMS, config=config, executor=RayExecutor(pool),
+                      transcriber=transcriber_from(str(tiny_whisper), "cpu"))
+    assert summary.all_ok
+    assert_same_outputs(tmp_path / "single", tmp_path / "ray")
+    rows = records(tmp_path / "ray")
+    assert [Path(r["audio_path"]).suffix for r in rows] == [".flac"] * 3
+    for row in rows[:2]:  # transcribed on the worker: named in a warning and stored in the sidecar
+        note = next(w for w in row["warnings"] if "transcribed automatically" in w)
+        meta = json.loads((tmp_path / "ray" / row["metadata_path"]).read_text(encoding="utf-8"))
+        assert meta["reference"]["text"] and meta["reference"]["text"] in note
+    assert not any("transcribed automatically" in w for w in rows[2]["warnings"])  # its own transcript kept
+    meta = json.loads((tmp_path / "ray" / rows[2]["metadata_path"]).read_text(encoding="utf-8"))
+    assert meta["reference"]["text"] == "Hello there."
+
+
 def test_killing_a_worker_mid_job_still_finishes_every_line_once(job, single_process, pool, tmp_path):
     """Next to last in the module: it crashes one of the module's workers (Ray restarts it)."""
     from tts_app.jobs.cluster import RayExecutor
