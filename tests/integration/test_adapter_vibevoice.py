@@ -247,11 +247,43 @@ def _ours_with_upstream_noise(adapter, rows, params, patch, seed=0):
 
 @pytest.fixture
 def noiseless_reference(adapter, monkeypatch):
-    """The reference encoded without sigma-VAE noise, for both sides (upstream draws it from the global RNG)."""
+    """The reference encoded without sigma-VAE noise on both sides (upstream draws it from the global RNG, before
+    its diffusion noise; ours from the row's generator)."""
     model = adapter.model
     original = model.model.get_audio_features
     monkeypatch.setattr(model.model, "get_audio_features",
                         lambda values, mask, sample=True: original(values, mask, sample=False))
+    ours = adapter._encode_reference
+    monkeypatch.setattr(adapter, "_encode_reference",
+                        lambda values, num_samples, generator: ours(values, num_samples, None))
+
+
+def test_the_reference_encoding_is_upstreams_and_ignores_other_draws_on_the_global_rng(adapter, rows):
+    """A row's prompt embeddings are upstream's ``get_audio_features(sample=True)`` after ``manual_seed(row.seed)``
+    and stay the same when something else draws from the process-wide torch RNG while the codec runs (another thread:
+    the ASR pipeline of the next line's transcript drew its DataLoader seed there, and a job's audio differed)."""
+    row = rows[0]
+    params = SynthesisParams()
+    alone = adapter.preprocess([row], params)
+    lm = adapter.model.model
+
+    def draw_mid_encode(module, args):
+        torch.rand(7)
+
+    hook = lm.audio_tower.encoder.register_forward_pre_hook(draw_mid_encode)
+    try:
+        disturbed = adapter.preprocess([row], params)
+    finally:
+        hook.remove()
+    assert torch.equal(disturbed.inputs_embeds, alone.inputs_embeds)
+
+    feats = adapter.processor.feature_extractor([row.reference_audio], sampling_rate=adapter.facts.sampling_rate,
+                                                return_tensors="pt")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(row.seed)
+        frames = lm.get_audio_features(feats["input_values"], feats["padding_mask"], sample=True).pooler_output
+    placeholder = alone.input_ids[0] == adapter.model.config.audio_token_id
+    assert torch.equal(alone.inputs_embeds[0, placeholder], frames)
 
 
 def test_matches_transformers_generate_at_cfg_1_3_over_30_frames(adapter, rows, monkeypatch, noiseless_reference):

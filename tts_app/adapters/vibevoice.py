@@ -919,10 +919,8 @@ class VibeVoiceAdapter(TTSAdapter):
             num_samples = int(tokens["padding_mask"][j].sum())
             padded = math.ceil(num_samples / multiple) * multiple
             values = tokens["input_values"][j:j + 1, :, :padded].to(self.device, lm.dtype)
-            mask = tokens["padding_mask"][j:j + 1, :padded].to(self.device)
-            with torch.random.fork_rng(devices=self._rng_devices()):
-                torch.manual_seed(voice_seed(clip))
-                row_frames.append(lm.get_audio_features(values, mask, sample=True).pooler_output)
+            generator = torch.Generator(device=self.device).manual_seed(voice_seed(clip))
+            row_frames.append(self._encode_reference(values, num_samples, generator))
         frames = torch.cat(row_frames, dim=0)  # (num_frames of all the row's clips, hidden)
         embeds[input_ids == self.model.config.audio_token_id] = frames.to(embeds.dtype)
         return embeds
@@ -946,14 +944,36 @@ class VibeVoiceAdapter(TTSAdapter):
             return 0
         return n
 
-    def _rng_devices(self) -> list[int]:
-        """CUDA device indices whose RNG state ``fork_rng`` must save and restore (none on CPU)."""
+    def _encode_reference(self, values, num_samples: int, generator):
+        """Prompt embeddings ``(num_frames, hidden)`` of one reference clip: transformers'
+        ``VibeVoiceModel.get_audio_features(values, mask, sample=True)`` (5.24.0), with the sigma-VAE noise of
+        ``VibeVoiceAcousticTokenizerModel.encode`` (scale ``vae_std * randn(batch)`` times ``randn_like(latents)``)
+        drawn from ``generator`` instead of the process-wide RNG; ``generator=None`` = no noise (``sample=False``).
+
+        Upstream draws that noise from the global torch RNG, which every thread of the process shares: a
+        transcription in another thread (transformers' ASR pipeline draws its DataLoader's seed from it) between a
+        ``manual_seed`` and the draw gave the same request other audio. The same seed gives the same numbers as
+        upstream after ``torch.manual_seed(seed)`` (the same generator algorithm, draws in the same order).
+
+        Args:
+            values: float ``(1, 1, padded_samples)`` on the device, the feature extractor's ``input_values`` cut to
+                the clip's length rounded up to the codec hop.
+            num_samples: the clip's own length (its ``padding_mask`` sum); frames = ceil(num_samples / hop).
+            generator: the clip's ``torch.Generator`` (seeded with ``voice_seed``), or None.
+        """
         import torch
 
-        device = torch.device(self.device)
-        if device.type != "cuda":
-            return []
-        return [device.index if device.index is not None else torch.cuda.current_device()]
+        lm = self.model.model
+        with torch.no_grad():
+            latents = lm.audio_tower.encode(values, sample=False).latents  # (1, frames, latent_size)
+            if generator is not None:
+                draw = {"generator": generator, "device": latents.device, "dtype": latents.dtype}
+                noise_std = lm.audio_tower.config.vae_std * torch.randn(latents.shape[0], **draw)
+                # empty_like keeps the latents' strides, as randn_like does: the same numbers land on the same frames
+                latents = latents + noise_std[:, None, None] * torch.empty_like(latents).normal_(generator=generator)
+        features = (latents + lm.latent_bias_factor.to(latents.device)) * lm.latent_scaling_factor.to(latents.device)
+        num_frames = math.ceil(num_samples / self.model.config.audio_config.hop_length)
+        return lm.multi_modal_projector(features)[0, :num_frames]
 
     def _select_tokens(self, hidden, allowed, rows):
         """Next token per row ``(n,)`` int64: the argmax of the LM head restricted to ``allowed``, always (as the
