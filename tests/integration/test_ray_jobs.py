@@ -172,12 +172,14 @@ def write_jsonl(path: Path, rows: list) -> Path:
     return path
 
 
-def records(out_dir: Path) -> list[dict]:
-    """results.jsonl without the wall times (they differ run to run)."""
+def records(out_dir: Path, *, keep_request_ids: bool = False) -> list[dict]:
+    """results.jsonl without the wall times and request ids (they differ run to run)."""
     out = []
     for text in (out_dir / RESULTS_NAME).read_text(encoding="utf-8").splitlines():
         record = json.loads(text)
         record.pop("elapsed_s")
+        if not keep_request_ids:
+            record.pop("request_id")
         out.append(record)
     return out
 
@@ -193,9 +195,14 @@ def sidecar(path: Path) -> dict:
 
 
 def assert_same_outputs(expected_dir: Path, actual_dir: Path) -> None:
-    """Same records (line order, statuses, messages, names, durations), byte-identical WAVs, same sidecars."""
+    """Same records (line order, statuses, messages, names, durations), byte-identical WAVs, same sidecars; an ok
+    record names the request that ran it on its worker, as its sidecar does."""
     expected, actual = records(expected_dir), records(actual_dir)
     assert actual == expected
+    for record in records(actual_dir, keep_request_ids=True):
+        if record["status"] == "ok":
+            meta = json.loads((actual_dir / record["metadata_path"]).read_text(encoding="utf-8"))
+            assert record["request_id"] and record["request_id"] == meta["request_id"]
     for record in expected:
         if record["status"] != "ok":
             continue

@@ -106,6 +106,8 @@ class LineOutcome:
         metadata: the sidecar without its ``audio`` block (``tts_app.outputs.output_metadata``), only when ok.
         warnings: notices for the results record (line, reference, engine), each once.
         elapsed_s: wall seconds from preparing the line to its end, on the machine that ran it.
+        request_id: the engine request that ran the line (the record's ``request_id``: the id its failure's
+            traceback is logged under, on the machine that ran it), or None when it never reached an engine.
     """
 
     line_number: int
@@ -116,6 +118,7 @@ class LineOutcome:
     metadata: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    request_id: str | None = None
 
 
 @dataclass
@@ -270,33 +273,36 @@ def outcome_from_result(runtime: Runtime, context: JobContext, line: JobLine, pr
     its sidecar, built from ``runtime`` (the model and engine that ran it)."""
     reference_warnings = prepared.reference.warnings if prepared.reference is not None else []
     warnings = list(dict.fromkeys(prepared.warnings + reference_warnings + list(result.warnings or [])))
+    request_id = prepared.request.request_id
     if result.status is RequestStatus.CANCELLED:
         return LineOutcome(line.line_number, line.output_name, "cancelled", error=result.error or "cancelled",
-                           warnings=warnings, elapsed_s=elapsed_s)
+                           warnings=warnings, elapsed_s=elapsed_s, request_id=request_id)
     if not result.ok or len(result.audio) == 0:
         return LineOutcome(line.line_number, line.output_name, "failed", error=result.error or "no audio produced",
-                           warnings=warnings, elapsed_s=elapsed_s)
+                           warnings=warnings, elapsed_s=elapsed_s, request_id=request_id)
     from tts_app.outputs import output_metadata
 
     job = {"job": {"file": context.job_file_name, "line": line.line_number, "output_name": line.output_name}}
     metadata = output_metadata(runtime, prepared.request, result, entry_point="job", reference=prepared.reference,
                                warnings=prepared.warnings, extra=job, speaker_references=prepared.speaker_references)
     return LineOutcome(line.line_number, line.output_name, "ok", result=result, metadata=metadata,
-                       warnings=warnings, elapsed_s=elapsed_s)
+                       warnings=warnings, elapsed_s=elapsed_s, request_id=request_id)
 
 
-def outcome_from_exception(line: JobLine, exc: BaseException, elapsed_s: float, *, request_id: str = "?",
+def outcome_from_exception(line: JobLine, exc: BaseException, elapsed_s: float, *, request_id: str | None = None,
                            warnings: list[str] | tuple[str, ...] = ()) -> LineOutcome:
-    """The outcome of a line whose preparation or request raised ``exc``: cancelled, failed with the project
-    error's message, or failed as an internal error (logged with its traceback; the job goes on)."""
+    """The outcome of a line whose preparation (``request_id`` None) or request ``request_id`` raised ``exc``:
+    cancelled, failed with the project error's message, or failed as an internal error (logged with its traceback,
+    under the request id; the job goes on)."""
     if isinstance(exc, (cf.CancelledError, RequestCancelledError)):
-        return LineOutcome(line.line_number, line.output_name, "cancelled", error="cancelled", elapsed_s=elapsed_s)
+        return LineOutcome(line.line_number, line.output_name, "cancelled", error="cancelled", elapsed_s=elapsed_s,
+                           request_id=request_id)
     if isinstance(exc, TTSAppError):
         return LineOutcome(line.line_number, line.output_name, "failed", error=str(exc), warnings=list(warnings),
-                           elapsed_s=elapsed_s)
-    logger.error("job line %d (request %s) raised", line.line_number, request_id, exc_info=exc)
+                           elapsed_s=elapsed_s, request_id=request_id)
+    logger.error("job line %d (request %s) raised", line.line_number, request_id or "not started", exc_info=exc)
     return LineOutcome(line.line_number, line.output_name, "failed", error=f"internal error: {exc!r}",
-                       warnings=list(warnings), elapsed_s=elapsed_s)
+                       warnings=list(warnings), elapsed_s=elapsed_s, request_id=request_id)
 
 
 # --------------------------------------------------------------------------------------------------- local
@@ -359,8 +365,7 @@ class LocalExecutor:
         try:
             result = future.result()
         except BaseException as exc:  # noqa: BLE001 - sorted by outcome_from_exception
-            return outcome_from_exception(pending.line, exc, elapsed,
-                                          request_id=getattr(pending.handle, "request_id", "?"))
+            return outcome_from_exception(pending.line, exc, elapsed, request_id=pending.prepared.request.request_id)
         return outcome_from_result(self.runtime, self.context, pending.line, pending.prepared, result, elapsed)
 
     def poll(self, timeout_s: float) -> list[LineOutcome]:
@@ -377,7 +382,8 @@ class LocalExecutor:
         for future in not_done:
             pending = self._in_flight.pop(future)
             outcomes.append(LineOutcome(pending.line.line_number, pending.line.output_name, "cancelled",
-                                        error="cancelled", elapsed_s=time.monotonic() - pending.started_s))
+                                        error="cancelled", elapsed_s=time.monotonic() - pending.started_s,
+                                        request_id=pending.prepared.request.request_id))
         return outcomes
 
     def abort(self) -> None:

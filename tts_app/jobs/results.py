@@ -19,7 +19,8 @@ Record fields: ``line`` (1-based physical line of the job file), ``output_name``
 ``tts_app.outputs``; file names relative to the output folder, or null), ``duration_s``, ``num_segments``,
 ``elapsed_s`` (wall seconds from submission to completion), ``warnings``, ``request_id`` (the engine request
 that ran the line: the id a failure's traceback is logged under and its sidecar's ``request_id``; null for a line
-that never reached the engine: invalid, or cancelled before it started).
+that never reached the engine: invalid, cancelled before it started, or on a Ray worker that stopped before
+answering).
 """
 
 from __future__ import annotations

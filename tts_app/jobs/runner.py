@@ -205,10 +205,10 @@ class _JobRun:
     def record(self, line: int, output_name: str | None, status: str, *, error: str | None = None,
                audio_path: str | None = None, metadata_path: str | None = None, duration_s: float | None = None,
                num_segments: int | None = None, elapsed_s: float = 0.0,
-               warnings: list[str] | tuple[str, ...] = ()) -> None:
+               warnings: list[str] | tuple[str, ...] = (), request_id: str | None = None) -> None:
         self.writer.put(line_record(line, output_name, status, error=error, audio_path=audio_path,
                                     metadata_path=metadata_path, duration_s=duration_s, num_segments=num_segments,
-                                    elapsed_s=elapsed_s, warnings=warnings))
+                                    elapsed_s=elapsed_s, warnings=warnings, request_id=request_id))
         if status == "ok":
             self.summary.num_ok += 1
         elif status == "failed":
@@ -234,7 +234,7 @@ class _JobRun:
         """One line's end, wherever it ran: an ok line's WAV and sidecar written atomically, then its record."""
         if outcome.status != "ok" or outcome.result is None or outcome.metadata is None:
             self.record(outcome.line_number, outcome.output_name, outcome.status, error=outcome.error,
-                        elapsed_s=outcome.elapsed_s, warnings=outcome.warnings)
+                        elapsed_s=outcome.elapsed_s, warnings=outcome.warnings, request_id=outcome.request_id)
             return
         from tts_app.outputs import save_outputs
 
@@ -242,7 +242,8 @@ class _JobRun:
         files = save_outputs(self.out_dir / f"{outcome.output_name}.{self.audio_format}", result, outcome.metadata)
         self.record(outcome.line_number, outcome.output_name, "ok", audio_path=files.audio.name,
                     metadata_path=files.metadata.name, duration_s=round(result.duration_s, 3),
-                    num_segments=len(result.segments), elapsed_s=outcome.elapsed_s, warnings=outcome.warnings)
+                    num_segments=len(result.segments), elapsed_s=outcome.elapsed_s, warnings=outcome.warnings,
+                    request_id=outcome.request_id)
 
     def harvest(self, executor: LineExecutor) -> None:
         """Write out every line that has already finished, without waiting (outputs appear as lines complete)."""
