@@ -9,6 +9,7 @@ import torch
 
 from tests.adapter_helpers import load_reference, run_batch, run_make_tiny_model, spy_from_pretrained
 from tts_app.adapters.base import AdapterRow
+from tts_app.adapters.vibevoice import voice_seed
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
 from tts_app.request import StopReason, SynthesisParams
 
@@ -248,7 +249,7 @@ def _ours_with_upstream_noise(adapter, rows, params, patch, seed=0):
 @pytest.fixture
 def noiseless_reference(adapter, monkeypatch):
     """The reference encoded without sigma-VAE noise on both sides (upstream draws it from the global RNG, before
-    its diffusion noise; ours from the row's generator)."""
+    its diffusion noise; ours from the clip's generator)."""
     model = adapter.model
     original = model.model.get_audio_features
     monkeypatch.setattr(model.model, "get_audio_features",
@@ -259,9 +260,10 @@ def noiseless_reference(adapter, monkeypatch):
 
 
 def test_the_reference_encoding_is_upstreams_and_ignores_other_draws_on_the_global_rng(adapter, rows):
-    """A row's prompt embeddings are upstream's ``get_audio_features(sample=True)`` after ``manual_seed(row.seed)``
-    and stay the same when something else draws from the process-wide torch RNG while the codec runs (another thread:
-    the ASR pipeline of the next line's transcript drew its DataLoader seed there, and a job's audio differed)."""
+    """A row's prompt embeddings are upstream's ``get_audio_features(sample=True)`` after ``manual_seed`` with the
+    clip's ``voice_seed``, and stay the same when something else draws from the process-wide torch RNG while the
+    codec runs (another thread: the ASR pipeline of the next line's transcript drew its DataLoader seed there, and a
+    job's audio differed)."""
     row = rows[0]
     params = SynthesisParams()
     alone = adapter.preprocess([row], params)
@@ -280,7 +282,7 @@ def test_the_reference_encoding_is_upstreams_and_ignores_other_draws_on_the_glob
     feats = adapter.processor.feature_extractor([row.reference_audio], sampling_rate=adapter.facts.sampling_rate,
                                                 return_tensors="pt")
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(row.seed)
+        torch.manual_seed(voice_seed(row.reference_audio))
         frames = lm.get_audio_features(feats["input_values"], feats["padding_mask"], sample=True).pooler_output
     placeholder = alone.input_ids[0] == adapter.model.config.audio_token_id
     assert torch.equal(alone.inputs_embeds[0, placeholder], frames)
