@@ -326,11 +326,6 @@ class LineWorker:
         stats = self.runtime.engine.stats()
         return stats, read_memory(stats.device)
 
-    def set_max_batch_size(self, max_batch_size: int) -> None:
-        """The engine's ceiling on rows per batch (``Engine.set_max_batch_size``)."""
-        if self.runtime is not None:
-            self.runtime.engine.set_max_batch_size(max_batch_size)
-
     def shutdown(self) -> None:
         """Stop the engine (joins its thread) before the actor is killed."""
         if self.runtime is not None:
@@ -625,24 +620,6 @@ class WorkerPool:
     def first_up(self) -> _Slot | None:
         with self._lock:
             return next((s for s in self._slots if s.state == "up"), None)
-
-    def set_max_batch_size(self, max_batch_size: int, timeout_s: float = 10.0) -> None:
-        """Every worker's engine ceiling on rows per batch (a job's "max batch size" setting, as on the local
-        engine); workers that are not up or do not answer within ``timeout_s`` keep theirs.
-
-        Raises:
-            InputError: ``max_batch_size`` < 1.
-        """
-        import ray
-
-        from tts_app.errors import InputError
-
-        if int(max_batch_size) < 1:
-            raise InputError(f"max batch size {max_batch_size} must be >= 1")
-        refs = [h.set_max_batch_size.options(concurrency_group=CONTROL_GROUP).remote(int(max_batch_size))
-                for h in self.alive_handles()]
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
 
     # -- monitoring ----------------------------------------------------------------------------------------------
     def stats(self, timeout_s: float = 2.0, *, max_age_s: float = 0.0) -> list[WorkerStats]:
