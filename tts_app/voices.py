@@ -222,6 +222,19 @@ class VoiceLibrary:
         """The names of ``list()``."""
         return [v.name for v in self.list()]
 
+    def cleaned_keys(self) -> set[str]:
+        """The reference keys (``ReferenceAudio.key``) of every cleaned clip the voices keep, at any model rate."""
+        keys = set()
+        for voice in self.list():
+            for info in (voice.folder / "cleaned").glob("*.json"):
+                try:
+                    key = json.loads(info.read_text(encoding="utf-8")).get("key")
+                except (OSError, ValueError, AttributeError):
+                    continue
+                if key:
+                    keys.add(str(key))
+        return keys
+
     def find(self, name: str) -> Voice | None:
         """The voice called ``name`` (case-insensitively), or None."""
         if not isinstance(name, str):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,14 @@ SHOTS = screenshot_dir()
 
 
 @pytest.fixture(scope="module")
-def app_url(tiny_checkpoint, tmp_path_factory):
-    proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(tmp_path_factory.mktemp("e2e-out")),
-                          lang="en")
+def out_dir(tmp_path_factory) -> Path:
+    """The app's --output-dir."""
+    return tmp_path_factory.mktemp("e2e-out")
+
+
+@pytest.fixture(scope="module")
+def app_url(tiny_checkpoint, out_dir):
+    proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(out_dir), lang="en")
     yield url
     stop_app(proc)
 
@@ -175,3 +181,43 @@ def test_a_file_that_is_not_audio_is_refused_in_words_not_a_mime_list(page, tmp_
     texts = page.locator('[data-testid="toast-text"]').all_inner_texts()
     assert any("“notes.txt” is not an audio file: upload a recording" in t for t in texts), texts
     assert not any("audio/aac" in t for t in texts)
+
+
+def _session_folders(out_dir: Path) -> set[Path]:
+    """Every page session's folder of single results: ``single/<browser>/<session>/`` (not the clip folders)."""
+    return {p for p in (out_dir / "single").glob("*/*") if p.is_dir() and p.name != "references"}
+
+
+def _generate(tab, app_url: str, data_dir: Path) -> None:
+    tab.goto(app_url)
+    tab.wait_for_selector("#generate", timeout=60_000)
+    tab.locator("#ref-audio input[type=file]").set_input_files(str(data_dir / "en_female_1.wav"))
+    tab.wait_for_function("() => document.querySelector('#ref-report')?.innerText.includes('speech kept')",
+                          timeout=60_000)
+    tab.locator("#text textarea").fill("Hello there.")
+    tab.locator("#generate").click()
+    tab.wait_for_selector("#out-audio audio[src]", state="attached", timeout=120_000)
+
+
+def test_closing_a_tab_removes_its_session_folder_and_nothing_else(browser, app_url, out_dir, data_dir):
+    """Two tabs of one browser (one cookie, one browser folder, two page sessions) each make a result; closing one
+    removes that tab's session folder only."""
+    context = browser.new_context(viewport={"width": 1280, "height": 1200})
+    try:
+        closing, staying = context.new_page(), context.new_page()
+        before = _session_folders(out_dir)
+        _generate(closing, app_url, data_dir)
+        (closed_folder,) = _session_folders(out_dir) - before
+        _generate(staying, app_url, data_dir)
+        (kept_folder,) = _session_folders(out_dir) - before - {closed_folder}
+        assert closed_folder.parent == kept_folder.parent  # the same browser's folder
+        assert any(closed_folder.glob("*.wav")) and any(closed_folder.glob("*.json"))
+        closing.close()
+        deadline = time.monotonic() + 90  # gradio notices the closed tab when its connection goes
+        while closed_folder.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not closed_folder.exists(), "the closed tab's folder is still there"
+        assert any(kept_folder.glob("*.wav"))  # the open tab's results stay
+        assert any((kept_folder.parent / "references").glob("*.wav"))  # and the browser's cleaned clip
+    finally:
+        context.close()

@@ -185,6 +185,19 @@ def test_another_browser_cannot_fetch_my_files(app_url, data_dir):
     folder, name = audio["path"].rsplit("/", 1)
     sneaky = f"{app_url}gradio_api/file={folder}/../{folder.rsplit('/', 1)[1]}/{name}"
     assert httpx.get(sneaky, cookies=theirs.cookies, **slow).status_code == 403
+    assert httpx.get(f"{app_url}gradio_api/file/{audio['path']}", cookies=theirs.cookies, **slow).status_code == 403
+    # the cleaned reference clip its player shows, and the upload it came from (gradio's cache, a content-hash URL)
+    clean, _report = mine.predict(gradio_client.handle_file(str(data_dir / "zh_female_1.wav")),
+                                  api_name="/reference_report")
+    assert "/single/" in clean["path"] and "/references/" in clean["path"]
+    assert httpx.get(clean["url"], cookies=mine.cookies, **slow).status_code == 200
+    assert httpx.get(clean["url"], cookies=theirs.cookies, **slow).status_code == 403
+    uploaded = httpx.post(f"{app_url}gradio_api/upload", cookies=mine.cookies, **slow,
+                          files={"files": ("voice.wav", (data_dir / "zh_female_1.wav").read_bytes())}).json()[0]
+    upload_url = f"{app_url}gradio_api/file={uploaded}"
+    assert httpx.get(upload_url, cookies=mine.cookies, **slow).status_code == 200
+    assert httpx.get(upload_url, cookies=theirs.cookies, **slow).status_code == 403
+
 
 
 STORY = "The first sentence comes out at once. A second one follows it. Then a third sentence ends the story."
@@ -251,3 +264,22 @@ def test_a_streaming_client_that_leaves_cancels_only_its_own_request(second_app)
     assert after[cancelled] == before.get(cancelled, 0) + 1
     assert after[gone] == before.get(gone, 0) + 1
     assert beside == [alone]
+
+
+def test_an_api_key_owns_the_jobs_it_submits(app_url, data_dir, tmp_path):
+    """A script with the API key sees its jobs from any client (any cookie); a browser does not."""
+    import json
+    import re
+
+    gradio_client = pytest.importorskip("gradio_client")
+    jsonl = tmp_path / "job.jsonl"
+    jsonl.write_text(json.dumps({"input_text": "Hello.", "max_new_tokens": 12}) + "\n", encoding="utf-8")
+    bearer = {"Authorization": f"Bearer {KEY}"}
+    slow = {"timeout": 120}
+    script = gradio_client.Client(app_url, verbose=False, headers=bearer, httpx_kwargs=slow)
+    returned = script.predict(gradio_client.handle_file(str(jsonl)), api_name="/submit_job")
+    job_id = next(x for x in returned if isinstance(x, str) and re.match(r"^\d{8}-\d{6}-[0-9a-f]{8}$", x))
+    again = gradio_client.Client(app_url, verbose=False, headers=bearer, httpx_kwargs=slow)  # a new cookie
+    assert again.predict(job_id, api_name="/job_status")["job_id"] == job_id
+    with pytest.raises(Exception, match="belongs to another browser"):
+        gradio_client.Client(app_url, verbose=False, httpx_kwargs=slow).predict(job_id, api_name="/job_status")

@@ -217,7 +217,7 @@ def test_emotion_settings_are_refused_by_a_model_without_emotion_control(app_url
                        emotion_mode="vector", happy=0.8, api_name="/synthesize")
 
 
-def test_a_job_is_queried_by_id_while_and_after_it_runs(app_url, data_dir, tmp_path):
+def test_a_job_is_queried_by_id_while_and_after_it_runs_by_its_owner_only(app_url, data_dir, tmp_path, ui_out):
     import shutil
     import time
     import zipfile
@@ -235,8 +235,11 @@ def test_a_job_is_queried_by_id_while_and_after_it_runs(app_url, data_dir, tmp_p
 
     job_id = next(x for x in returned if isinstance(x, str) and re.match(r"^\d{8}-\d{6}-[0-9a-f]{8}$", x))
     deadline = time.monotonic() + 180
-    while True:  # another client (a script, a reconnecting browser) follows the job by its id alone
-        job = gradio_client.Client(app_url, verbose=False).predict(job_id, api_name="/job_status")
+    # another client (another browser: its own cookie) is refused, however it learnt the id
+    with pytest.raises(Exception, match="belongs to another browser"):
+        gradio_client.Client(app_url, verbose=False).predict(job_id, api_name="/job_status")
+    while True:  # the client that submitted it follows it by its id (a reloaded page keeps its cookie too)
+        job = client.predict(job_id, api_name="/job_status")
         assert job["job_id"] == job_id and job["num_lines"] in (0, 6) and "owner" not in job
         if job["status"] == "done" or time.monotonic() > deadline:
             break
@@ -246,5 +249,13 @@ def test_a_job_is_queried_by_id_while_and_after_it_runs(app_url, data_dir, tmp_p
     assert [r["line"] for r in records] == list(range(1, 7)) and all(r["status"] == "ok" for r in records)
     with zipfile.ZipFile(zip_path) as zf:
         assert "results.jsonl" in zf.namelist()
+    # the job's files are served from its folder, to its owner only
+    import httpx
+
+    url = f"{app_url}gradio_api/file={ui_out / 'jobs' / job_id / 'out' / records[0]['audio_path']}"
+    assert httpx.get(url, cookies=client.cookies, timeout=120).status_code == 200
+    assert httpx.get(url, timeout=120).status_code == 403
+    with pytest.raises(Exception, match="belongs to another browser"):
+        gradio_client.Client(app_url, verbose=False).predict(job_id, api_name="/job_results")
     with pytest.raises(Exception, match="not a job id"):
         client.predict("../../etc/passwd", api_name="/job_status")

@@ -102,9 +102,9 @@ def test_a_finished_browser_session_takes_its_single_outputs_along_and_leaves_jo
 
     ctx = AppContext(model_config=ModelConfig(), engine_config=EngineConfig(), output_root=tmp_path)
     token = new_browser_token()
-    cookie = f"{COOKIE_NAME}={token}"
+    cookie = {"cookie": f"{COOKIE_NAME}={token}"}
     mine, my_other_tab = ctx.session_dir("abc123", cookie), ctx.session_dir("abc999", cookie)
-    theirs = ctx.session_dir("def456", f"{COOKIE_NAME}={new_browser_token()}")
+    theirs = ctx.session_dir("def456", {"cookie": f"{COOKIE_NAME}={new_browser_token()}"})
     # a session's folder lies in its browser's folder (the one the server serves to that browser only)
     assert mine.parent == my_other_tab.parent == tmp_path / "single" / owner_key(token) != theirs.parent
     for folder in (mine, my_other_tab, theirs, tmp_path / "jobs" / "20250101-120000-1a2b3c4d"):

@@ -77,7 +77,8 @@ class JobState:
         num_ok, num_failed, num_cancelled, num_skipped: records by outcome (skipped = kept from an earlier run).
         eta_s: estimated seconds to finish (None when unknown); batch_size: rows of the engine's latest batch.
         error: why the whole job failed (unreadable file, bad ZIP, ...), or None.
-        owner: opaque id of the browser that started it (its job list); None from the API.
+        owner: who started it and alone may see it (``tts_app.server.sessions``: a browser cookie's owner key,
+            or an API key's ``key_owner``); None: nobody's (a job made before jobs had owners).
         server_id: id of the server process that ran it last (to tell a dead server's jobs).
         warnings: job-level notices (e.g. the file is not UTF-8).
     """

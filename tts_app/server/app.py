@@ -177,7 +177,7 @@ def build_app(host: AppHost, config: ServerConfig) -> tuple[FastAPI, LateMount]:
                            expose_headers=["X-Request-Id", "X-Seed", "X-Sampling-Rate", "X-Audio-Duration-S",
                                            "X-TTS-Warnings", "X-TTS-Stream", "Retry-After"])
     app.add_middleware(RequestTimer)
-    app.add_middleware(BrowserSessions, output_root=host.output_root)
+    app.add_middleware(BrowserSessions, output_root=host.output_root, api_keys=tuple(config.api_keys))
     routes = OpenAIRoutes(host, config)
     app.include_router(routes.router())
     registry = metrics.make_registry(lambda: host.runtime)

@@ -22,13 +22,18 @@ from tts_app.server.errors import APIError
 MAX_TRACKED_CLIENTS = 10_000
 
 
-def bearer_token(request: Request) -> str | None:
-    """The key of an ``Authorization: Bearer KEY`` header (also ``X-API-Key: KEY``), or None."""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
+def bearer_from_headers(headers) -> str | None:
+    """The key of an ``Authorization: Bearer KEY`` header (also ``X-API-Key: KEY``), or None. ``headers``: any
+    mapping with ``get`` and lower-case names (Starlette's, gradio's request headers)."""
+    scheme, _, token = (headers.get("authorization") or "").partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
-    return request.headers.get("x-api-key") or None
+    return headers.get("x-api-key") or None
+
+
+def bearer_token(request: Request) -> str | None:
+    """``bearer_from_headers`` of a request."""
+    return bearer_from_headers(request.headers)
 
 
 def check_api_key(request: Request, api_keys: tuple[str, ...]) -> str | None:

@@ -1,7 +1,12 @@
 """The Batch (JSONL) tab: a creator uploads a job file (and the ZIP of voices it names), checks it, runs it as a
 durable job and follows it: lines done / total, ETA and batch size while it runs, a results table with a player per
 line, a ZIP. The job runs on the server (``tts_app.jobs.manager``), so closing or reloading the page, or
-restarting the server, loses nothing: the browser remembers its jobs (``gr.BrowserState``) and reopens them.
+restarting the server, loses nothing: the browser remembers the job on screen (``gr.BrowserState``) and reopens it.
+
+A job belongs to whoever started it (``AppContext.owner``: the browser's cookie, or the API key of a script that
+sends one): its status, results, cancel and resume answer that owner only, its folder's files are served to it
+only (``tts_app.server.sessions``), and "Recent jobs" lists that owner's jobs. Anyone else gets "belongs to
+another browser".
 
 API (``gradio_client``): ``/validate_job``, ``/submit_job`` (returns the job id at once), ``/job_status`` (job id
 -> progress dict), ``/job_results`` (job id -> table and ZIP), ``/run_job`` (submits and waits; summary, table,
@@ -13,7 +18,6 @@ from __future__ import annotations
 import html
 import json
 import logging
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +30,8 @@ from tts_app.ui.texts import error_text, server_text
 
 log = logging.getLogger(__name__)
 
-# Key of the (non-secret) job list in localStorage; encryption there only keeps other pages' scripts out, and a fixed
-# key lets a restarted server read it (the job ids themselves are the access keys).
+# Key of the (non-secret) job on screen in localStorage; encryption there only keeps other pages' scripts out, and a
+# fixed key lets a restarted server read it (who may open a job is decided by its owner, not by knowing its id).
 BROWSER_SECRET = "tts_app-batch-jobs-v1"
 # Rows shown in the results table at once (each has an audio player); the ZIP always has every line.
 MAX_SHOWN_ROWS = 200
@@ -153,6 +157,39 @@ def results_html(ctx: AppContext, job_id: str | None, status_filter: str, lang: 
     return table
 
 
+def _owner(ctx: AppContext, request: gr.Request | None) -> str:
+    """The caller's owner id (``AppContext.owner``)."""
+    return ctx.owner(getattr(request, "headers", None))
+
+
+def _owned(ctx: AppContext, job_id: str, owner: str, lang: str) -> JobState:
+    """The state of job ``job_id`` if it is ``owner``'s.
+
+    Raises:
+        gr.Error: malformed id, no such job, or another owner's job (its owner is never named).
+    """
+    try:
+        state = ctx.jobs.get(job_id)
+    except TTSAppError as exc:
+        raise _user_error(error_text(exc, lang)) from exc
+    if state is None:
+        raise _user_error(server_text(lang, "no_such_job", job_id=job_id))
+    if state.owner != owner:
+        raise _user_error(server_text(lang, "not_your_job", job_id=job_id))
+    return state
+
+
+def _mine(ctx: AppContext, job_id: str | None, owner: str) -> JobState | None:
+    """The state of job ``job_id`` when it exists and is ``owner``'s, else None (never raises)."""
+    if not job_id:
+        return None
+    try:
+        state = ctx.jobs.get(job_id)
+    except TTSAppError:
+        return None
+    return state if state is not None and state.owner == owner else None
+
+
 def _choices(ctx: AppContext, owner: str, lang: str) -> list[tuple[str, str]]:
     from datetime import datetime
 
@@ -165,11 +202,11 @@ def _choices(ctx: AppContext, owner: str, lang: str) -> list[tuple[str, str]]:
     return out
 
 
-def _view(ctx: AppContext, browser: dict, status_filter: str, lang: str) -> tuple:
+def _view(ctx: AppContext, browser: dict, status_filter: str, lang: str, owner: str) -> tuple:
     """(progress html, results html, zip path, run button, cancel button, resume button, recent jobs) for the
-    browser's current job."""
+    browser's current job (nothing when it is not ``owner``'s)."""
     job_id = browser.get("job_id") or None
-    state = ctx.jobs.get(job_id) if job_id else None
+    state = _mine(ctx, job_id, owner)
     running = state is not None and state.active
     zip_path = None
     if state is not None and not running:
@@ -180,13 +217,13 @@ def _view(ctx: AppContext, browser: dict, status_filter: str, lang: str) -> tupl
             gr.update(interactive=can_run), gr.update(interactive=running),
             gr.update(interactive=ctx.engine is not None and state is not None and state.status in (
                 "interrupted", "cancelled", "failed")),
-            gr.update(choices=_choices(ctx, browser.get("owner", ""), lang), value=job_id if state else None))
+            gr.update(choices=_choices(ctx, owner, lang), value=job_id if state else None))
 
 
 def _browser(browser: Any) -> dict:
+    """The page's stored state: ``job_id``, the job on screen ("" for none)."""
     browser = dict(browser or {})
-    if not browser.get("owner"):
-        browser["owner"] = secrets.token_hex(8)
+    browser.setdefault("job_id", "")
     return browser
 
 
@@ -246,58 +283,52 @@ def submit_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, 
     ``jsonl_file`` is needed; the job id comes back at once (follow it with ``/job_status``)."""
     lang = _lang(ctx, request)
     browser = _browser(browser)
+    owner = _owner(ctx, request)
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
-                    _settings(ctx, max_batch_size, use_cache, greedy, seed), browser["owner"], lang)
+                    _settings(ctx, max_batch_size, use_cache, greedy, seed), owner, lang)
     browser["job_id"] = state.job_id
-    return (browser, state.job_id, *_view(ctx, browser, status_filter, lang))
+    return (browser, state.job_id, *_view(ctx, browser, status_filter, lang, owner))
 
 
 def poll(ctx: AppContext, browser, status_filter, shown, request: gr.Request = None):
     """Timer tick -> refresh the progress box (and the results once something changed) of the current job."""
     lang = _lang(ctx, request)
     browser = _browser(browser)
-    job_id = browser.get("job_id")
-    state = ctx.jobs.get(job_id) if job_id else None
+    owner = _owner(ctx, request)
+    state = _mine(ctx, browser.get("job_id"), owner)
     key = None if state is None else f"{state.job_id}|{state.status}|{state.num_done}|{status_filter}"
     if key == shown:
         return (gr.skip(),) * 8
-    return (key, *_view(ctx, browser, status_filter, lang))
+    return (key, *_view(ctx, browser, status_filter, lang, owner))
 
 
 def open_job(ctx: AppContext, job_id, browser, status_filter="all", request: gr.Request = None):
     """A job picked from the list or pasted by id -> show it."""
     lang = _lang(ctx, request)
     browser = _browser(browser)
+    owner = _owner(ctx, request)
     job_id = (job_id or "").strip()
     if job_id:
-        try:
-            state = ctx.jobs.get(job_id)
-        except TTSAppError as exc:
-            raise _user_error(error_text(exc, lang)) from exc
-        if state is None:
-            raise _user_error(server_text(lang, "no_such_job", job_id=job_id))
+        _owned(ctx, job_id, owner, lang)
         browser["job_id"] = job_id
-    return (browser, browser.get("job_id") or "", *_view(ctx, browser, status_filter, lang))
+    return (browser, browser.get("job_id") or "", *_view(ctx, browser, status_filter, lang, owner))
 
 
 def restore(ctx: AppContext, browser, status_filter="all", request: gr.Request = None):
     """Page (re)loaded -> reopen the browser's current job, with its live progress."""
     lang = _lang(ctx, request)
     browser = _browser(browser)
-    if browser.get("job_id"):
-        try:
-            if ctx.jobs.get(browser["job_id"]) is None:
-                browser["job_id"] = ""
-        except TTSAppError:
-            browser["job_id"] = ""
-    return (browser, browser.get("job_id") or "", *_view(ctx, browser, status_filter, lang))
+    owner = _owner(ctx, request)
+    if _mine(ctx, browser.get("job_id"), owner) is None:
+        browser["job_id"] = ""
+    return (browser, browser.get("job_id") or "", *_view(ctx, browser, status_filter, lang, owner))
 
 
 def cancel_job(ctx: AppContext, browser=None, request: gr.Request = None):
     """Cancel this browser's running job (other users' jobs are untouched)."""
     lang = _lang(ctx, request)
     job_id = (browser or {}).get("job_id")
-    if not job_id or not ctx.jobs.cancel(job_id):
+    if _mine(ctx, job_id, _owner(ctx, request)) is None or not ctx.jobs.cancel(job_id):
         return server_text(lang, "no_job")
     gr.Info(server_text(lang, "cancel_info"))
     return server_text(lang, "cancelling")
@@ -307,13 +338,15 @@ def resume_job(ctx: AppContext, browser, status_filter="all", request: gr.Reques
     """Resume clicked -> run the lines the job has not finished (ok lines are kept)."""
     lang = _lang(ctx, request)
     browser = _browser(browser)
+    owner = _owner(ctx, request)
     if not browser.get("job_id"):
         raise _user_error(server_text(lang, "no_job"))
+    _owned(ctx, browser["job_id"], owner, lang)
     try:
         ctx.jobs.resume(browser["job_id"])
     except TTSAppError as exc:
         raise _user_error(error_text(exc, lang)) from exc
-    return (browser, *_view(ctx, browser, status_filter, lang))
+    return (browser, *_view(ctx, browser, status_filter, lang, owner))
 
 
 def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None,
@@ -324,7 +357,7 @@ def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=
 
     lang = _lang(ctx, request)
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
-                    _settings(ctx, max_batch_size, use_cache, greedy, seed), None, lang)
+                    _settings(ctx, max_batch_size, use_cache, greedy, seed), _owner(ctx, request), lang)
     state = ctx.jobs.wait(state.job_id)
     records = ctx.jobs.results(state.job_id)
     rows = [[r["line"], r.get("output_name"), r.get("status"), r.get("error") or "", r.get("duration_s")]
@@ -338,24 +371,20 @@ def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=
     return text, _table(rows, lang, "col_results"), None if found is None else str(found)
 
 
-def job_status(ctx: AppContext, job_id: str) -> dict:
+def job_status(ctx: AppContext, job_id: str, request: gr.Request = None) -> dict:
     """API: a job's state (status, num_lines, num_done, num_ok, num_failed, num_cancelled, eta_s, batch_size,
-    error, ...) as a dict."""
-    try:
-        state = ctx.jobs.get(job_id)
-    except TTSAppError as exc:
-        raise _user_error(str(exc)) from exc
-    if state is None:
-        raise _user_error(server_text("en", "no_such_job", job_id=job_id))
+    error, ...) as a dict; only for the job's owner (the browser, or API key, that submitted it)."""
+    state = _owned(ctx, job_id, _owner(ctx, request), _lang(ctx, request))
     out = state.to_dict()
     out.pop("owner", None)
     out.pop("server_id", None)
     return out
 
 
-def job_results(ctx: AppContext, job_id: str) -> tuple[list[dict], str | None]:
-    """API: a job's results.jsonl records (line order) and the path of its ZIP (None before the first record)."""
-    job_status(ctx, job_id)  # checks the id and that the job exists
+def job_results(ctx: AppContext, job_id: str, request: gr.Request = None) -> tuple[list[dict], str | None]:
+    """API: a job's results.jsonl records (line order) and the path of its ZIP (None before the first record); only
+    for the job's owner."""
+    job_status(ctx, job_id, request)  # checks the id, that the job exists and is the caller's
     found = ctx.jobs.results_zip(job_id)
     return ctx.jobs.results(job_id), None if found is None else str(found)
 
@@ -455,6 +484,7 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
 
 
 def browser_state():
-    """The page's memory of its jobs: an opaque owner id and the job on screen, in the browser's localStorage.
-    Its secret is fixed so a restarted server can still read what the browser kept."""
-    return gr.BrowserState({"owner": "", "job_id": ""}, storage_key="tts_app_batch", secret=BROWSER_SECRET)
+    """The page's memory of the job on screen, in the browser's localStorage (whose jobs they are is the cookie's
+    business, ``AppContext.owner``). Its secret is fixed so a restarted server can still read what the browser
+    kept."""
+    return gr.BrowserState({"job_id": ""}, storage_key="tts_app_batch", secret=BROWSER_SECRET)

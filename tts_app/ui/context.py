@@ -53,6 +53,8 @@ class AppContext:
             (or failed to load).
         pool: Ray workers that run the Batch tab's jobs (``app.py --ray``; ``tts_app.jobs.cluster.WorkerPool``),
             or None (jobs run on ``runtime``). Stopped by ``launch.main``.
+        api_keys: the HTTP API's keys (``ServerConfig.api_keys``): a client sending one owns its files and jobs by
+            that key (``owner``) rather than by its cookie.
     """
 
     model_config: ModelConfig
@@ -74,6 +76,8 @@ class AppContext:
     _last_oom_count: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _no_model_references: ReferencePreparer | None = None
+    api_keys: tuple[str, ...] = ()
+    _references_pruned_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.output_root is None:
@@ -86,34 +90,101 @@ class AppContext:
     def start_jobs(self) -> None:
         """(Re)build the job manager for the current runtime, with the shared ``transcriber``: jobs a stopped server
         left running come back "interrupted"; jobs that ended more than ``upload_config.keep_jobs_s`` ago are
-        removed."""
+        removed, and so are reference clips unused for longer than ``upload_config.cache_max_age_s``."""
         from tts_app.jobs.store import JobStore
 
         store = JobStore(self.output_root)
         store.prune(self.upload_config.keep_jobs_s)
+        self._prune_references_when_due()
         # the same automatic transcripts as the Single tab and ``batch``: a line with a reference clip and no
         # transcript gets one (``fill_transcript``; on Ray workers each builds its own); nothing loads until a line
         # needs it
         self.jobs = JobManager(store, self.runtime, pool=self.pool,
                                transcriber=self.transcriber if self.runtime is not None else None)
 
-    def browser_dir(self, cookie_header: str | None) -> Path:
-        """The folder of one browser's outputs: ``output_root/single/<owner key of its cookie>``
-        (``tts_app.server.sessions``: the server serves files there only to that browser). The cookie, not gradio's
-        session id, names it: the session id changes at every page load."""
-        from tts_app.server.sessions import SESSIONS_DIR, browser_token, owner_key
+    def owner(self, headers) -> str:
+        """Who a request comes from (``tts_app.server.sessions.request_owner``): its API key's owner when it sends
+        one of ``api_keys``, else its browser cookie's. Its files and jobs are served to that owner only.
 
-        return self.output_root / SESSIONS_DIR / owner_key(browser_token(cookie_header))
+        Args:
+            headers: the request's headers (``gr.Request.headers``; None = no headers: "anonymous").
+        """
+        from tts_app.server.sessions import request_owner
 
-    def session_dir(self, session_hash: str | None, cookie_header: str | None = None) -> Path:
-        """One browser session's (tab's) folder for single-synthesis outputs, inside its browser's folder:
-        ``browser_dir(cookie_header) / <session>`` (removed when the session ends)."""
+        return request_owner(headers or {}, self.api_keys)
+
+    def browser_dir(self, headers) -> Path:
+        """The folder of one owner's outputs: ``output_root/single/<owner(headers)>`` (``tts_app.server.sessions``:
+        the server serves files there only to that owner). The cookie, not gradio's session id, names it: the
+        session id changes at every page load."""
+        from tts_app.server.sessions import SESSIONS_DIR
+
+        return self.output_root / SESSIONS_DIR / self.owner(headers)
+
+    def session_dir(self, session_hash: str | None, headers=None) -> Path:
+        """One browser session's (tab's) folder for single-synthesis outputs, inside its owner's folder:
+        ``browser_dir(headers) / <session>`` (removed when the session ends)."""
+        from tts_app.server.sessions import REFERENCES_DIR
+
         safe = "".join(ch for ch in (session_hash or "anonymous") if ch.isalnum())[:32] or "anonymous"
-        return self.browser_dir(cookie_header) / safe
+        if safe == REFERENCES_DIR:
+            safe = "session-" + safe  # never the browser's clip folder
+        return self.browser_dir(headers) / safe
 
-    def end_session(self, session_hash: str | None, cookie_header: str | None = None) -> None:
+    def end_session(self, session_hash: str | None, headers=None) -> None:
         """A browser session ended (tab closed): remove its single-synthesis outputs. Jobs stay."""
-        shutil.rmtree(self.session_dir(session_hash, cookie_header), ignore_errors=True)
+        shutil.rmtree(self.session_dir(session_hash, headers), ignore_errors=True)
+
+    def reference_clip(self, prepared, headers) -> Path:
+        """The cleaned reference clip ``prepared`` as a 16-bit WAV for the owner's player:
+        ``browser_dir(headers)/references/<clip key>.wav`` (written once per clip and model rate; touched at every
+        use, so its age counts from its last use; older clips go, ``prune_reference_clips``)."""
+        from tts_app.audio.post import write_wav_atomic
+        from tts_app.server.sessions import REFERENCES_DIR
+
+        path = self.browser_dir(headers) / REFERENCES_DIR / f"{prepared.audio.key or prepared.sha256[:32]}.wav"
+        if path.is_file():
+            os.utime(path)
+        else:
+            write_wav_atomic(path, prepared.audio.samples, prepared.audio.sampling_rate)
+        self._prune_references_when_due()
+        return path
+
+    def prune_reference_clips(self) -> int:
+        """Remove cleaned reference clips not used for ``upload_config.cache_max_age_s`` (the age gradio's copies
+        of the uploads they were made from are kept), except those of a saved voice; returns how many went. Also
+        the shared ``output_root/references`` folder of earlier versions, by the same rule. (No job reads these
+        files: a job cleans its references from its own folder's copies.)"""
+        import time
+
+        from tts_app.server.sessions import LEGACY_REFERENCES_DIR, REFERENCES_DIR, SESSIONS_DIR
+
+        cutoff = time.time() - self.upload_config.cache_max_age_s
+        keep = self.voices.cleaned_keys() if self.voices is not None else set()
+        folders = [self.output_root / LEGACY_REFERENCES_DIR,
+                   *(self.output_root / SESSIONS_DIR).glob(f"*/{REFERENCES_DIR}")]
+        removed = 0
+        for folder in folders:
+            for clip in folder.glob("*.wav") if folder.is_dir() else ():
+                try:
+                    if clip.stem not in keep and clip.stat().st_mtime < cutoff:
+                        clip.unlink()
+                        removed += 1
+                except OSError:  # gone already (another thread), or not ours to remove
+                    continue
+        return removed
+
+    def _prune_references_when_due(self) -> None:
+        """``prune_reference_clips`` at most every ``upload_config.cache_check_every_s``."""
+        import time
+
+        now = time.monotonic()
+        with self._lock:
+            if self._references_pruned_s is not None and \
+                    now - self._references_pruned_s < self.upload_config.cache_check_every_s:
+                return
+            self._references_pruned_s = now
+        self.prune_reference_clips()
 
     @property
     def engine(self):

@@ -18,7 +18,6 @@ from pathlib import Path
 import gradio as gr
 import numpy as np
 
-from tts_app.audio.post import write_wav_atomic
 from tts_app.errors import TTSAppError
 from tts_app.monitor import GIB, read_memory
 from tts_app.request import Priority, SynthesisParams, SynthesisRequest
@@ -74,10 +73,9 @@ def _table(rows: list[list], lang: str, key: str):
     return pd.DataFrame(rows, columns=server_text(lang, key).split("|"))
 
 
-def _cookie(request: gr.Request | None) -> str | None:
-    """The request's Cookie header (the browser cookie names its own output folder: ``AppContext.browser_dir``)."""
-    headers = getattr(request, "headers", None) or {}
-    return headers.get("cookie")
+def _headers(request: gr.Request | None):
+    """The request's headers (its browser cookie, or API key, names its owner: ``AppContext.owner``)."""
+    return getattr(request, "headers", None) or {}
 
 
 def _engine(ctx: AppContext):
@@ -152,11 +150,10 @@ def reference_report(ctx: AppContext, reference_audio: str | None, reference_tex
             return None, f"**✖ {server_text(lang, 'reference_refused')}**\n\n" + _report_markdown(
                 partial.to_dict(), lang)
         return None, f"**✖ {server_text(lang, 'reference_refused')}:** {exc}"
-    # The cleaned clip as a 16-bit WAV file (one per distinct clip and model rate): the player gets exactly these
-    # samples (a numpy array would be peak-normalised and converted by gradio on every upload).
-    clean_path = ctx.output_root / "references" / f"{prepared.audio.key or prepared.sha256[:32]}.wav"
-    if not clean_path.is_file():
-        write_wav_atomic(clean_path, prepared.audio.samples, prepared.audio.sampling_rate)
+    # The cleaned clip as a 16-bit WAV file in this browser's own folder (one per distinct clip and model rate): the
+    # player gets exactly these samples (a numpy array would be peak-normalised and converted by gradio on every
+    # upload), and no other browser can fetch it.
+    clean_path = ctx.reference_clip(prepared, _headers(request))
     return str(clean_path), _report_markdown(prepared.report.to_dict(), lang)
 
 
@@ -434,7 +431,7 @@ def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRe
     references = [r for r in [reference, *(speaker_references or [])] if r is not None]
     reference_notes = {w for r in references for w in r.warnings}
     warn_grouped([localize(w, lang) for w in result.warnings if w not in reference_notes], lang)
-    out_dir = ctx.session_dir(getattr(request, "session_hash", None), _cookie(request))
+    out_dir = ctx.session_dir(getattr(request, "session_hash", None), _headers(request))
     words = name_from_text(synthesis_request.turns[0].text if synthesis_request.turns else synthesis_request.text)
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}_{words}_{result.request_id[:6]}"
     metadata = output_metadata(ctx.runtime, synthesis_request, result, entry_point="web", reference=reference,

@@ -81,8 +81,9 @@ def start_pool(engine_args: EngineArgs, cluster: ClusterConfig, reference_config
     return WorkerPool.start(engine_args, reference_config, cluster, on_status=lambda line: print(line, flush=True))
 
 
-def build_context(args: argparse.Namespace, engine_args: EngineArgs):
-    """The app state, without a model yet (``load_model`` fills it in)."""
+def build_context(args: argparse.Namespace, engine_args: EngineArgs, api_keys: tuple[str, ...] = ()):
+    """The app state, without a model yet (``load_model`` fills it in); ``api_keys``: the HTTP API's keys (a
+    client sending one owns its jobs by it)."""
     import threading
     from pathlib import Path
 
@@ -92,7 +93,7 @@ def build_context(args: argparse.Namespace, engine_args: EngineArgs):
     ctx = AppContext(model_config=engine_args.model, engine_config=engine_args.engine, lang=args.lang,
                      output_root=Path(args.output_dir) if args.output_dir is not None else None,
                      voices_dir=Path(args.voices_dir) if args.voices_dir is not None else None,
-                     asr_model=args.asr_model, upload_config=upload_config_from(args))
+                     asr_model=args.asr_model, upload_config=upload_config_from(args), api_keys=tuple(api_keys))
     # Load the front end's dictionaries in the background so the first keystroke's preview is fast.
     threading.Thread(target=warm_up, name="frontend-warm-up", daemon=True).start()
     return ctx
@@ -186,16 +187,17 @@ def mount_ui(ctx, server_config, server: Server, ui) -> None:
     from fastapi import FastAPI
 
     from tts_app.server.app import attach_ui
+    from tts_app.jobs.store import JOBS_DIR
     from tts_app.server.sessions import SESSIONS_DIR
     from tts_app.ui.layout import CSS, build_demo, page_js
 
     demo, i18n = build_demo(ctx)
     demo.queue(default_concurrency_limit=8)
     limits = ctx.upload_config
-    # The browsers' own output folders are served from where they are (not copied into gradio's shared cache, whose
-    # files anyone with the URL could fetch), so ``tts_app.server.sessions.BrowserSessions`` can keep each browser's
-    # files its own.
-    gr.set_static_paths([str(ctx.output_root / SESSIONS_DIR)])
+    # The browsers' own output folders and the job folders are served from where they are (not copied into gradio's
+    # shared cache, whose files anyone with the URL could fetch), so ``tts_app.server.sessions.BrowserSessions`` can
+    # keep each owner's files its own.
+    gr.set_static_paths([str(ctx.output_root / SESSIONS_DIR), str(ctx.output_root / JOBS_DIR)])
     holder = gr.mount_gradio_app(FastAPI(), demo, path="/", auth=list(server_config.ui_auth) or None,
                                  i18n=i18n, css=CSS, js=page_js(ctx.lang),
                                  allowed_paths=[str(ctx.output_root)],  # voices' files are served as copies from there
@@ -250,7 +252,7 @@ def main(argv: list[str]) -> int:
         return 2
     from tts_app.server.app import build_app
 
-    ctx = build_context(args, engine_args)
+    ctx = build_context(args, engine_args, server_config.api_keys)
     app, ui = build_app(ctx, server_config)
     server = Server(app, sock)
     # SIGTERM (e.g. from a service manager) ends like Ctrl-C: jobs stop "interrupted", the engine stops.

@@ -232,7 +232,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         demo.load(**restore_jobs)  # a reloaded page reopens its job, with live progress
 
         def end_session(request: gr.Request) -> None:  # the tab closed: its single-synthesis outputs go
-            ctx.end_session(getattr(request, "session_hash", None), handlers._cookie(request))
+            ctx.end_session(getattr(request, "session_hash", None), handlers._headers(request))
 
         demo.unload(end_session)
     return demo, i18n

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import gradio as gr
 
-from tts_app.audio.post import write_wav_atomic
 from tts_app.errors import TTSAppError
 from tts_app.ui.context import AppContext
 from tts_app.ui.texts import error_text, server_text
@@ -45,12 +44,11 @@ def _refused(exc: BaseException, lang: str) -> gr.Error:
     return _say(error_text(exc, lang))
 
 
-def _cleaned_file(ctx: AppContext, prepared) -> str:
-    """The cleaned clip as a 16-bit WAV file for the player (one per clip and model rate)."""
-    path = ctx.output_root / "references" / f"{prepared.audio.key or prepared.sha256[:32]}.wav"
-    if not path.is_file():
-        write_wav_atomic(path, prepared.audio.samples, prepared.audio.sampling_rate)
-    return str(path)
+def _cleaned_file(ctx: AppContext, prepared, request: gr.Request | None) -> str:
+    """The cleaned clip as a 16-bit WAV file for the player, in the browser's own folder (``AppContext.reference_clip``)."""
+    from tts_app.ui.handlers import _headers
+
+    return str(ctx.reference_clip(prepared, _headers(request)))
 
 
 def select_voice(ctx: AppContext, voice: str | None, reference_text: str | None = None,
@@ -67,7 +65,7 @@ def select_voice(ctx: AppContext, voice: str | None, reference_text: str | None 
         raise _refused(exc, lang) from exc
     note = server_text(lang, "voice_selected", name=found.name, seconds=f"{prepared.audio.duration_s:.1f}",
                        created=found.created_utc[:10])
-    return found.reference_text or "", _cleaned_file(ctx, prepared), note
+    return found.reference_text or "", _cleaned_file(ctx, prepared, request), note
 
 
 def save_voice(ctx: AppContext, reference_audio: str | None, reference_text: str | None, name: str | None,
