@@ -212,7 +212,7 @@ def measure_decode(adapter, device: str, batch_sizes: list[int], new_tokens: int
 def measure_oom_backoff(adapter, device: str, decode: list[dict], new_tokens: int, num_requests: int, *,
                         text: str = TEXT, reference: tuple[str, float] = REFERENCE) -> dict:
     """16 requests at max batch 16 through the real Engine, with device memory capped (CUDA) or OOM simulated
-    (CPU). Returns submitted / completed / num_oom / cap history / wall seconds."""
+    (CPU); prints a line with the outcome. Returns submitted / completed / num_oom / cap history / wall seconds."""
     import torch
 
     from tts_app.config import EngineConfig
@@ -232,6 +232,7 @@ def measure_oom_backoff(adapter, device: str, decode: list[dict], new_tokens: in
                  if r.get("use_cache") and "cuda_peak_bytes" in r}
         if len(peaks) < 2:
             out.update(mode="skipped", reason="fewer than two batch sizes were measured (time budget spent)")
+            print(f"  OOM back-off skipped: {out['reason']}", flush=True)
             return out
         small = peaks.get(2) or min(peaks.values())
         large = peaks.get(num_requests) or max(peaks.values())
@@ -259,6 +260,8 @@ def measure_oom_backoff(adapter, device: str, decode: list[dict], new_tokens: in
     out.update(completed=sum(r.ok for r in results), failed=[r.error for r in results if not r.ok][:3],
                num_oom=stats.num_oom, final_cap=stats.batch_cap, cap_history=list(engine.batch_cap.history),
                num_batches=stats.num_batches, wall_s=t["s"])
+    print(f"  OOM back-off ({out['mode']}): {out['completed']}/{out['submitted']} completed, {out['num_oom']} OOM, "
+          f"cap history {out['cap_history']}, {out['wall_s']:.1f} s", flush=True)
     return out
 
 
@@ -388,11 +391,6 @@ def main(argv=None) -> int:
              if batch1 else ""), flush=True)
 
     oom = measure_oom_backoff(adapter, device, decode, args.new_tokens, max(args.batch_sizes))
-    if "completed" in oom:
-        print(f"  OOM back-off ({oom['mode']}): {oom['completed']}/{oom['submitted']} completed, {oom['num_oom']} "
-              f"OOM, cap history {oom['cap_history']}, {oom['wall_s']:.1f} s", flush=True)
-    else:
-        print(f"  OOM back-off skipped: {oom['reason']}", flush=True)
 
     continuous = measure_continuous(adapter, device, args.continuous_caps, args.continuous_requests,
                                     max(args.new_tokens, 48) if not args.tiny else 8, deadline + 120)

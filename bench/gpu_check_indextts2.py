@@ -208,11 +208,6 @@ def run(args, device_bandwidth, measure_oom_backoff) -> dict:
 
     oom = measure_oom_backoff(adapter, device, decode, args.new_tokens, max(args.batch_sizes),
                               text=TINY_TEXT if args.tiny else TEXT, reference=reference)
-    if "completed" in oom:
-        print(f"  OOM back-off ({oom['mode']}): {oom['completed']}/{oom['submitted']} completed, {oom['num_oom']} "
-              f"OOM, cap history {oom['cap_history']}, {oom['wall_s']:.1f} s", flush=True)
-    else:
-        print(f"  OOM back-off skipped: {oom['reason']}", flush=True)
     print("  ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()), flush=True)
     return {"device": device, "device_name": torch.cuda.get_device_name(device) if device.startswith("cuda")
             else "cpu", "model": "tiny IndexTTS 2" if args.tiny else "IndexTTS-2 full size (random weights)",

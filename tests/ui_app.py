@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -11,6 +12,28 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Debian's chromium (playwright cannot download its own browser here)
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+#: headless on a machine without a GPU, network or user profile (no sandbox: tests run as root)
+CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync")
+
+
+def playwright_or_skip():
+    """``playwright.sync_api``; skips the calling test module when playwright or Debian's chromium is missing
+    (``scripts/test.sh`` installs both)."""
+    import pytest
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian chromium is not installed (scripts/test.sh installs it)", allow_module_level=True)
+    return sync_api
+
+
+def launch_chromium(playwright, *extra_args: str):
+    """Headless Debian chromium through a started ``sync_playwright()``, with ``CHROMIUM_ARGS`` and
+    ``extra_args``; close it with ``browser.close()``."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=[*CHROMIUM_ARGS, *extra_args])
 
 
 def screenshot_dir() -> Path:

@@ -12,13 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui_app import screenshot_dir, start_app, stop_app
+from tests.ui_app import launch_chromium, playwright_or_skip, screenshot_dir, start_app, stop_app
 
 pytestmark = pytest.mark.e2e
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-sync_api = pytest.importorskip("playwright.sync_api")
-if not Path(CHROMIUM).exists():
-    pytest.skip("Debian chromium is not installed (scripts/test.sh installs it)", allow_module_level=True)
+sync_api = playwright_or_skip()
 
 SHOTS = screenshot_dir()
 
@@ -40,9 +37,7 @@ def app_url(tiny_checkpoint, out_dir):
 def browser():
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--autoplay-policy=no-user-gesture-required"])
+        browser = launch_chromium(pw, "--autoplay-policy=no-user-gesture-required")
         yield browser
         browser.close()
 

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 
-from tests.ui_app import screenshot_dir, start_app, stop_app
+from tests.ui_app import launch_chromium, playwright_or_skip, screenshot_dir, start_app, stop_app
 
 pytestmark = pytest.mark.e2e
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-sync_api = pytest.importorskip("playwright.sync_api")
-if not Path(CHROMIUM).exists():
-    pytest.skip("Debian chromium is not installed (scripts/test.sh installs it)", allow_module_level=True)
+sync_api = playwright_or_skip()
 
 SHOTS = screenshot_dir()
 
@@ -26,9 +21,7 @@ def page(tiny_checkpoint, tmp_path_factory):
     SHOTS.mkdir(parents=True, exist_ok=True)
     try:
         with sync_api.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-                "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+            browser = launch_chromium(pw)
             page = browser.new_page(viewport={"width": 1280, "height": 1600})
             page.goto(url)
             page.wait_for_selector("#generate", timeout=60_000)
