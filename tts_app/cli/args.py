@@ -56,19 +56,24 @@ def parse_cli(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Name
         return int(exc.code or 0)
 
 
+def _whole_number(text: str, minimum: int) -> int:
+    """``text`` as an int >= ``minimum``; ``argparse.ArgumentTypeError`` (argparse's message) otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{value} must be >= {minimum}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """argparse ``type=``: a whole number >= 1.
 
     Raises:
         argparse.ArgumentTypeError: not a whole number, or < 1.
     """
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
+    return _whole_number(text, 1)
 
 
 def memory_budget(text: str) -> int:
@@ -175,13 +180,7 @@ def non_negative_int(text: str) -> int:
     Raises:
         argparse.ArgumentTypeError: not a whole number, or < 0.
     """
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
-    return value
+    return _whole_number(text, 0)
 
 
 def number(text: str) -> float:

@@ -707,6 +707,17 @@ def _pick(obj: dict, canonical: str, line_number: int) -> Any:
     return obj[names[0]] if names else None
 
 
+def _line_params(obj: dict, line_number: int) -> dict[str, Any]:
+    """The line's generation settings (``PARAM_TYPES`` fields given and not null), each of the right type and
+    together valid ``SynthesisParams`` (a ``JobLineError`` names the line and the field otherwise)."""
+    params = {k: _check_param(k, obj[k], line_number) for k in PARAM_TYPES if obj.get(k) is not None}
+    try:
+        SynthesisParams(**params)
+    except InputError as exc:
+        raise JobLineError(line_number, str(exc)) from exc
+    return params
+
+
 def _check_param(name: str, value: Any, line_number: int) -> Any:
     want = PARAM_TYPES[name]
     if want is list:
@@ -801,11 +812,7 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
     else:
         prompt_audio = sources.resolve(audio_value, line_number)
 
-    params = {k: _check_param(k, obj[k], line_number) for k in PARAM_TYPES if obj.get(k) is not None}
-    try:
-        SynthesisParams(**params)
-    except InputError as exc:
-        raise JobLineError(line_number, str(exc)) from exc
+    params = _line_params(obj, line_number)
     return JobLine(line_number=line_number, output_name=output_name, input_text=text, prompt_audio=prompt_audio,
                    prompt_text=prompt_text, params=params, warnings=tuple(warnings), voice=voice,
                    emotion=_parse_emotion(obj, line_number, sources))
@@ -887,11 +894,7 @@ def _parse_dialogue_line(obj: dict, line_number: int, sources: AudioSources, out
             raise JobLineError(line_number, f"speakers: {speaker.label}'s voice must be a voice name or a file path")
         found = sources.voices.find(value)
         voices.append(("voice", found.name) if found is not None else ("file", sources.resolve(value, line_number)))
-    params = {k: _check_param(k, obj[k], line_number) for k in PARAM_TYPES if obj.get(k) is not None}
-    try:
-        SynthesisParams(**params)
-    except InputError as exc:
-        raise JobLineError(line_number, str(exc)) from exc
+    params = _line_params(obj, line_number)
     return JobLine(line_number=line_number, output_name=output_name, input_text=script_value, prompt_audio=None,
                    prompt_text=None, params=params, warnings=tuple(warnings), script=script,
                    speaker_voices=tuple(voices), emotion=_parse_emotion(obj, line_number, sources))

@@ -133,18 +133,9 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             # request with speed, a target duration or loudness does not stream (they need the whole clip).
             live_audio = gr.Audio(label=i18n("live_audio"), streaming=True, autoplay=True, interactive=False,
                                   elem_id="live-audio")
-            with gr.Row():
-                # A WAV file path: the player gets the file's own 16-bit samples (its download button saves it).
-                out_audio = gr.Audio(label=i18n("output_audio"), type="filepath", interactive=False,
-                                     elem_id="out-audio")
-                used_seed = gr.Number(value=None, label=i18n("used_seed"), interactive=False, elem_id="used-seed")
-            with gr.Row():
-                srt_file = gr.File(label=i18n("download_srt"), interactive=False, height=90,
-                                   elem_classes="download-box", elem_id="srt-file")
-                metadata_file = gr.File(label=i18n("download_metadata"), interactive=False, height=90,
-                                        elem_classes="download-box", elem_id="metadata-file")
-            timings = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_timings").split("|"),
-                                   label=i18n("timings"), interactive=False, elem_id="timings")
+            synthesis_outputs = _result_widgets(i18n, ctx.lang, audio="out-audio", seed="used-seed", srt="srt-file",
+                                                metadata="metadata-file", timings="timings")
+            out_audio = synthesis_outputs[0]
 
         with gr.Tab(i18n("tab_dialogue"), id="dialogue"):
             gr.Markdown(i18n("dialogue_intro"))
@@ -164,17 +155,8 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                 d_seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="dialogue-seed")
                 d_speed, d_duration, d_loudness, d_format = _output_controls(i18n, "dialogue-")
             generate_dialogue = gr.Button(i18n("generate_dialogue"), variant="primary", elem_id="generate-dialogue")
-            with gr.Row():
-                d_audio = gr.Audio(label=i18n("output_audio"), type="filepath", interactive=False,
-                                   elem_id="dialogue-audio")
-                d_used_seed = gr.Number(value=None, label=i18n("used_seed"), interactive=False)
-            with gr.Row():
-                d_srt = gr.File(label=i18n("download_srt"), interactive=False, height=90,
-                                elem_classes="download-box", elem_id="dialogue-srt")
-                d_metadata = gr.File(label=i18n("download_metadata"), interactive=False, height=90,
-                                     elem_classes="download-box", elem_id="dialogue-metadata")
-            d_timings = gr.Dataframe(headers=server_text(ctx.lang or "en", "col_timings").split("|"),
-                                     label=i18n("timings"), interactive=False, elem_id="dialogue-timings")
+            dialogue_outputs = _result_widgets(i18n, ctx.lang, audio="dialogue-audio", seed=None, srt="dialogue-srt",
+                                               metadata="dialogue-metadata", timings="dialogue-timings")
 
         jobs_browser = batch.browser_state()  # outside the tabs: loaded with the page, not when a tab is drawn
         with gr.Tab(i18n("tab_batch"), id="batch") as batch_tab:
@@ -197,7 +179,6 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                       "pause_between_segments_ms"]
         synthesis_inputs = [ref_audio, text, ref_text, seed, randomize, greedy, *(knobs[n] for n in knob_order),
                             use_cache, *emotion, voice, speed, duration_s, loudness, audio_format]
-        synthesis_outputs = [out_audio, srt_file, metadata_file, timings, used_seed]
         generate.click(_wrap(handlers.synthesize_stream, ctx), synthesis_inputs, [live_audio, *synthesis_outputs],
                        api_name="synthesize_stream", show_progress_on=[out_audio], **MODEL_CONCURRENCY)
         synthesize_api.click(_wrap(handlers.synthesize, ctx), synthesis_inputs, synthesis_outputs,
@@ -205,8 +186,9 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                              **MODEL_CONCURRENCY)  # progress and errors in one place
         generate_dialogue.click(_wrap(handlers.synthesize_dialogue, ctx),
                                 [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness,
-                                 d_format], [d_audio, d_srt, d_metadata, d_timings, d_used_seed],
-                                api_name="synthesize_dialogue", show_progress_on=[d_audio], **MODEL_CONCURRENCY)
+                                 d_format], dialogue_outputs,
+                                api_name="synthesize_dialogue", show_progress_on=[dialogue_outputs[0]],
+                                **MODEL_CONCURRENCY)
         transcribe.click(_wrap(voice_handlers.transcribe_reference, ctx), [ref_audio, voice], [ref_text],
                          api_name="transcribe", **MODEL_CONCURRENCY)
         # --- voice library
@@ -236,6 +218,24 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
 
         demo.unload(end_session)
     return demo, i18n
+
+
+def _result_widgets(i18n: gr.I18n, lang: str | None, *, audio: str, seed: str | None, srt: str, metadata: str,
+                    timings: str) -> list:
+    """A tab's result widgets, ``[audio, subtitles, metadata, segments table, seed used]`` (the order the
+    synthesis handlers return them), with these elem ids. The audio is a WAV file path: the player gets the file's
+    own 16-bit samples (its download button saves it)."""
+    with gr.Row():
+        out_audio = gr.Audio(label=i18n("output_audio"), type="filepath", interactive=False, elem_id=audio)
+        used_seed = gr.Number(value=None, label=i18n("used_seed"), interactive=False, elem_id=seed)
+    with gr.Row():
+        srt_file = gr.File(label=i18n("download_srt"), interactive=False, height=90, elem_classes="download-box",
+                           elem_id=srt)
+        metadata_file = gr.File(label=i18n("download_metadata"), interactive=False, height=90,
+                                elem_classes="download-box", elem_id=metadata)
+    table = gr.Dataframe(headers=server_text(lang or "en", "col_timings").split("|"), label=i18n("timings"),
+                         interactive=False, elem_id=timings)
+    return [out_audio, srt_file, metadata_file, table, used_seed]
 
 
 def _output_controls(i18n: gr.I18n, prefix: str):
