@@ -13,10 +13,10 @@ import zipfile
 
 import pytest
 
-from tests.ui_app import free_port, launch_chromium, playwright_or_skip, start_app, stop_app
+from tests.ui_app import free_port, playwright_or_skip, start_app, stop_app
 
 pytestmark = pytest.mark.e2e
-sync_api = playwright_or_skip()
+playwright_or_skip()
 
 NUM_LINES = 24
 
@@ -45,7 +45,7 @@ def _wait_status(page, statuses, timeout_ms=180_000):
         arg=list(statuses), timeout=timeout_ms)
 
 
-def test_a_job_is_followed_across_a_reload_and_a_server_restart(tiny_checkpoint, tmp_path, data_dir):
+def test_a_job_is_followed_across_a_reload_and_a_server_restart(tiny_checkpoint, browser, tmp_path, data_dir):
     shutil.copy(data_dir / "en_female_1.wav", tmp_path / "voice.wav")
     with zipfile.ZipFile(tmp_path / "voices.zip", "w") as zf:
         zf.write(tmp_path / "voice.wav", "voices/anna.wav")
@@ -58,62 +58,60 @@ def test_a_job_is_followed_across_a_reload_and_a_server_restart(tiny_checkpoint,
     model = tiny_checkpoint("vibevoice")
     flags = ("--output-dir", str(out), "--max-batch-size", "1")
     proc, url = start_app(model, *flags, lang="en", port=port)
-    with sync_api.sync_playwright() as pw:
-        browser = launch_chromium(pw)
-        context = browser.new_context(viewport={"width": 1280, "height": 1400})
-        page = context.new_page()
-        # Page loads and clicks wait longer than playwright's 30 s: on 2 shared cores a freshly restarted server
-        # serving gradio's scripts to Chromium can take that long (these are waits, not timing assertions).
-        page.set_default_navigation_timeout(180_000)
-        page.set_default_timeout(120_000)
-        try:
-            _open_batch_tab(page, url)
-            page.locator("#jsonl input[type=file]").set_input_files(str(jsonl))
-            page.locator("#audio-zip input[type=file]").set_input_files(str(tmp_path / "voices.zip"))
-            page.wait_for_timeout(1500)
-            page.locator("#run-job").click()
-            _wait_status(page, ["running"], 60_000)
-            page.wait_for_function("() => Number(document.querySelector('#job-progress [data-status]')"
-                                   "?.dataset.done) >= 2", timeout=120_000)
-            first = _progress(page)
-            assert first["width"] > 100 and first["height"] > 10, first  # on screen, not a 0-pixel area
-            assert f"lines {first['done']}/{NUM_LINES}" in first["text"] and "left" in first["text"]
-            assert page.locator("#run-job").is_disabled()  # no second run of the same job by a second click
-            page.wait_for_function(f"() => Number(document.querySelector('#job-progress [data-status]')"
-                                   f"?.dataset.done) > {first['done']}", timeout=60_000)
-            assert _progress(page)["done"] > first["done"]  # it changes while the job runs
-            job_id = page.locator("#job-id input, #job-id textarea").first.input_value()
-            assert job_id and job_id in first["text"]
+    context = browser.new_context(viewport={"width": 1280, "height": 1400})
+    page = context.new_page()
+    # Page loads and clicks wait longer than playwright's 30 s: on 2 shared cores a freshly restarted server
+    # serving gradio's scripts to Chromium can take that long (these are waits, not timing assertions).
+    page.set_default_navigation_timeout(180_000)
+    page.set_default_timeout(120_000)
+    try:
+        _open_batch_tab(page, url)
+        page.locator("#jsonl input[type=file]").set_input_files(str(jsonl))
+        page.locator("#audio-zip input[type=file]").set_input_files(str(tmp_path / "voices.zip"))
+        page.wait_for_timeout(1500)
+        page.locator("#run-job").click()
+        _wait_status(page, ["running"], 60_000)
+        page.wait_for_function("() => Number(document.querySelector('#job-progress [data-status]')"
+                               "?.dataset.done) >= 2", timeout=120_000)
+        first = _progress(page)
+        assert first["width"] > 100 and first["height"] > 10, first  # on screen, not a 0-pixel area
+        assert f"lines {first['done']}/{NUM_LINES}" in first["text"] and "left" in first["text"]
+        assert page.locator("#run-job").is_disabled()  # no second run of the same job by a second click
+        page.wait_for_function(f"() => Number(document.querySelector('#job-progress [data-status]')"
+                               f"?.dataset.done) > {first['done']}", timeout=60_000)
+        assert _progress(page)["done"] > first["done"]  # it changes while the job runs
+        job_id = page.locator("#job-id input, #job-id textarea").first.input_value()
+        assert job_id and job_id in first["text"]
 
-            # The server stops mid-job and comes back on the same folder: the job is there, interrupted.
-            stop_app(proc)
-            proc, url = start_app(model, *flags, lang="en", port=port)
-            _open_batch_tab(page, url)
-            page.wait_for_function(f"() => document.querySelector('#job-progress')?.innerText.includes('{job_id}')",
-                                   timeout=60_000)
-            restarted = _progress(page)
-            assert restarted["status"] == "interrupted", restarted
-            ok_before = page.locator("#job-results audio").count()  # the lines done before the stop, with players
-            assert 1 <= ok_before < NUM_LINES  # (its other lines are recorded cancelled: num_done counts them)
-            page.locator("#resume-job").click()
-            _wait_status(page, ["running", "done"], 60_000)
+        # The server stops mid-job and comes back on the same folder: the job is there, interrupted.
+        stop_app(proc)
+        proc, url = start_app(model, *flags, lang="en", port=port)
+        _open_batch_tab(page, url)
+        page.wait_for_function(f"() => document.querySelector('#job-progress')?.innerText.includes('{job_id}')",
+                               timeout=60_000)
+        restarted = _progress(page)
+        assert restarted["status"] == "interrupted", restarted
+        ok_before = page.locator("#job-results audio").count()  # the lines done before the stop, with players
+        assert 1 <= ok_before < NUM_LINES  # (its other lines are recorded cancelled: num_done counts them)
+        page.locator("#resume-job").click()
+        _wait_status(page, ["running", "done"], 60_000)
 
-            # A reload (or a closed tab) loses nothing: the page reopens the job and follows it on.
-            page.reload()
-            _open_batch_tab(page, url)
-            page.wait_for_function(f"() => document.querySelector('#job-progress')?.innerText.includes('{job_id}')",
-                                   timeout=60_000)
-            after_reload = _progress(page)
-            assert after_reload["status"] in ("running", "done") and after_reload["done"] >= ok_before
-            _wait_status(page, ["done"], 240_000)
-            done = _progress(page)
-            assert done["done"] == NUM_LINES
-            assert page.locator("#job-results audio").count() == NUM_LINES  # a player per ok line
-            assert page.locator("#results-zip a, #results-zip [download]").count() >= 1
-            page.screenshot(path=str(tmp_path / "batch-done.png"), full_page=True)
-        finally:
-            browser.close()
-            stop_app(proc)
+        # A reload (or a closed tab) loses nothing: the page reopens the job and follows it on.
+        page.reload()
+        _open_batch_tab(page, url)
+        page.wait_for_function(f"() => document.querySelector('#job-progress')?.innerText.includes('{job_id}')",
+                               timeout=60_000)
+        after_reload = _progress(page)
+        assert after_reload["status"] in ("running", "done") and after_reload["done"] >= ok_before
+        _wait_status(page, ["done"], 240_000)
+        done = _progress(page)
+        assert done["done"] == NUM_LINES
+        assert page.locator("#job-results audio").count() == NUM_LINES  # a player per ok line
+        assert page.locator("#results-zip a, #results-zip [download]").count() >= 1
+        page.screenshot(path=str(tmp_path / "batch-done.png"), full_page=True)
+    finally:
+        context.close()
+        stop_app(proc)
     records = [json.loads(x) for x in next(out.glob("jobs/*/out/results.jsonl")).read_text().splitlines()]
     assert [r["line"] for r in records] == list(range(1, NUM_LINES + 1))
     assert all(r["status"] == "ok" for r in records)

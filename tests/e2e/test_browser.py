@@ -12,34 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui_app import launch_chromium, playwright_or_skip, screenshot_dir, start_app, stop_app
+from tests.ui_app import playwright_or_skip, screenshot_dir, start_app, stop_app
 
 pytestmark = pytest.mark.e2e
-sync_api = playwright_or_skip()
+playwright_or_skip()
 
 SHOTS = screenshot_dir()
 
 
 @pytest.fixture(scope="module")
-def out_dir(tmp_path_factory) -> Path:
-    """The app's --output-dir."""
-    return tmp_path_factory.mktemp("e2e-out")
-
-
-@pytest.fixture(scope="module")
-def app_url(tiny_checkpoint, out_dir):
-    proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(out_dir), lang="en")
-    yield url
-    stop_app(proc)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as pw:
-        browser = launch_chromium(pw, "--autoplay-policy=no-user-gesture-required")
-        yield browser
-        browser.close()
+def out_dir(app_out_dir) -> Path:
+    """The shared app's --output-dir (tests/e2e/conftest.py: ``app_url``, ``browser``)."""
+    return app_out_dir
 
 
 @pytest.fixture(scope="module")

@@ -6,29 +6,22 @@ import json
 
 import pytest
 
-from tests.ui_app import launch_chromium, playwright_or_skip, screenshot_dir, start_app, stop_app
+from tests.ui_app import playwright_or_skip, screenshot_dir
 
 pytestmark = pytest.mark.e2e
-sync_api = playwright_or_skip()
+playwright_or_skip()
 
 SHOTS = screenshot_dir()
 
 
 @pytest.fixture(scope="module")
-def page(tiny_checkpoint, tmp_path_factory):
-    proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(tmp_path_factory.mktemp("e2e-dlg")),
-                          lang="en")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    try:
-        with sync_api.sync_playwright() as pw:
-            browser = launch_chromium(pw)
-            page = browser.new_page(viewport={"width": 1280, "height": 1600})
-            page.goto(url)
-            page.wait_for_selector("#generate", timeout=60_000)
-            yield page
-            browser.close()
-    finally:
-        stop_app(proc)
+def page(app_url, browser):
+    """A page of the session's app and Chromium (tests/e2e/conftest.py)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1600})
+    page.goto(app_url)
+    page.wait_for_selector("#generate", timeout=60_000)
+    yield page
+    page.close()
 
 
 def _pick(page, dropdown_id: str, option: str) -> None:
