@@ -23,6 +23,8 @@ FORMATS: dict[str, tuple[str, str]] = {
     ".mp3": ("mp3", "MP3 192 kbit/s CBR"),
     ".opus": ("opus", "Ogg Opus 64 kbit/s"),
 }
+#: the format names, in the order offered (``--format``, JSONL ``format``, the web app's choices)
+AUDIO_FORMATS: tuple[str, ...] = tuple(name for name, _ in FORMATS.values())
 MP3_BIT_RATE = 192_000
 OPUS_BIT_RATE = 64_000
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)

@@ -20,10 +20,18 @@ from tts_app.jobs.manager import JobManager
 from tts_app.monitor import MemoryHistory
 from tts_app.runtime import Runtime
 from tts_app.audio.transcribe import Transcriber, transcriber_from
+from tts_app.history import DEFAULT_HISTORY_SIZE, HISTORY_DIR, HistoryStore
 from tts_app.voices import VoiceLibrary
 
 if TYPE_CHECKING:
     from tts_app.jobs.cluster import WorkerPool
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:  # not empty (a history), or already gone
+        pass
 
 
 def default_output_root() -> Path:
@@ -49,6 +57,9 @@ class AppContext:
         voices: the ``VoiceLibrary`` (saved voices + bundled examples), shared by all users.
         asr_model: Whisper checkpoint for automatic reference transcripts (None = the default, "none" = off).
         upload_config: per-kind upload size limits.
+        history_size: generations kept per owner in the Single tab's history (``--history-size``; 0 = off).
+        history_store: the ``HistoryStore`` of every owner, under ``output_root / "single"`` (each owner's in its
+            own folder, ``browser_dir(headers) / "_history"``).
         jobs: the server's durable jobs (``tts_app.jobs.manager``); built by ``start_jobs`` once the model is loaded
             (or failed to load).
         pool: Ray workers that run the Batch tab's jobs (``app.py --ray``; ``tts_app.jobs.cluster.WorkerPool``),
@@ -70,6 +81,8 @@ class AppContext:
     asr_model: str | None = None
     _transcriber: Transcriber | None = None
     upload_config: UploadConfig = field(default_factory=UploadConfig)
+    history_size: int = DEFAULT_HISTORY_SIZE
+    history_store: HistoryStore | None = None
     pool: WorkerPool | None = None
     history: MemoryHistory = field(default_factory=MemoryHistory)
     jobs: JobManager | None = None
@@ -86,6 +99,10 @@ class AppContext:
         self.output_root.mkdir(parents=True, exist_ok=True)
         if self.voices is None:
             self.voices = VoiceLibrary(self.voices_dir if self.voices_dir is not None else self.output_root / "voices")
+        if self.history_store is None:
+            from tts_app.server.sessions import SESSIONS_DIR
+
+            self.history_store = HistoryStore(self.output_root / SESSIONS_DIR, self.history_size)
 
     def start_jobs(self) -> None:
         """(Re)build the job manager for the current runtime, with the shared ``transcriber``: jobs a stopped server
@@ -205,12 +222,27 @@ class AppContext:
 
     def close(self) -> None:
         """Stop the jobs (they end "interrupted" and resume after a restart), then the engine; remove the
-        single-synthesis outputs of every session (job folders are kept)."""
+        single-synthesis outputs of every session and the players' reference clips (job folders and each owner's
+        history are kept)."""
+        from tts_app.server.sessions import SESSIONS_DIR
+
         if self.jobs is not None:
             self.jobs.shutdown()
         if self.runtime is not None:
             self.runtime.close()  # joins the worker (see Engine.shutdown)
-        shutil.rmtree(self.output_root / "single", ignore_errors=True)
+        browsers = self.output_root / SESSIONS_DIR
+        if not browsers.is_dir():
+            return
+        for browser in browsers.iterdir():
+            for folder in (browser.iterdir() if browser.is_dir() else ()):
+                if folder.name == HISTORY_DIR:
+                    continue
+                if folder.is_dir():
+                    shutil.rmtree(folder, ignore_errors=True)
+                else:
+                    folder.unlink(missing_ok=True)
+            _remove_if_empty(browser)
+        _remove_if_empty(browsers)
 
     @property
     def transcriber(self) -> Transcriber:

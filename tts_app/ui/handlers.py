@@ -204,7 +204,7 @@ STREAM_POLL_S = 0.25
 def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, reference_text, seed, randomize_seed,
                      greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars, pause_ms,
                      use_cache, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text, voice,
-                     speed, duration_s, loudness_lufs):
+                     speed, duration_s, loudness_lufs, segment_durations_s=None):
     """Validate the widgets' values -> (prepared reference, ``SynthesisRequest``). Raises ``gr.Error`` for a missing
     model, text or usable reference (uploaded or a saved ``voice``), or a bad setting or emotion."""
     from tts_app.ui.controls import params_from_controls
@@ -232,7 +232,7 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
                                               "pause_between_segments_ms": pause_ms})
     except TTSAppError as exc:
         raise user_error(error_text(exc, lang)) from exc
-    params = tempo_params(params, speed, duration_s, loudness_lufs)
+    params = tempo_params(params, speed, duration_s, loudness_lufs, segment_durations_s, lang)
     reference_text = _fill_transcript(ctx, reference, reference_text)
     emotion = _emotion(ctx, lang, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text)
     synthesis_request = SynthesisRequest(text=text, reference_audio=reference.audio,
@@ -252,11 +252,14 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                melancholic: float | None = 0.0, surprised: float | None = 0.0, calm: float | None = 0.0,
                emotion_weight: float | None = 1.0, emotion_text: str | None = None, voice: str | None = None,
                speed: float | None = None, duration_s: float | None = None, loudness_lufs: float | None = None,
-               audio_format: str | None = "wav", request: gr.Request = None, progress=gr.Progress()):
+               audio_format: str | None = "wav", segment_durations_s: str | None = None,
+               request: gr.Request = None, progress=gr.Progress()):
     """Generate speech in the reference voice -> (audio, subtitles, metadata, segments, seed used).
 
     ``speed`` (1 = as generated), ``duration_s`` (0 = as generated), ``loudness_lufs`` (0 = not normalised) and
-    ``audio_format`` ("wav", "flac", "mp3", "opus") shape the output. ``voice`` names a saved voice of the library
+    ``audio_format`` ("wav", "flac", "mp3", "opus") shape the output; ``segment_durations_s`` ("2.5, 1.8, 3": a
+    target length in seconds per line of the text, for dubbing; empty = off; not with speed / duration) gives each
+    line its own length. ``voice`` names a saved voice of the library
     (then ``reference_audio`` is ignored and, when ``reference_text`` is empty, the voice's own transcript is used).
     Only ``reference_audio`` (or ``voice``) and ``text`` are needed; every other input left out (or equal to the
     model's default) means "the model's default", as in ``synth`` and JSONL jobs. The batch ceiling is the server's
@@ -276,7 +279,7 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
         ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
-        speed, duration_s, loudness_lufs)
+        speed, duration_s, loudness_lufs, segment_durations_s)
     return run_web_request(ctx, synthesis_request, lang, progress, reference=reference, audio_format=audio_format,
                            request=request)
 
@@ -293,7 +296,8 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
                       emotion_weight: float | None = 1.0, emotion_text: str | None = None, voice: str | None = None,
                       speed: float | None = None, duration_s: float | None = None,
                       loudness_lufs: float | None = None, audio_format: str | None = "wav",
-                      request: gr.Request = None, progress=gr.Progress()):
+                      segment_durations_s: str | None = None, request: gr.Request = None,
+                      progress=gr.Progress()):
     """``synthesize`` that plays while it generates: yields (live audio piece, then skip) while the engine decodes
     (16-bit WAV bytes of the next samples, in order; the first as soon as any audio exists), then (skip, audio,
     subtitles, metadata, segments, seed used) as ``synthesize`` returns them. The pieces together are the same
@@ -309,7 +313,7 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
         ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
-        speed, duration_s, loudness_lufs)
+        speed, duration_s, loudness_lufs, segment_durations_s)
     if synthesis_request.params.needs_whole_clip:
         gr.Info(server_text(lang, "stream_off_whole_clip"))
     engine = _engine(ctx)
@@ -363,12 +367,36 @@ def _fill_transcript(ctx: AppContext, prepared, reference_text: str | None) -> s
     return text
 
 
-#: output formats the page offers (``tts_app.audio.formats``)
-AUDIO_FORMATS = ("wav", "flac", "mp3", "opus")
+#: output formats the page offers
+from tts_app.audio.formats import AUDIO_FORMATS  # noqa: E402 - re-exported for the layout
 
 
-def tempo_params(params, speed: float | None, duration_s: float | None, loudness_lufs: float | None):
-    """``params`` with the page's speed / duration / loudness: speed 1, duration 0 and loudness 0 mean "off"."""
+def segment_durations_from_text(text: str | None, lang: str) -> tuple[float, ...] | None:
+    """The page's per-line durations box -> seconds per line of the text (None when empty). Commas (``,`` or the
+    Chinese ``，``), semicolons or spaces separate the numbers.
+
+    Raises:
+        gr.Error: something that is not a list of numbers above 0 (``bad_segment_durations``, in ``lang``).
+    """
+    import math
+    import re
+
+    if not text or not text.strip():
+        return None
+    parts = [p for p in re.split(r"[,，;；\s]+", text.strip()) if p]
+    try:
+        values = tuple(float(p) for p in parts)
+    except ValueError:
+        values = ()
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise user_error(server_text(lang, "bad_segment_durations", value=text.strip()))
+    return values
+
+
+def tempo_params(params, speed: float | None, duration_s: float | None, loudness_lufs: float | None,
+                 segment_durations_s: str | None = None, lang: str = "en"):
+    """``params`` with the page's speed / duration / loudness / per-line durations: speed 1, duration 0, loudness 0
+    and an empty per-line box mean "off"; per-line durations with a speed or duration is refused in ``lang``."""
     import dataclasses
 
     from tts_app.config import ConfigError
@@ -378,6 +406,11 @@ def tempo_params(params, speed: float | None, duration_s: float | None, loudness
               "loudness_lufs": float(loudness_lufs) if loudness_lufs else None}
     if values["duration_s"] is not None:
         values["speed"] = None  # a target duration sets the tempo itself
+    per_line = segment_durations_from_text(segment_durations_s, lang)
+    if per_line is not None:
+        if values["speed"] is not None or values["duration_s"] is not None:
+            raise user_error(server_text(lang, "segment_durations_and_tempo"))
+        values["segment_durations_s"] = per_line
     try:
         return dataclasses.replace(params, **values)
     except ConfigError as exc:

@@ -59,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-zip-size", type=file_size, default=None, metavar="SIZE",
                    help=f"largest ZIP of reference audio for a job, e.g. 1GB (default "
                         f"{defaults.max_zip_upload_bytes // 1000**3} GB)")
+    from tts_app.history import DEFAULT_HISTORY_SIZE, MAX_HISTORY_SIZE
+
+    g.add_argument("--history-size", type=int, default=DEFAULT_HISTORY_SIZE, metavar="N",
+                   help=f"past generations listed per browser in the Single tab, kept in OUTPUT_DIR/single/<browser>/"
+                        f"_history (default {DEFAULT_HISTORY_SIZE}, at most {MAX_HISTORY_SIZE}; 0 = off)")
     add_voice_args(p)
     return p
 
@@ -93,7 +98,8 @@ def build_context(args: argparse.Namespace, engine_args: EngineArgs, api_keys: t
     ctx = AppContext(model_config=engine_args.model, engine_config=engine_args.engine, lang=args.lang,
                      output_root=Path(args.output_dir) if args.output_dir is not None else None,
                      voices_dir=Path(args.voices_dir) if args.voices_dir is not None else None,
-                     asr_model=args.asr_model, upload_config=upload_config_from(args), api_keys=tuple(api_keys))
+                     asr_model=args.asr_model, upload_config=upload_config_from(args), api_keys=tuple(api_keys),
+                     history_size=args.history_size)
     # Load the front end's dictionaries in the background so the first keystroke's preview is fast.
     threading.Thread(target=warm_up, name="frontend-warm-up", daemon=True).start()
     return ctx
@@ -232,6 +238,9 @@ def main(argv: list[str]) -> int:
         check_device_available(engine_args.model)
         if args.voices_dir is not None:
             check_output_dir(args.voices_dir, "--voices-dir")
+        from tts_app.history import check_history_size
+
+        check_history_size(args.history_size)
     except InputError as exc:
         return usage_error(PROG, exc)
     if cluster is not None:  # before the model loads: Ray missing is a set-up error, said at once

@@ -13,6 +13,7 @@ import gradio as gr
 from gradio.i18n import I18nData
 
 from tts_app.ui import batch, handlers
+from tts_app.ui import history as history_handlers
 from tts_app.ui import voices as voice_handlers
 from tts_app.ui.context import AppContext
 from tts_app.ui.controls import Control, generation_controls
@@ -117,6 +118,9 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                                   if name in ("max_new_tokens", "max_segment_chars", "pause_between_segments_ms")})
                 with gr.Row():
                     speed, duration_s, loudness, audio_format = _output_controls(i18n, "")
+                    # dubbing cues: one target length per line of the text (handlers.segment_durations_from_text)
+                    segment_durations = gr.Textbox(label=i18n("segment_durations_s"), lines=1,
+                                                   placeholder="2.5, 1.8, 3", elem_id="segment-durations")
                 with gr.Row():
                     # The operator's setting, for everyone: shown, not changed here (one user must not throttle
                     # or overload the server for all).
@@ -135,7 +139,11 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                                   elem_id="live-audio")
             synthesis_outputs = _result_widgets(i18n, ctx.lang, audio="out-audio", seed="used-seed", srt="srt-file",
                                                 metadata="metadata-file", timings="timings")
-            out_audio = synthesis_outputs[0]
+            out_audio, _, metadata_file, _, used_seed = synthesis_outputs
+            # History: this browser's last generations (tts_app.history; "this browser" = its owner, AppContext.owner)
+            history_state = gr.State([])
+            history_box = gr.Accordion(i18n("history"), open=True, elem_id="history",
+                                       visible=ctx.history_store.enabled)
 
         with gr.Tab(i18n("tab_dialogue"), id="dialogue"):
             gr.Markdown(i18n("dialogue_intro"))
@@ -177,13 +185,47 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     api_name="preview", trigger_mode="always_last", queue=False)
         knob_order = ["temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens", "max_segment_chars",
                       "pause_between_segments_ms"]
-        synthesis_inputs = [ref_audio, text, ref_text, seed, randomize, greedy, *(knobs[n] for n in knob_order),
-                            use_cache, *emotion, voice, speed, duration_s, loudness, audio_format]
+        knob_widgets = [knobs[n] for n in knob_order]
+        synthesis_inputs = [ref_audio, text, ref_text, seed, randomize, greedy, *knob_widgets, use_cache, *emotion,
+                            voice, speed, duration_s, loudness, audio_format, segment_durations]
+        # history_handlers.remember's inputs: the sidecar written, the seed used, what was asked, then SETTINGS
+        remember_inputs = [metadata_file, used_seed, ref_audio, text, ref_text, voice, seed, greedy, *knob_widgets,
+                           use_cache, speed, duration_s, loudness, audio_format, segment_durations]
+        # Queued, as every event that sets history_state must be: gradio's unqueued route reports no changed
+        # state, so the State's change (what re-draws the list below) would never fire.
+        remember = dict(fn=_wrap(history_handlers.remember, ctx), inputs=remember_inputs, outputs=[history_state],
+                        api_visibility="private")
+        # history_handlers.rerun_values's outputs
+        rerun_outputs = [ref_audio, text, ref_text, seed, randomize, voice, greedy, *knob_widgets, use_cache, speed,
+                         duration_s, loudness, audio_format, segment_durations]
         generate.click(_wrap(handlers.synthesize_stream, ctx), synthesis_inputs, [live_audio, *synthesis_outputs],
-                       api_name="synthesize_stream", show_progress_on=[out_audio], **MODEL_CONCURRENCY)
+                       api_name="synthesize_stream", show_progress_on=[out_audio], **MODEL_CONCURRENCY
+                       ).success(**remember)  # the page's generations go to its history, API calls do not
         synthesize_api.click(_wrap(handlers.synthesize, ctx), synthesis_inputs, synthesis_outputs,
                              api_name="synthesize", show_progress_on=[out_audio],
                              **MODEL_CONCURRENCY)  # progress and errors in one place
+        demo.load(_wrap(history_handlers.list_history, ctx), None, [history_state], api_visibility="private")
+
+        history_defaults = history_handlers.page_defaults(ctx)
+        with history_box:
+            @gr.render(inputs=[history_state])
+            def _history(entries, request: gr.Request):
+                lang = handlers._lang(ctx, request)
+                if not entries:
+                    gr.Markdown(server_text(lang, "history_empty"), elem_id="history-empty")
+                for i, entry in enumerate(entries):
+                    with gr.Row(elem_classes="history-entry"):
+                        gr.Audio(entry["audio"], type="filepath", interactive=False, show_label=False,
+                                 elem_id=f"history-audio-{i}", scale=1)
+                        gr.Markdown(history_handlers.entry_summary(entry, lang, history_defaults),
+                                    elem_id=f"history-text-{i}", scale=3)
+                        rerun = gr.Button(i18n("rerun"), size="sm", elem_id=f"history-rerun-{i}", scale=0)
+                    rerun.click(_rerun_fn(ctx, entry["entry_id"]), None, rerun_outputs, queue=False,
+                                api_visibility="private").success(
+                        _wrap(handlers.synthesize_stream, ctx), synthesis_inputs, [live_audio, *synthesis_outputs],
+                        api_visibility="private", show_progress_on=[out_audio], **MODEL_CONCURRENCY
+                    ).success(**remember)
+
         generate_dialogue.click(_wrap(handlers.synthesize_dialogue, ctx),
                                 [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness,
                                  d_format], dialogue_outputs,
@@ -248,6 +290,15 @@ def _output_controls(i18n: gr.I18n, prefix: str):
     audio_format = gr.Dropdown(choices=list(handlers.AUDIO_FORMATS), value="wav", label=i18n("audio_format"),
                                elem_id=f"{prefix}audio-format")
     return speed, duration_s, loudness, audio_format
+
+
+def _rerun_fn(ctx: AppContext, entry_id: str):
+    """The "Re-run" handler of one history entry (``history.rerun_values`` for ``entry_id``)."""
+
+    def rerun(request: gr.Request = None):
+        return history_handlers.rerun_values(ctx, entry_id, request)
+
+    return rerun
 
 
 def _wrap(fn, ctx: AppContext):
@@ -316,7 +367,8 @@ API_NAMES = {"output_audio": "audio", "download_srt": "subtitles", "download_met
              "cleaned_reference": "cleaned_reference", "memory_summary": "summary", "memory_plot": "plot",
              "job_results": "results", "download_zip": "zip", "validation": "validation", "voice": "voice",
              "voice_status": "status", "speed": "speed", "duration_s": "duration_s", "loudness_lufs": "loudness_lufs",
-             "audio_format": "audio_format", "script": "script", "reference_text": "reference_text",
+             "audio_format": "audio_format", "segment_durations_s": "segment_durations_s", "script": "script",
+             "reference_text": "reference_text",
              "validation_summary": "summary", "job_progress": "progress", "job_status": "summary"}
 
 

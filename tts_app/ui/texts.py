@@ -66,13 +66,15 @@ EN: dict[str, str] = {
                   "(required unless you give a default voice) |\n"
                   "| `prompt_text` | | what is said in the reference audio (optional; some models need it) |\n"
                   "| `output_name` | `uttid` | file name of the result without `.wav` (default: the line number) |\n"
+                  "| `format` | | this line's audio format: `wav`, `flac`, `mp3` or `opus` (default: the job's "
+                  "Output format) |\n"
                   "| `seed`, `greedy`, `temperature`, `top_p`, `top_k`, `cfg_scale`, `max_new_tokens` | | per-line "
                   "settings (optional) |\n\n"
                   "Example: `{\"input_text\": \"你好。\", \"prompt_audio\": \"voices/mei.wav\", "
                   "\"output_name\": \"hello\"}`. Write paths with forward slashes (`voices/mei.wav`, not "
                   "`voices\\mei.wav`). Validate before you run: every problem is listed with its line number.",
     "download_template": "Download a template (.jsonl)",
-    "job_settings": "Job settings (batch size, KV cache, greedy, seed)",
+    "job_settings": "Job settings (batch size, KV cache, greedy, seed, output format)",
     "resume_job": "Resume",
     "recent_jobs": "Recent jobs (this browser)",
     "job_id": "Job id (paste one to reopen it)",
@@ -152,12 +154,13 @@ ZH: dict[str, str] = {
                   "| `prompt_audio` | `prompt_speech` | ZIP 中的参考音频文件，如 `voices/mei.wav`（未设默认声音时必填） |\n"
                   "| `prompt_text` | | 参考音频里说的话（可选；部分模型需要） |\n"
                   "| `output_name` | `uttid` | 结果文件名，不含 `.wav`（默认：行号） |\n"
+                  "| `format` | | 该行的音频格式：`wav`、`flac`、`mp3` 或 `opus`（默认：任务的“输出格式”） |\n"
                   "| `seed`、`greedy`、`temperature`、`top_p`、`top_k`、`cfg_scale`、`max_new_tokens` | | 每行的生成设置（可选） |\n\n"
                   "示例：`{\"input_text\": \"你好。\", \"prompt_audio\": \"voices/mei.wav\", "
                   "\"output_name\": \"hello\"}`。路径请用正斜杠（`voices/mei.wav`，而不是 `voices\\mei.wav`）。"
                   "运行前先校验：每个问题都会列出行号。",
     "download_template": "下载模板（.jsonl）",
-    "job_settings": "任务设置（批大小、KV 缓存、贪心解码、种子）",
+    "job_settings": "任务设置（批大小、KV 缓存、贪心解码、种子、输出格式）",
     "resume_job": "继续",
     "recent_jobs": "最近的任务（本浏览器）",
     "job_id": "任务 ID（粘贴 ID 可重新打开）",
@@ -189,6 +192,8 @@ EN.update({
     "transcribe": "Transcribe the reference (automatic, editable)",
     "speed": "Speed (x the model's pace; pitch kept)",
     "duration_s": "Target duration in seconds (0 = as generated)",
+    "segment_durations_s": "Or a target duration per line, in seconds, comma separated (dubbing: one per line of "
+                           "the text, e.g. 2.5, 1.8, 3)",
     "loudness_lufs": "Loudness target in LUFS (0 = as generated; -16 podcast, -23 broadcast)",
     "audio_format": "Output format",
     "tab_dialogue": "Dialogue",
@@ -198,6 +203,8 @@ EN.update({
     "speaker_voice": "Saved voice",
     "speaker_audio": "or upload a clip",
     "generate_dialogue": "Generate dialogue",
+    "history": "History: this browser's last generations (Re-run generates again with the same settings)",
+    "rerun": "Re-run",
 })
 ZH.update({
     "voice": "声音（已保存的声音，或上传的音频）",
@@ -211,6 +218,7 @@ ZH.update({
     "transcribe": "自动识别参考文本（可编辑）",
     "speed": "语速（相对模型原速；音高不变）",
     "duration_s": "目标时长（秒，0 = 不调整）",
+    "segment_durations_s": "或每行的目标时长（秒，用逗号分隔；配音：文本每行一个，例如 2.5, 1.8, 3）",
     "loudness_lufs": "响度目标（LUFS，0 = 不调整；播客 -16，广播 -23）",
     "audio_format": "输出格式",
     "tab_dialogue": "对话",
@@ -220,6 +228,8 @@ ZH.update({
     "speaker_voice": "已保存的声音",
     "speaker_audio": "或上传音频",
     "generate_dialogue": "生成对话",
+    "history": "历史记录：本浏览器最近的生成（“重新生成”沿用当时的设置再生成一次）",
+    "rerun": "重新生成",
 })
 
 assert EN.keys() == ZH.keys()  # a missing translation is a programming error, caught at import
@@ -246,6 +256,12 @@ SERVER: dict[str, dict[str, str]] = {
         "override": "override", "polyphone": "polyphone",
         "need_reference": "Upload or record a reference audio clip first (a few seconds of the voice to clone).",
         "need_text": "Type some text to speak.", "need_jsonl": "Upload a JSONL task file first.",
+        "bad_audio_format": "Output format {value!r} is unknown; choose one of {allowed}.",
+        "bad_segment_durations": "Per-line durations: {value!r} is not a list of seconds separated by commas; give "
+                                 "one number above 0 per line of the text, e.g. 2.5, 1.8, 3.",
+        "segment_durations_and_tempo": "Give either per-line durations or a speed / target duration for the whole "
+                                       "text, not both: set the speed to 1 and the target duration to 0, or clear "
+                                       "the per-line durations.",
         "queued": "queued", "segment_progress": "segment {done}/{total}",
         "stream_off_whole_clip": "streaming is off for this request: speed/duration/loudness need the whole clip",
         "synthesis_failed": "Synthesis failed (request {request_id}, seed {seed}): {error}. Quote the request id "
@@ -310,6 +326,11 @@ SERVER: dict[str, dict[str, str]] = {
         "override": "指定读音", "polyphone": "多音字",
         "need_reference": "请先上传或录制一段参考音频（几秒钟要克隆的声音）。",
         "need_text": "请输入要朗读的文本。", "need_jsonl": "请先上传 JSONL 任务文件。",
+        "bad_audio_format": "未知的输出格式 {value!r}；请选择 {allowed} 之一。",
+        "bad_segment_durations": "每行时长：{value!r} 不是用逗号分隔的秒数；请为文本的每一行给一个大于 0 的数，例如 "
+                                 "2.5, 1.8, 3。",
+        "segment_durations_and_tempo": "每行时长与整段的语速 / 目标时长只能选一种：请把语速设为 1、目标时长设为 0，"
+                                       "或清空每行时长。",
         "queued": "排队中", "segment_progress": "第 {done}/{total} 段",
         "stream_off_whole_clip": "此请求不流式播放：语速/时长/响度需要完整音频",
         "synthesis_failed": "合成失败（请求 {request_id}，种子 {seed}）：{error}。报告问题时请附上请求 ID：服务器日志中"
@@ -369,6 +390,8 @@ SERVER["en"].update({
     "voice_deleted": "Deleted voice {name}.", "need_voice": "Select a saved voice first.",
     "need_speaker_voice": "{name} (speaker {number}) has no voice: pick a saved voice or upload a clip for speaker "
                           "{number}.",
+    "history_empty": "Nothing generated yet: your generations will be listed here.", "history_voice": "voice",
+    "history_not_saved": "The audio is ready, but it could not be added to the history: {error}",
 })
 SERVER["zh"].update({
     "voice_upload": "（上传 / 录制的音频）", "voice_example": "示例",
@@ -376,6 +399,8 @@ SERVER["zh"].update({
     "voice_saved": "已保存声音 {name}。", "voice_renamed": "已将 {old} 重命名为 {name}。",
     "voice_deleted": "已删除声音 {name}。", "need_voice": "请先选择一个已保存的声音。",
     "need_speaker_voice": "{name}（说话人 {number}）没有声音：请为说话人 {number} 选择已保存的声音或上传音频。",
+    "history_empty": "还没有生成记录：生成的音频会列在这里。", "history_voice": "声音",
+    "history_not_saved": "音频已生成，但未能加入历史记录：{error}",
 })
 # The voice library's refusals (``tts_app.voices.VoiceError.code``), shown by ``error_text``.
 SERVER["en"].update({

@@ -1,0 +1,68 @@
+"""The Single tab's per-line target durations (dubbing cues typed as "2.5, 1.8, 3"), through the tab's own handler
+on the fake model: each line gets its length, and a bad box is refused in the user's language."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+gr = pytest.importorskip("gradio")
+
+from tests.fakes import FakeAdapter  # noqa: E402
+from tts_app.config import EngineConfig, ModelConfig  # noqa: E402
+from tts_app.runtime import Runtime  # noqa: E402
+from tts_app.ui import handlers  # noqa: E402
+from tts_app.ui.context import AppContext  # noqa: E402
+
+SAMPLES_PER_CHAR = 40  # FakeAdapter: 40 samples per character at 16 kHz
+LINES = ["Good morning, everyone here.", "今天天气很好，我们去公园散步吧。"]
+
+
+@pytest.fixture()
+def ctx(tmp_path):
+    ctx = AppContext(model_config=ModelConfig(), engine_config=EngineConfig(wait_window_ms=1),
+                     runtime=Runtime.from_adapter(FakeAdapter(), "fake", EngineConfig(wait_window_ms=1)),
+                     output_root=tmp_path / "out")
+    yield ctx
+    ctx.close()
+
+
+def _request(lang: str):
+    return SimpleNamespace(headers={"accept-language": lang}, session_hash="tab1")
+
+
+def _synthesize(ctx, data_dir, text, lang="en", **settings):
+    return handlers.synthesize(ctx, str(data_dir / "en_female_1.wav"), text, "Some words.", seed=4,
+                               request=_request(lang), progress=lambda *a, **k: None, **settings)
+
+
+def test_each_line_gets_the_duration_typed_for_it(ctx, data_dir):
+    natural = [SAMPLES_PER_CHAR * len(line) / 16000 for line in LINES]
+    targets = [round(natural[0] * 1.3, 3), round(natural[1] * 0.8, 3)]
+    audio, _, metadata, table, _ = _synthesize(ctx, data_dir, "\n".join(LINES), pause_ms=100,
+                                               segment_durations_s=f"{targets[0]}，{targets[1]}")  # a zh comma too
+    rows = table.values.tolist()
+    assert [r[2] for r in rows] == LINES  # one segment per line
+    for row, target in zip(rows, targets):
+        assert abs((row[4] - row[3]) - target) <= 0.011  # the table's times are rounded to 10 ms
+    sidecar = json.loads(open(metadata, encoding="utf-8").read())
+    assert sidecar["requested"]["segment_durations_s"] == pytest.approx(targets)
+    assert [c["segment"] for c in sidecar["post_processing"]["segment_durations"]] == [1, 2]
+
+
+@pytest.mark.parametrize("lang, bad, duration_s, expected", [
+    ("en", "2.5, abc", 0, "Per-line durations: '2.5, abc' is not a list of seconds"),
+    ("zh", "1, -2", 0, "每行时长：'1, -2' 不是用逗号分隔的秒数"),
+    ("en", "1, 2", 4.0, "Give either per-line durations or a speed / target duration"),
+    ("zh", "1, 2", 4.0, "每行时长与整段的语速 / 目标时长只能选一种"),
+])
+def test_a_bad_durations_box_is_refused_in_the_users_language(ctx, data_dir, lang, bad, duration_s, expected):
+    with pytest.raises(gr.Error, match=expected.replace("(", r"\(").replace("?", r"\?")):
+        _synthesize(ctx, data_dir, "\n".join(LINES), lang=lang, segment_durations_s=bad, duration_s=duration_s)
+
+
+def test_a_count_that_does_not_match_the_lines_names_them(ctx, data_dir):
+    with pytest.raises(gr.Error, match="gives 3 duration"):
+        _synthesize(ctx, data_dir, "\n".join(LINES), segment_durations_s="1, 1, 1")
