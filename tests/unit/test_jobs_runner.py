@@ -411,3 +411,25 @@ def test_every_record_names_its_request_and_a_failed_lines_traceback_is_logged_o
     assert len(tracebacks) == 1 and by_name["b"]["request_id"] in tracebacks[0].getMessage()
     sidecar = json.loads((job_dir / "out" / by_name["a"]["metadata_path"]).read_text(encoding="utf-8"))
     assert sidecar["request_id"] == by_name["a"]["request_id"]  # one id: record, sidecar, log
+
+
+def test_a_lines_own_format_overrides_the_jobs_and_resume_keeps_it(job_dir, make_runtime):
+    from tts_app.audio.formats import decode_audio
+
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"input_text": "Plain line.", "prompt_audio": "voices/anna.wav", "output_name": "plain"},
+        {"input_text": "Compact line.", "prompt_audio": "voices/anna.wav", "output_name": "small", "format": "MP3"},
+        {"input_text": "Lossless.", "prompt_audio": "voices/anna.wav", "output_name": "exact", "format": ".flac"},
+    ])
+    out = job_dir / "out"
+    config = JobConfig(audio_format="opus")
+    assert run_job(path, out, make_runtime(), config=config).all_ok
+    assert [r["audio_path"] for r in records(out)] == ["plain.opus", "small.mp3", "exact.flac"]
+    for name in ("plain.opus", "small.mp3", "exact.flac"):
+        samples, rate = decode_audio(out / name)
+        assert samples.size > 0 and rate > 0
+    assert json.loads((out / "small.json").read_text(encoding="utf-8"))["audio"]["file"] == "small.mp3"
+    again = run_job(path, out, None, resume=True, config=config)
+    assert (again.num_skipped, again.num_ok) == (3, 0)
+    with zipfile.ZipFile(make_results_zip(out)) as zf:
+        assert {"plain.opus", "small.mp3", "exact.flac"} <= set(zf.namelist())

@@ -332,3 +332,19 @@ def test_bad_emotion_fields_name_the_line_and_the_fix(job_dir, fields, message):
     [item] = list(iter_job(path, make_sources(path, None, JobConfig())))
     assert isinstance(item, InvalidLine) and item.line_number == 1
     assert message in item.message, item.message
+
+
+def test_a_lines_format_is_one_of_the_output_formats(job_dir):
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"input_text": "One.", "prompt_audio": "b.wav", "format": "Opus"},
+        {"input_text": "Two.", "prompt_audio": "b.wav", "format": "ogg"},
+        {"script": "Speaker 1: Hi.", "speakers": {"1": "b.wav"}, "format": 3},
+        {"input_text": "Four.", "prompt_audio": "b.wav"},
+    ])
+    opus, unknown, not_text, plain = list(iter_job(path, make_sources(path, None, JobConfig())))
+    assert opus.audio_format == "opus" and plain.audio_format is None and not opus.warnings
+    for bad, value in ((unknown, "'ogg'"), (not_text, "3")):
+        assert isinstance(bad, InvalidLine)
+        assert f"format {value} is unknown; use one of wav, flac, mp3, opus" in bad.message
+    report = validate_job(path)
+    assert any(line == 2 and "format 'ogg' is unknown" in message for line, _, message in report.as_table())

@@ -143,3 +143,37 @@ def test_a_batch_tab_line_with_a_clip_and_no_transcript_gets_one_from_the_asr_mo
     assert auto["reference"]["text"] and set(auto["reference"]["text"]) <= set("abcdefghijklmnopqrstuvwxyz ")
     assert any("transcribed automatically" in w for w in auto["warnings"])
     assert own["reference"]["text"] == "My own words." and not any("transcribed" in w for w in own["warnings"])
+
+
+def test_the_batch_tabs_output_format_applies_to_lines_without_their_own(tmp_path, data_dir):
+    from tts_app.audio.formats import decode_audio
+    from tts_app.config import ModelConfig
+    from tts_app.ui.context import AppContext
+
+    with zipfile.ZipFile(tmp_path / "voices.zip", "w") as zf:
+        zf.write(data_dir / "en_female_1.wav", "v.wav")
+    rows = [{"input_text": "Hello there.", "prompt_audio": "v.wav", "output_name": "job_format"},
+            {"input_text": "Again.", "prompt_audio": "v.wav", "output_name": "own", "format": "opus"}]
+    (tmp_path / "job.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    runtime = Runtime.from_adapter(FakeAdapter(), "fake", EngineConfig(wait_window_ms=1))
+    ctx = AppContext(model_config=ModelConfig(), engine_config=EngineConfig(), runtime=runtime,
+                     output_root=tmp_path / "out")
+    try:
+        ctx.start_jobs()
+        summary, table, found_zip = batch.run_job_blocking(ctx, str(tmp_path / "job.jsonl"),
+                                                           str(tmp_path / "voices.zip"), audio_format="flac")
+        assert summary.startswith("ok 2 · failed 0")
+        out = ctx.jobs.store.out_dir(summary.rsplit("(", 1)[1].rstrip(")"))
+        with zipfile.ZipFile(found_zip) as zf:
+            assert {"job_format.flac", "own.opus"} <= set(zf.namelist())
+        for name in ("job_format.flac", "own.opus"):
+            samples, rate = decode_audio(out / name)
+            assert samples.size > 0
+        for lang, expected in (("en", "Output format 'aac' is unknown; choose one of wav, flac, mp3, opus"),
+                               ("zh", "未知的输出格式 'aac'；请选择 wav, flac, mp3, opus 之一")):
+            request = SimpleNamespace(headers={"accept-language": lang})
+            with pytest.raises(handlers.gr.Error, match=expected):
+                batch.run_job_blocking(ctx, str(tmp_path / "job.jsonl"), str(tmp_path / "voices.zip"),
+                                       audio_format="aac", request=request)
+    finally:
+        ctx.close()

@@ -22,6 +22,7 @@ import threading
 from tts_app.cli.args import (CliParser, add_cluster_args, add_engine_args, add_generation_args, add_voice_args,
                               check_output_dir, cluster_config_from, engine_args_from, params_from_args,
                               parse_cli)
+from tts_app.audio.formats import AUDIO_FORMATS
 from tts_app.errors import TTSAppError
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ job file (JSONL): one JSON object per line, UTF-8; blank lines are skipped.
   voice                          a saved voice (--voices-dir) or bundled example voice, instead of prompt_audio
   output_name     uttid          output file name without .wav (default: the zero-padded line number and the
                                  text's first words, e.g. 00003_今天天气很好)
+  format                         this line's audio format: wav, flac, mp3 or opus (default: --format)
   seed, greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars,
   pause_between_segments_ms, speed, duration_s, loudness_lufs, chapter_pause_ms,
   segment_durations_s            per-line generation settings (optional; override --seed etc.;
@@ -68,8 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--default-voice-text", default=None, help="transcript of --default-voice")
     p.add_argument("--allowed-root", action="append", default=[], metavar="DIR",
                    help="extra folder prompt_audio may point into (repeatable)")
-    p.add_argument("--format", dest="audio_format", choices=["wav", "flac", "mp3", "opus"], default="wav",
-                   help="audio format of every line's output (default wav)")
+    p.add_argument("--format", dest="audio_format", choices=list(AUDIO_FORMATS), default="wav",
+                   help="audio format of the lines' outputs (default wav; a line's own \"format\" field overrides "
+                        "it)")
     add_engine_args(p)
     add_generation_args(p, "generation defaults (a line's own fields override them; not given = the model's)")
     add_voice_args(p)

@@ -108,6 +108,7 @@ class LineOutcome:
         elapsed_s: wall seconds from preparing the line to its end, on the machine that ran it.
         request_id: the engine request that ran the line (the record's ``request_id``: the id its failure's
             traceback is logged under, on the machine that ran it), or None when it never reached an engine.
+        audio_format: the line's own output format (its JSONL ``format``), or None = the job's.
     """
 
     line_number: int
@@ -119,6 +120,7 @@ class LineOutcome:
     warnings: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     request_id: str | None = None
+    audio_format: str | None = None
 
 
 @dataclass
@@ -286,7 +288,7 @@ def outcome_from_result(runtime: Runtime, context: JobContext, line: JobLine, pr
     metadata = output_metadata(runtime, prepared.request, result, entry_point="job", reference=prepared.reference,
                                warnings=prepared.warnings, extra=job, speaker_references=prepared.speaker_references)
     return LineOutcome(line.line_number, line.output_name, "ok", result=result, metadata=metadata,
-                       warnings=warnings, elapsed_s=elapsed_s, request_id=request_id)
+                       warnings=warnings, elapsed_s=elapsed_s, request_id=request_id, audio_format=line.audio_format)
 
 
 def outcome_from_exception(line: JobLine, exc: BaseException, elapsed_s: float, *, request_id: str | None = None,

@@ -242,7 +242,10 @@ class JobManager:
                               audio_dir=self.store.audio_zip(state.job_id),
                               default_voice=self.store.default_voice(state.job_id), resume=resume,
                               progress=lambda done, total, info: self._progress(live, done, total, info),
-                              cancel_event=live.cancel, params=params, config=self.job_config,
+                              cancel_event=live.cancel, params=params,
+                              # the job's own output format (the Batch tab's choice), kept for a resume
+                              config=dataclasses.replace(self.job_config, audio_format=settings["audio_format"])
+                              if settings.get("audio_format") else self.job_config,
                               transcriber=self.transcriber)
         except TTSAppError as exc:
             status, error = "failed", str(exc)

@@ -239,7 +239,8 @@ class _JobRun:
         from tts_app.outputs import save_outputs
 
         result = outcome.result
-        files = save_outputs(self.out_dir / f"{outcome.output_name}.{self.audio_format}", result, outcome.metadata)
+        fmt = outcome.audio_format or self.audio_format  # the line's ``format`` field, else the job's
+        files = save_outputs(self.out_dir / f"{outcome.output_name}.{fmt}", result, outcome.metadata)
         self.record(outcome.line_number, outcome.output_name, "ok", audio_path=files.audio.name,
                     metadata_path=files.metadata.name, duration_s=round(result.duration_s, 3),
                     num_segments=len(result.segments), elapsed_s=outcome.elapsed_s, warnings=outcome.warnings,
@@ -271,9 +272,9 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
             default_voice: str | Path | None = None, default_voice_text: str | None = None,
             config: JobConfig = JobConfig(), transcriber: Transcriber | None = None,
             executor: LineExecutor | None = None) -> JobSummary:
-    """Run a JSONL job: one ``<output_name>.wav`` (or ``config.audio_format``) and its sidecar
-    ``<output_name>.json`` per ok line, plus ``results.jsonl`` (one record per non-blank line, in line order) in
-    ``out_dir``.
+    """Run a JSONL job: one ``<output_name>.wav`` (or the line's ``format``, else ``config.audio_format``) and its
+    sidecar ``<output_name>.json`` per ok line, plus ``results.jsonl`` (one record per non-blank line, in line order)
+    in ``out_dir``.
 
     Every line is validated (streaming) before any model work. Lines are then streamed to the executor with at
     most ``config.max_in_flight_lines`` (default: ``executor.capacity``, 4 x the engine's max batch size for the

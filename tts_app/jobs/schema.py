@@ -17,6 +17,8 @@ field               alias                  meaning
                                            (number or name) a saved voice's name or a reference audio file
 ``output_name``     ``uttid``              output file name without ``.wav`` (default: zero-padded line number and
                                            the text's first words, ``00003_今天天气很好``)
+``format``                                 this line's audio format, ``wav``, ``flac``, ``mp3`` or ``opus``
+                                           (default: the job's, ``batch --format`` / the Batch tab's choice)
 ``seed`` ``greedy`` ``temperature`` ``top_p`` ``top_k`` ``cfg_scale`` ``max_new_tokens`` ``max_segment_chars``
 ``pause_between_segments_ms`` ``speed`` ``duration_s`` ``loudness_lufs`` ``chapter_pause_ms``
 ``segment_durations_s`` (a list: seconds per line of the text, for dubbing)
@@ -85,11 +87,10 @@ class JobConfig:
     audio_format: str = "wav"
 
     def __post_init__(self) -> None:
-        from tts_app.audio.formats import FORMATS
+        from tts_app.audio.formats import AUDIO_FORMATS
 
-        if self.audio_format not in {name for name, _ in FORMATS.values()}:
-            raise InputError(f"audio format {self.audio_format!r} is unknown; use one of "
-                             f"{', '.join(name for name, _ in FORMATS.values())}")
+        if self.audio_format not in AUDIO_FORMATS:
+            raise InputError(f"audio format {self.audio_format!r} is unknown; use one of {', '.join(AUDIO_FORMATS)}")
 
     def voice_library(self):
         """The ``VoiceLibrary`` of ``voices_dir`` (bundled voices included)."""
@@ -131,7 +132,7 @@ PARAM_TYPES: dict[str, type] = {
 }
 
 #: fields that are neither aliased nor generation settings
-OTHER_FIELDS = frozenset({"voice", "script", "speakers"})
+OTHER_FIELDS = frozenset({"voice", "script", "speakers", "format"})
 
 KNOWN_FIELDS = (frozenset(ALIASES) | {a for names in ALIASES.values() for a in names} | frozenset(PARAM_TYPES)
                 | OTHER_FIELDS)
@@ -187,6 +188,8 @@ class JobLine:
         script: a dialogue (``tts_app.dialogue.Script``) instead of ``input_text`` (which then holds the script's
             text), or None.
         speaker_voices: per script speaker, ("voice", name) or ("file", resolved path).
+        audio_format: the line's own audio format (``format`` field: "wav", "flac", "mp3", "opus"), or None = the
+            job's (``JobConfig.audio_format``).
     """
 
     line_number: int
@@ -200,6 +203,7 @@ class JobLine:
     voice: str | None = None
     script: Any = None
     speaker_voices: tuple[tuple[str, Any], ...] = ()
+    audio_format: str | None = None
 
     def synthesis_params(self, base: SynthesisParams) -> SynthesisParams:
         """``base`` (the job's defaults) with this line's overrides applied.
@@ -736,6 +740,24 @@ def _check_param(name: str, value: Any, line_number: int) -> Any:
     return float(value) if want is float else value
 
 
+def _parse_format(obj: dict, line_number: int) -> str | None:
+    """The line's ``format`` field ("wav", "flac", "mp3", "opus"; case and a leading dot ignored), or None.
+
+    Raises:
+        JobLineError: any other value, naming the allowed ones.
+    """
+    from tts_app.audio.formats import AUDIO_FORMATS
+
+    value = obj.get("format")
+    if value is None:
+        return None
+    name = value.strip().lower().lstrip(".") if isinstance(value, str) else None
+    if name not in AUDIO_FORMATS:
+        raise JobLineError(line_number, f"format {value!r} is unknown; use one of {', '.join(AUDIO_FORMATS)} (or "
+                                        "leave it out for the job's format)")
+    return name
+
+
 def _missing_field(canonical: str, meaning: str, obj: dict) -> str:
     """"missing field 'input_text' (found 'text'; rename it to input_text)" when the line holds a near-miss
     name (``NEAR_MISSES`` or a close spelling), else "missing field 'input_text' (the text to speak)"."""
@@ -815,7 +837,7 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
     params = _line_params(obj, line_number)
     return JobLine(line_number=line_number, output_name=output_name, input_text=text, prompt_audio=prompt_audio,
                    prompt_text=prompt_text, params=params, warnings=tuple(warnings), voice=voice,
-                   emotion=_parse_emotion(obj, line_number, sources))
+                   emotion=_parse_emotion(obj, line_number, sources), audio_format=_parse_format(obj, line_number))
 
 
 def _parse_emotion(obj: dict, line_number: int, sources: AudioSources) -> JobEmotion | None:
@@ -897,7 +919,8 @@ def _parse_dialogue_line(obj: dict, line_number: int, sources: AudioSources, out
     params = _line_params(obj, line_number)
     return JobLine(line_number=line_number, output_name=output_name, input_text=script_value, prompt_audio=None,
                    prompt_text=None, params=params, warnings=tuple(warnings), script=script,
-                   speaker_voices=tuple(voices), emotion=_parse_emotion(obj, line_number, sources))
+                   speaker_voices=tuple(voices), emotion=_parse_emotion(obj, line_number, sources),
+                   audio_format=_parse_format(obj, line_number))
 
 
 def _name_hint(obj: Any, line_number: int, digits: int) -> str | None:

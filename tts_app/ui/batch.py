@@ -251,15 +251,23 @@ def validate_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None
     return _table(rows, lang, "col_validation"), summary
 
 
-def _settings(ctx: AppContext, max_batch_size, use_cache, greedy, seed) -> dict:
+def _settings(ctx: AppContext, max_batch_size, use_cache, greedy, seed, audio_format=None, lang: str = "en"
+              ) -> dict:
     """The job's own settings; ``greedy`` equal to the model's default (or not given) is stored as None = "the
-    model's choice", as the Single tab and the command line send it."""
+    model's choice", as the Single tab and the command line send it. ``audio_format`` ("wav", "flac", "mp3",
+    "opus"; None / "" = wav) is every line's format unless a line has its own ``format``.
+
+    Raises:
+        gr.Error: an unknown ``audio_format``, naming the allowed ones."""
+    from tts_app.audio.formats import AUDIO_FORMATS
     from tts_app.ui.controls import generation_controls
 
     control = generation_controls(ctx.engine.facts if ctx.engine is not None else None)["greedy"]
     greedy = None if greedy is None or not control.visible or bool(greedy) == bool(control.default) else bool(greedy)
+    if audio_format and audio_format not in AUDIO_FORMATS:
+        raise _user_error(server_text(lang, "bad_audio_format", value=audio_format, allowed=", ".join(AUDIO_FORMATS)))
     return {"max_batch_size": int(max_batch_size) if max_batch_size else None, "use_cache": bool(use_cache),
-            "greedy": greedy, "seed": int(seed or 0)}
+            "greedy": greedy, "seed": int(seed or 0), "audio_format": audio_format or "wav"}
 
 
 def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dict, owner: str | None, lang: str
@@ -278,14 +286,16 @@ def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dic
 
 
 def submit_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None, use_cache=True,
-               greedy=None, seed=0, browser=None, status_filter="all", request: gr.Request = None):
+               greedy=None, seed=0, browser=None, status_filter="all", audio_format="wav",
+               request: gr.Request = None):
     """Run clicked -> the job starts on the server; the page follows it by id (also after a reload). API: only
-    ``jsonl_file`` is needed; the job id comes back at once (follow it with ``/job_status``)."""
+    ``jsonl_file`` is needed; the job id comes back at once (follow it with ``/job_status``). ``audio_format``:
+    the lines' format ("wav", "flac", "mp3", "opus"; a line's ``format`` field overrides it)."""
     lang = _lang(ctx, request)
     browser = _browser(browser)
     owner = _owner(ctx, request)
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
-                    _settings(ctx, max_batch_size, use_cache, greedy, seed), owner, lang)
+                    _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang), owner, lang)
     browser["job_id"] = state.job_id
     return (browser, state.job_id, *_view(ctx, browser, status_filter, lang, owner))
 
@@ -350,14 +360,16 @@ def resume_job(ctx: AppContext, browser, status_filter="all", request: gr.Reques
 
 
 def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None,
-                     use_cache=True, greedy=None, seed=0, request: gr.Request = None):
+                     use_cache=True, greedy=None, seed=0, audio_format="wav", request: gr.Request = None):
     """API: submit a job and wait for it -> (summary text, results table, ZIP path). The job keeps running if
-    the caller disconnects; ``/job_status`` with the id in the summary follows it."""
+    the caller disconnects; ``/job_status`` with the id in the summary follows it. ``audio_format`` as in
+    ``submit_job``."""
     from tts_app.ui.handlers import _table
 
     lang = _lang(ctx, request)
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
-                    _settings(ctx, max_batch_size, use_cache, greedy, seed), _owner(ctx, request), lang)
+                    _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang), _owner(ctx, request),
+                    lang)
     state = ctx.jobs.wait(state.job_id)
     records = ctx.jobs.results(state.job_id)
     rows = [[r["line"], r.get("output_name"), r.get("status"), r.get("error") or "", r.get("duration_s")]
@@ -406,6 +418,7 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
     ``browser`` is the page's ``gr.BrowserState`` (created outside the tabs, so it is loaded with the page even
     before this tab is first drawn). Returns the keyword arguments of the event that reopens the browser's job
     (run it on page load and when the tab is selected)."""
+    from tts_app.audio.formats import AUDIO_FORMATS
     from tts_app.ui.controls import generation_controls
     from tts_app.ui.texts import server_text as st
 
@@ -430,6 +443,8 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
             job_greedy = gr.Checkbox(value=bool(greedy_control.default), label=i18n("greedy"),
                                      visible=greedy_control.visible, elem_id="job-greedy")
             job_seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="job-seed")
+            job_format = gr.Dropdown(choices=list(AUDIO_FORMATS), value="wav", label=i18n("audio_format"),
+                                     elem_id="job-format")  # a line's own "format" field overrides it
     can_run = ctx.engine is not None
     with gr.Row():
         validate_btn = gr.Button(i18n("validate"), elem_id="validate")
@@ -460,7 +475,8 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
     validate_btn.click(wrap(validate_job), [jsonl, audio_zip, default_voice], [validation, validation_summary],
                        api_name="validate_job", show_progress_on=[validation_summary])
     run_btn.click(wrap(submit_job), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy, job_seed,
-                                     browser, status_filter], [browser, job_id, *view], api_name="submit_job",
+                                     browser, status_filter, job_format], [browser, job_id, *view],
+                  api_name="submit_job",
                   show_progress_on=[progress])
     cancel_btn.click(wrap(cancel_job), [browser], [validation_summary], api_name="cancel_job", queue=False)
     resume_btn.click(wrap(resume_job), [browser, status_filter], [browser, *view], api_name="resume_job",
@@ -474,7 +490,8 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
     timer.tick(wrap(poll), [browser, status_filter, shown], [shown, *view], show_progress="hidden",
                api_visibility="private", queue=False)
     api_run.click(wrap(run_job_blocking), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy,
-                                           job_seed], [api_summary, api_table, results_zip], api_name="run_job",
+                                           job_seed, job_format], [api_summary, api_table, results_zip],
+                  api_name="run_job",
                   **model_concurrency)
     gr.api(wrap(job_status), api_name="job_status")
     gr.api(wrap(job_results), api_name="job_results")
