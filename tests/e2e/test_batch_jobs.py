@@ -92,7 +92,8 @@ def test_a_job_is_followed_across_a_reload_and_a_server_restart(tiny_checkpoint,
         restarted = _progress(page)
         assert restarted["status"] == "interrupted", restarted
         ok_before = page.locator("#job-results audio").count()  # the lines done before the stop, with players
-        assert 1 <= ok_before < NUM_LINES  # (its other lines are recorded cancelled: num_done counts them)
+        assert 1 <= ok_before < NUM_LINES  # its other lines are recorded cancelled, and not shown as done:
+        assert f"lines {ok_before}/{NUM_LINES}" in restarted["text"] and restarted["done"] == ok_before, restarted
         page.locator("#resume-job").click()
         _wait_status(page, ["running", "done"], 60_000)
 

@@ -29,6 +29,11 @@ def test_the_progress_box_says_lines_done_eta_and_batch_size():
     done = batch.progress_html(JobState(job_id=state.job_id, status="interrupted", num_lines=50, num_done=20,
                                         error="<b>disk</b> full"), "zh")
     assert "已中断" in done and "left" not in done and "&lt;b&gt;disk&lt;/b&gt;" in done  # escaped, localised
+    # A server stopped mid-job records its unfinished lines "cancelled": the box must not look finished.
+    stopped = batch.progress_html(JobState(job_id=state.job_id, status="interrupted", num_lines=24, num_done=24,
+                                           num_ok=5, num_cancelled=19), "en")
+    assert "lines 5/24" in stopped and 'data-done="5"' in stopped and "cancelled 19" in stopped
+    assert 'style="width: 20.8%"' in stopped
     assert "upload a task file" in batch.progress_html(None, "en")
 
 

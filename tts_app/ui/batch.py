@@ -97,14 +97,22 @@ def _duration(seconds: float | None) -> str:
         f"{seconds // 60}:{seconds % 60:02d}"
 
 
+def _lines_finished(state: JobState) -> int:
+    """Lines with an outcome a user keeps (ok, failed, kept from an earlier run): the job's records minus the lines
+    recorded "cancelled" (a stopped server or a Cancel records every unfinished line so; Resume runs them)."""
+    return max(0, state.num_done - state.num_cancelled)
+
+
 def progress_html(state: JobState | None, lang: str) -> str:
-    """The progress box: a bar and one line (status, lines done / total, outcome counts, ETA, batch size, id)."""
+    """The progress box: a bar and one line (status, lines finished / total, outcome counts, ETA, batch size, id).
+    Cancelled lines are not counted as finished, so an interrupted job never shows a full bar."""
     if state is None:
         return f"<p>{html.escape(server_text(lang, 'no_job_yet'))}</p>"
     total = max(state.num_lines, 1)
-    share = 100.0 * state.num_done / total if state.num_lines else 0.0
+    finished = _lines_finished(state)
+    share = 100.0 * finished / total if state.num_lines else 0.0
     parts = [f"<b>{html.escape(server_text(lang, 'status_' + state.status))}</b>",
-             html.escape(server_text(lang, "lines_done", done=state.num_done, total=state.num_lines or "?")),
+             html.escape(server_text(lang, "lines_done", done=finished, total=state.num_lines or "?")),
              html.escape(server_text(lang, "outcomes", ok=state.num_ok, failed=state.num_failed,
                                      cancelled=state.num_cancelled))]
     if state.num_skipped:
@@ -114,14 +122,14 @@ def progress_html(state: JobState | None, lang: str) -> str:
         if state.batch_size:
             parts.append(html.escape(server_text(lang, "batch_now", size=state.batch_size)))
     parts.append(f"<code>{html.escape(state.job_id)}</code>")
-    lines = [f'<div class="job-bar" role="progressbar" aria-valuenow="{state.num_done}" aria-valuemin="0" '
+    lines = [f'<div class="job-bar" role="progressbar" aria-valuenow="{finished}" aria-valuemin="0" '
              f'aria-valuemax="{state.num_lines}"><div style="width: {share:.1f}%"></div></div>',
              f"<p>{' · '.join(parts)}</p>"]
     if state.error:
         lines.append(f"<p>✖ {html.escape(state.error)}</p>")
     for warning in state.warnings:
         lines.append(f"<p>⚠ {html.escape(warning)}</p>")
-    return f'<div data-status="{state.status}" data-done="{state.num_done}">{"".join(lines)}</div>'
+    return f'<div data-status="{state.status}" data-done="{finished}">{"".join(lines)}</div>'
 
 
 def results_html(ctx: AppContext, job_id: str | None, status_filter: str, lang: str) -> str:
@@ -197,7 +205,7 @@ def _choices(ctx: AppContext, owner: str, lang: str) -> list[tuple[str, str]]:
     for state in ctx.jobs.list(owner=owner, limit=20):
         when = datetime.fromtimestamp(state.created_s).strftime("%m-%d %H:%M")
         label = (f"{when} · {state.input_name} · {server_text(lang, 'status_' + state.status)} · "
-                 f"{state.num_done}/{state.num_lines or '?'}")
+                 f"{_lines_finished(state)}/{state.num_lines or '?'}")
         out.append((label, state.job_id))
     return out
 
