@@ -32,3 +32,13 @@ def app_url(tiny_checkpoint, app_out_dir):
     proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(app_out_dir), lang="en")
     yield url
     stop_app(proc)
+
+
+@pytest.fixture(scope="module")
+def page(app_url, browser):
+    """A page of the session's app in the session's Chromium, one per module (its tests run in order on it)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1600})
+    page.goto(app_url)
+    page.wait_for_selector("#generate", timeout=60_000)
+    yield page
+    page.close()

@@ -26,15 +26,6 @@ def out_dir(app_out_dir) -> Path:
     return app_out_dir
 
 
-@pytest.fixture(scope="module")
-def page(app_url, browser):
-    page = browser.new_page(viewport={"width": 1280, "height": 1600})
-    page.goto(app_url)
-    page.wait_for_selector("#generate", timeout=60_000)
-    yield page
-    page.close()
-
-
 def test_single_synthesis_in_the_browser(page, data_dir):
     page.locator("#ref-audio input[type=file]").set_input_files(str(data_dir / "zh_female_1.wav"))
     page.wait_for_function("() => document.querySelector('#ref-report')?.innerText.includes('speech kept')",

@@ -15,16 +15,6 @@ playwright_or_skip()
 SHOTS = screenshot_dir()
 
 
-@pytest.fixture(scope="module")
-def page(app_url, browser):
-    """A page of the session's app and Chromium (tests/e2e/conftest.py)."""
-    page = browser.new_page(viewport={"width": 1280, "height": 1600})
-    page.goto(app_url)
-    page.wait_for_selector("#generate", timeout=60_000)
-    yield page
-    page.close()
-
-
 def _pick(page, dropdown_id: str, option: str) -> None:
     page.locator(f"#{dropdown_id} input").click()
     page.get_by_role("option", name=option, exact=False).first.click()
