@@ -428,6 +428,14 @@ class DecodeBatch(abc.ABC):
     def num_rows(self) -> int:
         return len(self.keys)
 
+    def _count_step(self, finished: Sequence[bool]) -> list[int]:
+        """Start of a ``decode_step``: indices of the rows still decoding (``finished[i]`` False, one flag per row
+        in batch order), with this step counted in ``num_row_steps`` / ``num_padded_row_steps``."""
+        live = [i for i, done in enumerate(finished) if not done]
+        self.num_row_steps += len(finished)
+        self.num_padded_row_steps += len(finished) - len(live)
+        return live
+
     @abc.abstractmethod
     def prefill(self, rows: Sequence[tuple[Hashable, AdapterRow]]) -> None:
         """Prefill ``rows`` (key, row) into the batch: each key is new to the batch. After it, the next

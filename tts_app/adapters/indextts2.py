@@ -658,9 +658,7 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         import torch
 
         num_rows = len(self.rows)
-        live = [i for i, r in enumerate(self.rows) if r.stop_reason is None]
-        self.num_row_steps += num_rows
-        self.num_padded_row_steps += num_rows - len(live)
+        live = self._count_step([r.stop_reason is not None for r in self.rows])
         if not live:
             return []
         stop = int(self.gpt.stop_mel_token)
