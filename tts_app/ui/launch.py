@@ -286,6 +286,9 @@ def main(argv: list[str]) -> int:
             ctx.start_jobs()  # the job manager again, now running its jobs on the workers
         print(f"Generated files and jobs go to {ctx.output_root}", flush=True)
         print(f"Saved voices go to {ctx.voices.root}", flush=True)
+        from tts_app.ui.audio import media_programs_line
+
+        print(media_programs_line(), flush=True)  # the page needs no ffmpeg program: say what there is
         mount_ui(ctx, server_config, server, ui)
         print(f"Running on local URL:  {url}/", flush=True)
         if args.share:

@@ -13,6 +13,7 @@ import gradio as gr
 from gradio.i18n import I18nData
 
 from tts_app.ui import batch, handlers
+from tts_app.ui.audio import Audio  # gr.Audio without the ffmpeg program
 from tts_app.ui import history as history_handlers
 from tts_app.ui import voices as voice_handlers
 from tts_app.ui.context import AppContext
@@ -74,14 +75,14 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     voice = gr.Dropdown(choices=voice_handlers.voice_choices(ctx, ctx.lang or "en"),
                                         value=voice_handlers.UPLOAD, label=i18n("voice"), elem_id="voice",
                                         allow_custom_value=True)  # voices saved since the page loaded; API
-                    ref_audio = gr.Audio(label=i18n("reference_audio"), sources=["upload", "microphone"],
+                    ref_audio = Audio(label=i18n("reference_audio"), sources=["upload", "microphone"],
                                          type="filepath", elem_id="ref-audio")
                     needs_text = facts is not None and facts.needs_reference_text
                     ref_text = gr.Textbox(label=i18n("reference_text_required" if needs_text else "reference_text"),
                                           lines=1, elem_id="ref-text")
                     transcribe = gr.Button(i18n("transcribe"), size="sm", elem_id="transcribe")
                     ref_report = gr.Markdown(label=i18n("reference_report"), elem_id="ref-report")
-                    ref_clean = gr.Audio(label=i18n("cleaned_reference"), interactive=False, elem_id="ref-clean")
+                    ref_clean = Audio(label=i18n("cleaned_reference"), interactive=False, elem_id="ref-clean")
                     with gr.Accordion(i18n("voice_library"), open=False, elem_id="voice-library"):
                         with gr.Row():
                             voice_name = gr.Textbox(label=i18n("voice_name"), lines=1, elem_id="voice-name")
@@ -135,7 +136,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             synthesize_api = gr.Button(visible=False)
             # Plays the speech while it is generated (chunks as the engine decodes them); the file is below. A
             # request with speed, a target duration or loudness does not stream (they need the whole clip).
-            live_audio = gr.Audio(label=i18n("live_audio"), streaming=True, autoplay=True, interactive=False,
+            live_audio = Audio(label=i18n("live_audio"), streaming=True, autoplay=True, interactive=False,
                                   elem_id="live-audio")
             synthesis_outputs = _result_widgets(i18n, ctx.lang, audio="out-audio", seed="used-seed", srt="srt-file",
                                                 metadata="metadata-file", timings="timings")
@@ -157,7 +158,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                         speaker_voices.append(gr.Dropdown(
                             choices=voice_handlers.voice_choices(ctx, ctx.lang or "en"), value=voice_handlers.UPLOAD,
                             label=i18n("speaker_voice"), elem_id=f"speaker-voice-{n}", allow_custom_value=True))
-                        speaker_audios.append(gr.Audio(label=i18n("speaker_audio"), sources=["upload"],
+                        speaker_audios.append(Audio(label=i18n("speaker_audio"), sources=["upload"],
                                                        type="filepath", elem_id=f"speaker-audio-{n}"))
             with gr.Row():
                 d_seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="dialogue-seed")
@@ -215,7 +216,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     gr.Markdown(server_text(lang, "history_empty"), elem_id="history-empty")
                 for i, entry in enumerate(entries):
                     with gr.Row(elem_classes="history-entry"):
-                        gr.Audio(entry["audio"], type="filepath", interactive=False, show_label=False,
+                        Audio(entry["audio"], type="filepath", interactive=False, show_label=False,
                                  elem_id=f"history-audio-{i}", scale=1)
                         gr.Markdown(history_handlers.entry_summary(entry, lang, history_defaults),
                                     elem_id=f"history-text-{i}", scale=3)
@@ -268,7 +269,7 @@ def _result_widgets(i18n: gr.I18n, lang: str | None, *, audio: str, seed: str | 
     synthesis handlers return them), with these elem ids. The audio is a WAV file path: the player gets the file's
     own 16-bit samples (its download button saves it)."""
     with gr.Row():
-        out_audio = gr.Audio(label=i18n("output_audio"), type="filepath", interactive=False, elem_id=audio)
+        out_audio = Audio(label=i18n("output_audio"), type="filepath", interactive=False, elem_id=audio)
         used_seed = gr.Number(value=None, label=i18n("used_seed"), interactive=False, elem_id=seed)
     with gr.Row():
         srt_file = gr.File(label=i18n("download_srt"), interactive=False, height=90, elem_classes="download-box",
@@ -340,7 +341,7 @@ def _emotion_widgets(facts, i18n: gr.I18n, lang: str | None) -> list:
         mode = gr.Radio([(choice_label(lang, f"emo_mode_{m}"), m) for m in (modes if shown else EMOTION_MODES)],
                         value="none", label=i18n("emotion_mode"), elem_id="emotion-mode")
         with gr.Row():
-            clip = gr.Audio(label=i18n("emotion_audio"), sources=["upload", "microphone"], type="filepath",
+            clip = Audio(label=i18n("emotion_audio"), sources=["upload", "microphone"], type="filepath",
                             elem_id="emotion-audio")
             with gr.Column():
                 weight = gr.Slider(0.0, 1.0, value=DEFAULT_EMOTION_WEIGHT, step=0.05, label=i18n("emotion_weight"),
