@@ -1,8 +1,15 @@
 """Shared by the browser modules: one Chromium and one app on the tiny VibeVoice (English page) for the session.
-Launching either costs seconds to tens of seconds on 2 shared cores; each module opens its own pages on them."""
+Launching either costs seconds to tens of seconds on 2 shared cores; each module opens its own pages on them.
+
+Every app these modules launch runs as on a fresh machine (``fresh_machine_env``): its PATH holds Python's own folder
+only, so no ``ffmpeg`` / ``ffprobe`` (or anything else a developer installed by hand) can make a browser test pass
+that a user's first start would fail."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +27,29 @@ def browser():
         browser.close()
 
 
+#: Programs a fresh machine does not have and the app must not need.
+ABSENT_PROGRAMS = ("ffmpeg", "ffprobe")
+
+
+@pytest.fixture(scope="session")
+def fresh_machine_env() -> dict[str, str]:
+    """Environment overrides for ``start_app``: ``PATH`` = the folder of the Python running the tests, nothing else
+    (the app is started by that interpreter's absolute path, so it needs no other). Fails the session's browser
+    tests when that folder itself holds ``ffmpeg`` or ``ffprobe`` (a conda environment may): then they could not
+    show that the app works without them."""
+    path = os.path.dirname(sys.executable)
+    found = {name: shutil.which(name, path=path) for name in ABSENT_PROGRAMS}
+    if any(found.values()):
+        pytest.fail(f"cannot build a fresh machine's PATH: Python's own folder holds {found}; run the browser tests "
+                    f"with a Python whose folder has no ffmpeg/ffprobe")
+    return {"PATH": path}
+
+
+def app_log(model_dir: Path, url: str) -> Path:
+    """The log file ``tests.ui_app.start_app`` writes for the app at ``url`` of ``model_dir``."""
+    return model_dir.parent / f"app-{url.rstrip('/').rsplit(':', 1)[1]}.log"
+
+
 @pytest.fixture(scope="session")
 def app_out_dir(tmp_path_factory) -> Path:
     """The shared app's --output-dir."""
@@ -27,9 +57,11 @@ def app_out_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def app_url(tiny_checkpoint, app_out_dir):
-    """URL of ``app.py --model <tiny VibeVoice> --lang en`` (no other flags), started once for the session."""
-    proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(app_out_dir), lang="en")
+def app_url(tiny_checkpoint, app_out_dir, fresh_machine_env):
+    """URL of ``app.py --model <tiny VibeVoice> --lang en`` (no other flags), started once for the session, with a
+    fresh machine's PATH (``fresh_machine_env``)."""
+    proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(app_out_dir), lang="en",
+                          env=fresh_machine_env)
     yield url
     stop_app(proc)
 

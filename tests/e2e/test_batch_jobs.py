@@ -45,7 +45,8 @@ def _wait_status(page, statuses, timeout_ms=180_000):
         arg=list(statuses), timeout=timeout_ms)
 
 
-def test_a_job_is_followed_across_a_reload_and_a_server_restart(tiny_checkpoint, browser, tmp_path, data_dir):
+def test_a_job_is_followed_across_a_reload_and_a_server_restart(tiny_checkpoint, browser, tmp_path, data_dir,
+                                                                 fresh_machine_env):
     shutil.copy(data_dir / "en_female_1.wav", tmp_path / "voice.wav")
     with zipfile.ZipFile(tmp_path / "voices.zip", "w") as zf:
         zf.write(tmp_path / "voice.wav", "voices/anna.wav")
@@ -57,7 +58,7 @@ def test_a_job_is_followed_across_a_reload_and_a_server_restart(tiny_checkpoint,
     port = free_port()
     model = tiny_checkpoint("vibevoice")
     flags = ("--output-dir", str(out), "--max-batch-size", "1")
-    proc, url = start_app(model, *flags, lang="en", port=port)
+    proc, url = start_app(model, *flags, lang="en", port=port, env=fresh_machine_env)
     context = browser.new_context(viewport={"width": 1280, "height": 1400})
     page = context.new_page()
     # Page loads and clicks wait longer than playwright's 30 s: on 2 shared cores a freshly restarted server
@@ -85,7 +86,7 @@ def test_a_job_is_followed_across_a_reload_and_a_server_restart(tiny_checkpoint,
 
         # The server stops mid-job and comes back on the same folder: the job is there, interrupted.
         stop_app(proc)
-        proc, url = start_app(model, *flags, lang="en", port=port)
+        proc, url = start_app(model, *flags, lang="en", port=port, env=fresh_machine_env)
         _open_batch_tab(page, url)
         page.wait_for_function(f"() => document.querySelector('#job-progress')?.innerText.includes('{job_id}')",
                                timeout=60_000)

@@ -102,14 +102,15 @@ def test_memory_gauge_updates(page):
     page.screenshot(path=str(SHOTS / "memory.png"), full_page=True)
 
 
-def test_speech_starts_playing_before_generation_ends(browser, tiny_checkpoint, tmp_path_factory, data_dir):
+def test_speech_starts_playing_before_generation_ends(browser, tiny_checkpoint, tmp_path_factory, data_dir,
+                                                     fresh_machine_env):
     """Continuous batching streams: the live player plays the first audio while the engine is still decoding (the
     final WAV is not there yet). Each decode step is slowed to 150 ms (a testing aid) so generation lasts seconds
     on any machine."""
     import time
 
     proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(tmp_path_factory.mktemp("e2e-slow")),
-                          "--simulate-step-delay-ms", "150", lang="en")
+                          "--simulate-step-delay-ms", "150", lang="en", env=fresh_machine_env)
     page = browser.new_page(viewport={"width": 1280, "height": 1600})
     try:
         page.goto(url)
