@@ -91,3 +91,18 @@ def test_a_model_code_in_chinese_text_is_read_digit_by_digit(text, spoken):
 ])
 def test_a_model_code_in_english_text_is_read_in_pairs(text, spoken):
     assert _spoken(text) == spoken
+
+
+# --- pinyin overrides ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, token", [("长(zzz)", "zzz"), ("他长(qqq)得很高", "qqq"), ("长(abc)", "abc"),
+                                         ("重(hhh)要", "hhh"), ("行(xyz)", "xyz"), ("长(bcd)", "bcd")])
+def test_an_override_that_names_no_syllable_is_warned_vowels_or_not(text, token):
+    (warning,) = prepare_text(text).warnings
+    assert f"'{token}' is not a Mandarin syllable" in warning
+
+
+@pytest.mark.parametrize("text", ["长度(mm)", "重量(kg)", "速度(km/h)", "频率(Hz)", "第二部分(iv)", "人工智能(AI)",
+                                  "下载(mp3)", "步骤(b)"])
+def test_unit_symbols_labels_and_acronyms_in_parentheses_stay_silent(text):
+    assert prepare_text(text).warnings == []
