@@ -106,3 +106,53 @@ def test_an_override_that_names_no_syllable_is_warned_vowels_or_not(text, token)
                                   "下载(mp3)", "步骤(b)"])
 def test_unit_symbols_labels_and_acronyms_in_parentheses_stay_silent(text):
     assert prepare_text(text).warnings == []
+
+
+# --- polyphones and neutral tones -------------------------------------------------------------------------------------
+
+def _reading_of(sentence: str, char: str, occurrence: int = 1) -> str:
+    from tts_app.frontend.g2p import read_text
+
+    index = [i for i, c in enumerate(sentence) if c == char][occurrence - 1]
+    return {r.position: r.reading for r in read_text(sentence)}[index]
+
+
+@pytest.mark.parametrize("sentence, reading", [
+    ("一个长得很帅的小伙子走了进来。", "zhang3"),  # after a numeral + classifier (read cháng before)
+    ("那位长得很漂亮的姑娘是我妹妹。", "zhang3"),
+    ("这几年孩子长得很快。", "zhang3"),  # after a time word
+    ("一年长得比一年高。", "zhang3"),
+    ("他长得跟他爸一模一样。", "zhang3"),
+    ("这条路长得望不到头。", "chang2"),  # a thing that cannot grow: the adjective "long"
+    ("这根绳子很长。", "chang2"),
+])
+def test_zhang_de_grows_or_looks_and_chang_is_long(sentence, reading):
+    assert _reading_of(sentence, "长") == reading
+
+
+@pytest.mark.parametrize("sentence", ["他们的生活很简朴。", "这是一件质朴的作品。", "古朴的小镇。", "民风纯朴。", "他为人诚朴。"])
+def test_pu_in_plain_adjectives_is_never_the_surname_piao(sentence):
+    assert _reading_of(sentence, "朴") == "pu3"
+
+
+def test_the_surname_piao_stays_at_the_start_of_a_name():
+    assert _reading_of("朴槿惠访问了中国。", "朴") == "piao2"
+    assert _reading_of("他姓朴。", "朴") == "piao2"
+
+
+@pytest.mark.parametrize("sentence, char, reading", [
+    ("我去超市买东西。", "西", "xi5"),  # 东西 "things": dōngxi
+    ("这东西真好用。", "西", "xi5"),
+    ("吃东西的时候别说话。", "西", "xi5"),
+    ("这条街东西走向。", "西", "xi1"),  # the directions: dōngxī
+    ("城墙东西长三里。", "西", "xi1"),
+    ("东西部地区的差距。", "西", "xi1"),
+    ("今天早上下雨了。", "上", "shang5"),  # 早上 zǎoshang, as 晚上 wǎnshang already was
+    ("晚上我们去看电影。", "上", "shang5"),
+    ("他身上全是泥。", "上", "shang5"),
+    ("你先休息一下。", "息", "xi5"),
+    ("我们商量一下。", "量", "liang2"),  # a polyphone keeps its citation tone (the held-out sets' convention)
+    ("他上楼了。", "上", "shang4"),  # a character read alone keeps its full tone
+])
+def test_words_spoken_with_a_neutral_tone_have_it_and_polyphones_keep_their_citation_tone(sentence, char, reading):
+    assert _reading_of(sentence, char) == reading
