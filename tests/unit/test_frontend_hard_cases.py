@@ -156,3 +156,31 @@ def test_the_surname_piao_stays_at_the_start_of_a_name():
 ])
 def test_words_spoken_with_a_neutral_tone_have_it_and_polyphones_keep_their_citation_tone(sentence, char, reading):
     assert _reading_of(sentence, char) == reading
+
+
+# --- the hard segment limit -------------------------------------------------------------------------------------------
+
+_LONG_TEXTS = [
+    "首先我们需要准备好所有的材料和工具然后按照说明书一步一步地进行组装，最后，把所有的零件都检查一遍确保没有遗漏任何东西。",
+    "会议结束以后大家一起去餐厅吃饭并且讨论了下一阶段的工作安排和人员分工，最后，经理总结了今天的会议内容并宣布散会。",
+    "我们今天早上去了公园在湖边散步看风景中午吃了很好吃的面条下午又去图书馆看书晚上回家。",
+    "the quick brown fox jumps over the lazy dog and keeps running far away from the farm, at last, it rests.",
+]
+
+
+@pytest.mark.parametrize("max_chars", [10, 12, 16, 20, 24])
+@pytest.mark.parametrize("text", _LONG_TEXTS, ids=["zh1", "zh2", "zh3", "en"])
+def test_a_hard_split_leaves_no_two_or_three_character_leftover(text, max_chars):
+    from tts_app.frontend.segment import num_speakable
+
+    segments = [s.source_text for s in prepare_text(text, max_segment_chars=max_chars).segments]
+    assert all(num_speakable(s) >= 4 for s in segments), segments  # the default min_segment_chars
+    assert "最后，" not in segments
+
+
+def test_a_hard_split_keeps_trailing_punctuation_within_the_limit():
+    text = "我们今天早上去了公园在湖边散步看风景中午吃了很好吃的面条下午又去图书馆看书晚上回家了。"  # no clause marks
+    for max_chars in range(8, 31):
+        segments = [s.source_text for s in prepare_text(text, max_segment_chars=max_chars).segments]
+        assert "".join(segments) == text
+        assert all(len(s) <= max_chars for s in segments), (max_chars, segments)  # the 。 included
