@@ -188,8 +188,8 @@ def _is_silent_gloss(token: str) -> bool:
 def _looks_like_pinyin_typo(tokens: tuple[str, ...], before: str) -> bool:
     """Lower-case tokens of Latin letters (with an optional tone digit 0-5) right after a Chinese character, at
     most four: ``重(zhogn4)``, ``苹果(apple)``, ``长(zzz)``, ``长(qqq)`` (an override attempt that names no syllable,
-    vowels or not). Not ``mp3`` (a tone digit after letters with no vowel), and not a unit symbol, list label or Roman numeral
-    (``长度(mm)``, ``(a)``, ``(iv)``: ``_is_silent_gloss``)."""
+    vowels or not). Not ``mp3`` (a tone digit after letters with no vowel), and not a unit symbol, list label or
+    Roman numeral (``长度(mm)``, ``(a)``, ``(iv)``: ``_is_silent_gloss``)."""
     before = before.rstrip(" ")
     if not before or not is_hanzi(before[-1]):
         return False

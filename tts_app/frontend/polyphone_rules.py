@@ -2,8 +2,8 @@
 
 The lexicon reads a polyphone inside a known word (银行 háng, 着急 zháo); these rules decide the function words and
 the characters jieba leaves on their own (得 de/dé/děi, 地 de/dì, 了 le/liǎo, 着 zhe/zháo/zhāo, 还 hái/huán,
-为 wèi/wéi, 长 cháng/zhǎng, 东西 dōngxī/dōngxi, 种 zhǒng/zhòng, 行 after measure words and 第N, 卡 qiǎ, 落 là, 打的 dī, 和 huó/hú, 看 kān,
-结 jiē, 蒙 mēng, 撒 sǎ, 粘 nián, 冲 chòng, 折 shé, 宿 xiǔ, 脏 zāng, 喝 hè, 转 zhuàn, 扎 zā, measure words after a
+为 wèi/wéi, 长 cháng/zhǎng, 东西 dōngxī/dōngxi, 种 zhǒng/zhòng, 行 after measure words and 第N, 卡 qiǎ, 落 là,
+打的 dī, 和 huó/hú, 看 kān, 结 jiē, 蒙 mēng, 撒 sǎ, 粘 nián, 冲 chòng, 折 shé, 宿 xiǔ, 脏 zāng, 喝 hè, 转 zhuàn, 扎 zā, measure words after a
 numeral (两卷 juàn, 两幢 zhuàng), verbs before aspect particles, after adverbial 地, before a complement or a noun
 object and in reduplication A一A / A了A / A A子, AABB of a word 高高兴兴, separable verb-object words 露了馅 / 睡个好觉,
 surnames after 姓 or before a title 曾老师).
@@ -983,7 +983,8 @@ SURNAME_EXAMPLES = (("他姓曾。", 2, "zeng1"), ("我姓单，单田芳的单�
                     ("我去问仇经理。", 3, "qiu2"), ("查医生今天不在。", 0, "zha1"))
 
 RULES: tuple[Rule, ...] = (RULE_DE, RULE_DE_LE, RULE_DI, RULE_LE, RULE_ZHE, RULE_HAI_HUAN, RULE_WEI,
-                           RULE_CHANG_ZHANG, RULE_DONGXI, RULE_ZHONG, RULE_HANG_XING, RULE_MEASURE, RULE_ZA, RULE_VERB_ASPECT, RULE_STANDALONE_VERB,
+                           RULE_CHANG_ZHANG, RULE_DONGXI, RULE_ZHONG, RULE_HANG_XING, RULE_MEASURE, RULE_ZA,
+                           RULE_VERB_ASPECT, RULE_STANDALONE_VERB,
                            RULE_ZHI, RULE_QIA, RULE_LA, RULE_DI_TAXI, RULE_HE, RULE_KAN, RULE_JIE, RULE_MENG, RULE_SA,
                            RULE_NIAN, RULE_CHONG, RULE_SHE, RULE_XIU, RULE_ZANG, RULE_HE4, RULE_ZHUAN)
 _BY_TEXT: dict[str, list[Rule]] = {}
