@@ -184,3 +184,9 @@ def test_a_hard_split_keeps_trailing_punctuation_within_the_limit():
         segments = [s.source_text for s in prepare_text(text, max_segment_chars=max_chars).segments]
         assert "".join(segments) == text
         assert all(len(s) <= max_chars for s in segments), (max_chars, segments)  # the 。 included
+
+
+@pytest.mark.parametrize("text, code", [("售价USD1299", "USD"), ("It costs USD1299.", "USD"), ("营收RMB1500万元", "RMB")])
+def test_a_currency_code_before_an_amount_is_no_model_code(text, code):
+    spoken = _spoken(text)
+    assert code in spoken and "thousand" in spoken  # the amount read as a number, not digit by digit or in pairs

@@ -72,6 +72,8 @@ def _is_year(text: str, m: re.Match, years: set[int]) -> bool:
     return len(before) == 2 and before[0] in _YEAR_BEFORE and before[-1].isdigit()
 
 
+# Currency codes (ISO 4217, and RMB) written before an amount: "RMB1500" is an amount, not a model code.
+CURRENCY_CODES = frozenset("RMB CNY USD HKD EUR JPY GBP AUD CAD SGD TWD NTD KRW CHF MOP".split())
 # A model code: Latin letters (a word of its own) then 3 or 4 digits, directly or after one space (upper-case letters
 # only: "RTX 4090", not "Windows 2000").
 _EN_MODEL_CODE_RE = re.compile(r"(?<![A-Za-z\d.])([A-Za-z]{1,10})( ?)(\d{3,4})(?!\d|[.,]\d)")
@@ -82,7 +84,9 @@ def _en_model_code(m: re.Match) -> str:
     ``RTX 30 50``, ``X1005`` -> ``X 10 oh 5``: the pairs English speakers read a model number in. A round number
     (``A100``, ``B2000``) stays a number."""
     letters, gap, digits = m.groups()
-    if (gap and not (letters.isupper() and len(letters) >= 2)) or digits.endswith("00") or digits[0] == "0":
+    if letters.upper() in CURRENCY_CODES or (gap and not (letters.isupper() and len(letters) >= 2)):
+        return m.group(0)  # USD1299: an amount; Windows 2000: a word and a number
+    if digits.endswith("00") or digits[0] == "0":
         return m.group(0)
     head, tail = (digits[:2], digits[2:]) if len(digits) == 4 else (digits[0], digits[1:])
     return f"{letters} {head} " + (f"oh {tail[1]}" if tail[0] == "0" else tail)
@@ -274,6 +278,7 @@ _PLAIN_DIGITS = "零一二三四五六七八九"
 _DATE_LIKE_DECIMAL_RE = re.compile(
     r"(?<![\d.,:/¥￥$€£\-])(1[0-2])\.(\d{1,2})(?![\d.])(?=\s*(?:" + _QUANTITY_UNIT_ALT + "))")
 _PER_MILLE_RE = re.compile(r"(-?)(\d+(?:\.\d+)?)\s*‰")
+_COUNT_AFTER_RE = re.compile(r"\s*(?:" + _QUANTITY_UNIT_ALT + ")")
 # Latin letters (a word of its own) then 3+ digits, directly or after one space or hyphen: a model or standard code.
 _MODEL_CODE_RE = re.compile(r"(?<![A-Za-z\d.])([A-Za-z]{1,10})([ \-]?)(\d{3,})(?!\d|[.,]\d)")
 # Keeps wetext from reading "3.5元" as 元/角 (it passes private-use characters through); removed after wetext.
@@ -331,6 +336,8 @@ def chinese_decimal(integer: str, fraction: str) -> str:
 def _model_code(m: re.Match, text: str) -> str:
     """Chinese reading of a model code's digits (see the comment above ``_MODEL_CODE_RE``)."""
     letters, gap, digits = m.group(1), m.group(2), m.group(3)
+    if letters.upper() in CURRENCY_CODES:
+        return m.group(0)  # RMB1500: an amount
     if gap == " " and not letters.isupper():
         return m.group(0)  # "Windows 2000", "Top 250": a word and a number, read by wetext
     if len(digits) <= 4 and digits[0] != "0" and digits.endswith("00"):
@@ -351,7 +358,7 @@ def before_language_runs(text: str) -> str:
     def context_number(m: re.Match) -> str:
         gap, digits = m.group(2), m.group(3)
         crosses_clause = any(mark in gap for mark in "，,；;、")
-        is_count = re.match(r"\s*(?:" + _QUANTITY_UNIT_ALT + ")", text[m.end():]) is not None
+        is_count = _COUNT_AFTER_RE.match(text, m.end()) is not None
         if is_count or (crosses_clause and sum(ch.isdigit() for ch in digits) < 7):
             return m.group(0)  # "房间，预计1500人": a count, or a number of another clause
         return m.group(1) + gap + digits_read_one_by_one(digits)
