@@ -73,6 +73,9 @@ def test_a_digit_string_context_reaches_only_its_own_code_never_a_count(text, sp
     ("空客A380客机", "空客A三八零客机"),
     ("通过ISO9001认证", "通过ISO九零零一认证"),
     ("MH370航班", "MH三七零航班"),
+    ("配置了i7-13700K处理器", "配置了i seven一三七零零K处理器"),  # the series digit before a hyphen
+    ("符合GB/T 7714-2015标准", "符合GB/T七七一四 二零一五标准"),  # later groups after - or : belong to the code
+    ("通过ISO 9001:2015认证", "通过ISO九零零一 二零一五认证"),
     ("A100芯片", "A一百芯片"),  # a round number stays a number
     ("iPhone15发布", "iPhone fifteen发布"),  # two digits: a number, as before
 ])

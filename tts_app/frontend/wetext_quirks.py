@@ -216,9 +216,11 @@ def after_wetext(text: str, lang: str, state: list[str]) -> str:
 # * A digit-string context word (``DIGIT_CONTEXT``) reaches only the number of its own clause, and never a count:
 #   ``302号房间，预计1500人到场`` reads 一千五百人 (a number across a clause mark is a code only with 7+ digits, a
 #   phone number after 电话，), and ``房间可容纳1500人`` too (a number before one of ``QUANTITY_UNITS`` is a count).
-# * Model codes: Latin letters followed by 3+ digits (``RTX4090``, ``RTX 4090``, ``GTX1080Ti``, ``A380``, ``ISO9001``)
-#   are read digit by digit, 1 as 一 (四零九零, 一零八零; product and standard numbers are read so, 现汉 幺 reserves 幺
-#   for phone, room and ID numbers); a round number stays a number (``A100`` -> A一百). In English text the same
+# * Model codes: Latin letters followed by 3+ digits (``RTX4090``, ``RTX 4090``, ``GTX1080Ti``, ``A380``, ``ISO9001``,
+#   ``i7-13700K``, ``GB/T 7714-2015``: later groups after - or : too) are read digit by digit, 1 as 一 (四零九零,
+#   一零八零; product and standard numbers are read so, 现汉 幺 reserves 幺 for phone, room and ID numbers); a round
+#   number stays a number (``A100`` -> A一百), and so does an amount after a currency code (``RMB1500``,
+#   ``CURRENCY_CODES``). In English text the same
 #   codes are read in pairs as English speakers say them (``RTX4090`` -> "RTX forty ninety", ``A380`` -> "A three
 #   eighty"; ``_before_en``).
 
@@ -280,7 +282,10 @@ _DATE_LIKE_DECIMAL_RE = re.compile(
 _PER_MILLE_RE = re.compile(r"(-?)(\d+(?:\.\d+)?)\s*‰")
 _COUNT_AFTER_RE = re.compile(r"\s*(?:" + _QUANTITY_UNIT_ALT + ")")
 # Latin letters (a word of its own) then 3+ digits, directly or after one space or hyphen: a model or standard code.
-_MODEL_CODE_RE = re.compile(r"(?<![A-Za-z\d.])([A-Za-z]{1,10})([ \-]?)(\d{3,})(?!\d|[.,]\d)")
+# A series digit may come between the letters and a hyphen (i7-13700K), and further number groups after a hyphen or
+# a colon belong to the code (GB/T 7714-2015, ISO 9001:2015).
+_MODEL_CODE_RE = re.compile(
+    r"(?<![A-Za-z\d.])([A-Za-z]{1,10}|[A-Za-z]{1,3}\d{1,2}(?=-))([ \-]?)(\d{3,})((?:[-:]\d{2,})*)(?!\d|[.,:]\d)")
 # Keeps wetext from reading "3.5元" as 元/角 (it passes private-use characters through); removed after wetext.
 YUAN_MASK = "\ue001"
 _YUAN_DECIMAL_RE = re.compile(r"(?<![¥￥\d.,])(\d+\.\d+)(\s*元)")
@@ -335,14 +340,15 @@ def chinese_decimal(integer: str, fraction: str) -> str:
 
 def _model_code(m: re.Match, text: str) -> str:
     """Chinese reading of a model code's digits (see the comment above ``_MODEL_CODE_RE``)."""
-    letters, gap, digits = m.group(1), m.group(2), m.group(3)
+    letters, gap, digits, groups = m.group(1), m.group(2), m.group(3), m.group(4)
     if letters.upper() in CURRENCY_CODES:
         return m.group(0)  # RMB1500: an amount
     if gap == " " and not letters.isupper():
         return m.group(0)  # "Windows 2000", "Top 250": a word and a number, read by wetext
+    rest = "".join(" " + digits_read_one_by_one(g[1:], one="一") for g in re.findall(r"[-:]\d+", groups))
     if len(digits) <= 4 and digits[0] != "0" and digits.endswith("00"):
-        return letters + chinese_integer(int(digits))  # A100 -> A一百, RTX 4000 -> RTX四千
-    return letters + digits_read_one_by_one(digits, one="一")
+        return letters + chinese_integer(int(digits)) + rest  # A100 -> A一百, RTX 4000 -> RTX四千
+    return letters + digits_read_one_by_one(digits, one="一") + rest
 
 
 def _near(text: str, start: int, end: int, words: tuple[str, ...], before: int = 8, after: int = 6) -> bool:
