@@ -170,9 +170,9 @@ def _hard_split(text: str, start: int, end: int, max_chars: int, protected: list
     space, then a word boundary, then a token's own punctuation), the one nearest to an even share of what is left
     (so the last piece is no 2-character leftover such as a lone "最后，"), preferring the second half of the window;
     inside a word only when the window has no other cut (then as late as the limit allows), so the limit always
-    holds. A cut that keeps the piece's
-    trailing punctuation within the limit too is preferred to one of the same kind that the punctuation would push
-    past it (the punctuation after a piece's last word rides along only when no such cut exists)."""
+    holds. A cut that keeps the piece's trailing punctuation within the limit too is preferred to one of the same
+    kind that the punctuation would push past it (the punctuation after a piece's last word rides along only when
+    no such cut exists)."""
     words = _word_boundaries(text, start, end)
     spans, s = [], start
 
