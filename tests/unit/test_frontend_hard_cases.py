@@ -26,6 +26,8 @@ def _spoken(text: str) -> str:
     ("增长了12.31倍", "增长了十二点三一倍"),
     ("花了10.05美元", "花了十点零五美元"),
     ("等了11.5个小时", "等了十一点五个小时"),
+    ("体重10.5-12.5公斤", "体重十点五到十二点五公斤"),  # a range to a number with a unit
+    ("售价10.5~11.5元", "售价十点五到十一点五元"),
     ("13.5元", "十三点五元"),  # never a date: unchanged
     ("10.8万元", "十点八万元"),
 ])
@@ -33,7 +35,8 @@ def test_a_decimal_before_a_unit_is_a_number_never_a_date(text, spoken):
     assert _spoken(text) == spoken
 
 
-@pytest.mark.parametrize("text, spoken", [("11.11购物节", "十一月十一日购物节"), ("10.1国庆", "十月一日国庆")])
+@pytest.mark.parametrize("text, spoken", [("11.11购物节", "十一月十一日购物节"), ("10.1国庆", "十月一日国庆"),
+                                          ("10.1-10.7放假", "十月一日到十月七日放假")])
 def test_a_date_written_with_a_dot_and_no_unit_stays_a_date(text, spoken):
     assert _spoken(text) == spoken
 

@@ -276,9 +276,11 @@ QUANTITY_UNITS = tuple(sorted((set(LIANG_MEASURE_WORDS) | set(ZH_UNITS.values())
     "公分 海里 英里 光年 帕 焦 卡 分贝 毫克 微克 纳米 像素 字 页 层 楼".split())), key=len, reverse=True))
 _QUANTITY_UNIT_ALT = "|".join(re.escape(u) for u in QUANTITY_UNITS)
 _PLAIN_DIGITS = "零一二三四五六七八九"
-# A decimal wetext reads as month.day (10.1-12.31), before a unit: read as a decimal.
+# A decimal wetext reads as month.day (10.1-12.31), before a unit, or before a range to a number with a unit
+# (10.5到12.5公斤): read as a decimal.
 _DATE_LIKE_DECIMAL_RE = re.compile(
-    r"(?<![\d.,:/¥￥$€£\-])(1[0-2])\.(\d{1,2})(?![\d.])(?=\s*(?:" + _QUANTITY_UNIT_ALT + "))")
+    r"(?<![\d.,:/¥￥$€£\-])(1[0-2])\.(\d{1,2})(?![\d.])(?=\s*(?:到|至)?\s*(?:\d+(?:\.\d+)?\s*)?(?:"
+    + _QUANTITY_UNIT_ALT + "))")
 _PER_MILLE_RE = re.compile(r"(-?)(\d+(?:\.\d+)?)\s*‰")
 _COUNT_AFTER_RE = re.compile(r"\s*(?:" + _QUANTITY_UNIT_ALT + ")")
 # Latin letters (a word of its own) then 3+ digits, directly or after one space or hyphen: a model or standard code.
@@ -375,7 +377,6 @@ def before_language_runs(text: str) -> str:
     text = _ROOM_RE.sub(lambda m: digits_read_one_by_one(m.group(1)), text)
     text = _UNIT_RE.sub(lambda m: m.group(1) + ZH_UNITS[m.group(2)], text)
     text = _MODEL_CODE_RE.sub(lambda m: _model_code(m, text), text)
-    text = _DATE_LIKE_DECIMAL_RE.sub(lambda m: chinese_decimal(m.group(1), m.group(2)), text)
     text = _PER_MILLE_RE.sub(lambda m: ("负" if m.group(1) else "") + "千分之" + m.group(2), text)
     text = _BP_RE.sub(lambda m: m.group(1) + chinese_integer(int(m.group(2))) + "比" + chinese_integer(int(m.group(3))),
                       text)
@@ -388,6 +389,7 @@ def before_language_runs(text: str) -> str:
     text = _SCORE_RE.sub(score, text)
     text = _RANGE_RE.sub(lambda m: f"{m.group(1)}到{m.group(2)}", text)
     text = re.sub(r"第(\d+)\s*[-~～—–]\s*(\d+)", r"第\1到\2", text)
+    text = _DATE_LIKE_DECIMAL_RE.sub(lambda m: chinese_decimal(m.group(1), m.group(2)), text)  # after the ranges
 
     def model_name(m: re.Match) -> str:
         if m.group(1).endswith(_MINUS_CONTEXT):
