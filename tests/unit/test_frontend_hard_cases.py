@@ -49,7 +49,9 @@ def test_a_date_written_with_a_dot_and_no_unit_stays_a_date(text, spoken):
     ("收益-0.5‰", "收益负千分之零点五"),
     ("出生率5‰", "出生率千分之五"),
     ("夜里仅-8℃", "夜里仅负八摄氏度"),
+    ("利润降低了-5个百分点", "利润降低了负五个百分点"),  # before a unit
     ("歼-10战斗机", "歼十战斗机"),  # a model name's hyphen is still no minus
+    ("长征-5号火箭", "长征五号火箭"),
 ])
 def test_a_minus_sign_before_a_percentage_or_temperature_is_read(text, spoken):
     assert _spoken(text) == spoken

@@ -210,9 +210,9 @@ def after_wetext(text: str, lang: str, state: list[str]) -> str:
 #   month.day (``10.8元`` -> 十月八日元, ``12.5公斤`` -> 十二月五日公斤) unless the word after it is one it lists
 #   (米, 万...); before any of ``QUANTITY_UNITS`` it is read as a decimal here (十点八元, 十二点五公斤). Without a unit
 #   (``10.1国庆``) wetext's date stays.
-# * A minus sign before a percentage, a per mille or a temperature is a minus sign, never a model-name hyphen
-#   (``仅-5%`` -> 负百分之五; wetext's own 百分之负五 is turned into the spoken 负百分之五 after it); ``5‰`` -> 千分之五
-#   (wetext leaves ‰ as a symbol).
+# * A minus sign before a percentage, a per mille, a temperature or a unit is a minus sign, never a model-name
+#   hyphen (``仅-5%`` -> 负百分之五, ``降低了-5个百分点`` -> 负五个; wetext's own 百分之负五 becomes the spoken
+#   负百分之五 after it); ``5‰`` -> 千分之五 (wetext leaves ‰ as a symbol).
 # * A digit-string context word (``DIGIT_CONTEXT``) reaches only the number of its own clause, and never a count:
 #   ``302号房间，预计1500人到场`` reads 一千五百人 (a number across a clause mark is a code only with 7+ digits, a
 #   phone number after 电话，), and ``房间可容纳1500人`` too (a number before one of ``QUANTITY_UNITS`` is a count).
@@ -392,8 +392,8 @@ def before_language_runs(text: str) -> str:
     text = _DATE_LIKE_DECIMAL_RE.sub(lambda m: chinese_decimal(m.group(1), m.group(2)), text)  # after the ranges
 
     def model_name(m: re.Match) -> str:
-        if m.group(1).endswith(_MINUS_CONTEXT):
-            return m.group(0)
+        if m.group(1).endswith(_MINUS_CONTEXT) or _COUNT_AFTER_RE.match(text, m.end()):
+            return m.group(0)  # a minus sign: after 温度/零下..., or before a unit (降低了-5个百分点, 仅-3度)
         return m.group(1) + m.group(2)
 
     text = _MODEL_HYPHEN_RE.sub(model_name, text)
