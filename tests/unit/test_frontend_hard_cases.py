@@ -63,6 +63,10 @@ def test_a_minus_sign_before_a_percentage_or_temperature_is_read(text, spoken):
     ("拨打热线，共有2300位客服", "拨打热线，共有两千三百位客服"),
     ("订单号，今天卖出3200件", "订单号，今天卖出三千二百件"),
     ("卡号后4位", "卡号后四位"),
+    ("这款手机售价5999", "这款手机售价五千九百九十九"),  # after an amount word: an amount
+    ("订单金额3999", "订单金额三千九百九十九"),
+    ("微信好友超过2000", "微信好友超过两千"),
+    ("他的手机号是13812345678", "他的手机号是幺三八幺二三四五六七八"),
     ("联系电话，13800138000", "联系电话，幺三八零零幺三八零零零"),  # 7+ digits across a comma: still a phone number
     ("他住在1203房间", "他住在幺二零三房间"),  # a room number itself is still read digit by digit
     ("尾号1234的卡", "尾号幺二三四的卡"),

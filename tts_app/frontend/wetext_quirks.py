@@ -215,7 +215,8 @@ def after_wetext(text: str, lang: str, state: list[str]) -> str:
 #   负百分之五 after it); ``5‰`` -> 千分之五 (wetext leaves ‰ as a symbol).
 # * A digit-string context word (``DIGIT_CONTEXT``) reaches only the number of its own clause, and never a count:
 #   ``302号房间，预计1500人到场`` reads 一千五百人 (a number across a clause mark is a code only with 7+ digits, a
-#   phone number after 电话，), and ``房间可容纳1500人`` too (a number before one of ``QUANTITY_UNITS`` is a count).
+#   phone number after 电话，), and ``房间可容纳1500人`` too (a number before one of ``QUANTITY_UNITS`` is a count), and
+#   ``手机售价5999`` (after one of ``AMOUNT_WORDS`` a number of fewer than 7 digits is an amount).
 # * Model codes: Latin letters followed by 3+ digits (``RTX4090``, ``RTX 4090``, ``GTX1080Ti``, ``A380``, ``ISO9001``,
 #   ``i7-13700K``, ``GB/T 7714-2015``: later groups after - or : too) are read digit by digit, 1 as 一 (四零九零,
 #   一零八零; product and standard numbers are read so, 现汉 幺 reserves 幺 for phone, room and ID numbers); a round
@@ -231,6 +232,11 @@ DIGIT_CONTEXT = ("电话", "手机", "号码", "热线", "拨打", "致电", "�
                  "房间", "房号", "门牌", "工号", "学号", "尾号", "密码", "验证码", "邮编", "邮政编码", "账号", "帐号",
                  "卡号", "航班", "车次", "微信", "QQ", "座位号", "序列号", "批号", "准考证", "会员号", "分机", "传真",
                  "客服", "联系方式", "车牌")
+# Words between a context word and a number that make the number an amount (手机售价5999, 房间面积120, 航班晚点了120,
+# 好友超过2000): a code after them only with 7+ digits (a phone number: 手机号码是...).
+AMOUNT_WORDS = ("价", "费", "金额", "钱", "共", "约", "花", "卖", "值", "达", "超", "有", "数", "量", "率", "面积", "内存",
+                "容量", "存储", "电池", "像素", "尺寸", "重", "长", "宽", "高", "了", "过", "好友", "粉丝", "余额", "多少",
+                "几", "增", "减", "涨", "降", "第")
 _DIGITS = "零幺二三四五六七八九"
 _CONTEXT_NUMBER_RE = re.compile(
     "(" + "|".join(DIGIT_CONTEXT) + r")([^\d\n。！？!?]{0,6}?)(\d[\d\- ]{1,30}\d[Xx]?|\d)(?![\d.])")
@@ -367,8 +373,9 @@ def before_language_runs(text: str) -> str:
         gap, digits = m.group(2), m.group(3)
         crosses_clause = any(mark in gap for mark in "，,；;、")
         is_count = _COUNT_AFTER_RE.match(text, m.end()) is not None
-        if is_count or (crosses_clause and sum(ch.isdigit() for ch in digits) < 7):
-            return m.group(0)  # "房间，预计1500人": a count, or a number of another clause
+        is_amount = any(word in gap for word in AMOUNT_WORDS)
+        if is_count or ((crosses_clause or is_amount) and sum(ch.isdigit() for ch in digits) < 7):
+            return m.group(0)  # "房间，预计1500人", "手机售价5999": a count or amount, or a number of another clause
         return m.group(1) + gap + digits_read_one_by_one(digits)
 
     text = _CONTEXT_NUMBER_RE.sub(context_number, text)
