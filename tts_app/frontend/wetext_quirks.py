@@ -232,10 +232,10 @@ DIGIT_CONTEXT = ("电话", "手机", "号码", "热线", "拨打", "致电", "�
                  "房间", "房号", "门牌", "工号", "学号", "尾号", "密码", "验证码", "邮编", "邮政编码", "账号", "帐号",
                  "卡号", "航班", "车次", "微信", "QQ", "座位号", "序列号", "批号", "准考证", "会员号", "分机", "传真",
                  "客服", "联系方式", "车牌")
-# Words between a context word and a number that make the number an amount (手机售价5999, 房间面积120, 航班晚点了120,
-# 好友超过2000): a code after them only with 7+ digits (a phone number: 手机号码是...).
+# Words between a context word and a number that make the number an amount (手机售价5999, 订单金额3999, 好友超过2000):
+# a code after them only with 7+ digits (a phone number).
 AMOUNT_WORDS = ("价", "费", "金额", "钱", "共", "约", "花", "卖", "值", "达", "超", "有", "数", "量", "率", "面积", "内存",
-                "容量", "存储", "电池", "像素", "尺寸", "重", "长", "宽", "高", "了", "过", "好友", "粉丝", "余额", "多少",
+                "容量", "存储", "电池", "像素", "尺寸", "重", "长", "宽", "高", "好友", "粉丝", "余额", "多少",
                 "几", "增", "减", "涨", "降", "第")
 _DIGITS = "零幺二三四五六七八九"
 _CONTEXT_NUMBER_RE = re.compile(
