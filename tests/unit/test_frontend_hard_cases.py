@@ -132,6 +132,7 @@ def _reading_of(sentence: str, char: str, occurrence: int = 1) -> str:
 @pytest.mark.parametrize("sentence, reading", [
     ("一个长得很帅的小伙子走了进来。", "zhang3"),  # after a numeral + classifier (read cháng before)
     ("那位长得很漂亮的姑娘是我妹妹。", "zhang3"),
+    ("一个长着大胡子的人。", "zhang3"),  # 长着 after a numeral + classifier, the same class
     ("这几年孩子长得很快。", "zhang3"),  # after a time word
     ("一年长得比一年高。", "zhang3"),
     ("他长得跟他爸一模一样。", "zhang3"),

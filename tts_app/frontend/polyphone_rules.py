@@ -634,8 +634,8 @@ def _chang_zhang(tokens: list[Token], i: int) -> list[str] | None:
         # 长得 + complement: the verb "grow; look (so)" (长得很高, 长得像他), after a numeral or a time word too
         # (一个长得很帅的人, 这几年长得很快); the adjective only after a thing that cannot grow.
         return ["chang2"] if _text(prev).endswith(_LONG_NOT_GROWING) else ["zhang3"]
-    if _tag_in(prev, "q") and not _text(prev).endswith(_UNITS) and _text(nxt) in _VERBAL_PARTICLES:
-        return ["zhang3"]  # verb "grow" after a classifier: 一棵长了三百年的树
+    if _tag_in(prev, "mq") and not _text(prev).endswith(_UNITS) and _text(nxt) in _VERBAL_PARTICLES:
+        return ["zhang3"]  # verb "grow" after a classifier: 一棵长了三百年的树, 一个长着胡子的人
     if _text(prev) in _DEGREE or _tag_in(prev, "mq"):
         return ["chang2"]  # adjective "long": degree adverbs and measures modify adjectives (很长, 三米长)
     if _text(nxt) in _ZHANG3_BEFORE:
@@ -650,7 +650,7 @@ RULE_CHANG_ZHANG = Rule(
     "现汉 长 (cháng 形 '两点之间距离大'; zhǎng 动 '生长、成长', with a complement of degree or state after 得 it says how "
     "someone grew or looks); 八百词 很 (很+形), 得 (动/形+得+补语)",
     (("这条河很长。", 4, "chang2"), ("他长得很高。", 1, "zhang3"), ("这根绳子三米长。", 6, "chang2"),
-     ("一个长得很帅的小伙子。", 2, "zhang3"), ("这几年孩子长得很快。", 5, "zhang3"),
+     ("一个长得很帅的小伙子。", 2, "zhang3"), ("那个长着大胡子的人。", 2, "zhang3"), ("这几年孩子长得很快。", 5, "zhang3"),
      ("那位长得很漂亮的姑娘。", 2, "zhang3"), ("这条路长得望不到头。", 3, "chang2"),
      ("孩子又长了一岁。", 3, "zhang3"), ("他是这支部队的指挥长。", 9, "zhang3"),
      ("墙角有一株长着青苔的老树。", 5, "zhang3"), ("桌上有一根长绳子。", 5, "chang2")),
