@@ -7,7 +7,9 @@ full-width by the normaliser), then, only inside a sentence longer than ``max_se
 boundary between Chinese characters, a script boundary, or a long token's own punctuation (URL ``/`` ``.``).
 ``max_segment_chars`` is a hard limit: a cut inside a word or number happens only when the window holds no other
 (a word longer than the limit). The limit counts a segment's spoken part, from its first to its last letter, digit or
-Chinese character (``spoken_len``): punctuation around the words rides along, as it adds nothing to speak.
+Chinese character (``spoken_len``): punctuation around the words rides along, as it adds nothing to speak; a hard
+cut, placed freely, keeps the trailing punctuation within the limit too when it can, and cuts nearest an even share of
+what is left, so it leaves no 2-3 character leftover.
 Leftovers with fewer than ``min_segment_chars`` speakable characters are merged into a
 neighbour, never across a pause marker. Punctuation right after a pause marker (``重要[pause:500ms]，请``) ends the
 segment before the pause instead of starting the next one (``_attach_trailing_punctuation``), so no segment starts
