@@ -5,8 +5,8 @@ the characters jieba leaves on their own (得 de/dé/děi, 地 de/dì, 了 le/li
 为 wèi/wéi, 长 cháng/zhǎng, 东西 dōngxī/dōngxi, 种 zhǒng/zhòng, 行 after measure words and 第N, 卡 qiǎ, 落 là,
 打的 dī, 和 huó/hú, 看 kān, 结 jiē, 蒙 mēng, 撒 sǎ, 粘 nián, 冲 chòng, 折 shé, 宿 xiǔ, 脏 zāng, 喝 hè, 转 zhuàn,
 扎 zā, measure words after a numeral (两卷 juàn, 两幢 zhuàng), verbs before aspect particles, after adverbial 地,
-before a complement or a noun object and in reduplication A一A / A了A / A A子, AABB of a word 高高兴兴, separable verb-object words 露了馅 / 睡个好觉,
-surnames after 姓 or before a title 曾老师).
+before a complement or a noun object and in reduplication A一A / A了A / A A子, AABB of a word 高高兴兴, separable
+verb-object words 露了馅 / 睡个好觉, surnames after 姓 or before a title 曾老师).
 Each rule states the grammar it follows and its source, and carries examples; the tests run every
 example (``tests/unit/test_polyphone_rules.py``). Sources:
 
