@@ -171,7 +171,7 @@ def add_variant_readings(phrases: dict[str, tuple[str, ...]], words) -> None:
 
 
 # A reading pypinyin's phrase data give only inside a surname, taken by mistake inside ordinary words: 朴 piáo is
-# only the surname (现汉 朴 Piáo 名 '姓'; pǔ 形 '没有细加工的', as in 朴素, 简朴, 质朴, 古朴, 纯朴); pypinyin reads 13
+# only the surname (现汉 朴 Piáo: the surname; pǔ: 朴素, as in 俭朴, 简朴, 质朴, 古朴, 纯朴); pypinyin reads 13
 # words so (简朴 jiǎn piáo, 质朴 zhì piáo). Anywhere but at the start of a word (a name: 朴槿惠) it becomes the
 # common reading. (Measured on pypinyin 0.55.0: no other surname reading of polyphone_rules.SURNAME_READINGS is
 # given inside ordinary words.)
