@@ -166,6 +166,7 @@ def test_the_surname_piao_stays_at_the_start_of_a_name():
     ("你先休息一下。", "息", "xi5"),
     ("我们商量一下。", "量", "liang2"),  # a polyphone keeps its citation tone (the held-out sets' convention)
     ("他上楼了。", "上", "shang4"),  # a character read alone keeps its full tone
+    ("这不是我的书。", "是", "shi4"),  # 不是 "is not" (CC-CEDICT lists bù·shi "fault" too: left alone)
 ])
 def test_words_spoken_with_a_neutral_tone_have_it_and_polyphones_keep_their_citation_tone(sentence, char, reading):
     assert _reading_of(sentence, char) == reading

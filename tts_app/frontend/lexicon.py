@@ -23,8 +23,8 @@ whose terms grant no licence (measured: +0.8 points on the CPP dev set, not wort
 * ``SURNAME_ONLY_READINGS``: 朴 piáo (only the surname) read inside 13 ordinary words by pypinyin (简朴, 质朴) becomes
   pǔ.
 * Neutral tones (``add_neutral_tones``): CC-CEDICT writes the spoken neutral tone for words pypinyin gives citation
-  tones (早上 zǎoshang, 休息 xiūxi, 漂亮 piàoliang); it is taken on characters with one reading in common use (279
-  words), never on a polyphone, which keeps the citation tone that tells its readings apart (商量 shāng liáng: taking
+  tones (早上 zǎoshang, 休息 xiūxi, 漂亮 piàoliang); it is taken on characters with one reading in common use (277
+  words; not where CC-CEDICT lists the full tone too, 不是 bùshì / bù·shi), never on a polyphone, which keeps the citation tone that tells its readings apart (商量 shāng liáng: taking
   CC-CEDICT's neutral tones on polyphones too cost 0.3 points on the CPP dev set and 7 targets of the third held-out
   set, whose labels, as issue 13 asks, are citation tones). 东西 "things" (dōngxi) against "east and west" is a
   grammar rule (``polyphone_rules.RULE_DONGXI``).
@@ -189,9 +189,10 @@ def fix_surname_only_readings(phrases: dict[str, tuple[str, ...]]) -> None:
 
 def add_neutral_tones(phrases: dict[str, tuple[str, ...]], cedict: dict[str, list[list[str]]],
                       reading_counts: dict[str, dict[str, int]], cache: dict[str, str]) -> None:
-    """In place: the neutral tone CC-CEDICT writes in a word (早上 zǎoshang, 休息 xiūxi, 晚上 wǎnshang; 现汉 marks
-    the same words with its light-tone dot) replaces the citation tone of the same syllable, on a character with
-    one reading in common use (``g2p.common_readings``: 上, 息, 西). A polyphone keeps its citation tone, the
+    """In place: the neutral tone CC-CEDICT writes in a word (早上 zǎoshang, 休息 xiūxi, 晚上 wǎnshang, as 现汉 writes
+    them with its light-tone dot: zǎo·shang, xiū·xi) replaces the citation tone of the same syllable, on a character with
+    one reading in common use (``g2p.common_readings``: 上, 息, 西), when CC-CEDICT lists only that reading there
+    (不是 lists shì and shi: two words, "is not" and "fault", and keeps shì). A polyphone keeps its citation tone, the
     reading that tells its readings apart (商量 shāng liáng, not liang, as the held-out polyphone sets are labelled):
     a neutral tone there would hide which reading it is."""
     from tts_app.frontend.g2p import _common_readings
@@ -204,8 +205,9 @@ def add_neutral_tones(phrases: dict[str, tuple[str, ...]], cedict: dict[str, lis
         new = list(current)
         for k, (char, option) in enumerate(zip(word, options)):
             neutral = _tone3(option[0], cache)
-            if not neutral.endswith("5") or current[k].endswith("5") or neutral[:-1] != current[k][:-1]:
-                continue
+            if (len(option) > 1 or not neutral.endswith("5") or current[k].endswith("5")
+                    or neutral[:-1] != current[k][:-1]):
+                continue  # (two readings listed: two words, 不是 bùshì "is not" and bù·shi "fault")
             if char not in single:
                 single[char] = len(_common_readings(char, reading_counts)) == 1
             if single[char]:
