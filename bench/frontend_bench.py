@@ -25,8 +25,9 @@ Prints, side by side in one run:
 Two set formats are read: ``sentence, char, occurrence, reading`` (tests/data/polyphones_zh.tsv) and
 ``sentence, char_index, char, pinyin`` (the held-out sets, 0-based index).
 
-The citation-tone convention. The front end gives citation (dictionary) tones, as issue 13 asks: 商量 shāng liáng,
-认识 rèn shí, 东西 dōng xī. A set's author may have written the neutral tone of speech instead (shāngliang, rènshi,
+The citation-tone convention. The front end gives citation (dictionary) tones on polyphones, as issue 13 asks:
+商量 shāng liáng, 认识 rèn shí (neutral tones only on one-reading characters, 早上 zǎoshang, and 东西 "things"
+dōngxi, issue 23: ``tts_app.frontend.lexicon``). A set's author may have written the neutral tone of speech instead (shāngliang, rènshi,
 dōngxi). The second score counts such a target as matched: an expected tone 5 on a character that is *not* one of the
 always-neutral particles and suffixes (``ALWAYS_NEUTRAL``: 的 地 得 as structural particles, 了 着 过 as aspect
 particles, sentence-final 吗 呢 吧 啊 嘛 啦, the suffixes 子 们 么 头; a tone 5 expected on them is the particle's own

@@ -33,6 +33,11 @@ BACKGROUND_GUARD_S = 0.1
 # Power floor for the noise estimate (-100 dBFS, below 16- and 24-bit quantisation noise of real recordings), so a
 # digitally silent background gives a large finite SNR instead of infinity.
 NOISE_POWER_FLOOR = 1e-10
+# A frame below this power (-90 dBFS) is digital silence: the zeros an editor pads a clip with, or a gate, never a
+# microphone's background (16-bit dithered silence sits at about -96 dBFS, a quiet studio's room tone at -60 to -80
+# dBFS). It is left out of the background estimate: averaged in, 5 s of padding around a clip with noise 10 dB
+# below the voice read "SNR 27 dB" and hid the noise.
+DIGITAL_SILENCE_POWER = 1e-9
 # SNR is reported no lower than this: below 0 dB the background is louder than the speech, and the exact figure
 # (which a power difference can push to -180 dB) means nothing to anyone.
 MIN_REPORTED_SNR_DB = -20.0
@@ -187,11 +192,14 @@ def estimate_levels(samples: np.ndarray, sampling_rate: int, segments: list[Spee
     """Speech level, background level, SNR and background kind of a mono clip.
 
     Method: power of 20 ms frames. Speech frames lie inside VAD segments; background frames lie more than
-    ``guard_s`` outside every segment. With at least ``MIN_BACKGROUND_FRAMES`` (100 ms) of them, the background
-    power is their mean; otherwise (a clip with little or no pause) it is the ``MIN_STATS_PERCENTILE`` percentile
-    of 10 ms frame power over the whole clip: minimum statistics, after R. Martin, "Noise power spectral density
-    estimation based on optimal smoothing and minimum statistics", IEEE TSAP 2001 — short frames fall into the
-    closures and gaps between words, where only the background is heard. The background is "silent" below -70
+    ``guard_s`` outside every segment and are not digital silence (below ``DIGITAL_SILENCE_POWER``: padding or a
+    gate, which says nothing of the noise the recording carries under the voice). With at least
+    ``MIN_BACKGROUND_FRAMES`` (100 ms) of them, the background power is their mean; otherwise (a clip with little or
+    no pause, or only digital silence around the speech) it is the ``MIN_STATS_PERCENTILE`` percentile of the 10 ms
+    frames of the clip that are not digital silence: minimum statistics, after R. Martin, "Noise power spectral
+    density estimation based on optimal smoothing and minimum statistics", IEEE TSAP 2001 — short frames fall into
+    the closures and gaps between words, where only the background is heard. A clip that is digital silence
+    wherever no speech is heard has a "silent" background (-100 dBFS). The background is "silent" below -70
     dBFS; "music-like" when its tilt-removed spectral flatness is below ``MUSIC_MAX_FLATNESS``; else "noise"; and
     None (unknown) when fewer than ``MIN_SPECTRUM_FRAMES`` frames of pure background exist to judge it from.
 
@@ -212,7 +220,8 @@ def estimate_levels(samples: np.ndarray, sampling_rate: int, segments: list[Spee
         near_speech_samples |= (sample_times >= seg.start_s - guard_s) & (sample_times < seg.end_s + guard_s)
     centres = np.arange(num_frames) * frame + frame // 2
     in_speech = in_speech_samples[centres]
-    background = ~near_speech_samples[centres]
+    digital_silence = power < DIGITAL_SILENCE_POWER
+    background = ~near_speech_samples[centres] & ~digital_silence
     if not in_speech.any():
         return Levels(None, _db(max(float(np.mean(power)), NOISE_POWER_FLOOR)), None, None)
     speech_power = float(np.mean(power[in_speech]))
@@ -220,8 +229,10 @@ def estimate_levels(samples: np.ndarray, sampling_rate: int, segments: list[Spee
     if direct:
         background_power = float(np.mean(power[background]))
     else:
-        short = frame_power(samples, max(1, frame // 2))
-        background_power = float(np.percentile(short, MIN_STATS_PERCENTILE))
+        background_power = _minimum_statistics(samples, sampling_rate, frame // 2, segments)
+        only_digital_silence_around = not np.any(~near_speech_samples[centres] & ~digital_silence)
+        if only_digital_silence_around and _db(background_power) < SILENT_BACKGROUND_DBFS:
+            background_power = NOISE_POWER_FLOOR  # nothing but digital silence around, and no noise under the speech
     background_power = max(background_power, NOISE_POWER_FLOOR)
     excess = speech_power - background_power
     snr_db = max(MIN_REPORTED_SNR_DB, _db(excess / background_power) if excess > 0 else MIN_REPORTED_SNR_DB)
@@ -229,9 +240,27 @@ def estimate_levels(samples: np.ndarray, sampling_rate: int, segments: list[Spee
     if background_dbfs < SILENT_BACKGROUND_DBFS:
         kind = "silent"
     else:
-        flatness = _background_flatness(samples, ~near_speech_samples, sampling_rate)
+        digital_samples = np.repeat(digital_silence, frame)
+        digital_samples = np.concatenate([digital_samples, np.zeros(len(samples) - len(digital_samples), bool)])
+        flatness = _background_flatness(samples, ~near_speech_samples & ~digital_samples, sampling_rate)
         kind = None if flatness is None else "music-like" if flatness < MUSIC_MAX_FLATNESS else "noise"
     return Levels(_db(speech_power), background_dbfs, snr_db, kind, direct)
+
+
+def _minimum_statistics(samples: np.ndarray, sampling_rate: int, frame: int, segments: list[SpeechSegment]) -> float:
+    """The ``MIN_STATS_PERCENTILE`` percentile of the power of the ``frame``-sample frames that are not digital
+    silence; when every frame outside the speech is digital silence, of the frames inside the speech only (the
+    noise a padded recording carries under the voice). ``NOISE_POWER_FLOOR`` when all of it is digital silence."""
+    frame = max(1, frame)
+    short = frame_power(samples, frame)
+    times_s = (np.arange(len(short)) + 0.5) * frame / sampling_rate
+    inside = np.zeros(len(short), dtype=bool)
+    for seg in segments:
+        inside |= (times_s >= seg.start_s) & (times_s < seg.end_s)
+    recorded = short >= DIGITAL_SILENCE_POWER
+    if not np.any(recorded & ~inside):
+        recorded &= inside
+    return float(np.percentile(short[recorded], MIN_STATS_PERCENTILE)) if recorded.any() else NOISE_POWER_FLOOR
 
 
 def _background_flatness(samples: np.ndarray, background: np.ndarray, sampling_rate: int) -> float | None:

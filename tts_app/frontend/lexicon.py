@@ -19,12 +19,18 @@ whose terms grant no licence (measured: +0.8 points on the CPP dev set, not wort
   (照片 zhàopiàn, 落下 luòxià, 献血 xiànxuè, 不得了 bùdéliǎo, 大夫 dàifu, 冲着 chòngzhe, 下载 xiàzài, 流血 liúxuè,
   掉色 diàoshǎi, 卷子 juànzi, 硕果累累 léiléi), each with its source; they override every data set.
 * ``VARIANT_FORMS``: a jieba word written with 粘 that no data set reads (粘膜, 粘性) takes the reading of its 黏 form
-  (nián), the adjective's standard character since 《通用规范汉字表》(2013). Neutral tones are not taken from CC-CEDICT (it writes them for 531 words
-  pypinyin gives citation tones, 商量 shāngliang): tried, it cost 0.3 points on the CPP dev set, whose labels, as
-  the issue asks, are citation tones.
-* Readings are TONE3 with citation tones: the tone sandhi some entries carry for 一 and 不 (``一个: yí gè``) is undone
-  (``yi1 ge4``), so every reading the front end reports is the dictionary (underlying) tone and no sandhi is applied
-  anywhere; the model applies its own.
+  (nián), the adjective's standard character since 《通用规范汉字表》(2013).
+* ``SURNAME_ONLY_READINGS``: 朴 piáo (only the surname) read inside 13 ordinary words by pypinyin (简朴, 质朴) becomes
+  pǔ.
+* Neutral tones (``add_neutral_tones``): CC-CEDICT writes the spoken neutral tone for words pypinyin gives citation
+  tones (早上 zǎoshang, 休息 xiūxi, 漂亮 piàoliang); it is taken on characters with one reading in common use (277
+  words; not where CC-CEDICT lists the full tone too, 不是 bùshì / bù·shi), never on a polyphone, which keeps the citation tone that tells its readings apart (商量 shāng liáng: taking
+  CC-CEDICT's neutral tones on polyphones too cost 0.3 points on the CPP dev set and 7 targets of the third held-out
+  set, whose labels, as issue 13 asks, are citation tones). 东西 "things" (dōngxi) against "east and west" is a
+  grammar rule (``polyphone_rules.RULE_DONGXI``).
+* Readings are TONE3, citation tones but for those neutral tones: the tone sandhi some entries carry for 一 and 不
+  (``一个: yí gè``) is undone (``yi1 ge4``), so every reading the front end reports is the dictionary (underlying)
+  tone and no sandhi is applied anywhere; the model applies its own.
 * Segmentation is jieba's maximum-probability path over its word-frequency DAG (``Tokenizer.cut(HMM=False)``), with
   every lexicon phrase jieba lacks added at a low frequency (``ADDED_WORD_FREQ``), so a polyphone phrase can be found
   but never outweighs the words jieba has counts for (价格/的/确定, not 价格/的确/定).
@@ -164,7 +170,53 @@ def add_variant_readings(phrases: dict[str, tuple[str, ...]], words) -> None:
             phrases[word] = phrases[standard]
 
 
-def _merge_phrases() -> dict[str, tuple[str, ...]]:
+# A reading pypinyin's phrase data give only inside a surname, taken by mistake inside ordinary words: 朴 piáo is
+# only the surname (现汉 朴 Piáo: the surname; pǔ: 朴素, as in 俭朴, 简朴, 质朴, 古朴, 纯朴); pypinyin reads 13
+# words so (简朴 jiǎn piáo, 质朴 zhì piáo). Anywhere but at the start of a word (a name: 朴槿惠) it becomes the
+# common reading. (Measured on pypinyin 0.55.0: no other surname reading of polyphone_rules.SURNAME_READINGS is
+# given inside ordinary words.)
+SURNAME_ONLY_READINGS = {"朴": ("piao2", "pu3")}
+
+
+def fix_surname_only_readings(phrases: dict[str, tuple[str, ...]]) -> None:
+    """In place: a ``SURNAME_ONLY_READINGS`` reading after a word's first character becomes the common one."""
+    for word, readings in phrases.items():
+        if any(c in SURNAME_ONLY_READINGS and r == SURNAME_ONLY_READINGS[c][0] for c, r in zip(word[1:], readings[1:])):
+            phrases[word] = readings[:1] + tuple(
+                SURNAME_ONLY_READINGS[c][1] if c in SURNAME_ONLY_READINGS and r == SURNAME_ONLY_READINGS[c][0] else r
+                for c, r in zip(word[1:], readings[1:]))
+
+
+def add_neutral_tones(phrases: dict[str, tuple[str, ...]], cedict: dict[str, list[list[str]]],
+                      reading_counts: dict[str, dict[str, int]], cache: dict[str, str]) -> None:
+    """In place: the neutral tone CC-CEDICT writes in a word (早上 zǎoshang, 休息 xiūxi, 晚上 wǎnshang, as 现汉 writes
+    them with its light-tone dot: zǎo·shang, xiū·xi) replaces the citation tone of the same syllable, on a character with
+    one reading in common use (``g2p.common_readings``: 上, 息, 西), when CC-CEDICT lists only that reading there
+    (不是 lists shì and shi: two words, "is not" and "fault", and keeps shì). A polyphone keeps its citation tone, the
+    reading that tells its readings apart (商量 shāng liáng, not liang, as the held-out polyphone sets are labelled):
+    a neutral tone there would hide which reading it is."""
+    from tts_app.frontend.g2p import _common_readings
+
+    single: dict[str, bool] = {}
+    for word, options in cedict.items():
+        current = phrases.get(word)
+        if current is None or len(options) != len(word):
+            continue
+        new = list(current)
+        for k, (char, option) in enumerate(zip(word, options)):
+            neutral = _tone3(option[0], cache)
+            if (len(option) > 1 or not neutral.endswith("5") or current[k].endswith("5")
+                    or neutral[:-1] != current[k][:-1]):
+                continue  # (two readings listed: two words, 不是 bùshì "is not" and bù·shi "fault")
+            if char not in single:
+                single[char] = len(_common_readings(char, reading_counts)) == 1
+            if single[char]:
+                new[k] = neutral
+        if new != list(current):
+            phrases[word] = tuple(new)
+
+
+def _merge_phrases(reading_counts: dict[str, dict[str, int]]) -> dict[str, tuple[str, ...]]:
     from pypinyin.phrases_dict import phrases_dict as pypinyin_phrases
     from pypinyin_dict.phrase_pinyin_data import cc_cedict, di
 
@@ -176,6 +228,8 @@ def _merge_phrases() -> dict[str, tuple[str, ...]]:
             if len(readings) != len(word) or len(word) < 2 or (word in merged and not overrides):
                 continue
             merged[word] = citation_tones(word, [_tone3(options[0], cache) for options in readings])
+    fix_surname_only_readings(merged)
+    add_neutral_tones(merged, cc_cedict.phrases_dict, reading_counts, cache)
     for word, reading in WORD_READINGS.items():
         merged[word] = tuple(reading.split())
     return merged
@@ -210,7 +264,8 @@ def _build_state() -> dict:
     from tts_app.frontend.g2p import _gb2312_level, build_phrase_reading_counts, build_ranked_characters
 
     jieba.setLogLevel(logging.WARNING)  # jieba logs "Building prefix dict..." at INFO on every load
-    phrases = _merge_phrases()
+    reading_counts = build_phrase_reading_counts()
+    phrases = _merge_phrases(reading_counts)
     tokenizer = jieba.Tokenizer()
     tokenizer.initialize()
     add_variant_readings(phrases, [w for w, n in tokenizer.FREQ.items() if n])
@@ -233,8 +288,9 @@ def _build_state() -> dict:
     for word, readings in phrases.items():
         for char, reading in zip(word, readings):
             counts[char][reading] += 1
-    char_default = {c: n.most_common(1)[0][0] for c, n in counts.items() if _gb2312_level(c) > 1}
-    reading_counts = build_phrase_reading_counts()
+    # (A character read alone never takes a neutral tone that only its words have.)
+    char_default = {c: next((r for r, _ in n.most_common() if not r.endswith("5")), n.most_common(1)[0][0])
+                    for c, n in counts.items() if _gb2312_level(c) > 1}
     return {"phrases": phrases, "tags": tags, "freq": freq, "total": total, "char_default": char_default,
             "reading_counts": reading_counts, "homophones": build_ranked_characters(reading_counts)}
 

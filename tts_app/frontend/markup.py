@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from tts_app.errors import InputError
 from tts_app.frontend.g2p import HANZI_CLASS, TONE_MARK_CHARS, classify_pinyin_token, is_hanzi, joins_word
 from tts_app.frontend.messages import Notice
+from tts_app.frontend.wetext_quirks import ZH_UNITS
 
 MAX_PAUSE_MS = 10_000  # a longer pause is clamped (with a warning); 10 s is far beyond any prosodic pause
 
@@ -169,14 +170,33 @@ def _annotation(match: re.Match, text: str) -> Annotation | None:
     return None
 
 
+# Lower-case glosses after a Chinese word that are no pinyin attempt, so they stay silent: unit symbols
+# (长度(mm), 重量(kg): the SI symbols of GB 3100-1993 with their prefixes, and the symbols of
+# ``wetext_quirks.ZH_UNITS``), list labels (a)-(z), and Roman numerals (i)-(xii).
+_UNIT_SYMBOLS = frozenset(
+    [p + u for p in ("", "k", "c", "m", "u", "μ", "n", "d") for u in ("m", "g", "l", "s", "t", "w", "v", "a", "b")]
+    + "min h hz khz mhz ghz pa kpa mpa db kwh mah rpm fps bps kbps mbps px pt dpi ppi ms ns".split()
+    + [u.lower() for u in ZH_UNITS])
+_ROMAN_NUMERALS = frozenset("i ii iii iv v vi vii viii ix x xi xii".split())
+
+
+def _is_silent_gloss(token: str) -> bool:
+    token = token.lower()
+    return len(token) == 1 or token in _ROMAN_NUMERALS or token in _UNIT_SYMBOLS
+
+
 def _looks_like_pinyin_typo(tokens: tuple[str, ...], before: str) -> bool:
-    """Lower-case tokens of pinyin letters (with an optional tone digit 0-5) right after a Chinese character, at
-    most one per preceding character, one at least with a vowel: ``重(zhogn4)``, ``苹果(apple)``. Not ``mp3``."""
+    """Lower-case tokens of Latin letters (with an optional tone digit 0-5) right after a Chinese character, at
+    most four: ``重(zhogn4)``, ``苹果(apple)``, ``长(zzz)``, ``长(qqq)`` (an override attempt that names no syllable,
+    vowels or not). Not ``mp3`` (a tone digit after letters with no vowel), and not a unit symbol, list label or
+    Roman numeral (``长度(mm)``, ``(a)``, ``(iv)``: ``_is_silent_gloss``)."""
     before = before.rstrip(" ")
     if not before or not is_hanzi(before[-1]):
         return False
     shaped = all(re.fullmatch(r"[a-zü:]{1,6}[0-5]?", t) for t in tokens)
-    return shaped and len(tokens) <= 4 and all(re.search("[aeiouüv]", t) for t in tokens)
+    # A tone digit after letters with no vowel is a name, not a syllable: mp3, h5.
+    toned_names = any(t[-1].isdigit() and not re.search("[aeiouüv]", t) for t in tokens)
+    return shaped and len(tokens) <= 4 and not toned_names and not all(_is_silent_gloss(t) for t in tokens)
 
 
 def _unclosed_annotation(text: str, start: int) -> Annotation | None:

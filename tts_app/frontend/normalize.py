@@ -44,7 +44,8 @@ def to_half_width(text: str) -> str:
     """Full-width ASCII letters, digits and symbols (U+FF01-U+FF5E) and the ideographic space become ASCII, and the
     full-width signs U+FFE0-U+FFE6 (￥ ￡ ￠ ...) their Unicode compatibility twins (NFKC: ￥ -> ¥), which both of
     wetext's grammars know; Chinese punctuation (，！？；：（）...) stays full-width, except ``：`` between digits (a
-    clock time). ``°C``/``°F`` become ``℃``/``℉``, the form wetext's zh grammar reads."""
+    clock time), and the minus sign U+2212 before a digit ``-``. ``°C``/``°F`` become ``℃``/``℉``, the form
+    wetext's zh grammar reads."""
     out = []
     for ch in text:
         code = ord(ch)
@@ -57,6 +58,7 @@ def to_half_width(text: str) -> str:
         else:
             out.append(ch)
     text = re.sub(r"(?<=\d)：(?=\d)", ":", "".join(out))
+    text = re.sub("\u2212(?=\\d)", "-", text)  # the minus sign U+2212 before a number: wetext knows only "-"
     for written, symbol in _SYMBOLS.items():
         text = text.replace(written, symbol)
     return text

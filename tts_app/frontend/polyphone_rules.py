@@ -2,11 +2,11 @@
 
 The lexicon reads a polyphone inside a known word (银行 háng, 着急 zháo); these rules decide the function words and
 the characters jieba leaves on their own (得 de/dé/děi, 地 de/dì, 了 le/liǎo, 着 zhe/zháo/zhāo, 还 hái/huán,
-为 wèi/wéi, 长 cháng/zhǎng, 种 zhǒng/zhòng, 行 after measure words and 第N, 卡 qiǎ, 落 là, 打的 dī, 和 huó/hú, 看 kān,
-结 jiē, 蒙 mēng, 撒 sǎ, 粘 nián, 冲 chòng, 折 shé, 宿 xiǔ, 脏 zāng, 喝 hè, 转 zhuàn, 扎 zā, measure words after a
-numeral (两卷 juàn, 两幢 zhuàng), verbs before aspect particles, after adverbial 地, before a complement or a noun
-object and in reduplication A一A / A了A / A A子, AABB of a word 高高兴兴, separable verb-object words 露了馅 / 睡个好觉,
-surnames after 姓 or before a title 曾老师).
+为 wèi/wéi, 长 cháng/zhǎng, 东西 dōngxī/dōngxi, 种 zhǒng/zhòng, 行 after measure words and 第N, 卡 qiǎ, 落 là,
+打的 dī, 和 huó/hú, 看 kān, 结 jiē, 蒙 mēng, 撒 sǎ, 粘 nián, 冲 chòng, 折 shé, 宿 xiǔ, 脏 zāng, 喝 hè, 转 zhuàn,
+扎 zā, measure words after a numeral (两卷 juàn, 两幢 zhuàng), verbs before aspect particles, after adverbial 地,
+before a complement or a noun object and in reduplication A一A / A了A / A A子, AABB of a word 高高兴兴, separable
+verb-object words 露了馅 / 睡个好觉, surnames after 姓 or before a title 曾老师).
 Each rule states the grammar it follows and its source, and carries examples; the tests run every
 example (``tests/unit/test_polyphone_rules.py``). Sources:
 
@@ -622,10 +622,20 @@ _UNITS = ("米", "尺", "寸", "丈", "里", "码", "年", "天", "月", "周", 
 _VERBAL_PARTICLES = frozenset("了 着 过 出 满 得".split())
 
 
+# Things that are long but never grow: before 长得 they make 长 the adjective with a degree complement
+# (这条路长得望不到头, cháng); after anything else 长得 is the verb zhǎng (长得很高, 一个长得很帅的人).
+_LONG_NOT_GROWING = ("路", "河", "江", "街", "桥", "绳", "绳子", "线", "夜", "日子", "时间", "假期", "寒假", "暑假",
+                     "队", "队伍", "走廊", "隧道", "句子", "文章", "名字", "会", "电影", "故事", "距离", "铁路", "公路")
+
+
 def _chang_zhang(tokens: list[Token], i: int) -> list[str] | None:
     prev, nxt = _prev(tokens, i), _next(tokens, i)
-    if _tag_in(prev, "q") and not _text(prev).endswith(_UNITS) and _text(nxt) in _VERBAL_PARTICLES:
-        return ["zhang3"]  # verb "grow" after a classifier: 一棵长了三百年的树
+    if _text(nxt) == "得":
+        # 长得 + complement: the verb "grow; look (so)" (长得很高, 长得像他), after a numeral or a time word too
+        # (一个长得很帅的人, 这几年长得很快); the adjective only after a thing that cannot grow.
+        return ["chang2"] if _text(prev).endswith(_LONG_NOT_GROWING) else ["zhang3"]
+    if _tag_in(prev, "mq") and not _text(prev).endswith(_UNITS) and _text(nxt) in _VERBAL_PARTICLES:
+        return ["zhang3"]  # verb "grow" after a classifier: 一棵长了三百年的树, 一个长着胡子的人
     if _text(prev) in _DEGREE or _tag_in(prev, "mq"):
         return ["chang2"]  # adjective "long": degree adverbs and measures modify adjectives (很长, 三米长)
     if _text(nxt) in _ZHANG3_BEFORE:
@@ -637,10 +647,37 @@ def _chang_zhang(tokens: list[Token], i: int) -> list[str] | None:
 
 RULE_CHANG_ZHANG = Rule(
     "chang_zhang", frozenset({"长"}), _chang_zhang,
-    "现汉 长 (cháng 形 '两点之间距离大'; zhǎng 动 '生长、成长'); 八百词 很 (很+形)",
+    "现汉 长 (cháng 形 '两点之间距离大'; zhǎng 动 '生长、成长', with a complement of degree or state after 得 it says how "
+    "someone grew or looks); 八百词 很 (很+形), 得 (动/形+得+补语)",
     (("这条河很长。", 4, "chang2"), ("他长得很高。", 1, "zhang3"), ("这根绳子三米长。", 6, "chang2"),
+     ("一个长得很帅的小伙子。", 2, "zhang3"), ("那个长着大胡子的人。", 2, "zhang3"), ("这几年孩子长得很快。", 5, "zhang3"),
+     ("那位长得很漂亮的姑娘。", 2, "zhang3"), ("这条路长得望不到头。", 3, "chang2"),
      ("孩子又长了一岁。", 3, "zhang3"), ("他是这支部队的指挥长。", 9, "zhang3"),
      ("墙角有一株长着青苔的老树。", 5, "zhang3"), ("桌上有一根长绳子。", 5, "chang2")),
+)
+
+# --- 东西 --------------------------------------------------------------------------------------------------------------
+
+# Words next to 东西 that make it the two directions (dōngxī, "east and west; from east to west"): its extent or the
+# sides it names (东西走向, 东西两侧, 东西长三里, 横贯东西).
+_DONGXI_DIRECTION_AFTER = frozenset("部 方 走向 方向 两侧 两边 两端 两岸 两面 两翼 两头 之间 相距 距离 长 宽 全长 长约 宽约 跨度 横跨 "
+                                    "延伸 向 走 长达 宽达 对称 分布 贯通 各 约".split())
+_DONGXI_DIRECTION_BEFORE = frozenset("横贯 贯穿 横跨 纵贯 连接 沟通 连通 贯通 南北 东南 沿".split())
+
+
+def _dongxi(tokens: list[Token], i: int) -> list[str] | None:
+    prev, nxt = _prev(tokens, i), _next(tokens, i)
+    if _text(nxt) in _DONGXI_DIRECTION_AFTER or _tag_in(nxt, "m") or _text(prev) in _DONGXI_DIRECTION_BEFORE:
+        return ["dong1", "xi1"]  # the directions: 东西走向, 东西长三里, 横贯东西
+    return ["dong1", "xi5"]  # a thing, things: 买东西, 这东西真好用 (the neutral tone is the word's own)
+
+
+RULE_DONGXI = Rule(
+    "dongxi", frozenset({"东西"}), _dongxi,
+    "现汉 东西 (dōngxī ① '东边和西边' ② '从东到西(距离)'; dōng·xi ① '泛指各种具体的或抽象的事物' ② '特指人或动物')",
+    (("我去超市买东西。", 6, "xi5"), ("这东西真好用。", 2, "xi5"), ("他总是忘带东西。", 6, "xi5"),
+     ("这条街东西走向。", 4, "xi1"), ("城墙东西长三里。", 3, "xi1"), ("一条大河横贯东西。", 7, "xi1"),
+     ("广场东西两侧都是商店。", 3, "xi1")),
 )
 
 # --- 种 ---------------------------------------------------------------------------------------------------------------
@@ -946,7 +983,8 @@ SURNAME_EXAMPLES = (("他姓曾。", 2, "zeng1"), ("我姓单，单田芳的单�
                     ("我去问仇经理。", 3, "qiu2"), ("查医生今天不在。", 0, "zha1"))
 
 RULES: tuple[Rule, ...] = (RULE_DE, RULE_DE_LE, RULE_DI, RULE_LE, RULE_ZHE, RULE_HAI_HUAN, RULE_WEI,
-                           RULE_CHANG_ZHANG, RULE_ZHONG, RULE_HANG_XING, RULE_MEASURE, RULE_ZA, RULE_VERB_ASPECT, RULE_STANDALONE_VERB,
+                           RULE_CHANG_ZHANG, RULE_DONGXI, RULE_ZHONG, RULE_HANG_XING, RULE_MEASURE, RULE_ZA,
+                           RULE_VERB_ASPECT, RULE_STANDALONE_VERB,
                            RULE_ZHI, RULE_QIA, RULE_LA, RULE_DI_TAXI, RULE_HE, RULE_KAN, RULE_JIE, RULE_MENG, RULE_SA,
                            RULE_NIAN, RULE_CHONG, RULE_SHE, RULE_XIU, RULE_ZANG, RULE_HE4, RULE_ZHUAN)
 _BY_TEXT: dict[str, list[Rule]] = {}

@@ -7,7 +7,9 @@ full-width by the normaliser), then, only inside a sentence longer than ``max_se
 boundary between Chinese characters, a script boundary, or a long token's own punctuation (URL ``/`` ``.``).
 ``max_segment_chars`` is a hard limit: a cut inside a word or number happens only when the window holds no other
 (a word longer than the limit). The limit counts a segment's spoken part, from its first to its last letter, digit or
-Chinese character (``spoken_len``): punctuation around the words rides along, as it adds nothing to speak.
+Chinese character (``spoken_len``): punctuation around the words rides along, as it adds nothing to speak; a hard
+cut, placed freely, keeps the trailing punctuation within the limit too when it can, and cuts nearest an even share of
+what is left, so it leaves no 2-3 character leftover.
 Leftovers with fewer than ``min_segment_chars`` speakable characters are merged into a
 neighbour, never across a pause marker. Punctuation right after a pause marker (``重要[pause:500ms]，请``) ends the
 segment before the pause instead of starting the next one (``_attach_trailing_punctuation``), so no segment starts
@@ -167,8 +169,12 @@ def _cut_priority(text: str, c: int, words: tuple[set[int], set[int]], protected
 def _hard_split(text: str, start: int, end: int, max_chars: int, protected: list[tuple[int, int]]
                 ) -> list[tuple[int, int]]:
     """Cut ``text[start:end]`` into pieces of at most ``max_chars``: at each step the best cut inside the limit (a
-    space, then a word boundary, then a token's own punctuation; the later of equals), preferring the second half
-    of the window; inside a word only when the window has no other cut, so the limit always holds."""
+    space, then a word boundary, then a token's own punctuation), the one nearest to an even share of what is left
+    (so the last piece is no 2-character leftover such as a lone "最后，"), preferring the second half of the window;
+    inside a word only when the window has no other cut (then as late as the limit allows), so the limit always
+    holds. A cut that keeps the piece's trailing punctuation within the limit too is preferred to one of the same
+    kind that the punctuation would push past it (the punctuation after a piece's last word rides along only when
+    no such cut exists)."""
     words = _word_boundaries(text, start, end)
     spans, s = [], start
 
@@ -177,22 +183,35 @@ def _hard_split(text: str, start: int, end: int, max_chars: int, protected: list
             i += 1
         return i
 
-    while spoken_len(text, s, end) > max_chars:
-        limit = first_spoken(s) + max_chars
+    def written_len(i: int) -> int:  # from the first word to the end, trailing punctuation included
+        return len(text[first_spoken(i):end].rstrip())
+
+    while written_len(s) > max_chars:
+        strict = min(first_spoken(s) + max_chars, end)
+        limit = strict
         while limit < end and num_speakable(text[limit]) == 0:  # punctuation after the last word rides along
             limit += 1
+        left = written_len(s)
+        num_pieces = -(-left // max_chars)
+        target = first_spoken(s) + -(-left // num_pieces)  # an even share of what is left
         best = None
         half = s + max_chars // 2
         for lo, min_priority in ((half, 2), (s + 1, 2), (half, 1), (s + 1, 1), (s + 1, 0)):
-            options = [(_cut_priority(text, c, words, protected), c) for c in range(max(lo, s + 1), limit + 1)]
-            # (a piece with nothing to speak, e.g. a leading "，", would be a segment of silence)
-            options = [o for o in options if o[0] >= min_priority
-                       and (num_speakable(text[s:o[1]]) > 0 or not text[s:o[1]].strip())]
-            if options:
-                best = max(options)[1]
+            for hi in (strict, limit):
+                options = [(_cut_priority(text, c, words, protected), c)
+                           for c in range(max(lo, s + 1), min(hi, end - 1) + 1)]
+                # (a piece with nothing to speak, e.g. a leading "，", would be a segment of silence)
+                options = [o for o in options if o[0] >= min_priority
+                           and (num_speakable(text[s:o[1]]) > 0 or not text[s:o[1]].strip())]
+                if options:  # (inside a word, where nothing is a natural cut, the latest: fewest cuts)
+                    best = max(options, key=lambda o: (o[0], -abs(o[1] - target) if min_priority else 0, o[1]))[1]
+                    break
+            if best is not None:
                 break
         if best is None:  # only punctuation or a protected span within the limit: cut at the limit anyway
             best = limit
+        if best >= end:  # what is left fits, but for the punctuation after its last word: it rides along
+            break
         spans.append((s, best))
         s = best
     spans.append((s, end))
@@ -218,6 +237,8 @@ def _pack(text: str, parts: list[tuple[int, int]], max_chars: int, split) -> lis
     out: list[tuple[int, int]] = []
     for s, e in parts:
         if spoken_len(text, s, e) > max_chars:
+            if out and out[-1][1] == s and spoken_len(text, *out[-1]) < max_chars // 2:
+                s = out.pop()[0]  # a short clause before it is split with it, never left alone ("最后，")
             out.extend(split(s, e))
         elif out and out[-1][1] == s and spoken_len(text, out[-1][0], e) <= max_chars:
             out[-1] = (out[-1][0], e)

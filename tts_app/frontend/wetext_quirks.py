@@ -72,7 +72,28 @@ def _is_year(text: str, m: re.Match, years: set[int]) -> bool:
     return len(before) == 2 and before[0] in _YEAR_BEFORE and before[-1].isdigit()
 
 
+# Currency codes (ISO 4217, and RMB) written before an amount: "RMB1500" is an amount, not a model code.
+CURRENCY_CODES = frozenset("RMB CNY USD HKD EUR JPY GBP AUD CAD SGD TWD NTD KRW CHF MOP".split())
+# A model code: Latin letters (a word of its own) then 3 or 4 digits, directly or after one space (upper-case letters
+# only: "RTX 4090", not "Windows 2000").
+_EN_MODEL_CODE_RE = re.compile(r"(?<![A-Za-z\d.])([A-Za-z]{1,10})( ?)(\d{3,4})(?!\d|[.,]\d)")
+
+
+def _en_model_code(m: re.Match) -> str:
+    """``RTX4090`` -> ``RTX 40 90`` (wetext: "RTX forty ninety"), ``A380`` -> ``A 3 80``, ``RTX3050`` ->
+    ``RTX 30 50``, ``X1005`` -> ``X 10 oh 5``: the pairs English speakers read a model number in. A round number
+    (``A100``, ``B2000``) stays a number."""
+    letters, gap, digits = m.groups()
+    if letters.upper() in CURRENCY_CODES or (gap and not (letters.isupper() and len(letters) >= 2)):
+        return m.group(0)  # USD1299: an amount; Windows 2000: a word and a number
+    if digits.endswith("00") or digits[0] == "0":
+        return m.group(0)
+    head, tail = (digits[:2], digits[2:]) if len(digits) == 4 else (digits[0], digits[1:])
+    return f"{letters} {head} " + (f"oh {tail[1]}" if tail[0] == "0" else tail)
+
+
 def _before_en(text: str) -> tuple[str, list[str]]:
+    text = _EN_MODEL_CODE_RE.sub(_en_model_code, text)
     literals = _LITERAL_THOUSAND_RE.findall(text)
     text = _LITERAL_THOUSAND_RE.sub(_MASK, text)
     years: set[int] = set()
@@ -140,6 +161,7 @@ def _before_zh(text: str) -> str:
 
 
 def _after_zh(text: str) -> str:
+    text = re.sub(r"(百分之|千分之)负", r"负\1", text)  # -5% is said 负百分之五 (wetext: 百分之负五)
     return re.sub(r"第(\s*)两", r"第\g<1>二", text)
 
 
@@ -184,6 +206,24 @@ def after_wetext(text: str, lang: str, state: list[str]) -> str:
 #   不等于, ``=`` 等于 (English: "is less than" ...).
 # * Decimal amounts written with 元 (``3.5元``) keep their decimal reading 三点五元 (wetext itself makes it 三元五角);
 #   amounts with a currency sign are read as 元/角/分 (``_before_zh``).
+# * A decimal before a unit or measure word is a quantity, never a date: wetext reads a decimal 10.1-12.31 as a
+#   month.day (``10.8元`` -> 十月八日元, ``12.5公斤`` -> 十二月五日公斤) unless the word after it is one it lists
+#   (米, 万...); before any of ``QUANTITY_UNITS`` it is read as a decimal here (十点八元, 十二点五公斤). Without a unit
+#   (``10.1国庆``) wetext's date stays.
+# * A minus sign before a percentage, a per mille, a temperature or a unit is a minus sign, never a model-name
+#   hyphen (``仅-5%`` -> 负百分之五, ``降低了-5个百分点`` -> 负五个; wetext's own 百分之负五 becomes the spoken
+#   负百分之五 after it); ``5‰`` -> 千分之五 (wetext leaves ‰ as a symbol).
+# * A digit-string context word (``DIGIT_CONTEXT``) reaches only the number of its own clause, and never a count:
+#   ``302号房间，预计1500人到场`` reads 一千五百人 (a number across a clause mark is a code only with 7+ digits, a
+#   phone number after 电话，), and ``房间可容纳1500人`` too (a number before one of ``QUANTITY_UNITS`` is a count), and
+#   ``手机售价5999`` (after one of ``AMOUNT_WORDS`` a number of fewer than 7 digits is an amount).
+# * Model codes: Latin letters followed by 3+ digits (``RTX4090``, ``RTX 4090``, ``GTX1080Ti``, ``A380``, ``ISO9001``,
+#   ``i7-13700K``, ``GB/T 7714-2015``: later groups after - or : too) are read digit by digit, 1 as 一 (四零九零,
+#   一零八零; product and standard numbers are read so, 现汉 幺 reserves 幺 for phone, room and ID numbers); a round
+#   number stays a number (``A100`` -> A一百), and so does an amount after a currency code (``RMB1500``,
+#   ``CURRENCY_CODES``). In English text the same
+#   codes are read in pairs as English speakers say them (``RTX4090`` -> "RTX forty ninety", ``A380`` -> "A three
+#   eighty"; ``_before_en``).
 
 _HANZI = "\u3400-\u4dbf\u4e00-\u9fff"
 _ASCII_PUNCT_FULL = {".": "。", ",": "，", "!": "！", "?": "？", ";": "；", ":": "："}
@@ -192,6 +232,11 @@ DIGIT_CONTEXT = ("电话", "手机", "号码", "热线", "拨打", "致电", "�
                  "房间", "房号", "门牌", "工号", "学号", "尾号", "密码", "验证码", "邮编", "邮政编码", "账号", "帐号",
                  "卡号", "航班", "车次", "微信", "QQ", "座位号", "序列号", "批号", "准考证", "会员号", "分机", "传真",
                  "客服", "联系方式", "车牌")
+# Words between a context word and a number that make the number an amount (手机售价5999, 订单金额3999, 好友超过2000):
+# a code after them only with 7+ digits (a phone number).
+AMOUNT_WORDS = ("价", "费", "金额", "钱", "共", "约", "花", "卖", "值", "达", "超", "有", "数", "量", "率", "面积", "内存",
+                "容量", "存储", "电池", "像素", "尺寸", "重", "长", "宽", "高", "好友", "粉丝", "余额", "多少",
+                "几", "增", "减", "涨", "降", "第")
 _DIGITS = "零幺二三四五六七八九"
 _CONTEXT_NUMBER_RE = re.compile(
     "(" + "|".join(DIGIT_CONTEXT) + r")([^\d\n。！？!?]{0,6}?)(\d[\d\- ]{1,30}\d[Xx]?|\d)(?![\d.])")
@@ -203,8 +248,11 @@ _SCORE_CONTEXT = ("比分", "以", "战胜", "击败", "负于", "胜", "负", "
 _SCORE_RE = re.compile(r"(?<![\d.\-:])(\d{1,3})\s*[-:：]\s*(\d{1,3})(?![\d.\-:])")
 _BP_RE = re.compile(r"((?:血压|收缩压|舒张压|高压|低压)[^\d\n]{0,4})(\d{2,3})\s*/\s*(\d{2,3})")
 _RANGE_RE = re.compile(f"(?<![\\d.\\-])(\\d+(?:\\.\\d+)?)\\s*[-~～—–]\\s*(\\d+(?:\\.\\d+)?)(?=\\s*[{_HANZI}%℃°])(?![\\d\\-])")
-_MINUS_CONTEXT = ("温度", "气温", "零下", "为", "是", "到", "至", "约", "低至", "降至", "达", "值", "差", "减", "负", "低")
-_MODEL_HYPHEN_RE = re.compile(f"([{_HANZI}]{{1,4}})-(\\d{{1,4}})(?![\\d.])")
+_MINUS_CONTEXT = ("温度", "气温", "零下", "为", "是", "到", "至", "约", "低至", "降至", "达", "值", "差", "减", "负", "低",
+                  "仅", "只有", "增长", "增速", "增幅", "涨幅", "跌幅", "降幅", "同比", "环比", "收益", "利润", "变化", "下降",
+                  "上涨", "下跌", "回报", "率")
+# 歼-10, 东风-41: a hyphen between a name and a number. Not before %, ‰, ℃, °: there it is a minus sign.
+_MODEL_HYPHEN_RE = re.compile(f"([{_HANZI}]{{1,4}})-(\\d{{1,4}})(?![\\d.]|\\s*[%‰℃℉°])")
 # Units: written form -> Chinese name. Longest first when matching. Sources: GB 3100-1993 (法定计量单位 names),
 # 现汉 for 公里 (km), 毫米汞柱 (mmHg).
 ZH_UNITS = {
@@ -225,18 +273,40 @@ _COMPARE_EN = {"<=": " is less than or equal to ", ">=": " is greater than or eq
                "!=": " is not equal to ", "<": " is less than ", ">": " is greater than ", "=": " equals "}
 _OPERAND = f"[A-Za-z0-9{_HANZI})）]"
 _COMPARE_RE = re.compile(f"(?<={_OPERAND})\\s*(<=|>=|!=|≤|≥|≠|<|>|=)\\s*(?=[A-Za-z0-9{_HANZI}(（\\-])")
+# Units and measure words after which a number is a quantity, never a date or a code: the measure words of
+# ``LIANG_MEASURE_WORDS``, the Chinese unit names of ``ZH_UNITS``, and everyday units and currencies (GB 3100-1993
+# names; 现汉 for 公斤, 斤, 两, 亩, 块 '元', 毛 '角'). Longest first when matching.
+QUANTITY_UNITS = tuple(sorted((set(LIANG_MEASURE_WORDS) | set(ZH_UNITS.values()) | set(
+    "元 块 角 毛 分 公斤 千克 克 斤 两 吨 米 公里 千米 厘米 毫米 里 升 毫升 亩 公顷 平方 立方 度 倍 万 亿 千 百 秒 分钟 "
+    "小时 个月 年 人 岁 英寸 寸 尺 码 磅 美元 欧元 港元 日元 英镑 卢布 韩元 瓦 伏 安 摄氏度 元钱 口 只 件 辆 头 匹 斤重 "
+    "公分 海里 英里 光年 帕 焦 卡 分贝 毫克 微克 纳米 像素 字 页 层 楼".split())), key=len, reverse=True))
+_QUANTITY_UNIT_ALT = "|".join(re.escape(u) for u in QUANTITY_UNITS)
+_PLAIN_DIGITS = "零一二三四五六七八九"
+# A decimal wetext reads as month.day (10.1-12.31), before a unit, or before a range to a number with a unit
+# (10.5到12.5公斤): read as a decimal.
+_DATE_LIKE_DECIMAL_RE = re.compile(
+    r"(?<![\d.,:/¥￥$€£\-])(1[0-2])\.(\d{1,2})(?![\d.])(?=\s*(?:到|至)?\s*(?:\d+(?:\.\d+)?\s*)?(?:"
+    + _QUANTITY_UNIT_ALT + "))")
+_PER_MILLE_RE = re.compile(r"(-?)(\d+(?:\.\d+)?)\s*‰")
+_COUNT_AFTER_RE = re.compile(r"\s*(?:" + _QUANTITY_UNIT_ALT + ")")
+# Latin letters (a word of its own) then 3+ digits, directly or after one space or hyphen: a model or standard code.
+# A series digit may come between the letters and a hyphen (i7-13700K), and further number groups after a hyphen or
+# a colon belong to the code (GB/T 7714-2015, ISO 9001:2015).
+_MODEL_CODE_RE = re.compile(
+    r"(?<![A-Za-z\d.])([A-Za-z]{1,10}|[A-Za-z]{1,3}\d{1,2}(?=-))([ \-]?)(\d{3,})((?:[-:]\d{2,})*)(?!\d|[.,:]\d)")
 # Keeps wetext from reading "3.5元" as 元/角 (it passes private-use characters through); removed after wetext.
 YUAN_MASK = "\ue001"
 _YUAN_DECIMAL_RE = re.compile(r"(?<![¥￥\d.,])(\d+\.\d+)(\s*元)")
 
 
-def digits_read_one_by_one(digits: str) -> str:
-    """``"13800138000"`` -> ``"幺三八零零幺三八零零零"``: each digit in Chinese, 1 as 幺, hyphens and spaces as a
-    space (a short break); other characters (the X of an ID number) stay."""
+def digits_read_one_by_one(digits: str, one: str = "幺") -> str:
+    """``"13800138000"`` -> ``"幺三八零零幺三八零零零"``: each digit in Chinese, 1 as ``one`` (幺 for phone, room and
+    ID numbers, 现汉 幺 ②; 一 for model codes), hyphens and spaces as a space (a short break); other characters
+    (the X of an ID number) stay."""
     out = []
     for ch in digits:
         if ch.isdigit():
-            out.append(_DIGITS[int(ch)])
+            out.append(one if ch == "1" else _DIGITS[int(ch)])
         elif ch in "- ":
             if out and out[-1] != " ":
                 out.append(" ")
@@ -270,6 +340,25 @@ def chinese_integer(n: int) -> str:
     return text[1:] if text.startswith("一十") else text
 
 
+def chinese_decimal(integer: str, fraction: str) -> str:
+    """``("10", "8")`` -> ``"十点八"``, ``("12", "05")`` -> ``"十二点零五"``: a decimal's standard reading, the
+    integer part as a cardinal (``chinese_integer``) and each decimal digit on its own."""
+    return chinese_integer(int(integer)) + "点" + "".join(_PLAIN_DIGITS[int(d)] for d in fraction)
+
+
+def _model_code(m: re.Match, text: str) -> str:
+    """Chinese reading of a model code's digits (see the comment above ``_MODEL_CODE_RE``)."""
+    letters, gap, digits, groups = m.group(1), m.group(2), m.group(3), m.group(4)
+    if letters.upper() in CURRENCY_CODES:
+        return m.group(0)  # RMB1500: an amount
+    if gap == " " and not letters.isupper():
+        return m.group(0)  # "Windows 2000", "Top 250": a word and a number, read by wetext
+    rest = "".join(" " + digits_read_one_by_one(g[1:], one="一") for g in re.findall(r"[-:]\d+", groups))
+    if len(digits) <= 4 and digits[0] != "0" and digits.endswith("00"):
+        return letters + chinese_integer(int(digits)) + rest  # A100 -> A一百, RTX 4000 -> RTX四千
+    return letters + digits_read_one_by_one(digits, one="一") + rest
+
+
 def _near(text: str, start: int, end: int, words: tuple[str, ...], before: int = 8, after: int = 6) -> bool:
     window = text[max(0, start - before):start] + " " + text[end:end + after]
     return any(w in window for w in words)
@@ -280,11 +369,22 @@ def before_language_runs(text: str) -> str:
     text = _ASCII_PUNCT_RE.sub(lambda m: _ASCII_PUNCT_FULL[m.group(1)], text)
     if not re.search(f"[{_HANZI}]", text):
         return _COMPARE_RE.sub(lambda m: _COMPARE_EN[m.group(1)], text)
-    text = _CONTEXT_NUMBER_RE.sub(lambda m: m.group(1) + m.group(2) + digits_read_one_by_one(m.group(3)), text)
+    def context_number(m: re.Match) -> str:
+        gap, digits = m.group(2), m.group(3)
+        crosses_clause = any(mark in gap for mark in "，,；;、")
+        is_count = _COUNT_AFTER_RE.match(text, m.end()) is not None
+        is_amount = any(word in gap for word in AMOUNT_WORDS)
+        if is_count or ((crosses_clause or is_amount) and sum(ch.isdigit() for ch in digits) < 7):
+            return m.group(0)  # "房间，预计1500人", "手机售价5999": a count or amount, or a number of another clause
+        return m.group(1) + gap + digits_read_one_by_one(digits)
+
+    text = _CONTEXT_NUMBER_RE.sub(context_number, text)
     text = _PHONE_RE.sub(lambda m: digits_read_one_by_one(m.group(1)), text)
     text = _ID_RE.sub(lambda m: digits_read_one_by_one(m.group(1)), text)
     text = _ROOM_RE.sub(lambda m: digits_read_one_by_one(m.group(1)), text)
     text = _UNIT_RE.sub(lambda m: m.group(1) + ZH_UNITS[m.group(2)], text)
+    text = _MODEL_CODE_RE.sub(lambda m: _model_code(m, text), text)
+    text = _PER_MILLE_RE.sub(lambda m: ("负" if m.group(1) else "") + "千分之" + m.group(2), text)
     text = _BP_RE.sub(lambda m: m.group(1) + chinese_integer(int(m.group(2))) + "比" + chinese_integer(int(m.group(3))),
                       text)
 
@@ -296,10 +396,11 @@ def before_language_runs(text: str) -> str:
     text = _SCORE_RE.sub(score, text)
     text = _RANGE_RE.sub(lambda m: f"{m.group(1)}到{m.group(2)}", text)
     text = re.sub(r"第(\d+)\s*[-~～—–]\s*(\d+)", r"第\1到\2", text)
+    text = _DATE_LIKE_DECIMAL_RE.sub(lambda m: chinese_decimal(m.group(1), m.group(2)), text)  # after the ranges
 
     def model_name(m: re.Match) -> str:
-        if m.group(1).endswith(_MINUS_CONTEXT):
-            return m.group(0)
+        if m.group(1).endswith(_MINUS_CONTEXT) or _COUNT_AFTER_RE.match(text, m.end()):
+            return m.group(0)  # a minus sign: after 温度/零下..., or before a unit (降低了-5个百分点, 仅-3度)
         return m.group(1) + m.group(2)
 
     text = _MODEL_HYPHEN_RE.sub(model_name, text)
