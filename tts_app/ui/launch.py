@@ -187,30 +187,43 @@ class Server:
             self.thread.join(timeout=15)
 
 
-def mount_ui(ctx, server_config, server: Server, ui) -> None:
-    """Build the gradio app for the loaded ``ctx`` and attach it at ``/`` of the running server."""
+def compose_ui(ctx, server_config):
+    """The gradio app (a FastAPI app) for the loaded ``ctx``, ready to attach at ``/`` of the server
+    (``tts_app.server.app.LateMount``); its file inputs are checked as a launched gradio app checks them."""
     import gradio as gr
     from fastapi import FastAPI
 
-    from tts_app.server.app import attach_ui
     from tts_app.jobs.store import JOBS_DIR
     from tts_app.server.sessions import SESSIONS_DIR
     from tts_app.ui.layout import CSS, build_demo, page_js
+    from tts_app.voices import BUNDLED_VOICES_DIR
 
     demo, i18n = build_demo(ctx)
     demo.queue(default_concurrency_limit=8)
     limits = ctx.upload_config
     # The browsers' own output folders and the job folders are served from where they are (not copied into gradio's
     # shared cache, whose files anyone with the URL could fetch), so ``tts_app.server.sessions.BrowserSessions`` can
-    # keep each owner's files its own.
-    gr.set_static_paths([str(ctx.output_root / SESSIONS_DIR), str(ctx.output_root / JOBS_DIR)])
+    # keep each owner's files its own. The bundled example voices are public.
+    gr.set_static_paths([str(ctx.output_root / SESSIONS_DIR), str(ctx.output_root / JOBS_DIR), str(BUNDLED_VOICES_DIR)])
     holder = gr.mount_gradio_app(FastAPI(), demo, path="/", auth=list(server_config.ui_auth) or None,
                                  i18n=i18n, css=CSS, js=page_js(ctx.lang),
-                                 allowed_paths=[str(ctx.output_root)],  # voices' files are served as copies from there
+                                 # voices' files are served as copies from there
+                                 allowed_paths=[str(ctx.output_root), str(ctx.voices.root)],
                                  # gradio refuses bigger uploads while they stream in (HTTP 413), before they fill a disk
                                  max_file_size=max(limits.max_upload_bytes, limits.max_zip_upload_bytes),
                                  show_error=True)
-    attach_ui(server.loop, ui, holder)
+    # gradio checks a request's file inputs (``processing_utils._check_allowed``: only files in its upload folder,
+    # never ``blocked_paths``) only once ``launch()`` has run; a mounted app never launches, so say it has. The
+    # owner of each input file is checked before gradio sees the request (``tts_app.server.sessions``).
+    demo.has_launched = True
+    return holder
+
+
+def mount_ui(ctx, server_config, server: Server, ui) -> None:
+    """Build the gradio app for the loaded ``ctx`` (``compose_ui``) and attach it at ``/`` of the running server."""
+    from tts_app.server.app import attach_ui
+
+    attach_ui(server.loop, ui, compose_ui(ctx, server_config))
 
 
 #: Extra command-line flags read from the environment, before the real ones (a Hugging Face Space runs
