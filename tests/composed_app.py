@@ -35,7 +35,7 @@ def composed_app(output_root: Path, server_config=None, **context_args):
     try:
         ctx.start_jobs()
         app, ui = build_app(ctx, config)
-        gradio_app = compose_ui(ctx, config)
+        gradio_app = compose_ui(ctx, config, app.state.access_policy)
         with TestClient(app) as client:
             client.portal.call(ui.attach, gradio_app)
             try:

@@ -355,6 +355,9 @@ class ServerConfig:
         max_voice_upload_bytes: largest reference audio ``POST /v1/audio/voices`` takes (larger gets 413), > 0.
         cors_origins: browser origins allowed to call the HTTP API from another site (CORS); empty = none (no CORS
             headers), ``("*",)`` = any.
+        forwarded_allow_ips: addresses of reverse proxies whose ``X-Forwarded-For`` / ``X-Forwarded-Proto`` name the
+            client (uvicorn's ``forwarded_allow_ips``; ``("*",)`` = any); empty = the headers are ignored and a
+            client is the peer address (the rate limit cannot be dodged by sending them).
     """
 
     api_keys: tuple[str, ...] = field(default=(), repr=False)
@@ -365,6 +368,7 @@ class ServerConfig:
     max_input_chars: int = OPENAI_MAX_INPUT_CHARS
     max_voice_upload_bytes: int = 50 * 1000**2
     cors_origins: tuple[str, ...] = ()
+    forwarded_allow_ips: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check("api_keys", all(isinstance(k, str) and k.strip() == k and k for k in self.api_keys),

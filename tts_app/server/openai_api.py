@@ -53,7 +53,7 @@ from tts_app.config import MAX_SPEED, MIN_SPEED, ServerConfig
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
 from tts_app.request import EmotionControl, Priority, SynthesisParams, SynthesisRequest
 from tts_app.server.errors import APIError
-from tts_app.server.security import RateLimiter, check_api_key, client_id
+from tts_app.server.security import AccessPolicy, RateLimiter, client_id
 from tts_app.server.state import AppHost
 
 if TYPE_CHECKING:
@@ -235,12 +235,13 @@ class OpenAIRoutes:
         self.host = host
         self.config = config
         self.limiter = RateLimiter(config.rate_limit_per_min, config.rate_limit_burst)
+        self.policy = AccessPolicy(config.api_keys, config.ui_auth)
 
     # -- guards ----------------------------------------------------------------------------------------------------
     def guard(self, request: Request) -> None:
-        """Dependency of every ``/v1`` route: the API key (401), then the client's rate (429)."""
-        key = check_api_key(request, self.config.api_keys)
-        self.limiter.check(client_id(request, key))
+        """Dependency of every ``/v1`` route: the client's rate (429), the client being its API key, else its address
+        (who may call at all is ``AccessGuard``'s, in front of every route)."""
+        self.limiter.check(client_id(request, self.policy.api_key(request.headers)))
 
     def runtime(self) -> Runtime:
         """The loaded runtime.
