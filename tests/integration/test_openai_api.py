@@ -81,9 +81,9 @@ def test_unknown_voice_is_404_listing_the_voices(client):
 
 def test_over_long_input_is_413(client):
     with pytest.raises(openai.APIStatusError) as err:
-        client.audio.speech.create(model="tts-1", voice="en-female", input="word " * 1000)
+        client.audio.speech.create(model="tts-1", voice="en-female", input="word " * 4001)
     assert err.value.status_code == 413
-    assert "4096" in str(err.value)
+    assert "20000" in str(err.value)  # tts_app.config.REQUEST_LIMITS.max_text_chars, the limit of every door
 
 
 def test_missing_or_wrong_key_is_401(app_url):

@@ -538,7 +538,8 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                    help=f"the speech API answers 429 while this many requests are in progress (default "
                         f"{d.max_queue_depth})")
     g.add_argument("--max-input-chars", type=positive_int, default=None, metavar="N",
-                   help=f"longest speech API input (default {d.max_input_chars}, as OpenAI)")
+                   help=f"longest speech API input in characters (default and most: {d.max_input_chars}, the limit "
+                        "of every door; OpenAI's is 4096)")
     g.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
                    help="let web pages of this origin call the API (repeatable; '*' = any; default: none)")
     g.add_argument("--forwarded-allow-ips", action="append", default=None, metavar="ADDRESS",

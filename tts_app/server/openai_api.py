@@ -362,7 +362,7 @@ class OpenAIRoutes:
             params = SynthesisParams(seed=0 if body.seed is None else int(body.seed),
                                      speed=None if body.speed == 1.0 else float(body.speed))
         except InputError as exc:
-            raise APIError(400, str(exc), param="speed") from None
+            raise APIError(400, str(exc), param=getattr(exc, "field", None) or "speed") from None
         stats = runtime.engine.stats()
         if stats.num_requests_active >= self.config.max_queue_depth:
             metrics.HTTP_REJECTIONS.labels(reason="queue_full").inc()
