@@ -305,17 +305,24 @@ class Turn:
     text: str
 
 
-def check_text_length(text: str | None, field_name: str = "text") -> None:
-    """Refuse a text longer than ``REQUEST_LIMITS.max_text_chars`` (every door's limit), before any work.
+def check_text(text: str | None, field_name: str = "text") -> None:
+    """Refuse, before any work, a text longer than ``REQUEST_LIMITS.max_text_chars`` (every door's limit) or one
+    holding a lone surrogate (``"\\ud800"`` in JSON decodes to one; it cannot be encoded, so it would fail deep
+    inside the front end or a response header).
 
     Raises:
-        ConfigError: naming ``field_name``, the length and the limit (a ``Notice``, English or ``render("zh")``).
+        ConfigError: naming ``field_name`` and the problem (a ``Notice``, English or ``render("zh")``).
     """
     from tts_app.frontend.messages import Notice
 
-    if text is not None and len(text) > REQUEST_LIMITS.max_text_chars:
+    if text is None:
+        return
+    if len(text) > REQUEST_LIMITS.max_text_chars:
         raise ConfigError(field_name, Notice("limit_text", num_chars=len(text),
                                              max_chars=REQUEST_LIMITS.max_text_chars))
+    bad = next((i for i, ch in enumerate(text) if "\ud800" <= ch <= "\udfff"), None)
+    if bad is not None:
+        raise ConfigError(field_name, Notice("lone_surrogate", field=field_name, position=bad + 1))
 
 
 def new_request_id() -> str:
@@ -352,7 +359,8 @@ class SynthesisRequest:
     turns: tuple[Turn, ...] = ()
 
     def __post_init__(self) -> None:
-        check_text_length(self.text)
+        check_text(self.text)
+        check_text(self.reference_text, "reference_text")
 
 
 @dataclass(frozen=True)

@@ -109,3 +109,53 @@ def test_the_pages_handlers_refuse_a_long_text_before_any_work(tmp_path):
     assert "每个请求最多 20000 个" in str(err.value)
     spans, notes = handlers.pronunciation_preview(ctx, megabyte, request=zh)
     assert spans == [] and "每个请求最多 20000 个" in notes
+
+
+# ------------------------------------------------------------------------------ text and names that are not valid
+
+
+def test_a_lone_surrogate_is_a_clear_400_at_the_api_and_a_failed_line_in_a_job(tmp_path):
+    from starlette.testclient import TestClient
+
+    from tests.fakes import FakeAdapter
+    from tts_app.config import EngineConfig, ServerConfig
+    from tts_app.jobs.schema import AudioSources, InvalidLine, iter_job
+    from tts_app.runtime import Runtime
+    from tts_app.server.app import build_app
+    from tts_app.voices import VoiceLibrary
+
+    runtime = Runtime.from_adapter(FakeAdapter(), "fake", EngineConfig(wait_window_ms=0))
+    try:
+        host = SimpleNamespace(runtime=runtime, voices=VoiceLibrary(tmp_path / "voices"), output_root=tmp_path / "out",
+                               load_error=None)
+        client = TestClient(build_app(host, ServerConfig(rate_limit_per_min=0))[0], raise_server_exceptions=False)
+        body = b'{"model": "tts-1", "voice": "en-female", "input": "Hello \\ud800 there."}'  # valid JSON
+        response = client.post("/v1/audio/speech", content=body, headers={"content-type": "application/json"})
+        assert response.status_code == 400, response.text  # was a plain-text 500
+        assert response.json()["error"]["param"] == "input"
+        assert "lone UTF-16 surrogate) at position 7" in response.json()["error"]["message"]
+    finally:
+        runtime.close()
+    job = tmp_path / "job.jsonl"
+    job.write_text('{"input_text": "Hi \\ud800."}\n{"input_text": "Fine."}\n', encoding="utf-8")
+    with AudioSources([tmp_path], [tmp_path]) as sources:
+        first, second = iter_job(job, sources, has_default_voice=True)
+    assert isinstance(first, InvalidLine) and "line 1: input_text holds an invalid character" in str(first.error)
+    assert not isinstance(second, InvalidLine)
+
+
+@pytest.mark.parametrize("name, code", [
+    ("en-female\u200b", "name_bad_characters"),  # a zero-width space: looks like the bundled voice
+    ("\u202eelamef-ne", "name_bad_characters"),  # a right-to-left override
+    ("mei\ufeff", "name_bad_characters"),
+    ("..", "name_dots"), (".", "name_dots"),
+])
+def test_voice_names_that_hide_or_reverse_characters_or_are_dots_are_refused(name, code):
+    from tts_app.ui.texts import error_text
+    from tts_app.voices import VoiceError, check_voice_name
+
+    with pytest.raises(VoiceError) as err:
+        check_voice_name(name)
+    assert err.value.code == code
+    assert error_text(err.value, "zh") != error_text(err.value, "en")  # both tables have it
+    assert check_voice_name("小美 v2.1") == "小美 v2.1"

@@ -702,12 +702,12 @@ def default_output_name(line_number: int, digits: int, obj: Any = None) -> str:
 # --------------------------------------------------------------------------------------------------- lines
 
 
-def _check_text_length(text: str, field_name: str, line_number: int) -> None:
-    """``REQUEST_LIMITS.max_text_chars`` for one line's text (``tts_app.request.check_text_length``)."""
-    from tts_app.request import check_text_length
+def _check_text(text: str, field_name: str, line_number: int) -> None:
+    """``REQUEST_LIMITS.max_text_chars`` for one line's text (``tts_app.request.check_text``)."""
+    from tts_app.request import check_text
 
     try:
-        check_text_length(text, field_name)
+        check_text(text, field_name)
     except InputError as exc:
         raise JobLineError(line_number, exc.args[0], code="too_long") from None
 
@@ -867,7 +867,7 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
         raise JobLineError(line_number, _missing_field("input_text", "the text to speak", obj))
     if not isinstance(text, str) or not text.strip():
         raise JobLineError(line_number, "'input_text' must be a non-empty string")
-    _check_text_length(text, "input_text", line_number)
+    _check_text(text, "input_text", line_number)
 
     prompt_text = _pick(obj, "prompt_text", line_number)
     if prompt_text is not None and not isinstance(prompt_text, str):
@@ -963,7 +963,7 @@ def _parse_dialogue_line(obj: dict, line_number: int, sources: AudioSources, out
             raise JobLineError(line_number, "'script' as a list holds objects with 'speaker' and 'text'") from None
     if not isinstance(script_value, str) or not script_value.strip():
         raise JobLineError(line_number, "'script' must be a non-empty dialogue text ('Speaker 1: ...' lines)")
-    _check_text_length(script_value, "script", line_number)
+    _check_text(script_value, "script", line_number)
     for clash in ("input_text", "syn_text", "prompt_audio", "prompt_speech", "voice"):
         if obj.get(clash) not in (None, ""):
             raise JobLineError(line_number, f"both 'script' and {clash!r} are given; a dialogue takes its voices "

@@ -51,7 +51,7 @@ from starlette.concurrency import run_in_threadpool
 from tts_app import metrics
 from tts_app.config import MAX_SPEED, MIN_SPEED, ServerConfig
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
-from tts_app.request import EmotionControl, Priority, SynthesisParams, SynthesisRequest
+from tts_app.request import EmotionControl, Priority, SynthesisParams, SynthesisRequest, check_text
 from tts_app.server.errors import APIError
 from tts_app.server.security import AccessPolicy, RateLimiter, client_id
 from tts_app.server.state import AppHost
@@ -351,6 +351,11 @@ class OpenAIRoutes:
             raise APIError(413, f"input is {len(body.input)} characters; at most {self.config.max_input_chars} per "
                                 "request (split the text, or use a JSONL job for long texts)",
                            code="input_too_long", param="input")
+        try:
+            check_text(body.input, "input")  # e.g. a lone surrogate ("\ud800" in the JSON)
+            check_text(body.instructions, "instructions")
+        except InputError as exc:
+            raise APIError(400, str(exc), code="invalid_text", param=exc.field) from None
         fmt = body.response_format.lower()
         if fmt not in CONTENT_TYPES:
             raise APIError(400, f"response_format {body.response_format!r} is not supported; use one of "
