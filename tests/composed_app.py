@@ -29,7 +29,8 @@ def composed_app(output_root: Path, server_config=None, **context_args):
 
     config = server_config or ServerConfig()
     engine = EngineConfig(wait_window_ms=1)
-    ctx = AppContext(model_config=ModelConfig(), engine_config=engine, output_root=output_root,
+    ctx = AppContext(model_config=context_args.pop("model_config", ModelConfig()), engine_config=engine,
+                     output_root=output_root,
                      runtime=Runtime.from_adapter(FakeAdapter(), "fake", engine), api_keys=config.api_keys,
                      **context_args)
     try:

@@ -59,6 +59,14 @@ def _check(field: str, ok: bool, message: str) -> None:
         raise ConfigError(field, message)
 
 
+def public_model_id(model_id: str) -> str:
+    """A model id as users may see it (the web page, its ``/config``, the API): the hub id, or for a local checkpoint
+    its folder's name only (a server path would tell every visitor the server's folder layout)."""
+    from pathlib import Path
+
+    return Path(model_id).name if Path(model_id).expanduser().exists() else model_id
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Which model to load and where.

@@ -155,3 +155,17 @@ def test_x_forwarded_for_names_the_client_only_from_a_trusted_proxy(trusted, see
         assert response.text == seen
     finally:
         server.stop()
+
+
+def test_the_pages_config_does_not_show_server_paths(tmp_path):
+    """``/config`` (what every visitor's page loads) names a local checkpoint by its folder's name only."""
+    from tts_app.config import ModelConfig
+
+    model_dir = tmp_path / "secret-place" / "tiny-vibevoice"
+    model_dir.mkdir(parents=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
+        with composed_app(tmp_path / "out", model_config=ModelConfig(model_id=str(model_dir))) as composed:
+            config = composed.client.get("/config", headers=Browser(composed.client).headers).text
+    assert "tiny-vibevoice" in config
+    assert "secret-place" not in config and str(tmp_path / "out") not in config

@@ -259,12 +259,10 @@ class OpenAIRoutes:
 
     @staticmethod
     def public_model_id(runtime: Runtime) -> str:
-        """The loaded model's id as the API shows it: the hub id, or for a local checkpoint its folder's name (a
-        server path would tell every API user the server's folder layout)."""
-        from pathlib import Path
+        """The loaded model's id as the API shows it (``tts_app.config.public_model_id``)."""
+        from tts_app.config import public_model_id
 
-        model_id = runtime.model.model_id
-        return Path(model_id).name if Path(model_id).expanduser().exists() else model_id
+        return public_model_id(runtime.model.model_id)
 
     def model_names(self, runtime: Runtime) -> list[str]:
         """Every ``model`` value accepted for the loaded model (its public id first)."""
