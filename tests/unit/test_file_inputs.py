@@ -88,3 +88,9 @@ def test_the_pages_own_queue_route_is_guarded_too(server, tmp_path):
         "data": [file_data(secret)] + [None] * 9, "fn_index": fn_index, "session_hash": "abc123"})
     assert response.status_code == 403 and REFUSED_EN in response.json()["detail"]
     assert _job_ids(server) == jobs_before
+
+
+def test_a_call_too_large_to_check_is_refused_before_gradio_reads_it(server):
+    me = Browser(server.client, **{"accept-language": "zh-CN"})
+    response = me.call("preview", ["字" * (2 * 1024**2)])  # 6 MB of JSON: a text far beyond every limit
+    assert response.status_code == 413 and "请求超过 4194304 字节" in response.json()["detail"]

@@ -85,12 +85,12 @@ MESSAGES = {
     "en": {"not_yours": "this file belongs to another browser session",
            "file_input": "the file input {name!r} was refused: only a file you uploaded on this page (or a file the "
                          "page gave you) can be used; upload the file first",
-           "body_too_large": "the request is {size_bytes} bytes; at most {max_bytes} bytes are read (shorten the "
-                             "text, or send audio as an upload)",
+           "body_too_large": "the request is larger than {max_bytes} bytes, the most that is read (shorten the text, "
+                             "or send audio as an upload)",
            "bad_body": "the request body is not valid JSON ({reason})"},
     "zh": {"not_yours": "该文件属于另一个浏览器会话",
            "file_input": "文件输入 {name!r} 被拒绝：只能使用你在本页面上传的文件（或页面给你的文件）；请先上传该文件",
-           "body_too_large": "请求有 {size_bytes} 字节，最多读取 {max_bytes} 字节（请缩短文本，或以上传方式发送音频）",
+           "body_too_large": "请求超过 {max_bytes} 字节，即最多读取的大小（请缩短文本，或以上传方式发送音频）",
            "bad_body": "请求体不是有效的 JSON（{reason}）"},
 }
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{22,64}$")
@@ -313,8 +313,8 @@ class BrowserSessions:
             size_bytes += len(chunks[-1])
             if size_bytes > self.max_body_bytes:
                 HTTP_REJECTIONS.labels(reason="body_too_large").inc()
-                return JSONResponse({"detail": message(headers, "body_too_large", size_bytes=f">{size_bytes}",
-                                                       max_bytes=self.max_body_bytes)}, status_code=413), receive
+                detail = message(headers, "body_too_large", max_bytes=self.max_body_bytes)
+                return JSONResponse({"detail": detail}, status_code=413), receive
             if not msg.get("more_body"):
                 break
         body = b"".join(chunks)
