@@ -249,11 +249,17 @@ class AccessGuard:
         self.policy = policy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.policy.open:
+        if scope["type"] not in ("http", "websocket") or self.policy.open:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
         principal = self.policy.principal(Headers(scope=scope))
+        if scope["type"] == "websocket":
+            if principal is None:
+                await send({"type": "websocket.close", "code": 1008})  # policy violation
+            else:
+                await self.app(scope, receive, send)
+            return
         if principal is None:
             if is_public(path):
                 await self.app(scope, receive, send)
