@@ -79,3 +79,12 @@ def test_an_old_damaged_job_is_removed_like_any_ended_job(tmp_path, how):
     os.utime(store.folder(job_id) / STATE_NAME, (old_s, old_s))
     assert store.prune(max_age_s=3600) == 1
     assert not store.folder(job_id).exists()
+
+
+def test_a_damaged_results_file_keeps_its_readable_records(tmp_path):
+    from tts_app.jobs.results import RESULTS_NAME, read_results
+
+    (tmp_path / RESULTS_NAME).write_text("\n".join([
+        json.dumps({"line": 1, "status": "ok"}), '{"line": 2, "status": "ok", "x": ' + "9" * 5000 + "}",
+        "[" * 100_000, '{"line": 3, "sta', json.dumps({"line": 4, "status": "failed"})]) + "\n", encoding="utf-8")
+    assert sorted(read_results(tmp_path)) == [1, 4]
