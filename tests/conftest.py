@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -11,6 +12,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the front end's per-user cache (tts_app.frontend.lexicon.cache_dir) in a temporary folder, never the user's home;
+# the same one for every run, so the lexicon is built once (its ownership checks keep it this user's)
+os.environ["XDG_CACHE_HOME"] = os.path.join(tempfile.gettempdir(), f"tts_app-test-cache-{getattr(os, 'getuid', str)()}")
 
 import pytest  # noqa: E402
 

@@ -59,6 +59,14 @@ def _check(field: str, ok: bool, message: str) -> None:
         raise ConfigError(field, message)
 
 
+def public_model_id(model_id: str) -> str:
+    """A model id as users may see it (the web page, its ``/config``, the API): the hub id, or for a local checkpoint
+    its folder's name only (a server path would tell every visitor the server's folder layout)."""
+    from pathlib import Path
+
+    return Path(model_id).name if Path(model_id).expanduser().exists() else model_id
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Which model to load and where.
@@ -332,9 +340,41 @@ class FrontendConfig:
                f"scene break pause {self.scene_break_pause_ms} ms must be >= 0")
 
 
-#: Longest ``input`` the speech API takes, in characters: OpenAI's own limit for ``/v1/audio/speech``
-#: (https://platform.openai.com/docs/api-reference/audio/createSpeech, "The maximum length is 4096 characters").
-OPENAI_MAX_INPUT_CHARS = 4096
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request may ask for: the same bounds at every door (the page, its gradio API, a JSONL line,
+    ``/v1``), checked before any work starts (``SynthesisParams``, ``SynthesisRequest``, the engine's front-end
+    step, the JSONL reader). ``REQUEST_LIMITS`` is the one instance; README "Limits" lists them.
+
+    Attributes:
+        max_text_chars: longest text (or dialogue script) of one request, in characters (Python ``len``). 20,000
+            is about 20 minutes of speech (a long chapter; longer works go line by line in a JSONL job); 1 MB of
+            text once grew the server to 16.7 GB before any audio. The API's ``--max-input-chars`` may only lower it
+            (OpenAI's own limit is 4,096, https://platform.openai.com/docs/api-reference/audio/createSpeech).
+        max_pause_ms: longest pause one setting or ``[pause:...]`` marker asks for, in ms (10 s: far beyond any
+            prosodic pause).
+        max_silence_s: most silence all of a request's pauses add up to, in s.
+        max_duration_s: longest target duration (``duration_s``, the sum of ``segment_durations_s``), in s.
+        max_new_tokens: most decode steps a request may allow per segment (16,384: over 10 minutes of audio at the
+            families' 7.5-25 frames per second, 3 minutes at Dia's 86).
+        max_seed: largest seed (seeds are 0..max_seed; segment ``i`` uses ``seed + i``, which torch's generators
+            take: ``torch.Generator.manual_seed`` accepts up to 2**64 - 1).
+        max_json_depth: deepest nesting of objects and lists in one JSONL line.
+        max_json_number_chars: longest number written in one JSONL line, in characters.
+    """
+
+    max_text_chars: int = 20_000
+    max_pause_ms: int = 10_000
+    max_silence_s: float = 3600.0
+    max_duration_s: float = 3600.0
+    max_new_tokens: int = 16_384
+    max_seed: int = 2**32 - 1
+    max_json_depth: int = 16
+    max_json_number_chars: int = 64
+
+
+#: The limits every door applies (``RequestLimits``).
+REQUEST_LIMITS = RequestLimits()
 
 
 @dataclass(frozen=True)
@@ -351,10 +391,14 @@ class ServerConfig:
         rate_limit_burst: requests a client may make at once before the rate applies (the bucket's size), >= 1.
         max_queue_depth: the speech API answers 429 while the engine already holds this many unfinished requests
             (UI, jobs and API together), >= 1.
-        max_input_chars: longest speech ``input`` in characters (longer gets 413), >= 1.
+        max_input_chars: longest speech ``input`` in characters (longer gets 413), 1..``REQUEST_LIMITS.max_text_chars``
+            (the limit of every door; this may only lower it for the API).
         max_voice_upload_bytes: largest reference audio ``POST /v1/audio/voices`` takes (larger gets 413), > 0.
         cors_origins: browser origins allowed to call the HTTP API from another site (CORS); empty = none (no CORS
             headers), ``("*",)`` = any.
+        forwarded_allow_ips: addresses of reverse proxies whose ``X-Forwarded-For`` / ``X-Forwarded-Proto`` name the
+            client (uvicorn's ``forwarded_allow_ips``; ``("*",)`` = any); empty = the headers are ignored and a
+            client is the peer address (the rate limit cannot be dodged by sending them).
     """
 
     api_keys: tuple[str, ...] = field(default=(), repr=False)
@@ -362,9 +406,10 @@ class ServerConfig:
     rate_limit_per_min: float = 120.0
     rate_limit_burst: int = 20
     max_queue_depth: int = 64
-    max_input_chars: int = OPENAI_MAX_INPUT_CHARS
+    max_input_chars: int = REQUEST_LIMITS.max_text_chars
     max_voice_upload_bytes: int = 50 * 1000**2
     cors_origins: tuple[str, ...] = ()
+    forwarded_allow_ips: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check("api_keys", all(isinstance(k, str) and k.strip() == k and k for k in self.api_keys),
@@ -375,6 +420,7 @@ class ServerConfig:
                f"rate limit {self.rate_limit_per_min} requests per minute must be >= 0 (0 = no limit)")
         _check("rate_limit_burst", self.rate_limit_burst >= 1, f"rate limit burst {self.rate_limit_burst} must be >= 1")
         _check("max_queue_depth", self.max_queue_depth >= 1, f"max queue depth {self.max_queue_depth} must be >= 1")
-        _check("max_input_chars", self.max_input_chars >= 1, f"max input chars {self.max_input_chars} must be >= 1")
+        _check("max_input_chars", 1 <= self.max_input_chars <= REQUEST_LIMITS.max_text_chars,
+               f"max input chars {self.max_input_chars} must be 1..{REQUEST_LIMITS.max_text_chars}")
         _check("max_voice_upload_bytes", self.max_voice_upload_bytes > 0,
                f"max voice upload {self.max_voice_upload_bytes} bytes must be positive")

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 import uuid
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from tts_app.config import (DEFAULT_CHAPTER_PAUSE_MS, MAX_LOUDNESS_LUFS, MAX_SPEED, MIN_LOUDNESS_LUFS,
-                            MIN_MAX_SEGMENT_CHARS, MIN_SPEED, FrontendConfig)
+                            MIN_MAX_SEGMENT_CHARS, MIN_SPEED, REQUEST_LIMITS, FrontendConfig)
 from tts_app.errors import ConfigError
 
 
@@ -150,6 +151,33 @@ class SynthesisParams:
         for name, ok, message in checks:
             if not ok:
                 raise ConfigError(name, message)
+        self._check_limits()
+
+    def _check_limits(self) -> None:
+        """``REQUEST_LIMITS``: the seed's range and what the request may ask for (decode steps, pauses, target
+        durations), so an absurd value is refused before any work.
+
+        Raises:
+            ConfigError: the first value over its limit (a ``Notice``: English, or ``render("zh")``).
+        """
+        from tts_app.frontend.messages import Notice
+
+        limits = REQUEST_LIMITS
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) \
+                or not 0 <= self.seed <= limits.max_seed:
+            raise ConfigError("seed", Notice("limit_seed", seed=self.seed, max_seed=limits.max_seed))
+        if self.max_new_tokens is not None and self.max_new_tokens > limits.max_new_tokens:
+            raise ConfigError("max_new_tokens", Notice("limit_max_new_tokens", value=self.max_new_tokens,
+                                                       max_value=limits.max_new_tokens))
+        for name in ("pause_between_segments_ms", "chapter_pause_ms"):
+            if getattr(self, name) > limits.max_pause_ms:
+                raise ConfigError(name, Notice("limit_pause", name=name, value=getattr(self, name),
+                                               max_ms=limits.max_pause_ms))
+        for name, value_s in (("duration_s", self.duration_s),
+                              ("segment_durations_s", sum(self.segment_durations_s or ()) or None)):
+            if value_s is not None and value_s > limits.max_duration_s:
+                raise ConfigError(name, Notice("limit_duration", name=name, value_s=round(value_s, 3),
+                                               max_s=limits.max_duration_s))
 
     def batch_key(self) -> tuple:
         """Segments can share one batch only when every generation knob except the seed is equal."""
@@ -277,6 +305,26 @@ class Turn:
     text: str
 
 
+def check_text(text: str | None, field_name: str = "text") -> None:
+    """Refuse, before any work, a text longer than ``REQUEST_LIMITS.max_text_chars`` (every door's limit) or one
+    holding a lone surrogate (``"\\ud800"`` in JSON decodes to one; it cannot be encoded, so it would fail deep
+    inside the front end or a response header).
+
+    Raises:
+        ConfigError: naming ``field_name`` and the problem (a ``Notice``, English or ``render("zh")``).
+    """
+    from tts_app.frontend.messages import Notice
+
+    if text is None:
+        return
+    if len(text) > REQUEST_LIMITS.max_text_chars:
+        raise ConfigError(field_name, Notice("limit_text", num_chars=len(text),
+                                             max_chars=REQUEST_LIMITS.max_text_chars))
+    bad = next((i for i, ch in enumerate(text) if "\ud800" <= ch <= "\udfff"), None)
+    if bad is not None:
+        raise ConfigError(field_name, Notice("lone_surrogate", field=field_name, position=bad + 1))
+
+
 def new_request_id() -> str:
     return uuid.uuid4().hex[:12]
 
@@ -309,6 +357,10 @@ class SynthesisRequest:
     request_id: str = field(default_factory=new_request_id)
     speakers: tuple[Speaker, ...] = ()
     turns: tuple[Turn, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_text(self.text)
+        check_text(self.reference_text, "reference_text")
 
 
 @dataclass(frozen=True)

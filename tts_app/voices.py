@@ -61,6 +61,9 @@ MAX_NAME_CHARS = 64
 #: the content, not the ending).
 _SOURCE_SUFFIXES = {".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".webm", ".aiff", ".aif"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Unicode categories a voice name may not hold: control, format (zero-width, direction marks), private use,
+#: surrogate, unassigned, line and paragraph separators.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"})
 VOICE_FILE = "voice.json"
 SCHEMA_VERSION = 1
 
@@ -132,8 +135,10 @@ def check_voice_name(name: Any) -> str:
     """The name, trimmed and NFC-normalised, if it can name a voice.
 
     Raises:
-        VoiceError: not a string, empty, longer than ``MAX_NAME_CHARS``, or holding control characters or a
-            "/" or "\\" (names are also written in JSONL lines and on command lines).
+        VoiceError: not a string, empty, longer than ``MAX_NAME_CHARS``, holding control characters, invisible
+            or direction-changing ones (Unicode categories Cc, Cf, Co, Cs, Cn, Zl, Zp: a zero-width space or a
+            right-to-left override makes a name look like another) or a "/" or "\\" (names are also written in
+            JSONL lines and on command lines), or only dots ("..").
     """
     if not isinstance(name, str):
         raise VoiceError(str(name), f"a voice name must be text, not {type(name).__name__}", code="name_not_text")
@@ -143,9 +148,13 @@ def check_voice_name(name: Any) -> str:
     if len(clean) > MAX_NAME_CHARS:
         raise VoiceError(clean, f"voice name {clean[:20]!r}... is {len(clean)} characters; at most {MAX_NAME_CHARS}",
                          code="name_too_long", head=clean[:20], length=len(clean), limit=MAX_NAME_CHARS)
-    if _CONTROL.search(clean) or "/" in clean or "\\" in clean:
-        raise VoiceError(clean, f"voice name {clean!r} holds a control character or a slash; use letters, digits, "
-                                "spaces, '-' or '_'", code="name_bad_characters", name=clean)
+    if _CONTROL.search(clean) or "/" in clean or "\\" in clean or any(
+            unicodedata.category(ch) in _HIDDEN_CATEGORIES for ch in clean):
+        raise VoiceError(clean, f"voice name {clean!r} holds a control, invisible or direction character or a slash; "
+                                "use letters, digits, spaces, '-' or '_'", code="name_bad_characters", name=clean)
+    if not clean.strip("."):
+        raise VoiceError(clean, f"voice name {clean!r} is only dots; use letters or digits", code="name_dots",
+                         name=clean)
     return clean
 
 

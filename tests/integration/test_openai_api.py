@@ -3,10 +3,12 @@ the server's address, the web page's log-in, /metrics on the same server and str
 
 from __future__ import annotations
 
+import base64
 import io
 import os
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -35,11 +37,12 @@ def client(app_url):
     return openai.OpenAI(base_url=f"{app_url}v1", api_key=KEY, max_retries=0, timeout=300)
 
 
-def scrape(url: str, key: str | None = None) -> dict:
-    """The server's /metrics as {(sample name, sorted labels): value} (prometheus_client's own parser)."""
+def scrape(url: str, key: str | None = None, headers: dict | None = None) -> dict:
+    """The server's /metrics as {(sample name, sorted labels): value} (prometheus_client's own parser); ``key``: an
+    API key, ``headers``: other credentials."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    headers = {"Authorization": f"Bearer {key}"} if key else dict(headers or {})
     text = urllib.request.urlopen(urllib.request.Request(f"{url}metrics", headers=headers), timeout=30).read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for f in text_string_to_metric_families(text) for s in f.samples}
@@ -78,9 +81,9 @@ def test_unknown_voice_is_404_listing_the_voices(client):
 
 def test_over_long_input_is_413(client):
     with pytest.raises(openai.APIStatusError) as err:
-        client.audio.speech.create(model="tts-1", voice="en-female", input="word " * 1000)
+        client.audio.speech.create(model="tts-1", voice="en-female", input="word " * 4001)
     assert err.value.status_code == 413
-    assert "4096" in str(err.value)
+    assert "20000" in str(err.value)  # tts_app.config.REQUEST_LIMITS.max_text_chars, the limit of every door
 
 
 def test_missing_or_wrong_key_is_401(app_url):
@@ -120,10 +123,15 @@ def test_metrics_on_the_same_server(app_url, client):
     assert after[("tts_model_load_seconds", ())] > 0
 
 
+#: HTTP Basic for second_app's log-in (mei:s3cret)
+LOGIN = {"Authorization": "Basic " + base64.b64encode(b"mei:s3cret").decode()}
+
+
 @pytest.fixture(scope="module")
 def second_app(tiny_checkpoint, tmp_path_factory):
-    """An app started with no --host, GRADIO_SERVER_NAME=127.0.0.2 and a web log-in from TTS_APP_AUTH (no API key),
-    each decode step slowed to 100 ms (a testing aid) so a streamed request lasts seconds on any machine."""
+    """An app started with no --host, GRADIO_SERVER_NAME=127.0.0.2 and a web log-in from TTS_APP_AUTH (no API key:
+    the API takes the same log-in, as HTTP Basic, ``LOGIN``), each decode step slowed to 100 ms (a testing aid) so a
+    streamed request lasts seconds on any machine."""
     out = tmp_path_factory.mktemp("api-out-2")
     env = {"GRADIO_SERVER_NAME": "127.0.0.2", "TTS_APP_AUTH": "mei:s3cret"}
     proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(out), "--simulate-step-delay-ms", "100",
@@ -135,7 +143,8 @@ def second_app(tiny_checkpoint, tmp_path_factory):
 def test_app_binds_the_address_from_gradio_server_name(second_app):
     assert second_app.startswith("http://127.0.0.2:")
     port = second_app.rsplit(":", 1)[1].strip("/")
-    assert urllib.request.urlopen(f"{second_app}v1/audio/voices", timeout=30).status == 200
+    voices = urllib.request.Request(f"{second_app}v1/audio/voices", headers=LOGIN)
+    assert urllib.request.urlopen(voices, timeout=30).status == 200
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/audio/voices", timeout=5)
 
@@ -148,8 +157,12 @@ def test_web_page_needs_its_login(second_app, data_dir):
     _, report = client.predict(gradio_client.handle_file(str(data_dir / "en_female_1.wav")),
                                api_name="/reference_report")
     assert report
-    # the HTTP API is not behind the page's log-in (it has its own key, none here)
-    assert urllib.request.urlopen(f"{second_app}v1/models", timeout=30).status == 200
+    # the HTTP API is behind the same log-in (no API key is set), e.g. as HTTP Basic
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{second_app}v1/models", timeout=30)
+    assert err.value.code == 401
+    assert urllib.request.urlopen(urllib.request.Request(f"{second_app}v1/models", headers=LOGIN),
+                                  timeout=30).status == 200
 
 
 def test_env_is_documented_in_launch_help():
@@ -171,8 +184,11 @@ def test_another_browser_cannot_fetch_my_files(app_url, data_dir):
 
     gradio_client = pytest.importorskip("gradio_client")
     slow = {"timeout": 120}  # a busy shared CPU
-    mine = gradio_client.Client(app_url, verbose=False, download_files=False, httpx_kwargs=slow)
-    theirs = gradio_client.Client(app_url, verbose=False, download_files=False, httpx_kwargs=slow)
+    # two browsers, each logged in on the page's form (with --api-key alone: any user name, the key as password)
+    mine = gradio_client.Client(app_url, auth=("mine", KEY), verbose=False, download_files=False,
+                                httpx_kwargs=slow)
+    theirs = gradio_client.Client(app_url, auth=("theirs", KEY), verbose=False, download_files=False,
+                                  httpx_kwargs=slow)
     audio, *_ = mine.predict(gradio_client.handle_file(str(data_dir / "en_female_1.wav")), "Hello.",
                              max_new_tokens=16, api_name="/synthesize")
     url = audio["url"]
@@ -180,7 +196,7 @@ def test_another_browser_cannot_fetch_my_files(app_url, data_dir):
     mine_response = httpx.get(url, cookies=mine.cookies, **slow)
     assert mine_response.status_code == 200 and mine_response.content[:4] == b"RIFF"
     assert httpx.get(url, cookies=theirs.cookies, **slow).status_code == 403
-    assert httpx.get(url, **slow).status_code == 403
+    assert httpx.get(url, **slow).status_code == 401  # not logged in at all
     # the same file asked for through another spelling of its path is refused too
     folder, name = audio["path"].rsplit("/", 1)
     sneaky = f"{app_url}gradio_api/file={folder}/../{folder.rsplit('/', 1)[1]}/{name}"
@@ -208,9 +224,10 @@ def test_streamed_speech_arrives_while_decoding_and_is_the_same_audio(second_app
     """stream_format "audio" with the official client's streaming read: the first bytes come while the server is
     still decoding the request, the pieces are the bytes of the answer without streaming (same seed), a streamed
     WAV holds the same samples, and tts_time_to_first_audio_seconds records when the first audio left."""
-    client = openai.OpenAI(base_url=f"{second_app}v1", api_key="unused", max_retries=0, timeout=300)
+    client = openai.OpenAI(base_url=f"{second_app}v1", api_key="unused", max_retries=0, timeout=300,
+                           default_headers=LOGIN)
     ask = {"model": "tts-1", "voice": "en-female", "input": STORY, "extra_body": {"seed": 3}}
-    before = scrape(second_app)
+    before = scrape(second_app, headers=LOGIN)
     pieces: list[bytes] = []
     started = time.perf_counter()
     with client.audio.speech.with_streaming_response.create(response_format="pcm", stream_format="audio",
@@ -219,9 +236,9 @@ def test_streamed_speech_arrives_while_decoding_and_is_the_same_audio(second_app
         for piece in response.iter_bytes():
             if not pieces:
                 first_s = time.perf_counter() - started
-                active_at_first = scrape(second_app)[("tts_requests_active", ())]
+                active_at_first = scrape(second_app, headers=LOGIN)[("tts_requests_active", ())]
             pieces.append(piece)
-    after = scrape(second_app)
+    after = scrape(second_app, headers=LOGIN)
     assert active_at_first >= 1, "the first audio came only after the request had finished"
     assert len(pieces) > 1
     whole = client.audio.speech.create(response_format="pcm", **ask).content
@@ -243,11 +260,12 @@ def test_a_streaming_client_that_leaves_cancels_only_its_own_request(second_app)
     """A client that closes a streamed answer after its first audio: its request is cancelled in the engine (the
     requests counter's "cancelled", the endpoint's "disconnected" outcome), and a request decoding beside it
     finishes with the same audio as when it ran alone."""
-    client = openai.OpenAI(base_url=f"{second_app}v1", api_key="unused", max_retries=0, timeout=300)
+    client = openai.OpenAI(base_url=f"{second_app}v1", api_key="unused", max_retries=0, timeout=300,
+                           default_headers=LOGIN)
     other = {"model": "tts-1", "voice": "en-male", "input": "Another listener waits for this one.",
              "response_format": "pcm", "extra_body": {"seed": 9}}
     alone = client.audio.speech.create(**other).content
-    before = scrape(second_app)
+    before = scrape(second_app, headers=LOGIN)
     beside: list[bytes] = []
     worker = threading.Thread(target=lambda: beside.append(client.audio.speech.create(**other).content))
     with client.audio.speech.with_streaming_response.create(model="tts-1", voice="en-female", input=STORY * 2,
@@ -257,10 +275,10 @@ def test_a_streaming_client_that_leaves_cancels_only_its_own_request(second_app)
     cancelled = ("tts_requests_total", (("outcome", "cancelled"),))
     gone = ("tts_request_duration_seconds_count", (*SPEECH_ENDPOINT, ("outcome", "disconnected")))
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and scrape(second_app).get(gone, 0) == before.get(gone, 0):
+    while time.monotonic() < deadline and scrape(second_app, headers=LOGIN).get(gone, 0) == before.get(gone, 0):
         time.sleep(0.25)
     worker.join(300)
-    after = scrape(second_app)
+    after = scrape(second_app, headers=LOGIN)
     assert after[cancelled] == before.get(cancelled, 0) + 1
     assert after[gone] == before.get(gone, 0) + 1
     assert beside == [alone]
@@ -281,5 +299,8 @@ def test_an_api_key_owns_the_jobs_it_submits(app_url, data_dir, tmp_path):
     job_id = next(x for x in returned if isinstance(x, str) and re.match(r"^\d{8}-\d{6}-[0-9a-f]{8}$", x))
     again = gradio_client.Client(app_url, verbose=False, headers=bearer, httpx_kwargs=slow)  # a new cookie
     assert again.predict(job_id, api_name="/job_status")["job_id"] == job_id
-    with pytest.raises(Exception, match="belongs to another browser"):
-        gradio_client.Client(app_url, verbose=False, httpx_kwargs=slow).predict(job_id, api_name="/job_status")
+    with pytest.raises(Exception, match="belongs to another browser"):  # a browser logged in on the page's form
+        gradio_client.Client(app_url, auth=("someone", KEY), verbose=False,
+                             httpx_kwargs=slow).predict(job_id, api_name="/job_status")
+    with pytest.raises(Exception, match="credentials were not provided"):  # --api-key guards gradio's API too
+        gradio_client.Client(app_url, verbose=False, httpx_kwargs=slow)

@@ -177,3 +177,17 @@ def test_cleaned_clips_unused_for_the_upload_age_go_except_a_saved_voices(tmp_pa
         assert ctx.prune_reference_clips() == 0 and fresh.exists()
     finally:
         runtime.close()
+
+
+def test_a_cookie_python_cannot_parse_never_merges_browsers_into_one_owner(guarded):
+    """Another app on the same host may set a JSON cookie (``SimpleCookie`` refuses the whole header then): each
+    browser still keeps its own files."""
+    mine, theirs = new_browser_token(), new_browser_token()
+    foreign = 'prefs={"theme": "dark", "lang": "en"}'
+    with_foreign = lambda token: {"cookie": f"{foreign}; {COOKIE_NAME}={token}; other=1"}  # noqa: E731
+    response = guarded.client.post("/gradio_api/upload", headers=with_foreign(mine), files={"files": b"RIFF voice"})
+    (path,) = response.json()
+    assert (Path(path).parent / UPLOAD_OWNERS_NAME).read_text().split() == [owner_key(mine)]
+    assert _get(guarded, path, with_foreign(mine)) == 200
+    assert _get(guarded, path, with_foreign(theirs)) == 403
+    assert _get(guarded, path, {"cookie": foreign}) == 403  # a browser with only the foreign cookie is nobody yet

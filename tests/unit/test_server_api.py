@@ -74,7 +74,8 @@ def test_speech_returns_pcm_of_the_engines_audio(host):
 @pytest.mark.parametrize("body, status, code, param", [
     ({"voice": "alloy"}, 404, "voice_not_found", "voice"),
     ({"model": "whisper-1"}, 404, "model_not_found", "model"),
-    ({"input": "x" * 5000}, 413, "input_too_long", "input"),
+    ({"input": "x" * 20_001}, 413, "input_too_long", "input"),
+    ({"seed": 2**64}, 400, None, "seed"),
     ({"input": "   "}, 400, None, "input"),
     ({"response_format": "aac"}, 400, "unsupported_format", "response_format"),
     ({"speed": 3.5}, 400, None, "speed"),

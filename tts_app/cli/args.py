@@ -508,6 +508,7 @@ SERVER_FLAGS: dict[str, str] = {
     "api_keys": "--api-key", "ui_auth": "--auth", "rate_limit_per_min": "--rate-limit",
     "rate_limit_burst": "--rate-limit-burst", "max_queue_depth": "--max-queue-depth",
     "max_input_chars": "--max-input-chars", "cors_origins": "--cors-origin",
+    "forwarded_allow_ips": "--forwarded-allow-ips",
 }
 
 
@@ -537,9 +538,13 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                    help=f"the speech API answers 429 while this many requests are in progress (default "
                         f"{d.max_queue_depth})")
     g.add_argument("--max-input-chars", type=positive_int, default=None, metavar="N",
-                   help=f"longest speech API input (default {d.max_input_chars}, as OpenAI)")
+                   help=f"longest speech API input in characters (default and most: {d.max_input_chars}, the limit "
+                        "of every door; OpenAI's is 4096)")
     g.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
                    help="let web pages of this origin call the API (repeatable; '*' = any; default: none)")
+    g.add_argument("--forwarded-allow-ips", action="append", default=None, metavar="ADDRESS",
+                   help="a reverse proxy whose X-Forwarded-For names the client (repeatable; '*' = any; default: "
+                        "none, the headers are ignored and the client is the connecting address)")
 
 
 def _split_login(text: str, where: str) -> tuple[str, str]:
@@ -582,7 +587,8 @@ def server_config_from(args: argparse.Namespace, environ=None):
                           "max_queue_depth": "max_queue_depth", "max_input_chars": "max_input_chars"})
     try:
         return ServerConfig(api_keys=tuple(keys), ui_auth=_logins(args, environ),
-                            cors_origins=tuple(args.cors_origin or ()), **given)
+                            cors_origins=tuple(args.cors_origin or ()),
+                            forwarded_allow_ips=tuple(getattr(args, "forwarded_allow_ips", None) or ()), **given)
     except ConfigError as exc:
         raise _usage_error(exc, SERVER_FLAGS) from None
 

@@ -40,7 +40,7 @@ import numpy as np
 from tts_app.adapters.base import (AdapterRow, DecodeBatch, ModelFacts, PrefixCache, RowEmotion, RowStep, RowTurn,
                                      RowVoice, TTSAdapter)
 from tts_app.audio.post import join_segments
-from tts_app.config import MIN_MAX_SEGMENT_CHARS, EngineConfig
+from tts_app.config import MIN_MAX_SEGMENT_CHARS, REQUEST_LIMITS, EngineConfig
 from tts_app.dialogue import join_pieces
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
 from tts_app.metrics import BATCH_SIZE
@@ -649,6 +649,11 @@ class Engine:
             normalized.append(prepared.normalized_text)
         if not segments:
             raise InputError("the text has nothing to speak; type some words")
+        silence_s = sum(int(seg.pause_after_ms) for seg in segments[:-1]) / 1000.0
+        if silence_s > REQUEST_LIMITS.max_silence_s:  # e.g. [pause:10s] after every word
+            from tts_app.frontend.messages import Notice
+
+            raise InputError(Notice("limit_silence", value_s=round(silence_s, 1), max_s=REQUEST_LIMITS.max_silence_s))
         out = _RequestText(normalized_text="\n\n".join(normalized), texts=[seg.text for seg in segments],
                            source_texts=[seg.source_text for seg in segments],
                            pauses_after_ms=[int(seg.pause_after_ms) for seg in segments], warnings=warnings,

@@ -42,8 +42,9 @@ whose terms grant no licence (measured: +0.8 points on the CPP dev set, not wort
   (Park & Lee 2020, Wikipedia sentences): 89.5 % -> 90.6 %.
 
 The merged state (phrases, jieba's word counts with the phrases added, POS tags, default readings, the homophone
-ranking of ``g2p.homophone_table``) is built once per machine (about 3-5 s) and kept in a ``marshal`` file in the temporary folder, named by the sources' versions, as jieba
-keeps its own cache; later processes load it in about 0.5-1 s (``bench/frontend_bench.py`` measures both). The
+ranking of ``g2p.homophone_table``) is built once per machine (about 3-5 s) and kept in a ``marshal`` file in
+this user's cache folder (``cache_dir``, never the shared temporary folder), named by the sources' versions, as
+jieba keeps its own cache; later processes load it in about 0.5-1 s (``bench/frontend_bench.py`` measures both). The
 load runs in the background at start-up (``tts_app.frontend.warm_up``).
 """
 
@@ -238,12 +239,36 @@ def _merge_phrases(reading_counts: dict[str, dict[str, int]]) -> dict[str, tuple
 CACHE_FORMAT = 2  # bump when what the cache holds changes
 
 
+def cache_dir() -> str:
+    """This user's cache folder for the lexicon: ``$XDG_CACHE_HOME/tts_app``, else ``~/.cache/tts_app`` (the XDG
+    base directory spec). Not the shared temporary folder: anyone can plant a file there, and the cache is
+    ``marshal`` data that decides how every text is read (a planted one once read 银行 as "sha3 bi1")."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tts_app")
+
+
+def _mine(path: str) -> bool:
+    """Is ``path`` (not a symlink) this user's, and writable by no one else? (POSIX; elsewhere the per-user folder
+    is the guard.)"""
+    if not hasattr(os, "getuid"):
+        return True
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return info.st_uid == os.getuid() and not info.st_mode & 0o022 and not os.path.islink(path)
+
+
+def _trusted(path: str) -> bool:
+    """May the cache file at ``path`` be loaded: it and its folder are this user's alone (``_mine``)?"""
+    return _mine(os.path.dirname(path)) and _mine(path)
+
+
 def _cache_path() -> str:
-    """The cache file of the merged lexicon, in the temporary folder (as jieba keeps its own), named by the versions
-    of every source and the code that builds it (this module and ``g2p``, with ``WORD_READINGS``), so an upgrade or
-    a change rebuilds it."""
+    """The cache file of the merged lexicon, in this user's cache folder (``cache_dir``), named by the versions of
+    every source and the code that builds it (this module and ``g2p``, with ``WORD_READINGS``), so an upgrade or a
+    change rebuilds it."""
     import hashlib
-    import tempfile
     from importlib.metadata import version
 
     here = os.path.dirname(os.path.abspath(__file__))
@@ -251,7 +276,7 @@ def _cache_path() -> str:
     key = "|".join([str(CACHE_FORMAT), str(ADDED_WORD_FREQ), hashlib.sha1(code).hexdigest()] +
                    [version(p) for p in ("pypinyin", "pypinyin-dict", "jieba")])
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
-    return os.path.join(tempfile.gettempdir(), f"tts_app_lexicon_{digest}.marshal")
+    return os.path.join(cache_dir(), f"lexicon_{digest}.marshal")
 
 
 def _build_state() -> dict:
@@ -300,16 +325,20 @@ def _load_state() -> dict:
 
     path = _cache_path()
     try:
-        with open(path, "rb") as f:
-            state = marshal.loads(f.read())  # one read: marshal.load(file) reads in small pieces
-        if isinstance(state, dict) and state.get("format") == CACHE_FORMAT:
-            return state
+        if _trusted(path):
+            with open(path, "rb") as f:
+                state = marshal.loads(f.read())  # one read: marshal.load(file) reads in small pieces
+            if isinstance(state, dict) and state.get("format") == CACHE_FORMAT:
+                return state
     except (OSError, EOFError, ValueError, TypeError):  # missing or corrupt: rebuild
         pass
     state = _build_state()
     state["format"] = CACHE_FORMAT
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        if not _mine(os.path.dirname(path)):  # someone else's folder: never write into it
+            return state
         with open(tmp, "wb") as f:
             marshal.dump(state, f)
         os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one

@@ -32,12 +32,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tts_app.config import REQUEST_LIMITS
 from tts_app.errors import InputError
 from tts_app.frontend.g2p import HANZI_CLASS, TONE_MARK_CHARS, classify_pinyin_token, is_hanzi, joins_word
 from tts_app.frontend.messages import Notice
 from tts_app.frontend.wetext_quirks import ZH_UNITS
 
-MAX_PAUSE_MS = 10_000  # a longer pause is clamped (with a warning); 10 s is far beyond any prosodic pause
+MAX_PAUSE_MS = REQUEST_LIMITS.max_pause_ms  # a longer pause is clamped (with a warning)
 
 _PAREN_RE = re.compile(r"[(（]([^()（）\n]{1,80})[)）]")
 _PAUSE_RE = re.compile(r"[\[［]\s*pause\b\s*(?:[:：=]\s*([^\]］\[［\n]*?))?\s*[\]］]", re.IGNORECASE)

@@ -75,6 +75,17 @@ EN: dict[str, str] = {
     "only_left": "only {text!r} is",
     "nothing_left": "nothing is",
     "knob_min": "{name}={value} must be >= {minimum}",
+    # request limits (tts_app.config.RequestLimits)
+    "limit_text": "the text is {num_chars} characters; at most {max_chars} per request. Split it (one JSONL line per "
+                  "chapter, say)",
+    "limit_seed": "seed={seed} is outside 0..{max_seed}",
+    "lone_surrogate": "{field} holds an invalid character (a lone UTF-16 surrogate) at position {position}; send "
+                      "the text as valid UTF-8",
+    "limit_max_new_tokens": "max_new_tokens={value} is more than {max_value} decode steps per segment",
+    "limit_pause": "{name}={value} ms is longer than the {max_ms} ms maximum",
+    "limit_duration": "{name} asks for {value_s:g} s of audio; at most {max_s:g} s per request",
+    "limit_silence": "the text's pauses add up to {value_s:g} s of silence; at most {max_s:g} s per request. Use "
+                     "fewer or shorter pauses",
 }
 
 ZH: dict[str, str] = {
@@ -124,6 +135,13 @@ ZH: dict[str, str] = {
     "only_left": "只剩下 {text!r}",
     "nothing_left": "什么也没剩下",
     "knob_min": "{name}={value} 必须 >= {minimum}",
+    "limit_text": "文本有 {num_chars} 个字符；每个请求最多 {max_chars} 个。请拆分（例如每章一行 JSONL）",
+    "limit_seed": "seed={seed} 超出 0..{max_seed} 的范围",
+    "lone_surrogate": "{field} 第 {position} 个字符无效（孤立的 UTF-16 代理项）；请以有效的 UTF-8 发送文本",
+    "limit_max_new_tokens": "max_new_tokens={value} 超过每段 {max_value} 个解码步",
+    "limit_pause": "{name}={value} 毫秒超过 {max_ms} 毫秒的上限",
+    "limit_duration": "{name} 要求 {value_s:g} 秒音频；每个请求最多 {max_s:g} 秒",
+    "limit_silence": "文本中的停顿共 {value_s:g} 秒静音；每个请求最多 {max_s:g} 秒。请减少或缩短停顿",
 }
 
 assert EN.keys() == ZH.keys()  # a missing translation is a programming error, caught at import

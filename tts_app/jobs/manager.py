@@ -157,6 +157,8 @@ class JobManager:
         state = self.store.load(job_id)
         if state is None:
             raise InputError(f"there is no job {job_id}; it may have been removed")
+        if state.status == "damaged":
+            raise InputError(f"job {job_id} cannot be resumed: {state.error}; run its job file again as a new job")
         state.error = None
         return self._start(state, resume=True)
 

@@ -159,8 +159,8 @@ def _read_records(path: Path) -> list[dict]:
         for raw in fh:
             try:
                 record = json.loads(raw)
-            except json.JSONDecodeError:  # a record cut short by a kill
-                continue
+            except (ValueError, RecursionError):  # a record cut short by a kill, or damaged (JSONDecodeError, a
+                continue  # number beyond Python's int-to-str limit, nesting beyond its recursion limit)
             if isinstance(record, dict) and isinstance(record.get("line"), int):
                 records.append(record)
     return records

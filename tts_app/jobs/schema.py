@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
-from tts_app.config import ReferenceConfig
+from tts_app.config import REQUEST_LIMITS, ReferenceConfig
 from tts_app.errors import InputError, JobLineError
 from tts_app.request import EMOTION_NAMES, SynthesisParams, check_emotion
 
@@ -702,6 +702,70 @@ def default_output_name(line_number: int, digits: int, obj: Any = None) -> str:
 # --------------------------------------------------------------------------------------------------- lines
 
 
+def _check_text(text: str, field_name: str, line_number: int) -> None:
+    """``REQUEST_LIMITS.max_text_chars`` for one line's text (``tts_app.request.check_text``)."""
+    from tts_app.request import check_text
+
+    try:
+        check_text(text, field_name)
+    except InputError as exc:
+        raise JobLineError(line_number, exc.args[0], code="too_long") from None
+
+
+def _bounded_number(text: str) -> int | float:
+    """``json.loads``'s ``parse_int`` / ``parse_float``: a number of at most ``REQUEST_LIMITS.max_json_number_chars``
+    characters (a 5,000-digit integer would otherwise stop the whole job in Python's int-to-str limit).
+
+    Raises:
+        _LineLimit: a longer number.
+    """
+    if len(text) > REQUEST_LIMITS.max_json_number_chars:
+        raise _LineLimit(f"a number of {len(text)} digits; at most {REQUEST_LIMITS.max_json_number_chars} "
+                         "characters per number")
+    return float(text) if any(c in text for c in ".eE") else int(text)
+
+
+class _LineLimit(ValueError):
+    """A JSONL line over a ``RequestLimits`` bound while it is read (becomes that line's ``JobLineError``)."""
+
+
+def _json_depth(value: Any) -> int:
+    """How deeply objects and lists nest in a decoded JSON value (a scalar: 0)."""
+    depth, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            depth = max(depth, level)
+            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return depth
+
+
+def load_line(text: str, line_number: int) -> Any:
+    """One JSONL line decoded, within ``REQUEST_LIMITS`` (length, nesting, number size).
+
+    Raises:
+        JobLineError: bad JSON (the column), or a line over a limit (which one).
+    """
+    max_chars = REQUEST_LIMITS.max_text_chars * 6 + 64 * 1024  # the text (as 6-character escapes, at worst), the rest
+    if len(text) > max_chars:
+        raise JobLineError(line_number, f"the line is {len(text)} characters; at most {max_chars}", code="too_long")
+    try:
+        obj = json.loads(text, parse_int=_bounded_number, parse_float=_bounded_number)
+    except json.JSONDecodeError as exc:
+        hint = ("; a backslash in a path must be doubled (\\\\) or, better, written as a forward slash"
+                if exc.msg.startswith("Invalid \\escape") else "")
+        raise JobLineError(line_number, f"bad JSON: {exc.msg} at column {exc.colno}{hint}") from exc
+    except _LineLimit as exc:
+        raise JobLineError(line_number, f"bad JSON: {exc}", code="too_long") from None
+    except (RecursionError, ValueError) as exc:  # nesting beyond Python's recursion limit; any other refusal
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise JobLineError(line_number, f"bad JSON: {reason}") from None
+    if _json_depth(obj) > REQUEST_LIMITS.max_json_depth:
+        raise JobLineError(line_number, f"bad JSON: objects and lists nest {_json_depth(obj)} deep; at most "
+                                        f"{REQUEST_LIMITS.max_json_depth}")
+    return obj
+
+
 def _pick(obj: dict, canonical: str, line_number: int) -> Any:
     """Value of ``canonical`` or of one of its aliases (an error when two disagree)."""
     names = [n for n in (canonical, *ALIASES.get(canonical, ())) if n in obj]
@@ -803,6 +867,7 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
         raise JobLineError(line_number, _missing_field("input_text", "the text to speak", obj))
     if not isinstance(text, str) or not text.strip():
         raise JobLineError(line_number, "'input_text' must be a non-empty string")
+    _check_text(text, "input_text", line_number)
 
     prompt_text = _pick(obj, "prompt_text", line_number)
     if prompt_text is not None and not isinstance(prompt_text, str):
@@ -898,6 +963,7 @@ def _parse_dialogue_line(obj: dict, line_number: int, sources: AudioSources, out
             raise JobLineError(line_number, "'script' as a list holds objects with 'speaker' and 'text'") from None
     if not isinstance(script_value, str) or not script_value.strip():
         raise JobLineError(line_number, "'script' must be a non-empty dialogue text ('Speaker 1: ...' lines)")
+    _check_text(script_value, "script", line_number)
     for clash in ("input_text", "syn_text", "prompt_audio", "prompt_speech", "voice"):
         if obj.get(clash) not in (None, ""):
             raise JobLineError(line_number, f"both 'script' and {clash!r} are given; a dialogue takes its voices "
@@ -960,12 +1026,7 @@ def iter_job(jsonl_path: str | Path, sources: AudioSources, *, has_default_voice
                 continue
             obj: Any = None
             try:
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    hint = ("; a backslash in a path must be doubled (\\\\) or, better, written as a forward slash"
-                            if exc.msg.startswith("Invalid \\escape") else "")
-                    raise JobLineError(line_number, f"bad JSON: {exc.msg} at column {exc.colno}{hint}") from exc
+                obj = load_line(text, line_number)
                 parsed = parse_line(obj, line_number, sources, has_default_voice=has_default_voice,
                                     digits=config.output_name_digits)
             except JobLineError as exc:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 import secrets
 import shutil
@@ -29,6 +30,10 @@ from typing import Any
 from tts_app.audio.post import write_atomic
 from tts_app.errors import InputError
 
+logger = logging.getLogger(__name__)
+#: ids of damaged jobs already logged by this process
+_WARNED_DAMAGED: set[str] = set()
+
 JOBS_DIR = "jobs"
 STATE_NAME = "job.json"
 INPUT_DIR = "input"
@@ -38,7 +43,9 @@ AUDIO_ZIP_NAME = "audio.zip"
 _JOB_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{8}$")
 
 #: Job statuses. "interrupted": the server stopped (or died) while the job was queued or running; resume it.
-STATUSES = ("queued", "running", "done", "cancelled", "failed", "interrupted")
+#: "damaged": its ``job.json`` cannot be read (empty, truncated, not an object, a value of the wrong type): shown
+#: with the reason, its folder and outputs kept, removed like any ended job once old (never resumed or rewritten).
+STATUSES = ("queued", "running", "done", "cancelled", "failed", "interrupted", "damaged")
 ACTIVE = ("queued", "running")
 
 
@@ -114,9 +121,52 @@ class JobState:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "JobState":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+    def from_dict(cls, data: Any) -> "JobState":
+        """The state ``job.json`` holds (unknown keys ignored, missing ones at their defaults).
+
+        Raises:
+            ValueError: ``data`` is not an object, has no usable ``job_id``, or a value of the wrong type (the
+                message names the field).
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"it holds a JSON {type(data).__name__}, not an object")
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in data:
+                continue
+            value = data[f.name]
+            if not _FIELD_CHECKS[f.name](value):
+                raise ValueError(f"{f.name}={str(value)[:40]!r} is not a valid value")
+            kwargs[f.name] = value
+        if "job_id" not in kwargs:
+            raise ValueError("it has no job_id")
+        return cls(**kwargs)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # not NaN
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _text_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+#: field -> does a ``job.json`` value fit it (a wrong type once stopped the server's start in ``JobStore.prune``)
+_FIELD_CHECKS = {
+    "job_id": lambda v: isinstance(v, str) and bool(_JOB_ID.match(v)), "status": lambda v: v in STATUSES,
+    "created_s": _number, "updated_s": _number, "started_s": lambda v: v is None or _number(v),
+    "finished_s": lambda v: v is None or _number(v), "input_name": lambda v: isinstance(v, str),
+    "audio_name": _text_or_none, "default_voice_name": _text_or_none,
+    "settings": lambda v: isinstance(v, dict), "num_lines": _count, "num_done": _count, "num_ok": _count,
+    "num_failed": _count, "num_cancelled": _count, "num_skipped": _count,
+    "eta_s": lambda v: v is None or _number(v), "batch_size": lambda v: v is None or _count(v),
+    "error": _text_or_none, "owner": _text_or_none, "server_id": _text_or_none,
+    "warnings": lambda v: isinstance(v, list) and all(isinstance(w, str) for w in v),
+}
 
 
 class JobStore:
@@ -191,12 +241,37 @@ class JobStore:
                      json.dumps(state.to_dict(), ensure_ascii=False, indent=1).encode("utf-8"))
 
     def load(self, job_id: str) -> JobState | None:
-        """The job's state, or None when there is no such job (or its ``job.json`` is unreadable)."""
-        path = self.folder(job_id) / STATE_NAME
+        """The job's state; None when there is no such job. A ``job.json`` that cannot be read (empty, truncated,
+        not a job's state) gives a "damaged" state naming the problem, timed by the file's (or folder's)
+        modification time and owned by nobody, after a logged warning: the job stays listed and prunable, and its
+        outputs stay where they are."""
+        folder = self.folder(job_id)
+        path = folder / STATE_NAME
+        data: Any = None
         try:
-            return JobState.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            state = JobState.from_dict(data)
+            if state.job_id != job_id:
+                raise ValueError(f"it names another job, {state.job_id}")
+            return state
+        except FileNotFoundError:
+            if not folder.is_dir():
+                return None
+            problem = "it is missing"
+        except (OSError, ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            problem = str(exc) or type(exc).__name__
+        try:
+            mtime_s = (path if path.exists() else folder).stat().st_mtime
+        except OSError:
             return None
+        if job_id not in _WARNED_DAMAGED:  # once per job and process: the page lists jobs every few seconds
+            _WARNED_DAMAGED.add(job_id)
+            logger.warning("job %s: %s is damaged (%s); its folder is kept and removed when old", job_id, STATE_NAME,
+                           problem)
+        owner = data.get("owner") if isinstance(data, dict) and isinstance(data.get("owner"), str) else None
+        return JobState(job_id=job_id, status="damaged", created_s=mtime_s, updated_s=mtime_s, finished_s=mtime_s,
+                        owner=owner,
+                        error=f"{STATE_NAME} cannot be read: {problem}; the job's outputs are kept in its folder")
 
     def list(self, *, owner: str | None = None, limit: int = 50) -> list[JobState]:
         """Jobs newest first (only ``owner``'s when given)."""

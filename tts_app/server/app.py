@@ -8,9 +8,12 @@ and, at ``/``, the web UI (gradio's app, mounted by ``tts_app.ui.launch`` once t
 The server starts before the model has loaded, so API clients get 503 + ``Retry-After`` (not "connection refused")
 while it loads, and browsers a page that reloads itself until the UI is there (``LateMount``).
 
-CORS: the API sends no CORS headers unless ``ServerConfig.cors_origins`` lists origins (then Starlette's
-``CORSMiddleware`` answers for the whole server, and gradio, seeing it, adds none of its own). Without it a web page
-of another site cannot read API responses in a visitor's browser.
+Access: ``tts_app.server.security.AccessPolicy`` for every route (``AccessGuard``, in front of everything but CORS).
+
+CORS: no route sends CORS headers unless ``ServerConfig.cors_origins`` lists origins (then Starlette's
+``CORSMiddleware`` answers for the whole server). gradio's own CORS middleware never runs: the gradio app's parent
+has Starlette's (``add_cors``, with no origins when none are configured), which is gradio's sign to add none. So a
+web page of another site cannot read responses in a visitor's browser.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import logging
 import time
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,7 +32,7 @@ from tts_app import metrics
 from tts_app.config import ServerConfig
 from tts_app.server.errors import APIError, api_error_handler, validation_error_handler
 from tts_app.server.openai_api import CLIENT_GONE_SCOPE_KEY, OpenAIRoutes
-from tts_app.server.security import check_api_key
+from tts_app.server.security import AccessGuard, AccessPolicy
 from tts_app.server.sessions import BrowserSessions
 from tts_app.server.state import AppHost
 
@@ -169,30 +172,38 @@ def build_app(host: AppHost, config: ServerConfig) -> tuple[FastAPI, LateMount]:
     app = FastAPI(title="tts_app", docs_url=None, redoc_url=None, openapi_url="/v1/openapi.json")
     app.add_exception_handler(APIError, api_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
-    if config.cors_origins:
-        from starlette.middleware.cors import CORSMiddleware
-
-        app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST",
-                           "DELETE", "OPTIONS"], allow_headers=["Authorization", "Content-Type", "X-API-Key"],
-                           expose_headers=["X-Request-Id", "X-Seed", "X-Sampling-Rate", "X-Audio-Duration-S",
-                                           "X-TTS-Warnings", "X-TTS-Stream", "Retry-After"])
-    app.add_middleware(RequestTimer)
+    policy = AccessPolicy(config.api_keys, config.ui_auth)
+    # Starlette runs the middleware added last first: CORS (answers preflights) -> timer -> access -> sessions.
     app.add_middleware(BrowserSessions, output_root=host.output_root, api_keys=tuple(config.api_keys))
+    app.add_middleware(AccessGuard, policy=policy)
+    app.add_middleware(RequestTimer)
+    if config.cors_origins:
+        add_cors(app, config)
     routes = OpenAIRoutes(host, config)
     app.include_router(routes.router())
     registry = metrics.make_registry(lambda: host.runtime)
 
-    def metrics_guard(request: Request) -> None:
-        check_api_key(request, config.api_keys)
-
-    @app.get("/metrics", dependencies=[Depends(metrics_guard)])
+    @app.get("/metrics")
     def prometheus_metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     ui = LateMount(host)
     app.mount("/", ui)
     app.state.openai_routes = routes
+    app.state.access_policy = policy
     return app, ui
+
+
+def add_cors(app: FastAPI, config: ServerConfig) -> None:
+    """Starlette's ``CORSMiddleware`` on ``app`` for ``config.cors_origins`` (none: no CORS headers at all). Added to
+    the gradio app's parent too, where its presence stops gradio from adding its own (which reflects any origin
+    with credentials when the host is not localhost, and localhost origins when it is)."""
+    from starlette.middleware.cors import CORSMiddleware
+
+    app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST",
+                       "DELETE", "OPTIONS"], allow_headers=["Authorization", "Content-Type", "X-API-Key"],
+                       expose_headers=["X-Request-Id", "X-Seed", "X-Sampling-Rate", "X-Audio-Duration-S",
+                                       "X-TTS-Warnings", "X-TTS-Stream", "Retry-After"])
 
 
 def attach_ui(app_loop: asyncio.AbstractEventLoop, ui: LateMount, asgi_app: Any, timeout_s: float = 60.0) -> None:

@@ -51,9 +51,9 @@ from starlette.concurrency import run_in_threadpool
 from tts_app import metrics
 from tts_app.config import MAX_SPEED, MIN_SPEED, ServerConfig
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
-from tts_app.request import EmotionControl, Priority, SynthesisParams, SynthesisRequest
+from tts_app.request import EmotionControl, Priority, SynthesisParams, SynthesisRequest, check_text
 from tts_app.server.errors import APIError
-from tts_app.server.security import RateLimiter, check_api_key, client_id
+from tts_app.server.security import AccessPolicy, RateLimiter, client_id
 from tts_app.server.state import AppHost
 
 if TYPE_CHECKING:
@@ -235,12 +235,13 @@ class OpenAIRoutes:
         self.host = host
         self.config = config
         self.limiter = RateLimiter(config.rate_limit_per_min, config.rate_limit_burst)
+        self.policy = AccessPolicy(config.api_keys, config.ui_auth)
 
     # -- guards ----------------------------------------------------------------------------------------------------
     def guard(self, request: Request) -> None:
-        """Dependency of every ``/v1`` route: the API key (401), then the client's rate (429)."""
-        key = check_api_key(request, self.config.api_keys)
-        self.limiter.check(client_id(request, key))
+        """Dependency of every ``/v1`` route: the client's rate (429), the client being its API key, else its address
+        (who may call at all is ``AccessGuard``'s, in front of every route)."""
+        self.limiter.check(client_id(request, self.policy.api_key(request.headers)))
 
     def runtime(self) -> Runtime:
         """The loaded runtime.
@@ -258,12 +259,10 @@ class OpenAIRoutes:
 
     @staticmethod
     def public_model_id(runtime: Runtime) -> str:
-        """The loaded model's id as the API shows it: the hub id, or for a local checkpoint its folder's name (a
-        server path would tell every API user the server's folder layout)."""
-        from pathlib import Path
+        """The loaded model's id as the API shows it (``tts_app.config.public_model_id``)."""
+        from tts_app.config import public_model_id
 
-        model_id = runtime.model.model_id
-        return Path(model_id).name if Path(model_id).expanduser().exists() else model_id
+        return public_model_id(runtime.model.model_id)
 
     def model_names(self, runtime: Runtime) -> list[str]:
         """Every ``model`` value accepted for the loaded model (its public id first)."""
@@ -350,6 +349,11 @@ class OpenAIRoutes:
             raise APIError(413, f"input is {len(body.input)} characters; at most {self.config.max_input_chars} per "
                                 "request (split the text, or use a JSONL job for long texts)",
                            code="input_too_long", param="input")
+        try:
+            check_text(body.input, "input")  # e.g. a lone surrogate ("\ud800" in the JSON)
+            check_text(body.instructions, "instructions")
+        except InputError as exc:
+            raise APIError(400, str(exc), code="invalid_text", param=exc.field) from None
         fmt = body.response_format.lower()
         if fmt not in CONTENT_TYPES:
             raise APIError(400, f"response_format {body.response_format!r} is not supported; use one of "
@@ -361,7 +365,7 @@ class OpenAIRoutes:
             params = SynthesisParams(seed=0 if body.seed is None else int(body.seed),
                                      speed=None if body.speed == 1.0 else float(body.speed))
         except InputError as exc:
-            raise APIError(400, str(exc), param="speed") from None
+            raise APIError(400, str(exc), param=getattr(exc, "field", None) or "speed") from None
         stats = runtime.engine.stats()
         if stats.num_requests_active >= self.config.max_queue_depth:
             metrics.HTTP_REJECTIONS.labels(reason="queue_full").inc()

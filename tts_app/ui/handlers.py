@@ -20,7 +20,7 @@ import numpy as np
 
 from tts_app.errors import TTSAppError
 from tts_app.monitor import GIB, read_memory
-from tts_app.request import Priority, SynthesisParams, SynthesisRequest
+from tts_app.request import Priority, SynthesisParams, SynthesisRequest, check_text
 from tts_app.ui.context import AppContext
 from tts_app.ui.texts import error_text, pick_language, preview_label, server_text
 
@@ -170,6 +170,10 @@ def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None
     lang = _lang(ctx, request)
     if not text or not text.strip():
         return [], ""
+    try:
+        check_text(text)  # before the front end reads it
+    except TTSAppError as exc:
+        return [], error_text(exc, lang)
     preview = preview_pronunciation(text)
     by_pos = {r.position: r for r in preview.readings}
     spans: list[tuple[str, str | None]] = []
@@ -212,6 +216,10 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
     engine = _engine(ctx)
     if not text or not text.strip():
         raise user_error(server_text(lang, "need_text"))
+    try:
+        check_text(text)  # before any work (reference clean-up included)
+    except TTSAppError as exc:
+        raise user_error(error_text(exc, lang)) from exc
     seed = random.randint(0, MAX_SEED) if randomize_seed else int(seed or 0)
     if voice:
         try:
@@ -414,7 +422,7 @@ def tempo_params(params, speed: float | None, duration_s: float | None, loudness
     try:
         return dataclasses.replace(params, **values)
     except ConfigError as exc:
-        raise user_error(str(exc)) from exc
+        raise user_error(error_text(exc, lang)) from exc
 
 
 def run_web_request(ctx: AppContext, synthesis_request: SynthesisRequest, lang: str, progress, *, reference=None,
@@ -580,6 +588,7 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
     lang = _lang(ctx, request)
     engine = _engine(ctx)
     try:
+        check_text(script, "script")
         parsed = parse_script(script or "")
     except TTSAppError as exc:
         raise user_error(error_text(exc, lang)) from exc

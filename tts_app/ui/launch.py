@@ -144,17 +144,25 @@ def bind_socket(host: str, port: int | None) -> socket.socket:
 
 
 class Server:
-    """uvicorn serving ``app`` on ``sock`` in a background thread with its own event loop."""
+    """uvicorn serving ``app`` on ``sock`` in a background thread with its own event loop.
 
-    def __init__(self, app, sock: socket.socket):
+    Args:
+        forwarded_allow_ips: proxies trusted to name the client in ``X-Forwarded-For``
+            (``ServerConfig.forwarded_allow_ips``); empty: uvicorn ignores the header (its default trusts
+            127.0.0.1, so any local process could pick its own address and dodge the per-client rate limit).
+    """
+
+    def __init__(self, app, sock: socket.socket, forwarded_allow_ips: tuple[str, ...] = ()):
         import asyncio
 
         import uvicorn
 
+        self.app = app
         self.sock = sock
         self.loop = asyncio.new_event_loop()
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5,
-                                                    lifespan="on"))
+                                                    lifespan="on", proxy_headers=bool(forwarded_allow_ips),
+                                                    forwarded_allow_ips=list(forwarded_allow_ips) or None))
         self.thread = threading.Thread(target=self._run, name="http-server", daemon=True)
 
     def _run(self) -> None:
@@ -187,30 +195,57 @@ class Server:
             self.thread.join(timeout=15)
 
 
-def mount_ui(ctx, server_config, server: Server, ui) -> None:
-    """Build the gradio app for the loaded ``ctx`` and attach it at ``/`` of the running server."""
+def compose_ui(ctx, server_config, policy=None):
+    """The gradio app (a FastAPI app) for the loaded ``ctx``, ready to attach at ``/`` of the server
+    (``tts_app.server.app.LateMount``); its file inputs are checked as a launched gradio app checks them.
+
+    Args:
+        policy: the server's ``tts_app.server.security.AccessPolicy`` (its log-in is gradio's form; it learns the
+            gradio app's sessions here); None: one for ``server_config``.
+    """
     import gradio as gr
     from fastapi import FastAPI
 
-    from tts_app.server.app import attach_ui
     from tts_app.jobs.store import JOBS_DIR
+    from tts_app.server.app import add_cors
+    from tts_app.server.security import AccessPolicy
     from tts_app.server.sessions import SESSIONS_DIR
     from tts_app.ui.layout import CSS, build_demo, page_js
+    from tts_app.voices import BUNDLED_VOICES_DIR
+
+    if policy is None:
+        policy = AccessPolicy(server_config.api_keys, server_config.ui_auth)
 
     demo, i18n = build_demo(ctx)
     demo.queue(default_concurrency_limit=8)
     limits = ctx.upload_config
     # The browsers' own output folders and the job folders are served from where they are (not copied into gradio's
     # shared cache, whose files anyone with the URL could fetch), so ``tts_app.server.sessions.BrowserSessions`` can
-    # keep each owner's files its own.
-    gr.set_static_paths([str(ctx.output_root / SESSIONS_DIR), str(ctx.output_root / JOBS_DIR)])
-    holder = gr.mount_gradio_app(FastAPI(), demo, path="/", auth=list(server_config.ui_auth) or None,
+    # keep each owner's files its own. The bundled example voices are public.
+    gr.set_static_paths([str(ctx.output_root / SESSIONS_DIR), str(ctx.output_root / JOBS_DIR), str(BUNDLED_VOICES_DIR)])
+    parent = FastAPI()
+    add_cors(parent, server_config)  # gradio adds no CORS of its own under a parent that has Starlette's
+    holder = gr.mount_gradio_app(parent, demo, path="/", auth=policy.gradio_auth(),
                                  i18n=i18n, css=CSS, js=page_js(ctx.lang),
-                                 allowed_paths=[str(ctx.output_root)],  # voices' files are served as copies from there
+                                 # voices' files are served as copies from there
+                                 allowed_paths=[str(ctx.output_root), str(ctx.voices.root)],
                                  # gradio refuses bigger uploads while they stream in (HTTP 413), before they fill a disk
                                  max_file_size=max(limits.max_upload_bytes, limits.max_zip_upload_bytes),
                                  show_error=True)
-    attach_ui(server.loop, ui, holder)
+    # gradio checks a request's file inputs (``processing_utils._check_allowed``: only files in its upload folder,
+    # never ``blocked_paths``) only once ``launch()`` has run; a mounted app never launches, so say it has. The
+    # owner of each input file is checked before gradio sees the request (``tts_app.server.sessions``).
+    demo.has_launched = True
+    policy.attach_gradio(next(route.app for route in holder.routes if getattr(route, "app", None) is not None
+                              and hasattr(route.app, "tokens")))
+    return holder
+
+
+def mount_ui(ctx, server_config, server: Server, ui) -> None:
+    """Build the gradio app for the loaded ``ctx`` (``compose_ui``) and attach it at ``/`` of the running server."""
+    from tts_app.server.app import attach_ui
+
+    attach_ui(server.loop, ui, compose_ui(ctx, server_config, server.app.state.access_policy))
 
 
 #: Extra command-line flags read from the environment, before the real ones (a Hugging Face Space runs
@@ -263,7 +298,7 @@ def main(argv: list[str]) -> int:
 
     ctx = build_context(args, engine_args, server_config.api_keys)
     app, ui = build_app(ctx, server_config)
-    server = Server(app, sock)
+    server = Server(app, sock, server_config.forwarded_allow_ips)
     # SIGTERM (e.g. from a service manager) ends like Ctrl-C: jobs stop "interrupted", the engine stops.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

@@ -12,6 +12,7 @@ import functools
 import gradio as gr
 from gradio.i18n import I18nData
 
+from tts_app.config import public_model_id
 from tts_app.ui import batch, handlers
 from tts_app.ui.audio import Audio  # gr.Audio without the ffmpeg program
 from tts_app.ui import history as history_handlers
@@ -65,7 +66,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             gr.Markdown(f"### ⚠ {ctx.load_error}", elem_id="load-error")
         else:
             # one translated key per Markdown: gradio translates a string's leading i18n token only
-            gr.Markdown(f"{i18n('model_status')}: `{ctx.model_config.model_id}` · {facts.family} · "
+            gr.Markdown(f"{i18n('model_status')}: `{public_model_id(ctx.model_config.model_id)}` · {facts.family} · "
                         f"{facts.sampling_rate} Hz", elem_id="model-status")
             gr.Markdown(f"{i18n('languages')}: {', '.join(facts.languages)}", elem_id="model-languages")
 

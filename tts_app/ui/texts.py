@@ -284,6 +284,7 @@ SERVER: dict[str, dict[str, str]] = {
         "no_job_yet": "No job yet: upload a task file and press Run job (or open one of your recent jobs).",
         "status_queued": "queued", "status_running": "running", "status_done": "done",
         "status_cancelled": "cancelled", "status_failed": "failed", "status_interrupted": "interrupted (resume it)",
+        "status_damaged": "damaged (its job.json cannot be read; outputs kept)",
         "lines_done": "lines {done}/{total}", "outcomes": "ok {ok} · failed {failed} · cancelled {cancelled}",
         "kept_lines": "{kept} kept from an earlier run", "eta": "about {eta} left", "batch_now": "batch of {size}",
         "col_job_results": "line|output name|status|duration (s)|listen|error / notes",
@@ -351,6 +352,7 @@ SERVER: dict[str, dict[str, str]] = {
         "no_job_yet": "还没有任务：上传任务文件后点击“运行任务”（或打开最近的任务）。",
         "status_queued": "排队中", "status_running": "运行中", "status_done": "已完成",
         "status_cancelled": "已取消", "status_failed": "失败", "status_interrupted": "已中断（可继续）",
+        "status_damaged": "已损坏（job.json 无法读取；输出已保留）",
         "lines_done": "{done}/{total} 行", "outcomes": "成功 {ok} · 失败 {failed} · 取消 {cancelled}",
         "kept_lines": "{kept} 行沿用之前的结果", "eta": "预计还需 {eta}", "batch_now": "批大小 {size}",
         "col_job_results": "行|输出名|状态|时长（秒）|试听|错误 / 提示",
@@ -407,8 +409,9 @@ SERVER["en"].update({
     "voice_error_name_not_text": "A voice name must be text.",
     "voice_error_name_empty": "The voice name is empty: give the voice a name.",
     "voice_error_name_too_long": "The voice name {head!r}… is {length} characters long; at most {limit}.",
-    "voice_error_name_bad_characters": "The voice name {name!r} holds a control character or a slash; use letters, "
-                                       "digits, spaces, '-' or '_'.",
+    "voice_error_name_bad_characters": "The voice name {name!r} holds a control, invisible or direction character or "
+                                       "a slash; use letters, digits, spaces, '-' or '_'.",
+    "voice_error_name_dots": "The voice name {name!r} is only dots; use letters or digits.",
     "voice_error_not_found": "There is no voice named {name!r} (voices: {voices}); save it first or check the "
                              "spelling.",
     "voice_error_not_found_none": "There is no voice named {name!r}, and no voice is saved yet; save it first.",
@@ -429,7 +432,8 @@ SERVER["zh"].update({
     "voice_error_name_not_text": "声音名称必须是文字。",
     "voice_error_name_empty": "声音名称为空：请为声音命名。",
     "voice_error_name_too_long": "声音名称 {head!r}… 有 {length} 个字符；最多 {limit} 个。",
-    "voice_error_name_bad_characters": "声音名称 {name!r} 含有控制字符或斜杠；请使用字母、数字、空格、“-”或“_”。",
+    "voice_error_name_bad_characters": "声音名称 {name!r} 含有控制字符、不可见字符、方向字符或斜杠；请使用字母、数字、空格、“-”或“_”。",
+    "voice_error_name_dots": "声音名称 {name!r} 只有点号；请使用字母或数字。",
     "voice_error_not_found": "没有名为 {name!r} 的声音（现有声音：{voices}）；请先保存它，或检查拼写。",
     "voice_error_not_found_none": "没有名为 {name!r} 的声音，也还没有保存任何声音；请先保存它。",
     "voice_error_not_voice_or_file": "{name!r} 既不是音频文件，也不是已保存的声音（现有声音：{voices}）。",
