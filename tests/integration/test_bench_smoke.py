@@ -121,7 +121,9 @@ def test_gpu_check_cpu_tiny_mode_runs_every_code_path(tmp_path):
 
 
 def test_gpu_check_indextts2_cpu_tiny_mode_runs_every_code_path(tmp_path, tiny_checkpoint):
-    pytest.importorskip("indextts")
+    from tests.adapter_helpers import skip_without
+
+    skip_without("indextts")
     out = tmp_path / "gpu-indextts2.json"
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_check.py"), "--family", "indextts2",
                            "--device", "cpu", "--tiny", "--checkpoint", str(tiny_checkpoint("indextts2")),
