@@ -5,9 +5,7 @@ preprocess -> generate -> postprocess run. Assertions stay in the test files."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -56,10 +54,13 @@ def skip_without(module: str) -> None:
 
 
 def run_make_tiny_model(family: str, out: Path) -> subprocess.CompletedProcess:
-    """``python -m tts_app make-tiny-model --family FAMILY --out OUT`` in a child process, offline, one thread."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT))
-    return subprocess.run([sys.executable, "-m", "tts_app", "make-tiny-model", "--family", family, "--out", str(out)],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    """``python -m tts_app make-tiny-model --family FAMILY --out OUT`` in a child process, offline, one thread:
+    forked from the tests' forkserver (``tests.ui_app.run_module_forked``), so it skips a fresh interpreter's ~10-30 s
+    of imports but still runs in another process than the tests' own build of the same checkpoint (another Python
+    hash seed and global random states)."""
+    from tests.ui_app import run_module_forked
+
+    return run_module_forked("tts_app", "make-tiny-model", "--family", family, "--out", str(out), timeout_s=300)
 
 
 def spy_from_pretrained(monkeypatch, *classes) -> list[tuple[str, str]]:

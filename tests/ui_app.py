@@ -124,6 +124,53 @@ def _run_app(argv: list[str], env: dict[str, str], log_path: str) -> None:
     runpy.run_path(str(ROOT / "app.py"), run_name="__main__")
 
 
+def _run_module(module: str, argv: list[str], env: dict[str, str], stdout_path: str, stderr_path: str) -> None:
+    """Body of a forked ``python -m MODULE ARGV``: run in the checkout's root with environment ``env``, stdout and
+    stderr written to the two files."""
+    import runpy
+
+    os.environ.clear()
+    os.environ.update(env)
+    for fd, path in ((1, stdout_path), (2, stderr_path)):
+        file_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(file_fd, fd)
+        os.close(file_fd)
+    sys.stdout = open(1, "w", encoding="utf-8", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
+    os.chdir(ROOT)
+    sys.argv = [module, *argv]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def run_module_forked(module: str, *argv: str, env: dict[str, str] | None = None,
+                      timeout_s: float = 600.0) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGV`` in a process forked from the apps' forkserver (``APP_IMPORTS`` already imported),
+    like ``subprocess.run(..., capture_output=True, text=True)``: the exit status (negative signal number when
+    killed), stdout and stderr. For a command whose run is under test, not its start: the output lacks what a fresh
+    interpreter prints while importing (warnings), and it exits without the interpreter's finalisation.
+
+    Raises:
+        subprocess.TimeoutExpired: it ran longer than ``timeout_s`` (it is killed).
+    """
+    import tempfile
+
+    child_env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", **(env or {}))
+    warm_up_app_imports()
+    with tempfile.TemporaryDirectory(prefix="tts_app-run-") as folder:
+        out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+        process = _forkserver().Process(target=_run_module, args=(module, list(argv), child_env, str(out), str(err)),
+                                        name=f"python -m {module}", daemon=True)
+        process.start()
+        process.join(timeout_s)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+            raise subprocess.TimeoutExpired(["-m", module, *argv], timeout_s)
+        return subprocess.CompletedProcess(["-m", module, *argv], process.exitcode,
+                                           out.read_text(errors="replace") if out.exists() else "",
+                                           err.read_text(errors="replace") if err.exists() else "")
+
+
 class ForkedApp:
     """An app forked by ``start_app``: the part of ``subprocess.Popen`` the tests use (``pid``, ``poll``,
     ``terminate`` = SIGTERM, ``kill``, ``wait``, ``returncode``: negative signal number when killed)."""
