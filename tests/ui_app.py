@@ -1,4 +1,9 @@
-"""Launch the real app (tiny checkpoint) in-process or as a subprocess, for the UI tests."""
+"""Launch the real app (tiny checkpoint) for the UI tests, and the browser helpers.
+
+``start_app`` runs ``app.py`` in its own process: forked from a forkserver that imported the app once per test session
+(``tests/app_imports.py``; a fresh interpreter spends most of a start importing torch, transformers and gradio), or
+as a fresh ``python app.py`` when the test's environment must be seen at import. ``run_module_forked`` does the
+same for a ``python -m`` command whose run, not start, is under test."""
 
 from __future__ import annotations
 
@@ -66,6 +71,16 @@ def free_port() -> int:
 #: start; see the module). Imported when the tests run from the checkout's root, as ``scripts/test.sh`` does (else
 #: each app imports it itself: slower, the same app).
 APP_IMPORTS = ("tests.app_imports",)
+
+
+def _read_at_start_up() -> frozenset[str]:
+    """Environment variables the app reads when it starts (``tts_app.cli.args``, ``tts_app.ui.launch``), not while
+    modules are imported: an app given only these is still forked. Any other variable starts a fresh
+    ``python app.py`` (gradio reads ``GRADIO_TEMP_DIR`` at import; a ``PATH`` test is about a fresh start)."""
+    from tts_app.cli.args import API_KEY_ENV, HOST_ENV, PORT_ENV, UI_AUTH_ENV
+    from tts_app.ui.launch import ARGS_ENV
+
+    return frozenset({API_KEY_ENV, HOST_ENV, PORT_ENV, UI_AUTH_ENV, ARGS_ENV})
 
 
 def _forkserver():
@@ -209,9 +224,10 @@ def start_app(model_dir: Path, *extra: str, lang: str | None = None, timeout_s: 
     """Start ``python app.py --model DIR`` on a loopback port (free one unless given); returns (process, url) once
     ``url + ready_path`` answers 200 (the web page: the model has loaded and the UI is mounted).
 
-    The app is forked from a forkserver that has imported ``APP_IMPORTS`` (a ``ForkedApp``), or, when ``env`` is
-    given, run as a fresh ``python app.py`` (a ``subprocess.Popen``): some variables are read when a module is
-    imported (gradio's ``GRADIO_TEMP_DIR`` upload folder, for one), which a forked app has done before it sees them.
+    The app is forked from a forkserver that has imported ``APP_IMPORTS`` (a ``ForkedApp``), or, when ``env`` holds
+    a variable outside ``_read_at_start_up()``, run as a fresh ``python app.py`` (a ``subprocess.Popen``): some
+    variables are read when a module is imported (gradio's ``GRADIO_TEMP_DIR`` upload folder, for one), which a
+    forked app has done before it sees them.
 
     Args:
         port: ``--port`` (None: a free one).
@@ -230,7 +246,7 @@ def start_app(model_dir: Path, *extra: str, lang: str | None = None, timeout_s: 
     if lang:
         argv += ["--lang", lang]
     log_path = model_dir.parent / f"app-{port}.log"  # a restart on the same port appends
-    if env:
+    if set(env or ()) - _read_at_start_up():
         log = open(log_path, "a")
         proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), *argv], cwd=ROOT, env=app_env, stdout=log,
                                 stderr=subprocess.STDOUT)
