@@ -55,12 +55,13 @@ def skip_without(module: str) -> None:
 
 def run_make_tiny_model(family: str, out: Path) -> subprocess.CompletedProcess:
     """``python -m tts_app make-tiny-model --family FAMILY --out OUT`` in a child process, offline, one thread:
-    forked from the tests' forkserver (``tests.ui_app.run_module_forked``), so it skips a fresh interpreter's ~10-30 s
+    forked from the tests' forkserver (``tests.ui_app.run_python_forked``), so it skips a fresh interpreter's ~10-30 s
     of imports but still runs in another process than the tests' own build of the same checkpoint (another Python
     hash seed and global random states)."""
-    from tests.ui_app import run_module_forked
+    from tests.ui_app import run_python_forked
 
-    return run_module_forked("tts_app", "make-tiny-model", "--family", family, "--out", str(out), timeout_s=300)
+    return run_python_forked("-m", "tts_app", "make-tiny-model", "--family", family, "--out", str(out),
+                             env={"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}, timeout_s=300)
 
 
 def spy_from_pretrained(monkeypatch, *classes) -> list[tuple[str, str]]:

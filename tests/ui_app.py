@@ -2,8 +2,8 @@
 
 ``start_app`` runs ``app.py`` in its own process: forked from a forkserver that imported the app once per test session
 (``tests/app_imports.py``; a fresh interpreter spends most of a start importing torch, transformers and gradio), or
-as a fresh ``python app.py`` when the test's environment must be seen at import. ``run_module_forked`` does the
-same for a ``python -m`` command whose run, not start, is under test."""
+as a fresh ``python app.py`` when the test's environment must be seen at import. ``run_python_forked`` does the
+same for a ``python`` command whose run, not its start, is under test."""
 
 from __future__ import annotations
 
@@ -139,9 +139,9 @@ def _run_app(argv: list[str], env: dict[str, str], log_path: str) -> None:
     runpy.run_path(str(ROOT / "app.py"), run_name="__main__")
 
 
-def _run_module(module: str, argv: list[str], env: dict[str, str], stdout_path: str, stderr_path: str) -> None:
-    """Body of a forked ``python -m MODULE ARGV``: run in the checkout's root with environment ``env``, stdout and
-    stderr written to the two files."""
+def _run_python(args: list[str], env: dict[str, str], stdout_path: str, stderr_path: str) -> None:
+    """Body of a forked ``python ARGS`` (``["-m", MODULE, ...]`` or ``[SCRIPT, ...]``): run in the checkout's root
+    with environment ``env``, stdout and stderr written to the two files."""
     import runpy
 
     os.environ.clear()
@@ -153,35 +153,43 @@ def _run_module(module: str, argv: list[str], env: dict[str, str], stdout_path: 
     sys.stdout = open(1, "w", encoding="utf-8", buffering=1, closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
     os.chdir(ROOT)
-    sys.argv = [module, *argv]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    extra_path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:0] = [p for p in extra_path if p not in sys.path]  # as python reads $PYTHONPATH at start-up
+    if args[0] == "-m":
+        sys.argv = [args[1], *args[2:]]
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(args)
+        sys.path.insert(0, str(Path(args[0]).resolve().parent))  # as python puts a script's folder first
+        runpy.run_path(args[0], run_name="__main__")
 
 
-def run_module_forked(module: str, *argv: str, env: dict[str, str] | None = None,
+def run_python_forked(*args: str, env: dict[str, str] | None = None,
                       timeout_s: float = 600.0) -> subprocess.CompletedProcess:
-    """``python -m MODULE ARGV`` in a process forked from the apps' forkserver (``APP_IMPORTS`` already imported),
-    like ``subprocess.run(..., capture_output=True, text=True)``: the exit status (negative signal number when
-    killed), stdout and stderr. For a command whose run is under test, not its start: the output lacks what a fresh
-    interpreter prints while importing (warnings), and it exits without the interpreter's finalisation.
+    """``python ARGS`` (``"-m", MODULE, ...`` or ``SCRIPT, ...``) in a process forked from the apps' forkserver
+    (``APP_IMPORTS`` already imported), like ``subprocess.run(..., capture_output=True, text=True)`` run from the
+    checkout's root: the exit status (negative signal number when killed), stdout and stderr. For a command whose
+    run is under test, not its start: the output lacks what a fresh interpreter prints while importing (warnings),
+    and it exits without the interpreter's finalisation. ``env``: variables added to this process's environment.
 
     Raises:
         subprocess.TimeoutExpired: it ran longer than ``timeout_s`` (it is killed).
     """
     import tempfile
 
-    child_env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", **(env or {}))
+    child_env = dict(os.environ, **(env or {}))
     warm_up_app_imports()
     with tempfile.TemporaryDirectory(prefix="tts_app-run-") as folder:
         out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-        process = _forkserver().Process(target=_run_module, args=(module, list(argv), child_env, str(out), str(err)),
-                                        name=f"python -m {module}", daemon=True)
+        process = _forkserver().Process(target=_run_python, args=(list(args), child_env, str(out), str(err)),
+                                        name=f"python {' '.join(args)}", daemon=True)
         process.start()
         process.join(timeout_s)
         if process.exitcode is None:
             process.kill()
             process.join()
-            raise subprocess.TimeoutExpired(["-m", module, *argv], timeout_s)
-        return subprocess.CompletedProcess(["-m", module, *argv], process.exitcode,
+            raise subprocess.TimeoutExpired(list(args), timeout_s)
+        return subprocess.CompletedProcess(list(args), process.exitcode,
                                            out.read_text(errors="replace") if out.exists() else "",
                                            err.read_text(errors="replace") if err.exists() else "")
 
