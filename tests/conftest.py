@@ -33,6 +33,36 @@ def _pin_torch_threads() -> None:
 _pin_torch_threads()
 
 
+def _starts_apps(item) -> bool:
+    """Whether a collected test starts the web app with ``tests.ui_app.start_app`` (its module calls it, or it uses
+    the browser tests' shared ``app_url``)."""
+    from tests import ui_app
+
+    module = getattr(item, "module", None)
+    return getattr(module, "start_app", None) is ui_app.start_app or "app_url" in getattr(item, "fixturenames", ())
+
+
+def pytest_configure(config) -> None:
+    # A run of whole folders that hold app tests (the suite, tests/e2e, tests/integration): start the apps'
+    # forkserver now, so its imports overlap collection on the second core.
+    if config.option.collectonly:
+        return
+    folders = [Path(arg.split("::")[0]).resolve() for arg in config.args]
+    app_tests = [Path(__file__).parent / "e2e", Path(__file__).parent / "integration"]
+    if any(folder.is_dir() and any(t == folder or folder in t.parents for t in app_tests) for folder in folders):
+        from tests.ui_app import warm_up_app_imports
+
+        warm_up_app_imports()
+
+
+def pytest_collection_finish(session) -> None:
+    # Otherwise as soon as the selected tests are known to start an app (a no-op if it already runs).
+    if not session.config.option.collectonly and any(_starts_apps(item) for item in session.items):
+        from tests.ui_app import warm_up_app_imports
+
+        warm_up_app_imports()
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """Folder of the real (synthetic-voice) speech clips copied from ../shared/audio."""

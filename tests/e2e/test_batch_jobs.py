@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from tests.ui_app import free_port, playwright_or_skip, start_app, stop_app
+from tests.ui_app import free_port, playwright_or_skip, start_app, stop_app, upload_files
 
 pytestmark = pytest.mark.e2e
 playwright_or_skip()
@@ -67,9 +67,7 @@ def test_a_job_is_followed_across_a_reload_and_a_server_restart(tiny_checkpoint,
     page.set_default_timeout(120_000)
     try:
         _open_batch_tab(page, url)
-        page.locator("#jsonl input[type=file]").set_input_files(str(jsonl))
-        page.locator("#audio-zip input[type=file]").set_input_files(str(tmp_path / "voices.zip"))
-        page.wait_for_timeout(1500)
+        upload_files(page, {"#jsonl": jsonl, "#audio-zip": tmp_path / "voices.zip"})
         page.locator("#run-job").click()
         _wait_status(page, ["running"], 60_000)
         page.wait_for_function("() => Number(document.querySelector('#job-progress [data-status]')"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui_app import playwright_or_skip, screenshot_dir, start_app, stop_app
+from tests.ui_app import playwright_or_skip, screenshot_dir, start_app, stop_app, upload_files
 
 pytestmark = pytest.mark.e2e
-playwright_or_skip()
+sync_api = playwright_or_skip()
 
 SHOTS = screenshot_dir()
 
@@ -61,8 +61,7 @@ def test_settings_start_at_the_model_defaults_and_reset_to_them(page):
         assert page.locator(knob).count() == 0 or not page.locator(knob).first.is_visible(), knob
     cfg.fill("2.5")
     cfg.press("Enter")
-    page.wait_for_timeout(300)
-    assert float(cfg.input_value()) == 2.5
+    sync_api.expect(cfg).to_have_value("2.5")
     page.locator("#reset-defaults").click()
     page.wait_for_function("() => document.querySelector('#cfg-scale input[type=number]').value === '1.3'",
                            timeout=10_000)
@@ -80,9 +79,7 @@ def test_batch_tab_runs_three_lines(page, data_dir, tmp_path):
 
     with zipfile.ZipFile(tmp_path / "voices.zip", "w") as zf:
         zf.write(tmp_path / "voice.wav", "voice.wav")
-    page.locator("#jsonl input[type=file]").set_input_files(str(jsonl))
-    page.locator("#audio-zip input[type=file]").set_input_files(str(tmp_path / "voices.zip"))
-    page.wait_for_timeout(1500)
+    upload_files(page, {"#jsonl": jsonl, "#audio-zip": tmp_path / "voices.zip"})
     page.locator("#run-job").click()
     page.wait_for_function(
         "() => (document.querySelector('#job-results')?.innerText.match(/\\bok\\b/g) || []).length >= 3",
@@ -96,7 +93,9 @@ def test_memory_gauge_updates(page):
     page.get_by_role("tab", name="Memory").click()
     page.wait_for_selector("#gauge p, #gauge li", timeout=30_000)
     first = page.locator("#gauge").inner_text()
-    page.wait_for_timeout(2500)
+    # the gauge's timer ticks every second: wait for the next reading shown
+    page.wait_for_function("(first) => document.querySelector('#gauge').innerText !== first", arg=first,
+                           timeout=30_000)
     second = page.locator("#gauge").inner_text()
     assert "GiB" in first and first != second
     page.screenshot(path=str(SHOTS / "memory.png"), full_page=True)

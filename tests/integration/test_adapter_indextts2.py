@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("indextts")
+from tests.adapter_helpers import (REPO_ROOT, load_reference, run_batch, run_make_tiny_model,  # noqa: E402
+                                  skip_without)
 
-from tests.adapter_helpers import REPO_ROOT, load_reference, run_batch, run_make_tiny_model  # noqa: E402
+skip_without("indextts")
+
 from tts_app.adapters.base import AdapterRow, RowEmotion  # noqa: E402
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError  # noqa: E402
 from tts_app.request import SynthesisParams  # noqa: E402

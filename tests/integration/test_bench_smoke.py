@@ -1,16 +1,19 @@
 """Smoke test of the performance harness: ``bench/run.py --tiny --json`` runs end to end and every table holds finite
-numbers; ``bench/gpu_check.py`` says clearly that it needs CUDA (and its CPU mode runs). No timing thresholds."""
+numbers; ``bench/gpu_check.py`` says clearly that it needs CUDA (and its CPU mode runs). No timing thresholds.
+
+The scripts run in processes forked from the tests' forkserver (``tests.ui_app.run_python_forked``: torch and
+transformers already imported), not fresh interpreters: what is under test is their run and report."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.ui_app import run_python_forked
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("throughput", "padding", "kv_cache", "memory", "oom", "frontend", "jsonl", "continuous", "ttfa", "prefix")
@@ -29,8 +32,8 @@ def _finite(value) -> bool:
 @pytest.fixture(scope="module")
 def tiny_report(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("bench") / "report.json"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "run.py"), "--tiny", "--json", str(out)],
-                          cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=600)  # ~2 min alone
+    proc = run_python_forked(str(REPO_ROOT / "bench" / "run.py"), "--tiny", "--json", str(out), env=_env(),
+                             timeout_s=600)  # ~2 min alone
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
     report["stdout"] = proc.stdout
@@ -92,8 +95,7 @@ def test_gpu_check_without_cuda_exits_with_a_clear_message():
 
     if torch.cuda.is_available():
         pytest.skip("CUDA is present; the no-CUDA path cannot be shown here")
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_check.py")], cwd=REPO_ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = run_python_forked(str(REPO_ROOT / "bench" / "gpu_check.py"), env=_env(), timeout_s=300)
     assert proc.returncode == 2
     assert "no CUDA device" in proc.stderr and "--device cpu --tiny" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -101,9 +103,8 @@ def test_gpu_check_without_cuda_exits_with_a_clear_message():
 
 def test_gpu_check_cpu_tiny_mode_runs_every_code_path(tmp_path):
     out = tmp_path / "gpu.json"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_check.py"), "--device", "cpu", "--tiny",
-                           "--json", str(out)], cwd=REPO_ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=600)
+    proc = run_python_forked(str(REPO_ROOT / "bench" / "gpu_check.py"), "--device", "cpu", "--tiny", "--json",
+                             str(out), env=_env(), timeout_s=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
     decode = report["decode"]
@@ -121,12 +122,13 @@ def test_gpu_check_cpu_tiny_mode_runs_every_code_path(tmp_path):
 
 
 def test_gpu_check_indextts2_cpu_tiny_mode_runs_every_code_path(tmp_path, tiny_checkpoint):
-    pytest.importorskip("indextts")
+    from tests.adapter_helpers import skip_without
+
+    skip_without("indextts")
     out = tmp_path / "gpu-indextts2.json"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "gpu_check.py"), "--family", "indextts2",
-                           "--device", "cpu", "--tiny", "--checkpoint", str(tiny_checkpoint("indextts2")),
-                           "--batch-sizes", "1,2", "--new-tokens", "4", "--json", str(out)],
-                          cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+    proc = run_python_forked(str(REPO_ROOT / "bench" / "gpu_check.py"), "--family", "indextts2", "--device", "cpu",
+                             "--tiny", "--checkpoint", str(tiny_checkpoint("indextts2")), "--batch-sizes", "1,2",
+                             "--new-tokens", "4", "--json", str(out), env=_env(), timeout_s=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
     assert {(r["batch_size"], r["use_cache"]) for r in report["decode"]} == {(1, True), (1, False), (2, True),

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("indextts")
+from tests.adapter_helpers import load_reference, skip_without  # noqa: E402
 
-from tests.adapter_helpers import load_reference  # noqa: E402
+skip_without("indextts")
+
 from tts_app.adapters.base import AdapterRow  # noqa: E402
 from tts_app.config import EngineConfig  # noqa: E402
 from tts_app.engine import Engine  # noqa: E402

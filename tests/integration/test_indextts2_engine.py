@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-pytest.importorskip("indextts")
+from tests.adapter_helpers import skip_without  # noqa: E402
+
+skip_without("indextts")
 
 from tts_app.cli.synth import main  # noqa: E402
 

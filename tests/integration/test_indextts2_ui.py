@@ -8,7 +8,9 @@ import json
 import pytest
 import soundfile as sf
 
-pytest.importorskip("indextts")
+from tests.adapter_helpers import skip_without  # noqa: E402
+
+skip_without("indextts")
 gradio_client = pytest.importorskip("gradio_client")
 
 from tests.ui_app import start_app, stop_app  # noqa: E402
