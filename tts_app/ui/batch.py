@@ -49,18 +49,33 @@ _VIEW_NAMES = ["progress", "results", "zip", "run_button", "cancel_button", "res
 API_RETURNS = {"/job_status": ["job"], "/job_results": ["records", "zip"],
                "/submit_job": ["browser", "job_id", *_VIEW_NAMES], "/resume_job": ["browser", *_VIEW_NAMES]}
 
+# The results table scrolls inside a box of its own (``.job-rows``, a div inside the HTML): gradio's block around
+# an ``gr.HTML`` keeps ``overflow: visible``, so a height limit on the block itself lets the rows spill over the ZIP
+# box and the footer below it (issue 23). Its header stays in view while the rows scroll. On a narrow screen (a
+# phone) each line becomes a small card (line, name, status, duration; then the player; then the notes), so no row
+# is wider than the screen.
 CSS = """
 #job-progress { min-height: 3.5em; }
 #job-progress .job-bar { height: 0.9em; background: var(--neutral-200); border-radius: 0.45em; overflow: hidden; }
 #job-progress .job-bar > div { height: 100%; background: var(--color-accent); transition: width 0.5s; }
 #job-progress p { margin: 0.4em 0 0 0; }
-#job-results { max-height: 640px; overflow-y: auto; }
-#job-results table { table-layout: fixed; width: 100%; border-collapse: collapse; font-size: 0.9em; }
+#job-results .job-rows { max-height: min(640px, 75vh); overflow: auto; overscroll-behavior: contain; }
+#job-results table { table-layout: fixed; width: 100%; border-collapse: collapse; font-size: 0.9em; margin: 0; }
+#job-results thead th { position: sticky; top: 0; z-index: 1; background: var(--block-background-fill); }
 #job-results th, #job-results td { padding: 0.25em 0.4em; border-bottom: 1px solid var(--neutral-200);
                                    overflow-wrap: anywhere; vertical-align: middle; text-align: left; }
 #job-results col.c-line { width: 4em; } #job-results col.c-status { width: 6em; }
-#job-results col.c-dur { width: 5em; } #job-results col.c-audio { width: 16em; }
+#job-results col.c-dur { width: 6em; } #job-results col.c-audio { width: 16em; }
 #job-results audio { width: 100%; height: 2em; }
+@media (max-width: 640px) {
+  #job-results thead, #job-results colgroup { display: none; }
+  #job-results table, #job-results tbody { display: block; }
+  #job-results tr { display: grid; grid-template-columns: 3em minmax(0, 1fr) auto auto; column-gap: 0.4em;
+                    border-bottom: 1px solid var(--neutral-200); padding: 0.3em 0; }
+  #job-results td { border: none; padding: 0.1em 0.2em; }
+  #job-results td:nth-child(5), #job-results td:nth-child(6) { grid-column: 1 / -1; }
+  #job-results td:nth-child(6):empty { display: none; }
+}
 """
 
 
@@ -156,8 +171,9 @@ def results_html(ctx: AppContext, job_id: str | None, status_filter: str, lang: 
             f"<td>{'' if duration is None else f'{duration:.2f}'}</td>", f"<td>{player}</td>",
             f"<td>{'<br>'.join(html.escape(n) for n in notes if n)}</td>"]) + "</tr>")
     cols = "".join(f'<col class="{c}">' for c in ("c-line", "c-name", "c-status", "c-dur", "c-audio", "c-notes"))
-    table = (f"<table><colgroup>{cols}</colgroup><thead><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}"
-             f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    table = (f'<div class="job-rows"><table><colgroup>{cols}</colgroup><thead><tr>'
+             f"{''.join(f'<th>{html.escape(h)}</th>' for h in head)}</tr></thead><tbody>{''.join(rows)}</tbody>"
+             f"</table></div>")
     if len(records) > MAX_SHOWN_ROWS:
         table += f"<p>{html.escape(server_text(lang, 'rows_shown', shown=MAX_SHOWN_ROWS, total=len(records)))}</p>"
     if not records:
