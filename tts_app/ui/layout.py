@@ -129,8 +129,10 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     reset = gr.Button(i18n("reset_defaults"), size="sm", elem_id="reset-defaults")
             emotion = _emotion_widgets(facts, i18n, ctx.lang)
             # Without a model nothing can be generated: the button waits, greyed out, under the banner's fix.
-            generate = gr.Button(i18n("generate"), variant="primary", elem_id="generate",
-                                 interactive=ctx.engine is not None)
+            with gr.Row():
+                generate = gr.Button(i18n("generate"), variant="primary", elem_id="generate",
+                                     interactive=ctx.engine is not None, scale=4)
+                stop_single = gr.Button(i18n("stop"), variant="stop", elem_id="stop", scale=1)
             # The non-streaming /synthesize API (same inputs, the final files only); the button above streams.
             synthesize_api = gr.Button(visible=False)
             # Plays the speech while it is generated (chunks as the engine decodes them); the file is below. A
@@ -162,7 +164,10 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             with gr.Row():
                 d_seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="dialogue-seed")
                 d_speed, d_duration, d_loudness, d_format = _output_controls(i18n, "dialogue-")
-            generate_dialogue = gr.Button(i18n("generate_dialogue"), variant="primary", elem_id="generate-dialogue")
+            with gr.Row():
+                generate_dialogue = gr.Button(i18n("generate_dialogue"), variant="primary",
+                                              elem_id="generate-dialogue", scale=4)
+                stop_dialogue = gr.Button(i18n("stop"), variant="stop", elem_id="stop-dialogue", scale=1)
             dialogue_outputs = _result_widgets(i18n, ctx.lang, audio="dialogue-audio", seed=None, srt="dialogue-srt",
                                                metadata="dialogue-metadata", timings="dialogue-timings")
 
@@ -198,9 +203,14 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         # history_handlers.rerun_values's outputs
         rerun_outputs = [ref_audio, text, ref_text, seed, randomize, voice, greedy, *knob_widgets, use_cache, speed,
                          duration_s, loudness, audio_format, segment_durations]
-        generate.click(_wrap(handlers.synthesize_stream, ctx), synthesis_inputs, [live_audio, *synthesis_outputs],
-                       api_name="synthesize_stream", show_progress_on=[out_audio], **MODEL_CONCURRENCY
-                       ).success(**remember)  # the page's generations go to its history, API calls do not
+        single_run = generate.click(_wrap(handlers.synthesize_stream, ctx), synthesis_inputs,
+                                    [live_audio, *synthesis_outputs], api_name="synthesize_stream",
+                                    show_progress_on=[out_audio], **MODEL_CONCURRENCY)
+        single_run.success(**remember)  # the page's generations go to its history, API calls do not
+        # Stop: the engine drops this session's request (its queued segments and its rows in the running batch;
+        # handlers.RUNNING also covers a history Re-run), and gradio ends the event on the page.
+        stop_single.click(_stop_fn(ctx, "single"), None, None, cancels=[single_run], queue=False,
+                          api_visibility="private")
         synthesize_api.click(_wrap(handlers.synthesize, ctx), synthesis_inputs, synthesis_outputs,
                              api_name="synthesize", show_progress_on=[out_audio],
                              **MODEL_CONCURRENCY)  # progress and errors in one place
@@ -226,11 +236,13 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                         api_visibility="private", show_progress_on=[out_audio], **MODEL_CONCURRENCY
                     ).success(**remember)
 
-        generate_dialogue.click(_wrap(handlers.synthesize_dialogue, ctx),
-                                [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness,
-                                 d_format], dialogue_outputs,
-                                api_name="synthesize_dialogue", show_progress_on=[dialogue_outputs[0]],
-                                **MODEL_CONCURRENCY)
+        dialogue_run = generate_dialogue.click(
+            _wrap(handlers.synthesize_dialogue, ctx),
+            [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness, d_format],
+            dialogue_outputs, api_name="synthesize_dialogue", show_progress_on=[dialogue_outputs[0]],
+            **MODEL_CONCURRENCY)
+        stop_dialogue.click(_stop_fn(ctx, "dialogue"), None, None, cancels=[dialogue_run], queue=False,
+                            api_visibility="private")
         transcribe.click(_wrap(voice_handlers.transcribe_reference, ctx), [ref_audio, voice], [ref_text],
                          api_name="transcribe", **MODEL_CONCURRENCY)
         # --- voice library
@@ -299,6 +311,15 @@ def _rerun_fn(ctx: AppContext, entry_id: str):
         return history_handlers.rerun_values(ctx, entry_id, request)
 
     return rerun
+
+
+def _stop_fn(ctx: AppContext, kind: str):
+    """The Stop button of tab ``kind`` (``handlers.stop_generation``)."""
+
+    def stop(request: gr.Request = None):
+        return handlers.stop_generation(ctx, kind, request)
+
+    return stop
 
 
 def _wrap(fn, ctx: AppContext):

@@ -205,6 +205,7 @@ EN.update({
     "generate_dialogue": "Generate dialogue",
     "history": "History: this browser's last generations (Re-run generates again with the same settings)",
     "rerun": "Re-run",
+    "stop": "Stop",
 })
 ZH.update({
     "voice": "声音（已保存的声音，或上传的音频）",
@@ -230,6 +231,7 @@ ZH.update({
     "generate_dialogue": "生成对话",
     "history": "历史记录：本浏览器最近的生成（“重新生成”沿用当时的设置再生成一次）",
     "rerun": "重新生成",
+    "stop": "停止",
 })
 
 assert EN.keys() == ZH.keys()  # a missing translation is a programming error, caught at import
@@ -392,6 +394,7 @@ SERVER["en"].update({
                           "{number}.",
     "history_empty": "Nothing generated yet: your generations will be listed here.", "history_voice": "voice",
     "history_not_saved": "The audio is ready, but it could not be added to the history: {error}",
+    "generation_stopped": "Stopped: this generation was cancelled; nothing was saved.",
 })
 SERVER["zh"].update({
     "voice_upload": "（上传 / 录制的音频）", "voice_example": "示例",
@@ -401,6 +404,7 @@ SERVER["zh"].update({
     "need_speaker_voice": "{name}（说话人 {number}）没有声音：请为说话人 {number} 选择已保存的声音或上传音频。",
     "history_empty": "还没有生成记录：生成的音频会列在这里。", "history_voice": "声音",
     "history_not_saved": "音频已生成，但未能加入历史记录：{error}",
+    "generation_stopped": "已停止：本次生成已取消，没有保存任何内容。",
 })
 # The voice library's refusals (``tts_app.voices.VoiceError.code``), shown by ``error_text``.
 SERVER["en"].update({
