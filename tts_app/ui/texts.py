@@ -294,6 +294,8 @@ SERVER: dict[str, dict[str, str]] = {
         "rows_shown": "Showing the first {shown} of {total} lines; the ZIP has every line.",
         "no_rows": "No lines to show.",
         "no_such_job": "There is no job {job_id} (it may have been removed).",
+        "bad_job_id": "{value} is not a job id: give the job id text, e.g. 20250101-120000-1a2b3c4d (the first "
+                      "value /submit_job returns).",
         "not_your_job": "Job {job_id} belongs to another browser (or API key); open it from the one that started it.",
         "upload_too_large": "{name} is {size}; files up to {limit} are accepted here. Upload a smaller file.",
         "notes_more": "(and {count} more)",
@@ -361,6 +363,7 @@ SERVER: dict[str, dict[str, str]] = {
         "rows_shown": "仅显示前 {shown} 行（共 {total} 行）；ZIP 中包含全部。",
         "no_rows": "没有可显示的行。",
         "no_such_job": "没有任务 {job_id}（可能已被删除）。",
+        "bad_job_id": "{value} 不是任务 ID：请给出任务 ID 文本，例如 20250101-120000-1a2b3c4d（/submit_job 返回的第一个值）。",
         "not_your_job": "任务 {job_id} 属于另一个浏览器（或 API 密钥）；请在启动它的浏览器中打开。",
         "upload_too_large": "{name} 大小为 {size}；此处最多接受 {limit}。请上传更小的文件。",
         "notes_more": "（另有 {count} 条）",
