@@ -93,6 +93,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                             delete_voice = gr.Button(i18n("delete_voice"), size="sm", variant="stop",
                                                      elem_id="delete-voice")
                         voice_status = gr.Markdown(label=i18n("voice_status"), elem_id="voice-status")
+                        delete_confirmed = gr.Checkbox(value=True, visible=False, label="confirmed")  # the page asks
                 with gr.Column():
                     text = gr.Textbox(label=i18n("text"), placeholder=i18n("text_placeholder"), lines=5,
                                       elem_id="text")
@@ -249,12 +250,16 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         ref_audio.upload(lambda: voice_handlers.UPLOAD, None, [voice], queue=False, api_visibility="private")
         voice.input(_wrap(voice_handlers.select_voice, ctx), [voice, ref_text], [ref_text, ref_clean, ref_report],
                     api_visibility="private", **MODEL_CONCURRENCY)
+        # A refusal is a toast and a line in the library's status box, never a status badge over the Voice
+        # dropdown (gradio draws an event's "Error" over its output boxes; a badge there would hide the dropdown).
+        library_event = dict(show_progress_on=[voice_status])
         save_voice.click(_wrap(voice_handlers.save_voice, ctx), [ref_audio, ref_text, voice_name],
-                         [voice, voice_status], api_name="save_voice", **MODEL_CONCURRENCY)
+                         [voice, voice_status], api_name="save_voice", **library_event, **MODEL_CONCURRENCY)
         rename_voice.click(_wrap(voice_handlers.rename_voice, ctx), [voice, new_voice_name], [voice, voice_status],
-                           api_name="rename_voice", queue=False)
-        delete_voice.click(_wrap(voice_handlers.delete_voice, ctx), [voice], [voice, voice_status],
-                           api_name="delete_voice", queue=False)
+                           api_name="rename_voice", queue=False, **library_event)
+        delete_voice.click(_wrap(voice_handlers.delete_voice, ctx), [voice, delete_confirmed], [voice, voice_status],
+                           api_name="delete_voice", queue=False, js=voice_handlers.confirm_delete_js(ctx.lang),
+                           **library_event)  # the browser asks "Delete the voice ...?" first
         gr.api(_wrap(voice_handlers.list_voices, ctx), api_name="list_voices", queue=False)
         for dropdown in (voice, *speaker_voices):
             demo.load(_wrap(voice_handlers.refresh_voices, ctx), None, [dropdown], queue=False,

@@ -393,6 +393,7 @@ SERVER["en"].update({
     "voice_selected": "Voice **{name}**: {seconds} s of cleaned speech, saved {created}.",
     "voice_saved": "Saved voice {name}.", "voice_renamed": "Renamed {old} to {name}.",
     "voice_deleted": "Deleted voice {name}.", "need_voice": "Select a saved voice first.",
+    "voice_delete_confirm": "Delete the voice {name}? This cannot be undone.",
     "need_speaker_voice": "{name} (speaker {number}) has no voice: pick a saved voice or upload a clip for speaker "
                           "{number}.",
     "history_empty": "Nothing generated yet: your generations will be listed here.", "history_voice": "voice",
@@ -404,6 +405,7 @@ SERVER["zh"].update({
     "voice_selected": "声音 **{name}**：处理后语音 {seconds} 秒，保存于 {created}。",
     "voice_saved": "已保存声音 {name}。", "voice_renamed": "已将 {old} 重命名为 {name}。",
     "voice_deleted": "已删除声音 {name}。", "need_voice": "请先选择一个已保存的声音。",
+    "voice_delete_confirm": "删除声音 {name}？此操作无法撤销。",
     "need_speaker_voice": "{name}（说话人 {number}）没有声音：请为说话人 {number} 选择已保存的声音或上传音频。",
     "history_empty": "还没有生成记录：生成的音频会列在这里。", "history_voice": "声音",
     "history_not_saved": "音频已生成，但未能加入历史记录：{error}",
