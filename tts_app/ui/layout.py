@@ -196,14 +196,14 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                             voice, speed, duration_s, loudness, audio_format, segment_durations]
         # history_handlers.remember's inputs: the sidecar written, the seed used, what was asked, then SETTINGS
         remember_inputs = [metadata_file, used_seed, ref_audio, text, ref_text, voice, seed, greedy, *knob_widgets,
-                           use_cache, speed, duration_s, loudness, audio_format, segment_durations]
+                           use_cache, speed, duration_s, loudness, audio_format, segment_durations, *emotion]
         # Queued, as every event that sets history_state must be: gradio's unqueued route reports no changed
         # state, so the State's change (what re-draws the list below) would never fire.
         remember = dict(fn=_wrap(history_handlers.remember, ctx), inputs=remember_inputs, outputs=[history_state],
                         api_visibility="private")
         # history_handlers.rerun_values's outputs
         rerun_outputs = [ref_audio, text, ref_text, seed, randomize, voice, greedy, *knob_widgets, use_cache, speed,
-                         duration_s, loudness, audio_format, segment_durations]
+                         duration_s, loudness, audio_format, segment_durations, *emotion]
         single_run = generate.click(_wrap(handlers.synthesize_stream, ctx), synthesis_inputs,
                                     [live_audio, *synthesis_outputs], api_name="synthesize_stream",
                                     show_progress_on=[out_audio], **MODEL_CONCURRENCY)
@@ -218,9 +218,12 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         demo.load(_wrap(history_handlers.list_history, ctx), None, [history_state], api_visibility="private")
 
         history_defaults = history_handlers.page_defaults(ctx)
+        # the browser's time zone (an IANA name), so the history shows its local times
+        time_zone = gr.Textbox(visible=False)
+        demo.load(None, None, [time_zone], js="() => Intl.DateTimeFormat().resolvedOptions().timeZone || ''")
         with history_box:
-            @gr.render(inputs=[history_state])
-            def _history(entries, request: gr.Request):
+            @gr.render(inputs=[history_state, time_zone])
+            def _history(entries, zone, request: gr.Request):
                 lang = handlers._lang(ctx, request)
                 if not entries:
                     gr.Markdown(server_text(lang, "history_empty"), elem_id="history-empty")
@@ -228,7 +231,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     with gr.Row(elem_classes="history-entry"):
                         gr.Audio(entry["audio"], type="filepath", interactive=False, show_label=False,
                                  elem_id=f"history-audio-{i}", scale=1)
-                        gr.Markdown(history_handlers.entry_summary(entry, lang, history_defaults),
+                        gr.Markdown(history_handlers.entry_summary(entry, lang, history_defaults, zone),
                                     elem_id=f"history-text-{i}", scale=3)
                         rerun = gr.Button(i18n("rerun"), size="sm", elem_id=f"history-rerun-{i}", scale=0)
                     rerun.click(_rerun_fn(ctx, entry["entry_id"]), None, rerun_outputs, queue=False,

@@ -397,6 +397,7 @@ SERVER["en"].update({
     "need_speaker_voice": "{name} (speaker {number}) has no voice: pick a saved voice or upload a clip for speaker "
                           "{number}.",
     "history_empty": "Nothing generated yet: your generations will be listed here.", "history_voice": "voice",
+    "emotion_word": "emotion",
     "history_not_saved": "The audio is ready, but it could not be added to the history: {error}",
     "generation_stopped": "Stopped: this generation was cancelled; nothing was saved.",
 })
@@ -408,6 +409,7 @@ SERVER["zh"].update({
     "voice_delete_confirm": "删除声音 {name}？此操作无法撤销。",
     "need_speaker_voice": "{name}（说话人 {number}）没有声音：请为说话人 {number} 选择已保存的声音或上传音频。",
     "history_empty": "还没有生成记录：生成的音频会列在这里。", "history_voice": "声音",
+    "emotion_word": "情感",
     "history_not_saved": "音频已生成，但未能加入历史记录：{error}",
     "generation_stopped": "已停止：本次生成已取消，没有保存任何内容。",
 })
