@@ -143,10 +143,19 @@ def _prepare_reference(ctx: AppContext, audio_path: str, reference_text: str | N
     return ctx.references.prepare(audio_path, reference_text=reference_text or None, name=Path(audio_path).name)
 
 
+def _need_reference_text(ctx: AppContext, lang: str) -> str:
+    """"Upload a clip", and when the library has bundled example voices, "... or pick one of them: NAMES"."""
+    library = getattr(ctx, "voices", None)
+    examples = [v.name for v in library.list() if v.bundled] if library is not None else []
+    if not examples:
+        return server_text(lang, "need_reference")
+    return server_text(lang, "need_reference_or_example", examples=", ".join(examples))
+
+
 def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | None, lang: str = "en"):
     """``_prepare_reference`` for synthesis: a missing or unusable clip stops the event with ``gr.Error``."""
     if not audio_path:
-        raise user_error(server_text(lang, "need_reference"))
+        raise user_error(_need_reference_text(ctx, lang))
     _check_reference_upload(ctx, audio_path, lang)
     try:
         return _prepare_reference(ctx, audio_path, reference_text)

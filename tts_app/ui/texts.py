@@ -257,6 +257,8 @@ SERVER: dict[str, dict[str, str]] = {
         "no_problems": "no problems found", "reference_refused": "This reference cannot be used",
         "override": "override", "polyphone": "polyphone",
         "need_reference": "Upload or record a reference audio clip first (a few seconds of the voice to clone).",
+        "need_reference_or_example": "Upload or record a reference audio clip first (a few seconds of the voice to "
+                                     "clone), or pick an example voice in the Voice list above: {examples}.",
         "need_text": "Type some text to speak.", "need_jsonl": "Upload a JSONL task file first.",
         "bad_audio_format": "Output format {value!r} is unknown; choose one of {allowed}.",
         "bad_segment_durations": "Per-line durations: {value!r} is not a list of seconds separated by commas; give "
@@ -329,6 +331,8 @@ SERVER: dict[str, dict[str, str]] = {
         "no_problems": "未发现问题", "reference_refused": "该参考音频无法使用",
         "override": "指定读音", "polyphone": "多音字",
         "need_reference": "请先上传或录制一段参考音频（几秒钟要克隆的声音）。",
+        "need_reference_or_example": "请先上传或录制一段参考音频（几秒钟要克隆的声音），或在上方“声音”列表中选择一个示例声音："
+                                     "{examples}。",
         "need_text": "请输入要朗读的文本。", "need_jsonl": "请先上传 JSONL 任务文件。",
         "bad_audio_format": "未知的输出格式 {value!r}；请选择 {allowed} 之一。",
         "bad_segment_durations": "每行时长：{value!r} 不是用逗号分隔的秒数；请为文本的每一行给一个大于 0 的数，例如 "

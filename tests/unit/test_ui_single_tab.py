@@ -1,0 +1,39 @@
+"""The Single tab for a first-time user (issue 23, Why 5): Generate with nothing uploaded points at the example voices
+(in the page's language). Through the tab's own handlers on the fake model."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+gr = pytest.importorskip("gradio")
+
+from tests.fakes import FakeAdapter  # noqa: E402
+from tts_app.config import EngineConfig, ModelConfig  # noqa: E402
+from tts_app.runtime import Runtime  # noqa: E402
+from tts_app.ui import handlers  # noqa: E402
+from tts_app.ui.context import AppContext  # noqa: E402
+
+
+@pytest.fixture()
+def ctx(tmp_path):
+    config = EngineConfig(wait_window_ms=1)
+    ctx = AppContext(model_config=ModelConfig(), engine_config=config,
+                     runtime=Runtime.from_adapter(FakeAdapter(), "fake", config), output_root=tmp_path / "out")
+    yield ctx
+    ctx.close()
+
+
+def _page(lang: str):
+    return SimpleNamespace(headers={"accept-language": lang}, session_hash="tab1")
+
+
+@pytest.mark.parametrize("lang, words", [("en", "pick an example voice"), ("zh-CN", "选择一个示例声音")])
+def test_generate_without_a_clip_points_at_the_example_voices(ctx, lang, words):
+    examples = [v.name for v in ctx.voices.list() if v.bundled]
+    assert len(examples) == 4
+    for generate in (handlers.synthesize, lambda *a, **k: list(handlers.synthesize_stream(*a, **k))):
+        with pytest.raises(gr.Error) as caught:
+            generate(ctx, None, "你好，欢迎收听。", request=_page(lang), progress=lambda *a, **k: None)
+        assert words in caught.value.message and all(name in caught.value.message for name in examples)
