@@ -1,5 +1,6 @@
 """The Single tab for a first-time user (issue 23, Why 5): Generate with nothing uploaded points at the example voices
-(in the page's language). Through the tab's own handlers on the fake model."""
+(in the page's language); the Emotion panel shows only the inputs of the source picked. Through the tab's own
+handlers on the fake model."""
 
 from __future__ import annotations
 
@@ -37,3 +38,12 @@ def test_generate_without_a_clip_points_at_the_example_voices(ctx, lang, words):
         with pytest.raises(gr.Error) as caught:
             generate(ctx, None, "你好，欢迎收听。", request=_page(lang), progress=lambda *a, **k: None)
         assert words in caught.value.message and all(name in caught.value.message for name in examples)
+
+
+def test_the_emotion_panel_shows_only_the_chosen_sources_inputs():
+    from tts_app.ui.emotion import EMOTION_MODES, emotion_inputs_shown
+
+    shown = {mode: sorted(k for k, v in emotion_inputs_shown(mode).items() if v) for mode in EMOTION_MODES}
+    assert shown == {"none": [], "clip": ["clip", "weight"], "vector": ["vector", "weight"],
+                     "text": ["text", "weight"]}
+    assert emotion_inputs_shown(None) == emotion_inputs_shown("none")

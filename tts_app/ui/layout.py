@@ -359,26 +359,34 @@ def _emotion_widgets(facts, i18n: gr.I18n, lang: str | None) -> list:
     ``EMOTION_MODES`` value, so an API call asking for one reaches ``emotion_from_controls`` and gets its message
     ("... has no emotion control") instead of gradio's bare choice check."""
     from tts_app.request import EMOTION_NAMES
-    from tts_app.ui.emotion import DEFAULT_EMOTION_WEIGHT, EMOTION_MODES, emotion_modes
+    from tts_app.ui.emotion import DEFAULT_EMOTION_WEIGHT, EMOTION_MODES, emotion_inputs_shown, emotion_modes
     from tts_app.ui.texts import choice_label
 
     modes = emotion_modes(facts)
     shown = len(modes) > 1
+    start = emotion_inputs_shown("none")  # only the chosen source's inputs are shown (mode.change below)
     with gr.Accordion(i18n("emotion"), open=False, visible=shown, elem_id="emotion"):
         gr.Markdown(i18n("emotion_note"))
         mode = gr.Radio([(choice_label(lang, f"emo_mode_{m}"), m) for m in (modes if shown else EMOTION_MODES)],
                         value="none", label=i18n("emotion_mode"), elem_id="emotion-mode")
         with gr.Row():
             clip = gr.Audio(label=i18n("emotion_audio"), sources=["upload", "microphone"], type="filepath",
-                            elem_id="emotion-audio")
+                            elem_id="emotion-audio", visible=start["clip"])
             with gr.Column():
                 weight = gr.Slider(0.0, 1.0, value=DEFAULT_EMOTION_WEIGHT, step=0.05, label=i18n("emotion_weight"),
-                                   elem_id="emotion-weight")
+                                   elem_id="emotion-weight", visible=start["weight"])
                 text = gr.Textbox(label=i18n("emotion_text"), lines=1, elem_id="emotion-text",
-                                  visible="text" in modes)
-        with gr.Row():
+                                  visible=start["text"])
+        with gr.Row(visible=start["vector"]) as vector_row:
             sliders = [gr.Slider(0.0, 1.0, value=0.0, step=0.05, label=i18n(f"emo_{name}"), elem_id=f"emo-{name}")
                        for name in EMOTION_NAMES]
+
+    def show_inputs(chosen):
+        visible = emotion_inputs_shown(chosen)
+        return [gr.update(visible=visible[name]) for name in ("clip", "vector", "text", "weight")]
+
+    mode.change(show_inputs, [mode], [clip, vector_row, text, weight], queue=False, api_visibility="private",
+                show_progress="hidden")
     return [mode, clip, *sliders, weight, text]
 
 
