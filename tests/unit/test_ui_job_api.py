@@ -1,6 +1,7 @@
 """The Batch tab's API for scripts (issue 23, Why 5): ``/submit_job`` returns the job id and the job's state (never
 the page's stored browser state), ``/cancel_job`` and ``/resume_job`` take a job id, and ``/job_status`` refuses
-anything but a job id in words, with no traceback in the server log."""
+anything but a job id in words, with no traceback in the server log. A resumed
+job counts the lines it kept as ok."""
 
 from __future__ import annotations
 
@@ -77,3 +78,13 @@ def test_the_job_endpoints_take_and_return_what_a_script_can_use(ctx):
     assert endpoints["/submit_job"]["parameters"][0]["parameter_name"] == "jsonl_file"
     # the page's own events (which carry the browser's stored state) are not offered to scripts
     assert not [name for name in endpoints if "browser" in json.dumps(endpoints[name]["returns"])]
+
+
+@pytest.mark.parametrize("lang, ok, kept", [("en", "ok 15 ·", "9 of them kept"), ("zh", "成功 15 ·", "其中 9 行沿用")])
+def test_a_resumed_job_counts_the_lines_it_kept_as_ok(lang, ok, kept):
+    from tts_app.jobs.store import JobState
+
+    state = JobState(job_id="20250101-120000-1a2b3c4d", status="done", num_lines=15, num_done=15, num_ok=6,
+                     num_skipped=9)
+    box = batch.progress_html(state, lang)
+    assert ok in box and kept in box and "ok 6" not in box and "成功 6" not in box

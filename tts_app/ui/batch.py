@@ -120,6 +120,12 @@ def _lines_finished(state: JobState) -> int:
     return max(0, state.num_done - state.num_cancelled)
 
 
+def _num_ok(state: JobState) -> int:
+    """The job's ok lines: made by this run, plus those a resume kept from an earlier run (only ok lines are
+    kept: ``tts_app.jobs.runner``), so a resumed 15-line job that made 6 reads "ok 15", not "ok 6"."""
+    return state.num_ok + state.num_skipped
+
+
 def progress_html(state: JobState | None, lang: str) -> str:
     """The progress box: a bar and one line (status, lines finished / total, outcome counts, ETA, batch size, id).
     Cancelled lines are not counted as finished, so an interrupted job never shows a full bar."""
@@ -130,9 +136,9 @@ def progress_html(state: JobState | None, lang: str) -> str:
     share = 100.0 * finished / total if state.num_lines else 0.0
     parts = [f"<b>{html.escape(server_text(lang, 'status_' + state.status))}</b>",
              html.escape(server_text(lang, "lines_done", done=finished, total=state.num_lines or "?")),
-             html.escape(server_text(lang, "outcomes", ok=state.num_ok, failed=state.num_failed,
+             html.escape(server_text(lang, "outcomes", ok=_num_ok(state), failed=state.num_failed,
                                      cancelled=state.num_cancelled))]
-    if state.num_skipped:
+    if state.num_skipped:  # of the ok lines, those a resumed job kept
         parts.append(html.escape(server_text(lang, "kept_lines", kept=state.num_skipped)))
     if state.active:
         parts.append(html.escape(server_text(lang, "eta", eta=_duration(state.eta_s))))
@@ -411,7 +417,7 @@ def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=
     if state.status == "failed":
         raise _user_error(state.error or "the job failed")
     key = "job_cancelled" if state.num_cancelled else "job_summary"
-    text = server_text(lang, key, ok=state.num_ok, failed=state.num_failed, skipped=state.num_skipped,
+    text = server_text(lang, key, ok=_num_ok(state), failed=state.num_failed, skipped=state.num_skipped,
                        cancelled=state.num_cancelled) + f" ({state.job_id})"
     found = ctx.jobs.results_zip(state.job_id)
     return text, _table(rows, lang, "col_results"), None if found is None else str(found)
