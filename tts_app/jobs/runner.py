@@ -245,6 +245,11 @@ class _JobRun:
                     metadata_path=files.metadata.name, duration_s=round(result.duration_s, 3),
                     num_segments=len(result.segments), elapsed_s=outcome.elapsed_s, warnings=outcome.warnings,
                     request_id=outcome.request_id)
+        from tts_app import metrics
+
+        # a line's audio is first available when its file is written: its time to first audio is its wall time
+        metrics.observe_synthesis("job", wall_s=outcome.elapsed_s, audio_s=result.duration_s,
+                                  first_audio_s=outcome.elapsed_s)
 
     def harvest(self, executor: LineExecutor) -> None:
         """Write out every line that has already finished, without waiting (outputs appear as lines complete)."""

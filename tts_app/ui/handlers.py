@@ -383,6 +383,8 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
     def on_progress(event):  # engine worker thread: only store numbers
         state["done"], state["total"] = event.segments_done, event.segments_total
 
+    started = time.perf_counter()
+    first_audio_s = None
     handle = engine.submit(synthesis_request, on_progress=on_progress, stream=True)
     session = getattr(request, "session_hash", None)
     RUNNING.add(session, "single", handle)  # the tab's Stop button cancels it (``stop_generation``)
@@ -398,6 +400,8 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
                 for chunk in handle.stream(timeout=STREAM_POLL_S):
                     pieces.append(chunk.samples)
                     held += chunk.samples.size
+                    if first_audio_s is None:
+                        first_audio_s = time.perf_counter() - started
                     if not sent_any or held >= STREAM_GROUP_S * rate:
                         yield (encode_wav(np.concatenate(pieces), rate), *skip)
                         pieces, held, sent_any = [], 0, True
@@ -415,6 +419,7 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
         if not handle.done():  # the browser went away (generator closed): free the engine's rows
             handle.cancel()
     result = handle.result()
+    _observe(result, wall_s=time.perf_counter() - started, first_audio_s=first_audio_s)
     yield (gr.skip(), *_finish_synthesis(ctx, lang, synthesis_request, result, reference=reference,
                                          audio_format=audio_format, request=request))
 
@@ -495,6 +500,7 @@ def run_web_request(ctx: AppContext, synthesis_request: SynthesisRequest, lang: 
     def on_progress(event):  # engine worker thread: only store numbers
         state["done"], state["total"] = event.segments_done, event.segments_total
 
+    started = time.perf_counter()
     handle = engine.submit(synthesis_request, on_progress=on_progress)
     session = getattr(request, "session_hash", None)
     RUNNING.add(session, kind, handle)  # its tab's Stop button cancels it
@@ -509,8 +515,19 @@ def run_web_request(ctx: AppContext, synthesis_request: SynthesisRequest, lang: 
                          desc=server_text(lang, "segment_progress", done=state["done"], total=state["total"]))
     finally:
         RUNNING.discard(session, kind, handle)
+    wall_s = time.perf_counter() - started
+    _observe(result, wall_s=wall_s, first_audio_s=wall_s)  # the whole clip is the first audio the page gets
     return _finish_synthesis(ctx, lang, synthesis_request, result, reference=reference,
                              speaker_references=speaker_references, audio_format=audio_format, request=request)
+
+
+def _observe(result, *, wall_s: float, first_audio_s: float | None) -> None:
+    """A page request's real-time factor and time to first audio, for ``/metrics`` (``entry_point="web"``); a
+    failed, stopped or silent request records nothing."""
+    from tts_app import metrics
+
+    if result.ok and result.audio.size:
+        metrics.observe_synthesis("web", wall_s=wall_s, audio_s=result.duration_s, first_audio_s=first_audio_s)
 
 
 def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRequest, result, *, reference=None,
