@@ -1,6 +1,6 @@
 """The Single tab for a first-time user (issue 23, Why 5): Generate with nothing uploaded points at the example voices
-(in the page's language); the Emotion panel shows only the inputs of the source picked. Through the tab's own
-handlers on the fake model."""
+(in the page's language); the Emotion panel shows only the inputs of the source picked; a text with chapters offers
+its per-chapter files. Through the tab's own handlers on the fake model."""
 
 from __future__ import annotations
 
@@ -47,3 +47,20 @@ def test_the_emotion_panel_shows_only_the_chosen_sources_inputs():
     assert shown == {"none": [], "clip": ["clip", "weight"], "vector": ["vector", "weight"],
                      "text": ["text", "weight"]}
     assert emotion_inputs_shown(None) == emotion_inputs_shown("none")
+
+
+def test_a_text_with_chapters_offers_one_file_per_chapter(ctx, data_dir):
+    from tts_app.server.sessions import COOKIE_NAME, new_browser_token
+
+    me = SimpleNamespace(headers={"cookie": f"{COOKIE_NAME}={new_browser_token()}"}, session_hash="tab1")
+    clip = str(data_dir / "zh_female_1.wav")
+    text = "# 第一章 出发\n我们早上出发。\n\n# 第二章 到达\n晚上到了。"
+    _, _, metadata, _, _ = handlers.synthesize(ctx, clip, text, request=me, progress=lambda *a, **k: None)
+    box = handlers.chapter_files(ctx, metadata, request=me)
+    assert box["visible"] is True and len(box["value"]) == 2
+    assert [name.rsplit("/", 1)[-1].split(".")[1][:4] for name in box["value"]] == ["ch01", "ch02"]
+    assert all(open(path, "rb").read(4) == b"RIFF" for path in box["value"])  # WAV files, as the main audio
+    other = SimpleNamespace(headers={"cookie": f"{COOKIE_NAME}={new_browser_token()}"}, session_hash="tab2")
+    assert handlers.chapter_files(ctx, metadata, request=other)["visible"] is False  # not another browser's files
+    _, _, plain, _, _ = handlers.synthesize(ctx, clip, "没有章节。", request=me, progress=lambda *a, **k: None)
+    assert handlers.chapter_files(ctx, plain, request=me) == {"__type__": "update", "value": None, "visible": False}

@@ -424,6 +424,27 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
                                          audio_format=audio_format, request=request))
 
 
+def chapter_files(ctx: AppContext, metadata: str | None, request: gr.Request = None):
+    """A generation finished -> its per-chapter audio files (a text with ``#`` headings: ``# 第一章``; the sidecar's
+    ``chapters[].file``) for the page's chapter box, shown only when there are some. The sidecar must lie in this
+    browser's own folder (a path sent by a page is never trusted further)."""
+    import json
+    import os
+
+    shown = []
+    if metadata:
+        mine = Path(os.path.realpath(ctx.browser_dir(_headers(request))))
+        sidecar = Path(os.path.realpath(metadata))
+        if mine in sidecar.parents and sidecar.is_file():
+            try:
+                chapters = json.loads(sidecar.read_text(encoding="utf-8")).get("chapters") or []
+            except (OSError, ValueError):
+                chapters = []
+            names = [Path(str(c.get("file"))).name for c in chapters if isinstance(c, dict) and c.get("file")]
+            shown = [str(sidecar.with_name(n)) for n in names if sidecar.with_name(n).is_file()]
+    return gr.update(value=shown or None, visible=bool(shown))
+
+
 def _fill_transcript(ctx: AppContext, prepared, reference_text: str | None) -> str | None:
     """``reference_text``, or the ASR transcript of the cleaned clip when there is none and the family needs one
     (``tts_app.audio.transcribe.fill_transcript``); what happened is shown as a warning."""

@@ -143,6 +143,9 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             synthesis_outputs = _result_widgets(i18n, ctx.lang, audio="out-audio", seed="used-seed", srt="srt-file",
                                                 metadata="metadata-file", timings="timings")
             out_audio, _, metadata_file, _, used_seed = synthesis_outputs
+            # a text with chapters ("# 第一章" headings) also gets one audio file per chapter (handlers.chapter_files)
+            chapters_box = gr.File(label=i18n("chapter_files"), file_count="multiple", interactive=False,
+                                   visible=False, elem_id="chapter-files")
             # History: this browser's last generations (tts_app.history; "this browser" = its owner, AppContext.owner)
             history_state = gr.State([])
             history_box = gr.Accordion(i18n("history"), open=True, elem_id="history",
@@ -208,6 +211,9 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                                     [live_audio, *synthesis_outputs], api_name="synthesize_stream",
                                     show_progress_on=[out_audio], **MODEL_CONCURRENCY)
         single_run.success(**remember)  # the page's generations go to its history, API calls do not
+        show_chapters = dict(fn=_wrap(handlers.chapter_files, ctx), inputs=[metadata_file], outputs=[chapters_box],
+                             api_visibility="private", queue=False, show_progress="hidden")
+        single_run.success(**show_chapters)
         # Stop: the engine drops this session's request (its queued segments and its rows in the running batch;
         # handlers.RUNNING also covers a history Re-run), and gradio ends the event on the page.
         stop_single.click(_stop_fn(ctx, "single"), None, None, cancels=[single_run], queue=False,
@@ -238,7 +244,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                                 api_visibility="private").success(
                         _wrap(handlers.synthesize_stream, ctx), synthesis_inputs, [live_audio, *synthesis_outputs],
                         api_visibility="private", show_progress_on=[out_audio], **MODEL_CONCURRENCY
-                    ).success(**remember)
+                    ).success(**remember).success(**show_chapters)
 
         dialogue_run = generate_dialogue.click(
             _wrap(handlers.synthesize_dialogue, ctx),

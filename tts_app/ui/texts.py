@@ -206,6 +206,7 @@ EN.update({
     "history": "History: this browser's last generations (Re-run generates again with the same settings)",
     "rerun": "Re-run",
     "stop": "Stop",
+    "chapter_files": "One file per chapter (the text's # headings)",
 })
 ZH.update({
     "voice": "声音（已保存的声音，或上传的音频）",
@@ -232,6 +233,7 @@ ZH.update({
     "history": "历史记录：本浏览器最近的生成（“重新生成”沿用当时的设置再生成一次）",
     "rerun": "重新生成",
     "stop": "停止",
+    "chapter_files": "按章节分开的音频（文本中的 # 标题）",
 })
 
 assert EN.keys() == ZH.keys()  # a missing translation is a programming error, caught at import
