@@ -271,7 +271,10 @@ def _browser(browser: Any) -> dict:
 
 
 def validate_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, request: gr.Request = None):
-    """JSONL (+ZIP) uploaded -> (problem table [line, status, message], summary). Loads no model."""
+    """JSONL (+ZIP) uploaded -> (problem table [line, status, message], summary). Runs no model; with one loaded,
+    also flags the lines it would refuse when they run (``tts_app.jobs.runner.model_line_checks``: emotion fields
+    on a model without emotion control...)."""
+    from tts_app.jobs.runner import model_line_checks
     from tts_app.jobs.runner import validate_job as _validate
     from tts_app.ui.handlers import _table
 
@@ -279,8 +282,12 @@ def validate_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None
     if not jsonl_file:
         raise _user_error(server_text(lang, "need_jsonl"))
     _check_uploads(ctx, jsonl_file, audio_zip, default_voice, lang)
+    engine = ctx.engine
+    check_line = None if engine is None else model_line_checks(
+        engine.facts, getattr(getattr(engine, "adapter", None), "display_name", engine.facts.family))
     try:
-        report = _validate(Path(jsonl_file), audio_dir=audio_zip or None, default_voice=default_voice or None)
+        report = _validate(Path(jsonl_file), audio_dir=audio_zip or None, default_voice=default_voice or None,
+                           check_line=check_line)
     except TTSAppError as exc:
         raise _user_error(error_text(exc, lang)) from exc
     rows = [[line if line else server_text(lang, "job_file"), status, str(message)]
