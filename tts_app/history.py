@@ -13,7 +13,10 @@ its files to that browser only. Layout, under ``OUTPUT_DIR/single``::
                                     Settings values (``HistoryEntry``), the file names below, created time
                 <name>.<fmt>        the audio, as generated
                 <name>.json / .srt  its metadata sidecar and subtitles (``tts_app.outputs``)
-                reference<ext>      the uploaded reference clip, so "re-run" can use it again (none for a voice)
+                reference/<name>    the uploaded reference clip under its own file name, so "re-run" can use it
+                                    again and its next entry still names it (none for a voice; entries of
+                                    earlier versions hold ``reference<ext>``)
+                emotion/<name>      the emotion clip, when the emotion came from one (IndexTTS 2)
 
 An entry is written into a temporary folder that is renamed into place once complete (atomic: a listing never
 sees half an entry); beyond ``max_entries`` the oldest entries of that browser are removed. Owners are checked
@@ -71,6 +74,9 @@ class HistoryEntry:
         folder: the entry's folder.
         audio, metadata: its audio file and sidecar; subtitles: its SRT, or None.
         reference_audio: the stored copy of the uploaded clip, or None.
+        emotion: the emotion controls (``tts_app.ui.emotion``: ``emotion_mode``, the eight slider values by name,
+            ``emotion_weight``, ``emotion_text``), or None for the voice reference's own emotion.
+        emotion_audio: the stored copy of the emotion clip, or None.
     """
 
     entry_id: str
@@ -85,6 +91,8 @@ class HistoryEntry:
     metadata: Path = Path()
     subtitles: Path | None = None
     reference_audio: Path | None = None
+    emotion: dict[str, Any] | None = None
+    emotion_audio: Path | None = None
 
 
 def check_history_size(value: int) -> int:
@@ -124,14 +132,17 @@ class HistoryStore:
 
     def add(self, owner: str, *, audio: str | Path, metadata: str | Path, subtitles: str | Path | None,
             text: str, voice: str | None, reference_file: str | Path | None, reference_text: str | None,
-            settings: dict[str, Any]) -> HistoryEntry:
+            settings: dict[str, Any], emotion: dict[str, Any] | None = None,
+            emotion_file: str | Path | None = None) -> HistoryEntry:
         """Store one finished generation for ``owner`` (files are copied; the originals stay where they are) and
         drop that browser's entries beyond ``max_entries``, oldest first.
 
         Args:
             audio, metadata, subtitles: the files ``tts_app.outputs.save_outputs`` wrote.
             text, voice, reference_text, settings: what the user asked for (``HistoryEntry``).
-            reference_file: the uploaded reference clip (copied as ``reference<ext>``), or None for a voice.
+            reference_file: the uploaded reference clip (copied as ``reference/<its name>``), or None for a voice.
+            emotion, emotion_file: the emotion controls (``HistoryEntry.emotion``) and the emotion clip (copied as
+                ``emotion/<its name>``), or None.
 
         Returns:
             The stored entry.
@@ -155,15 +166,19 @@ class HistoryStore:
                     continue
                 shutil.copyfile(path, tmp / Path(path).name)
                 files[key] = Path(path).name
-            files["reference_audio"] = None
-            if reference_file is not None:
-                name = "reference" + Path(reference_file).suffix.lower()
-                shutil.copyfile(reference_file, tmp / name)
-                files["reference_audio"] = name
+            for key, folder_name, path in (("reference_audio", "reference", reference_file),
+                                           ("emotion_audio", "emotion", emotion_file)):
+                files[key] = None
+                if path is not None:  # under its own name, so a re-run of it (gradio keeps file names) shows it
+                    stored = f"{folder_name}/{_file_name(Path(path).name, Path(path).suffix)}"
+                    (tmp / folder_name).mkdir()
+                    shutil.copyfile(path, tmp / stored)
+                    files[key] = stored
             record = {"schema_version": SCHEMA_VERSION, "entry_id": entry_id, "created_utc": now.isoformat(),
                       "text": text, "voice": voice or None,
                       "reference_name": Path(reference_file).name if reference_file is not None else None,
-                      "reference_text": reference_text or None, "settings": settings, "files": files}
+                      "reference_text": reference_text or None, "settings": settings, "emotion": emotion or None,
+                      "files": files}
             (tmp / ENTRY_FILE).write_text(json.dumps(record, ensure_ascii=False, indent=2), encoding="utf-8")
             os.replace(tmp, folder / entry_id)  # the entry appears complete or not at all
         except BaseException:
@@ -220,4 +235,12 @@ class HistoryStore:
                             voice=record.get("voice"), reference_name=record.get("reference_name"),
                             reference_text=record.get("reference_text"), settings=dict(record["settings"]),
                             folder=path, audio=path / files["audio"], metadata=path / files["metadata"],
-                            subtitles=file("subtitles"), reference_audio=file("reference_audio"))
+                            subtitles=file("subtitles"), reference_audio=file("reference_audio"),
+                            emotion=record.get("emotion") or None, emotion_audio=file("emotion_audio"))
+
+
+def _file_name(name: str, suffix: str) -> str:
+    """``name`` safe as one file name inside an entry (no folder part, no leading dot, no control characters);
+    "clip" + ``suffix`` when nothing is left."""
+    name = "".join(ch for ch in Path(name.replace("\\", "/")).name if ch.isprintable()).lstrip(".")
+    return name or "clip" + suffix.lower()

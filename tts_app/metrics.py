@@ -11,6 +11,8 @@ Events (this module):
     tts_request_duration_seconds{endpoint, outcome}    HTTP API and web requests, until the last byte
     tts_time_to_first_audio_seconds{entry_point}       request received -> first audio sent
     tts_real_time_factor{entry_point}                  wall seconds per second of audio (below 1 = faster than real time)
+                                                       entry_point: "api" (HTTP API), "web" (the page's Single and
+                                                       Dialogue tabs), "job" (each ok JSONL job line)
     tts_reference_failures_total{reason}               reference clips refused, by ``Notice.code``
     tts_asr_transcriptions_total{outcome}              automatic reference transcripts
     tts_jobs_total{status} / tts_job_lines_total{status}   JSONL jobs finished / job lines finished

@@ -170,6 +170,27 @@ class EngineStats:
         return self.num_padded_row_steps / self.num_row_steps if self.num_row_steps else None
 
 
+def check_emotion_support(facts: ModelFacts, name: str, *, from_text: bool) -> None:
+    """Refuse emotion control the family does not have: the engine's rule for every request, also run by JSONL
+    validation (``tts_app.jobs.runner.model_line_checks``) so a job line bound to fail is flagged before it runs.
+
+    Args:
+        facts: the loaded model's facts (``supports_emotion``, ``supports_emotion_text``).
+        name: the model's display name, for the message.
+        from_text: the emotion is to be read from text.
+
+    Raises:
+        InputError: emotion control on a family without it, or emotion from text without an emotion model.
+    """
+    if not facts.supports_emotion:
+        raise InputError(f"emotion control (emotion clip, emotion vector, emotion from text) needs a model that "
+                         f"has it, such as IndexTTS 2; the loaded model ({name}) has none: remove the emotion "
+                         "settings")
+    if from_text and not facts.supports_emotion_text:
+        raise InputError(f"this {name} checkpoint has no emotion model to read the emotion from text; give an "
+                         "emotion vector or an emotion clip instead")
+
+
 class RequestHandle:
     """What ``Engine.submit`` returns.
 
@@ -822,15 +843,8 @@ class Engine:
         emotion = request.emotion
         if emotion is None:
             return
-        facts = self.facts
-        name = getattr(self.adapter, "display_name", facts.family)
-        if not facts.supports_emotion:
-            raise InputError(f"emotion control (emotion clip, emotion vector, emotion from text) needs a model that "
-                             f"has it, such as IndexTTS 2; the loaded model ({name}) has none: remove the emotion "
-                             "settings")
-        if emotion.from_text and not facts.supports_emotion_text:
-            raise InputError(f"this {name} checkpoint has no emotion model to read the emotion from text; give an "
-                             "emotion vector or an emotion clip instead")
+        check_emotion_support(self.facts, getattr(self.adapter, "display_name", self.facts.family),
+                              from_text=emotion.from_text)
         clip = emotion.reference_audio
         if clip is not None and int(clip.sampling_rate) != self.sampling_rate:
             raise ReferenceAudioError(

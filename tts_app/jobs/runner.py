@@ -139,15 +139,49 @@ def _validation_sources(jsonl_path: str | Path, audio_dir: str | Path | None, co
         yield make_sources(jsonl_path, root, config)
 
 
+def model_line_checks(facts, name: str):
+    """The loaded model's checks of a valid job line, for ``validate_job(check_line=...)``: what the engine would
+    refuse when the line runs (emotion control on a family without it, emotion from text without an emotion
+    model: ``tts_app.engine.core.check_emotion_support``, the same rule and words) becomes an error, and a
+    dialogue with more speakers than the family's own dialogue prompt takes gets the engine's warning.
+
+    Args:
+        facts: the loaded model's ``ModelFacts``; name: its display name.
+
+    Returns:
+        ``check(line)`` -> ``[(status, message)]``.
+    """
+    from tts_app.engine.core import check_emotion_support
+
+    def check(line: JobLine) -> list[tuple[str, str]]:
+        problems = []
+        if line.emotion is not None:
+            try:
+                check_emotion_support(facts, name, from_text=line.emotion.from_text)
+            except InputError as exc:
+                problems.append(("error", str(exc)))
+        speakers = len(getattr(line.script, "speakers", ()) or ())
+        if line.script is not None and facts.max_dialogue_speakers and speakers > facts.max_dialogue_speakers:
+            problems.append(("warning", f"{name}'s dialogue prompt takes at most {facts.max_dialogue_speakers} "
+                                        f"speakers; with {speakers} each turn is synthesised on its own with its "
+                                        "speaker's voice"))
+        return problems
+
+    return check
+
+
 def validate_job(jsonl_path: str | Path, *, audio_dir: str | Path | None = None,
-                 default_voice: str | Path | None = None, config: JobConfig = JobConfig()) -> ValidationReport:
+                 default_voice: str | Path | None = None, config: JobConfig = JobConfig(),
+                 check_line=None) -> ValidationReport:
     """Check a job file without loading any model: JSON, fields, parameter values, output names (safe, unique)
-    and that every reference audio file exists inside the allowed folders.
+    and that every reference audio file exists inside the allowed folders; with ``check_line``
+    (``model_line_checks``), also what the loaded model would refuse.
 
     Args:
         jsonl_path: the job file.
         audio_dir: folder or ZIP of reference audio (a ZIP is only listed, not unpacked).
         default_voice: reference audio used by lines without ``prompt_audio``.
+        check_line: per-line model checks (``validate_lines``), or None.
 
     Returns:
         ``ValidationReport``; ``report.as_table()`` gives ``[line, status, message]`` rows.
@@ -158,7 +192,8 @@ def validate_job(jsonl_path: str | Path, *, audio_dir: str | Path | None = None,
     """
     check_default_voice(default_voice)
     with _validation_sources(jsonl_path, audio_dir, config) as sources:
-        return validate_lines(jsonl_path, sources, has_default_voice=default_voice is not None, config=config)
+        return validate_lines(jsonl_path, sources, has_default_voice=default_voice is not None, config=config,
+                              check_line=check_line)
 
 
 def _already_done(item: JobLine | InvalidLine, kept: dict[int, dict]) -> bool:
@@ -245,6 +280,11 @@ class _JobRun:
                     metadata_path=files.metadata.name, duration_s=round(result.duration_s, 3),
                     num_segments=len(result.segments), elapsed_s=outcome.elapsed_s, warnings=outcome.warnings,
                     request_id=outcome.request_id)
+        from tts_app import metrics
+
+        # a line's audio is first available when its file is written: its time to first audio is its wall time
+        metrics.observe_synthesis("job", wall_s=outcome.elapsed_s, audio_s=result.duration_s,
+                                  first_audio_s=outcome.elapsed_s)
 
     def harvest(self, executor: LineExecutor) -> None:
         """Write out every line that has already finished, without waiting (outputs appear as lines complete)."""

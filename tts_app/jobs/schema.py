@@ -1076,8 +1076,13 @@ def check_default_voice(path: str | Path | None) -> Path | None:
 
 
 def validate_lines(jsonl_path: str | Path, sources: AudioSources, *, has_default_voice: bool = False,
-                   config: JobConfig = JobConfig()) -> ValidationReport:
+                   config: JobConfig = JobConfig(), check_line=None) -> ValidationReport:
     """Validate a job file without running anything (streaming; keeps only problem rows).
+
+    Args:
+        check_line: ``check_line(line)`` -> ``[(status, message)]`` for a valid ``JobLine``: the loaded model's own
+            checks (``tts_app.jobs.runner.model_line_checks``); an "error" makes the line invalid, a "warning" is
+            listed. None: none.
 
     Raises:
         InputError: the file cannot be read or decoded.
@@ -1094,7 +1099,14 @@ def validate_lines(jsonl_path: str | Path, sources: AudioSources, *, has_default
             report.rows.append(ValidationRow(item.line_number, "error", item.message))
             num_not_found += item.error.code == "audio_not_found"
         else:
-            report.num_valid += 1
+            problems = list(check_line(item)) if check_line is not None else []
+            errors = [message for status, message in problems if status == "error"]
+            report.rows.extend(ValidationRow(item.line_number, "error", m) for m in errors)
+            report.rows.extend(ValidationRow(item.line_number, "warning", m) for s, m in problems if s != "error")
+            if errors:
+                report.num_invalid += 1
+            else:
+                report.num_valid += 1
         report.rows.extend(ValidationRow(item.line_number, "warning", w) for w in item.warnings)
     if num_not_found and not sources.has_audio_source:
         report.rows.insert(len(file_warnings), ValidationRow(0, "error", (

@@ -8,9 +8,11 @@ sends one): its status, results, cancel and resume answer that owner only, its f
 only (``tts_app.server.sessions``), and "Recent jobs" lists that owner's jobs. Anyone else gets "belongs to
 another browser".
 
-API (``gradio_client``): ``/validate_job``, ``/submit_job`` (returns the job id at once), ``/job_status`` (job id
--> progress dict), ``/job_results`` (job id -> table and ZIP), ``/run_job`` (submits and waits; summary, table,
-ZIP), ``/cancel_job``, ``/resume_job``.
+API (``gradio_client``): ``/validate_job``, ``/submit_job`` (-> the job id and its state, at once), ``/job_status``
+(job id -> state dict), ``/job_results`` (job id -> table and ZIP), ``/run_job`` (submits and waits; summary, table,
+ZIP), ``/cancel_job`` and ``/resume_job`` (job id -> state dict). The API endpoints take and return only values a
+script can use (ids, files, dicts); the page's own events, which also carry the browser's stored state and redraw
+the tab, are not part of the API.
 """
 
 from __future__ import annotations
@@ -46,21 +48,36 @@ TEMPLATE_LINES = [
 
 # Names of what the API-only endpoints return (gradio would call them "1st", "2nd").
 _VIEW_NAMES = ["progress", "results", "zip", "run_button", "cancel_button", "resume_button", "recent_jobs"]
-API_RETURNS = {"/job_status": ["job"], "/job_results": ["records", "zip"],
-               "/submit_job": ["browser", "job_id", *_VIEW_NAMES], "/resume_job": ["browser", *_VIEW_NAMES]}
+API_RETURNS = {"/job_status": ["job"], "/job_results": ["records", "zip"], "/submit_job": ["job_id", "job"],
+               "/cancel_job": ["job"], "/resume_job": ["job"]}
 
+# The results table scrolls inside a box of its own (``.job-rows``, a div inside the HTML): gradio's block around
+# an ``gr.HTML`` keeps ``overflow: visible``, so a height limit on the block itself lets the rows spill over the ZIP
+# box and the footer below it (issue 23). Its header stays in view while the rows scroll. On a narrow screen (a
+# phone) each line becomes a small card (line, name, status, duration; then the player; then the notes), so no row
+# is wider than the screen.
 CSS = """
 #job-progress { min-height: 3.5em; }
 #job-progress .job-bar { height: 0.9em; background: var(--neutral-200); border-radius: 0.45em; overflow: hidden; }
 #job-progress .job-bar > div { height: 100%; background: var(--color-accent); transition: width 0.5s; }
 #job-progress p { margin: 0.4em 0 0 0; }
-#job-results { max-height: 640px; overflow-y: auto; }
-#job-results table { table-layout: fixed; width: 100%; border-collapse: collapse; font-size: 0.9em; }
+#job-results .job-rows { max-height: min(640px, 75vh); overflow: auto; overscroll-behavior: contain; }
+#job-results table { table-layout: fixed; width: 100%; border-collapse: collapse; font-size: 0.9em; margin: 0; }
+#job-results thead th { position: sticky; top: 0; z-index: 1; background: var(--block-background-fill); }
 #job-results th, #job-results td { padding: 0.25em 0.4em; border-bottom: 1px solid var(--neutral-200);
                                    overflow-wrap: anywhere; vertical-align: middle; text-align: left; }
 #job-results col.c-line { width: 4em; } #job-results col.c-status { width: 6em; }
-#job-results col.c-dur { width: 5em; } #job-results col.c-audio { width: 16em; }
+#job-results col.c-dur { width: 6em; } #job-results col.c-audio { width: 16em; }
 #job-results audio { width: 100%; height: 2em; }
+@media (max-width: 640px) {
+  #job-results thead, #job-results colgroup { display: none; }
+  #job-results table, #job-results tbody { display: block; }
+  #job-results tr { display: grid; grid-template-columns: 3em minmax(0, 1fr) auto auto; column-gap: 0.4em;
+                    border-bottom: 1px solid var(--neutral-200); padding: 0.3em 0; }
+  #job-results td { border: none; padding: 0.1em 0.2em; }
+  #job-results td:nth-child(5), #job-results td:nth-child(6) { grid-column: 1 / -1; }
+  #job-results td:nth-child(6):empty { display: none; }
+}
 """
 
 
@@ -103,6 +120,12 @@ def _lines_finished(state: JobState) -> int:
     return max(0, state.num_done - state.num_cancelled)
 
 
+def _num_ok(state: JobState) -> int:
+    """The job's ok lines: made by this run, plus those a resume kept from an earlier run (only ok lines are
+    kept: ``tts_app.jobs.runner``), so a resumed 15-line job that made 6 reads "ok 15", not "ok 6"."""
+    return state.num_ok + state.num_skipped
+
+
 def progress_html(state: JobState | None, lang: str) -> str:
     """The progress box: a bar and one line (status, lines finished / total, outcome counts, ETA, batch size, id).
     Cancelled lines are not counted as finished, so an interrupted job never shows a full bar."""
@@ -113,9 +136,9 @@ def progress_html(state: JobState | None, lang: str) -> str:
     share = 100.0 * finished / total if state.num_lines else 0.0
     parts = [f"<b>{html.escape(server_text(lang, 'status_' + state.status))}</b>",
              html.escape(server_text(lang, "lines_done", done=finished, total=state.num_lines or "?")),
-             html.escape(server_text(lang, "outcomes", ok=state.num_ok, failed=state.num_failed,
+             html.escape(server_text(lang, "outcomes", ok=_num_ok(state), failed=state.num_failed,
                                      cancelled=state.num_cancelled))]
-    if state.num_skipped:
+    if state.num_skipped:  # of the ok lines, those a resumed job kept
         parts.append(html.escape(server_text(lang, "kept_lines", kept=state.num_skipped)))
     if state.active:
         parts.append(html.escape(server_text(lang, "eta", eta=_duration(state.eta_s))))
@@ -156,8 +179,9 @@ def results_html(ctx: AppContext, job_id: str | None, status_filter: str, lang: 
             f"<td>{'' if duration is None else f'{duration:.2f}'}</td>", f"<td>{player}</td>",
             f"<td>{'<br>'.join(html.escape(n) for n in notes if n)}</td>"]) + "</tr>")
     cols = "".join(f'<col class="{c}">' for c in ("c-line", "c-name", "c-status", "c-dur", "c-audio", "c-notes"))
-    table = (f"<table><colgroup>{cols}</colgroup><thead><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}"
-             f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    table = (f'<div class="job-rows"><table><colgroup>{cols}</colgroup><thead><tr>'
+             f"{''.join(f'<th>{html.escape(h)}</th>' for h in head)}</tr></thead><tbody>{''.join(rows)}</tbody>"
+             f"</table></div>")
     if len(records) > MAX_SHOWN_ROWS:
         table += f"<p>{html.escape(server_text(lang, 'rows_shown', shown=MAX_SHOWN_ROWS, total=len(records)))}</p>"
     if not records:
@@ -176,15 +200,23 @@ def _owned(ctx: AppContext, job_id: str, owner: str, lang: str) -> JobState:
     Raises:
         gr.Error: malformed id, no such job, or another owner's job (its owner is never named).
     """
+    if not isinstance(job_id, str):  # e.g. a whole output passed on by an API script
+        raise _user_error(server_text(lang, "bad_job_id", value=_shown(job_id)))
     try:
         state = ctx.jobs.get(job_id)
     except TTSAppError as exc:
-        raise _user_error(error_text(exc, lang)) from exc
+        raise _user_error(server_text(lang, "bad_job_id", value=_shown(job_id))) from exc
     if state is None:
         raise _user_error(server_text(lang, "no_such_job", job_id=job_id))
     if state.owner != owner:
         raise _user_error(server_text(lang, "not_your_job", job_id=job_id))
     return state
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """``value`` as a short quoted text for a message (a long one cut with "…")."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _mine(ctx: AppContext, job_id: str | None, owner: str) -> JobState | None:
@@ -239,7 +271,10 @@ def _browser(browser: Any) -> dict:
 
 
 def validate_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, request: gr.Request = None):
-    """JSONL (+ZIP) uploaded -> (problem table [line, status, message], summary). Loads no model."""
+    """JSONL (+ZIP) uploaded -> (problem table [line, status, message], summary). Runs no model; with one loaded,
+    also flags the lines it would refuse when they run (``tts_app.jobs.runner.model_line_checks``: emotion fields
+    on a model without emotion control...)."""
+    from tts_app.jobs.runner import model_line_checks
     from tts_app.jobs.runner import validate_job as _validate
     from tts_app.ui.handlers import _table
 
@@ -247,8 +282,12 @@ def validate_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None
     if not jsonl_file:
         raise _user_error(server_text(lang, "need_jsonl"))
     _check_uploads(ctx, jsonl_file, audio_zip, default_voice, lang)
+    engine = ctx.engine
+    check_line = None if engine is None else model_line_checks(
+        engine.facts, getattr(getattr(engine, "adapter", None), "display_name", engine.facts.family))
     try:
-        report = _validate(Path(jsonl_file), audio_dir=audio_zip or None, default_voice=default_voice or None)
+        report = _validate(Path(jsonl_file), audio_dir=audio_zip or None, default_voice=default_voice or None,
+                           check_line=check_line)
     except TTSAppError as exc:
         raise _user_error(error_text(exc, lang)) from exc
     rows = [[line if line else server_text(lang, "job_file"), status, str(message)]
@@ -296,9 +335,9 @@ def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dic
 def submit_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None, use_cache=True,
                greedy=None, seed=0, browser=None, status_filter="all", audio_format="wav",
                request: gr.Request = None):
-    """Run clicked -> the job starts on the server; the page follows it by id (also after a reload). API: only
-    ``jsonl_file`` is needed; the job id comes back at once (follow it with ``/job_status``). ``audio_format``:
-    the lines' format ("wav", "flac", "mp3", "opus"; a line's ``format`` field overrides it)."""
+    """Run clicked -> the job starts on the server; the page follows it by id (also after a reload) -> (browser
+    state, job id, the tab's view). ``audio_format``: the lines' format ("wav", "flac", "mp3", "opus"; a line's
+    ``format`` field overrides it). Scripts use ``submit_job_api``."""
     lang = _lang(ctx, request)
     browser = _browser(browser)
     owner = _owner(ctx, request)
@@ -343,7 +382,7 @@ def restore(ctx: AppContext, browser, status_filter="all", request: gr.Request =
 
 
 def cancel_job(ctx: AppContext, browser=None, request: gr.Request = None):
-    """Cancel this browser's running job (other users' jobs are untouched)."""
+    """Cancel clicked -> cancel this browser's running job (other users' jobs are untouched)."""
     lang = _lang(ctx, request)
     job_id = (browser or {}).get("job_id")
     if _mine(ctx, job_id, _owner(ctx, request)) is None or not ctx.jobs.cancel(job_id):
@@ -385,20 +424,62 @@ def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=
     if state.status == "failed":
         raise _user_error(state.error or "the job failed")
     key = "job_cancelled" if state.num_cancelled else "job_summary"
-    text = server_text(lang, key, ok=state.num_ok, failed=state.num_failed, skipped=state.num_skipped,
+    text = server_text(lang, key, ok=_num_ok(state), failed=state.num_failed, skipped=state.num_skipped,
                        cancelled=state.num_cancelled) + f" ({state.job_id})"
     found = ctx.jobs.results_zip(state.job_id)
     return text, _table(rows, lang, "col_results"), None if found is None else str(found)
 
 
-def job_status(ctx: AppContext, job_id: str, request: gr.Request = None) -> dict:
-    """API: a job's state (status, num_lines, num_done, num_ok, num_failed, num_cancelled, eta_s, batch_size,
-    error, ...) as a dict; only for the job's owner (the browser, or API key, that submitted it)."""
-    state = _owned(ctx, job_id, _owner(ctx, request), _lang(ctx, request))
+def _public(state: JobState) -> dict:
+    """What an API caller sees of a job: its state without the owner and server ids."""
     out = state.to_dict()
     out.pop("owner", None)
     out.pop("server_id", None)
     return out
+
+
+def job_status(ctx: AppContext, job_id: str, request: gr.Request = None) -> dict:
+    """API: a job's state (status, num_lines, num_done, num_ok, num_failed, num_cancelled, eta_s, batch_size,
+    error, ...) as a dict; only for the job's owner (the browser, or API key, that submitted it).
+
+    Raises:
+        gr.Error: ``job_id`` is not a job id (a dict, an empty or malformed text: the message shows what came and
+            what a job id looks like), no such job, or another owner's job."""
+    return _public(_owned(ctx, job_id, _owner(ctx, request), _lang(ctx, request)))
+
+
+def submit_job_api(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None,
+                   use_cache=True, greedy=None, seed=0, audio_format="wav", request: gr.Request = None
+                   ) -> tuple[str, dict]:
+    """API ``/submit_job``: start a job on the server -> (its id, its state as ``/job_status`` gives it), at once.
+    Only ``jsonl_file`` is needed; the other inputs are the Batch tab's job settings (``audio_format``: the lines'
+    format, "wav", "flac", "mp3" or "opus"; a line's ``format`` field overrides it). Follow the job with
+    ``/job_status`` and fetch it with ``/job_results``."""
+    lang = _lang(ctx, request)
+    state = _submit(ctx, jsonl_file, audio_zip, default_voice,
+                    _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang), _owner(ctx, request),
+                    lang)
+    return state.job_id, _public(state)
+
+
+def cancel_job_api(ctx: AppContext, job_id: str, request: gr.Request = None) -> dict:
+    """API ``/cancel_job``: cancel the caller's job ``job_id`` -> its state (lines already running finish, the rest
+    are recorded "cancelled"; a job that has ended is left as it is). Owner only."""
+    state = _owned(ctx, job_id, _owner(ctx, request), _lang(ctx, request))
+    ctx.jobs.cancel(state.job_id)
+    return job_status(ctx, state.job_id, request)
+
+
+def resume_job_api(ctx: AppContext, job_id: str, request: gr.Request = None) -> dict:
+    """API ``/resume_job``: run again the lines job ``job_id`` has not finished (its ok lines are kept) -> its
+    state. Owner only; a job that is running or done is refused in words."""
+    lang = _lang(ctx, request)
+    state = _owned(ctx, job_id, _owner(ctx, request), lang)
+    try:
+        ctx.jobs.resume(state.job_id)
+    except TTSAppError as exc:
+        raise _user_error(error_text(exc, lang)) from exc
+    return job_status(ctx, state.job_id, request)
 
 
 def job_results(ctx: AppContext, job_id: str, request: gr.Request = None) -> tuple[list[dict], str | None]:
@@ -478,17 +559,26 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
     api_summary = gr.Markdown(label=i18n("job_status"), visible=False)
     api_table = gr.Dataframe(headers=st(lang, "col_results").split("|"), label=i18n("job_results"), visible=False)
     api_run = gr.Button(visible=False)
+    # The job API (scripts): ids in, ids and state dicts out (the page's events below are private: they carry the
+    # browser's stored state and redraw the tab).
+    api_job_id = gr.Textbox(label=i18n("job_id"), visible=False)
+    api_job = gr.JSON(label=i18n("job_status"), visible=False)
+    api_submit, api_cancel, api_resume = (gr.Button(visible=False) for _ in range(3))
 
     view = [progress, results, results_zip, run_btn, cancel_btn, resume_btn, recent]
     validate_btn.click(wrap(validate_job), [jsonl, audio_zip, default_voice], [validation, validation_summary],
                        api_name="validate_job", show_progress_on=[validation_summary])
     run_btn.click(wrap(submit_job), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy, job_seed,
                                      browser, status_filter, job_format], [browser, job_id, *view],
-                  api_name="submit_job",
-                  show_progress_on=[progress])
-    cancel_btn.click(wrap(cancel_job), [browser], [validation_summary], api_name="cancel_job", queue=False)
-    resume_btn.click(wrap(resume_job), [browser, status_filter], [browser, *view], api_name="resume_job",
-                     show_progress_on=[progress])
+                  api_name="page_submit_job", api_visibility="private", show_progress_on=[progress])
+    cancel_btn.click(wrap(cancel_job), [browser], [validation_summary], api_name="page_cancel_job",
+                     api_visibility="private", queue=False)
+    resume_btn.click(wrap(resume_job), [browser, status_filter], [browser, *view], api_name="page_resume_job",
+                     api_visibility="private", show_progress_on=[progress])
+    api_submit.click(wrap(submit_job_api), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy,
+                                            job_seed, job_format], [api_job_id, api_job], api_name="submit_job")
+    api_cancel.click(wrap(cancel_job_api), [api_job_id], [api_job], api_name="cancel_job", queue=False)
+    api_resume.click(wrap(resume_job_api), [api_job_id], [api_job], api_name="resume_job")
     open_btn.click(wrap(open_job), [job_id, browser, status_filter], [browser, job_id, *view],
                    show_progress_on=[progress], api_visibility="private")
     recent.input(wrap(open_job), [recent, browser, status_filter], [browser, job_id, *view],

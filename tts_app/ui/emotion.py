@@ -68,3 +68,11 @@ def emotion_from_controls(facts, *, mode: str | None, clip_path: str | None, vec
         return EmotionControl(from_text=True, text=(text or "").strip() or None, weight=weight)
     except ConfigError as exc:
         raise InputError(str(exc)) from None
+
+
+def emotion_inputs_shown(mode: str | None) -> dict[str, bool]:
+    """Which emotion inputs the Emotion panel shows for source ``mode`` (one of ``EMOTION_MODES``; None = "none"):
+    ``clip`` (the emotion clip), ``vector`` (the eight sliders), ``text`` (the emotion text) and ``weight`` (every
+    source but the voice reference's own)."""
+    mode = mode or "none"
+    return {"clip": mode == "clip", "vector": mode == "vector", "text": mode == "text", "weight": mode != "none"}

@@ -49,6 +49,58 @@ def warn_grouped(messages: list[str], lang: str) -> None:
     gr.Warning(text)
 
 
+class RunningRequests:
+    """The engine requests each page session is generating, by tab (``"single"``: Generate and the history's
+    Re-run; ``"dialogue"``), so that a tab's Stop button cancels its own request and nobody else's.
+
+    Keyed by gradio's session hash (one per page load; a ``gradio_client.Client`` has its own). Per-user state in a
+    dict keyed by session, as the gradio guides advise for module-level state; entries leave when their request
+    ends. Thread-safe: handlers run in gradio's worker threads."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._handles: dict[tuple[str, str], set] = {}
+
+    def add(self, session: str | None, kind: str, handle) -> None:
+        """Remember ``handle`` (``engine.RequestHandle``) as session ``session``'s running ``kind`` request (a
+        caller with no session is not tracked: nothing could stop it but itself)."""
+        if session:
+            with self._lock:
+                self._handles.setdefault((session, kind), set()).add(handle)
+
+    def discard(self, session: str | None, kind: str, handle) -> None:
+        """``handle`` has ended."""
+        with self._lock:
+            handles = self._handles.get((session or "", kind))
+            if handles is not None:
+                handles.discard(handle)
+                if not handles:
+                    del self._handles[(session or "", kind)]
+
+    def cancel(self, session: str | None, kind: str) -> int:
+        """Cancel session ``session``'s running ``kind`` requests (their queued segments are dropped and their rows
+        leave the running batch: ``RequestHandle.cancel``); returns how many were still running."""
+        if not session:
+            return 0
+        with self._lock:
+            handles = list(self._handles.pop((session, kind), ()))
+        return sum(1 for handle in handles if handle.cancel())
+
+
+#: the page's running generations (``RunningRequests``), for the Stop buttons
+RUNNING = RunningRequests()
+
+
+def stop_generation(ctx: AppContext, kind: str, request: gr.Request = None) -> None:
+    """Stop clicked on tab ``kind`` ("single" or "dialogue") -> this page session's request of that tab is cancelled
+    (others' requests, and this session's other tab, go on); an info line says so."""
+    lang = _lang(ctx, request)
+    if RUNNING.cancel(getattr(request, "session_hash", None), kind):
+        gr.Info(server_text(lang, "generation_stopped"))
+
+
 def _check_reference_upload(ctx: AppContext, path: str | None, lang: str) -> None:
     from tts_app.ui.uploads import check_upload
 
@@ -91,10 +143,19 @@ def _prepare_reference(ctx: AppContext, audio_path: str, reference_text: str | N
     return ctx.references.prepare(audio_path, reference_text=reference_text or None, name=Path(audio_path).name)
 
 
+def _need_reference_text(ctx: AppContext, lang: str) -> str:
+    """"Upload a clip", and when the library has bundled example voices, "... or pick one of them: NAMES"."""
+    library = getattr(ctx, "voices", None)
+    examples = [v.name for v in library.list() if v.bundled] if library is not None else []
+    if not examples:
+        return server_text(lang, "need_reference")
+    return server_text(lang, "need_reference_or_example", examples=", ".join(examples))
+
+
 def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | None, lang: str = "en"):
     """``_prepare_reference`` for synthesis: a missing or unusable clip stops the event with ``gr.Error``."""
     if not audio_path:
-        raise user_error(server_text(lang, "need_reference"))
+        raise user_error(_need_reference_text(ctx, lang))
     _check_reference_upload(ctx, audio_path, lang)
     try:
         return _prepare_reference(ctx, audio_path, reference_text)
@@ -330,7 +391,11 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
     def on_progress(event):  # engine worker thread: only store numbers
         state["done"], state["total"] = event.segments_done, event.segments_total
 
+    started = time.perf_counter()
+    first_audio_s = None
     handle = engine.submit(synthesis_request, on_progress=on_progress, stream=True)
+    session = getattr(request, "session_hash", None)
+    RUNNING.add(session, "single", handle)  # the tab's Stop button cancels it (``stop_generation``)
     rate = engine.sampling_rate
     skip = [gr.skip()] * 5
     pieces: list = []
@@ -343,6 +408,8 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
                 for chunk in handle.stream(timeout=STREAM_POLL_S):
                     pieces.append(chunk.samples)
                     held += chunk.samples.size
+                    if first_audio_s is None:
+                        first_audio_s = time.perf_counter() - started
                     if not sent_any or held >= STREAM_GROUP_S * rate:
                         yield (encode_wav(np.concatenate(pieces), rate), *skip)
                         pieces, held, sent_any = [], 0, True
@@ -356,11 +423,34 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
         if pieces:
             yield (encode_wav(np.concatenate(pieces), rate), *skip)
     finally:
+        RUNNING.discard(session, "single", handle)
         if not handle.done():  # the browser went away (generator closed): free the engine's rows
             handle.cancel()
     result = handle.result()
+    _observe(result, wall_s=time.perf_counter() - started, first_audio_s=first_audio_s)
     yield (gr.skip(), *_finish_synthesis(ctx, lang, synthesis_request, result, reference=reference,
                                          audio_format=audio_format, request=request))
+
+
+def chapter_files(ctx: AppContext, metadata: str | None, request: gr.Request = None):
+    """A generation finished -> its per-chapter audio files (a text with ``#`` headings: ``# 第一章``; the sidecar's
+    ``chapters[].file``) for the page's chapter box, shown only when there are some. The sidecar must lie in this
+    browser's own folder (a path sent by a page is never trusted further)."""
+    import json
+    import os
+
+    shown = []
+    if metadata:
+        mine = Path(os.path.realpath(ctx.browser_dir(_headers(request))))
+        sidecar = Path(os.path.realpath(metadata))
+        if mine in sidecar.parents and sidecar.is_file():
+            try:
+                chapters = json.loads(sidecar.read_text(encoding="utf-8")).get("chapters") or []
+            except (OSError, ValueError):
+                chapters = []
+            names = [Path(str(c.get("file"))).name for c in chapters if isinstance(c, dict) and c.get("file")]
+            shown = [str(sidecar.with_name(n)) for n in names if sidecar.with_name(n).is_file()]
+    return gr.update(value=shown or None, visible=bool(shown))
 
 
 def _fill_transcript(ctx: AppContext, prepared, reference_text: str | None) -> str | None:
@@ -426,28 +516,47 @@ def tempo_params(params, speed: float | None, duration_s: float | None, loudness
 
 
 def run_web_request(ctx: AppContext, synthesis_request: SynthesisRequest, lang: str, progress, *, reference=None,
-                    speaker_references=None, audio_format: str | None = "wav", request: gr.Request | None = None):
+                    speaker_references=None, audio_format: str | None = "wav", request: gr.Request | None = None,
+                    kind: str = "single"):
     """Submit, wait with progress, save audio (in ``audio_format``) + SRT + sidecar named after the text's first
     words -> (audio, subtitles, metadata, segments table, seed used), in the browser session's folder inside the
     browser's own one (``request``'s session and cookie; served to that browser only, removed when the session
-    ends). Shared by the single and dialogue handlers."""
+    ends). Shared by the single and dialogue handlers; while it runs, tab ``kind``'s Stop button of the same page
+    session cancels it (``stop_generation``; then ``gr.Error`` "stopped")."""
     engine = _engine(ctx)
     state = {"done": 0, "total": 1}
 
     def on_progress(event):  # engine worker thread: only store numbers
         state["done"], state["total"] = event.segments_done, event.segments_total
 
+    started = time.perf_counter()
     handle = engine.submit(synthesis_request, on_progress=on_progress)
-    progress(0.0, desc=server_text(lang, "queued"))
-    while True:
-        try:
-            result = handle.result(timeout=0.25)
-            break
-        except TimeoutError:
-            progress(state["done"] / max(state["total"], 1),
-                     desc=server_text(lang, "segment_progress", done=state["done"], total=state["total"]))
+    session = getattr(request, "session_hash", None)
+    RUNNING.add(session, kind, handle)  # its tab's Stop button cancels it
+    try:
+        progress(0.0, desc=server_text(lang, "queued"))
+        while True:
+            try:
+                result = handle.result(timeout=0.25)
+                break
+            except TimeoutError:
+                progress(state["done"] / max(state["total"], 1),
+                         desc=server_text(lang, "segment_progress", done=state["done"], total=state["total"]))
+    finally:
+        RUNNING.discard(session, kind, handle)
+    wall_s = time.perf_counter() - started
+    _observe(result, wall_s=wall_s, first_audio_s=wall_s)  # the whole clip is the first audio the page gets
     return _finish_synthesis(ctx, lang, synthesis_request, result, reference=reference,
                              speaker_references=speaker_references, audio_format=audio_format, request=request)
+
+
+def _observe(result, *, wall_s: float, first_audio_s: float | None) -> None:
+    """A page request's real-time factor and time to first audio, for ``/metrics`` (``entry_point="web"``); a
+    failed, stopped or silent request records nothing."""
+    from tts_app import metrics
+
+    if result.ok and result.audio.size:
+        metrics.observe_synthesis("web", wall_s=wall_s, audio_s=result.duration_s, first_audio_s=first_audio_s)
 
 
 def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRequest, result, *, reference=None,
@@ -459,6 +568,10 @@ def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRe
 
     seed = synthesis_request.params.seed
     fmt = audio_format if audio_format in AUDIO_FORMATS else "wav"
+    from tts_app.request import RequestStatus
+
+    if result.status == RequestStatus.CANCELLED:
+        raise gr.Error(server_text(lang, "generation_stopped"), print_exception=False)
     if not result.ok:
         raise user_error(server_text(lang, "synthesis_failed", request_id=result.request_id, seed=seed,
                                      error=result.error))
@@ -612,4 +725,4 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
     params = tempo_params(SynthesisParams(seed=int(seed or 0)), speed, duration_s, loudness_lufs)
     synthesis_request = dialogue_request(parsed, voices, text=script, params=params, priority=Priority.INTERACTIVE)
     return run_web_request(ctx, synthesis_request, lang, progress, speaker_references=refs,
-                           audio_format=audio_format, request=request)
+                           audio_format=audio_format, request=request, kind="dialogue")

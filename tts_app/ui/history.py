@@ -39,10 +39,17 @@ def _owner(ctx: AppContext, request: gr.Request | None) -> str:
     return ctx.owner(_headers(request))
 
 
+#: Emotion inputs of the Single tab an entry keeps (``HistoryEntry.emotion``), in the order ``remember`` receives
+#: them after ``SETTINGS`` and ``rerun_values`` returns them: ``handlers.synthesize``'s emotion parameters.
+EMOTION_INPUTS = ("emotion_mode", "emotion_audio", "happy", "angry", "sad", "afraid", "disgusted", "melancholic",
+                  "surprised", "calm", "emotion_weight", "emotion_text")
+
+
 def _entry_view(entry: HistoryEntry) -> dict:
     """What the page shows of one entry (plain JSON for a ``gr.State``)."""
     return {"entry_id": entry.entry_id, "created_utc": entry.created_utc, "text": entry.text, "voice": entry.voice,
-            "reference_name": entry.reference_name, "settings": entry.settings, "audio": str(entry.audio)}
+            "reference_name": entry.reference_name, "settings": entry.settings, "emotion": entry.emotion,
+            "audio": str(entry.audio)}
 
 
 def list_history(ctx: AppContext, request: gr.Request = None) -> list[dict]:
@@ -79,10 +86,16 @@ def remember(ctx: AppContext, metadata: str | None, used_seed: float | None, ref
              max_segment_chars: float | None = None, pause_ms: float | None = None, use_cache: bool = True,
              speed: float | None = None, duration_s: float | None = None, loudness_lufs: float | None = None,
              audio_format: str | None = None, segment_durations_s: str | None = None,
+             emotion_mode: str | None = None, emotion_audio: str | None = None, happy: float | None = None,
+             angry: float | None = None, sad: float | None = None, afraid: float | None = None,
+             disgusted: float | None = None, melancholic: float | None = None, surprised: float | None = None,
+             calm: float | None = None, emotion_weight: float | None = None, emotion_text: str | None = None,
              request: gr.Request = None):
     """A generation finished -> this browser's entries with it first. Stores the files just written (found from
-    their sidecar ``metadata``) with the text, voice / uploaded clip and the Settings values (``SETTINGS``; the
-    seed stored is the one used, so a random seed re-runs the same). History off: nothing is stored.
+    their sidecar ``metadata``) with the text, voice / uploaded clip, the Settings values (``SETTINGS``; the
+    seed stored is the one used, so a random seed re-runs the same) and the emotion controls (``EMOTION_INPUTS``,
+    with a copy of the emotion clip; none when the source is the voice reference's own). History off: nothing is
+    stored.
 
     Every input is a named parameter: gradio fills a ``gr.Request`` parameter only when no ``*args`` comes before
     it (``gradio.helpers.special_args``), and without the request there is no cookie, so no "this browser"."""
@@ -99,10 +112,16 @@ def remember(ctx: AppContext, metadata: str | None, used_seed: float | None, ref
                   max_segment_chars=max_segment_chars, pause_ms=pause_ms, use_cache=use_cache, speed=speed,
                   duration_s=duration_s, loudness_lufs=loudness_lufs, audio_format=audio_format,
                   segment_durations_s=segment_durations_s or None)
+    emotion = None
+    if emotion_mode and emotion_mode != "none":
+        emotion = dict(emotion_mode=emotion_mode, happy=happy, angry=angry, sad=sad, afraid=afraid,
+                       disgusted=disgusted, melancholic=melancholic, surprised=surprised, calm=calm,
+                       emotion_weight=emotion_weight, emotion_text=emotion_text or None)
     try:
         store.add(owner, audio=audio, metadata=sidecar, subtitles=subtitles, text=text, voice=voice or None,
                   reference_file=None if voice else reference_audio, reference_text=reference_text,
-                  settings=values)
+                  settings=values, emotion=emotion,
+                  emotion_file=emotion_audio if emotion is not None and emotion_mode == "clip" else None)
     except (OSError, TTSAppError) as exc:  # the generation itself succeeded: say so, keep going
         gr.Warning(server_text(_lang(ctx, request), "history_not_saved", error=str(exc)))
     return [_entry_view(e) for e in store.list(owner)]
@@ -110,7 +129,9 @@ def remember(ctx: AppContext, metadata: str | None, used_seed: float | None, ref
 
 def rerun_values(ctx: AppContext, entry_id: str, request: gr.Request = None) -> list:
     """An entry's "Re-run" -> the Single tab's inputs as they were: [reference audio, text, reference text, seed,
-    randomize (off), voice, then the other ``SETTINGS``]."""
+    randomize (off), voice, then the other ``SETTINGS``, then ``EMOTION_INPUTS`` (source "none", the sliders at 0
+    and the weight at its default for an entry without emotion)]."""
+    from tts_app.ui.emotion import DEFAULT_EMOTION_WEIGHT
     from tts_app.ui.voices import UPLOAD
 
     try:
@@ -119,18 +140,28 @@ def rerun_values(ctx: AppContext, entry_id: str, request: gr.Request = None) -> 
         raise gr.Error(str(exc)) from exc
     s = entry.settings
     reference = str(entry.reference_audio) if entry.reference_audio is not None else None
+    emotion = {"emotion_mode": "none", "emotion_weight": DEFAULT_EMOTION_WEIGHT, "emotion_text": "",
+               **{name: 0.0 for name in EMOTION_INPUTS[2:10]}, **(entry.emotion or {})}
+    emotion["emotion_audio"] = str(entry.emotion_audio) if entry.emotion_audio is not None else None
     return [reference, entry.text, entry.reference_text or "", s.get("seed", 0), False, entry.voice or UPLOAD,
-            *(s.get(name) for name in SETTINGS if name != "seed")]
+            *(s.get(name) for name in SETTINGS if name != "seed"), *(emotion[name] for name in EMOTION_INPUTS)]
+
+
+#: a ``page_defaults`` value: the loaded model has no such knob (its widget is hidden), so an entry never lists it
+NOT_A_KNOB = "not a knob of this model"
 
 
 def page_defaults(ctx: AppContext) -> dict:
     """The Single tab's starting value of each ``SETTINGS`` input except the seed (the model's defaults,
-    ``generation_controls``; speed 1, duration 0, loudness 0 = "as generated"): an entry lists only what differs."""
+    ``generation_controls``; speed 1, duration 0, loudness 0 = "as generated"): an entry lists only what differs.
+    A knob the model does not have (VibeVoice's temperature and top-p: hidden, their widgets still send a value) is
+    ``NOT_A_KNOB``."""
     from tts_app.ui.controls import generation_controls
 
     controls = generation_controls(ctx.engine.facts if ctx.engine is not None else None)
-    knobs = {name: controls[name].default for name in ("greedy", "temperature", "top_p", "top_k", "cfg_scale",
-                                                      "max_new_tokens", "max_segment_chars")}
+    knobs = {name: controls[name].default if controls[name].visible else NOT_A_KNOB
+             for name in ("greedy", "temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens",
+                          "max_segment_chars")}
     return {**knobs, "pause_ms": controls["pause_between_segments_ms"].default, "use_cache": True, "speed": 1.0,
             "duration_s": 0, "loudness_lufs": 0, "audio_format": "wav", "segment_durations_s": None}
 
@@ -141,16 +172,48 @@ def _same(value, default) -> bool:
     return value == default
 
 
-def entry_summary(entry: dict, lang: str, defaults: dict | None = None) -> str:
-    """Markdown of one entry: time, voice, text (shortened), the seed and the settings that differ from
-    ``defaults`` (``page_defaults``; None: every setting given)."""
+def _local_time(created_utc: str, time_zone: str | None) -> str:
+    """An entry's ISO 8601 UTC time as "YYYY-MM-DD HH:MM:SS" in ``time_zone`` (an IANA name, the browser's:
+    "Asia/Shanghai") followed by that zone's name; in UTC, said so, when the zone is missing or unknown."""
+    import datetime
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    when = datetime.datetime.fromisoformat(created_utc)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    try:
+        zone = ZoneInfo(time_zone) if time_zone else None
+    except (ZoneInfoNotFoundError, ValueError):
+        zone = None
+    if zone is None:
+        return when.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") + " UTC"
+    return f"{when.astimezone(zone).strftime('%Y-%m-%d %H:%M:%S')} ({time_zone})"
+
+
+def entry_summary(entry: dict, lang: str, defaults: dict | None = None, time_zone: str | None = None) -> str:
+    """Markdown of one entry: time (in the browser's ``time_zone``, else UTC), voice (the saved voice, or the
+    uploaded clip's own file name), text (shortened), the seed, the settings that differ from ``defaults``
+    (``page_defaults``; None: every setting given; a knob the model lacks never) and the emotion, when one was
+    set."""
     s = entry["settings"]
     voice = entry["voice"] or entry["reference_name"] or server_text(lang, "voice_upload")
     defaults = defaults or {}
-    shown = {k: v for k, v in s.items() if v is not None and v != "" and
+    shown = {k: v for k, v in s.items() if v is not None and v != "" and defaults.get(k) != NOT_A_KNOB and
              (k == "seed" or k not in defaults or not _same(v, defaults[k]))}
     settings = " · ".join(f"{k} {v}" for k, v in shown.items())
+    emotion = entry.get("emotion") or {}
+    if emotion.get("emotion_mode") not in (None, "none"):
+        from tts_app.ui.texts import choice_label
+
+        mode = emotion["emotion_mode"]
+        parts = [choice_label(lang, f"emo_mode_{mode}")]
+        if mode == "vector":
+            parts += [f"{name} {emotion[name]}" for name in EMOTION_INPUTS[2:10] if emotion.get(name)]
+        if mode == "text" and emotion.get("emotion_text"):
+            parts.append(f"“{emotion['emotion_text']}”")
+        parts.append(f"emotion_weight {emotion.get('emotion_weight')}")
+        settings += (" · " if settings else "") + f"{server_text(lang, 'emotion_word')}: " + ", ".join(parts)
     text = entry["text"] if len(entry["text"]) <= 160 else entry["text"][:157] + "…"
-    when = entry["created_utc"][:19].replace("T", " ")
-    return (f"**{when} UTC** · {server_text(lang, 'history_voice')}: **{voice}**\n\n{text}\n\n"
+    when = _local_time(entry["created_utc"], time_zone)
+    return (f"**{when}** · {server_text(lang, 'history_voice')}: **{voice}**\n\n{text}\n\n"
             f"<sub>{settings}</sub>")

@@ -95,6 +95,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                             delete_voice = gr.Button(i18n("delete_voice"), size="sm", variant="stop",
                                                      elem_id="delete-voice")
                         voice_status = gr.Markdown(label=i18n("voice_status"), elem_id="voice-status")
+                        delete_confirmed = gr.Checkbox(value=True, visible=False, label="confirmed")  # the page asks
                 with gr.Column():
                     text = gr.Textbox(label=i18n("text"), placeholder=i18n("text_placeholder"), lines=5,
                                       elem_id="text")
@@ -131,8 +132,10 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     reset = gr.Button(i18n("reset_defaults"), size="sm", elem_id="reset-defaults")
             emotion = _emotion_widgets(facts, i18n, ctx.lang)
             # Without a model nothing can be generated: the button waits, greyed out, under the banner's fix.
-            generate = gr.Button(i18n("generate"), variant="primary", elem_id="generate",
-                                 interactive=ctx.engine is not None)
+            with gr.Row():
+                generate = gr.Button(i18n("generate"), variant="primary", elem_id="generate",
+                                     interactive=ctx.engine is not None, scale=4)
+                stop_single = gr.Button(i18n("stop"), variant="stop", elem_id="stop", scale=1)
             # The non-streaming /synthesize API (same inputs, the final files only); the button above streams.
             synthesize_api = gr.Button(visible=False)
             # Plays the speech while it is generated (chunks as the engine decodes them); the file is below. A
@@ -142,6 +145,9 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             synthesis_outputs = _result_widgets(i18n, ctx.lang, audio="out-audio", seed="used-seed", srt="srt-file",
                                                 metadata="metadata-file", timings="timings")
             out_audio, _, metadata_file, _, used_seed = synthesis_outputs
+            # a text with chapters ("# 第一章" headings) also gets one audio file per chapter (handlers.chapter_files)
+            chapters_box = gr.File(label=i18n("chapter_files"), file_count="multiple", interactive=False,
+                                   visible=False, elem_id="chapter-files")
             # History: this browser's last generations (tts_app.history; "this browser" = its owner, AppContext.owner)
             history_state = gr.State([])
             history_box = gr.Accordion(i18n("history"), open=True, elem_id="history",
@@ -164,7 +170,10 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             with gr.Row():
                 d_seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="dialogue-seed")
                 d_speed, d_duration, d_loudness, d_format = _output_controls(i18n, "dialogue-")
-            generate_dialogue = gr.Button(i18n("generate_dialogue"), variant="primary", elem_id="generate-dialogue")
+            with gr.Row():
+                generate_dialogue = gr.Button(i18n("generate_dialogue"), variant="primary",
+                                              elem_id="generate-dialogue", scale=4)
+                stop_dialogue = gr.Button(i18n("stop"), variant="stop", elem_id="stop-dialogue", scale=1)
             dialogue_outputs = _result_widgets(i18n, ctx.lang, audio="dialogue-audio", seed=None, srt="dialogue-srt",
                                                metadata="dialogue-metadata", timings="dialogue-timings")
 
@@ -192,26 +201,37 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                             voice, speed, duration_s, loudness, audio_format, segment_durations]
         # history_handlers.remember's inputs: the sidecar written, the seed used, what was asked, then SETTINGS
         remember_inputs = [metadata_file, used_seed, ref_audio, text, ref_text, voice, seed, greedy, *knob_widgets,
-                           use_cache, speed, duration_s, loudness, audio_format, segment_durations]
+                           use_cache, speed, duration_s, loudness, audio_format, segment_durations, *emotion]
         # Queued, as every event that sets history_state must be: gradio's unqueued route reports no changed
         # state, so the State's change (what re-draws the list below) would never fire.
         remember = dict(fn=_wrap(history_handlers.remember, ctx), inputs=remember_inputs, outputs=[history_state],
                         api_visibility="private")
         # history_handlers.rerun_values's outputs
         rerun_outputs = [ref_audio, text, ref_text, seed, randomize, voice, greedy, *knob_widgets, use_cache, speed,
-                         duration_s, loudness, audio_format, segment_durations]
-        generate.click(_wrap(handlers.synthesize_stream, ctx), synthesis_inputs, [live_audio, *synthesis_outputs],
-                       api_name="synthesize_stream", show_progress_on=[out_audio], **MODEL_CONCURRENCY
-                       ).success(**remember)  # the page's generations go to its history, API calls do not
+                         duration_s, loudness, audio_format, segment_durations, *emotion]
+        single_run = generate.click(_wrap(handlers.synthesize_stream, ctx), synthesis_inputs,
+                                    [live_audio, *synthesis_outputs], api_name="synthesize_stream",
+                                    show_progress_on=[out_audio], **MODEL_CONCURRENCY)
+        single_run.success(**remember)  # the page's generations go to its history, API calls do not
+        show_chapters = dict(fn=_wrap(handlers.chapter_files, ctx), inputs=[metadata_file], outputs=[chapters_box],
+                             api_visibility="private", queue=False, show_progress="hidden")
+        single_run.success(**show_chapters)
+        # Stop: the engine drops this session's request (its queued segments and its rows in the running batch;
+        # handlers.RUNNING also covers a history Re-run), and gradio ends the event on the page.
+        stop_single.click(_stop_fn(ctx, "single"), None, None, cancels=[single_run], queue=False,
+                          api_visibility="private")
         synthesize_api.click(_wrap(handlers.synthesize, ctx), synthesis_inputs, synthesis_outputs,
                              api_name="synthesize", show_progress_on=[out_audio],
                              **MODEL_CONCURRENCY)  # progress and errors in one place
         demo.load(_wrap(history_handlers.list_history, ctx), None, [history_state], api_visibility="private")
 
         history_defaults = history_handlers.page_defaults(ctx)
+        # the browser's time zone (an IANA name), so the history shows its local times
+        time_zone = gr.Textbox(visible=False)
+        demo.load(None, None, [time_zone], js="() => Intl.DateTimeFormat().resolvedOptions().timeZone || ''")
         with history_box:
-            @gr.render(inputs=[history_state])
-            def _history(entries, request: gr.Request):
+            @gr.render(inputs=[history_state, time_zone])
+            def _history(entries, zone, request: gr.Request):
                 lang = handlers._lang(ctx, request)
                 if not entries:
                     gr.Markdown(server_text(lang, "history_empty"), elem_id="history-empty")
@@ -219,32 +239,38 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     with gr.Row(elem_classes="history-entry"):
                         Audio(entry["audio"], type="filepath", interactive=False, show_label=False,
                                  elem_id=f"history-audio-{i}", scale=1)
-                        gr.Markdown(history_handlers.entry_summary(entry, lang, history_defaults),
+                        gr.Markdown(history_handlers.entry_summary(entry, lang, history_defaults, zone),
                                     elem_id=f"history-text-{i}", scale=3)
                         rerun = gr.Button(i18n("rerun"), size="sm", elem_id=f"history-rerun-{i}", scale=0)
                     rerun.click(_rerun_fn(ctx, entry["entry_id"]), None, rerun_outputs, queue=False,
                                 api_visibility="private").success(
                         _wrap(handlers.synthesize_stream, ctx), synthesis_inputs, [live_audio, *synthesis_outputs],
                         api_visibility="private", show_progress_on=[out_audio], **MODEL_CONCURRENCY
-                    ).success(**remember)
+                    ).success(**remember).success(**show_chapters)
 
-        generate_dialogue.click(_wrap(handlers.synthesize_dialogue, ctx),
-                                [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness,
-                                 d_format], dialogue_outputs,
-                                api_name="synthesize_dialogue", show_progress_on=[dialogue_outputs[0]],
-                                **MODEL_CONCURRENCY)
+        dialogue_run = generate_dialogue.click(
+            _wrap(handlers.synthesize_dialogue, ctx),
+            [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness, d_format],
+            dialogue_outputs, api_name="synthesize_dialogue", show_progress_on=[dialogue_outputs[0]],
+            **MODEL_CONCURRENCY)
+        stop_dialogue.click(_stop_fn(ctx, "dialogue"), None, None, cancels=[dialogue_run], queue=False,
+                            api_visibility="private")
         transcribe.click(_wrap(voice_handlers.transcribe_reference, ctx), [ref_audio, voice], [ref_text],
                          api_name="transcribe", **MODEL_CONCURRENCY)
         # --- voice library
         ref_audio.upload(lambda: voice_handlers.UPLOAD, None, [voice], queue=False, api_visibility="private")
         voice.input(_wrap(voice_handlers.select_voice, ctx), [voice, ref_text], [ref_text, ref_clean, ref_report],
                     api_visibility="private", **MODEL_CONCURRENCY)
+        # A refusal is a toast and a line in the library's status box, never a status badge over the Voice
+        # dropdown (gradio draws an event's "Error" over its output boxes; a badge there would hide the dropdown).
+        library_event = dict(show_progress_on=[voice_status])
         save_voice.click(_wrap(voice_handlers.save_voice, ctx), [ref_audio, ref_text, voice_name],
-                         [voice, voice_status], api_name="save_voice", **MODEL_CONCURRENCY)
+                         [voice, voice_status], api_name="save_voice", **library_event, **MODEL_CONCURRENCY)
         rename_voice.click(_wrap(voice_handlers.rename_voice, ctx), [voice, new_voice_name], [voice, voice_status],
-                           api_name="rename_voice", queue=False)
-        delete_voice.click(_wrap(voice_handlers.delete_voice, ctx), [voice], [voice, voice_status],
-                           api_name="delete_voice", queue=False)
+                           api_name="rename_voice", queue=False, **library_event)
+        delete_voice.click(_wrap(voice_handlers.delete_voice, ctx), [voice, delete_confirmed], [voice, voice_status],
+                           api_name="delete_voice", queue=False, js=voice_handlers.confirm_delete_js(ctx.lang),
+                           **library_event)  # the browser asks "Delete the voice ...?" first
         gr.api(_wrap(voice_handlers.list_voices, ctx), api_name="list_voices", queue=False)
         for dropdown in (voice, *speaker_voices):
             demo.load(_wrap(voice_handlers.refresh_voices, ctx), None, [dropdown], queue=False,
@@ -303,6 +329,15 @@ def _rerun_fn(ctx: AppContext, entry_id: str):
     return rerun
 
 
+def _stop_fn(ctx: AppContext, kind: str):
+    """The Stop button of tab ``kind`` (``handlers.stop_generation``)."""
+
+    def stop(request: gr.Request = None):
+        return handlers.stop_generation(ctx, kind, request)
+
+    return stop
+
+
 def _wrap(fn, ctx: AppContext):
     """Bind ``ctx`` as the first argument while keeping ``fn``'s signature (minus ctx) visible to gradio, so that
     ``gr.Progress`` / ``gr.Request`` parameters are injected and the API shows the right inputs."""
@@ -332,26 +367,34 @@ def _emotion_widgets(facts, i18n: gr.I18n, lang: str | None) -> list:
     ``EMOTION_MODES`` value, so an API call asking for one reaches ``emotion_from_controls`` and gets its message
     ("... has no emotion control") instead of gradio's bare choice check."""
     from tts_app.request import EMOTION_NAMES
-    from tts_app.ui.emotion import DEFAULT_EMOTION_WEIGHT, EMOTION_MODES, emotion_modes
+    from tts_app.ui.emotion import DEFAULT_EMOTION_WEIGHT, EMOTION_MODES, emotion_inputs_shown, emotion_modes
     from tts_app.ui.texts import choice_label
 
     modes = emotion_modes(facts)
     shown = len(modes) > 1
+    start = emotion_inputs_shown("none")  # only the chosen source's inputs are shown (mode.change below)
     with gr.Accordion(i18n("emotion"), open=False, visible=shown, elem_id="emotion"):
         gr.Markdown(i18n("emotion_note"))
         mode = gr.Radio([(choice_label(lang, f"emo_mode_{m}"), m) for m in (modes if shown else EMOTION_MODES)],
                         value="none", label=i18n("emotion_mode"), elem_id="emotion-mode")
         with gr.Row():
             clip = Audio(label=i18n("emotion_audio"), sources=["upload", "microphone"], type="filepath",
-                            elem_id="emotion-audio")
+                         elem_id="emotion-audio", visible=start["clip"])
             with gr.Column():
                 weight = gr.Slider(0.0, 1.0, value=DEFAULT_EMOTION_WEIGHT, step=0.05, label=i18n("emotion_weight"),
-                                   elem_id="emotion-weight")
+                                   elem_id="emotion-weight", visible=start["weight"])
                 text = gr.Textbox(label=i18n("emotion_text"), lines=1, elem_id="emotion-text",
-                                  visible="text" in modes)
-        with gr.Row():
+                                  visible=start["text"])
+        with gr.Row(visible=start["vector"]) as vector_row:
             sliders = [gr.Slider(0.0, 1.0, value=0.0, step=0.05, label=i18n(f"emo_{name}"), elem_id=f"emo-{name}")
                        for name in EMOTION_NAMES]
+
+    def show_inputs(chosen):
+        visible = emotion_inputs_shown(chosen)
+        return [gr.update(visible=visible[name]) for name in ("clip", "vector", "text", "weight")]
+
+    mode.change(show_inputs, [mode], [clip, vector_row, text, weight], queue=False, api_visibility="private",
+                show_progress="hidden")
     return [mode, clip, *sliders, weight, text]
 
 

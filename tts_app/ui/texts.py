@@ -68,8 +68,21 @@ EN: dict[str, str] = {
                   "| `output_name` | `uttid` | file name of the result without `.wav` (default: the line number) |\n"
                   "| `format` | | this line's audio format: `wav`, `flac`, `mp3` or `opus` (default: the job's "
                   "Output format) |\n"
-                  "| `seed`, `greedy`, `temperature`, `top_p`, `top_k`, `cfg_scale`, `max_new_tokens` | | per-line "
-                  "settings (optional) |\n\n"
+                  "| `voice` | | a saved voice of the voice library (or an example voice) instead of `prompt_audio` "
+                  "|\n"
+                  "| `script` + `speakers` | | a dialogue instead of `input_text`: the script (`Speaker 1: …`, "
+                  "`[S1] …` or `张三：…` lines) and per speaker (number or name) a saved voice or an audio file in "
+                  "the ZIP, e.g. `{\"1\": \"voices/mei.wav\", \"李四\": \"en-male\"}` |\n"
+                  "| `seed`, `greedy`, `temperature`, `top_p`, `top_k`, `cfg_scale`, `max_new_tokens`, "
+                  "`max_segment_chars`, `pause_between_segments_ms`, `chapter_pause_ms` | | per-line settings "
+                  "(optional) |\n"
+                  "| `speed`, `duration_s`, `loudness_lufs`, `segment_durations_s` | | the output's pace (x the "
+                  "model's), target length in seconds, loudness in LUFS, or a list of seconds per line of the text "
+                  "(optional) |\n"
+                  "| `emo_audio_prompt`, `emo_vector`, `emo_alpha`, `use_emo_text`, `emo_text` | `emo_audio`, "
+                  "`emo_weight` | emotion, for models with emotion control (IndexTTS 2): an emotion clip in the ZIP, "
+                  "8 weights (happy, angry, sad, afraid, disgusted, melancholic, surprised, calm), the strength 0-1, "
+                  "or the emotion read from a text (optional; Validate flags them when the model has none) |\n\n"
                   "Example: `{\"input_text\": \"你好。\", \"prompt_audio\": \"voices/mei.wav\", "
                   "\"output_name\": \"hello\"}`. Write paths with forward slashes (`voices/mei.wav`, not "
                   "`voices\\mei.wav`). Validate before you run: every problem is listed with its line number.",
@@ -155,7 +168,17 @@ ZH: dict[str, str] = {
                   "| `prompt_text` | | 参考音频里说的话（可选；部分模型需要） |\n"
                   "| `output_name` | `uttid` | 结果文件名，不含 `.wav`（默认：行号） |\n"
                   "| `format` | | 该行的音频格式：`wav`、`flac`、`mp3` 或 `opus`（默认：任务的“输出格式”） |\n"
-                  "| `seed`、`greedy`、`temperature`、`top_p`、`top_k`、`cfg_scale`、`max_new_tokens` | | 每行的生成设置（可选） |\n\n"
+                  "| `voice` | | 声音库中已保存的声音（或示例声音），代替 `prompt_audio` |\n"
+                  "| `script` + `speakers` | | 对话，代替 `input_text`：对话脚本（`Speaker 1: …`、`[S1] …` 或 `张三：…` 行），"
+                  "以及每位说话人（编号或名字）的已保存声音或 ZIP 中的音频文件，例如 "
+                  "`{\"1\": \"voices/mei.wav\", \"李四\": \"en-male\"}` |\n"
+                  "| `seed`、`greedy`、`temperature`、`top_p`、`top_k`、`cfg_scale`、`max_new_tokens`、"
+                  "`max_segment_chars`、`pause_between_segments_ms`、`chapter_pause_ms` | | 每行的生成设置（可选） |\n"
+                  "| `speed`、`duration_s`、`loudness_lufs`、`segment_durations_s` | | 输出的语速（相对模型原速）、目标时长（秒）、"
+                  "响度（LUFS），或文本每一行的秒数列表（可选） |\n"
+                  "| `emo_audio_prompt`、`emo_vector`、`emo_alpha`、`use_emo_text`、`emo_text` | `emo_audio`、`emo_weight` | "
+                  "情感，仅用于支持情感控制的模型（IndexTTS 2）：ZIP 中的情感参考音频、8 个权重（高兴、愤怒、悲伤、恐惧、反感、"
+                  "低落、惊讶、自然）、强度 0-1，或从文本判断情感（可选；模型不支持时“校验”会标出） |\n\n"
                   "示例：`{\"input_text\": \"你好。\", \"prompt_audio\": \"voices/mei.wav\", "
                   "\"output_name\": \"hello\"}`。路径请用正斜杠（`voices/mei.wav`，而不是 `voices\\mei.wav`）。"
                   "运行前先校验：每个问题都会列出行号。",
@@ -205,6 +228,8 @@ EN.update({
     "generate_dialogue": "Generate dialogue",
     "history": "History: this browser's last generations (Re-run generates again with the same settings)",
     "rerun": "Re-run",
+    "stop": "Stop",
+    "chapter_files": "One file per chapter (the text's # headings)",
 })
 ZH.update({
     "voice": "声音（已保存的声音，或上传的音频）",
@@ -230,6 +255,8 @@ ZH.update({
     "generate_dialogue": "生成对话",
     "history": "历史记录：本浏览器最近的生成（“重新生成”沿用当时的设置再生成一次）",
     "rerun": "重新生成",
+    "stop": "停止",
+    "chapter_files": "按章节分开的音频（文本中的 # 标题）",
 })
 
 assert EN.keys() == ZH.keys()  # a missing translation is a programming error, caught at import
@@ -255,6 +282,8 @@ SERVER: dict[str, dict[str, str]] = {
         "no_problems": "no problems found", "reference_refused": "This reference cannot be used",
         "override": "override", "polyphone": "polyphone",
         "need_reference": "Upload or record a reference audio clip first (a few seconds of the voice to clone).",
+        "need_reference_or_example": "Upload or record a reference audio clip first (a few seconds of the voice to "
+                                     "clone), or pick an example voice in the Voice list above: {examples}.",
         "need_text": "Type some text to speak.", "need_jsonl": "Upload a JSONL task file first.",
         "bad_audio_format": "Output format {value!r} is unknown; choose one of {allowed}.",
         "bad_segment_durations": "Per-line durations: {value!r} is not a list of seconds separated by commas; give "
@@ -278,7 +307,7 @@ SERVER: dict[str, dict[str, str]] = {
         "validation_bad": "{num_lines} lines: {num_valid} valid, {num_invalid} invalid (they will be recorded as "
                           "failed; the valid lines still run), {num_warnings} warnings.",
         "job_progress": "lines {done}/{total} · batch cap {cap}",
-        "job_summary": "ok {ok} · failed {failed} · already done {skipped}",
+        "job_summary": "ok {ok} · failed {failed} ({skipped} of the ok lines kept from an earlier run)",
         "job_cancelled": "Job cancelled: {ok} lines finished, {cancelled} not run.",
         "lines_failed": "{failed} line(s) failed; see the results table.",
         "no_job_yet": "No job yet: upload a task file and press Run job (or open one of your recent jobs).",
@@ -286,13 +315,15 @@ SERVER: dict[str, dict[str, str]] = {
         "status_cancelled": "cancelled", "status_failed": "failed", "status_interrupted": "interrupted (resume it)",
         "status_damaged": "damaged (its job.json cannot be read; outputs kept)",
         "lines_done": "lines {done}/{total}", "outcomes": "ok {ok} · failed {failed} · cancelled {cancelled}",
-        "kept_lines": "{kept} kept from an earlier run", "eta": "about {eta} left", "batch_now": "batch of {size}",
+        "kept_lines": "{kept} of them kept from an earlier run", "eta": "about {eta} left", "batch_now": "batch of {size}",
         "col_job_results": "line|output name|status|duration (s)|listen|error / notes",
         "line_ok": "ok", "line_failed": "failed", "line_cancelled": "cancelled",
         "filter_all": "all", "filter_ok": "ok", "filter_failed": "failed", "filter_cancelled": "cancelled",
         "rows_shown": "Showing the first {shown} of {total} lines; the ZIP has every line.",
         "no_rows": "No lines to show.",
         "no_such_job": "There is no job {job_id} (it may have been removed).",
+        "bad_job_id": "{value} is not a job id: give the job id text, e.g. 20250101-120000-1a2b3c4d (the first "
+                      "value /submit_job returns).",
         "not_your_job": "Job {job_id} belongs to another browser (or API key); open it from the one that started it.",
         "upload_too_large": "{name} is {size}; files up to {limit} are accepted here. Upload a smaller file.",
         "notes_more": "(and {count} more)",
@@ -326,6 +357,8 @@ SERVER: dict[str, dict[str, str]] = {
         "no_problems": "未发现问题", "reference_refused": "该参考音频无法使用",
         "override": "指定读音", "polyphone": "多音字",
         "need_reference": "请先上传或录制一段参考音频（几秒钟要克隆的声音）。",
+        "need_reference_or_example": "请先上传或录制一段参考音频（几秒钟要克隆的声音），或在上方“声音”列表中选择一个示例声音："
+                                     "{examples}。",
         "need_text": "请输入要朗读的文本。", "need_jsonl": "请先上传 JSONL 任务文件。",
         "bad_audio_format": "未知的输出格式 {value!r}；请选择 {allowed} 之一。",
         "bad_segment_durations": "每行时长：{value!r} 不是用逗号分隔的秒数；请为文本的每一行给一个大于 0 的数，例如 "
@@ -346,7 +379,7 @@ SERVER: dict[str, dict[str, str]] = {
         "validation_bad": "共 {num_lines} 行：{num_valid} 行有效，{num_invalid} 行无效（将记为失败，有效行照常运行），"
                           "{num_warnings} 条提示。",
         "job_progress": "已完成 {done}/{total} 行 · 批大小上限 {cap}",
-        "job_summary": "成功 {ok} · 失败 {failed} · 之前已完成 {skipped}",
+        "job_summary": "成功 {ok} · 失败 {failed}（成功的行中 {skipped} 行沿用之前的结果）",
         "job_cancelled": "任务已取消：完成 {ok} 行，{cancelled} 行未运行。",
         "lines_failed": "{failed} 行失败，详见结果表。",
         "no_job_yet": "还没有任务：上传任务文件后点击“运行任务”（或打开最近的任务）。",
@@ -354,13 +387,14 @@ SERVER: dict[str, dict[str, str]] = {
         "status_cancelled": "已取消", "status_failed": "失败", "status_interrupted": "已中断（可继续）",
         "status_damaged": "已损坏（job.json 无法读取；输出已保留）",
         "lines_done": "{done}/{total} 行", "outcomes": "成功 {ok} · 失败 {failed} · 取消 {cancelled}",
-        "kept_lines": "{kept} 行沿用之前的结果", "eta": "预计还需 {eta}", "batch_now": "批大小 {size}",
+        "kept_lines": "其中 {kept} 行沿用之前的结果", "eta": "预计还需 {eta}", "batch_now": "批大小 {size}",
         "col_job_results": "行|输出名|状态|时长（秒）|试听|错误 / 提示",
         "line_ok": "成功", "line_failed": "失败", "line_cancelled": "已取消",
         "filter_all": "全部", "filter_ok": "成功", "filter_failed": "失败", "filter_cancelled": "已取消",
         "rows_shown": "仅显示前 {shown} 行（共 {total} 行）；ZIP 中包含全部。",
         "no_rows": "没有可显示的行。",
         "no_such_job": "没有任务 {job_id}（可能已被删除）。",
+        "bad_job_id": "{value} 不是任务 ID：请给出任务 ID 文本，例如 20250101-120000-1a2b3c4d（/submit_job 返回的第一个值）。",
         "not_your_job": "任务 {job_id} 属于另一个浏览器（或 API 密钥）；请在启动它的浏览器中打开。",
         "upload_too_large": "{name} 大小为 {size}；此处最多接受 {limit}。请上传更小的文件。",
         "notes_more": "（另有 {count} 条）",
@@ -390,19 +424,25 @@ SERVER["en"].update({
     "voice_selected": "Voice **{name}**: {seconds} s of cleaned speech, saved {created}.",
     "voice_saved": "Saved voice {name}.", "voice_renamed": "Renamed {old} to {name}.",
     "voice_deleted": "Deleted voice {name}.", "need_voice": "Select a saved voice first.",
+    "voice_delete_confirm": "Delete the voice {name}? This cannot be undone.",
     "need_speaker_voice": "{name} (speaker {number}) has no voice: pick a saved voice or upload a clip for speaker "
                           "{number}.",
     "history_empty": "Nothing generated yet: your generations will be listed here.", "history_voice": "voice",
+    "emotion_word": "emotion",
     "history_not_saved": "The audio is ready, but it could not be added to the history: {error}",
+    "generation_stopped": "Stopped: this generation was cancelled; nothing was saved.",
 })
 SERVER["zh"].update({
     "voice_upload": "（上传 / 录制的音频）", "voice_example": "示例",
     "voice_selected": "声音 **{name}**：处理后语音 {seconds} 秒，保存于 {created}。",
     "voice_saved": "已保存声音 {name}。", "voice_renamed": "已将 {old} 重命名为 {name}。",
     "voice_deleted": "已删除声音 {name}。", "need_voice": "请先选择一个已保存的声音。",
+    "voice_delete_confirm": "删除声音 {name}？此操作无法撤销。",
     "need_speaker_voice": "{name}（说话人 {number}）没有声音：请为说话人 {number} 选择已保存的声音或上传音频。",
     "history_empty": "还没有生成记录：生成的音频会列在这里。", "history_voice": "声音",
+    "emotion_word": "情感",
     "history_not_saved": "音频已生成，但未能加入历史记录：{error}",
+    "generation_stopped": "已停止：本次生成已取消，没有保存任何内容。",
 })
 # The voice library's refusals (``tts_app.voices.VoiceError.code``), shown by ``error_text``.
 SERVER["en"].update({

@@ -135,9 +135,12 @@ def rename_voice(ctx: AppContext, voice: str | None, new_name: str | None, reque
     return gr.update(choices=voice_choices(ctx, lang), value=renamed.name), message
 
 
-def delete_voice(ctx: AppContext, voice: str | None, request: gr.Request = None):
-    """Delete the selected voice -> (dropdown back on the uploaded clip, status line)."""
+def delete_voice(ctx: AppContext, voice: str | None, confirmed: bool = True, request: gr.Request = None):
+    """Delete the selected voice -> (dropdown back on the uploaded clip, status line). On the page the browser asks
+    first (``confirm_delete_js``); ``confirmed`` False (the user said no) changes nothing."""
     lang = _lang(ctx, request)
+    if confirmed is False:
+        return gr.skip(), gr.skip()
     if not voice:
         raise _say(server_text(lang, "need_voice"))
     try:
@@ -145,6 +148,20 @@ def delete_voice(ctx: AppContext, voice: str | None, request: gr.Request = None)
     except TTSAppError as exc:
         raise _refused(exc, lang) from exc
     return gr.update(choices=voice_choices(ctx, lang), value=UPLOAD), server_text(lang, "voice_deleted", name=voice)
+
+
+def confirm_delete_js(lang: str | None) -> str:
+    """The Delete button's page script: asks "Delete the voice NAME?" in the page's language (``lang`` = --lang, None:
+    the browser's) and passes the answer on as ``delete_voice``'s ``confirmed``; with no voice selected it asks
+    nothing (the server says to select one)."""
+    import json
+
+    texts = {code: server_text(code, "voice_delete_confirm", name="{name}") for code in ("en", "zh")}
+    forced = "null" if lang is None else json.dumps(lang)
+    return ("(voice, confirmed) => { const lang = " + forced + " || (navigator.language || 'en').toLowerCase(); "
+            "const texts = " + json.dumps(texts, ensure_ascii=False) + "; "
+            "if (!voice) return [voice, true]; "
+            "return [voice, window.confirm((lang.startsWith('zh') ? texts.zh : texts.en).replace('{name}', voice))]; }")
 
 
 def list_voices(ctx: AppContext, request: gr.Request = None) -> list[dict]:
