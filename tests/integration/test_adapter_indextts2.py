@@ -203,7 +203,7 @@ def test_kv_estimate_covers_the_cache_the_decode_loop_really_holds(adapter, thre
     inputs = adapter.preprocess(three_rows, GREEDY)
     from tts_app.adapters.indextts2 import _CodeSelector
 
-    selector = _CodeSelector(GREEDY, inputs.seeds, adapter.repetition_penalty)
+    selector = _CodeSelector(GREEDY, inputs.seeds, adapter.repetition_penalty, adapter.undecodable_codes)
     with torch.no_grad():
         state = adapter.prefill(inputs, use_cache=True)
         for _ in range(5):
@@ -312,6 +312,67 @@ def test_conditioning_is_computed_once_per_reference_clip(adapter, clip):
     adapter.preprocess(rows, GREEDY)
     adapter.preprocess(rows[:1], GREEDY)
     assert adapter.num_conditioning_computed - before == 2  # one clip: speaker conditioning + its emotion features
+
+
+# ------------------------------------------------------------------------------------------------ undecodable codes
+
+NUM_SEEDS = 50
+
+
+def _fifty_seeds(adapter, row, params):
+    """The model inputs of ``row`` with seeds 0..49, as one batch (preprocessed once, the row repeated)."""
+    from tts_app.adapters.indextts2 import IndexTTS2Inputs
+
+    one = adapter.preprocess([row], params)
+    return IndexTTS2Inputs(prefix_embeds=one.prefix_embeds.repeat(NUM_SEEDS, 1, 1),
+                           prefix_mask=one.prefix_mask.repeat(NUM_SEEDS, 1), text_tokens=one.text_tokens * NUM_SEEDS,
+                           conditioning=one.conditioning * NUM_SEEDS, emovecs=one.emovecs * NUM_SEEDS,
+                           emo_cond_embs=one.emo_cond_embs * NUM_SEEDS, seeds=list(range(NUM_SEEDS)))
+
+
+def _codes_of(adapter, inputs, params):
+    """Each row's generated codes (stop code excluded), all rows decoded as one batch (no s2mel / vocoder)."""
+    outputs = adapter.generate(inputs, params)
+    return [outputs.codes[i, :n].tolist() for i, n in enumerate(outputs.code_lengths)]
+
+
+def _step_codes_of(monkeypatch, adapter, inputs, params):
+    """The same through the step interface (``IndexTTS2DecodeBatch``), each finished row's codes."""
+    batch = adapter.start_decode(params)
+    batch._row_audio = lambda row, last_code: np.zeros(0, dtype=np.float32)  # the codes are what is checked here
+    with monkeypatch.context() as patch:
+        patch.setattr(adapter, "preprocess", lambda rows, params: inputs)
+        batch.prefill([(i, None) for i in range(NUM_SEEDS)])
+    done = {}
+    while batch.num_rows:
+        for out in batch.decode_step():
+            if out.stop_reason is not None:
+                done[out.key] = list(next(r for r in batch.rows if r.key == out.key).codes)
+                batch.release([out.key])
+    return [done[i] for i in range(NUM_SEEDS)]
+
+
+@pytest.mark.parametrize("settings", ["defaults", "sampling", "emotion"])
+def test_a_code_the_codec_cannot_decode_is_never_picked(monkeypatch, adapter, three_rows, settings):
+    """Issue 23: a sampled ``start_mel_token`` (64 on the tiny checkpoint) reached the codec (``IndexError``). Over 50
+    seeds, with the defaults, hotter sampling and an emotion vector, in both decode paths: every code is one the
+    codec decodes; and without the mask hot sampling draws one (so the test can fail)."""
+    max_new = 12  # cheap: 50 rows x 12 codes; an undecodable draw is as likely at any step
+    params = {"defaults": SynthesisParams(max_new_tokens=max_new),
+              "sampling": SynthesisParams(max_new_tokens=max_new, temperature=2.0, top_p=1.0, top_k=66),
+              "emotion": SynthesisParams(max_new_tokens=max_new)}[settings]
+    row = three_rows[0]
+    if settings == "emotion":
+        row = AdapterRow(**{**row.__dict__, "emotion": RowEmotion(vector=(0.7, 0, 0, 0, 0, 0, 0.2, 0))})
+    inputs = _fifty_seeds(adapter, row, params)
+    size = int(adapter.processor.config.semantic_codec.codebook_size)
+    assert adapter.undecodable_codes.nonzero().flatten().tolist() == [adapter.model.gpt.start_mel_token] == [size]
+    for codes in [_codes_of(adapter, inputs, params), _step_codes_of(monkeypatch, adapter, inputs, params)]:
+        assert len(codes) == NUM_SEEDS and all(max(c, default=0) < size for c in codes)
+    if settings == "sampling":
+        monkeypatch.setattr(adapter, "_undecodable", torch.zeros_like(adapter.undecodable_codes))
+        unmasked = _codes_of(adapter, inputs, params)
+        assert any(max(c, default=0) >= size for c in unmasked)  # what the seeds draw without the mask
 
 
 # ------------------------------------------------------------------------------------------------ text, pinyin

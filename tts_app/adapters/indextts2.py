@@ -50,6 +50,15 @@ Differences from the package's own ``infer``, on purpose:
 * Repetition penalty: the package applies transformers' ``RepetitionPenaltyLogitsProcessor`` to its placeholder
   ``input_ids`` (all ``1`` plus ``<start_mel>``) and the generated codes, i.e. codes 1 and ``start_mel_token`` are
   penalised from the first step; reproduced here.
+* Undecodable codes: the GPT's vocabulary (``number_mel_codes``) is the codec's codebook plus ``start_mel_token`` and
+  ``stop_mel_token``. Upstream masks nothing: neither ``infer`` (its ``generate`` call passes no ``suppress_tokens``
+  / ``bad_words_ids``) nor transformers' generation forbids ``start_mel_token``; a trained checkpoint practically
+  never samples it, and when it does the codec's embedding lookup (``vq2emb``) raises ``IndexError``, which ``infer``
+  catches and answers with ``None`` (no audio, no message). Random weights (the tiny checkpoint) sample it often.
+  Here such codes are never picked (``undecodable_codes``): greedy takes the argmax over the other codes; sampling
+  zeroes their probability after temperature / top-k / top-p (``RowSampler.sample(exclude=...)``), which leaves
+  every draw the package would make unchanged except a draw of an undecodable code (so the upstream-equality tests
+  hold wherever the package gives audio at all).
 * Text: the package normalises text with NeMo text processing; in tts_app the front end (wetext) normalises it, and
   this adapter applies the package's punctuation map (``TextNormalizer.char_rep_map``) and its tokenizer
   (``tokenize_by_CJK_char`` + the checkpoint's sentencepiece ``bpe.model``). A pinyin override ``{zhong4}`` from the
@@ -524,14 +533,17 @@ class _DecodeState:
 class _CodeSelector:
     """Next-code choice for a batch: the checkpoint's repetition penalty (transformers
     ``RepetitionPenaltyLogitsProcessor``), then argmax (greedy) or ``RowSampler`` (temperature, top-k, top-p; one
-    generator per row). ``params`` are resolved (``TTSAdapter.resolve``): every knob has its value."""
+    generator per row), never a code the semantic codec cannot decode (``undecodable``, see
+    ``IndexTTS2Adapter.undecodable_codes``). ``params`` are resolved (``TTSAdapter.resolve``): every knob has its
+    value."""
 
-    def __init__(self, params: SynthesisParams, seeds: list[int], repetition_penalty: float):
+    def __init__(self, params: SynthesisParams, seeds: list[int], repetition_penalty: float, undecodable):
         from transformers import RepetitionPenaltyLogitsProcessor
 
         from tts_app.adapters.sampling import RowSampler
 
         self.greedy = bool(params.greedy)
+        self.undecodable = undecodable
         self.penalty = RepetitionPenaltyLogitsProcessor(repetition_penalty) if repetition_penalty != 1.0 else None
         self.sampler = None
         if not self.greedy:
@@ -545,9 +557,8 @@ class _CodeSelector:
         if self.penalty is not None:
             logits = self.penalty(history, logits)
         if self.greedy:
-            return torch.argmax(logits, dim=-1)
-        return self.sampler.sample(logits, history)
-
+            return torch.argmax(logits.masked_fill(self.undecodable.to(logits.device), -float("inf")), dim=-1)
+        return self.sampler.sample(logits, history, exclude=self.undecodable)
 
 
 @dataclass
@@ -643,7 +654,8 @@ class IndexTTS2DecodeBatch(DecodeBatch):
             next_logits = torch.cat([self.next_logits, logits])
             # The package's repetition penalty sees its placeholder ids (all 1) and <start_mel> (module docstring).
             new_rows = [_StepRow(key=k, inputs=inputs, index=i,
-                                 selector=_CodeSelector(self.params, [inputs.seeds[i]], adapter.repetition_penalty),
+                                 selector=_CodeSelector(self.params, [inputs.seeds[i]], adapter.repetition_penalty,
+                                                        adapter.undecodable_codes),
                                  history=torch.tensor([[1, gpt.start_mel_token]], dtype=torch.long,
                                                       device=self.device))
                         for i, k in enumerate(keys)]
@@ -751,6 +763,7 @@ class IndexTTS2Adapter(TTSAdapter):
         self._emotion_text_cache = _LRU(EMOTION_TEXT_CACHE_SIZE)
         self._qwen_emotion = None
         self._qwen_lock = threading.Lock()
+        self._undecodable = None
         #: times the conditioning of a new reference clip / emotion clip was computed (not taken from the cache)
         self.num_conditioning_computed = 0
         super().__init__(model, processor, device, dtype)
@@ -911,6 +924,21 @@ class IndexTTS2Adapter(TTSAdapter):
             supports_emotion=True,
             supports_emotion_text=self.processor.qwen_emotion_dir is not None,
         )
+
+    @property
+    def undecodable_codes(self):
+        """``(number_mel_codes,)`` bool on the model's device: True for the GPT's codes the semantic codec cannot
+        decode, i.e. ``start_mel_token`` and any other id at or above the codec's ``codebook_size``, except
+        ``stop_mel_token`` (which ends a row and never reaches the codec). Decoding never picks them (see the module
+        docstring, "Undecodable codes")."""
+        import torch
+
+        if self._undecodable is None:
+            gpt = self.model.gpt
+            codes = torch.arange(int(gpt.number_mel_codes), device=self.device)
+            size = int(self.processor.config.semantic_codec.codebook_size)
+            self._undecodable = (codes >= size) & (codes != int(gpt.stop_mel_token))
+        return self._undecodable
 
     @property
     def repetition_penalty(self) -> float:
@@ -1254,7 +1282,7 @@ class IndexTTS2Adapter(TTSAdapter):
 
         max_new = self._check_max_new_tokens(params)
         params = self.resolve(params)
-        selector = _CodeSelector(params, inputs.seeds, self.repetition_penalty)
+        selector = _CodeSelector(params, inputs.seeds, self.repetition_penalty, self.undecodable_codes)
         with torch.no_grad():
             state = self.prefill(inputs, params.use_cache)
             for _ in range(max_new):
@@ -1386,6 +1414,10 @@ class IndexTTS2Adapter(TTSAdapter):
 
         s2mel = self.model.s2mel.models
         device = codes.device
+        codebook_size = int(self.processor.config.semantic_codec.codebook_size)
+        if codes.numel() and int(codes.max()) >= codebook_size:  # never: decoding masks them (undecodable_codes)
+            raise RuntimeError(f"IndexTTS 2 produced semantic code {int(codes.max())}, which its codec "
+                               f"({codebook_size} codes) cannot decode; undecodable_codes should have masked it")
         with torch.no_grad():
             latent = s2mel["gpt_layer"](latent.float())
             s_infer = self.model.semantic_codec.quantizer.vq2emb(codes.unsqueeze(1)).transpose(1, 2) + latent
