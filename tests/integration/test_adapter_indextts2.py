@@ -23,7 +23,7 @@ from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError  # no
 from tts_app.request import SynthesisParams  # noqa: E402
 
 CODES = 40  # decode-step cap per test: the tiny model's rows stop by themselves after ~10-35 codes
-GREEDY = SynthesisParams(greedy=True, max_new_tokens=CODES)
+GREEDY = SynthesisParams(greedy=True, num_beams=1, max_new_tokens=CODES)  # argmax: infer(top_k=1, num_beams=1)
 SAMPLES_PER_CODE = int(256 * 1.72)  # hop 256 x 1.72 mel frames per code, rounded down per row (a few samples)
 
 
@@ -278,7 +278,7 @@ def test_sampling_is_seeded_per_row(adapter, three_rows):
 def test_a_row_that_hits_the_cap_is_flagged_and_keeps_its_codes(adapter, three_rows):
     free, _ = run(adapter, three_rows, GREEDY)
     cap = max(1, min(free.code_lengths) // 2)
-    capped, audio = run(adapter, three_rows, SynthesisParams(greedy=True, max_new_tokens=cap))
+    capped, audio = run(adapter, three_rows, SynthesisParams(greedy=True, num_beams=1, max_new_tokens=cap))
     assert capped.code_lengths == [cap] * 3 and capped.hit_max_new_tokens == [True] * 3
     from tts_app.request import StopReason
 
@@ -302,7 +302,7 @@ def test_bad_rows_raise_project_errors(adapter, clip):
         adapter.preprocess([AdapterRow("好" * 700, wave, None)], GREEDY)
     inputs = adapter.preprocess([AdapterRow("ok", wave, None)], GREEDY)
     with pytest.raises(InputError, match="max_new_tokens=500 exceeds the 120 codes"):
-        adapter.generate(inputs, SynthesisParams(greedy=True, max_new_tokens=500))
+        adapter.generate(inputs, SynthesisParams(greedy=True, num_beams=1, max_new_tokens=500))
 
 
 def test_conditioning_is_computed_once_per_reference_clip(adapter, clip):
@@ -450,6 +450,51 @@ def test_emotion_from_text_asks_the_checkpoints_emotion_model(monkeypatch, adapt
 # ------------------------------------------------------------------------------------------------ upstream
 
 
+def run_upstream(tmp_path, tiny_idx, spec: list[dict]):
+    """The package's own ``IndexTTS2.infer`` on ``spec``'s cases (tests/indextts2_upstream.py, in a child process
+    with the checkpoint's hub cache, offline) -> its npz (``codes_i``, ``audio_i``)."""
+    (tmp_path / "cases.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    env = dict(os.environ, HF_HUB_CACHE=str(tiny_idx / "hf_cache"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run([sys.executable, "-m", "tests.indextts2_upstream", str(tiny_idx),
+                           str(tmp_path / "cases.json"), str(tmp_path / "upstream.npz")],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return np.load(tmp_path / "upstream.npz")
+
+
+# Seeds for which the package's default beam search gives codes on the tiny checkpoint with BEAM_TEXT and the
+# voice below (for others its 3 beams end at once, and infer fails on the empty code sequence in s2mel's conv1d).
+BEAM_SEEDS = (1, 3, 19)
+BEAM_TEXT = "Hello there, how are you?"
+
+
+@pytest.mark.slow
+def test_default_settings_equal_the_packages_own_infer_with_its_beam_sampling(tmp_path, tiny_idx, adapter, clip):
+    """Issue 24: default settings (3 beams sampled, length_penalty 0, temperature/top-p/top-k 0.8/0.8/30, repetition
+    penalty 10) == ``IndexTTS2.infer(ref, text)`` with its defaults and the same seed: same codes, same audio; alone
+    and as one batch of three requests (each request's beams are rows of the batch)."""
+    import soundfile as sf
+
+    voice = clip("zh_female_1.wav", 1.6)
+    sf.write(tmp_path / "voice.wav", voice, 22050, subtype="FLOAT")
+    spec = [{"reference": str(tmp_path / "voice.wav"), "text": BEAM_TEXT, "seed": seed, "max_mel_tokens": CODES,
+             "generation": {}} for seed in BEAM_SEEDS]
+    upstream = run_upstream(tmp_path, tiny_idx, spec)
+    rows = [AdapterRow(BEAM_TEXT, voice, None, seed=seed) for seed in BEAM_SEEDS]
+    params = SynthesisParams(max_new_tokens=CODES)
+    assert adapter.resolve(params).num_beams == 3 and adapter.resolve(params).length_penalty == 0.0
+    batch, batch_audio = run(adapter, rows, params)
+    for i, row in enumerate(rows):
+        outputs, (audio,) = run(adapter, [row], params)
+        want_codes, want_audio = upstream[f"codes_{i}"][0].tolist(), upstream[f"audio_{i}"]
+        n = outputs.code_lengths[0]
+        assert n > 0 and want_codes == outputs.codes[0, :n].tolist() + [adapter.model.gpt.stop_mel_token], f"seed {row.seed}"
+        assert audio.shape == want_audio.shape and np.allclose(audio, want_audio, atol=1e-5), f"seed {row.seed}"
+        assert batch.codes[i, :n].tolist() == outputs.codes[0, :n].tolist() and batch.code_lengths[i] == n
+        assert np.allclose(batch_audio[i], want_audio, atol=1e-4), f"batched seed {row.seed}"
+
+
 @pytest.mark.slow
 def test_greedy_output_equals_the_packages_own_infer(tmp_path, tiny_idx, adapter, clip):
     """adapter batch of 1 == ``IndexTTS2.infer(top_k=1, num_beams=1)`` of indextts2-inference on the same tiny
@@ -476,14 +521,7 @@ def test_greedy_output_equals_the_packages_own_infer(tmp_path, tiny_idx, adapter
     ]
     voices = [other_voice if "reference" in case else voice for case, _ in cases]
     spec = [{"reference": str(tmp_path / "voice.wav"), "max_mel_tokens": CODES, **case} for case, _ in cases]
-    (tmp_path / "cases.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-    env = dict(os.environ, HF_HUB_CACHE=str(tiny_idx / "hf_cache"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, "-m", "tests.indextts2_upstream", str(tiny_idx),
-                           str(tmp_path / "cases.json"), str(tmp_path / "upstream.npz")],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    upstream = np.load(tmp_path / "upstream.npz")
+    upstream = run_upstream(tmp_path, tiny_idx, spec)
     rows = [AdapterRow(case["text"], voices[i], None, seed=case["seed"], emotion=emotion)
             for i, (case, emotion) in enumerate(cases)]
     for i, row in enumerate(rows):

@@ -185,7 +185,9 @@ LENGTH_REGULATOR_QUANTIZERS = 3  # n_quantizers=3
 # Sampling defaults of infer_generator (generation_kwargs.pop(...) fallbacks; it always samples, do_sample=True). The
 # checkpoint has no generation config; its config.yaml gpt.max_mel_tokens (1815 for the real one) is the model's
 # position capacity and caps max_mel_tokens.
-_UPSTREAM = "indextts2-inference infer_v2.infer_generator default"
+_UPSTREAM = "indextts2-inference 2.1.1 IndexTTS2.infer default (infer_generator's generation_kwargs fallback)"
+UPSTREAM_NUM_BEAMS = 3
+UPSTREAM_LENGTH_PENALTY = 0.0
 UPSTREAM_TEMPERATURE = 0.8
 UPSTREAM_TOP_P = 0.8
 UPSTREAM_TOP_K = 30
@@ -561,6 +563,150 @@ class _CodeSelector:
         return self.sampler.sample(logits, history, exclude=self.undecodable)
 
 
+# Scores transformers' beam search gives a beam it must never keep (GenerationMixin._beam_search: -1.0e9).
+_BEAM_NEVER = -1.0e9
+
+
+@dataclass
+class _BeamState:
+    """One request's beam search between two decode steps (``_BeamSearch``; tensors on the CPU, float32 scores).
+
+    Attributes:
+        running: ``(num_beams, num_steps)`` int64 codes of the running beams.
+        running_scores: ``(num_beams,)`` their summed processed log-probabilities.
+        finished: ``num_beams`` code lists of the best finished beams (stop code included), best first.
+        finished_scores: ``(num_beams,)`` their scores (``_BEAM_NEVER`` for an empty slot).
+        is_finished: ``(num_beams,)`` bool, the slot holds a finished beam.
+        improvable: False once no running beam can beat the worst finished one (transformers' early-stop
+            heuristic with ``early_stopping=False``).
+        done: the search is over.
+    """
+
+    running: Any
+    running_scores: Any
+    finished: list
+    finished_scores: Any
+    is_finished: Any
+    improvable: bool = True
+    done: bool = False
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.running.shape[1])
+
+
+class _BeamSearch:
+    """Beam search / beam sampling of one request, step by step, as transformers' ``GenerationMixin._beam_search``
+    runs it for the package's ``infer`` (``num_beams`` beams, ``do_sample=True``, ``length_penalty``,
+    ``early_stopping=False``, one stop code): per step the beams' logits go through ``log_softmax``, the repetition
+    penalty (over each beam's own ids: the placeholder ``1`` and ``<start_mel>`` then its codes), temperature, top-k
+    and top-p (each keeping at least 2 codes, transformers' rule for beams); the running scores are added; ``2 x
+    num_beams`` candidates are drawn without replacement from the softmax over all beams' codes (``torch.multinomial``
+    with the request's own generator; greedy: the top ones), sorted by score; candidates among the first
+    ``num_beams`` that end with the stop code (or reach ``max_new_tokens``) are kept as finished beams (score divided
+    by ``length ** length_penalty``), the best ``num_beams`` others run on. The search ends when every candidate
+    ends, or when no running beam can beat the worst finished one. The answer is the best finished beam.
+
+    Codes the codec cannot decode get no probability (``undecodable``, after the warpers, see the module docstring).
+
+    ``step`` is pure (returns a new state), so a decode step that fails later can be retried from the old one.
+    """
+
+    def __init__(self, params: SynthesisParams, seed: int, repetition_penalty: float, undecodable, start_code: int,
+                 stop_code: int, max_new_tokens: int):
+        import torch
+        from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper,
+                                  TopKLogitsWarper, TopPLogitsWarper)
+
+        self.num_beams = int(params.num_beams)
+        self.length_penalty = float(params.length_penalty)
+        self.sample = not params.greedy
+        self.stop_code, self.start_code = int(stop_code), int(start_code)
+        self.max_new_tokens = int(max_new_tokens)
+        self.undecodable = undecodable.cpu()
+        self.generator = torch.Generator().manual_seed(int(seed)) if self.sample else None
+        processors = LogitsProcessorList()
+        if repetition_penalty != 1.0:
+            processors.append(RepetitionPenaltyLogitsProcessor(repetition_penalty))
+        if self.sample:  # transformers' _get_logits_processor for beams: min_tokens_to_keep = 1 + one stop code
+            if params.temperature is not None and params.temperature != 1.0:
+                processors.append(TemperatureLogitsWarper(float(params.temperature)))
+            if params.top_k:
+                processors.append(TopKLogitsWarper(int(params.top_k), min_tokens_to_keep=2))
+            if params.top_p is not None and params.top_p < 1.0:
+                processors.append(TopPLogitsWarper(float(params.top_p), min_tokens_to_keep=2))
+        self.processors = processors
+
+    def initial_state(self) -> _BeamState:
+        import torch
+
+        beams = self.num_beams
+        scores = torch.zeros(beams, dtype=torch.float32)
+        scores[1:] = _BEAM_NEVER  # only the first beam's codes count at the first step (the beams are equal)
+        return _BeamState(running=torch.zeros((beams, 0), dtype=torch.long), running_scores=scores,
+                          finished=[[] for _ in range(beams)],
+                          finished_scores=torch.full((beams,), _BEAM_NEVER, dtype=torch.float32),
+                          is_finished=torch.zeros(beams, dtype=torch.bool))
+
+    def step(self, state: _BeamState, logits):
+        """One decode step. ``logits``: ``(num_beams, vocab)`` float32, row ``j`` = running beam ``j``'s next-code
+        logits. Returns ``(new_state, source, codes)``: running beam ``j`` of the new state continues old beam
+        ``source[j]`` with code ``codes[j]`` (``(num_beams,)`` int64 each, CPU); feed those unless ``done``."""
+        import torch
+        import torch.nn.functional as F
+
+        beams, t = self.num_beams, state.num_steps
+        logits = logits.float().cpu()
+        vocab = logits.shape[-1]
+        placeholder = torch.tensor([[1, self.start_code]], dtype=torch.long).repeat(beams, 1)
+        ids = torch.cat([placeholder, state.running], dim=1)
+        log_probs = self.processors(ids, F.log_softmax(logits, dim=-1))
+        scores = (log_probs + state.running_scores[:, None]).reshape(1, -1)  # (1, beams x vocab)
+        banned = self.undecodable.repeat(beams)[None]
+        allowed = scores.masked_fill(banned, -float("inf"))
+        num_candidates = 2 * beams
+        if self.sample:
+            probs = F.softmax(scores, dim=-1).masked_fill(banned, 0.0)
+            index = torch.multinomial(probs, num_samples=num_candidates, generator=self.generator)
+            cand_scores = torch.gather(allowed, 1, index)
+            cand_scores, order = cand_scores.sort(dim=-1, descending=True)
+            index = index.gather(-1, order)
+        else:
+            cand_scores, index = torch.topk(allowed, k=num_candidates)
+        cand_beams, cand_codes = index[0] // vocab, index[0] % vocab
+        candidates = torch.cat([state.running[cand_beams], cand_codes[:, None]], dim=1)
+        ends = (cand_codes == self.stop_code) | (t + 1 >= self.max_new_tokens)  # EosTokenCriteria, MaxLengthCriteria
+        # the best non-ending candidates run on
+        running_scores_all = cand_scores[0] + ends.to(torch.float32) * _BEAM_NEVER
+        keep = torch.topk(running_scores_all, k=beams)[1]
+        # ending candidates among the first num_beams join the finished ones, scored with the length penalty
+        top = torch.zeros(num_candidates, dtype=torch.bool)
+        top[:beams] = True
+        just_finished = ends & top
+        finished_scores = cand_scores[0] / ((t + 1) ** self.length_penalty)
+        finished_scores = finished_scores + float(not state.improvable) * _BEAM_NEVER
+        finished_scores = finished_scores + (~just_finished).to(torch.float32) * _BEAM_NEVER
+        merged_scores = torch.cat([state.finished_scores, finished_scores])
+        merged = state.finished + [candidates[i].tolist() for i in range(num_candidates)]
+        merged_is_finished = torch.cat([state.is_finished, just_finished])
+        best = torch.topk(merged_scores, k=beams)[1]
+        new = _BeamState(running=candidates[keep], running_scores=running_scores_all[keep],
+                         finished=[merged[i] for i in best.tolist()], finished_scores=merged_scores[best],
+                         is_finished=merged_is_finished[best], improvable=state.improvable)
+        best_possible = new.running_scores[0] / ((t + 1) ** self.length_penalty)
+        worst_finished = torch.where(new.is_finished, new.finished_scores.min(), torch.tensor(_BEAM_NEVER))
+        new.improvable = bool(state.improvable and bool((best_possible > worst_finished).any()))
+        new.done = not (new.improvable and not bool(ends.all()))
+        return new, cand_beams[keep], cand_codes[keep]
+
+    def result(self, state: _BeamState) -> tuple[list[int], bool]:
+        """(the best finished beam's codes without its stop code, whether it was cut at ``max_new_tokens``)."""
+        codes = list(state.finished[0])
+        if self.stop_code in codes:
+            return codes[:codes.index(self.stop_code)], False
+        return codes, True
+
+
 @dataclass
 class _StepRow:
     """One row of a running IndexTTS 2 batch (``IndexTTS2DecodeBatch``).
@@ -899,6 +1045,8 @@ class IndexTTS2Adapter(TTSAdapter):
                 "temperature": (UPSTREAM_TEMPERATURE, _UPSTREAM),
                 "top_p": (UPSTREAM_TOP_P, _UPSTREAM),
                 "top_k": (UPSTREAM_TOP_K, _UPSTREAM),
+                "num_beams": (UPSTREAM_NUM_BEAMS, f"{_UPSTREAM}: num_beams=3, beam sampling (do_sample=True)"),
+                "length_penalty": (UPSTREAM_LENGTH_PENALTY, _UPSTREAM),
                 "max_new_tokens": (min(UPSTREAM_MAX_MEL_TOKENS, capacity),
                                    f"{_UPSTREAM} max_mel_tokens={UPSTREAM_MAX_MEL_TOKENS}, capped by config.yaml "
                                    f"gpt.max_mel_tokens={capacity}"),
@@ -1282,6 +1430,8 @@ class IndexTTS2Adapter(TTSAdapter):
 
         max_new = self._check_max_new_tokens(params)
         params = self.resolve(params)
+        if params.num_beams > 1:
+            return self._generate_beams(inputs, params, max_new)
         selector = _CodeSelector(params, inputs.seeds, self.repetition_penalty, self.undecodable_codes)
         with torch.no_grad():
             state = self.prefill(inputs, params.use_cache)
@@ -1297,6 +1447,60 @@ class IndexTTS2Adapter(TTSAdapter):
             lengths.append(int(ends[0, 0]) if ends.numel() else row.shape[0])
             hit.append(not ends.numel())
         return IndexTTS2Outputs(codes=codes, code_lengths=lengths, hit_max_new_tokens=hit)
+
+    def _beam_search(self, params: SynthesisParams, seed: int, max_new_tokens: int) -> _BeamSearch:
+        gpt = self.model.gpt
+        return _BeamSearch(params, seed, self.repetition_penalty, self.undecodable_codes, gpt.start_mel_token,
+                           gpt.stop_mel_token, max_new_tokens)
+
+    def _generate_beams(self, inputs: IndexTTS2Inputs, params: SynthesisParams, max_new: int) -> IndexTTS2Outputs:
+        """``generate`` with ``params.num_beams`` > 1: each row's beams are ``num_beams`` rows of the GPT batch
+        (``_BeamSearch`` per row, its own generator seeded with the row's seed); after each step every row's beams
+        are reordered (KV cache rows gathered) to the beams they continue. A row's answer is its best finished
+        beam."""
+        import torch
+
+        beams = int(params.num_beams)
+        num_rows = inputs.prefix_embeds.shape[0]
+        expanded = copy.copy(inputs)
+        expanded.prefix_embeds = inputs.prefix_embeds.repeat_interleave(beams, dim=0)
+        expanded.prefix_mask = inputs.prefix_mask.repeat_interleave(beams, dim=0)
+        searches = [self._beam_search(params, seed, max_new) for seed in inputs.seeds]
+        states = [search.initial_state() for search in searches]
+        stop = int(self.model.gpt.stop_mel_token)
+        with torch.no_grad():
+            state = self.prefill(expanded, params.use_cache)
+            for step in range(max_new):
+                order = torch.arange(num_rows * beams)
+                codes = torch.full((num_rows * beams,), stop, dtype=torch.long)
+                for r, search in enumerate(searches):
+                    if states[r].done:
+                        continue
+                    block = slice(r * beams, (r + 1) * beams)
+                    states[r], source, picked = search.step(states[r], state.next_logits[block])
+                    order[block], codes[block] = r * beams + source, picked
+                if all(s.done for s in states):
+                    break
+                device = state.mask.device
+                order, codes = order.to(device), codes.to(device)
+                if params.use_cache:
+                    state.cache.reorder_cache(order)
+                else:
+                    state.embeds = state.embeds[order]
+                state.mask = torch.cat([state.mask[order], torch.ones_like(state.mask[:, :1])], dim=1)
+                new = self._mel_embeddings(codes, torch.full_like(codes, step + 1))
+                if params.use_cache:
+                    state.next_logits = self._forward(new, state.mask, state.cache)
+                else:
+                    state.embeds = torch.cat([state.embeds, new], dim=1)
+                    state.next_logits = self._forward(state.embeds, state.mask, None)
+        results = [search.result(s) for search, s in zip(searches, states)]
+        width = max(1, max(len(c) + (0 if hit else 1) for c, hit in results))
+        codes = torch.full((num_rows, width), stop, dtype=torch.long)
+        for r, (row_codes, _) in enumerate(results):
+            codes[r, :len(row_codes)] = torch.tensor(row_codes, dtype=torch.long)
+        return IndexTTS2Outputs(codes=codes.to(inputs.prefix_embeds.device),
+                                code_lengths=[len(c) for c, _ in results], hit_max_new_tokens=[h for _, h in results])
 
     def _mel_embeddings(self, codes, positions):
         """codes ``(batch,)`` int64 at mel positions ``(batch,)`` -> ``(batch, 1, model_dim)`` GPT input."""
