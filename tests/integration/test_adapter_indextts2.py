@@ -211,10 +211,12 @@ def test_kv_estimate_covers_the_cache_the_decode_loop_really_holds(adapter, thre
     held = sum(t.numel() * t.element_size() for layer in state.cache.layers for t in (layer.keys, layer.values))
     positions = state.mask.shape[1]  # every row holds the longest row's positions (left padding)
     assert held == adapter.facts.kv_bytes_per_position * positions * len(three_rows)
+    beams = adapter.facts.generation_defaults.num_beams  # the estimate covers the default beams (3 rows)
+    assert beams == 3
     for i, row in enumerate(three_rows):
         real = int(inputs.prefix_mask[i].sum()) + 1 + 5  # prefix + <start_mel> + 5 codes fed
         estimate = adapter.estimate_positions(len(row.text), len(row.reference_audio) / 22050, 0, 5)
-        assert real <= estimate <= 1.25 * real, (real, estimate)  # covers it, without a wild margin
+        assert real * beams <= estimate <= 1.25 * real * beams, (real, estimate)  # covers it, no wild margin
 
 
 # ------------------------------------------------------------------------------------------------ batching
@@ -257,7 +259,8 @@ def test_without_the_left_padding_mask_rows_would_leak(adapter, three_rows):
 def test_kv_cache_off_gives_the_same_codes_and_audio(adapter, three_rows, batch_size):
     rows = three_rows[:batch_size]
     on, audio_on = run(adapter, rows, GREEDY)
-    off, audio_off = run(adapter, rows, SynthesisParams(greedy=True, max_new_tokens=CODES, use_cache=False))
+    off, audio_off = run(adapter, rows, SynthesisParams(greedy=True, num_beams=1, max_new_tokens=CODES,
+                                                        use_cache=False))
     assert torch.equal(on.codes, off.codes)
     for a, b in zip(audio_on, audio_off):
         assert a.shape == b.shape and np.allclose(a, b, atol=1e-4)
@@ -339,7 +342,7 @@ def _codes_of(adapter, inputs, params):
 def _step_codes_of(monkeypatch, adapter, inputs, params):
     """The same through the step interface (``IndexTTS2DecodeBatch``), each finished row's codes."""
     batch = adapter.start_decode(params)
-    batch._row_audio = lambda row, last_code: np.zeros(0, dtype=np.float32)  # the codes are what is checked here
+    batch._row_audio = lambda row, codes: np.zeros(0, dtype=np.float32)  # the codes are what is checked here
     with monkeypatch.context() as patch:
         patch.setattr(adapter, "preprocess", lambda rows, params: inputs)
         batch.prefill([(i, None) for i in range(NUM_SEEDS)])
@@ -355,11 +358,12 @@ def _step_codes_of(monkeypatch, adapter, inputs, params):
 @pytest.mark.parametrize("settings", ["defaults", "sampling", "emotion"])
 def test_a_code_the_codec_cannot_decode_is_never_picked(monkeypatch, adapter, three_rows, settings):
     """Issue 23: a sampled ``start_mel_token`` (64 on the tiny checkpoint) reached the codec (``IndexError``). Over 50
-    seeds, with the defaults, hotter sampling and an emotion vector, in both decode paths: every code is one the
-    codec decodes; and without the mask hot sampling draws one (so the test can fail)."""
+    seeds, with the defaults (3 beams, sampled), hotter sampling without beams and an emotion vector, in both decode
+    paths: every code is one the codec decodes; and without the mask hot sampling draws one (so the test can
+    fail)."""
     max_new = 12  # cheap: 50 rows x 12 codes; an undecodable draw is as likely at any step
     params = {"defaults": SynthesisParams(max_new_tokens=max_new),
-              "sampling": SynthesisParams(max_new_tokens=max_new, temperature=2.0, top_p=1.0, top_k=66),
+              "sampling": SynthesisParams(max_new_tokens=max_new, num_beams=1, temperature=2.0, top_p=1.0, top_k=66),
               "emotion": SynthesisParams(max_new_tokens=max_new)}[settings]
     row = three_rows[0]
     if settings == "emotion":
@@ -493,6 +497,23 @@ def test_default_settings_equal_the_packages_own_infer_with_its_beam_sampling(tm
         assert audio.shape == want_audio.shape and np.allclose(audio, want_audio, atol=1e-5), f"seed {row.seed}"
         assert batch.codes[i, :n].tolist() == outputs.codes[0, :n].tolist() and batch.code_lengths[i] == n
         assert np.allclose(batch_audio[i], want_audio, atol=1e-4), f"batched seed {row.seed}"
+    # and through the engine (continuous batching: the step interface, the three requests' beams in one batch)
+    from tts_app.config import EngineConfig
+    from tts_app.engine import Engine
+    from tts_app.request import ReferenceAudio, SynthesisRequest
+
+    # one segment (the tiny checkpoint's own segment length is a few characters: its max_new_tokens is 120)
+    requests = [SynthesisRequest(text=BEAM_TEXT, reference_audio=ReferenceAudio(voice, 22050),
+                                 params=SynthesisParams(seed=seed, max_new_tokens=CODES, max_segment_chars=60))
+                for seed in BEAM_SEEDS]
+    with Engine(adapter, EngineConfig(max_batch_size=3, wait_window_ms=100)) as engine:
+        assert engine.continuous
+        results = [h.result(timeout=600) for h in [engine.submit(r) for r in requests]]
+    assert max(s.batch_size for r in results for s in r.segments) > 1
+    for i, result in enumerate(results):
+        assert result.ok and result.effective_params.num_beams == 3 and len(result.segments) == 1, result.error
+        want_audio = upstream[f"audio_{i}"]
+        assert result.audio.shape == want_audio.shape and np.allclose(result.audio, want_audio, atol=1e-4), i
 
 
 @pytest.mark.slow

@@ -36,10 +36,17 @@ Differences from the package's own ``infer``, on purpose:
   rows join the running GPT batch (their prefix prefilled apart, then merged with the shorter side left-padded) and
   leave it at any decode step; a row's s2mel + vocoder run in the step that ends it. Same per-row computation as
   ``generate`` (the continuous-batching tests compare them row by row).
-* Decoding: ``infer`` samples with beam search (``num_beams=3``); here each row samples alone (no beams), with one
-  ``torch.Generator`` per row seeded with ``AdapterRow.seed`` (tts_app/adapters/sampling.py), so a row's audio does
-  not depend on its batch-mates. Greedy (``params.greedy``) is the argmax after the repetition penalty, which is what
-  ``infer(top_k=1, num_beams=1)`` does (the upstream-equality test checks it).
+* Decoding: as ``infer`` by default, beam sampling with ``num_beams=3`` and ``length_penalty=0``
+  (``SynthesisParams.num_beams`` / ``length_penalty``, defaults from ``infer_generator``'s fallbacks): ``_BeamSearch``
+  follows transformers' ``_beam_search`` step for step, and each request's beams are rows of the running GPT batch
+  (reordered, KV cache rows gathered, after each step). The draws come from one ``torch.Generator`` per request
+  seeded with ``AdapterRow.seed`` (tts_app/adapters/sampling.py; upstream draws from the global RNG, which the
+  upstream-equality test seeds the same way), so a request's audio does not depend on its batch-mates. With
+  ``num_beams=1`` each row samples alone (``RowSampler``). Greedy (``params.greedy``) with one beam is the argmax after
+  the repetition penalty, which is what ``infer(top_k=1, num_beams=1)`` does; greedy with beams is beam search. On
+  the tiny checkpoint (random weights) the 3 beams often end at once (the stop code is likelier than any path of
+  codes, and ``length_penalty=0`` favours short beams): the package then fails in s2mel on the empty code sequence;
+  here the request reports that the model produced no audio.
 * Mel positions: the k-th generated code is fed with mel-position embedding ``k`` (``<start_mel>`` is 0), as in
   training (``UnifiedVoice.forward``). This is what the package does under transformers 5.x: its
   ``GPT2InferenceModel.prepare_inputs_for_generation`` speaks the old ``past_key_values`` interface, gets no cache
@@ -709,23 +716,28 @@ class _BeamSearch:
 
 @dataclass
 class _StepRow:
-    """One row of a running IndexTTS 2 batch (``IndexTTS2DecodeBatch``).
+    """One row (one segment) of a running IndexTTS 2 batch (``IndexTTS2DecodeBatch``).
 
     Attributes:
         key: the engine's key for it.
         inputs: the ``IndexTTS2Inputs`` of the prefill it joined with; ``index``: its row there (for
             ``code_latents`` and ``s2mel`` once its codes are done).
-        selector: its own ``_CodeSelector`` (repetition penalty over its own history, its own generator).
-        history: ``(1, 2 + num_codes)`` int64 ids its repetition penalty sees.
-        codes: the codes it has generated (its stop code excluded).
+        selector: without beams, its own ``_CodeSelector`` (repetition penalty over its own history, its own
+            generator); None with beams.
+        history: without beams, ``(1, 2 + num_codes)`` int64 ids its repetition penalty sees.
+        beam, beam_state: with beams, its ``_BeamSearch`` (its own generator) and where the search stands; its beams
+            are ``num_beams`` consecutive rows of the stream.
+        codes: the codes it has generated (its stop code excluded; with beams, filled when the search ends).
         stop_reason: None while it decodes.
     """
 
     key: object
     inputs: IndexTTS2Inputs
     index: int
-    selector: _CodeSelector
-    history: Any
+    selector: _CodeSelector | None = None
+    history: Any = None
+    beam: _BeamSearch | None = None
+    beam_state: _BeamState | None = None
     codes: list = field(default_factory=list)
     stop_reason: StopReason | None = None
 
@@ -738,13 +750,15 @@ class IndexTTS2DecodeBatch(DecodeBatch):
     """A running IndexTTS 2 batch (step interface, ``DecodeBatch``): the GPT stream of semantic codes for rows that
     join and leave at any decode step (continuous batching). The same computation as ``IndexTTS2Adapter.generate``
     per row: the prefix + ``<start_mel>`` prefilled with the row's left padding masked, one code per live row per
-    step (the checkpoint's repetition penalty over the row's own history, then argmax or the row's own sampler),
-    the k-th code fed at mel position k; rows join with the shorter side left-padded (the GPT-2 stack has no position
-    embeddings of its own, so padding changes nothing but the mask).
+    step (the checkpoint's repetition penalty over the row's own history, then argmax or the row's own sampler; with
+    ``num_beams`` > 1 the row's ``_BeamSearch`` over its beams, which are ``num_beams`` consecutive stream rows,
+    reordered after each step to the beams they continue), the k-th code fed at mel position k; rows join with the
+    shorter side left-padded (the GPT-2 stack has no position embeddings of its own, so padding changes nothing but
+    the mask).
 
-    A row's audio comes in the step that ends it (its stop code, or ``max_new_tokens`` codes): its codes through
-    ``code_latents`` -> ``s2mel`` -> ``vocode``, exactly ``postprocess``'s per-row path. Streaming therefore gives
-    IndexTTS 2 audio per segment, not per code.
+    A row's audio comes in the step that ends it (its stop code, or ``max_new_tokens`` codes; with beams, the end of
+    its search): its codes through ``code_latents`` -> ``s2mel`` -> ``vocode``, exactly ``postprocess``'s per-row
+    path. Streaming therefore gives IndexTTS 2 audio per segment, not per code.
 
     A step changes nothing until its last computation succeeded: on an exception (``torch.OutOfMemoryError``) the
     stream is rolled back and the rows' sampling generators restored, so the engine can retry with fewer rows.
@@ -759,9 +773,11 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         self.gpt = gpt
         self.device = torch.device(adapter.device)
         self.max_new_tokens = adapter.max_new_tokens(params)
+        self.num_beams = int(params.num_beams or 1)
         dim = int(adapter.processor.config.gpt.model_dim)
         self.stream = DecoderStream(gpt.gpt, dim, self.device, next(gpt.parameters()).dtype, params.use_cache)
         self.rows: list[_StepRow] = []
+        # (num_rows x num_beams, number_mel_codes): each stream row's next-code logits
         self.next_logits = torch.zeros((0, int(gpt.number_mel_codes)), dtype=torch.float32, device=self.device)
 
     @property
@@ -773,10 +789,15 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         ``mel_head``, as ``IndexTTS2Adapter._forward``; called under its ``_gpt_autocast``)."""
         return self.gpt.mel_head(self.gpt.final_norm(hidden)).float()
 
+    def _block(self, i: int) -> slice:
+        """Stream rows of batch row ``i`` (its beams)."""
+        return slice(i * self.num_beams, (i + 1) * self.num_beams)
+
     def prefill(self, rows) -> None:
         """Prefill ``rows`` ((key, ``AdapterRow``)) into the batch (see ``DecodeBatch.prefill``): their prompts are
-        ``IndexTTS2Adapter.preprocess``'s, run in a stream of their own and merged into the running one. Raises what
-        ``preprocess`` raises, or ``torch.OutOfMemoryError``; nothing joins then."""
+        ``IndexTTS2Adapter.preprocess``'s (each repeated ``num_beams`` times), run in a stream of their own and
+        merged into the running one. Raises what ``preprocess`` raises, or ``torch.OutOfMemoryError``; nothing joins
+        then."""
         import time
 
         import torch
@@ -785,94 +806,174 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         keys = [k for k, _ in rows]
         if len(set(keys)) != len(keys) or set(keys) & set(self.keys):
             raise ValueError("prefill got a key already in the batch")
-        adapter, gpt = self.adapter, self.gpt
+        adapter, gpt, beams = self.adapter, self.gpt, self.num_beams
         with torch.no_grad():
             inputs = adapter.preprocess([r for _, r in rows], self.params)
-            num_new = len(keys)
+            num_new = len(keys) * beams
             start = torch.full((num_new,), gpt.start_mel_token, dtype=torch.long, device=self.device)
             zero = torch.zeros(num_new, dtype=torch.long, device=self.device)
-            embeds = torch.cat([inputs.prefix_embeds, adapter._mel_embeddings(start, zero)], dim=1)
-            mask = torch.cat([inputs.prefix_mask, torch.ones(num_new, 1, dtype=torch.long, device=self.device)], dim=1)
+            prefix_embeds = inputs.prefix_embeds.repeat_interleave(beams, dim=0)
+            prefix_mask = inputs.prefix_mask.repeat_interleave(beams, dim=0)
+            embeds = torch.cat([prefix_embeds, adapter._mel_embeddings(start, zero)], dim=1)
+            mask = torch.cat([prefix_mask, torch.ones(num_new, 1, dtype=torch.long, device=self.device)], dim=1)
             sub = DecoderStream(gpt.gpt, self.stream.hidden_size, self.device, self.stream.dtype, self.params.use_cache)
             with adapter._gpt_autocast():
                 logits = self._logits(sub.forward(embeds, mask))
             merged = self.stream.prepare_merge(sub)
             next_logits = torch.cat([self.next_logits, logits])
-            # The package's repetition penalty sees its placeholder ids (all 1) and <start_mel> (module docstring).
-            new_rows = [_StepRow(key=k, inputs=inputs, index=i,
-                                 selector=_CodeSelector(self.params, [inputs.seeds[i]], adapter.repetition_penalty,
-                                                        adapter.undecodable_codes),
-                                 history=torch.tensor([[1, gpt.start_mel_token]], dtype=torch.long,
-                                                      device=self.device))
-                        for i, k in enumerate(keys)]
+            new_rows = []
+            for i, k in enumerate(keys):
+                if beams > 1:
+                    beam = adapter._beam_search(self.params, inputs.seeds[i], self.max_new_tokens)
+                    new_rows.append(_StepRow(key=k, inputs=inputs, index=i, beam=beam,
+                                             beam_state=beam.initial_state()))
+                else:
+                    # The package's repetition penalty sees its placeholder ids (all 1) and <start_mel> (module
+                    # docstring).
+                    new_rows.append(_StepRow(
+                        key=k, inputs=inputs, index=i,
+                        selector=_CodeSelector(self.params, [inputs.seeds[i]], adapter.repetition_penalty,
+                                               adapter.undecodable_codes),
+                        history=torch.tensor([[1, gpt.start_mel_token]], dtype=torch.long, device=self.device)))
         self.stream.commit(merged)
         self.next_logits = next_logits
         self.rows += new_rows
         self.prefill_s += time.perf_counter() - t0
+
+    def _generators(self, live: list[int]) -> list:
+        out = []
+        for i in live:
+            row = self.rows[i]
+            if row.beam is not None:
+                if row.beam.generator is not None:
+                    out.append(row.beam.generator)
+            elif row.selector.sampler is not None:
+                out += row.selector.sampler.generators("cpu")
+        return out
 
     def decode_step(self) -> list[RowStep]:
         """One code per live row (see the class docstring); a row that ends gets its whole audio in this step's
         ``RowStep``. Raises ``torch.OutOfMemoryError``; the batch is then as before."""
         import torch
 
-        num_rows = len(self.rows)
         live = self._count_step([r.stop_reason is not None for r in self.rows])
         if not live:
             return []
         stop = int(self.gpt.stop_mel_token)
-        generators = [g for i in live if self.rows[i].selector.sampler is not None
-                      for g in self.rows[i].selector.sampler.generators("cpu")]
+        generators = self._generators(live)
         generator_states = [g.get_state() for g in generators]
         mark = self.stream.checkpoint()
         try:
             with torch.no_grad():
-                picked = {i: int(self.rows[i].selector.pick(self.rows[i].history, self.next_logits[i:i + 1])[0])
-                          for i in live}
-                ends = {i for i in live if picked[i] == stop}
-                capped = {i for i in live if i not in ends and len(self.rows[i].codes) + 1 >= self.max_new_tokens}
-                audio = {i: self._row_audio(self.rows[i], picked[i] if i not in ends else None)
-                         for i in ends | capped}
-                continuing = [i for i in live if i not in ends and i not in capped]
-                new_logits = None
-                if continuing:
-                    codes = torch.full((num_rows,), stop, dtype=torch.long, device=self.device)
-                    positions = torch.zeros(num_rows, dtype=torch.long, device=self.device)
-                    feed = torch.zeros((num_rows, 1), dtype=torch.long, device=self.device)
-                    for i in continuing:
-                        codes[i], positions[i], feed[i, 0] = picked[i], len(self.rows[i].codes) + 1, 1
-                    new = self.adapter._mel_embeddings(codes, positions)
-                    with self.adapter._gpt_autocast():
-                        new_logits = self._logits(self.stream.forward(new, feed))
+                if self.num_beams > 1:
+                    step = self._beam_step(live, stop)
+                else:
+                    step = self._sample_step(live, stop)
         except BaseException:
             self.stream.rollback(mark)
             for g, state in zip(generators, generator_states):
                 g.set_state(state)
             raise
-        # commit: assignments only
-        if new_logits is not None:
-            index = torch.tensor(continuing, dtype=torch.long, device=self.device)
-            self.next_logits[index] = new_logits[index]
-        out = []
-        for i in live:
-            row = self.rows[i]
-            code = torch.tensor([[picked[i]]], dtype=torch.long, device=self.device)
-            row.history = torch.cat([row.history, code], dim=1)
-            if i in ends:
-                row.stop_reason = StopReason.END_OF_SPEECH
-            else:
-                row.codes.append(picked[i])
-                if i in capped:
-                    row.stop_reason = StopReason.MAX_NEW_TOKENS
-            out.append(RowStep(key=row.key, audio=audio.get(i, np.zeros(0, dtype=np.float32)),
-                               stop_reason=row.stop_reason))
-        return out
+        return step()
 
-    def _row_audio(self, row: _StepRow, last_code: int | None) -> np.ndarray:
-        """A finishing row's waveform: its codes (plus ``last_code`` when the cap, not a stop code, ended it) through
-        ``code_latents`` -> ``s2mel`` -> ``vocode`` (``IndexTTS2Adapter.postprocess`` per row)."""
+    def _feed(self, codes, positions, feed):
+        """Forward codes ``(stream_rows,)`` at mel positions ``(stream_rows,)`` for the stream rows where ``feed``
+        ``(stream_rows, 1)`` is 1; returns their next logits."""
+        new = self.adapter._mel_embeddings(codes, positions)
+        with self.adapter._gpt_autocast():
+            return self._logits(self.stream.forward(new, feed))
+
+    def _sample_step(self, live: list[int], stop: int):
+        """Without beams: pick, compute the ending rows' audio and feed the others; returns the commit."""
         import torch
 
-        codes = row.codes + ([last_code] if last_code is not None else [])
+        num_rows = len(self.rows)
+        picked = {i: int(self.rows[i].selector.pick(self.rows[i].history, self.next_logits[i:i + 1])[0])
+                  for i in live}
+        ends = {i for i in live if picked[i] == stop}
+        capped = {i for i in live if i not in ends and len(self.rows[i].codes) + 1 >= self.max_new_tokens}
+        audio = {i: self._row_audio(self.rows[i], self.rows[i].codes + ([picked[i]] if i not in ends else []))
+                 for i in ends | capped}
+        continuing = [i for i in live if i not in ends and i not in capped]
+        new_logits = None
+        if continuing:
+            codes = torch.full((num_rows,), stop, dtype=torch.long, device=self.device)
+            positions = torch.zeros(num_rows, dtype=torch.long, device=self.device)
+            feed = torch.zeros((num_rows, 1), dtype=torch.long, device=self.device)
+            for i in continuing:
+                codes[i], positions[i], feed[i, 0] = picked[i], len(self.rows[i].codes) + 1, 1
+            new_logits = self._feed(codes, positions, feed)
+
+        def commit() -> list[RowStep]:  # assignments only
+            if new_logits is not None:
+                index = torch.tensor(continuing, dtype=torch.long, device=self.device)
+                self.next_logits[index] = new_logits[index]
+            out = []
+            for i in live:
+                row = self.rows[i]
+                code = torch.tensor([[picked[i]]], dtype=torch.long, device=self.device)
+                row.history = torch.cat([row.history, code], dim=1)
+                if i in ends:
+                    row.stop_reason = StopReason.END_OF_SPEECH
+                else:
+                    row.codes.append(picked[i])
+                    if i in capped:
+                        row.stop_reason = StopReason.MAX_NEW_TOKENS
+                out.append(RowStep(key=row.key, audio=audio.get(i, np.zeros(0, dtype=np.float32)),
+                                   stop_reason=row.stop_reason))
+            return out
+
+        return commit
+
+    def _beam_step(self, live: list[int], stop: int):
+        """With beams: advance each live row's search, compute the finished rows' audio, reorder the stream rows to
+        the beams they continue and feed the running beams; returns the commit."""
+        import torch
+
+        num_stream_rows = len(self.rows) * self.num_beams
+        order = torch.arange(num_stream_rows)
+        codes = torch.full((num_stream_rows,), stop, dtype=torch.long)
+        positions = torch.zeros(num_stream_rows, dtype=torch.long)
+        feed = torch.zeros((num_stream_rows, 1), dtype=torch.long)
+        states, results, audio, continuing = {}, {}, {}, []
+        for i in live:
+            row, block = self.rows[i], self._block(i)
+            states[i], source, picked = row.beam.step(row.beam_state, self.next_logits[block])
+            if states[i].done:
+                results[i] = row.beam.result(states[i])
+                audio[i] = self._row_audio(row, results[i][0])
+            else:
+                continuing.append(i)
+                order[block] = block.start + source
+                codes[block], positions[block], feed[block] = picked, states[i].num_steps, 1
+        new_logits = None
+        if continuing:
+            self.stream.keep_rows(order.to(self.device))  # undone by rollback if the forward fails
+            new_logits = self._feed(codes.to(self.device), positions.to(self.device), feed.to(self.device))
+
+        def commit() -> list[RowStep]:  # assignments only
+            if new_logits is not None:
+                index = torch.cat([torch.arange(self._block(i).start, self._block(i).stop) for i in continuing])
+                self.next_logits = self.next_logits[order.to(self.device)]
+                self.next_logits[index.to(self.device)] = new_logits[index.to(self.device)]
+            out = []
+            for i in live:
+                row = self.rows[i]
+                row.beam_state = states[i]
+                if i in results:
+                    row.codes, hit = results[i]
+                    row.stop_reason = StopReason.MAX_NEW_TOKENS if hit else StopReason.END_OF_SPEECH
+                out.append(RowStep(key=row.key, audio=audio.get(i, np.zeros(0, dtype=np.float32)),
+                                   stop_reason=row.stop_reason))
+            return out
+
+        return commit
+
+    def _row_audio(self, row: _StepRow, codes: list[int]) -> np.ndarray:
+        """A finishing row's waveform: its codes through ``code_latents`` -> ``s2mel`` -> ``vocode``
+        (``IndexTTS2Adapter.postprocess`` per row)."""
+        import torch
+
         if not codes:
             return np.zeros(0, dtype=np.float32)
         adapter = self.adapter
@@ -888,7 +989,8 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         keep = [i for i, r in enumerate(self.rows) if r.key not in gone]
         if len(keep) == len(self.rows):
             return
-        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        index = torch.tensor([j for i in keep for j in range(self._block(i).start, self._block(i).stop)],
+                             dtype=torch.long, device=self.device)
         with torch.no_grad():
             self.stream.keep_rows(index)
             self.next_logits = self.next_logits[index]
@@ -1095,11 +1197,15 @@ class IndexTTS2Adapter(TTSAdapter):
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
                            max_new_tokens: int) -> int:
-        """GPT KV positions of one row at the end of decoding: 34 conditioning + text tokens (``text_chars x
-        text_positions_per_char``, rounded up) + <start_text>/<stop_text> + <start_mel> + ``max_new_tokens`` codes.
-        The reference length and its transcript do not matter (the perceiver always gives 32 latents)."""
+        """GPT KV positions of one segment at the end of decoding: per beam row 34 conditioning + text tokens
+        (``text_chars x text_positions_per_char``, rounded up) + <start_text>/<stop_text> + <start_mel> +
+        ``max_new_tokens`` codes, times the checkpoint's default ``num_beams`` (each beam is a row with its own KV
+        cache; the engine's estimate does not see a request's own ``num_beams``, so a request asking for more beams
+        than the default is under-estimated by that ratio). The reference length and its transcript do not matter
+        (the perceiver always gives 32 latents)."""
         text = int(math.ceil(text_chars * self.facts.text_positions_per_char))
-        return NUM_CONDITIONING_POSITIONS + text + NUM_TEXT_FRAME_TOKENS + 1 + max_new_tokens
+        beams = self.facts.generation_defaults.num_beams or 1
+        return (NUM_CONDITIONING_POSITIONS + text + NUM_TEXT_FRAME_TOKENS + 1 + max_new_tokens) * beams
 
     # ------------------------------------------------------------------ text
 
