@@ -12,8 +12,8 @@ output clamped to [-1, 1], float32, before ``infer`` rounds it to 16-bit PCM).
 
 Two things are pinned down so the comparison is about the model, not about inputs:
 
-* The NeMo text normaliser is replaced by the last step of the package's own ``TextNormalizer.normalize`` (its
-  punctuation map): tts_app normalises text in its front end, and the test texts hold nothing NeMo would rewrite.
+* The NeMo text normaliser is replaced by the first and last steps of the package's own
+  ``TextNormalizer.normalize`` (its English contraction rule and its punctuation map): tts_app normalises text in its front end, and the test texts hold nothing NeMo would rewrite.
 * The GPT's sampling draws (``torch.multinomial`` in transformers' ``generate``) come from the global RNG; it is
   seeded with the case's seed right before ``generate``, which gives the adapter's per-row
   ``torch.Generator().manual_seed(seed)`` stream.
@@ -43,6 +43,7 @@ def main(argv: list[str]) -> int:
             pass
 
         def normalize(self, text):
+            text = re.sub(self.ENGLISH_CONTRACTION_PATTERN, r"\1 is", text, flags=re.IGNORECASE)  # before NeMo
             rep_map = self.zh_char_rep_map if self.use_chinese(text) else self.char_rep_map
             pattern = re.compile("|".join(re.escape(p) for p in rep_map))
             return pattern.sub(lambda m: rep_map[m.group()], text)

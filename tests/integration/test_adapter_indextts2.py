@@ -153,6 +153,29 @@ def test_auxiliaries_in_sub_folders_need_no_hub_cache(tmp_path, tiny_idx, adapte
     assert mine.size > 0 and np.array_equal(mine, theirs)
 
 
+def test_the_official_repositorys_flat_hf_cache_layout_loads(tmp_path, tiny_idx, adapter, three_rows):
+    """The layout the official index-tts repository writes (``ensure_models_available``): ``hf_cache/w2v-bert-2.0/``,
+    ``hf_cache/semantic_codec_model.safetensors``, ``hf_cache/campplus_cn_common.bin``, ``hf_cache/bigvgan/``."""
+    from tts_app.adapters.indextts2 import IndexTTS2Adapter
+
+    folder = tmp_path / "index-tts-checkpoints"
+    (folder / "hf_cache").mkdir(parents=True)
+    for item in tiny_idx.iterdir():
+        if item.name != "hf_cache":
+            (folder / item.name).symlink_to(item)
+    snapshot = {p.parts[-3]: p for p in (tiny_idx / "hf_cache").glob("models--*/snapshots/*")}
+    flat = folder / "hf_cache"
+    (flat / "w2v-bert-2.0").symlink_to(snapshot["models--facebook--w2v-bert-2.0"])
+    (flat / "bigvgan").symlink_to(snapshot["models--nvidia--bigvgan_v2_22khz_80band_256x"])
+    (flat / "semantic_codec_model.safetensors").symlink_to(
+        snapshot["models--amphion--MaskGCT"] / "semantic_codec" / "model.safetensors")
+    (flat / "campplus_cn_common.bin").symlink_to(snapshot["models--funasr--campplus"] / "campplus_cn_common.bin")
+    loaded = IndexTTS2Adapter.from_pretrained(folder)
+    row = three_rows[2]
+    (mine,), (theirs,) = loaded.synthesize([row], GREEDY), adapter.synthesize([row], GREEDY)
+    assert mine.size > 0 and np.array_equal(mine, theirs)
+
+
 def test_missing_auxiliary_model_names_the_download_command(tmp_path, tiny_idx):
     from tts_app.adapters.indextts2 import IndexTTS2Adapter
 
@@ -560,6 +583,15 @@ def test_greedy_output_equals_the_packages_own_infer(tmp_path, tiny_idx, adapter
         want_audio = upstream[f"audio_{i}"]
         assert batch_audio[i].shape == want_audio.shape, f"batched case {i}"
         assert np.allclose(batch_audio[i], want_audio, atol=1e-4), f"batched case {i}"
+
+
+def test_english_contractions_are_expanded_as_the_package_does(adapter):
+    """The package's normaliser rewrites "it's", "that's", "there's", "he's", ... to "... is" before NeMo (both
+    languages); other apostrophes stay."""
+    assert adapter.model_text("It's here, and that's where she's going.") == \
+        adapter.model_text("It is here, and that is where she is going.")
+    assert adapter._text_ids("There's time.") == adapter._text_ids("There is time.")
+    assert adapter.model_text("I don't know what's in Tom's bag.") == "I don't know what is in Tom's bag."
 
 
 def test_characters_outside_the_bpe_vocabulary_are_reported_to_the_front_end(adapter):

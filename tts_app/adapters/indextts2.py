@@ -87,7 +87,9 @@ Auxiliary models (downloaded by the package itself at load, from the hub): ``fac
 vocoder named in ``config.yaml`` (``nvidia/bigvgan_v2_22khz_80band_256x``). Each is looked up, in order, in a sub-folder
 of the checkpoint named after the repository (``w2v-bert-2.0/``, ``MaskGCT/``, ``campplus/``,
 ``bigvgan_v2_22khz_80band_256x/``), then in a hub cache inside the checkpoint (``hf_cache/``, the layout
-``huggingface-cli download REPO --cache-dir DIR/hf_cache`` writes), then in the user's hub cache, with the package's
+``huggingface-cli download REPO --cache-dir DIR/hf_cache`` writes, or the flat one the official index-tts repository
+writes there: ``hf_cache/w2v-bert-2.0/``, ``semantic_codec_model.safetensors``, ``campplus_cn_common.bin``,
+``bigvgan/``), then in the user's hub cache, with the package's
 own calls (``hf_hub_download`` / ``from_pretrained``) - so a checkpoint folder carrying its auxiliaries runs with no
 network at all.
 
@@ -180,6 +182,12 @@ W2V_BERT_REPO = "facebook/w2v-bert-2.0"
 SEMANTIC_CODEC_REPO, SEMANTIC_CODEC_FILE = "amphion/MaskGCT", "semantic_codec/model.safetensors"
 CAMPPLUS_REPO, CAMPPLUS_FILE = "funasr/campplus", "campplus_cn_common.bin"
 HUB_CACHE_SUBFOLDER = "hf_cache"
+# The flat layout the official index-tts repository's ``ensure_models_available`` (indextts/utils/model_download.py)
+# writes inside ``hf_cache/``: a folder for w2v-BERT and the vocoder, the two single files renamed.
+OFFICIAL_FLAT_W2V_BERT = "w2v-bert-2.0"
+OFFICIAL_FLAT_SEMANTIC_CODEC = "semantic_codec_model.safetensors"
+OFFICIAL_FLAT_CAMPPLUS = "campplus_cn_common.bin"
+OFFICIAL_FLAT_VOCODER = "bigvgan"
 
 # Constants of the package's inference (indextts2-inference 2.1.1, indextts/infer_v2.py), where they are literals.
 W2V_BERT_LAYER = 17  # get_emb: hidden_states[17]
@@ -366,19 +374,23 @@ def _auxiliary(checkpoint: Path) -> _Auxiliary:
     return _Auxiliary(checkpoint, None, False)
 
 
-def _resolve_model_dir(aux: _Auxiliary, repo_id: str, probe: str) -> str:
+def _resolve_model_dir(aux: _Auxiliary, repo_id: str, probe: str, flat_name: str) -> str:
     """A folder (or hub id) to ``from_pretrained`` the auxiliary model ``repo_id`` from: the checkpoint's sub-folder
-    named like the repository if it holds ``probe``, else ``repo_id`` itself (hub cache)."""
-    local = aux.folder / repo_id.split("/")[-1]
-    return str(local) if (local / probe).is_file() else repo_id
+    named like the repository, or the official repository's flat ``hf_cache/<flat_name>/``, if it holds ``probe``;
+    else ``repo_id`` itself (hub cache)."""
+    for local in (aux.folder / repo_id.split("/")[-1], aux.folder / HUB_CACHE_SUBFOLDER / flat_name):
+        if (local / probe).is_file():
+            return str(local)
+    return repo_id
 
 
-def _resolve_file(aux: _Auxiliary, repo_id: str, filename: str) -> str:
-    """Path of ``filename`` of the auxiliary repository ``repo_id``: the checkpoint's sub-folder, else
-    ``hf_hub_download`` (the package's call) into the checkpoint's hub cache or the user's."""
-    local = aux.folder / repo_id.split("/")[-1] / filename
-    if local.is_file():
-        return str(local)
+def _resolve_file(aux: _Auxiliary, repo_id: str, filename: str, flat_name: str) -> str:
+    """Path of ``filename`` of the auxiliary repository ``repo_id``: the checkpoint's sub-folder, the official
+    repository's flat ``hf_cache/<flat_name>``, else ``hf_hub_download`` (the package's call) into the checkpoint's hub
+    cache or the user's."""
+    for local in (aux.folder / repo_id.split("/")[-1] / filename, aux.folder / HUB_CACHE_SUBFOLDER / flat_name):
+        if local.is_file():
+            return str(local)
     from huggingface_hub import hf_hub_download
 
     return hf_hub_download(repo_id, filename=filename, cache_dir=aux.cache_dir,
@@ -1085,7 +1097,7 @@ class IndexTTS2Adapter(TTSAdapter):
 
         aux = _auxiliary(folder)
         try:
-            w2v_dir = _resolve_model_dir(aux, W2V_BERT_REPO, "config.json")
+            w2v_dir = _resolve_model_dir(aux, W2V_BERT_REPO, "config.json", OFFICIAL_FLAT_W2V_BERT)
             hub = dict(cache_dir=aux.cache_dir, local_files_only=aux.local_files_only)
             feature_extractor = SeamlessM4TFeatureExtractor.from_pretrained(w2v_dir, **hub)
             semantic_model = Wav2Vec2BertModel.from_pretrained(w2v_dir, **hub).eval()
@@ -1094,7 +1106,7 @@ class IndexTTS2Adapter(TTSAdapter):
         stats = torch.load(folder / cfg.w2v_stat, map_location="cpu")
         semantic_codec = build_semantic_codec(cfg.semantic_codec)
         try:
-            codec_file = _resolve_file(aux, SEMANTIC_CODEC_REPO, SEMANTIC_CODEC_FILE)
+            codec_file = _resolve_file(aux, SEMANTIC_CODEC_REPO, SEMANTIC_CODEC_FILE, OFFICIAL_FLAT_SEMANTIC_CODEC)
         except Exception as exc:  # huggingface_hub offline / not-found errors
             raise _auxiliary_error("MaskGCT semantic codec", SEMANTIC_CODEC_REPO, folder, exc) from exc
         safetensors.torch.load_model(semantic_codec, codec_file)
@@ -1106,7 +1118,7 @@ class IndexTTS2Adapter(TTSAdapter):
         s2mel.models["cfm"].estimator.setup_caches(max_batch_size=1, max_seq_length=8192)
         s2mel.eval()
         try:
-            campplus_file = _resolve_file(aux, CAMPPLUS_REPO, CAMPPLUS_FILE)
+            campplus_file = _resolve_file(aux, CAMPPLUS_REPO, CAMPPLUS_FILE, OFFICIAL_FLAT_CAMPPLUS)
         except Exception as exc:
             raise _auxiliary_error("CAM++ speaker encoder", CAMPPLUS_REPO, folder, exc) from exc
         campplus = CAMPPlus(feat_dim=80, embedding_size=192)
@@ -1114,7 +1126,8 @@ class IndexTTS2Adapter(TTSAdapter):
         campplus.eval()
         vocoder_repo = str(cfg.vocoder.name)
         try:
-            vocoder = bigvgan.BigVGAN.from_pretrained(_resolve_model_dir(aux, vocoder_repo, "config.json"),
+            vocoder = bigvgan.BigVGAN.from_pretrained(_resolve_model_dir(aux, vocoder_repo, "config.json",
+                                                                         OFFICIAL_FLAT_VOCODER),
                                                       use_cuda_kernel=False, cache_dir=aux.cache_dir,
                                                       local_files_only=aux.local_files_only)
         except Exception as exc:
@@ -1211,7 +1224,8 @@ class IndexTTS2Adapter(TTSAdapter):
 
     def model_text(self, text: str) -> str:
         """The text as the package's tokenizer receives it after its normaliser: front-end pinyin tokens ``{zhong4}``
-        written as the package writes pinyin (``ZHONG4``; ``ju4`` -> ``JV4``), then the normaliser's punctuation map
+        written as the package writes pinyin (``ZHONG4``; ``ju4`` -> ``JV4``), the normaliser's English contraction
+        rule (``TextNormalizer.ENGLISH_CONTRACTION_PATTERN``: "it's" -> "it is", ...), then its punctuation map
         (Chinese map when the text reads as Chinese, ``TextNormalizer.use_chinese``)."""
         normalizer = self.processor.normalizer
 
@@ -1219,6 +1233,8 @@ class IndexTTS2Adapter(TTSAdapter):
             return f" {normalizer.correct_pinyin(match.group(1)).upper()} "
 
         text = _PINYIN_TOKEN_RE.sub(pinyin, text)
+        # the package's first step in both languages, before NeMo: "it's" -> "it is", "that's" -> "that is", ...
+        text = re.sub(normalizer.ENGLISH_CONTRACTION_PATTERN, r"\1 is", text, flags=re.IGNORECASE)
         rep_map = normalizer.zh_char_rep_map if normalizer.use_chinese(text) else normalizer.char_rep_map
         pattern = re.compile("|".join(re.escape(p) for p in rep_map))
         return pattern.sub(lambda m: rep_map[m.group()], text)
