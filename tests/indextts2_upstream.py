@@ -5,14 +5,18 @@
 Run in a child process so the hub cache is the checkpoint's own (``HF_HUB_CACHE`` is read when huggingface_hub is
 imported), exactly as a user would point the package at a local cache. Each case of CASES.json is a dict:
 ``reference`` (WAV path), ``text``, ``seed``, ``max_mel_tokens`` and optional ``emo_audio_prompt``, ``emo_vector``,
-``emo_alpha``. Greedy decoding is requested the only way ``infer`` offers it: ``top_k=1, num_beams=1`` (it always
-samples). For case ``i`` the npz holds ``codes_i`` (the GPT's codes, stop code included) and ``audio_i`` (the vocoder
+``emo_alpha``, ``generation`` (keyword arguments of ``infer``'s generation, e.g. ``{}`` for its defaults: beam
+sampling with 3 beams). Without ``generation``, greedy decoding is requested the only way ``infer`` offers it:
+``top_k=1, num_beams=1`` (it always samples). For case ``i`` the npz holds ``codes_i`` (the GPT's codes, stop code included) and ``audio_i`` (the vocoder
 output clamped to [-1, 1], float32, before ``infer`` rounds it to 16-bit PCM).
 
 Two things are pinned down so the comparison is about the model, not about inputs:
 
-* The NeMo text normaliser is replaced by the last step of the package's own ``TextNormalizer.normalize`` (its
-  punctuation map): tts_app normalises text in its front end, and the test texts hold nothing NeMo would rewrite.
+* The NeMo text normaliser is replaced by the first and last steps of the package's own
+  ``TextNormalizer.normalize`` (its English contraction rule and its punctuation map): tts_app normalises text in its front end, and the test texts hold nothing NeMo would rewrite.
+* The GPT's sampling draws (``torch.multinomial`` in transformers' ``generate``) come from the global RNG; it is
+  seeded with the case's seed right before ``generate``, which gives the adapter's per-row
+  ``torch.Generator().manual_seed(seed)`` stream.
 * The flow-matching noise: ``BASECFM.inference`` draws it from the global RNG; the global RNG is seeded with the
   case's seed right before, which gives the same numbers as the adapter's ``torch.Generator().manual_seed(seed)``.
 """
@@ -39,6 +43,7 @@ def main(argv: list[str]) -> int:
             pass
 
         def normalize(self, text):
+            text = re.sub(self.ENGLISH_CONTRACTION_PATTERN, r"\1 is", text, flags=re.IGNORECASE)  # before NeMo
             rep_map = self.zh_char_rep_map if self.use_chinese(text) else self.char_rep_map
             pattern = re.compile("|".join(re.escape(p) for p in rep_map))
             return pattern.sub(lambda m: rep_map[m.group()], text)
@@ -53,6 +58,7 @@ def main(argv: list[str]) -> int:
     cfm_inference = flow_matching.BASECFM.inference
 
     def spy_codes(*args, **kwargs):
+        torch.manual_seed(captured["seed"])
         codes, latent = inference_speech(*args, **kwargs)
         captured["codes"] = codes.detach().cpu().numpy()
         return codes, latent
@@ -74,8 +80,9 @@ def main(argv: list[str]) -> int:
         captured.clear()
         captured["seed"] = int(case["seed"])
         kwargs = {k: case[k] for k in ("emo_audio_prompt", "emo_vector", "emo_alpha") if k in case}
-        tts.infer(case["reference"], case["text"], None, top_k=1, num_beams=1,
-                  max_mel_tokens=int(case["max_mel_tokens"]), **kwargs)
+        generation = case.get("generation", {"top_k": 1, "num_beams": 1})
+        tts.infer(case["reference"], case["text"], None, max_mel_tokens=int(case["max_mel_tokens"]), **generation,
+                  **kwargs)
         results[f"codes_{i}"] = captured["codes"]
         results[f"audio_{i}"] = captured["audio"]
     np.savez(out_path, **results)

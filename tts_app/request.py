@@ -19,6 +19,10 @@ from tts_app.config import (DEFAULT_CHAPTER_PAUSE_MS, MAX_LOUDNESS_LUFS, MAX_SPE
                             MIN_MAX_SEGMENT_CHARS, MIN_SPEED, REQUEST_LIMITS, FrontendConfig)
 from tts_app.errors import ConfigError
 
+# Upper bound of ``SynthesisParams.num_beams``: each beam is a row of the running batch (its own KV cache), so a
+# request with n beams costs n rows; 8 is far above what beam-searching TTS models use (IndexTTS 2: 3).
+MAX_NUM_BEAMS = 8
+
 
 class RequestStatus(str, enum.Enum):
     """Lifecycle of a request inside the engine."""
@@ -67,6 +71,11 @@ class SynthesisParams:
         temperature, top_p, top_k: sampling knobs where the model has them (ignored when ``greedy``).
         cfg_scale: classifier-free guidance scale where the model has it.
         max_new_tokens: cap on decode steps per segment.
+        num_beams: beam search width where the model has it (IndexTTS 2: upstream's default is 3 beams, sampled);
+            1 = no beams. With ``greedy`` the beams are kept by score (beam search), else drawn (beam sampling), as
+            transformers' ``generate(num_beams=..., do_sample=...)``.
+        length_penalty: exponent of the length a finished beam's log-probability is divided by (transformers'
+            ``length_penalty``; 0 = plain sum, upstream IndexTTS 2's default); only with ``num_beams`` > 1.
         use_cache: KV cache on (fast) or off (recomputes the whole prefix each step; same output).
         max_segment_chars: split long text into segments of at most this many characters (None = model default).
         pause_between_segments_ms: silence inserted between consecutive segments of one request, in ms.
@@ -92,6 +101,8 @@ class SynthesisParams:
     top_k: int | None = None
     cfg_scale: float | None = None
     max_new_tokens: int | None = None
+    num_beams: int | None = None
+    length_penalty: float | None = None
     use_cache: bool = True
     max_segment_chars: int | None = None
     pause_between_segments_ms: int = FrontendConfig.default_pause_ms
@@ -127,6 +138,10 @@ class SynthesisParams:
             ("top_k", self.top_k is None or self.top_k >= 1, f"top_k={self.top_k} must be >= 1"),
             ("max_new_tokens", self.max_new_tokens is None or self.max_new_tokens >= 1,
              f"max_new_tokens={self.max_new_tokens} must be >= 1"),
+            ("num_beams", self.num_beams is None or 1 <= self.num_beams <= MAX_NUM_BEAMS,
+             f"num_beams={self.num_beams} must be in 1..{MAX_NUM_BEAMS}"),
+            ("length_penalty", self.length_penalty is None or math.isfinite(self.length_penalty),
+             f"length_penalty={self.length_penalty} must be a finite number"),
             ("max_segment_chars", self.max_segment_chars is None or self.max_segment_chars >= MIN_MAX_SEGMENT_CHARS,
              f"max_segment_chars={self.max_segment_chars} must be >= {MIN_MAX_SEGMENT_CHARS}"),
             ("pause_between_segments_ms", self.pause_between_segments_ms >= 0,
@@ -182,7 +197,7 @@ class SynthesisParams:
     def batch_key(self) -> tuple:
         """Segments can share one batch only when every generation knob except the seed is equal."""
         return (self.greedy, self.temperature, self.top_p, self.top_k, self.cfg_scale, self.max_new_tokens,
-                self.use_cache)
+                self.num_beams, self.length_penalty, self.use_cache)
 
     def with_seed(self, seed: int) -> "SynthesisParams":
         return replace(self, seed=seed)

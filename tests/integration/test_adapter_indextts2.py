@@ -25,7 +25,7 @@ from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError  # no
 from tts_app.request import SynthesisParams  # noqa: E402
 
 CODES = 40  # decode-step cap per test: the tiny model's rows stop by themselves after ~10-35 codes
-GREEDY = SynthesisParams(greedy=True, max_new_tokens=CODES)
+GREEDY = SynthesisParams(greedy=True, num_beams=1, max_new_tokens=CODES)  # argmax: infer(top_k=1, num_beams=1)
 SAMPLES_PER_CODE = int(256 * 1.72)  # hop 256 x 1.72 mel frames per code, rounded down per row (a few samples)
 
 
@@ -155,6 +155,29 @@ def test_auxiliaries_in_sub_folders_need_no_hub_cache(tmp_path, tiny_idx, adapte
     assert mine.size > 0 and np.array_equal(mine, theirs)
 
 
+def test_the_official_repositorys_flat_hf_cache_layout_loads(tmp_path, tiny_idx, adapter, three_rows):
+    """The layout the official index-tts repository writes (``ensure_models_available``): ``hf_cache/w2v-bert-2.0/``,
+    ``hf_cache/semantic_codec_model.safetensors``, ``hf_cache/campplus_cn_common.bin``, ``hf_cache/bigvgan/``."""
+    from tts_app.adapters.indextts2 import IndexTTS2Adapter
+
+    folder = tmp_path / "index-tts-checkpoints"
+    (folder / "hf_cache").mkdir(parents=True)
+    for item in tiny_idx.iterdir():
+        if item.name != "hf_cache":
+            (folder / item.name).symlink_to(item)
+    snapshot = {p.parts[-3]: p for p in (tiny_idx / "hf_cache").glob("models--*/snapshots/*")}
+    flat = folder / "hf_cache"
+    (flat / "w2v-bert-2.0").symlink_to(snapshot["models--facebook--w2v-bert-2.0"])
+    (flat / "bigvgan").symlink_to(snapshot["models--nvidia--bigvgan_v2_22khz_80band_256x"])
+    (flat / "semantic_codec_model.safetensors").symlink_to(
+        snapshot["models--amphion--MaskGCT"] / "semantic_codec" / "model.safetensors")
+    (flat / "campplus_cn_common.bin").symlink_to(snapshot["models--funasr--campplus"] / "campplus_cn_common.bin")
+    loaded = IndexTTS2Adapter.from_pretrained(folder)
+    row = three_rows[2]
+    (mine,), (theirs,) = loaded.synthesize([row], GREEDY), adapter.synthesize([row], GREEDY)
+    assert mine.size > 0 and np.array_equal(mine, theirs)
+
+
 def test_missing_auxiliary_model_names_the_download_command(tmp_path, tiny_idx):
     from tts_app.adapters.indextts2 import IndexTTS2Adapter
 
@@ -205,7 +228,7 @@ def test_kv_estimate_covers_the_cache_the_decode_loop_really_holds(adapter, thre
     inputs = adapter.preprocess(three_rows, GREEDY)
     from tts_app.adapters.indextts2 import _CodeSelector
 
-    selector = _CodeSelector(GREEDY, inputs.seeds, adapter.repetition_penalty)
+    selector = _CodeSelector(GREEDY, inputs.seeds, adapter.repetition_penalty, adapter.undecodable_codes)
     with torch.no_grad():
         state = adapter.prefill(inputs, use_cache=True)
         for _ in range(5):
@@ -213,10 +236,12 @@ def test_kv_estimate_covers_the_cache_the_decode_loop_really_holds(adapter, thre
     held = sum(t.numel() * t.element_size() for layer in state.cache.layers for t in (layer.keys, layer.values))
     positions = state.mask.shape[1]  # every row holds the longest row's positions (left padding)
     assert held == adapter.facts.kv_bytes_per_position * positions * len(three_rows)
+    beams = adapter.facts.generation_defaults.num_beams  # the estimate covers the default beams (3 rows)
+    assert beams == 3
     for i, row in enumerate(three_rows):
         real = int(inputs.prefix_mask[i].sum()) + 1 + 5  # prefix + <start_mel> + 5 codes fed
         estimate = adapter.estimate_positions(len(row.text), len(row.reference_audio) / 22050, 0, 5)
-        assert real <= estimate <= 1.25 * real, (real, estimate)  # covers it, without a wild margin
+        assert real * beams <= estimate <= 1.25 * real * beams, (real, estimate)  # covers it, no wild margin
 
 
 # ------------------------------------------------------------------------------------------------ batching
@@ -259,7 +284,8 @@ def test_without_the_left_padding_mask_rows_would_leak(adapter, three_rows):
 def test_kv_cache_off_gives_the_same_codes_and_audio(adapter, three_rows, batch_size):
     rows = three_rows[:batch_size]
     on, audio_on = run(adapter, rows, GREEDY)
-    off, audio_off = run(adapter, rows, SynthesisParams(greedy=True, max_new_tokens=CODES, use_cache=False))
+    off, audio_off = run(adapter, rows, SynthesisParams(greedy=True, num_beams=1, max_new_tokens=CODES,
+                                                        use_cache=False))
     assert torch.equal(on.codes, off.codes)
     for a, b in zip(audio_on, audio_off):
         assert a.shape == b.shape and np.allclose(a, b, atol=1e-4)
@@ -280,7 +306,7 @@ def test_sampling_is_seeded_per_row(adapter, three_rows):
 def test_a_row_that_hits_the_cap_is_flagged_and_keeps_its_codes(adapter, three_rows):
     free, _ = run(adapter, three_rows, GREEDY)
     cap = max(1, min(free.code_lengths) // 2)
-    capped, audio = run(adapter, three_rows, SynthesisParams(greedy=True, max_new_tokens=cap))
+    capped, audio = run(adapter, three_rows, SynthesisParams(greedy=True, num_beams=1, max_new_tokens=cap))
     assert capped.code_lengths == [cap] * 3 and capped.hit_max_new_tokens == [True] * 3
     from tts_app.request import StopReason
 
@@ -304,7 +330,7 @@ def test_bad_rows_raise_project_errors(adapter, clip):
         adapter.preprocess([AdapterRow("好" * 700, wave, None)], GREEDY)
     inputs = adapter.preprocess([AdapterRow("ok", wave, None)], GREEDY)
     with pytest.raises(InputError, match="max_new_tokens=500 exceeds the 120 codes"):
-        adapter.generate(inputs, SynthesisParams(greedy=True, max_new_tokens=500))
+        adapter.generate(inputs, SynthesisParams(greedy=True, num_beams=1, max_new_tokens=500))
 
 
 def test_conditioning_is_computed_once_per_reference_clip(adapter, clip):
@@ -314,6 +340,71 @@ def test_conditioning_is_computed_once_per_reference_clip(adapter, clip):
     adapter.preprocess(rows, GREEDY)
     adapter.preprocess(rows[:1], GREEDY)
     assert adapter.num_conditioning_computed - before == 2  # one clip: speaker conditioning + its emotion features
+
+
+# ------------------------------------------------------------------------------------------------ undecodable codes
+
+NUM_SEEDS = 50
+
+
+def _fifty_seeds(adapter, row, params):
+    """The model inputs of ``row`` with seeds 0..49, as one batch (preprocessed once, the row repeated)."""
+    from tts_app.adapters.indextts2 import IndexTTS2Inputs
+
+    one = adapter.preprocess([row], params)
+    return IndexTTS2Inputs(prefix_embeds=one.prefix_embeds.repeat(NUM_SEEDS, 1, 1),
+                           prefix_mask=one.prefix_mask.repeat(NUM_SEEDS, 1), text_tokens=one.text_tokens * NUM_SEEDS,
+                           conditioning=one.conditioning * NUM_SEEDS, emovecs=one.emovecs * NUM_SEEDS,
+                           emo_cond_embs=one.emo_cond_embs * NUM_SEEDS, seeds=list(range(NUM_SEEDS)))
+
+
+def _codes_of(adapter, inputs, params):
+    """Each row's generated codes (stop code excluded), all rows decoded as one batch (no s2mel / vocoder)."""
+    outputs = adapter.generate(inputs, params)
+    return [outputs.codes[i, :n].tolist() for i, n in enumerate(outputs.code_lengths)]
+
+
+def _step_codes_of(monkeypatch, adapter, inputs, params):
+    """The same through the step interface (``IndexTTS2DecodeBatch``), each finished row's codes."""
+    batch = adapter.start_decode(params)
+    batch._row_audio = lambda row, codes: np.zeros(0, dtype=np.float32)  # the codes are what is checked here
+    with monkeypatch.context() as patch:
+        patch.setattr(adapter, "preprocess", lambda rows, params: inputs)
+        batch.prefill([(i, None) for i in range(NUM_SEEDS)])
+    done = {}
+    while batch.num_rows:
+        for out in batch.decode_step():
+            if out.stop_reason is not None:
+                done[out.key] = list(next(r for r in batch.rows if r.key == out.key).codes)
+                batch.release([out.key])
+    return [done[i] for i in range(NUM_SEEDS)]
+
+
+@pytest.mark.parametrize("settings", ["defaults", "sampling", "emotion"])
+def test_a_code_the_codec_cannot_decode_is_never_picked(monkeypatch, adapter, three_rows, settings):
+    """Issue 23: a sampled ``start_mel_token`` (64 on the tiny checkpoint) reached the codec (``IndexError``). Over 50
+    seeds, with the defaults (3 beams, sampled) and hotter sampling without beams in both decode paths, and with an
+    emotion vector: every code is one the codec decodes; and without the mask hot sampling draws one (so the test can
+    fail)."""
+    max_new = 12  # cheap: 50 rows x 12 codes; an undecodable draw is as likely at any step
+    params = {"defaults": SynthesisParams(max_new_tokens=max_new),
+              "sampling": SynthesisParams(max_new_tokens=max_new, num_beams=1, temperature=2.0, top_p=1.0, top_k=66),
+              "emotion": SynthesisParams(max_new_tokens=max_new)}[settings]
+    row = three_rows[0]
+    if settings == "emotion":
+        row = AdapterRow(**{**row.__dict__, "emotion": RowEmotion(vector=(0.7, 0, 0, 0, 0, 0, 0.2, 0))})
+    inputs = _fifty_seeds(adapter, row, params)
+    size = int(adapter.processor.config.semantic_codec.codebook_size)
+    assert adapter.undecodable_codes.nonzero().flatten().tolist() == [adapter.model.gpt.start_mel_token] == [size]
+    paths = [_codes_of(adapter, inputs, params)]
+    if settings != "emotion":  # the emotion only changes the prefix: one decode path is enough for it
+        paths.append(_step_codes_of(monkeypatch, adapter, inputs, params))
+    for codes in paths:
+        assert len(codes) == NUM_SEEDS and all(max(c, default=0) < size for c in codes)
+    if settings == "sampling":
+        monkeypatch.setattr(adapter, "_undecodable", torch.zeros_like(adapter.undecodable_codes))
+        unmasked = _codes_of(adapter, inputs, params)
+        assert any(max(c, default=0) >= size for c in unmasked)  # what the seeds draw without the mask
 
 
 # ------------------------------------------------------------------------------------------------ text, pinyin
@@ -391,6 +482,68 @@ def test_emotion_from_text_asks_the_checkpoints_emotion_model(monkeypatch, adapt
 # ------------------------------------------------------------------------------------------------ upstream
 
 
+def run_upstream(tmp_path, tiny_idx, spec: list[dict]):
+    """The package's own ``IndexTTS2.infer`` on ``spec``'s cases (tests/indextts2_upstream.py, in a child process
+    with the checkpoint's hub cache, offline) -> its npz (``codes_i``, ``audio_i``)."""
+    (tmp_path / "cases.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    env = dict(os.environ, HF_HUB_CACHE=str(tiny_idx / "hf_cache"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run([sys.executable, "-m", "tests.indextts2_upstream", str(tiny_idx),
+                           str(tmp_path / "cases.json"), str(tmp_path / "upstream.npz")],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return np.load(tmp_path / "upstream.npz")
+
+
+# Seeds for which the package's default beam search gives codes on the tiny checkpoint with BEAM_TEXT and the
+# voice below (for others its 3 beams end at once, and infer fails on the empty code sequence in s2mel's conv1d).
+BEAM_SEEDS = (1, 3, 19)
+BEAM_TEXT = "Hello there, how are you?"
+
+
+@pytest.mark.slow
+def test_default_settings_equal_the_packages_own_infer_with_its_beam_sampling(tmp_path, tiny_idx, adapter, clip):
+    """Issue 24: default settings (3 beams sampled, length_penalty 0, temperature/top-p/top-k 0.8/0.8/30, repetition
+    penalty 10) == ``IndexTTS2.infer(ref, text)`` with its defaults and the same seed: same codes, same audio; alone
+    and as one batch of three requests (each request's beams are rows of the batch)."""
+    import soundfile as sf
+
+    voice = clip("zh_female_1.wav", 1.6)
+    sf.write(tmp_path / "voice.wav", voice, 22050, subtype="FLOAT")
+    spec = [{"reference": str(tmp_path / "voice.wav"), "text": BEAM_TEXT, "seed": seed, "max_mel_tokens": CODES,
+             "generation": {}} for seed in BEAM_SEEDS]
+    upstream = run_upstream(tmp_path, tiny_idx, spec)
+    rows = [AdapterRow(BEAM_TEXT, voice, None, seed=seed) for seed in BEAM_SEEDS]
+    params = SynthesisParams(max_new_tokens=CODES)
+    assert adapter.resolve(params).num_beams == 3 and adapter.resolve(params).length_penalty == 0.0
+    batch, batch_audio = run(adapter, rows, params)
+    for i, row in enumerate(rows):
+        outputs, (audio,) = run(adapter, [row], params)
+        want_codes, want_audio = upstream[f"codes_{i}"][0].tolist(), upstream[f"audio_{i}"]
+        n = outputs.code_lengths[0]
+        assert n > 0 and want_codes == outputs.codes[0, :n].tolist() + [adapter.model.gpt.stop_mel_token], f"seed {row.seed}"
+        assert audio.shape == want_audio.shape and np.allclose(audio, want_audio, atol=1e-5), f"seed {row.seed}"
+        assert batch.codes[i, :n].tolist() == outputs.codes[0, :n].tolist() and batch.code_lengths[i] == n
+        assert np.allclose(batch_audio[i], want_audio, atol=1e-4), f"batched seed {row.seed}"
+    # and through the engine (continuous batching: the step interface, the three requests' beams in one batch)
+    from tts_app.config import EngineConfig
+    from tts_app.engine import Engine
+    from tts_app.request import ReferenceAudio, SynthesisRequest
+
+    # one segment (the tiny checkpoint's own segment length is a few characters: its max_new_tokens is 120)
+    requests = [SynthesisRequest(text=BEAM_TEXT, reference_audio=ReferenceAudio(voice, 22050),
+                                 params=SynthesisParams(seed=seed, max_new_tokens=CODES, max_segment_chars=60))
+                for seed in BEAM_SEEDS]
+    with Engine(adapter, EngineConfig(max_batch_size=3, wait_window_ms=100)) as engine:
+        assert engine.continuous
+        results = [h.result(timeout=600) for h in [engine.submit(r) for r in requests]]
+    assert max(s.batch_size for r in results for s in r.segments) > 1
+    for i, result in enumerate(results):
+        assert result.ok and result.effective_params.num_beams == 3 and len(result.segments) == 1, result.error
+        want_audio = upstream[f"audio_{i}"]
+        assert result.audio.shape == want_audio.shape and np.allclose(result.audio, want_audio, atol=1e-4), i
+
+
 @pytest.mark.slow
 def test_greedy_output_equals_the_packages_own_infer(tmp_path, tiny_idx, adapter, clip):
     """adapter batch of 1 == ``IndexTTS2.infer(top_k=1, num_beams=1)`` of indextts2-inference on the same tiny
@@ -417,14 +570,7 @@ def test_greedy_output_equals_the_packages_own_infer(tmp_path, tiny_idx, adapter
     ]
     voices = [other_voice if "reference" in case else voice for case, _ in cases]
     spec = [{"reference": str(tmp_path / "voice.wav"), "max_mel_tokens": CODES, **case} for case, _ in cases]
-    (tmp_path / "cases.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-    env = dict(os.environ, HF_HUB_CACHE=str(tiny_idx / "hf_cache"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, "-m", "tests.indextts2_upstream", str(tiny_idx),
-                           str(tmp_path / "cases.json"), str(tmp_path / "upstream.npz")],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    upstream = np.load(tmp_path / "upstream.npz")
+    upstream = run_upstream(tmp_path, tiny_idx, spec)
     rows = [AdapterRow(case["text"], voices[i], None, seed=case["seed"], emotion=emotion)
             for i, (case, emotion) in enumerate(cases)]
     for i, row in enumerate(rows):
@@ -442,6 +588,15 @@ def test_greedy_output_equals_the_packages_own_infer(tmp_path, tiny_idx, adapter
         want_audio = upstream[f"audio_{i}"]
         assert batch_audio[i].shape == want_audio.shape, f"batched case {i}"
         assert np.allclose(batch_audio[i], want_audio, atol=1e-4), f"batched case {i}"
+
+
+def test_english_contractions_are_expanded_as_the_package_does(adapter):
+    """The package's normaliser rewrites "it's", "that's", "there's", "he's", ... to "... is" before NeMo (both
+    languages); other apostrophes stay."""
+    assert adapter.model_text("It's here, and that's where she's going.") == \
+        adapter.model_text("It is here, and that is where she is going.")
+    assert adapter._text_ids("There's time.") == adapter._text_ids("There is time.")
+    assert adapter.model_text("I don't know what's in Tom's bag.") == "I don't know what is in Tom's bag."
 
 
 def test_characters_outside_the_bpe_vocabulary_are_reported_to_the_front_end(adapter):

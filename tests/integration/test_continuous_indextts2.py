@@ -18,8 +18,9 @@ from tts_app.engine import Engine  # noqa: E402
 from tts_app.request import ReferenceAudio, StopReason, SynthesisParams, SynthesisRequest  # noqa: E402
 
 AUDIO_ATOL = 1e-4  # float32 reassociation between batch shapes (as the adapter's batch-vs-alone tests)
-GREEDY = SynthesisParams(greedy=True, max_new_tokens=40)
-SAMPLED = SynthesisParams(max_new_tokens=40, temperature=1.0, top_k=20)
+GREEDY = SynthesisParams(greedy=True, num_beams=1, max_new_tokens=40)
+SAMPLED = SynthesisParams(max_new_tokens=40, num_beams=1, temperature=1.0, top_k=20)
+BEAMS = SynthesisParams(max_new_tokens=40, temperature=1.0, top_k=20)  # the checkpoint's 3 beams, sampled
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +75,9 @@ def assert_same(got, want, what):
     np.testing.assert_allclose(got[1], want[1], rtol=0, atol=AUDIO_ATOL, err_msg=what)
 
 
-@pytest.mark.parametrize("params", [GREEDY, SAMPLED, SynthesisParams(greedy=True, max_new_tokens=40, use_cache=False)],
-                         ids=["greedy", "sampled", "no-kv-cache"])
+@pytest.mark.parametrize("params", [GREEDY, SAMPLED, BEAMS,
+                                    SynthesisParams(greedy=True, num_beams=1, max_new_tokens=40, use_cache=False)],
+                         ids=["greedy", "sampled", "beams", "no-kv-cache"])
 def test_rows_joining_and_leaving_a_running_batch_make_what_they_make_alone(adapter, rows, params):
     want = [alone(adapter, row, params) for row in rows]
     assert len({len(w[0]) for w in want}) > 1  # rows of different lengths: they really leave at different steps
@@ -87,7 +89,7 @@ def test_rows_joining_and_leaving_a_running_batch_make_what_they_make_alone(adap
 
 
 def test_a_row_at_the_cap_ends_with_its_codes_and_the_cap_reason(adapter, rows):
-    params = SynthesisParams(greedy=True, max_new_tokens=4)
+    params = SynthesisParams(greedy=True, num_beams=1, max_new_tokens=4)
     want = alone(adapter, rows[0], params)
     done = drive(adapter.start_decode(params), {0: [("a", rows[0])]})
     assert want[2] is StopReason.MAX_NEW_TOKENS and len(want[0]) == 4
@@ -103,12 +105,14 @@ def test_a_row_released_mid_way_leaves_the_others_unchanged(adapter, rows):
     assert_same(done["c"], want[3], "c")
 
 
-def test_an_out_of_memory_error_inside_a_step_leaves_the_batch_as_it_was(adapter, rows, monkeypatch):
+@pytest.mark.parametrize("params", [SAMPLED, BEAMS], ids=["sampled", "beams"])
+def test_an_out_of_memory_error_inside_a_step_leaves_the_batch_as_it_was(adapter, rows, monkeypatch, params):
     """A real torch.OutOfMemoryError raised by the GPT in the middle of a sampled decode step (after the rows drew
-    their codes): the step is undone (stream and generators), and going on gives exactly the uninterrupted run."""
+    their codes; with beams, after the stream rows were reordered): the step is undone (stream, beam searches and
+    generators), and going on gives exactly the uninterrupted run."""
     plan = {0: [("a", rows[0]), ("b", rows[1]), ("c", rows[2])]}
-    reference = drive(adapter.start_decode(SAMPLED), plan)
-    batch = adapter.start_decode(SAMPLED)
+    reference = drive(adapter.start_decode(params), plan)
+    batch = adapter.start_decode(params)
     batch.prefill(plan[0])
     batch.decode_step()
     gpt2 = adapter.model.gpt.gpt
@@ -146,7 +150,7 @@ def test_the_engine_batches_indextts2_continuously_and_each_request_gets_its_own
     its stream concatenates to it, and requests really shared batches."""
     sr = adapter.facts.sampling_rate
     requests = [SynthesisRequest(text=row.text, reference_audio=ReferenceAudio(row.reference_audio, sr),
-                                 params=SynthesisParams(seed=row.seed, greedy=True, max_new_tokens=40))
+                                 params=SynthesisParams(seed=row.seed, greedy=True, num_beams=1, max_new_tokens=40))
                 for row in rows]
     want, _, _ = _engine_results(adapter, requests, EngineConfig(max_batch_size=1, wait_window_ms=0))
     got, chunks, stats = _engine_results(adapter, requests, EngineConfig(max_batch_size=3, wait_window_ms=0,

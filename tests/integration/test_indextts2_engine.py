@@ -40,7 +40,7 @@ def one_load(monkeypatch, model, tiny_adapter):
 
 def _synth(model, ref, out, *extra) -> int:
     return main(["--model", str(model), "--ref", str(ref), "--text", TEXT, "--out", str(out), "--greedy",
-                 "--max-new-tokens", "24", "--max-segment-chars", "20", "--device", "cpu", *extra])
+                 "--num-beams", "1", "--max-new-tokens", "24", "--max-segment-chars", "20", "--device", "cpu", *extra])
 
 
 def test_synth_batch_4_equals_batch_1_equals_oom_retries_equals_no_kv_cache(one_load, model, data_dir, tmp_path,
@@ -72,7 +72,7 @@ def test_emotion_settings_reach_the_model_through_the_engine(tiny_adapter, data_
     adapter = tiny_adapter("indextts2")
     ref, _ = prepare_reference(data_dir / "zh_female_1.wav", target_sampling_rate=adapter.facts.sampling_rate)
     emo, _ = prepare_reference(data_dir / "en_male_1.wav", target_sampling_rate=adapter.facts.sampling_rate)
-    params = SynthesisParams(seed=2, greedy=True, max_new_tokens=24)
+    params = SynthesisParams(seed=2, greedy=True, num_beams=1, max_new_tokens=24)
     requests = [SynthesisRequest(text="今天天气很好。", reference_audio=ref, params=params),
                 SynthesisRequest(text="今天天气很好。", reference_audio=ref, params=params,
                                  emotion=EmotionControl(vector=(0, 0, 0.9, 0, 0, 0, 0, 0))),
@@ -90,8 +90,8 @@ def test_synth_emotion_flags_reach_the_model_and_the_sidecar(one_load, model, da
     import json
 
     ref = data_dir / "zh_female_1.wav"
-    base = ["--model", str(model), "--ref", str(ref), "--text", "今天天气很好。", "--greedy", "--max-new-tokens", "24",
-            "--device", "cpu"]
+    base = ["--model", str(model), "--ref", str(ref), "--text", "今天天气很好。", "--greedy", "--num-beams", "1",
+            "--max-new-tokens", "24", "--device", "cpu"]
     assert main([*base, "--out", str(tmp_path / "plain.wav")]) == 0
     assert main([*base, "--out", str(tmp_path / "sad.wav"), "--emo-vector", "0,0,0.9,0,0,0,0,0",
                  "--emo-weight", "0.8"]) == 0
@@ -138,7 +138,7 @@ def test_a_jsonl_job_with_emotion_lines_runs_on_indextts2(tiny_adapter, data_dir
                                    EngineConfig(max_batch_size=4, wait_window_ms=20.0))
     try:
         summary = run_job(tmp_path / "job.jsonl", tmp_path / "out", runtime,
-                          params=SynthesisParams(greedy=True, max_new_tokens=24))
+                          params=SynthesisParams(greedy=True, num_beams=1, max_new_tokens=24))
     finally:
         runtime.close()
     records = [json.loads(x) for x in (tmp_path / "out" / RESULTS_NAME).read_text(encoding="utf-8").splitlines()]

@@ -77,3 +77,23 @@ def test_segment_length_from_the_cap_fits_the_slowest_language():
     assert max_chars_for_speech_s(0.5, ("en",)) == 8  # never below the front end's floor
     with pytest.raises(ValueError):
         max_chars_for_speech_s(10.0, ())
+
+
+def test_beams_come_from_the_family_only_and_a_request_can_change_them():
+    """Every GenerationConfig says num_beams=1 / length_penalty=1.0 (transformers' own defaults), which says nothing
+    about how a family is run: beams come from the family's defaults (IndexTTS 2: upstream's 3 beams)."""
+    config = GenerationConfig(num_beams=1, length_penalty=1.0, do_sample=True)
+    plain = GenerationDefaults.from_generation_config(config, family_defaults=FAMILY)
+    assert plain.num_beams is None and plain.length_penalty is None
+    assert plain.resolve(SynthesisParams(num_beams=4)).num_beams is None  # a family without beams runs none
+    beams = GenerationDefaults.from_generation_config(
+        config, family_defaults={**FAMILY, "num_beams": (3, "upstream infer"), "length_penalty": (0, "upstream")})
+    assert (beams.num_beams, beams.length_penalty, beams.sources["num_beams"]) == (3, 0.0, "upstream infer")
+    assert beams.resolve(SynthesisParams()).num_beams == 3
+    assert beams.resolve(SynthesisParams(num_beams=1, length_penalty=1.0)).length_penalty == 1.0
+
+
+@pytest.mark.parametrize("value", [0, 9])
+def test_num_beams_out_of_range_is_refused_naming_it(value):
+    with pytest.raises(InputError, match="num_beams"):
+        SynthesisParams(num_beams=value)

@@ -43,6 +43,9 @@ def test_a_failing_request_in_a_batch_of_three_shows_the_id_of_its_one_logged_tr
     assert adapter.calls[0] == 3  # the three shared a batch
     message = caught.value.message
     assert bad.request_id in message and words in message and "kaput" in message and "5" in message
+    # said once, in the page's language: the engine gives the bare cause, the page's table the framing (issue 23)
+    failed = {"en": "synthesis failed", "zh": "合成失败"}[lang]
+    assert message.lower().count(failed) == 1 and "synthesis failed" not in message.lower().replace(failed, "", 1)
     tracebacks = [r for r in caplog.records if r.exc_info]
     assert len(tracebacks) == 1 and bad.request_id in tracebacks[0].getMessage()
 

@@ -58,6 +58,9 @@ class GenerationDefaults:
         max_new_tokens: decode-step cap per segment (codec frames; Dia counts its delay-pattern flush steps too).
         ras_win_len, ras_win_max_num_repeat: repetition-aware sampling (Higgs Audio v2: a token repeated
             ``ras_win_max_num_repeat`` times in the last ``ras_win_len`` frames is redrawn); None = not used.
+        num_beams, length_penalty: beam search width and length penalty (``SynthesisParams``), from the family's
+            defaults only (every transformers ``GenerationConfig`` has ``num_beams=1`` / ``length_penalty=1.0``,
+            which says nothing about how the family is run); None = the family has no beams.
         sources: field name -> where its value came from: ``SOURCE_CHECKPOINT`` plus the key and value, or the
             family default with its documented source, or why the family has no such knob.
     """
@@ -70,6 +73,8 @@ class GenerationDefaults:
     max_new_tokens: int
     ras_win_len: int | None = None
     ras_win_max_num_repeat: int | None = None
+    num_beams: int | None = None
+    length_penalty: float | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @classmethod
@@ -104,10 +109,12 @@ class GenerationDefaults:
                 raise KeyError("max_new_tokens needs a family default when the checkpoint gives none")
             else:
                 values[name], sources[name] = None, "not used by this checkpoint"
-        for name in ("temperature", "top_p", "cfg_scale"):
+        for name in ("num_beams", "length_penalty"):  # family defaults only (see the class docstring)
+            values[name], sources[name] = family_defaults.get(name, (None, "not used by this checkpoint"))
+        for name in ("temperature", "top_p", "cfg_scale", "length_penalty"):
             if values[name] is not None:
                 values[name] = float(values[name])
-        for name in ("top_k", "max_new_tokens", "ras_win_len", "ras_win_max_num_repeat"):
+        for name in ("top_k", "max_new_tokens", "ras_win_len", "ras_win_max_num_repeat", "num_beams"):
             if values[name] is not None:
                 values[name] = int(values[name])
         return cls(**values, sources=sources)
@@ -133,7 +140,9 @@ class GenerationDefaults:
         return replace(params, greedy=pick(params.greedy, self.greedy),
                        temperature=pick(params.temperature, self.temperature), top_p=pick(params.top_p, self.top_p),
                        top_k=pick(params.top_k, self.top_k), cfg_scale=pick(params.cfg_scale, self.cfg_scale),
-                       max_new_tokens=pick(params.max_new_tokens, self.max_new_tokens))
+                       max_new_tokens=pick(params.max_new_tokens, self.max_new_tokens),
+                       num_beams=pick(params.num_beams, self.num_beams),
+                       length_penalty=pick(params.length_penalty, self.length_penalty))
 
 
 @dataclass(frozen=True)

@@ -89,14 +89,20 @@ class DecoderStream:
         return outputs.last_hidden_state[:, -1]
 
     def checkpoint(self):
-        """The stream's state before a forward, for ``rollback``."""
-        return self.attention_mask, self.history, self.num_columns
+        """The stream's state before a forward (or a ``keep_rows`` reorder), for ``rollback``: references to its
+        tensors (each forward and ``keep_rows`` makes new ones), so it costs no copy."""
+        layers = [(layer, layer.keys, layer.values) for layer in self._layers()]
+        return self.attention_mask, self.history, self.num_columns, layers
 
     def rollback(self, mark) -> None:
-        """Undo what happened since ``checkpoint`` (a forward that raised half-way: layers it grew are cropped)."""
-        self.attention_mask, self.history, length = mark
+        """Undo what happened since ``checkpoint`` (a forward that raised half-way, a reorder before it): the layers
+        that existed get their old tensors back, layers it started are cropped to the old length."""
+        self.attention_mask, self.history, length, layers = mark
+        saved = {id(layer): (keys, values) for layer, keys, values in layers}
         for layer in self._layers():
-            if layer.keys.shape[-2] > length:
+            if id(layer) in saved:
+                layer.keys, layer.values = saved[id(layer)]
+            elif layer.keys.shape[-2] > length:
                 layer.keys = layer.keys[..., :length, :]
                 layer.values = layer.values[..., :length, :]
 

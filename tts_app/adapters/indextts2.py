@@ -36,10 +36,17 @@ Differences from the package's own ``infer``, on purpose:
   rows join the running GPT batch (their prefix prefilled apart, then merged with the shorter side left-padded) and
   leave it at any decode step; a row's s2mel + vocoder run in the step that ends it. Same per-row computation as
   ``generate`` (the continuous-batching tests compare them row by row).
-* Decoding: ``infer`` samples with beam search (``num_beams=3``); here each row samples alone (no beams), with one
-  ``torch.Generator`` per row seeded with ``AdapterRow.seed`` (tts_app/adapters/sampling.py), so a row's audio does
-  not depend on its batch-mates. Greedy (``params.greedy``) is the argmax after the repetition penalty, which is what
-  ``infer(top_k=1, num_beams=1)`` does (the upstream-equality test checks it).
+* Decoding: as ``infer`` by default, beam sampling with ``num_beams=3`` and ``length_penalty=0``
+  (``SynthesisParams.num_beams`` / ``length_penalty``, defaults from ``infer_generator``'s fallbacks): ``_BeamSearch``
+  follows transformers' ``_beam_search`` step for step, and each request's beams are rows of the running GPT batch
+  (reordered, KV cache rows gathered, after each step). The draws come from one ``torch.Generator`` per request
+  seeded with ``AdapterRow.seed`` (tts_app/adapters/sampling.py; upstream draws from the global RNG, which the
+  upstream-equality test seeds the same way), so a request's audio does not depend on its batch-mates. With
+  ``num_beams=1`` each row samples alone (``RowSampler``). Greedy (``params.greedy``) with one beam is the argmax after
+  the repetition penalty, which is what ``infer(top_k=1, num_beams=1)`` does; greedy with beams is beam search. On
+  the tiny checkpoint (random weights) the 3 beams often end at once (the stop code is likelier than any path of
+  codes, and ``length_penalty=0`` favours short beams): the package then fails in s2mel on the empty code sequence;
+  here the request reports that the model produced no audio.
 * Mel positions: the k-th generated code is fed with mel-position embedding ``k`` (``<start_mel>`` is 0), as in
   training (``UnifiedVoice.forward``). This is what the package does under transformers 5.x: its
   ``GPT2InferenceModel.prepare_inputs_for_generation`` speaks the old ``past_key_values`` interface, gets no cache
@@ -50,6 +57,15 @@ Differences from the package's own ``infer``, on purpose:
 * Repetition penalty: the package applies transformers' ``RepetitionPenaltyLogitsProcessor`` to its placeholder
   ``input_ids`` (all ``1`` plus ``<start_mel>``) and the generated codes, i.e. codes 1 and ``start_mel_token`` are
   penalised from the first step; reproduced here.
+* Undecodable codes: the GPT's vocabulary (``number_mel_codes``) is the codec's codebook plus ``start_mel_token`` and
+  ``stop_mel_token``. Upstream masks nothing: neither ``infer`` (its ``generate`` call passes no ``suppress_tokens``
+  / ``bad_words_ids``) nor transformers' generation forbids ``start_mel_token``; a trained checkpoint practically
+  never samples it, and when it does the codec's embedding lookup (``vq2emb``) raises ``IndexError``, which ``infer``
+  catches and answers with ``None`` (no audio, no message). Random weights (the tiny checkpoint) sample it often.
+  Here such codes are never picked (``undecodable_codes``): greedy takes the argmax over the other codes; sampling
+  zeroes their probability after temperature / top-k / top-p (``RowSampler.sample(exclude=...)``), which leaves
+  every draw the package would make unchanged except a draw of an undecodable code (so the upstream-equality tests
+  hold wherever the package gives audio at all).
 * Text: the package normalises text with NeMo text processing; in tts_app the front end (wetext) normalises it, and
   this adapter applies the package's punctuation map (``TextNormalizer.char_rep_map``) and its tokenizer
   (``tokenize_by_CJK_char`` + the checkpoint's sentencepiece ``bpe.model``). A pinyin override ``{zhong4}`` from the
@@ -71,7 +87,9 @@ Auxiliary models (downloaded by the package itself at load, from the hub): ``fac
 vocoder named in ``config.yaml`` (``nvidia/bigvgan_v2_22khz_80band_256x``). Each is looked up, in order, in a sub-folder
 of the checkpoint named after the repository (``w2v-bert-2.0/``, ``MaskGCT/``, ``campplus/``,
 ``bigvgan_v2_22khz_80band_256x/``), then in a hub cache inside the checkpoint (``hf_cache/``, the layout
-``huggingface-cli download REPO --cache-dir DIR/hf_cache`` writes), then in the user's hub cache, with the package's
+``huggingface-cli download REPO --cache-dir DIR/hf_cache`` writes, or the flat one the official index-tts repository
+writes there: ``hf_cache/w2v-bert-2.0/``, ``semantic_codec_model.safetensors``, ``campplus_cn_common.bin``,
+``bigvgan/``), then in the user's hub cache, with the package's
 own calls (``hf_hub_download`` / ``from_pretrained``) - so a checkpoint folder carrying its auxiliaries runs with no
 network at all.
 
@@ -164,6 +182,12 @@ W2V_BERT_REPO = "facebook/w2v-bert-2.0"
 SEMANTIC_CODEC_REPO, SEMANTIC_CODEC_FILE = "amphion/MaskGCT", "semantic_codec/model.safetensors"
 CAMPPLUS_REPO, CAMPPLUS_FILE = "funasr/campplus", "campplus_cn_common.bin"
 HUB_CACHE_SUBFOLDER = "hf_cache"
+# The flat layout the official index-tts repository's ``ensure_models_available`` (indextts/utils/model_download.py)
+# writes inside ``hf_cache/``: a folder for w2v-BERT and the vocoder, the two single files renamed.
+OFFICIAL_FLAT_W2V_BERT = "w2v-bert-2.0"
+OFFICIAL_FLAT_SEMANTIC_CODEC = "semantic_codec_model.safetensors"
+OFFICIAL_FLAT_CAMPPLUS = "campplus_cn_common.bin"
+OFFICIAL_FLAT_VOCODER = "bigvgan"
 
 # Constants of the package's inference (indextts2-inference 2.1.1, indextts/infer_v2.py), where they are literals.
 W2V_BERT_LAYER = 17  # get_emb: hidden_states[17]
@@ -176,7 +200,9 @@ LENGTH_REGULATOR_QUANTIZERS = 3  # n_quantizers=3
 # Sampling defaults of infer_generator (generation_kwargs.pop(...) fallbacks; it always samples, do_sample=True). The
 # checkpoint has no generation config; its config.yaml gpt.max_mel_tokens (1815 for the real one) is the model's
 # position capacity and caps max_mel_tokens.
-_UPSTREAM = "indextts2-inference infer_v2.infer_generator default"
+_UPSTREAM = "indextts2-inference 2.1.1 IndexTTS2.infer default (infer_generator's generation_kwargs fallback)"
+UPSTREAM_NUM_BEAMS = 3
+UPSTREAM_LENGTH_PENALTY = 0.0
 UPSTREAM_TEMPERATURE = 0.8
 UPSTREAM_TOP_P = 0.8
 UPSTREAM_TOP_K = 30
@@ -348,19 +374,23 @@ def _auxiliary(checkpoint: Path) -> _Auxiliary:
     return _Auxiliary(checkpoint, None, False)
 
 
-def _resolve_model_dir(aux: _Auxiliary, repo_id: str, probe: str) -> str:
+def _resolve_model_dir(aux: _Auxiliary, repo_id: str, probe: str, flat_name: str) -> str:
     """A folder (or hub id) to ``from_pretrained`` the auxiliary model ``repo_id`` from: the checkpoint's sub-folder
-    named like the repository if it holds ``probe``, else ``repo_id`` itself (hub cache)."""
-    local = aux.folder / repo_id.split("/")[-1]
-    return str(local) if (local / probe).is_file() else repo_id
+    named like the repository, or the official repository's flat ``hf_cache/<flat_name>/``, if it holds ``probe``;
+    else ``repo_id`` itself (hub cache)."""
+    for local in (aux.folder / repo_id.split("/")[-1], aux.folder / HUB_CACHE_SUBFOLDER / flat_name):
+        if (local / probe).is_file():
+            return str(local)
+    return repo_id
 
 
-def _resolve_file(aux: _Auxiliary, repo_id: str, filename: str) -> str:
-    """Path of ``filename`` of the auxiliary repository ``repo_id``: the checkpoint's sub-folder, else
-    ``hf_hub_download`` (the package's call) into the checkpoint's hub cache or the user's."""
-    local = aux.folder / repo_id.split("/")[-1] / filename
-    if local.is_file():
-        return str(local)
+def _resolve_file(aux: _Auxiliary, repo_id: str, filename: str, flat_name: str) -> str:
+    """Path of ``filename`` of the auxiliary repository ``repo_id``: the checkpoint's sub-folder, the official
+    repository's flat ``hf_cache/<flat_name>``, else ``hf_hub_download`` (the package's call) into the checkpoint's hub
+    cache or the user's."""
+    for local in (aux.folder / repo_id.split("/")[-1] / filename, aux.folder / HUB_CACHE_SUBFOLDER / flat_name):
+        if local.is_file():
+            return str(local)
     from huggingface_hub import hf_hub_download
 
     return hf_hub_download(repo_id, filename=filename, cache_dir=aux.cache_dir,
@@ -524,14 +554,17 @@ class _DecodeState:
 class _CodeSelector:
     """Next-code choice for a batch: the checkpoint's repetition penalty (transformers
     ``RepetitionPenaltyLogitsProcessor``), then argmax (greedy) or ``RowSampler`` (temperature, top-k, top-p; one
-    generator per row). ``params`` are resolved (``TTSAdapter.resolve``): every knob has its value."""
+    generator per row), never a code the semantic codec cannot decode (``undecodable``, see
+    ``IndexTTS2Adapter.undecodable_codes``). ``params`` are resolved (``TTSAdapter.resolve``): every knob has its
+    value."""
 
-    def __init__(self, params: SynthesisParams, seeds: list[int], repetition_penalty: float):
+    def __init__(self, params: SynthesisParams, seeds: list[int], repetition_penalty: float, undecodable):
         from transformers import RepetitionPenaltyLogitsProcessor
 
         from tts_app.adapters.sampling import RowSampler
 
         self.greedy = bool(params.greedy)
+        self.undecodable = undecodable
         self.penalty = RepetitionPenaltyLogitsProcessor(repetition_penalty) if repetition_penalty != 1.0 else None
         self.sampler = None
         if not self.greedy:
@@ -545,30 +578,178 @@ class _CodeSelector:
         if self.penalty is not None:
             logits = self.penalty(history, logits)
         if self.greedy:
-            return torch.argmax(logits, dim=-1)
-        return self.sampler.sample(logits, history)
+            return torch.argmax(logits.masked_fill(self.undecodable.to(logits.device), -float("inf")), dim=-1)
+        return self.sampler.sample(logits, history, exclude=self.undecodable)
 
+
+# Scores transformers' beam search gives a beam it must never keep (GenerationMixin._beam_search: -1.0e9).
+_BEAM_NEVER = -1.0e9
+
+
+@dataclass
+class _BeamState:
+    """One request's beam search between two decode steps (``_BeamSearch``; tensors on the CPU, float32 scores).
+
+    Attributes:
+        running: ``(num_beams, num_steps)`` int64 codes of the running beams.
+        running_scores: ``(num_beams,)`` their summed processed log-probabilities.
+        finished: ``num_beams`` code lists of the best finished beams (stop code included), best first.
+        finished_scores: ``(num_beams,)`` their scores (``_BEAM_NEVER`` for an empty slot).
+        is_finished: ``(num_beams,)`` bool, the slot holds a finished beam.
+        improvable: False once no running beam can beat the worst finished one (transformers' early-stop
+            heuristic with ``early_stopping=False``).
+        done: the search is over.
+    """
+
+    running: Any
+    running_scores: Any
+    finished: list
+    finished_scores: Any
+    is_finished: Any
+    improvable: bool = True
+    done: bool = False
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.running.shape[1])
+
+
+class _BeamSearch:
+    """Beam search / beam sampling of one request, step by step, as transformers' ``GenerationMixin._beam_search``
+    runs it for the package's ``infer`` (``num_beams`` beams, ``do_sample=True``, ``length_penalty``,
+    ``early_stopping=False``, one stop code): per step the beams' logits go through ``log_softmax``, the repetition
+    penalty (over each beam's own ids: the placeholder ``1`` and ``<start_mel>`` then its codes), temperature, top-k
+    and top-p (each keeping at least 2 codes, transformers' rule for beams); the running scores are added; ``2 x
+    num_beams`` candidates are drawn without replacement from the softmax over all beams' codes (``torch.multinomial``
+    with the request's own generator; greedy: the top ones), sorted by score; candidates among the first
+    ``num_beams`` that end with the stop code (or reach ``max_new_tokens``) are kept as finished beams (score divided
+    by ``length ** length_penalty``), the best ``num_beams`` others run on. The search ends when every candidate
+    ends, or when no running beam can beat the worst finished one. The answer is the best finished beam.
+
+    Codes the codec cannot decode get no probability (``undecodable``, after the warpers, see the module docstring).
+
+    ``step`` is pure (returns a new state), so a decode step that fails later can be retried from the old one.
+    """
+
+    def __init__(self, params: SynthesisParams, seed: int, repetition_penalty: float, undecodable, start_code: int,
+                 stop_code: int, max_new_tokens: int):
+        import torch
+        from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper,
+                                  TopKLogitsWarper, TopPLogitsWarper)
+
+        self.num_beams = int(params.num_beams)
+        self.length_penalty = float(params.length_penalty)
+        self.sample = not params.greedy
+        self.stop_code, self.start_code = int(stop_code), int(start_code)
+        self.max_new_tokens = int(max_new_tokens)
+        self.undecodable = undecodable.cpu()
+        self.generator = torch.Generator().manual_seed(int(seed)) if self.sample else None
+        processors = LogitsProcessorList()
+        if repetition_penalty != 1.0:
+            processors.append(RepetitionPenaltyLogitsProcessor(repetition_penalty))
+        if self.sample:  # transformers' _get_logits_processor for beams: min_tokens_to_keep = 1 + one stop code
+            if params.temperature is not None and params.temperature != 1.0:
+                processors.append(TemperatureLogitsWarper(float(params.temperature)))
+            if params.top_k:
+                processors.append(TopKLogitsWarper(int(params.top_k), min_tokens_to_keep=2))
+            if params.top_p is not None and params.top_p < 1.0:
+                processors.append(TopPLogitsWarper(float(params.top_p), min_tokens_to_keep=2))
+        self.processors = processors
+
+    def initial_state(self) -> _BeamState:
+        import torch
+
+        beams = self.num_beams
+        scores = torch.zeros(beams, dtype=torch.float32)
+        scores[1:] = _BEAM_NEVER  # only the first beam's codes count at the first step (the beams are equal)
+        return _BeamState(running=torch.zeros((beams, 0), dtype=torch.long), running_scores=scores,
+                          finished=[[] for _ in range(beams)],
+                          finished_scores=torch.full((beams,), _BEAM_NEVER, dtype=torch.float32),
+                          is_finished=torch.zeros(beams, dtype=torch.bool))
+
+    def step(self, state: _BeamState, logits):
+        """One decode step. ``logits``: ``(num_beams, vocab)`` float32, row ``j`` = running beam ``j``'s next-code
+        logits. Returns ``(new_state, source, codes)``: running beam ``j`` of the new state continues old beam
+        ``source[j]`` with code ``codes[j]`` (``(num_beams,)`` int64 each, CPU); feed those unless ``done``."""
+        import torch
+        import torch.nn.functional as F
+
+        beams, t = self.num_beams, state.num_steps
+        logits = logits.float().cpu()
+        vocab = logits.shape[-1]
+        placeholder = torch.tensor([[1, self.start_code]], dtype=torch.long).repeat(beams, 1)
+        ids = torch.cat([placeholder, state.running], dim=1)
+        log_probs = self.processors(ids, F.log_softmax(logits, dim=-1))
+        scores = (log_probs + state.running_scores[:, None]).reshape(1, -1)  # (1, beams x vocab)
+        banned = self.undecodable.repeat(beams)[None]
+        allowed = scores.masked_fill(banned, -float("inf"))
+        num_candidates = 2 * beams
+        if self.sample:
+            probs = F.softmax(scores, dim=-1).masked_fill(banned, 0.0)
+            index = torch.multinomial(probs, num_samples=num_candidates, generator=self.generator)
+            cand_scores = torch.gather(allowed, 1, index)
+            cand_scores, order = cand_scores.sort(dim=-1, descending=True)
+            index = index.gather(-1, order)
+        else:
+            cand_scores, index = torch.topk(allowed, k=num_candidates)
+        cand_beams, cand_codes = index[0] // vocab, index[0] % vocab
+        candidates = torch.cat([state.running[cand_beams], cand_codes[:, None]], dim=1)
+        ends = (cand_codes == self.stop_code) | (t + 1 >= self.max_new_tokens)  # EosTokenCriteria, MaxLengthCriteria
+        # the best non-ending candidates run on
+        running_scores_all = cand_scores[0] + ends.to(torch.float32) * _BEAM_NEVER
+        keep = torch.topk(running_scores_all, k=beams)[1]
+        # ending candidates among the first num_beams join the finished ones, scored with the length penalty
+        top = torch.zeros(num_candidates, dtype=torch.bool)
+        top[:beams] = True
+        just_finished = ends & top
+        finished_scores = cand_scores[0] / ((t + 1) ** self.length_penalty)
+        finished_scores = finished_scores + float(not state.improvable) * _BEAM_NEVER
+        finished_scores = finished_scores + (~just_finished).to(torch.float32) * _BEAM_NEVER
+        merged_scores = torch.cat([state.finished_scores, finished_scores])
+        merged = state.finished + [candidates[i].tolist() for i in range(num_candidates)]
+        merged_is_finished = torch.cat([state.is_finished, just_finished])
+        best = torch.topk(merged_scores, k=beams)[1]
+        new = _BeamState(running=candidates[keep], running_scores=running_scores_all[keep],
+                         finished=[merged[i] for i in best.tolist()], finished_scores=merged_scores[best],
+                         is_finished=merged_is_finished[best], improvable=state.improvable)
+        best_possible = new.running_scores[0] / ((t + 1) ** self.length_penalty)
+        worst_finished = torch.where(new.is_finished, new.finished_scores.min(), torch.tensor(_BEAM_NEVER))
+        new.improvable = bool(state.improvable and bool((best_possible > worst_finished).any()))
+        new.done = not (new.improvable and not bool(ends.all()))
+        return new, cand_beams[keep], cand_codes[keep]
+
+    def result(self, state: _BeamState) -> tuple[list[int], bool]:
+        """(the best finished beam's codes without its stop code, whether it was cut at ``max_new_tokens``)."""
+        codes = list(state.finished[0])
+        if self.stop_code in codes:
+            return codes[:codes.index(self.stop_code)], False
+        return codes, True
 
 
 @dataclass
 class _StepRow:
-    """One row of a running IndexTTS 2 batch (``IndexTTS2DecodeBatch``).
+    """One row (one segment) of a running IndexTTS 2 batch (``IndexTTS2DecodeBatch``).
 
     Attributes:
         key: the engine's key for it.
         inputs: the ``IndexTTS2Inputs`` of the prefill it joined with; ``index``: its row there (for
             ``code_latents`` and ``s2mel`` once its codes are done).
-        selector: its own ``_CodeSelector`` (repetition penalty over its own history, its own generator).
-        history: ``(1, 2 + num_codes)`` int64 ids its repetition penalty sees.
-        codes: the codes it has generated (its stop code excluded).
+        selector: without beams, its own ``_CodeSelector`` (repetition penalty over its own history, its own
+            generator); None with beams.
+        history: without beams, ``(1, 2 + num_codes)`` int64 ids its repetition penalty sees.
+        beam, beam_state: with beams, its ``_BeamSearch`` (its own generator) and where the search stands; its beams
+            are ``num_beams`` consecutive rows of the stream.
+        codes: the codes it has generated (its stop code excluded; with beams, filled when the search ends).
         stop_reason: None while it decodes.
     """
 
     key: object
     inputs: IndexTTS2Inputs
     index: int
-    selector: _CodeSelector
-    history: Any
+    selector: _CodeSelector | None = None
+    history: Any = None
+    beam: _BeamSearch | None = None
+    beam_state: _BeamState | None = None
     codes: list = field(default_factory=list)
     stop_reason: StopReason | None = None
 
@@ -581,13 +762,15 @@ class IndexTTS2DecodeBatch(DecodeBatch):
     """A running IndexTTS 2 batch (step interface, ``DecodeBatch``): the GPT stream of semantic codes for rows that
     join and leave at any decode step (continuous batching). The same computation as ``IndexTTS2Adapter.generate``
     per row: the prefix + ``<start_mel>`` prefilled with the row's left padding masked, one code per live row per
-    step (the checkpoint's repetition penalty over the row's own history, then argmax or the row's own sampler),
-    the k-th code fed at mel position k; rows join with the shorter side left-padded (the GPT-2 stack has no position
-    embeddings of its own, so padding changes nothing but the mask).
+    step (the checkpoint's repetition penalty over the row's own history, then argmax or the row's own sampler; with
+    ``num_beams`` > 1 the row's ``_BeamSearch`` over its beams, which are ``num_beams`` consecutive stream rows,
+    reordered after each step to the beams they continue), the k-th code fed at mel position k; rows join with the
+    shorter side left-padded (the GPT-2 stack has no position embeddings of its own, so padding changes nothing but
+    the mask).
 
-    A row's audio comes in the step that ends it (its stop code, or ``max_new_tokens`` codes): its codes through
-    ``code_latents`` -> ``s2mel`` -> ``vocode``, exactly ``postprocess``'s per-row path. Streaming therefore gives
-    IndexTTS 2 audio per segment, not per code.
+    A row's audio comes in the step that ends it (its stop code, or ``max_new_tokens`` codes; with beams, the end of
+    its search): its codes through ``code_latents`` -> ``s2mel`` -> ``vocode``, exactly ``postprocess``'s per-row
+    path. Streaming therefore gives IndexTTS 2 audio per segment, not per code.
 
     A step changes nothing until its last computation succeeded: on an exception (``torch.OutOfMemoryError``) the
     stream is rolled back and the rows' sampling generators restored, so the engine can retry with fewer rows.
@@ -602,9 +785,11 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         self.gpt = gpt
         self.device = torch.device(adapter.device)
         self.max_new_tokens = adapter.max_new_tokens(params)
+        self.num_beams = int(params.num_beams or 1)
         dim = int(adapter.processor.config.gpt.model_dim)
         self.stream = DecoderStream(gpt.gpt, dim, self.device, next(gpt.parameters()).dtype, params.use_cache)
         self.rows: list[_StepRow] = []
+        # (num_rows x num_beams, number_mel_codes): each stream row's next-code logits
         self.next_logits = torch.zeros((0, int(gpt.number_mel_codes)), dtype=torch.float32, device=self.device)
 
     @property
@@ -616,10 +801,15 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         ``mel_head``, as ``IndexTTS2Adapter._forward``; called under its ``_gpt_autocast``)."""
         return self.gpt.mel_head(self.gpt.final_norm(hidden)).float()
 
+    def _block(self, i: int) -> slice:
+        """Stream rows of batch row ``i`` (its beams)."""
+        return slice(i * self.num_beams, (i + 1) * self.num_beams)
+
     def prefill(self, rows) -> None:
         """Prefill ``rows`` ((key, ``AdapterRow``)) into the batch (see ``DecodeBatch.prefill``): their prompts are
-        ``IndexTTS2Adapter.preprocess``'s, run in a stream of their own and merged into the running one. Raises what
-        ``preprocess`` raises, or ``torch.OutOfMemoryError``; nothing joins then."""
+        ``IndexTTS2Adapter.preprocess``'s (each repeated ``num_beams`` times), run in a stream of their own and
+        merged into the running one. Raises what ``preprocess`` raises, or ``torch.OutOfMemoryError``; nothing joins
+        then."""
         import time
 
         import torch
@@ -628,93 +818,174 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         keys = [k for k, _ in rows]
         if len(set(keys)) != len(keys) or set(keys) & set(self.keys):
             raise ValueError("prefill got a key already in the batch")
-        adapter, gpt = self.adapter, self.gpt
+        adapter, gpt, beams = self.adapter, self.gpt, self.num_beams
         with torch.no_grad():
             inputs = adapter.preprocess([r for _, r in rows], self.params)
-            num_new = len(keys)
+            num_new = len(keys) * beams
             start = torch.full((num_new,), gpt.start_mel_token, dtype=torch.long, device=self.device)
             zero = torch.zeros(num_new, dtype=torch.long, device=self.device)
-            embeds = torch.cat([inputs.prefix_embeds, adapter._mel_embeddings(start, zero)], dim=1)
-            mask = torch.cat([inputs.prefix_mask, torch.ones(num_new, 1, dtype=torch.long, device=self.device)], dim=1)
+            prefix_embeds = inputs.prefix_embeds.repeat_interleave(beams, dim=0)
+            prefix_mask = inputs.prefix_mask.repeat_interleave(beams, dim=0)
+            embeds = torch.cat([prefix_embeds, adapter._mel_embeddings(start, zero)], dim=1)
+            mask = torch.cat([prefix_mask, torch.ones(num_new, 1, dtype=torch.long, device=self.device)], dim=1)
             sub = DecoderStream(gpt.gpt, self.stream.hidden_size, self.device, self.stream.dtype, self.params.use_cache)
             with adapter._gpt_autocast():
                 logits = self._logits(sub.forward(embeds, mask))
             merged = self.stream.prepare_merge(sub)
             next_logits = torch.cat([self.next_logits, logits])
-            # The package's repetition penalty sees its placeholder ids (all 1) and <start_mel> (module docstring).
-            new_rows = [_StepRow(key=k, inputs=inputs, index=i,
-                                 selector=_CodeSelector(self.params, [inputs.seeds[i]], adapter.repetition_penalty),
-                                 history=torch.tensor([[1, gpt.start_mel_token]], dtype=torch.long,
-                                                      device=self.device))
-                        for i, k in enumerate(keys)]
+            new_rows = []
+            for i, k in enumerate(keys):
+                if beams > 1:
+                    beam = adapter._beam_search(self.params, inputs.seeds[i], self.max_new_tokens)
+                    new_rows.append(_StepRow(key=k, inputs=inputs, index=i, beam=beam,
+                                             beam_state=beam.initial_state()))
+                else:
+                    # The package's repetition penalty sees its placeholder ids (all 1) and <start_mel> (module
+                    # docstring).
+                    new_rows.append(_StepRow(
+                        key=k, inputs=inputs, index=i,
+                        selector=_CodeSelector(self.params, [inputs.seeds[i]], adapter.repetition_penalty,
+                                               adapter.undecodable_codes),
+                        history=torch.tensor([[1, gpt.start_mel_token]], dtype=torch.long, device=self.device)))
         self.stream.commit(merged)
         self.next_logits = next_logits
         self.rows += new_rows
         self.prefill_s += time.perf_counter() - t0
+
+    def _generators(self, live: list[int]) -> list:
+        out = []
+        for i in live:
+            row = self.rows[i]
+            if row.beam is not None:
+                if row.beam.generator is not None:
+                    out.append(row.beam.generator)
+            elif row.selector.sampler is not None:
+                out += row.selector.sampler.generators("cpu")
+        return out
 
     def decode_step(self) -> list[RowStep]:
         """One code per live row (see the class docstring); a row that ends gets its whole audio in this step's
         ``RowStep``. Raises ``torch.OutOfMemoryError``; the batch is then as before."""
         import torch
 
-        num_rows = len(self.rows)
         live = self._count_step([r.stop_reason is not None for r in self.rows])
         if not live:
             return []
         stop = int(self.gpt.stop_mel_token)
-        generators = [g for i in live if self.rows[i].selector.sampler is not None
-                      for g in self.rows[i].selector.sampler.generators("cpu")]
+        generators = self._generators(live)
         generator_states = [g.get_state() for g in generators]
         mark = self.stream.checkpoint()
         try:
             with torch.no_grad():
-                picked = {i: int(self.rows[i].selector.pick(self.rows[i].history, self.next_logits[i:i + 1])[0])
-                          for i in live}
-                ends = {i for i in live if picked[i] == stop}
-                capped = {i for i in live if i not in ends and len(self.rows[i].codes) + 1 >= self.max_new_tokens}
-                audio = {i: self._row_audio(self.rows[i], picked[i] if i not in ends else None)
-                         for i in ends | capped}
-                continuing = [i for i in live if i not in ends and i not in capped]
-                new_logits = None
-                if continuing:
-                    codes = torch.full((num_rows,), stop, dtype=torch.long, device=self.device)
-                    positions = torch.zeros(num_rows, dtype=torch.long, device=self.device)
-                    feed = torch.zeros((num_rows, 1), dtype=torch.long, device=self.device)
-                    for i in continuing:
-                        codes[i], positions[i], feed[i, 0] = picked[i], len(self.rows[i].codes) + 1, 1
-                    new = self.adapter._mel_embeddings(codes, positions)
-                    with self.adapter._gpt_autocast():
-                        new_logits = self._logits(self.stream.forward(new, feed))
+                if self.num_beams > 1:
+                    step = self._beam_step(live, stop)
+                else:
+                    step = self._sample_step(live, stop)
         except BaseException:
             self.stream.rollback(mark)
             for g, state in zip(generators, generator_states):
                 g.set_state(state)
             raise
-        # commit: assignments only
-        if new_logits is not None:
-            index = torch.tensor(continuing, dtype=torch.long, device=self.device)
-            self.next_logits[index] = new_logits[index]
-        out = []
-        for i in live:
-            row = self.rows[i]
-            code = torch.tensor([[picked[i]]], dtype=torch.long, device=self.device)
-            row.history = torch.cat([row.history, code], dim=1)
-            if i in ends:
-                row.stop_reason = StopReason.END_OF_SPEECH
-            else:
-                row.codes.append(picked[i])
-                if i in capped:
-                    row.stop_reason = StopReason.MAX_NEW_TOKENS
-            out.append(RowStep(key=row.key, audio=audio.get(i, np.zeros(0, dtype=np.float32)),
-                               stop_reason=row.stop_reason))
-        return out
+        return step()
 
-    def _row_audio(self, row: _StepRow, last_code: int | None) -> np.ndarray:
-        """A finishing row's waveform: its codes (plus ``last_code`` when the cap, not a stop code, ended it) through
-        ``code_latents`` -> ``s2mel`` -> ``vocode`` (``IndexTTS2Adapter.postprocess`` per row)."""
+    def _feed(self, codes, positions, feed):
+        """Forward codes ``(stream_rows,)`` at mel positions ``(stream_rows,)`` for the stream rows where ``feed``
+        ``(stream_rows, 1)`` is 1; returns their next logits."""
+        new = self.adapter._mel_embeddings(codes, positions)
+        with self.adapter._gpt_autocast():
+            return self._logits(self.stream.forward(new, feed))
+
+    def _sample_step(self, live: list[int], stop: int):
+        """Without beams: pick, compute the ending rows' audio and feed the others; returns the commit."""
         import torch
 
-        codes = row.codes + ([last_code] if last_code is not None else [])
+        num_rows = len(self.rows)
+        picked = {i: int(self.rows[i].selector.pick(self.rows[i].history, self.next_logits[i:i + 1])[0])
+                  for i in live}
+        ends = {i for i in live if picked[i] == stop}
+        capped = {i for i in live if i not in ends and len(self.rows[i].codes) + 1 >= self.max_new_tokens}
+        audio = {i: self._row_audio(self.rows[i], self.rows[i].codes + ([picked[i]] if i not in ends else []))
+                 for i in ends | capped}
+        continuing = [i for i in live if i not in ends and i not in capped]
+        new_logits = None
+        if continuing:
+            codes = torch.full((num_rows,), stop, dtype=torch.long, device=self.device)
+            positions = torch.zeros(num_rows, dtype=torch.long, device=self.device)
+            feed = torch.zeros((num_rows, 1), dtype=torch.long, device=self.device)
+            for i in continuing:
+                codes[i], positions[i], feed[i, 0] = picked[i], len(self.rows[i].codes) + 1, 1
+            new_logits = self._feed(codes, positions, feed)
+
+        def commit() -> list[RowStep]:  # assignments only
+            if new_logits is not None:
+                index = torch.tensor(continuing, dtype=torch.long, device=self.device)
+                self.next_logits[index] = new_logits[index]
+            out = []
+            for i in live:
+                row = self.rows[i]
+                code = torch.tensor([[picked[i]]], dtype=torch.long, device=self.device)
+                row.history = torch.cat([row.history, code], dim=1)
+                if i in ends:
+                    row.stop_reason = StopReason.END_OF_SPEECH
+                else:
+                    row.codes.append(picked[i])
+                    if i in capped:
+                        row.stop_reason = StopReason.MAX_NEW_TOKENS
+                out.append(RowStep(key=row.key, audio=audio.get(i, np.zeros(0, dtype=np.float32)),
+                                   stop_reason=row.stop_reason))
+            return out
+
+        return commit
+
+    def _beam_step(self, live: list[int], stop: int):
+        """With beams: advance each live row's search, compute the finished rows' audio, reorder the stream rows to
+        the beams they continue and feed the running beams; returns the commit."""
+        import torch
+
+        num_stream_rows = len(self.rows) * self.num_beams
+        order = torch.arange(num_stream_rows)
+        codes = torch.full((num_stream_rows,), stop, dtype=torch.long)
+        positions = torch.zeros(num_stream_rows, dtype=torch.long)
+        feed = torch.zeros((num_stream_rows, 1), dtype=torch.long)
+        states, results, audio, continuing = {}, {}, {}, []
+        for i in live:
+            row, block = self.rows[i], self._block(i)
+            states[i], source, picked = row.beam.step(row.beam_state, self.next_logits[block])
+            if states[i].done:
+                results[i] = row.beam.result(states[i])
+                audio[i] = self._row_audio(row, results[i][0])
+            else:
+                continuing.append(i)
+                order[block] = block.start + source
+                codes[block], positions[block], feed[block] = picked, states[i].num_steps, 1
+        new_logits = None
+        if continuing:
+            self.stream.keep_rows(order.to(self.device))  # undone by rollback if the forward fails
+            new_logits = self._feed(codes.to(self.device), positions.to(self.device), feed.to(self.device))
+
+        def commit() -> list[RowStep]:  # assignments only
+            if new_logits is not None:
+                index = torch.cat([torch.arange(self._block(i).start, self._block(i).stop) for i in continuing])
+                self.next_logits = self.next_logits[order.to(self.device)]
+                self.next_logits[index.to(self.device)] = new_logits[index.to(self.device)]
+            out = []
+            for i in live:
+                row = self.rows[i]
+                row.beam_state = states[i]
+                if i in results:
+                    row.codes, hit = results[i]
+                    row.stop_reason = StopReason.MAX_NEW_TOKENS if hit else StopReason.END_OF_SPEECH
+                out.append(RowStep(key=row.key, audio=audio.get(i, np.zeros(0, dtype=np.float32)),
+                                   stop_reason=row.stop_reason))
+            return out
+
+        return commit
+
+    def _row_audio(self, row: _StepRow, codes: list[int]) -> np.ndarray:
+        """A finishing row's waveform: its codes through ``code_latents`` -> ``s2mel`` -> ``vocode``
+        (``IndexTTS2Adapter.postprocess`` per row)."""
+        import torch
+
         if not codes:
             return np.zeros(0, dtype=np.float32)
         adapter = self.adapter
@@ -730,7 +1001,8 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         keep = [i for i, r in enumerate(self.rows) if r.key not in gone]
         if len(keep) == len(self.rows):
             return
-        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        index = torch.tensor([j for i in keep for j in range(self._block(i).start, self._block(i).stop)],
+                             dtype=torch.long, device=self.device)
         with torch.no_grad():
             self.stream.keep_rows(index)
             self.next_logits = self.next_logits[index]
@@ -751,6 +1023,7 @@ class IndexTTS2Adapter(TTSAdapter):
         self._emotion_text_cache = _LRU(EMOTION_TEXT_CACHE_SIZE)
         self._qwen_emotion = None
         self._qwen_lock = threading.Lock()
+        self._undecodable = None
         #: times the conditioning of a new reference clip / emotion clip was computed (not taken from the cache)
         self.num_conditioning_computed = 0
         super().__init__(model, processor, device, dtype)
@@ -824,7 +1097,7 @@ class IndexTTS2Adapter(TTSAdapter):
 
         aux = _auxiliary(folder)
         try:
-            w2v_dir = _resolve_model_dir(aux, W2V_BERT_REPO, "config.json")
+            w2v_dir = _resolve_model_dir(aux, W2V_BERT_REPO, "config.json", OFFICIAL_FLAT_W2V_BERT)
             hub = dict(cache_dir=aux.cache_dir, local_files_only=aux.local_files_only)
             feature_extractor = SeamlessM4TFeatureExtractor.from_pretrained(w2v_dir, **hub)
             semantic_model = Wav2Vec2BertModel.from_pretrained(w2v_dir, **hub).eval()
@@ -833,7 +1106,7 @@ class IndexTTS2Adapter(TTSAdapter):
         stats = torch.load(folder / cfg.w2v_stat, map_location="cpu")
         semantic_codec = build_semantic_codec(cfg.semantic_codec)
         try:
-            codec_file = _resolve_file(aux, SEMANTIC_CODEC_REPO, SEMANTIC_CODEC_FILE)
+            codec_file = _resolve_file(aux, SEMANTIC_CODEC_REPO, SEMANTIC_CODEC_FILE, OFFICIAL_FLAT_SEMANTIC_CODEC)
         except Exception as exc:  # huggingface_hub offline / not-found errors
             raise _auxiliary_error("MaskGCT semantic codec", SEMANTIC_CODEC_REPO, folder, exc) from exc
         safetensors.torch.load_model(semantic_codec, codec_file)
@@ -845,7 +1118,7 @@ class IndexTTS2Adapter(TTSAdapter):
         s2mel.models["cfm"].estimator.setup_caches(max_batch_size=1, max_seq_length=8192)
         s2mel.eval()
         try:
-            campplus_file = _resolve_file(aux, CAMPPLUS_REPO, CAMPPLUS_FILE)
+            campplus_file = _resolve_file(aux, CAMPPLUS_REPO, CAMPPLUS_FILE, OFFICIAL_FLAT_CAMPPLUS)
         except Exception as exc:
             raise _auxiliary_error("CAM++ speaker encoder", CAMPPLUS_REPO, folder, exc) from exc
         campplus = CAMPPlus(feat_dim=80, embedding_size=192)
@@ -853,7 +1126,8 @@ class IndexTTS2Adapter(TTSAdapter):
         campplus.eval()
         vocoder_repo = str(cfg.vocoder.name)
         try:
-            vocoder = bigvgan.BigVGAN.from_pretrained(_resolve_model_dir(aux, vocoder_repo, "config.json"),
+            vocoder = bigvgan.BigVGAN.from_pretrained(_resolve_model_dir(aux, vocoder_repo, "config.json",
+                                                                         OFFICIAL_FLAT_VOCODER),
                                                       use_cuda_kernel=False, cache_dir=aux.cache_dir,
                                                       local_files_only=aux.local_files_only)
         except Exception as exc:
@@ -886,6 +1160,8 @@ class IndexTTS2Adapter(TTSAdapter):
                 "temperature": (UPSTREAM_TEMPERATURE, _UPSTREAM),
                 "top_p": (UPSTREAM_TOP_P, _UPSTREAM),
                 "top_k": (UPSTREAM_TOP_K, _UPSTREAM),
+                "num_beams": (UPSTREAM_NUM_BEAMS, f"{_UPSTREAM}: num_beams=3, beam sampling (do_sample=True)"),
+                "length_penalty": (UPSTREAM_LENGTH_PENALTY, _UPSTREAM),
                 "max_new_tokens": (min(UPSTREAM_MAX_MEL_TOKENS, capacity),
                                    f"{_UPSTREAM} max_mel_tokens={UPSTREAM_MAX_MEL_TOKENS}, capped by config.yaml "
                                    f"gpt.max_mel_tokens={capacity}"),
@@ -913,23 +1189,43 @@ class IndexTTS2Adapter(TTSAdapter):
         )
 
     @property
+    def undecodable_codes(self):
+        """``(number_mel_codes,)`` bool on the model's device: True for the GPT's codes the semantic codec cannot
+        decode, i.e. ``start_mel_token`` and any other id at or above the codec's ``codebook_size``, except
+        ``stop_mel_token`` (which ends a row and never reaches the codec). Decoding never picks them (see the module
+        docstring, "Undecodable codes")."""
+        import torch
+
+        if self._undecodable is None:
+            gpt = self.model.gpt
+            codes = torch.arange(int(gpt.number_mel_codes), device=self.device)
+            size = int(self.processor.config.semantic_codec.codebook_size)
+            self._undecodable = (codes >= size) & (codes != int(gpt.stop_mel_token))
+        return self._undecodable
+
+    @property
     def repetition_penalty(self) -> float:
         """The repetition penalty decoding applies (``infer_generator``'s default 10.0; not a request knob)."""
         return UPSTREAM_REPETITION_PENALTY
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
                            max_new_tokens: int) -> int:
-        """GPT KV positions of one row at the end of decoding: 34 conditioning + text tokens (``text_chars x
-        text_positions_per_char``, rounded up) + <start_text>/<stop_text> + <start_mel> + ``max_new_tokens`` codes.
-        The reference length and its transcript do not matter (the perceiver always gives 32 latents)."""
+        """GPT KV positions of one segment at the end of decoding: per beam row 34 conditioning + text tokens
+        (``text_chars x text_positions_per_char``, rounded up) + <start_text>/<stop_text> + <start_mel> +
+        ``max_new_tokens`` codes, times the checkpoint's default ``num_beams`` (each beam is a row with its own KV
+        cache; the engine's estimate does not see a request's own ``num_beams``, so a request asking for more beams
+        than the default is under-estimated by that ratio). The reference length and its transcript do not matter
+        (the perceiver always gives 32 latents)."""
         text = int(math.ceil(text_chars * self.facts.text_positions_per_char))
-        return NUM_CONDITIONING_POSITIONS + text + NUM_TEXT_FRAME_TOKENS + 1 + max_new_tokens
+        beams = self.facts.generation_defaults.num_beams or 1
+        return (NUM_CONDITIONING_POSITIONS + text + NUM_TEXT_FRAME_TOKENS + 1 + max_new_tokens) * beams
 
     # ------------------------------------------------------------------ text
 
     def model_text(self, text: str) -> str:
         """The text as the package's tokenizer receives it after its normaliser: front-end pinyin tokens ``{zhong4}``
-        written as the package writes pinyin (``ZHONG4``; ``ju4`` -> ``JV4``), then the normaliser's punctuation map
+        written as the package writes pinyin (``ZHONG4``; ``ju4`` -> ``JV4``), the normaliser's English contraction
+        rule (``TextNormalizer.ENGLISH_CONTRACTION_PATTERN``: "it's" -> "it is", ...), then its punctuation map
         (Chinese map when the text reads as Chinese, ``TextNormalizer.use_chinese``)."""
         normalizer = self.processor.normalizer
 
@@ -937,6 +1233,8 @@ class IndexTTS2Adapter(TTSAdapter):
             return f" {normalizer.correct_pinyin(match.group(1)).upper()} "
 
         text = _PINYIN_TOKEN_RE.sub(pinyin, text)
+        # the package's first step in both languages, before NeMo: "it's" -> "it is", "that's" -> "that is", ...
+        text = re.sub(normalizer.ENGLISH_CONTRACTION_PATTERN, r"\1 is", text, flags=re.IGNORECASE)
         rep_map = normalizer.zh_char_rep_map if normalizer.use_chinese(text) else normalizer.char_rep_map
         pattern = re.compile("|".join(re.escape(p) for p in rep_map))
         return pattern.sub(lambda m: rep_map[m.group()], text)
@@ -1254,7 +1552,9 @@ class IndexTTS2Adapter(TTSAdapter):
 
         max_new = self._check_max_new_tokens(params)
         params = self.resolve(params)
-        selector = _CodeSelector(params, inputs.seeds, self.repetition_penalty)
+        if params.num_beams > 1:
+            return self._generate_beams(inputs, params, max_new)
+        selector = _CodeSelector(params, inputs.seeds, self.repetition_penalty, self.undecodable_codes)
         with torch.no_grad():
             state = self.prefill(inputs, params.use_cache)
             for _ in range(max_new):
@@ -1269,6 +1569,60 @@ class IndexTTS2Adapter(TTSAdapter):
             lengths.append(int(ends[0, 0]) if ends.numel() else row.shape[0])
             hit.append(not ends.numel())
         return IndexTTS2Outputs(codes=codes, code_lengths=lengths, hit_max_new_tokens=hit)
+
+    def _beam_search(self, params: SynthesisParams, seed: int, max_new_tokens: int) -> _BeamSearch:
+        gpt = self.model.gpt
+        return _BeamSearch(params, seed, self.repetition_penalty, self.undecodable_codes, gpt.start_mel_token,
+                           gpt.stop_mel_token, max_new_tokens)
+
+    def _generate_beams(self, inputs: IndexTTS2Inputs, params: SynthesisParams, max_new: int) -> IndexTTS2Outputs:
+        """``generate`` with ``params.num_beams`` > 1: each row's beams are ``num_beams`` rows of the GPT batch
+        (``_BeamSearch`` per row, its own generator seeded with the row's seed); after each step every row's beams
+        are reordered (KV cache rows gathered) to the beams they continue. A row's answer is its best finished
+        beam."""
+        import torch
+
+        beams = int(params.num_beams)
+        num_rows = inputs.prefix_embeds.shape[0]
+        expanded = copy.copy(inputs)
+        expanded.prefix_embeds = inputs.prefix_embeds.repeat_interleave(beams, dim=0)
+        expanded.prefix_mask = inputs.prefix_mask.repeat_interleave(beams, dim=0)
+        searches = [self._beam_search(params, seed, max_new) for seed in inputs.seeds]
+        states = [search.initial_state() for search in searches]
+        stop = int(self.model.gpt.stop_mel_token)
+        with torch.no_grad():
+            state = self.prefill(expanded, params.use_cache)
+            for step in range(max_new):
+                order = torch.arange(num_rows * beams)
+                codes = torch.full((num_rows * beams,), stop, dtype=torch.long)
+                for r, search in enumerate(searches):
+                    if states[r].done:
+                        continue
+                    block = slice(r * beams, (r + 1) * beams)
+                    states[r], source, picked = search.step(states[r], state.next_logits[block])
+                    order[block], codes[block] = r * beams + source, picked
+                if all(s.done for s in states):
+                    break
+                device = state.mask.device
+                order, codes = order.to(device), codes.to(device)
+                if params.use_cache:
+                    state.cache.reorder_cache(order)
+                else:
+                    state.embeds = state.embeds[order]
+                state.mask = torch.cat([state.mask[order], torch.ones_like(state.mask[:, :1])], dim=1)
+                new = self._mel_embeddings(codes, torch.full_like(codes, step + 1))
+                if params.use_cache:
+                    state.next_logits = self._forward(new, state.mask, state.cache)
+                else:
+                    state.embeds = torch.cat([state.embeds, new], dim=1)
+                    state.next_logits = self._forward(state.embeds, state.mask, None)
+        results = [search.result(s) for search, s in zip(searches, states)]
+        width = max(1, max(len(c) + (0 if hit else 1) for c, hit in results))
+        codes = torch.full((num_rows, width), stop, dtype=torch.long)
+        for r, (row_codes, _) in enumerate(results):
+            codes[r, :len(row_codes)] = torch.tensor(row_codes, dtype=torch.long)
+        return IndexTTS2Outputs(codes=codes.to(inputs.prefix_embeds.device),
+                                code_lengths=[len(c) for c, _ in results], hit_max_new_tokens=[h for _, h in results])
 
     def _mel_embeddings(self, codes, positions):
         """codes ``(batch,)`` int64 at mel positions ``(batch,)`` -> ``(batch, 1, model_dim)`` GPT input."""
@@ -1386,6 +1740,10 @@ class IndexTTS2Adapter(TTSAdapter):
 
         s2mel = self.model.s2mel.models
         device = codes.device
+        codebook_size = int(self.processor.config.semantic_codec.codebook_size)
+        if codes.numel() and int(codes.max()) >= codebook_size:  # never: decoding masks them (undecodable_codes)
+            raise RuntimeError(f"IndexTTS 2 produced semantic code {int(codes.max())}, which its codec "
+                               f"({codebook_size} codes) cannot decode; undecodable_codes should have masked it")
         with torch.no_grad():
             latent = s2mel["gpt_layer"](latent.float())
             s_infer = self.model.semantic_codec.quantizer.vq2emb(codes.unsqueeze(1)).transpose(1, 2) + latent

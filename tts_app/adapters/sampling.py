@@ -85,11 +85,18 @@ class RowSampler:
         filtered tokens at ``-inf``. ``input_ids`` is passed through to the warpers (they ignore it; None is fine)."""
         return self.warpers(input_ids, scores)
 
-    def sample(self, scores: torch.Tensor, input_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def sample(self, scores: torch.Tensor, input_ids: torch.Tensor | None = None,
+               exclude: torch.Tensor | None = None) -> torch.Tensor:
         """Warp, softmax (float32) and draw one token per score row with the owning row's generator.
 
         Args:
             scores: ``(num_seeds * rows_per_seed, vocab_size)`` logits (any float dtype, on any device).
+            exclude: optional ``(vocab_size,)`` bool, True for tokens that must never be drawn. Their probability is
+                zeroed AFTER the warpers, which leaves every other draw exactly as without ``exclude``:
+                ``torch.multinomial`` draws one exponential variate ``q`` per token and returns ``argmax(p / q)``
+                (the Gumbel-max trick, ATen ``multinomial``), so removing a token only changes the rows whose draw
+                was that token. A row whose warped distribution holds nothing but excluded tokens takes its most
+                likely allowed token (after the same draw, so its stream advances as the others').
         Returns:
             ``(num_seeds * rows_per_seed,)`` int64 token ids on ``scores.device``.
         Raises:
@@ -97,6 +104,14 @@ class RowSampler:
         """
         self._check_rows(scores)
         probs = torch.softmax(self.warp(input_ids, scores).float(), dim=-1)
+        if exclude is not None:
+            exclude = exclude.to(probs.device)
+            probs = probs.masked_fill(exclude, 0.0)
+            empty = probs.sum(dim=-1) == 0
+            if bool(empty.any()):
+                best = scores.float().masked_fill(exclude, -float("inf")).argmax(dim=-1)
+                one_hot = torch.nn.functional.one_hot(best, probs.shape[-1]).to(probs.dtype)
+                probs = torch.where(empty[:, None], one_hot, probs)
         per_seed = probs.view(len(self.seeds), self.rows_per_seed, -1)  # (num_seeds, rows_per_seed, vocab)
         # One multinomial call per seed, with that seed's generator: a row's draws never touch another row's stream.
         return torch.cat([torch.multinomial(p, 1, generator=g)

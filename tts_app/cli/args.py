@@ -395,7 +395,7 @@ def cluster_config_from(args: argparse.Namespace) -> ClusterConfig | None:
 GENERATION_FLAGS: dict[str, str] = {
     "seed": "--seed", "greedy": "--greedy", "use_cache": "--no-kv-cache", "temperature": "--temperature",
     "top_p": "--top-p", "top_k": "--top-k", "cfg_scale": "--cfg-scale", "max_new_tokens": "--max-new-tokens",
-    "max_segment_chars": "--max-segment-chars", "pause_between_segments_ms": "--pause-ms",
+    "num_beams": "--num-beams", "length_penalty": "--length-penalty", "max_segment_chars": "--max-segment-chars", "pause_between_segments_ms": "--pause-ms",
     "speed": "--speed", "duration_s": "--duration-s", "loudness_lufs": "--loudness",
     "chapter_pause_ms": "--chapter-pause-ms", "segment_durations_s": "--segment-durations-s",
 }
@@ -421,6 +421,12 @@ def add_generation_args(parser: argparse.ArgumentParser, title: str = "generatio
                    help="classifier-free guidance scale, for models that have it (default: model's)")
     g.add_argument("--max-new-tokens", type=positive_int, default=None,
                    help="cap on decode steps per segment (default: model's)")
+    g.add_argument("--num-beams", type=positive_int, default=None,
+                   help="beam search width, for models that have it (IndexTTS 2: 3, sampled); 1 = no beams "
+                        "(default: model's)")
+    g.add_argument("--length-penalty", type=number, default=None,
+                   help="beam search length penalty (exponent of the length a beam's score is divided by; default: "
+                        "model's)")
     g.add_argument("--max-segment-chars", type=int, default=None,
                    help="split the text into segments of at most this many characters (default: model's)")
     g.add_argument("--pause-ms", dest="pause_between_segments_ms", type=non_negative_int, default=None,

@@ -1085,7 +1085,10 @@ class Engine:
                 # it), so a WARNING here would show the user the same error twice.
                 logger.info("%s of %d rows refused (requests %s): %s", phase.value, len(rows), ids, error)
             else:
-                kind, error = OutcomeKind.CRASHED, f"synthesis failed: {type(exc).__name__}: {exc}"
+                # The bare cause: every door frames it once in its user's language ("Synthesis failed (request
+                # ..., seed ...): <cause>" in the UI table, "request ... failed: <cause>" in the API, "error:
+                # <cause>" in the CLI), so it must not say "synthesis failed" itself.
+                kind, error = OutcomeKind.CRASHED, f"{type(exc).__name__}: {exc}"
                 if len(rows) > 1:
                     # one line, no traceback: each row now runs alone, and the request whose row still fails
                     # logs its traceback then, once, under its own id
