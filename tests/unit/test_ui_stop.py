@@ -5,6 +5,7 @@ browser's request sharing the batch finishes with its audio. Through the tabs' o
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -53,6 +54,15 @@ def _in_thread(fn, *args, **kwargs) -> dict:
     return out
 
 
+def _wait_until_running(*keys, timeout_s: float = 30.0) -> None:
+    """Until every (session, tab) in ``keys`` has a running request (a handler thread registers it right after
+    submitting, possibly after the worker already holds another page's batch)."""
+    deadline = time.monotonic() + timeout_s
+    while not all(handlers.RUNNING.is_running(*key) for key in keys):
+        assert time.monotonic() < deadline, f"requests never started: {keys}"
+        time.sleep(0.01)
+
+
 def _single(ctx, data_dir, text, session, stream=False):
     call = handlers.synthesize_stream if stream else handlers.synthesize
     kwargs = dict(seed=1, max_segment_chars=24, request=_page(session), progress=lambda *a, **k: None)
@@ -67,6 +77,7 @@ def test_stop_cancels_only_its_own_sessions_request_and_frees_its_segments(gated
     alpha = _in_thread(_single(ctx, data_dir, ALPHA, "tab-a", stream))
     bravo = _in_thread(_single(ctx, data_dir, BRAVO, "tab-b", stream))
     assert adapter.entered.wait(30)  # the worker holds a first batch
+    _wait_until_running(("tab-a", "single"), ("tab-b", "single"))  # both pages' requests are submitted
     handlers.stop_generation(ctx, "dialogue", _page("tab-a"))  # the same page's other tab: nothing of it runs
     handlers.stop_generation(ctx, "single", _page("tab-c"))  # another page: nothing of it runs
     assert ctx.engine.stats().num_requests_cancelled == 0
@@ -93,6 +104,7 @@ def test_dialogue_stop_is_its_own_and_speaks_the_pages_language(gated, data_dir)
     run = _in_thread(handlers.synthesize_dialogue, ctx, script, audio_1=clip, audio_2=clip, seed=2,
                      request=_page("tab-d", "zh-CN,zh;q=0.9"), progress=lambda *a, **k: None)
     assert adapter.entered.wait(30)
+    _wait_until_running(("tab-d", "dialogue"))
     handlers.stop_generation(ctx, "single", _page("tab-d"))  # the Single tab's Stop leaves the dialogue alone
     assert ctx.engine.stats().num_requests_cancelled == 0
     handlers.stop_generation(ctx, "dialogue", _page("tab-d", "zh-CN"))

@@ -79,6 +79,11 @@ class RunningRequests:
                 if not handles:
                     del self._handles[(session or "", kind)]
 
+    def is_running(self, session: str | None, kind: str) -> bool:
+        """Whether session ``session`` has a ``kind`` request running now."""
+        with self._lock:
+            return bool(self._handles.get((session or "", kind)))
+
     def cancel(self, session: str | None, kind: str) -> int:
         """Cancel session ``session``'s running ``kind`` requests (their queued segments are dropped and their rows
         leave the running batch: ``RequestHandle.cancel``); returns how many were still running."""
