@@ -79,6 +79,15 @@ EN: dict[str, str] = {
     "job_bad_json_backslash": "bad JSON: {detail} at column {column}; a backslash in a path must be doubled (\\\\) "
                               "or, better, written as a forward slash",
     "job_not_object": "expected a JSON object {{...}}, got {type}",
+    # the json module's own wording of a parse error (``JSON_ERRORS``)
+    "job_json_expecting_value": "Expecting value",
+    "job_json_property_name": "Expecting property name enclosed in double quotes",
+    "job_json_comma": "Expecting ',' delimiter",
+    "job_json_colon": "Expecting ':' delimiter",
+    "job_json_unterminated": "Unterminated string starting at",
+    "job_json_extra_data": "Extra data",
+    "job_json_bad_escape": "Invalid \\escape",
+    "job_json_control_char": "Invalid control character at",
     "job_unknown_field": "unknown field {field!r} ignored",
     "job_both_given": "both {first!r} and {second!r} are given with different values; keep one",
     "job_missing_near": "missing field {field!r} (found {near!r}; rename it to {field})",
@@ -184,6 +193,14 @@ ZH: dict[str, str] = {
     "job_bad_json": "JSON 格式错误：{detail}（第 {column} 列）",
     "job_bad_json_backslash": "JSON 格式错误：{detail}（第 {column} 列）；路径中的反斜杠要写两次（\\\\），最好改用正斜杠",
     "job_not_object": "应为 JSON 对象 {{...}}，实际是 {type}",
+    "job_json_expecting_value": "缺少值",
+    "job_json_property_name": "属性名应以双引号括起",
+    "job_json_comma": "缺少逗号 ','",
+    "job_json_colon": "缺少冒号 ':'",
+    "job_json_unterminated": "字符串没有结束",
+    "job_json_extra_data": "多余的内容",
+    "job_json_bad_escape": "无效的反斜杠转义",
+    "job_json_control_char": "无效的控制字符",
     "job_unknown_field": "未知字段 {field!r}，已忽略",
     "job_both_given": "同时给出了 {first!r} 和 {second!r}，且值不同；请只保留一个",
     "job_missing_near": "缺少字段 {field!r}（找到了 {near!r}；请改名为 {field}）",
@@ -236,5 +253,14 @@ ZH: dict[str, str] = {
 }
 
 register(__name__, EN, ZH)
+
+#: ``json.JSONDecodeError.msg`` -> the key of its wording above (an unknown message is shown as it is)
+JSON_ERRORS = {EN[key]: key for key in EN if key.startswith("job_json_")}
+
+
+def json_error(msg: str) -> Notice | str:
+    """The json module's parse-error message ``msg`` as a message of the tables, when it is one of theirs."""
+    key = JSON_ERRORS.get(msg)
+    return Notice(key) if key is not None else msg
 
 __all__ = ["EN", "ZH", "Notice"]

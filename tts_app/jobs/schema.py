@@ -59,7 +59,7 @@ from typing import Any, Iterator
 from tts_app.config import ReferenceConfig
 from tts_app.errors import InputError, JobLineError
 from tts_app.frontend.messages import listing, message_of
-from tts_app.jobs.messages import Notice
+from tts_app.jobs.messages import Notice, json_error
 from tts_app.request import EMOTION_NAMES, SynthesisParams, check_emotion
 
 
@@ -948,7 +948,7 @@ def iter_job(jsonl_path: str | Path, sources: AudioSources, *, has_default_voice
                     obj = json.loads(text)
                 except json.JSONDecodeError as exc:
                     key = "job_bad_json_backslash" if exc.msg.startswith("Invalid \\escape") else "job_bad_json"
-                    raise JobLineError(line_number, Notice(key, detail=exc.msg, column=exc.colno)) from exc
+                    raise JobLineError(line_number, Notice(key, detail=json_error(exc.msg), column=exc.colno)) from exc
                 parsed = parse_line(obj, line_number, sources, has_default_voice=has_default_voice,
                                     digits=config.output_name_digits)
             except JobLineError as exc:

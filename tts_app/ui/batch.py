@@ -133,9 +133,10 @@ def progress_html(state: JobState | None, lang: str) -> str:
     lines = [f'<div class="job-bar" role="progressbar" aria-valuenow="{finished}" aria-valuemin="0" '
              f'aria-valuemax="{state.num_lines}"><div style="width: {share:.1f}%"></div></div>',
              f"<p>{' · '.join(parts)}</p>"]
+    record = state.to_dict()
     if state.error:
-        lines.append(f"<p>✖ {html.escape(state.error)}</p>")
-    for warning in state.warnings:
+        lines.append(f"<p>✖ {html.escape(localize_record(record, 'error', lang))}</p>")
+    for warning in localize_record(record, "warnings", lang):
         lines.append(f"<p>⚠ {html.escape(warning)}</p>")
     return f'<div data-status="{state.status}" data-done="{finished}">{"".join(lines)}</div>'
 

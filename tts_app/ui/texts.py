@@ -239,7 +239,7 @@ def translations(lang: str | None) -> dict[str, dict[str, str]]:
     """Locale -> strings for ``gr.I18n``. ``lang`` None: both, the browser decides; "zh"/"en": every locale shows
     that language."""
     en = {**EN, **{k: v for k, v in SERVER["en"].items() if k.startswith(CHOICE_PREFIXES)}}
-    zh = {**ZH, **{k: v for k, v in SERVER["zh"].items() if k.startswith(CHOICE_PREFIXES)}}
+    zh = {**GRADIO_ZH, **ZH, **{k: v for k, v in SERVER["zh"].items() if k.startswith(CHOICE_PREFIXES)}}
     if lang is None:
         return {"en": en, "zh": zh, "zh-CN": zh}
     chosen = zh if lang == "zh" else en
@@ -467,6 +467,9 @@ assert SERVER["en"].keys() == SERVER["zh"].keys()
 #: server strings that also label widgets built once for every browser (radio choices), so ``gr.I18n`` carries
 #: them too (translated in each browser; ``translations``)
 CHOICE_PREFIXES = ("filter_", "emo_mode_")
+#: gradio's own interface words that its zh-CN translation lacks (gradio 6: the status of a finished event, the
+#: footer's "Runs"); given to ``gr.I18n`` for Chinese only, so English pages keep gradio's own text
+GRADIO_ZH = {"common.complete": "完成", "common.runs": "运行记录", "common.runs_description": "查看本浏览器保存的运行记录"}
 
 
 def table_headers(lang: str, key: str) -> list[str]:
