@@ -24,7 +24,41 @@ import re
 from dataclasses import dataclass
 
 from tts_app.errors import InputError
+from tts_app.frontend.messages import Notice, register
 from tts_app.request import MAX_SPEAKERS
+
+# The script's errors in English and Chinese (``tts_app.frontend.messages``; "Speaker 1:" and "[S1]" are the
+# script's own syntax and stay as written).
+EN: dict[str, str] = {
+    "dlg_speaker_range": "script line {line}: speaker {number} is outside 1-{max}; a dialogue has at most {max} "
+                         "speakers",
+    "dlg_too_many": "script line {line}: {name!r} would be speaker {number}; a dialogue has at most {max} speakers",
+    "dlg_before_speaker": "script line {line}: {text!r} comes before any speaker; start it with [S1] or 'Speaker 1:'",
+    "dlg_no_speaker": "script line {line}: {text!r} names no speaker; write 'Speaker 1: ...', '[S1] ...' or "
+                      "'Name: ...'",
+    "dlg_no_turns": "the script has no turns; write one turn per line, e.g. 'Speaker 1: Hello.'",
+    "dlg_says_nothing": "script line {line}: {label} says nothing; give the turn some words or remove the line",
+    "dlg_no_voice": "{label} (speaker {number}) has no voice; give one, e.g. --voice {number}=voice.wav or a saved "
+                    "voice's name",
+    "dlg_extra_voice": "a voice is given for speaker {key!r}, which the script does not have (its speakers: "
+                       "{labels})",
+    "dlg_voice_flag": "--voice {value!r}: with --script, give SPEAKER=VOICE, e.g. --voice 1=a.wav or --voice 2=mei "
+                      "(a saved voice)",
+    "dlg_voice_twice": "--voice: speaker {key!r} is given twice",
+}
+ZH: dict[str, str] = {
+    "dlg_speaker_range": "脚本第 {line} 行：说话人 {number} 超出 1-{max}；一段对话最多 {max} 位说话人",
+    "dlg_too_many": "脚本第 {line} 行：{name!r} 将是第 {number} 位说话人；一段对话最多 {max} 位说话人",
+    "dlg_before_speaker": "脚本第 {line} 行：{text!r} 出现在任何说话人之前；请以 [S1] 或 'Speaker 1:' 开头",
+    "dlg_no_speaker": "脚本第 {line} 行：{text!r} 没有指明说话人；请写成 'Speaker 1: ...'、'[S1] ...' 或 '名字：...'",
+    "dlg_no_turns": "脚本中没有任何对白；请每行写一句，例如 'Speaker 1: 你好。'",
+    "dlg_says_nothing": "脚本第 {line} 行：{label} 没有说任何话；请给这句加上文字，或删去这一行",
+    "dlg_no_voice": "{label}（说话人 {number}）没有声音；请指定一个，例如 --voice {number}=voice.wav 或已保存声音的名字",
+    "dlg_extra_voice": "为说话人 {key!r} 指定了声音，但脚本中没有该说话人（脚本的说话人：{labels}）",
+    "dlg_voice_flag": "--voice {value!r}：使用 --script 时请写 说话人=声音，例如 --voice 1=a.wav 或 --voice 2=mei（已保存的声音）",
+    "dlg_voice_twice": "--voice：说话人 {key!r} 指定了两次",
+}
+register(__name__, EN, ZH)
 
 _SPEAKER_N = re.compile(r"^\s*(?:speaker|说话人|角色)\s*(\d+)\s*[:：]\s*", re.IGNORECASE)
 _TAG = re.compile(r"\[S(\d+)\]", re.IGNORECASE)
@@ -87,8 +121,7 @@ def parse_script(text: str) -> Script:
 
     def speaker_number(number: int, line: int) -> ScriptSpeaker:
         if not 1 <= number <= MAX_SPEAKERS:
-            raise InputError(f"script line {line}: speaker {number} is outside 1-{MAX_SPEAKERS}; a dialogue has at "
-                             f"most {MAX_SPEAKERS} speakers")
+            raise InputError(Notice("dlg_speaker_range", line=line, number=number, max=MAX_SPEAKERS))
         taken = next((s for s in named.values() if s.number == number), None)
         return taken or numbered.setdefault(number, ScriptSpeaker(number))
 
@@ -98,8 +131,8 @@ def parse_script(text: str) -> Script:
             used = {s.number for s in numbered.values()} | {s.number for s in named.values()}
             free = [n for n in range(1, MAX_SPEAKERS + 1) if n not in used]
             if not free:
-                raise InputError(f"script line {line}: {name!r} would be speaker {MAX_SPEAKERS + 1}; a dialogue has "
-                                 f"at most {MAX_SPEAKERS} speakers")
+                raise InputError(Notice("dlg_too_many", line=line, name=name, number=MAX_SPEAKERS + 1,
+                                        max=MAX_SPEAKERS))
             named[key] = ScriptSpeaker(free[0], name)
         return named[key]
 
@@ -114,8 +147,7 @@ def parse_script(text: str) -> Script:
             for tag, piece in _split_tags(line):
                 if tag is None:  # words before the first tag continue the previous turn
                     if not raw_turns:
-                        raise InputError(f"script line {number}: {piece[:30]!r} comes before any speaker; start it "
-                                         "with [S1] or 'Speaker 1:'")
+                        raise InputError(Notice("dlg_before_speaker", line=number, text=piece[:30]))
                     raw_turns[-1][1].append(piece)
                 else:
                     raw_turns.append((speaker_number(tag, number), [piece], number))
@@ -125,19 +157,17 @@ def parse_script(text: str) -> Script:
             raw_turns.append((speaker_named(match.group(1), number), [line[match.end():].strip()], number))
             continue
         if not raw_turns:
-            raise InputError(f"script line {number}: {line.strip()[:30]!r} names no speaker; write 'Speaker 1: ...', "
-                             "'[S1] ...' or 'Name: ...'")
+            raise InputError(Notice("dlg_no_speaker", line=number, text=line.strip()[:30]))
         raw_turns[-1][1].append(line.strip())
     if not raw_turns:
-        raise InputError("the script has no turns; write one turn per line, e.g. 'Speaker 1: Hello.'")
+        raise InputError(Notice("dlg_no_turns"))
     speakers = tuple(sorted({*numbered.values(), *named.values()}, key=lambda s: s.number))
     index = {s: i for i, s in enumerate(speakers)}
     turns = []
     for speaker, pieces, line in raw_turns:
         said = " ".join(p for p in pieces if p).strip()
         if not said:
-            raise InputError(f"script line {line}: {speaker.label} says nothing; give the turn some words or remove "
-                             "the line")
+            raise InputError(Notice("dlg_says_nothing", line=line, label=speaker.label))
         turns.append(ScriptTurn(index[speaker], said, line))
     return Script(speakers, tuple(turns))
 
@@ -164,8 +194,7 @@ def check_voices(script: Script, voices: dict[str, object]) -> list[object]:
     for speaker in script.speakers:
         voice = voice_for(speaker, voices)
         if voice is None:
-            raise InputError(f"{speaker.label} (speaker {speaker.number}) has no voice; give one, e.g. --voice "
-                             f"{speaker.number}=voice.wav or a saved voice's name")
+            raise InputError(Notice("dlg_no_voice", label=speaker.label, number=speaker.number))
         out.append(voice)
     known = {str(s.number) for s in script.speakers} | {f"s{s.number}" for s in script.speakers} | \
         {f"speaker {s.number}" for s in script.speakers} | {f"speaker{s.number}" for s in script.speakers} | \
@@ -173,8 +202,7 @@ def check_voices(script: Script, voices: dict[str, object]) -> list[object]:
     extra = [k for k in voices if str(k).strip().casefold() not in known]
     if extra:
         labels = ", ".join(f"{s.number} ({s.label})" for s in script.speakers)
-        raise InputError(f"a voice is given for speaker {extra[0]!r}, which the script does not have (its speakers: "
-                         f"{labels})")
+        raise InputError(Notice("dlg_extra_voice", key=extra[0], labels=labels))
     return out
 
 
@@ -188,10 +216,9 @@ def parse_voice_assignments(values: list[str]) -> dict[str, str]:
     for value in values:
         key, sep, voice = value.partition("=")
         if not sep or not key.strip() or not voice.strip():
-            raise InputError(f"--voice {value!r}: with --script, give SPEAKER=VOICE, e.g. --voice 1=a.wav or "
-                             "--voice 2=mei (a saved voice)")
+            raise InputError(Notice("dlg_voice_flag", value=value))
         if key.strip().casefold() in {k.casefold() for k in out}:
-            raise InputError(f"--voice: speaker {key.strip()!r} is given twice")
+            raise InputError(Notice("dlg_voice_twice", key=key.strip()))
         out[key.strip()] = voice.strip()
     return out
 

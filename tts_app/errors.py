@@ -31,8 +31,9 @@ class ReferenceAudioError(TTSAppError, ValueError):
     Attributes:
         report: the ``tts_app.audio.reference.ReferenceReport`` made up to the refusal (its ``errors`` give the
             reason), or None when the clip could not even be decoded.
-        notice: the refusal as a ``tts_app.audio.notices.Notice`` (message template and values), or None for a
-            plain message; lets ``for_name`` show a cached refusal under the caller's own file name.
+        notice: the refusal as a ``tts_app.audio.notices.Notice`` (message key and values), or None for a
+            plain message; lets ``for_name`` show a cached refusal under the caller's own file name. The message
+            itself is then a ``tts_app.frontend.messages.Notice``, which a door renders in its user's language.
     """
 
     def __init__(self, message: str, *, report: Any = None, notice: Any = None):
@@ -47,7 +48,7 @@ class ReferenceAudioError(TTSAppError, ValueError):
         import dataclasses
 
         report = None if self.report is None else dataclasses.replace(self.report, name=name)
-        return ReferenceAudioError(self.notice.render(name), report=report, notice=self.notice)
+        return ReferenceAudioError(self.notice.message(name), report=report, notice=self.notice)
 
 
 class ModelLoadError(TTSAppError, RuntimeError):

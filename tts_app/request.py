@@ -18,11 +18,72 @@ import numpy as np
 from tts_app.config import (DEFAULT_CHAPTER_PAUSE_MS, MAX_LOUDNESS_LUFS, MAX_SPEED, MIN_LOUDNESS_LUFS,
                             MIN_MAX_SEGMENT_CHARS, MIN_SPEED, REQUEST_LIMITS, FrontendConfig)
 from tts_app.errors import ConfigError
+from tts_app.frontend.messages import Notice, register
 
 # Upper bound of ``SynthesisParams.num_beams``: each beam is a row of the running batch (its own KV cache), so a
 # request with n beams costs n rows; 8 is far above what beam-searching TTS models use (IndexTTS 2: 3).
 MAX_NUM_BEAMS = 8
 
+# The settings' and emotion control's refusals in English and Chinese (``tts_app.frontend.messages``); the knob
+# names are the fields a JSONL line and the API use.
+PARAM_EN: dict[str, str] = {
+    "param_segment_durations_type": "segment_durations_s={value!r} must be a list of numbers of seconds, one per line "
+                                    "of the text",
+    "param_temperature": "temperature={value} must be > 0 (use greedy=True for argmax decoding)",
+    "param_top_p": "top_p={value} must be in (0, 1]",
+    "param_top_k": "top_k={value} must be >= 1",
+    "param_max_new_tokens": "max_new_tokens={value} must be >= 1",
+    "param_num_beams": "num_beams={value} must be in 1..{maximum}",
+    "param_length_penalty": "length_penalty={value} must be a finite number",
+    "param_max_segment_chars": "max_segment_chars={value} must be >= {minimum}",
+    "param_pause": "pause_between_segments_ms={value} must be >= 0",
+    "param_speed": "speed={value} is outside {low}-{high} (x the model's own pace); beyond that speech stops "
+                   "sounding natural",
+    "param_duration": "duration_s={value} must be > 0 seconds",
+    "param_speed_and_duration": "give either speed or duration_s, not both",
+    "param_loudness": "loudness_lufs={value} is outside {low}..{high} LUFS (-23 is EBU R128 broadcast, -16 podcasts)",
+    "param_chapter_pause": "chapter_pause_ms={value} must be >= 0",
+    "param_segment_durations": "segment_durations_s={value} must hold one duration > 0 seconds per line",
+    "param_durations_and_tempo": "give segment_durations_s (per line) or speed / duration_s (whole request), not both",
+    "param_emo_clip": "an emotion reference clip",
+    "param_emo_vector": "an emotion vector",
+    "param_emo_from_text": "emotion from text",
+    "param_emo_none": "emotion control needs a source: an emotion reference clip, an emotion vector or emotion from "
+                      "text",
+    "param_emo_many": "emotion control got {first} and {second}; choose one of them",
+    "param_emo_length": "emotion vector has {count} values; give {wanted}, one per emotion ({names})",
+    "param_emo_range": "emotion vector values must be in [0, 1]: {bad}",
+    "param_emo_weight": "emotion weight {value} must be in [0, 1]",
+    "param_emo_text": "emotion text is only used with emotion from text; set from_text or drop the text",
+}
+PARAM_ZH: dict[str, str] = {
+    "param_segment_durations_type": "segment_durations_s={value!r} 必须是秒数列表，文本每行一个",
+    "param_temperature": "temperature={value} 必须 > 0（要取最大概率请用 greedy=True）",
+    "param_top_p": "top_p={value} 必须在 (0, 1] 之间",
+    "param_top_k": "top_k={value} 必须 >= 1",
+    "param_max_new_tokens": "max_new_tokens={value} 必须 >= 1",
+    "param_num_beams": "num_beams={value} 必须在 1..{maximum} 之间",
+    "param_length_penalty": "length_penalty={value} 必须是有限的数",
+    "param_max_segment_chars": "max_segment_chars={value} 必须 >= {minimum}",
+    "param_pause": "pause_between_segments_ms={value} 必须 >= 0",
+    "param_speed": "speed={value} 超出 {low}-{high}（相对模型原速的倍数）；超出后语音不再自然",
+    "param_duration": "duration_s={value} 必须大于 0 秒",
+    "param_speed_and_duration": "speed 和 duration_s 只能给一个",
+    "param_loudness": "loudness_lufs={value} 超出 {low}..{high} LUFS（广播 EBU R128 为 -23，播客 -16）",
+    "param_chapter_pause": "chapter_pause_ms={value} 必须 >= 0",
+    "param_segment_durations": "segment_durations_s={value} 必须为每行给一个大于 0 秒的时长",
+    "param_durations_and_tempo": "segment_durations_s（每行）与 speed / duration_s（整段）只能选一种",
+    "param_emo_clip": "情感参考音频",
+    "param_emo_vector": "情感向量",
+    "param_emo_from_text": "从文本判断情感",
+    "param_emo_none": "情感控制需要一个来源：情感参考音频、情感向量或从文本判断情感",
+    "param_emo_many": "情感控制同时给了{first}和{second}；请只选一个",
+    "param_emo_length": "情感向量有 {count} 个值；需要 {wanted} 个，每种情感一个（{names}）",
+    "param_emo_range": "情感向量的值必须在 [0, 1] 之间：{bad}",
+    "param_emo_weight": "情感权重 {value} 必须在 [0, 1] 之间",
+    "param_emo_text": "情感文本只在从文本判断情感时使用；请设置 from_text，或删去该文本",
+}
+register(__name__, PARAM_EN, PARAM_ZH)
 
 class RequestStatus(str, enum.Enum):
     """Lifecycle of a request inside the engine."""
@@ -128,44 +189,42 @@ class SynthesisParams:
                     raise TypeError("a string")
                 durations = tuple(float(v) for v in self.segment_durations_s)
             except (TypeError, ValueError):
-                raise ConfigError("segment_durations_s", f"segment_durations_s={self.segment_durations_s!r} must be "
-                                  "a list of numbers of seconds, one per line of the text") from None
+                raise ConfigError("segment_durations_s", Notice("param_segment_durations_type",
+                                                                value=self.segment_durations_s)) from None
             object.__setattr__(self, "segment_durations_s", durations)
-        checks = [
-            ("temperature", self.temperature is None or self.temperature > 0,
-             f"temperature={self.temperature} must be > 0 (use greedy=True for argmax decoding)"),
-            ("top_p", self.top_p is None or 0 < self.top_p <= 1, f"top_p={self.top_p} must be in (0, 1]"),
-            ("top_k", self.top_k is None or self.top_k >= 1, f"top_k={self.top_k} must be >= 1"),
-            ("max_new_tokens", self.max_new_tokens is None or self.max_new_tokens >= 1,
-             f"max_new_tokens={self.max_new_tokens} must be >= 1"),
-            ("num_beams", self.num_beams is None or 1 <= self.num_beams <= MAX_NUM_BEAMS,
-             f"num_beams={self.num_beams} must be in 1..{MAX_NUM_BEAMS}"),
+        speed, duration_s, loudness, durations = (self.speed, self.duration_s, self.loudness_lufs,
+                                                  self.segment_durations_s)
+        checks = [  # (field, ok, message key of PARAM_EN / PARAM_ZH, its values)
+            ("temperature", self.temperature is None or self.temperature > 0, "param_temperature",
+             dict(value=self.temperature)),
+            ("top_p", self.top_p is None or 0 < self.top_p <= 1, "param_top_p", dict(value=self.top_p)),
+            ("top_k", self.top_k is None or self.top_k >= 1, "param_top_k", dict(value=self.top_k)),
+            ("max_new_tokens", self.max_new_tokens is None or self.max_new_tokens >= 1, "param_max_new_tokens",
+             dict(value=self.max_new_tokens)),
+            ("num_beams", self.num_beams is None or 1 <= self.num_beams <= MAX_NUM_BEAMS, "param_num_beams",
+             dict(value=self.num_beams, maximum=MAX_NUM_BEAMS)),
             ("length_penalty", self.length_penalty is None or math.isfinite(self.length_penalty),
-             f"length_penalty={self.length_penalty} must be a finite number"),
+             "param_length_penalty", dict(value=self.length_penalty)),
             ("max_segment_chars", self.max_segment_chars is None or self.max_segment_chars >= MIN_MAX_SEGMENT_CHARS,
-             f"max_segment_chars={self.max_segment_chars} must be >= {MIN_MAX_SEGMENT_CHARS}"),
-            ("pause_between_segments_ms", self.pause_between_segments_ms >= 0,
-             f"pause_between_segments_ms={self.pause_between_segments_ms} must be >= 0"),
-            ("speed", self.speed is None or MIN_SPEED <= self.speed <= MAX_SPEED,
-             f"speed={self.speed} is outside {MIN_SPEED}-{MAX_SPEED} (x the model's own pace); beyond that speech "
-             "stops sounding natural"),
-            ("duration_s", self.duration_s is None or self.duration_s > 0,
-             f"duration_s={self.duration_s} must be > 0 seconds"),
-            ("duration_s", self.speed is None or self.duration_s is None,
-             "give either speed or duration_s, not both"),
-            ("loudness_lufs", self.loudness_lufs is None or MIN_LOUDNESS_LUFS <= self.loudness_lufs <= MAX_LOUDNESS_LUFS,
-             f"loudness_lufs={self.loudness_lufs} is outside {MIN_LOUDNESS_LUFS}..{MAX_LOUDNESS_LUFS} LUFS (-23 is "
-             "EBU R128 broadcast, -16 podcasts)"),
-            ("chapter_pause_ms", self.chapter_pause_ms >= 0, f"chapter_pause_ms={self.chapter_pause_ms} must be >= 0"),
-            ("segment_durations_s", self.segment_durations_s is None or (
-                len(self.segment_durations_s) > 0 and all(math.isfinite(v) and v > 0 for v in self.segment_durations_s)),
-             f"segment_durations_s={self.segment_durations_s} must hold one duration > 0 seconds per line"),
-            ("segment_durations_s", self.segment_durations_s is None or (self.speed is None and self.duration_s is None),
-             "give segment_durations_s (per line) or speed / duration_s (whole request), not both"),
+             "param_max_segment_chars", dict(value=self.max_segment_chars, minimum=MIN_MAX_SEGMENT_CHARS)),
+            ("pause_between_segments_ms", self.pause_between_segments_ms >= 0, "param_pause",
+             dict(value=self.pause_between_segments_ms)),
+            ("speed", speed is None or MIN_SPEED <= speed <= MAX_SPEED, "param_speed",
+             dict(value=speed, low=MIN_SPEED, high=MAX_SPEED)),
+            ("duration_s", duration_s is None or duration_s > 0, "param_duration", dict(value=duration_s)),
+            ("duration_s", speed is None or duration_s is None, "param_speed_and_duration", {}),
+            ("loudness_lufs", loudness is None or MIN_LOUDNESS_LUFS <= loudness <= MAX_LOUDNESS_LUFS,
+             "param_loudness", dict(value=loudness, low=MIN_LOUDNESS_LUFS, high=MAX_LOUDNESS_LUFS)),
+            ("chapter_pause_ms", self.chapter_pause_ms >= 0, "param_chapter_pause", dict(value=self.chapter_pause_ms)),
+            ("segment_durations_s", durations is None or (
+                len(durations) > 0 and all(math.isfinite(v) and v > 0 for v in durations)),
+             "param_segment_durations", dict(value=durations)),
+            ("segment_durations_s", durations is None or (speed is None and duration_s is None),
+             "param_durations_and_tempo", {}),
         ]
-        for name, ok, message in checks:
+        for name, ok, key, values in checks:
             if not ok:
-                raise ConfigError(name, message)
+                raise ConfigError(name, Notice(key, **values))
         self._check_limits()
 
     def _check_limits(self) -> None:
@@ -175,8 +234,6 @@ class SynthesisParams:
         Raises:
             ConfigError: the first value over its limit (a ``Notice``: English, or ``render("zh")``).
         """
-        from tts_app.frontend.messages import Notice
-
         limits = REQUEST_LIMITS
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) \
                 or not 0 <= self.seed <= limits.max_seed:
@@ -268,27 +325,25 @@ def check_emotion(*, has_reference_audio: bool, vector, weight: float, from_text
     Raises:
         ConfigError: the rule broken (``field``: "emotion", "emotion_vector", "emotion_weight" or "emotion_text").
     """
-    sources = [name for name, given in (("an emotion reference clip", has_reference_audio),
-                                        ("an emotion vector", vector is not None),
-                                        ("emotion from text", from_text)) if given]
+    sources = [Notice(key) for key, given in (("param_emo_clip", has_reference_audio),
+                                              ("param_emo_vector", vector is not None),
+                                              ("param_emo_from_text", from_text)) if given]
     if not sources:
-        raise ConfigError("emotion", "emotion control needs a source: an emotion reference clip, an emotion "
-                                     "vector or emotion from text")
+        raise ConfigError("emotion", Notice("param_emo_none"))
     if len(sources) > 1:
-        raise ConfigError("emotion", f"emotion control got {' and '.join(sources)}; choose one of them")
+        raise ConfigError("emotion", Notice("param_emo_many", first=sources[0], second=sources[1]))
     if vector is not None:
         vector = tuple(float(v) for v in vector)
         if len(vector) != len(EMOTION_NAMES):
-            raise ConfigError("emotion_vector", f"emotion vector has {len(vector)} values; give "
-                              f"{len(EMOTION_NAMES)}, one per emotion ({', '.join(EMOTION_NAMES)})")
+            raise ConfigError("emotion_vector", Notice("param_emo_length", count=len(vector),
+                                                       wanted=len(EMOTION_NAMES), names=", ".join(EMOTION_NAMES)))
         bad = [f"{n}={v}" for n, v in zip(EMOTION_NAMES, vector) if not 0.0 <= v <= 1.0]  # NaN fails too
         if bad:
-            raise ConfigError("emotion_vector", f"emotion vector values must be in [0, 1]: {', '.join(bad)}")
+            raise ConfigError("emotion_vector", Notice("param_emo_range", bad=", ".join(bad)))
     if not 0.0 <= float(weight) <= 1.0:
-        raise ConfigError("emotion_weight", f"emotion weight {weight} must be in [0, 1]")
+        raise ConfigError("emotion_weight", Notice("param_emo_weight", value=weight))
     if text is not None and not from_text:
-        raise ConfigError("emotion_text", "emotion text is only used with emotion from text; set from_text or "
-                                          "drop the text")
+        raise ConfigError("emotion_text", Notice("param_emo_text"))
     return vector
 
 

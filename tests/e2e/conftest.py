@@ -58,18 +58,19 @@ def app_out_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def app_url(tiny_checkpoint, app_out_dir, fresh_machine_env):
-    """URL of ``app.py --model <tiny VibeVoice> --lang en`` (no other flags), started once for the session, with a
-    fresh machine's PATH (``fresh_machine_env``)."""
-    proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(app_out_dir), lang="en",
-                          env=fresh_machine_env)
+    """URL of ``app.py --model <tiny VibeVoice>`` (no other flags: no --lang, so each page is in its browser's
+    language; ``page`` is an en-US one), started once for the session with a fresh machine's PATH
+    (``fresh_machine_env``)."""
+    proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(app_out_dir), env=fresh_machine_env)
     yield url
     stop_app(proc)
 
 
 @pytest.fixture(scope="module")
 def page(app_url, browser):
-    """A page of the session's app in the session's Chromium, one per module (its tests run in order on it)."""
-    page = browser.new_page(viewport={"width": 1280, "height": 1600})
+    """An en-US page of the session's app in the session's Chromium, one per module (its tests run in order on
+    it)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1600}, locale="en-US")
     page.goto(app_url)
     page.wait_for_selector("#generate", timeout=60_000)
     yield page

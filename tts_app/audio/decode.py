@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from tts_app.audio.notices import Notice, refusal
+from tts_app.frontend import messages
 
 # soundfile reads in blocks so a file that breaks half way still gives its good head (a truncated FLAC/MP3).
 _READ_BLOCK_FRAMES = 1 << 16
@@ -86,20 +87,17 @@ def load_audio(source: str | Path | bytes, *, max_decode_s: float | None = None,
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
         if not data:
-            raise refusal("empty", "reference audio {name} is empty (0 bytes); upload a WAV/FLAC/MP3/OGG/M4A file "
-                          "with speech", label)
+            raise refusal("empty", label, key="empty_upload")
         opener = lambda: io.BytesIO(data)  # noqa: E731 - each decoder needs a fresh stream
     elif isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
-            raise refusal("missing", "reference audio {name} does not exist or is not a file", label)
+            raise refusal("missing", label)
         if path.stat().st_size == 0:
-            raise refusal("empty", "reference audio {name} is empty (0 bytes); use a WAV/FLAC/MP3/OGG/M4A file "
-                          "with speech", label)
+            raise refusal("empty", label)
         opener = lambda: str(path)  # noqa: E731
     else:
-        raise refusal("unsupported_source", "reference audio {name}: unsupported source type {kind}; pass a path, "
-                      "bytes or (samples, sampling_rate)", label, kind=type(source).__name__)
+        raise refusal("unsupported_source", label, kind=type(source).__name__)
 
     try:
         samples, sampling_rate, info = _load_soundfile(opener(), label, max_decode_s)
@@ -107,12 +105,9 @@ def load_audio(source: str | Path | bytes, *, max_decode_s: float | None = None,
         try:
             samples, sampling_rate, info = _load_pyav(opener(), label, max_decode_s)
         except _NotForPyAV as av_error:
-            raise refusal("not_audio", "reference audio {name} is not an audio file this app can read (or it is "
-                          "corrupt); use WAV, FLAC, MP3, OGG or M4A. Decoders said: {detail}", label,
-                          detail=f"soundfile: {sf_error}; FFmpeg: {av_error}") from None
+            raise refusal("not_audio", label, detail=f"soundfile: {sf_error}; FFmpeg: {av_error}") from None
     if samples.shape[0] == 0:
-        raise refusal("no_samples", "reference audio {name} decodes to no audio samples (empty or corrupt file)",
-                      label)
+        raise refusal("no_samples", label, key="no_samples_decoded")
     return samples, sampling_rate, info
 
 
@@ -174,18 +169,16 @@ def _load_soundfile(file, label: str, max_decode_s: float | None) -> tuple[np.nd
         and num_read < claimed_frames - int(_LENGTH_TOLERANCE_S * sampling_rate))
     if truncated:
         info.truncated = True
-        claimed = f"{info.file_duration_s:.2f} s" if info.file_duration_s else "more"
-        info.warnings.append(Notice("truncated", "reference audio {name} is truncated: its header claims {claimed} "
-                                    "but only {decoded_s:.2f} s could be decoded; using what is there",
-                                    {"claimed": claimed, "decoded_s": info.duration_s}))
+        claimed = (messages.Notice("ref_claimed_s", seconds=info.file_duration_s) if info.file_duration_s
+                   else messages.Notice("ref_claimed_more"))
+        info.warnings.append(Notice("truncated", {"claimed": claimed, "decoded_s": info.duration_s}))
     if head_only:
         info.warnings.append(_head_only_notice(max_decode_s))
     return samples, sampling_rate, info
 
 
 def _head_only_notice(max_decode_s: float | None) -> Notice:
-    return Notice("head_only", "reference audio {name} is long; only its first {max_decode_s:g} s were read",
-                  {"max_decode_s": max_decode_s})
+    return Notice("head_only", {"max_decode_s": max_decode_s}, key="head_only_read")
 
 
 def _bytes_per_frame(handle) -> int:
@@ -247,9 +240,8 @@ def _load_pyav(file, label: str, max_decode_s: float | None) -> tuple[np.ndarray
                       file_duration_s=file_duration_s, decoder="pyav", head_only=head_only)
     if broke_off is not None:
         info.truncated = True
-        info.warnings.append(Notice("truncated", "reference audio {name} is truncated or damaged: decoding stopped "
-                                    "after {decoded_s:.2f} s ({detail}); using what is there",
-                                    {"decoded_s": info.duration_s, "detail": broke_off}))
+        info.warnings.append(Notice("truncated", {"decoded_s": info.duration_s, "detail": broke_off},
+                                    key="truncated_damaged"))
     if head_only:
         info.warnings.append(_head_only_notice(max_decode_s))
     return np.ascontiguousarray(samples, dtype=np.float32), sampling_rate, info

@@ -43,6 +43,7 @@ from tts_app.audio.notices import Notice, refusal
 from tts_app.audio.vad import VAD_SAMPLING_RATE, SpeechSegment, speech_probabilities, speech_segments
 from tts_app.config import ReferenceConfig
 from tts_app.errors import InputError, ReferenceAudioError
+from tts_app.frontend import messages
 from tts_app.request import ReferenceAudio
 
 ReferenceSource = Union[str, Path, bytes, "tuple[np.ndarray, int]"]
@@ -138,21 +139,22 @@ class ReferenceReport:
 
     @property
     def warnings(self) -> list[str]:
-        """The warnings, worded for this report's ``name``."""
-        return [notice.render(self.name) for notice in self.notices]
+        """The warnings, worded for this report's ``name`` (``tts_app.frontend.messages.Notice`` s: English
+        ``str`` s that render in either language)."""
+        return [notice.message(self.name) for notice in self.notices]
 
     @property
     def errors(self) -> list[str]:
-        """Why the clip was refused (empty when it was not), worded for ``name``."""
-        return [notice.render(self.name) for notice in self.refusals]
+        """Why the clip was refused (empty when it was not), worded for ``name`` (as ``warnings``)."""
+        return [notice.message(self.name) for notice in self.refusals]
 
-    def warn(self, code: str, template: str, **values: Any) -> None:
-        """Add a warning (``template`` may use ``{name}`` and the ``values``)."""
-        self.notices.append(Notice(code, template, values))
+    def warn(self, code: str, key: str | None = None, **values: Any) -> None:
+        """Add a warning: the message ``ref_<key or code>`` of ``tts_app.audio.notices`` with ``values``."""
+        self.notices.append(Notice(code, values, key))
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict (floats rounded to 4 decimals); ``warnings`` / ``errors`` as rendered text, plus
-        ``warning_codes``."""
+    def to_dict(self, lang: str = "en") -> dict[str, Any]:
+        """JSON-able dict (floats rounded to 4 decimals); ``warnings`` / ``errors`` as text in ``lang`` ("en" or
+        "zh"), plus ``warning_codes``."""
         out: dict[str, Any] = {}
         for item in dataclasses.fields(self):
             if item.name in ("notices", "refusals"):
@@ -163,8 +165,8 @@ class ReferenceReport:
             elif isinstance(value, list):
                 value = list(value)
             out[item.name] = value
-        out["warnings"] = self.warnings
-        out["errors"] = self.errors
+        out["warnings"] = [message.render(lang) for message in self.warnings]
+        out["errors"] = [message.render(lang) for message in self.errors]
         out["warning_codes"] = [notice.code for notice in self.notices]
         return out
 
@@ -327,18 +329,18 @@ def _label_and_hash(source: ReferenceSource, name: str | None) -> tuple[str, str
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(block)
         except OSError as error:
-            raise refusal("unreadable", "reference audio {name} cannot be read: {reason}", label,
-                          reason=error.strerror or str(error)) from None
+            raise refusal("unreadable", label, reason=error.strerror or str(error)) from None
         return label, digest.hexdigest()
     raise ReferenceAudioError(f"reference audio of type {type(source).__name__} is not supported; pass a path, "
                               "bytes or (samples, sampling_rate)")
 
 
-def _refuse(report: ReferenceReport, code: str, template: str, **values: Any) -> ReferenceAudioError:
-    """Record why the clip is refused on ``report`` and return the error carrying it."""
-    notice = Notice(code, template, values)
+def _refuse(report: ReferenceReport, code: str, key: str | None = None, **values: Any) -> ReferenceAudioError:
+    """Record why the clip is refused on ``report`` and return the error carrying it (message: the table entry
+    ``ref_<key or code>`` in ``tts_app.audio.notices``)."""
+    notice = Notice(code, values, key)
     report.refusals.append(notice)
-    return ReferenceAudioError(notice.render(report.name), report=report, notice=notice)
+    return ReferenceAudioError(notice.message(report.name), report=report, notice=notice)
 
 
 def _db(power: float) -> float:
@@ -384,20 +386,17 @@ def _decode(source: ReferenceSource, label: str, config: ReferenceConfig) -> tup
 def _array_input(source: tuple, label: str, max_decode_s: float) -> tuple[np.ndarray, int, DecodeInfo]:
     samples, sampling_rate = source
     if not isinstance(sampling_rate, (int, np.integer)) or sampling_rate <= 0:
-        raise refusal("bad_rate", "reference audio {name}: sampling_rate={rate!r} must be a positive integer (Hz)",
-                      label, rate=sampling_rate)
+        raise refusal("bad_rate", label, rate=sampling_rate)
     array = np.asarray(samples)
     if array.ndim == 1:
         array = array[:, None]
     if array.ndim != 2 or array.shape[1] < 1:
-        raise refusal("bad_shape", "reference audio {name}: samples of shape {shape} must be (n,) or "
-                      "(n, channels)", label, shape=array.shape)
+        raise refusal("bad_shape", label, shape=array.shape)
     if array.dtype.kind in "iu":
         info_ = np.iinfo(array.dtype)
         array = (array.astype(np.float32) - (info_.min + info_.max + 1) / 2.0) / ((info_.max - info_.min + 1) / 2.0)
     elif array.dtype.kind != "f":
-        raise refusal("bad_dtype", "reference audio {name}: samples of dtype {dtype} are not audio; pass float or "
-                      "integer PCM samples", label, dtype=str(array.dtype))
+        raise refusal("bad_dtype", label, dtype=str(array.dtype))
     sampling_rate = int(sampling_rate)
     info = DecodeInfo(name=label, format="array", subtype=str(np.asarray(samples).dtype), sampling_rate=sampling_rate,
                       channels=int(array.shape[1]), duration_s=array.shape[0] / sampling_rate,
@@ -407,10 +406,9 @@ def _array_input(source: tuple, label: str, max_decode_s: float) -> tuple[np.nda
         array = array[:max_frames]
         info.head_only = True
         info.duration_s = max_frames / sampling_rate
-        info.warnings.append(Notice("head_only", "reference audio {name} is long; only its first {max_decode_s:g} s "
-                                    "are used", {"max_decode_s": max_decode_s}))
+        info.warnings.append(Notice("head_only", {"max_decode_s": max_decode_s}))
     if array.shape[0] == 0:
-        raise refusal("no_samples", "reference audio {name} has no samples", label)
+        raise refusal("no_samples", label)
     return np.ascontiguousarray(array, dtype=np.float32), sampling_rate, info
 
 
@@ -422,12 +420,9 @@ def _repair_nonfinite(samples: np.ndarray, report: ReferenceReport, config: Refe
         return samples
     share = num_nonfinite / samples.size
     if share > config.max_nonfinite_share:
-        raise _refuse(report, "corrupt", "reference audio {name} is corrupt: {share:.1%} of its samples are NaN or "
-                      "infinite (at most {limit:.1%} can be repaired)", share=share,
-                      limit=config.max_nonfinite_share)
+        raise _refuse(report, "corrupt", share=share, limit=config.max_nonfinite_share)
     report.nonfinite_samples = num_nonfinite
-    report.warn("nonfinite", "reference audio {name} had {count} NaN/infinite samples; they were set to silence",
-                count=num_nonfinite)
+    report.warn("nonfinite", count=num_nonfinite)
     return np.where(finite, samples, np.float32(0.0))
 
 
@@ -435,9 +430,7 @@ def _measure_clipping(samples: np.ndarray, report: ReferenceReport, config: Refe
     """Clipped share of the input over all channels, measured after removing DC (``analysis.clipping_share``)."""
     report.clipping_share = analysis.clipping_share(samples)
     if report.clipping_share > config.max_clipping_share:
-        report.warn("clipped", "reference audio {name} is clipped ({share:.1%} of samples flat-topped at the "
-                    "peak); the cloned voice may sound distorted, record at a lower level",
-                    share=report.clipping_share)
+        report.warn("clipped", share=report.clipping_share)
 
 
 def _downmix(samples: np.ndarray, report: ReferenceReport) -> np.ndarray:
@@ -449,8 +442,7 @@ def _downmix(samples: np.ndarray, report: ReferenceReport) -> np.ndarray:
     if channel_energy.max() > 0 and np.mean(np.square(mix, dtype=np.float64)) < (
             MIN_DOWNMIX_ENERGY_RATIO * channel_energy.mean()):
         report.channel_used = int(np.argmax(channel_energy))
-        report.warn("channels_cancel", "reference audio {name}: its channels cancel when mixed (polarity-inverted "
-                    "stereo); channel {channel} was used alone", channel=report.channel_used)
+        report.warn("channels_cancel", channel=report.channel_used)
         return np.ascontiguousarray(samples[:, report.channel_used])
     return mix.astype(np.float32)
 
@@ -465,8 +457,7 @@ def _highpass(mono: np.ndarray, sampling_rate: int, report: ReferenceReport, con
 
     peak = float(np.max(np.abs(mono))) if mono.size else 0.0
     if peak == 0.0:
-        raise _refuse(report, "silent", "reference audio {name} is digital silence: no speech found; upload a clip "
-                      "with at least {min_s:g} s of speech", min_s=config.min_speech_s)
+        raise _refuse(report, "silent", min_s=config.min_speech_s)
     wave = torch.from_numpy(mono)
     if 0.0 < config.highpass_cutoff_hz < sampling_rate / 2:
         scale = 0.5 / peak
@@ -486,8 +477,7 @@ def _remove_hum(wave, sampling_rate: int, report: ReferenceReport):
     if report.hum_hz:
         wave = analysis.notch(wave, sampling_rate, report.hum_hz)
         wave_16k = analysis.notch(wave_16k, VAD_SAMPLING_RATE, report.hum_hz)
-        report.warn("hum", "reference audio {name} has {hz:g} Hz mains hum; it was filtered out (notches at "
-                    "{notches} Hz)", hz=report.hum_hz[0], notches=", ".join(f"{hz:g}" for hz in report.hum_hz))
+        report.warn("hum", hz=report.hum_hz[0], notches=", ".join(f"{hz:g}" for hz in report.hum_hz))
     return wave, wave_16k.numpy()
 
 
@@ -519,37 +509,24 @@ def _check_speech_amount(samples_16k: np.ndarray, segments: list[SpeechSegment],
         sound_s = analysis.sound_duration_s(samples_16k, analysis.edge_background_power(
             samples_16k, segments, levels.background_power))
         if 0.0 < sound_s < config.min_speech_s:
-            raise _refuse(report, "too_short", "reference audio {name} is too short: it holds about {found_s:.1f} s "
-                          "of sound; at least {min_s:g} s of speech is needed (5-15 s works best)",
-                          found_s=sound_s, min_s=config.min_speech_s)
-        raise _refuse(report, "no_speech", "reference audio {name}: no speech found (silent, noise or music only, "
-                      "or a corrupt file); upload a clip of one person speaking")
+            raise _refuse(report, "too_short", "too_short_sound", found_s=sound_s, min_s=config.min_speech_s)
+        raise _refuse(report, "no_speech")
     if report.speech_s < config.min_speech_s:
-        raise _refuse(report, "too_short", "reference audio {name} is too short: {found_s:.2f} s of speech; at "
-                      "least {min_s:g} s is needed (5-15 s works best)", found_s=report.speech_s,
-                      min_s=config.min_speech_s)
+        raise _refuse(report, "too_short", found_s=report.speech_s, min_s=config.min_speech_s)
 
 
 def _warn_quality(report: ReferenceReport, config: ReferenceConfig) -> None:
     """Warnings about how the clip will clone: quiet, music or noise behind the voice, narrow bandwidth."""
     if report.speech_level_dbfs is not None and report.speech_level_dbfs < config.min_speech_level_dbfs:
-        report.warn("quiet", "reference audio {name} is quiet (speech at {level:.0f} dBFS); it was amplified, which "
-                    "also raises noise", level=report.speech_level_dbfs)
+        report.warn("quiet", level=report.speech_level_dbfs)
     snr = report.snr_db
-    louder = "; the background is as loud as the voice" if snr is not None and snr <= 0 else ""
+    louder = messages.Notice("ref_louder") if snr is not None and snr <= 0 else ""
     if report.background == "music-like" and snr is not None and snr < MUSIC_WARN_MAX_SNR_DB:
-        report.warn("music", "reference audio {name} has a music-like background (estimated SNR {snr:.0f} dB; music "
-                    "or hum{louder}); the cloned voice may carry it, use a clip without background music",
-                    snr=snr, louder=louder)
+        report.warn("music", snr=snr, louder=louder)
     elif snr is not None and snr < config.min_snr_db:
-        report.warn("noisy", "reference audio {name} has a noisy background (estimated SNR {snr:.0f} dB, below the "
-                    "{min_snr:g} dB a clean recording has{louder}); the cloned voice may carry the noise, use a "
-                    "cleaner recording", snr=snr, min_snr=config.min_snr_db, louder=louder)
+        report.warn("noisy", snr=snr, min_snr=config.min_snr_db, louder=louder)
     if report.bandwidth_hz is not None and report.bandwidth_hz < config.min_bandwidth_hz:
-        report.warn("band_limited", "reference audio {name} has no sound above about {khz:.1f} kHz (telephone or "
-                    "low-bitrate audio); the cloned voice will sound as muffled, use a full-band recording "
-                    "(at least {min_khz:g} kHz)", khz=report.bandwidth_hz / 1000.0,
-                    min_khz=config.min_bandwidth_hz / 1000.0)
+        report.warn("band_limited", khz=report.bandwidth_hz / 1000.0, min_khz=config.min_bandwidth_hz / 1000.0)
 
 
 def _choose_speech(samples_16k: np.ndarray, segments: list[SpeechSegment], reference_text: str | None,
@@ -560,27 +537,20 @@ def _choose_speech(samples_16k: np.ndarray, segments: list[SpeechSegment], refer
     forced_cut = segments[0].duration_s > config.max_speech_s
     if forced_cut:
         segments = crop.split_at_quietest(segments, samples_16k, config.max_speech_s)
-        report.warn("no_pause", "reference audio {name} has no pause in its first {max_s:g} s of speech; it was cut "
-                    "at the quietest point instead", max_s=config.max_speech_s)
+        report.warn("no_pause", max_s=config.max_speech_s)
     plan = crop.plan_crop(segments, config.max_speech_s, head_only=report.head_only,
                           duration_s=len(samples_16k) / VAD_SAMPLING_RATE, reference_text=reference_text)
     report.speech_kept_s = float(sum(seg.duration_s for seg in segments[: plan.num_kept]))
     report.reference_text, report.reference_text_status = plan.reference_text, plan.text_status
     if plan.cropped:
         report.cropped = True
-        report.warn("cropped", "reference audio {name} has {speech_s:.1f} s of speech; it was cropped {where} to "
-                    "{kept_s:.1f} s (a reference uses at most {max_s:g} s of speech)", speech_s=report.speech_s,
-                    where="at its quietest point" if forced_cut else "at a pause", kept_s=report.speech_kept_s,
-                    max_s=config.max_speech_s)
+        report.warn("cropped", speech_s=report.speech_s,
+                    where=messages.Notice("ref_at_quietest" if forced_cut else "ref_at_pause"),
+                    kept_s=report.speech_kept_s, max_s=config.max_speech_s)
     if plan.text_status == "shortened":
-        report.warn("text_shortened", "the reference text was shortened to its first {count} sentence(s), which "
-                    "match the kept {kept_s:.1f} s of reference audio {name}", count=plan.sentences_kept,
-                    kept_s=report.speech_kept_s)
+        report.warn("text_shortened", count=plan.sentences_kept, kept_s=report.speech_kept_s)
     elif plan.text_status == "dropped":
-        report.warn("text_dropped", "the reference text of {name} is not used: the audio was cropped to "
-                    "{kept_s:.1f} s and no sentence end of the text matches the crop. Give the transcript of only "
-                    "the kept part, or a clip with at most {max_s:g} s of speech", kept_s=report.speech_kept_s,
-                    max_s=config.max_speech_s)
+        report.warn("text_dropped", kept_s=report.speech_kept_s, max_s=config.max_speech_s)
     return segments, plan
 
 

@@ -25,12 +25,34 @@ from pathlib import Path
 import numpy as np
 
 from tts_app.errors import ModelLoadError
+from tts_app.frontend.messages import Notice, message_of, register
 
 DEFAULT_ASR_MODEL = "openai/whisper-large-v3-turbo"
 #: ``--asr-model`` value that turns automatic transcription off
 NO_ASR = "none"
 #: Whisper's input rate (its feature extractor's ``sampling_rate``).
 WHISPER_SAMPLING_RATE = 16000
+
+
+# Messages in English and Chinese (``tts_app.frontend.messages``).
+EN: dict[str, str] = {
+    "asr_off": "automatic transcription is off (--asr-model none); type the reference text, or start with "
+               "--asr-model ID_OR_DIR (a Whisper checkpoint)",
+    "asr_cannot_load": "cannot load the speech-recognition model {model!r} ({error}); type the reference text "
+                       "yourself, or start with --asr-model DIR (a local Whisper checkpoint) or --asr-model none",
+    "asr_no_words": "the speech-recognition model {model!r} heard no words in the reference audio; give its "
+                    "transcript yourself",
+    "asr_transcribed": "reference text transcribed automatically by {model}: {text!r} (give the transcript yourself "
+                       "if it is wrong)",
+}
+ZH: dict[str, str] = {
+    "asr_off": "自动识别已关闭（--asr-model none）；请手动输入参考文本，或用 --asr-model ID_OR_DIR（Whisper 模型）启动",
+    "asr_cannot_load": "无法加载语音识别模型 {model!r}（{error}）；请手动输入参考文本，或用 --asr-model DIR（本地 Whisper "
+                       "模型）或 --asr-model none 启动",
+    "asr_no_words": "语音识别模型 {model!r} 在参考音频中没有听到任何话；请手动输入它的文字内容",
+    "asr_transcribed": "参考文本已由 {model} 自动识别：{text!r}（如有错误请手动修改）",
+}
+register(__name__, EN, ZH)
 
 
 class AsrUnavailableError(ModelLoadError):
@@ -52,7 +74,7 @@ class Transcriber:
         self.device = device
         self.for_every_family = bool(for_every_family)
         self._pipeline = None
-        self._error: str | None = None
+        self._error: Notice | None = None
         self._lock = threading.Lock()
 
     @property
@@ -64,8 +86,7 @@ class Transcriber:
             if self._pipeline is not None:
                 return self._pipeline
             if self.model_id is None:
-                raise AsrUnavailableError("automatic transcription is off (--asr-model none); type the reference "
-                                          "text, or start with --asr-model ID_OR_DIR (a Whisper checkpoint)")
+                raise AsrUnavailableError(Notice("asr_off"))
             if self._error is not None:
                 raise AsrUnavailableError(self._error)
             import torch
@@ -76,10 +97,8 @@ class Transcriber:
                 self._pipeline = pipeline("automatic-speech-recognition", model=self.model_id, device=self.device,
                                           dtype=dtype)
             except Exception as exc:  # noqa: BLE001 - offline, missing files, not a Whisper checkpoint, ...
-                self._error = (f"cannot load the speech-recognition model {self.model_id!r} ({type(exc).__name__}: "
-                               f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); type the reference text "
-                               "yourself, or start with --asr-model DIR (a local Whisper checkpoint) or "
-                               "--asr-model none")
+                self._error = Notice("asr_cannot_load", model=self.model_id, error=f"{type(exc).__name__}: "
+                                     f"{str(exc).splitlines()[0][:200] if str(exc) else ''}")
                 raise AsrUnavailableError(self._error) from exc
             return self._pipeline
 
@@ -146,12 +165,10 @@ def fill_transcript(transcriber: Transcriber | None, reference, reference_text: 
     try:
         text = transcriber.transcribe(reference.audio.samples, reference.audio.sampling_rate)
     except AsrUnavailableError as exc:
-        return None, [str(exc)]
+        return None, [message_of(exc)]
     if not text:
-        return None, [f"the speech-recognition model {transcriber.model_id!r} heard no words in the reference "
-                      "audio; give its transcript yourself"]
-    return text, [f"reference text transcribed automatically by {transcriber.model_id}: {text!r} (give the "
-                  "transcript yourself if it is wrong)"]
+        return None, [Notice("asr_no_words", model=transcriber.model_id)]
+    return text, [Notice("asr_transcribed", model=transcriber.model_id, text=text)]
 
 
 def make_tiny_whisper(out_dir: str | Path, seed: int = 0) -> Path:

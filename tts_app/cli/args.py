@@ -7,6 +7,7 @@ a model load plus a synthesis).
     add_generation_args(parser)                  # --seed --greedy --no-kv-cache --temperature ... (synth, batch)
     add_voice_args(parser)                       # --voices-dir (app.py, synth, batch)
     add_cluster_args(parser)                     # --ray --num-workers --gpus-per-worker ... (batch, app.py)
+    add_lang_arg(parser)                         # --lang zh|en (app.py, synth, batch, frontend, reference)
     args = parse_cli(parser, argv)               # an int is the exit status (usage error 2, --help 0)
     engine_args = engine_args_from(args)         # EngineArgs(model=ModelConfig, engine=EngineConfig)
     params = params_from_args(args)              # SynthesisParams with only the flags that were given
@@ -498,6 +499,24 @@ def usage_error(prog: str, exc: InputError) -> int:
     """Print a one-line usage error for ``prog`` (as ``CliParser.error``) and return exit status 2."""
     print(f"{prog}: error: {exc}", file=sys.stderr)
     return 2
+
+
+# --------------------------------------------------------------------------------------------- language
+
+#: the languages of the message tables (``tts_app.frontend.messages``, ``tts_app.ui.texts``)
+LANGUAGES = ("zh", "en")
+
+
+def add_lang_arg(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    """Add ``--lang zh|en``: the language of messages (warnings, errors, reports, progress). Not given (None): the
+    web page follows each browser's language; a command prints English (``lang_of``)."""
+    parser.add_argument("--lang", choices=LANGUAGES, default=None,
+                        help=help or "language of messages, warnings and errors: zh or en (default en)")
+
+
+def lang_of(args: argparse.Namespace) -> str:
+    """A command's message language: ``--lang``, else English."""
+    return getattr(args, "lang", None) or "en"
 
 
 # --------------------------------------------------------------------------------------------- web server

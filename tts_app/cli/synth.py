@@ -28,8 +28,11 @@ import logging
 import sys
 from pathlib import Path
 
-from tts_app.cli.args import (CliParser, add_engine_args, add_generation_args, add_voice_args, check_output_file,
-                              engine_args_from, params_from_args, parse_cli, voice_library_from)
+from tts_app.cli.args import (CliParser, add_engine_args, add_generation_args, add_lang_arg, add_voice_args,
+                              check_output_file, engine_args_from, lang_of, params_from_args, parse_cli,
+                              voice_library_from)
+from tts_app.cli.messages import say
+from tts_app.frontend.messages import message_of
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError, TTSAppError
 
 PROG = "python -m tts_app synth"
@@ -59,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     emotion.add_argument("--emo-text", help="the text to read the emotion from (with --emo-from-text)")
     emotion.add_argument("--emo-weight", type=float, default=None, help="emotion strength in [0, 1] (default 1)")
     add_voice_args(p)
+    add_lang_arg(p)
     return p
 
 
@@ -119,10 +123,10 @@ def main(argv: list[str]) -> int:
     try:
         return _run(args)
     except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(say(lang_of(args), "cli_error", message=message_of(exc)), file=sys.stderr)
         return 2
     except (ModelLoadError, ReferenceAudioError, TTSAppError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(say(lang_of(args), "cli_error", message=message_of(exc)), file=sys.stderr)
         return 1
 
 
@@ -207,21 +211,22 @@ def _run(args: argparse.Namespace) -> int:
         stats = runtime.engine.stats()
         reference_warnings = [w for ref in ([reference] + (speaker_refs or [])) if ref is not None
                               for w in ref.warnings] + notes
+        lang = lang_of(args)
         for warning in reference_warnings + list(result.warnings):
-            print(f"warning: {warning}", file=sys.stderr)
+            print(say(lang, "cli_warning", message=warning), file=sys.stderr)
         if not result.ok:
-            print(f"error: {result.error}", file=sys.stderr)
+            print(say(lang, "cli_error", message=result.error), file=sys.stderr)
             return 1
         metadata = output_metadata(runtime, request, result, entry_point="synth", reference=reference,
                                    speaker_references=speaker_refs, warnings=notes)
         files = save_outputs(args.out, result, metadata, subtitles_path=args.srt)
     finally:
         runtime.close()
-    chapters = f", {len(files.chapters)} chapter files" if files.chapters else ""
-    print(f"wrote {files.audio}: {result.duration_s:.2f} s at {result.sampling_rate} Hz, {len(result.segments)} "
-          f"segments in {stats.num_batches} batches (largest {max(s.batch_size for s in result.segments)}), "
-          f"{stats.num_oom} out-of-memory retries, memory budget {format_bytes(stats.memory_budget_bytes)}; "
-          f"metadata in {files.metadata}{chapters}")
+    chapters = say(lang, "cli_chapters", count=len(files.chapters)) if files.chapters else ""
+    print(say(lang, "cli_synth_wrote", path=str(files.audio), duration_s=result.duration_s,
+              sampling_rate=result.sampling_rate, num_segments=len(result.segments), num_batches=stats.num_batches,
+              largest=max(s.batch_size for s in result.segments), num_oom=stats.num_oom,
+              budget=format_bytes(stats.memory_budget_bytes), metadata=str(files.metadata), chapters=chapters))
     return 0
 
 

@@ -14,6 +14,8 @@ import os
 import sys
 from dataclasses import asdict
 
+from tts_app.cli.args import add_lang_arg, lang_of
+from tts_app.cli.messages import say
 from tts_app.config import FrontendConfig
 from tts_app.errors import InputError
 from tts_app.frontend.messages import localize
@@ -36,12 +38,13 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"pause between segments in ms (default {FrontendConfig.default_pause_ms})")
     p.add_argument("--all-chars", action="store_true",
                    help="list every Chinese character, not only the ambiguous polyphones and overrides")
-    p.add_argument("--lang", choices=("en", "zh"), default="en", help="language of warnings and errors (default en)")
+    add_lang_arg(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.lang = lang_of(args)
     from tts_app.frontend import prepare_text
 
     config = FrontendConfig()
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         prepared = prepare_text(text, **kwargs)
     except InputError as exc:
-        print(f"error: {localize(exc, args.lang)}", file=sys.stderr)
+        print(say(args.lang, "cli_error", message=localize(exc, args.lang)), file=sys.stderr)
         return 2
     try:
         _print_report(prepared, args)
@@ -74,22 +77,22 @@ def _print_report(prepared: PreparedText, args: argparse.Namespace) -> None:
         data["warnings"] = [localize(w, args.lang) for w in prepared.warnings]
         print(json.dumps(data, ensure_ascii=False, indent=2))
         return
-    print(f"normalised: {prepared.normalized_text}")
-    print(f"segments ({len(prepared.segments)}):")
+    lang = args.lang
+    print(say(lang, "cli_normalised", text=prepared.normalized_text))
+    print(say(lang, "cli_segments", count=len(prepared.segments)))
     for i, seg in enumerate(prepared.segments):
-        rendered = "" if seg.text == seg.source_text else f"   [model sees: {seg.text}]"
-        print(f"  {i:>3}  {seg.source_text}   (pause after {seg.pause_after_ms} ms){rendered}")
+        rendered = "" if seg.text == seg.source_text else say(lang, "cli_model_sees", text=seg.text)
+        print(say(lang, "cli_segment", index=i, text=seg.source_text, pause_ms=seg.pause_after_ms,
+                  rendered=rendered))
     readings = [r for r in prepared.readings if args.all_chars or r.ambiguous or r.source == "override"]
-    label = ("readings" if args.all_chars else
-             "readings of polyphones decided in context, and overrides (--all-chars for every one)")
-    print(f"{label}:")
+    print(say(lang, "cli_readings_all" if args.all_chars else "cli_readings"))
     for r in readings:
         flag = "polyphonic" if r.polyphonic else "single"
         basis = r.basis + (f":{r.rule}" if r.rule else "")
         others = f"  candidates: {' '.join(r.candidates)}" if r.polyphonic else ""
         print(f"  {r.position:>4}  {r.char}  {r.pinyin:<8} {flag:<10} {basis:<16}{others}")
     if prepared.warnings:
-        print("warnings:")
+        print(say(lang, "cli_warnings"))
         for w in prepared.warnings:
             print(f"  - {localize(w, args.lang)}")
 

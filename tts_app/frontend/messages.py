@@ -1,9 +1,13 @@
-"""Front-end warnings and errors in English and Chinese.
+"""User-facing messages in English and Chinese: the front end's own table, and the one mechanism the rest of the
+project renders its messages with.
 
-Every message the front end reports is a ``Notice``: a ``str`` (its English text, so the engine, the job runner and
-the CLI carry it as before) that also keeps its ``code`` and ``params``, so a Chinese interface can show
-``notice.render("zh")``. Parameters that are notices themselves (a problem inside a warning) are rendered in the
-same language. ``localize(message, lang)`` renders any message (plain strings stay as they are).
+Every message is a ``Notice``: a ``str`` (its English text, so the engine, the job runner, results.jsonl and the
+CLI carry it as before) that also keeps its ``code`` and ``params``, so each door (page, CLI, JSONL record) shows
+``notice.render(lang)`` in its user's language. Parameters that are notices themselves (a problem inside a warning)
+are rendered in the same language. ``localize(message, lang)`` renders any message (plain strings stay as they
+are). Other layers keep their tables next to their code and ``register`` them here (reference audio:
+``tts_app.audio.notices``; jobs: ``tts_app.jobs.messages``; dialogue scripts: ``tts_app.dialogue``), one text per
+key and language; ``to_json`` / ``from_json`` carry a notice through a JSON record.
 """
 
 from __future__ import annotations
@@ -145,7 +149,29 @@ ZH: dict[str, str] = {
 }
 
 assert EN.keys() == ZH.keys()  # a missing translation is a programming error, caught at import
-CATALOGUE = {"en": EN, "zh": ZH}
+LANGUAGES = ("en", "zh")
+CATALOGUE: dict[str, dict[str, str]] = {"en": dict(EN), "zh": dict(ZH)}
+#: every table registered (the front end's first), for the test that walks every key
+TABLES: list[tuple[str, dict[str, str], dict[str, str]]] = [(__name__, EN, ZH)]
+
+
+def register(owner: str, en: dict[str, str], zh: dict[str, str]) -> None:
+    """Add a layer's message table (``owner``: its module name) to the catalogue.
+
+    Raises:
+        ValueError: the two languages have different keys, or a key is already registered by another table (a
+            programming error, caught at import).
+    """
+    if en.keys() != zh.keys():
+        raise ValueError(f"{owner}: keys only in one language: {sorted(en.keys() ^ zh.keys())}")
+    clash = [key for key in en if key in CATALOGUE["en"] and CATALOGUE["en"][key] != en[key]]
+    if clash:
+        raise ValueError(f"{owner}: message keys already registered elsewhere: {clash}")
+    if any(table[0] == owner for table in TABLES):
+        return
+    CATALOGUE["en"].update(en)
+    CATALOGUE["zh"].update(zh)
+    TABLES.append((owner, en, zh))
 
 
 class Notice(str):
@@ -170,14 +196,47 @@ class Notice(str):
     def __reduce__(self):  # pickles (multiprocessing, caches) as a Notice, not as a plain str
         return (_rebuild, (self.code, self.params))
 
+    def to_json(self) -> dict:
+        """``{"code": ..., "params": {...}}`` (nested notices likewise; tuples become lists) for a JSON record."""
+        return {"code": self.code, "params": {k: _param_to_json(v) for k, v in self.params.items()}}
+
+    @classmethod
+    def from_json(cls, data: object) -> "Notice | None":
+        """The notice ``to_json`` wrote, or None when ``data`` is not one (an older record, an unknown code)."""
+        if not isinstance(data, dict) or data.get("code") not in CATALOGUE["en"] and data.get("code") not in ("_join", "_list"):
+            return None
+        try:
+            return cls(data["code"], **{k: _param_from_json(v) for k, v in (data.get("params") or {}).items()})
+        except (KeyError, IndexError, TypeError, ValueError):
+            return None
+
+
+def _param_to_json(value: object) -> object:
+    if isinstance(value, Notice):
+        return {"notice": value.to_json()}
+    if isinstance(value, (tuple, list)):
+        return [_param_to_json(v) for v in value]
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
+def _param_from_json(value: object) -> object:
+    if isinstance(value, dict) and "notice" in value:
+        found = Notice.from_json(value["notice"])
+        if found is None:
+            raise ValueError("unknown notice")
+        return found
+    if isinstance(value, list):
+        return tuple(_param_from_json(v) for v in value)
+    return value
+
 
 def _rebuild(code: str, params: dict) -> Notice:
     return Notice(code, **params)
 
 
 def _format(lang: str, code: str, params: dict) -> str:
-    if code == "_join":
-        sep = "；" if lang == "zh" else "; "
+    if code in ("_join", "_list"):
+        sep = {("_join", "zh"): "；", ("_list", "zh"): "、", ("_join", "en"): "; "}.get((code, lang), ", ")
         return sep.join(v.render(lang) if isinstance(v, Notice) else str(v) for v in params["items"])
     values = {k: (v.render(lang) if isinstance(v, Notice) else v) for k, v in params.items()}
     return CATALOGUE[lang][code].format(**values)
@@ -190,6 +249,41 @@ def localize(message: object, lang: str) -> str:
     return message.render(lang) if isinstance(message, Notice) else str(message)
 
 
+def message_of(exc: BaseException) -> str:
+    """An exception's message, kept as its ``Notice`` when it has one (so a door can still render it), else
+    ``str(exc)``."""
+    if exc.args and isinstance(exc.args[0], Notice) and len(exc.args) == 1:
+        return exc.args[0]
+    return str(exc)
+
+
+def localize_record(record: dict, field: str, lang: str) -> object:
+    """A results.jsonl record's ``field`` ("error": a str or None; "warnings": a list) in ``lang``, from its
+    ``<field>_i18n`` twin (``Notice.to_json``) where the record has one, else as stored."""
+    stored = record.get(field)
+    twin = record.get(field + "_i18n")
+    if isinstance(stored, list):
+        twins = twin if isinstance(twin, list) and len(twin) == len(stored) else [None] * len(stored)
+        return [_render_twin(t, s, lang) for s, t in zip(stored, twins)]
+    return None if stored is None else _render_twin(twin, stored, lang)
+
+
+def _render_twin(twin: object, stored: object, lang: str) -> str:
+    notice = Notice.from_json(twin) if twin is not None else None
+    return notice.render(lang) if notice is not None else str(stored)
+
+
+def to_json(message: object) -> dict | None:
+    """``message.to_json()`` for a ``Notice``, else None (a plain string has no twin)."""
+    return message.to_json() if isinstance(message, Notice) else None
+
+
 def join(notices: list) -> Notice:
     """Several problems as one parameter value ("a; b" in English, "a；b" in Chinese)."""
     return Notice("_join", items=tuple(notices))
+
+
+def listing(items: list) -> Notice:
+    """Several names or places as one parameter value ("a, b" in English, "a、b" in Chinese); items may be
+    notices or plain strings."""
+    return Notice("_list", items=tuple(items))

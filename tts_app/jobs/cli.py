@@ -19,11 +19,14 @@ import signal
 import sys
 import threading
 
-from tts_app.cli.args import (CliParser, add_cluster_args, add_engine_args, add_generation_args, add_voice_args,
-                              check_output_dir, cluster_config_from, engine_args_from, params_from_args,
-                              parse_cli)
+from tts_app.cli.args import (CliParser, add_cluster_args, add_engine_args, add_generation_args, add_lang_arg,
+                              add_voice_args, check_output_dir, cluster_config_from, engine_args_from, lang_of,
+                              params_from_args, parse_cli)
 from tts_app.audio.formats import AUDIO_FORMATS
+from tts_app.cli.messages import say
 from tts_app.errors import TTSAppError
+from tts_app.frontend.messages import message_of
+from tts_app.jobs.messages import Notice
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_generation_args(p, "generation defaults (a line's own fields override them; not given = the model's)")
     add_voice_args(p)
     add_cluster_args(p)
+    add_lang_arg(p)
     return p
 
 
@@ -86,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(args, int):
         return args
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    lang = lang_of(args)
 
     from tts_app.audio.transcribe import transcriber_from
     from tts_app.jobs.runner import count_lines_to_run, run_job, validate_job
@@ -104,20 +109,20 @@ def main(argv: list[str] | None = None) -> int:
         report = validate_job(args.tasks, audio_dir=args.audio_dir, default_voice=args.default_voice,
                               config=config)
     except TTSAppError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(say(lang, "cli_error", message=message_of(exc)), file=sys.stderr)
         return 2
     if report.rows:
-        print(report.format_text(), file=sys.stderr)
+        print(report.format_text(lang), file=sys.stderr)
     if report.num_lines == 0:
         return 2
     if args.validate_only:
-        print(f"{report.num_valid} of {report.num_lines} lines valid")
+        print(say(lang, "cli_valid_count", num_valid=report.num_valid, num_lines=report.num_lines))
         return 0 if report.ok else 1
     try:
         num_to_run = count_lines_to_run(args.tasks, args.out_dir, audio_dir=args.audio_dir,
                                         default_voice=args.default_voice, resume=args.resume, config=config)
     except TTSAppError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(say(lang, "cli_error", message=message_of(exc)), file=sys.stderr)
         return 2
 
     runtime = pool = executor = None
@@ -127,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             pool = WorkerPool.start(engine_args, config=cluster, on_status=lambda line: print(line, file=sys.stderr))
         except TTSAppError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(say(lang, "cli_error", message=message_of(exc)), file=sys.stderr)
             return 2
         executor = RayExecutor(pool)
     elif num_to_run > 0:
@@ -136,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             runtime = Runtime.load(engine_args.model, engine_args.engine)
         except TTSAppError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(say(lang, "cli_error", message=message_of(exc)), file=sys.stderr)
             return 2
     else:
         print("no line needs the model (every line is invalid or already done); not loading it", file=sys.stderr)
@@ -175,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                           executor=executor, transcriber=transcriber)
     except TTSAppError as exc:
         bar.close()
-        print(f"error: {exc}", file=sys.stderr)
+        print(say(lang, "cli_error", message=message_of(exc)), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         bar.close()
@@ -189,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         if pool is not None:
             pool.close()  # the workers' engines, then the actors (and a cluster started for this run)
     bar.close()
-    print(summary.format_text().splitlines()[0])
+    print(summary.format_text(lang).splitlines()[0])
     if pool is not None:
         print(f"ran on {pool.num_workers} Ray worker(s)"
               + (f"; {executor.num_retried} line(s) sent to another worker after theirs stopped"
@@ -197,9 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         for event in pool.events:
             print(f"  {event}", file=sys.stderr)
     if summary.failed:
-        print("failed lines:", file=sys.stderr)
+        print(say(lang, "cli_failed_lines"), file=sys.stderr)
         for line, error in sorted(summary.failed):
-            print(f"  line {line}: {error}", file=sys.stderr)
+            print(Notice("job_failed_line", line=line, message=error).render(lang), file=sys.stderr)
     if cancel.is_set():
         print("cancelled; rerun with --resume to finish the lines not done", file=sys.stderr)
         return 130

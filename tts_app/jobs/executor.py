@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from tts_app.audio.transcribe import Transcriber, fill_transcript
 from tts_app.errors import RequestCancelledError, TTSAppError
+from tts_app.frontend.messages import message_of
+from tts_app.jobs.messages import Notice
 from tts_app.request import (EmotionControl, Priority, RequestStatus, SynthesisParams, SynthesisRequest,
                              SynthesisResult)
 
@@ -168,7 +170,7 @@ def unsupported_knobs(facts: ModelFacts, given: list[str] | tuple[str, ...]) -> 
     """Warnings for per-line knobs (``given``: the names a line set) the loaded model does not have (ignored, not
     an error), with the reason (``GenerationDefaults.sources``)."""
     defaults = facts.generation_defaults
-    return [f"{name} ignored: the {facts.family} model has no such setting ({defaults.sources.get(name, 'absent')})"
+    return [Notice("job_ignored_knob", name=name, family=facts.family, source=defaults.sources.get(name, "absent"))
             for name in ("greedy", "temperature", "top_p", "top_k", "cfg_scale")
             if name in given and getattr(defaults, name) is None]
 
@@ -277,10 +279,10 @@ def outcome_from_result(runtime: Runtime, context: JobContext, line: JobLine, pr
     warnings = list(dict.fromkeys(prepared.warnings + reference_warnings + list(result.warnings or [])))
     request_id = prepared.request.request_id
     if result.status is RequestStatus.CANCELLED:
-        return LineOutcome(line.line_number, line.output_name, "cancelled", error=result.error or "cancelled",
+        return LineOutcome(line.line_number, line.output_name, "cancelled", error=result.error or Notice("job_cancelled"),
                            warnings=warnings, elapsed_s=elapsed_s, request_id=request_id)
     if not result.ok or len(result.audio) == 0:
-        return LineOutcome(line.line_number, line.output_name, "failed", error=result.error or "no audio produced",
+        return LineOutcome(line.line_number, line.output_name, "failed", error=result.error or Notice("job_no_audio"),
                            warnings=warnings, elapsed_s=elapsed_s, request_id=request_id)
     from tts_app.outputs import output_metadata
 
@@ -297,13 +299,14 @@ def outcome_from_exception(line: JobLine, exc: BaseException, elapsed_s: float, 
     cancelled, failed with the project error's message, or failed as an internal error (logged with its traceback,
     under the request id; the job goes on)."""
     if isinstance(exc, (cf.CancelledError, RequestCancelledError)):
-        return LineOutcome(line.line_number, line.output_name, "cancelled", error="cancelled", elapsed_s=elapsed_s,
+        return LineOutcome(line.line_number, line.output_name, "cancelled", error=Notice("job_cancelled"),
+                           elapsed_s=elapsed_s,
                            request_id=request_id)
     if isinstance(exc, TTSAppError):
-        return LineOutcome(line.line_number, line.output_name, "failed", error=str(exc), warnings=list(warnings),
+        return LineOutcome(line.line_number, line.output_name, "failed", error=message_of(exc), warnings=list(warnings),
                            elapsed_s=elapsed_s, request_id=request_id)
     logger.error("job line %d (request %s) raised", line.line_number, request_id or "not started", exc_info=exc)
-    return LineOutcome(line.line_number, line.output_name, "failed", error=f"internal error: {exc!r}",
+    return LineOutcome(line.line_number, line.output_name, "failed", error=Notice("job_internal_error", error=repr(exc)),
                        warnings=list(warnings), elapsed_s=elapsed_s, request_id=request_id)
 
 
@@ -384,7 +387,7 @@ class LocalExecutor:
         for future in not_done:
             pending = self._in_flight.pop(future)
             outcomes.append(LineOutcome(pending.line.line_number, pending.line.output_name, "cancelled",
-                                        error="cancelled", elapsed_s=time.monotonic() - pending.started_s,
+                                        error=Notice("job_cancelled"), elapsed_s=time.monotonic() - pending.started_s,
                                         request_id=pending.prepared.request.request_id))
         return outcomes
 

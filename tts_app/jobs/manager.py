@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tts_app import metrics
 from tts_app.errors import InputError, TTSAppError
+from tts_app.frontend.messages import message_of, to_json
 from tts_app.jobs.results import make_results_zip, read_results
 from tts_app.jobs.runner import run_job
 from tts_app.jobs.schema import JobConfig
@@ -250,7 +251,7 @@ class JobManager:
                               if settings.get("audio_format") else self.job_config,
                               transcriber=self.transcriber)
         except TTSAppError as exc:
-            status, error = "failed", str(exc)
+            status, error = "failed", message_of(exc)
         except Exception as exc:  # a bug: logged with its traceback once, the server and other jobs go on
             logger.exception("job %s failed", state.job_id)
             status, error = "failed", f"internal error: {type(exc).__name__}: {exc}"
@@ -262,11 +263,12 @@ class JobManager:
                 status = "done"
             with self._lock:
                 state.warnings = list(summary.warnings)
+                state.warnings_i18n = [to_json(w) for w in summary.warnings]
                 state.num_lines, state.num_ok, state.num_failed = summary.num_lines, summary.num_ok, summary.num_failed
                 state.num_cancelled, state.num_skipped = summary.num_cancelled, summary.num_skipped
                 state.num_done = summary.num_lines
         with self._lock:
-            state.status, state.error = status, error
+            state.status, state.error, state.error_i18n = status, error, to_json(error)
             state.finished_s = time.time()
             state.eta_s = None
         self.store.save(state)

@@ -20,7 +20,9 @@ Record fields: ``line`` (1-based physical line of the job file), ``output_name``
 ``elapsed_s`` (wall seconds from submission to completion), ``warnings``, ``request_id`` (the engine request
 that ran the line: the id a failure's traceback is logged under and its sidecar's ``request_id``; null for a line
 that never reached the engine: invalid, cancelled before it started, or on a Ray worker that stopped before
-answering).
+answering). ``error`` and ``warnings`` are English; when they come from the message tables the record also has
+``error_i18n`` / ``warnings_i18n`` (``{"code", "params"}`` per message, null for a plain one), from which the page
+and the CLI render them in their user's language (``tts_app.frontend.messages.localize_record``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 
 from tts_app.audio.post import write_atomic
 from tts_app.errors import InputError
+from tts_app.frontend.messages import Notice, to_json
 
 RESULTS_NAME = "results.jsonl"
 JOURNAL_NAME = ".results.journal.jsonl"
@@ -57,10 +60,16 @@ def line_record(line: int, output_name: str | None, status: str, *, error: str |
     for path in (audio_path, metadata_path):
         if path is not None and (Path(path).name != path or path.startswith(".")):
             raise ValueError(f"{path!r} must be a plain file name inside the output folder")
-    return {"line": int(line), "output_name": output_name, "status": status, "error": error,
-            "audio_path": audio_path, "metadata_path": metadata_path, "duration_s": duration_s,
-            "num_segments": num_segments, "elapsed_s": round(float(elapsed_s), 3), "warnings": list(warnings),
-            "request_id": request_id}
+    record = {"line": int(line), "output_name": output_name, "status": status, "error": error,
+              "audio_path": audio_path, "metadata_path": metadata_path, "duration_s": duration_s,
+              "num_segments": num_segments, "elapsed_s": round(float(elapsed_s), 3), "warnings": list(warnings),
+              "request_id": request_id}
+    # Twins of the messages, for a door that shows them in another language (``localize_record``).
+    if isinstance(error, Notice):
+        record["error_i18n"] = error.to_json()
+    if any(isinstance(w, Notice) for w in warnings):
+        record["warnings_i18n"] = [to_json(w) for w in warnings]
+    return record
 
 
 def _dumps(record: dict) -> str:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from tts_app.errors import InputError
+from tts_app.jobs.messages import Notice
 from tts_app.jobs.results import (RESULTS_NAME, ZIP_NAME, ResultsWriter, audio_decodes, line_record,
                                   make_results_zip, read_results, remove_stale_temp_files, resumable)
 from tts_app.jobs.executor import AsrSetting, JobContext, LineExecutor, LineOutcome, LocalExecutor
@@ -50,7 +51,7 @@ __all__ = ["JobSummary", "RESULTS_NAME", "ZIP_NAME", "audio_decodes", "count_lin
 
 EXTRACTED_AUDIO_DIR = ".reference_audio"  # where an uploaded audio ZIP is unpacked, inside out_dir
 _POLL_S = 0.2  # how often a waiting runner looks at cancel_event
-CANCELLED_BEFORE_START = "cancelled before it ran"
+CANCELLED_BEFORE_START = Notice("job_cancelled_before_start")  # "cancelled before it ran"
 
 ProgressFn = Callable[[int, int, dict], None]
 
@@ -86,11 +87,14 @@ class JobSummary:
         """True when every line has audio (now or from an earlier run)."""
         return self.num_failed == 0 and self.num_cancelled == 0
 
-    def format_text(self) -> str:
-        head = (f"{self.num_lines} lines: {self.num_ok} ok, {self.num_failed} failed, {self.num_skipped} skipped "
-                f"(already done)" + (f", {self.num_cancelled} cancelled" if self.num_cancelled else "")
-                + f" in {self.elapsed_s:.1f} s; results in {self.results_path}")
-        return "\n".join([head] + [f"  line {n}: {err}" for n, err in self.failed])
+    def format_text(self, lang: str = "en") -> str:
+        """The summary line plus one line per failed line, in ``lang`` ("en" or "zh")."""
+        cancelled = Notice("job_summary_cancelled", count=self.num_cancelled) if self.num_cancelled else ""
+        head = Notice("job_summary", num_lines=self.num_lines, num_ok=self.num_ok, num_failed=self.num_failed,
+                      num_skipped=self.num_skipped, cancelled=cancelled, elapsed_s=self.elapsed_s,
+                      path=str(self.results_path))
+        rows = [Notice("job_failed_line", line=n, message=err) for n, err in self.failed]
+        return "\n".join(message.render(lang) for message in [head, *rows])
 
 
 # --------------------------------------------------------------------------------------------------- audio sources
@@ -118,7 +122,7 @@ def _zip_file(audio_dir: str | Path) -> Path:
     """``audio_dir`` when it is a ZIP file, else an ``InputError`` saying what it is instead."""
     path = Path(audio_dir)
     if not (path.is_file() and zipfile.is_zipfile(path)):
-        raise InputError(f"audio folder {path.name!r} is neither a folder nor a ZIP file")
+        raise InputError(Notice("job_audio_dir_bad", name=path.name))
     return path
 
 
@@ -248,7 +252,7 @@ class _JobRun:
             self.summary.num_ok += 1
         elif status == "failed":
             self.summary.num_failed += 1
-            self.summary.failed.append((line, error or "failed"))
+            self.summary.failed.append((line, error or Notice("job_failed")))
         else:
             self.summary.num_cancelled += 1
         self.tick({"line": line, "output_name": output_name, "status": status, "error": error})
@@ -363,7 +367,8 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temp_files(out_dir)
     summary = JobSummary(jsonl_path=jsonl_path, out_dir=out_dir, results_path=out_dir / RESULTS_NAME)
-    audio_label = "the audio ZIP" if audio_dir is not None and Path(audio_dir).is_file() else "the audio folder"
+    audio_label = Notice("job_root_the_zip" if audio_dir is not None and Path(audio_dir).is_file()
+                         else "job_root_audio_folder")
     if executor is None and runtime is not None:
         executor = LocalExecutor(runtime, transcriber=transcriber)
 
@@ -372,7 +377,7 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
         report = validate_lines(jsonl_path, sources, has_default_voice=default_voice_path is not None,
                                 config=config)
         if report.num_lines == 0:
-            raise InputError(f"job file {jsonl_path.name!r} has no lines; write one JSON object per line")
+            raise InputError(Notice("job_file_no_lines", name=jsonl_path.name))
         summary.num_lines = report.num_lines
         summary.warnings.extend(r.message for r in report.rows if r.line == 0)
 

@@ -58,6 +58,8 @@ from typing import Any, Iterator
 
 from tts_app.config import REQUEST_LIMITS, ReferenceConfig
 from tts_app.errors import InputError, JobLineError
+from tts_app.frontend.messages import listing, message_of
+from tts_app.jobs.messages import Notice, json_error
 from tts_app.request import EMOTION_NAMES, SynthesisParams, check_emotion
 
 
@@ -268,12 +270,14 @@ class ValidationReport:
         """Rows as ``[line, status, message]`` lists (for ``gr.Dataframe``)."""
         return [[r.line, r.status, r.message] for r in self.rows]
 
-    def format_text(self) -> str:
-        """Human-readable summary plus one line per problem."""
-        head = (f"{self.jsonl_path}: {self.num_lines} lines, {self.num_valid} valid, {self.num_invalid} invalid, "
-                f"{self.num_warnings} warnings (encoding {self.encoding})")
-        return "\n".join([head] + [f"  {'job file' if r.line == 0 else f'line {r.line}'}: {r.status}: {r.message}"
-                                   for r in self.rows])
+    def format_text(self, lang: str = "en") -> str:
+        """Human-readable summary plus one line per problem, in ``lang`` ("en" or "zh")."""
+        head = Notice("job_validation_head", path=str(self.jsonl_path), num_lines=self.num_lines,
+                      num_valid=self.num_valid, num_invalid=self.num_invalid, num_warnings=self.num_warnings,
+                      encoding=self.encoding)
+        rows = [Notice("job_validation_row", where=Notice("job_job_file") if r.line == 0 else Notice(
+            "job_line", line=r.line), status=Notice("job_row_" + r.status), message=r.message) for r in self.rows]
+        return "\n".join(message.render(lang) for message in [head, *rows])
 
 
 # --------------------------------------------------------------------------------------------------- encoding
@@ -296,7 +300,7 @@ def detect_encoding(path: Path, chunk_bytes: int = 1 << 16) -> tuple[str, list[s
         with open(path, "rb") as fh:
             head = fh.read(4)
     except OSError as exc:
-        raise InputError(f"cannot read job file {path.name!r}: {exc.strerror or exc}") from exc
+        raise InputError(Notice("job_cannot_read", name=path.name, reason=exc.strerror or str(exc))) from exc
     if head.startswith(codecs.BOM_UTF8):
         candidates = ["utf-8-sig"]
     elif head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
@@ -309,12 +313,10 @@ def detect_encoding(path: Path, chunk_bytes: int = 1 << 16) -> tuple[str, list[s
         if bad is None:
             warnings = []
             if codec == "gb18030":
-                warnings.append(f"the file is not UTF-8 ({first_error}); read it as GB18030/GBK. Save it as UTF-8 "
-                                "to be sure the text is read as you wrote it")
+                warnings.append(Notice("job_gbk", where=first_error))
             return codec, warnings
         first_error = first_error or bad
-    raise InputError(f"job file {path.name!r} is not UTF-8 text ({first_error}) and not GBK/GB18030 either; "
-                     "save it as UTF-8")
+    raise InputError(Notice("job_not_utf8", name=path.name, where=first_error))
 
 
 def _first_decode_error(path: Path, codec: str, chunk_bytes: int) -> str | None:
@@ -330,7 +332,7 @@ def _first_decode_error(path: Path, codec: str, chunk_bytes: int) -> str | None:
             except UnicodeDecodeError as exc:
                 line += exc.object[: exc.start].count(b"\n")
                 byte = exc.object[exc.start:exc.start + 1].hex() if exc.object else ""
-                return f"bad byte 0x{byte} near line {line}"
+                return Notice("job_bad_byte", byte=byte, line=line)
             line += text.count("\n")
             if final:
                 return None
@@ -344,8 +346,9 @@ def _inside(path: Path, roots: list[Path]) -> bool:
 
 
 # How a control character got into a path: a JSON escape such as \n read where a Windows path had a backslash.
-_CONTROL_NAMES = {"\n": ("a newline", "n"), "\t": ("a tab", "t"), "\r": ("a carriage return", "r"),
-                  "\b": ("a backspace", "b"), "\f": ("a form feed", "f")}
+_CONTROL_NAMES = {"\n": (Notice("job_ctrl_newline"), "n"), "\t": (Notice("job_ctrl_tab"), "t"),
+                  "\r": (Notice("job_ctrl_return"), "r"), "\b": (Notice("job_ctrl_backspace"), "b"),
+                  "\f": (Notice("job_ctrl_formfeed"), "f")}
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -355,10 +358,9 @@ def _control_character_problem(value: str) -> str | None:
     found = _CONTROL_CHARS.findall(value)
     if not found:
         return None
-    names = ", ".join(dict.fromkeys(_CONTROL_NAMES.get(ch, (f"U+{ord(ch):04X}", ""))[0] for ch in found))
+    names = listing(list(dict.fromkeys(_CONTROL_NAMES.get(ch, (f"U+{ord(ch):04X}", ""))[0] for ch in found)))
     fixed = "".join("/" + _CONTROL_NAMES[ch][1] if ch in _CONTROL_NAMES else ch for ch in value).replace("\\", "/")
-    return (f"prompt_audio {value!r} contains control characters ({names}): in JSON a backslash starts an escape "
-            f"(\\n is a newline, \\t a tab), so write paths with forward slashes, e.g. {fixed!r}")
+    return Notice("job_control_chars", value=value, names=names, fixed=fixed)
 
 
 class AudioSources:
@@ -405,7 +407,7 @@ class AudioSources:
         self._zip_casefold: dict[str, str] | None = None
         self._labels = {Path(k).resolve(): v for k, v in (root_labels or {}).items()}
         if zip_path is not None:
-            self._labels.setdefault(Path(zip_path).resolve(), f"the audio ZIP {Path(zip_path).name!r}")
+            self._labels.setdefault(Path(zip_path).resolve(), Notice("job_root_audio_zip", name=Path(zip_path).name))
 
     def _label(self, root: Path) -> str:
         return self._labels.get(Path(root).resolve(), str(root))
@@ -448,32 +450,28 @@ class AudioSources:
             raise JobLineError(line_number, control, "control_characters")
         text = value.strip().replace("\\", "/")  # JSONL written on Windows
         rel = PurePosixPath(text)
-        roots_text = ", ".join(self._label(r) for r in self.allowed_roots)
+        roots_text = listing([self._label(r) for r in self.allowed_roots])
         if re.match(r"^[A-Za-z]:", text):
-            raise JobLineError(line_number, f"prompt_audio {value!r} is a Windows absolute path; give a path "
-                                            "relative to the JSONL file or the audio folder")
+            raise JobLineError(line_number, Notice("job_windows_path", value=value))
         if rel.is_absolute():
             resolved = Path(text).resolve()
             if not _inside(resolved, self.allowed_roots):
-                raise JobLineError(line_number, f"prompt_audio {value!r} is an absolute path outside the allowed "
-                                                f"folders ({roots_text}); give a path relative to the JSONL file or "
-                                                "the audio folder")
+                raise JobLineError(line_number, Notice("job_outside_roots", value=value, roots=roots_text))
             if not resolved.is_file():
-                raise JobLineError(line_number, f"prompt_audio file {value!r} does not exist", "audio_not_found")
+                raise JobLineError(line_number, Notice("job_audio_missing", value=value), "audio_not_found")
             self._probe_file(value, resolved, line_number)
             return resolved
         if self.zip_members is not None:
             member = posixpath.normpath(text)
             if member == ".." or member.startswith("../"):
-                raise JobLineError(line_number, f"prompt_audio {value!r} leaves the audio ZIP; use a path inside it")
+                raise JobLineError(line_number, Notice("job_leaves_zip", value=value))
             if member in self.zip_members:
                 self._probe_zip_member(value, member, line_number)
                 return Path(self.zip_path or "audio.zip") / member
         for root in self.search_roots:
             candidate = (root / rel).resolve()
             if not _inside(candidate, self.allowed_roots):
-                raise JobLineError(line_number, f"prompt_audio {value!r} leaves the allowed folders ({roots_text}); "
-                                                "use a path inside the JSONL's folder or the audio folder")
+                raise JobLineError(line_number, Notice("job_leaves_roots", value=value, roots=roots_text))
             if candidate.is_file():
                 self._probe_file(value, candidate, line_number)
                 return candidate
@@ -483,12 +481,11 @@ class AudioSources:
         """"not found", with "did you mean ...?" for a name that differs only in letter case, and where it looked."""
         near = self._case_insensitive_match(text)
         if near is not None:
-            return (f"prompt_audio file {value!r} not found; did you mean {near!r}? (letter case matters in file "
-                    "names here)")
-        looked = ", ".join(([self._label(self.zip_path)] if self.zip_members is not None else [])
-                           + [self._label(r) for r in self.search_roots])
-        hint = "" if self.has_audio_source else "; no audio ZIP or folder was given"
-        return f"prompt_audio file {value!r} not found (looked in {looked}{hint})"
+            return Notice("job_did_you_mean", value=value, near=near)
+        looked = listing(([self._label(self.zip_path)] if self.zip_members is not None else [])
+                         + [self._label(r) for r in self.search_roots])
+        return Notice("job_not_found" if self.has_audio_source else "job_not_found_no_source", value=value,
+                      looked=looked)
 
     def _case_insensitive_match(self, text: str) -> str | None:
         """The existing file (as the user should write it) whose path equals ``text`` ignoring letter case."""
@@ -519,12 +516,10 @@ class AudioSources:
 
         fmt, what = sniff_audio_format(head)
         if fmt is None:
-            raise JobLineError(line_number, f"prompt_audio {value!r} is not audio (the file is {what}); give a "
-                                            "WAV, FLAC, MP3, OGG or M4A recording", "not_audio")
+            raise JobLineError(line_number, Notice("job_not_audio", value=value, what=what), "not_audio")
         if duration_s is not None and duration_s < self.min_reference_s:
-            raise JobLineError(line_number, f"prompt_audio {value!r} is only {duration_s:.2f} s long; a reference "
-                                            f"needs at least {self.min_reference_s:g} s of speech (5-15 s works "
-                                            "best)", "reference_too_short")
+            raise JobLineError(line_number, Notice("job_too_short", value=value, duration_s=duration_s,
+                                                   min_s=self.min_reference_s), "reference_too_short")
 
     def _probe_file(self, value: str, path: Path, line_number: int) -> None:
         from tts_app.audio.decode import PROBE_BYTES, probe_duration_s
@@ -533,7 +528,8 @@ class AudioSources:
             with open(path, "rb") as fh:
                 head = fh.read(PROBE_BYTES)
         except OSError as exc:
-            raise JobLineError(line_number, f"prompt_audio {value!r} cannot be read: {exc.strerror or exc}") from None
+            raise JobLineError(line_number, Notice("job_unreadable", value=value,
+                                                   reason=exc.strerror or str(exc))) from None
         self._check_audio(value, head, probe_duration_s(str(path)) if head else None, line_number)
 
     def _probe_zip_member(self, value: str, member: str, line_number: int) -> None:
@@ -549,8 +545,7 @@ class AudioSources:
                 with self._zip.open(member) as fh:
                     duration_s = probe_duration_s(fh)
         except (zipfile.BadZipFile, OSError, KeyError, RuntimeError) as exc:
-            raise JobLineError(line_number, f"prompt_audio {value!r} cannot be read from the audio ZIP: {exc}"
-                               ) from None
+            raise JobLineError(line_number, Notice("job_zip_unreadable", value=value, reason=str(exc))) from None
         self._check_audio(value, head, duration_s, line_number)
 
 
@@ -559,19 +554,18 @@ def _checked_zip_members(archive: zipfile.ZipFile, *, max_total_bytes: int, max_
     """Files of an audio ZIP with their safe relative names, or an ``InputError`` naming the unsafe member."""
     members = [m for m in archive.infolist() if not m.is_dir()]
     if len(members) > max_members:
-        raise InputError(f"audio ZIP has {len(members)} files; at most {max_members} are accepted")
+        raise InputError(Notice("job_zip_too_many", count=len(members), limit=max_members))
     declared = sum(m.file_size for m in members)
     if declared > max_total_bytes:
-        raise InputError(f"audio ZIP would unpack to {declared} bytes; the limit is {max_total_bytes} bytes")
+        raise InputError(Notice("job_zip_too_big", size=declared, limit=max_total_bytes))
     targets: list[tuple[zipfile.ZipInfo, PurePosixPath]] = []
     for m in members:
         name = m.filename.replace("\\", "/")
         rel = PurePosixPath(name)
         if rel.is_absolute() or re.match(r"^[A-Za-z]:", name) or ".." in rel.parts:
-            raise InputError(f"audio ZIP member {m.filename!r} points outside the archive folder; refusing "
-                             "the ZIP (re-create it with plain relative names)")
+            raise InputError(Notice("job_zip_outside", member=m.filename))
         if stat.S_ISLNK(m.external_attr >> 16):
-            raise InputError(f"audio ZIP member {m.filename!r} is a symbolic link; refusing the ZIP")
+            raise InputError(Notice("job_zip_symlink", member=m.filename))
         targets.append((m, rel))
     return targets
 
@@ -580,7 +574,7 @@ def _open_zip(zip_path: Path) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(zip_path)
     except (zipfile.BadZipFile, OSError) as exc:
-        raise InputError(f"audio archive {Path(zip_path).name!r} is not a readable ZIP file: {exc}") from exc
+        raise InputError(Notice("job_zip_unreadable_file", name=Path(zip_path).name, reason=str(exc))) from exc
 
 
 def zip_audio_members(zip_path: Path, *, max_total_bytes: int, max_members: int) -> frozenset[str]:
@@ -624,7 +618,7 @@ def extract_audio_zip(zip_path: Path, dest_dir: Path, *, max_total_bytes: int, m
                 while chunk := src.read(1 << 20):
                     written += len(chunk)
                     if written > max_total_bytes:
-                        raise InputError(f"audio ZIP unpacks to more than {max_total_bytes} bytes; refusing it")
+                        raise InputError(Notice("job_zip_grew", limit=max_total_bytes))
                     dst.write(chunk)
     return dest_dir
 
@@ -643,21 +637,20 @@ def sanitize_output_name(value: Any, line_number: int) -> str:
             integer, is empty after cleaning, or is longer than 200 bytes.
     """
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise JobLineError(line_number, f"output_name must be a string, not {type(value).__name__}")
+        raise JobLineError(line_number, Notice("job_name_type", type=type(value).__name__))
     raw = unicodedata.normalize("NFC", str(value)).strip()
     if "/" in raw or "\\" in raw or raw in (".", ".."):
         plain = PurePosixPath(raw.replace("\\", "/")).name.strip(". ") or "name"
-        raise JobLineError(line_number, f"output_name {value!r} contains a path; outputs always go in the output "
-                                        f"folder, give a plain file name such as {plain!r}")
+        raise JobLineError(line_number, Notice("job_name_path", value=value, plain=plain))
     name = _UNSAFE_CHARS.sub("_", raw)
     if name.lower().endswith(".wav"):
         name = name[:-4]
     name = name.strip(". ")  # a leading dot would hide the file (and look like our temporary files)
     if not name:
-        raise JobLineError(line_number, f"output_name {value!r} is empty after removing unsafe characters")
+        raise JobLineError(line_number, Notice("job_name_empty_after", value=value))
     if len(name.encode("utf-8")) > _MAX_NAME_BYTES:
-        raise JobLineError(line_number, f"output_name is {len(name.encode('utf-8'))} bytes long; at most "
-                                        f"{_MAX_NAME_BYTES} bytes")
+        raise JobLineError(line_number, Notice("job_name_too_long", size=len(name.encode("utf-8")),
+                                               limit=_MAX_NAME_BYTES))
     if name.split(".")[0].upper() in _WINDOWS_RESERVED:
         name = "_" + name
     return name
@@ -670,8 +663,7 @@ def rename_warning(value: Any, name: str) -> str | None:
         wanted = wanted[:-4]
     if name == wanted:
         return None
-    return (f"output_name {str(value)!r} was renamed to {name!r} (the original is not a safe file name on every "
-            f"system); the audio is {name + '.wav'!r}")
+    return Notice("job_renamed", value=str(value), name=name, file=name + ".wav")
 
 
 def default_output_name(line_number: int, digits: int, obj: Any = None) -> str:
@@ -720,8 +712,7 @@ def _bounded_number(text: str) -> int | float:
         _LineLimit: a longer number.
     """
     if len(text) > REQUEST_LIMITS.max_json_number_chars:
-        raise _LineLimit(f"a number of {len(text)} digits; at most {REQUEST_LIMITS.max_json_number_chars} "
-                         "characters per number")
+        raise _LineLimit(len(text))
     return float(text) if any(c in text for c in ".eE") else int(text)
 
 
@@ -748,21 +739,25 @@ def load_line(text: str, line_number: int) -> Any:
     """
     max_chars = REQUEST_LIMITS.max_text_chars * 6 + 64 * 1024  # the text (as 6-character escapes, at worst), the rest
     if len(text) > max_chars:
-        raise JobLineError(line_number, f"the line is {len(text)} characters; at most {max_chars}", code="too_long")
+        raise JobLineError(line_number, Notice("job_line_too_long", num_chars=len(text), max_chars=max_chars),
+                           code="too_long")
     try:
         obj = json.loads(text, parse_int=_bounded_number, parse_float=_bounded_number)
     except json.JSONDecodeError as exc:
-        hint = ("; a backslash in a path must be doubled (\\\\) or, better, written as a forward slash"
-                if exc.msg.startswith("Invalid \\escape") else "")
-        raise JobLineError(line_number, f"bad JSON: {exc.msg} at column {exc.colno}{hint}") from exc
+        key = "job_bad_json_backslash" if exc.msg.startswith("Invalid \\escape") else "job_bad_json"
+        raise JobLineError(line_number, Notice(key, detail=json_error(exc.msg), column=exc.colno)) from exc
     except _LineLimit as exc:
-        raise JobLineError(line_number, f"bad JSON: {exc}", code="too_long") from None
+        raise JobLineError(line_number, Notice("job_json_number", num_chars=exc.args[0],
+                                               max_chars=REQUEST_LIMITS.max_json_number_chars),
+                           code="too_long") from None
     except (RecursionError, ValueError) as exc:  # nesting beyond Python's recursion limit; any other refusal
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise JobLineError(line_number, f"bad JSON: {reason}") from None
+        if isinstance(exc, RecursionError):
+            raise JobLineError(line_number, Notice("job_json_depth", depth="> 1000",
+                                                   max_depth=REQUEST_LIMITS.max_json_depth)) from None
+        raise JobLineError(line_number, Notice("job_bad_json_other", detail=str(exc))) from None
     if _json_depth(obj) > REQUEST_LIMITS.max_json_depth:
-        raise JobLineError(line_number, f"bad JSON: objects and lists nest {_json_depth(obj)} deep; at most "
-                                        f"{REQUEST_LIMITS.max_json_depth}")
+        raise JobLineError(line_number, Notice("job_json_depth", depth=_json_depth(obj),
+                                               max_depth=REQUEST_LIMITS.max_json_depth))
     return obj
 
 
@@ -770,8 +765,7 @@ def _pick(obj: dict, canonical: str, line_number: int) -> Any:
     """Value of ``canonical`` or of one of its aliases (an error when two disagree)."""
     names = [n for n in (canonical, *ALIASES.get(canonical, ())) if n in obj]
     if len(names) > 1 and len({json.dumps(obj[n], sort_keys=True) for n in names}) > 1:
-        raise JobLineError(line_number, f"both {names[0]!r} and {names[1]!r} are given with different values; "
-                                        "keep one")
+        raise JobLineError(line_number, Notice("job_both_given", first=names[0], second=names[1]))
     return obj[names[0]] if names else None
 
 
@@ -782,7 +776,7 @@ def _line_params(obj: dict, line_number: int) -> dict[str, Any]:
     try:
         SynthesisParams(**params)
     except InputError as exc:
-        raise JobLineError(line_number, str(exc)) from exc
+        raise JobLineError(line_number, message_of(exc)) from exc
     return params
 
 
@@ -791,16 +785,15 @@ def _check_param(name: str, value: Any, line_number: int) -> Any:
     if want is list:
         if not (isinstance(value, list) and value and all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)):
-            raise JobLineError(line_number, f"{name}={value!r} must be a list of numbers of seconds, one per line "
-                                            "of the text, e.g. [2.5, 1.8]")
+            raise JobLineError(line_number, Notice("job_param_list", name=name, value=value))
         return tuple(float(v) for v in value)
     ok = (isinstance(value, bool) if want is bool
           else isinstance(value, int) and not isinstance(value, bool) if want is int
           else isinstance(value, (int, float)) and not isinstance(value, bool))
     if not ok:
-        raise JobLineError(line_number, f"{name}={value!r} must be {'true/false' if want is bool else want.__name__}")
+        raise JobLineError(line_number, Notice(f"job_param_{want.__name__}", name=name, value=value))
     if want is float and not math.isfinite(value):  # json.loads accepts NaN and Infinity
-        raise JobLineError(line_number, f"{name}={value!r} must be a finite number")
+        raise JobLineError(line_number, Notice("job_param_finite", name=name, value=value))
     return float(value) if want is float else value
 
 
@@ -817,12 +810,11 @@ def _parse_format(obj: dict, line_number: int) -> str | None:
         return None
     name = value.strip().lower().lstrip(".") if isinstance(value, str) else None
     if name not in AUDIO_FORMATS:
-        raise JobLineError(line_number, f"format {value!r} is unknown; use one of {', '.join(AUDIO_FORMATS)} (or "
-                                        "leave it out for the job's format)")
+        raise JobLineError(line_number, Notice("job_format_unknown", value=value, allowed=", ".join(AUDIO_FORMATS)))
     return name
 
 
-def _missing_field(canonical: str, meaning: str, obj: dict) -> str:
+def _missing_field(canonical: str, meaning: Notice, obj: dict) -> Notice:
     """"missing field 'input_text' (found 'text'; rename it to input_text)" when the line holds a near-miss
     name (``NEAR_MISSES`` or a close spelling), else "missing field 'input_text' (the text to speak)"."""
     import difflib
@@ -831,8 +823,8 @@ def _missing_field(canonical: str, meaning: str, obj: dict) -> str:
     near = [k for k in unknown if k.strip().lower() in NEAR_MISSES.get(canonical, ())]
     near = near or difflib.get_close_matches(canonical, unknown, n=1, cutoff=0.75)
     if near:
-        return f"missing field {canonical!r} (found {near[0]!r}; rename it to {canonical})"
-    return f"missing field {canonical!r} ({meaning})"
+        return Notice("job_missing_near", field=canonical, near=near[0])
+    return Notice("job_missing", field=canonical, meaning=meaning)
 
 
 def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default_voice: bool,
@@ -844,16 +836,15 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
             ``prompt_audio``, an unsafe ``output_name``.
     """
     if not isinstance(obj, dict):
-        raise JobLineError(line_number, f"expected a JSON object {{...}}, got {type(obj).__name__}")
-    warnings = [f"unknown field {k!r} ignored" for k in obj if k not in KNOWN_FIELDS]
+        raise JobLineError(line_number, Notice("job_not_object", type=type(obj).__name__))
+    warnings = [Notice("job_unknown_field", field=k) for k in obj if k not in KNOWN_FIELDS]
 
     name_value = _pick(obj, "output_name", line_number)
     if name_value is None:
         output_name = default_output_name(line_number, digits, obj)
     elif isinstance(name_value, str) and not name_value.strip():
         output_name = default_output_name(line_number, digits, obj)
-        warnings.append(f"output_name is empty; the line number and first words are used instead, so the audio "
-                        f"is {output_name + '.wav'!r}")
+        warnings.append(Notice("job_name_empty", file=output_name + ".wav"))
     else:
         output_name = sanitize_output_name(name_value, line_number)
         renamed = rename_warning(name_value, output_name)
@@ -864,14 +855,14 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
         return _parse_dialogue_line(obj, line_number, sources, output_name, warnings)
     text = _pick(obj, "input_text", line_number)
     if text is None:
-        raise JobLineError(line_number, _missing_field("input_text", "the text to speak", obj))
+        raise JobLineError(line_number, _missing_field("input_text", Notice("job_meaning_text"), obj))
     if not isinstance(text, str) or not text.strip():
-        raise JobLineError(line_number, "'input_text' must be a non-empty string")
+        raise JobLineError(line_number, Notice("job_text_empty"))
     _check_text(text, "input_text", line_number)
 
     prompt_text = _pick(obj, "prompt_text", line_number)
     if prompt_text is not None and not isinstance(prompt_text, str):
-        raise JobLineError(line_number, "'prompt_text' must be a string")
+        raise JobLineError(line_number, Notice("job_prompt_text_type"))
     if prompt_text is not None:
         prompt_text = prompt_text.strip() or None
 
@@ -879,23 +870,22 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
     voice = obj.get("voice")
     if voice is not None:
         if not isinstance(voice, str) or not voice.strip():
-            raise JobLineError(line_number, "'voice' must be the name of a saved voice (a non-empty string)")
+            raise JobLineError(line_number, Notice("job_voice_type"))
         if audio_value not in (None, ""):
-            raise JobLineError(line_number, "both 'voice' and 'prompt_audio' are given; keep one")
+            raise JobLineError(line_number, Notice("job_voice_and_audio"))
         found = sources.voices.find(voice)
         if found is None:
-            names = ", ".join(repr(n) for n in sources.voices.names()) or "none"
-            raise JobLineError(line_number, f"voice {voice!r} is not in the voice library (voices: {names}); save "
-                                            "it first, check the spelling, or give prompt_audio")
+            names = ", ".join(repr(n) for n in sources.voices.names()) or Notice("job_none")
+            raise JobLineError(line_number, Notice("job_voice_unknown", voice=voice, names=names))
         prompt_audio = None
         voice = found.name
     elif audio_value in (None, ""):
         if not has_default_voice:
-            raise JobLineError(line_number, _missing_field("prompt_audio", "the reference audio file", obj)
-                               + " and no default voice was given")
+            raise JobLineError(line_number, Notice("job_missing_no_default", missing=_missing_field(
+                "prompt_audio", Notice("job_meaning_audio"), obj)))
         prompt_audio = None
     elif not isinstance(audio_value, str):
-        raise JobLineError(line_number, "'prompt_audio' must be a file path string")
+        raise JobLineError(line_number, Notice("job_audio_type"))
     else:
         prompt_audio = sources.resolve(audio_value, line_number)
 
@@ -918,32 +908,30 @@ def _parse_emotion(obj: dict, line_number: int, sources: AudioSources) -> JobEmo
     clip, vector, weight = values["emo_audio_prompt"], values["emo_vector"], values["emo_alpha"]
     from_text, text = values["use_emo_text"], values["emo_text"]
     if clip is not None and not isinstance(clip, str):
-        raise JobLineError(line_number, "'emo_audio_prompt' must be a file path string")
+        raise JobLineError(line_number, Notice("job_emo_audio_type"))
     if isinstance(vector, dict):
         unknown = sorted(str(k) for k in vector if k not in EMOTION_NAMES)
         if unknown:
-            raise JobLineError(line_number, f"'emo_vector' has unknown emotions {unknown}; use "
-                                            f"{', '.join(EMOTION_NAMES)}")
+            raise JobLineError(line_number, Notice("job_emo_unknown", unknown=str(unknown),
+                                                   allowed=", ".join(EMOTION_NAMES)))
         vector = [vector.get(name, 0.0) for name in EMOTION_NAMES]
     if vector is not None and (not isinstance(vector, list) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in vector)):
-        raise JobLineError(line_number, f"'emo_vector' must be a list of {len(EMOTION_NAMES)} numbers or an object "
-                                        "of emotion weights, e.g. {\"happy\": 0.8}")
+        raise JobLineError(line_number, Notice("job_emo_vector", count=len(EMOTION_NAMES)))
     if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))):
-        raise JobLineError(line_number, "'emo_alpha' must be a number in [0, 1]")
+        raise JobLineError(line_number, Notice("job_emo_alpha"))
     if from_text is not None and not isinstance(from_text, bool):
-        raise JobLineError(line_number, "'use_emo_text' must be true/false")
+        raise JobLineError(line_number, Notice("job_emo_use_text"))
     if text is not None and not isinstance(text, str):
-        raise JobLineError(line_number, "'emo_text' must be a string")
+        raise JobLineError(line_number, Notice("job_emo_text_type"))
     if text is not None and not from_text:
-        raise JobLineError(line_number, "'emo_text' is only read with \"use_emo_text\": true; add it or drop "
-                                        "emo_text")
+        raise JobLineError(line_number, Notice("job_emo_text_alone"))
     try:
         vector = check_emotion(has_reference_audio=clip not in (None, ""), vector=vector,
                                weight=1.0 if weight is None else weight, from_text=bool(from_text),
                                text=text.strip() or None if text is not None else None)
     except InputError as exc:
-        raise JobLineError(line_number, str(exc)) from exc
+        raise JobLineError(line_number, message_of(exc)) from exc
     audio = sources.resolve(clip, line_number) if clip not in (None, "") else None
     return JobEmotion(audio=audio, vector=vector, weight=1.0 if weight is None else float(weight),
                       from_text=bool(from_text), text=text.strip() or None if text is not None else None)
@@ -960,26 +948,25 @@ def _parse_dialogue_line(obj: dict, line_number: int, sources: AudioSources, out
             script_value = "\n".join(f"Speaker {int(t['speaker'])}: {t['text']}" if str(t["speaker"]).isdigit()
                                      else f"{t['speaker']}: {t['text']}" for t in script_value)
         except (TypeError, KeyError, ValueError):
-            raise JobLineError(line_number, "'script' as a list holds objects with 'speaker' and 'text'") from None
+            raise JobLineError(line_number, Notice("job_script_list")) from None
     if not isinstance(script_value, str) or not script_value.strip():
-        raise JobLineError(line_number, "'script' must be a non-empty dialogue text ('Speaker 1: ...' lines)")
+        raise JobLineError(line_number, Notice("job_script_empty"))
     _check_text(script_value, "script", line_number)
     for clash in ("input_text", "syn_text", "prompt_audio", "prompt_speech", "voice"):
         if obj.get(clash) not in (None, ""):
-            raise JobLineError(line_number, f"both 'script' and {clash!r} are given; a dialogue takes its voices "
-                                            "from 'speakers'")
+            raise JobLineError(line_number, Notice("job_script_clash", field=clash))
     speakers = obj.get("speakers")
     if not isinstance(speakers, dict) or not speakers:
-        raise JobLineError(line_number, "a 'script' needs 'speakers': {\"1\": \"voice name or audio file\", ...}")
+        raise JobLineError(line_number, Notice("job_script_speakers"))
     try:
         script = parse_script(script_value)
         values = check_voices(script, {str(k): v for k, v in speakers.items()})
     except InputError as exc:
-        raise JobLineError(line_number, str(exc)) from None
+        raise JobLineError(line_number, message_of(exc)) from None
     voices = []
     for speaker, value in zip(script.speakers, values):
         if not isinstance(value, str) or not value.strip():
-            raise JobLineError(line_number, f"speakers: {speaker.label}'s voice must be a voice name or a file path")
+            raise JobLineError(line_number, Notice("job_speaker_voice", label=speaker.label))
         found = sources.voices.find(value)
         voices.append(("voice", found.name) if found is not None else ("file", sources.resolve(value, line_number)))
     params = _line_params(obj, line_number)
@@ -1018,7 +1005,7 @@ def iter_job(jsonl_path: str | Path, sources: AudioSources, *, has_default_voice
     try:
         fh = open(path, encoding=encoding, newline=None)  # newline=None: CRLF and CR read as "\n"
     except OSError as exc:
-        raise InputError(f"cannot read job file {path.name!r}: {exc.strerror or exc}") from exc
+        raise InputError(Notice("job_cannot_read", name=path.name, reason=exc.strerror or str(exc))) from exc
     with fh:
         for line_number, raw in enumerate(fh, start=1):
             text = raw.strip()
@@ -1039,9 +1026,8 @@ def iter_job(jsonl_path: str | Path, sources: AudioSources, *, has_default_voice
                 continue
             key = parsed.output_name.casefold()
             if key in seen:
-                yield InvalidLine(line_number, JobLineError(
-                    line_number, f"duplicate output_name {parsed.output_name!r}: line {seen[key]} already uses it "
-                                 f"(lines {seen[key]} and {line_number}); give each line its own output_name"),
+                yield InvalidLine(line_number, JobLineError(line_number, Notice(
+                    "job_duplicate_name", name=parsed.output_name, first=seen[key], line=line_number)),
                     None, parsed.warnings)
                 continue
             seen[key] = line_number
@@ -1049,14 +1035,14 @@ def iter_job(jsonl_path: str | Path, sources: AudioSources, *, has_default_voice
 
 
 def make_sources(jsonl_path: str | Path, audio_root: str | Path | None, config: JobConfig, *,
-                 audio_label: str = "the audio folder") -> AudioSources:
+                 audio_label: str | None = None) -> AudioSources:
     """``AudioSources`` for a job: search the audio folder (when given) then the JSONL's folder. Messages call
     them ``audio_label`` and "the job file's folder" (no server paths); ``voice`` fields name voices of
     ``config.voice_library()``."""
     search = ([Path(audio_root)] if audio_root is not None else []) + [Path(jsonl_path).parent]
-    labels = {Path(jsonl_path).parent: "the job file's folder"}
+    labels = {Path(jsonl_path).parent: Notice("job_root_job_folder")}
     if audio_root is not None:
-        labels[Path(audio_root)] = audio_label
+        labels[Path(audio_root)] = audio_label or Notice("job_root_audio_folder")
     return AudioSources(search, [Path(r) for r in config.extra_allowed_roots], has_audio_source=audio_root is not None,
                         root_labels=labels, voices=config.voice_library())
 
@@ -1071,7 +1057,7 @@ def check_default_voice(path: str | Path | None) -> Path | None:
         return None
     resolved = Path(path).expanduser().resolve()
     if not resolved.is_file():
-        raise InputError(f"default voice file {str(path)!r} does not exist")
+        raise InputError(Notice("job_default_voice_missing", path=str(path)))
     return resolved
 
 
@@ -1109,10 +1095,8 @@ def validate_lines(jsonl_path: str | Path, sources: AudioSources, *, has_default
                 report.num_valid += 1
         report.rows.extend(ValidationRow(item.line_number, "warning", w) for w in item.warnings)
     if num_not_found and not sources.has_audio_source:
-        report.rows.insert(len(file_warnings), ValidationRow(0, "error", (
-            f"{num_not_found} line(s) name reference audio that is not next to the job file, and no audio ZIP or "
-            "folder was given: add the ZIP (or folder) holding the files named in prompt_audio "
-            "(web app: the reference audio ZIP box; command line: --audio-dir)")))
+        report.rows.insert(len(file_warnings), ValidationRow(0, "error", Notice("job_not_found_no_zip",
+                                                                                count=num_not_found)))
     if report.num_lines == 0:
-        report.rows.append(ValidationRow(0, "error", "the job file has no lines; write one JSON object per line"))
+        report.rows.append(ValidationRow(0, "error", Notice("job_no_lines")))
     return report

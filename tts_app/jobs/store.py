@@ -88,6 +88,8 @@ class JobState:
             or an API key's ``key_owner``); None: nobody's (a job made before jobs had owners).
         server_id: id of the server process that ran it last (to tell a dead server's jobs).
         warnings: job-level notices (e.g. the file is not UTF-8).
+        error_i18n, warnings_i18n: the same messages as ``tts_app.frontend.messages.Notice.to_json`` (None for a
+            plain one), from which the page shows them in its language (``localize_record``).
     """
 
     job_id: str
@@ -112,6 +114,8 @@ class JobState:
     owner: str | None = None
     server_id: str | None = None
     warnings: list[str] = field(default_factory=list)
+    error_i18n: dict | None = None
+    warnings_i18n: list = field(default_factory=list)
 
     @property
     def active(self) -> bool:

@@ -38,10 +38,23 @@ from tts_app.server.state import AppHost
 
 logger = logging.getLogger(__name__)
 
-LOADING_PAGE = """<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="5">
-<title>tts_app: loading</title></head><body style="font-family: sans-serif; margin: 3em">
-<h2>Loading the model&hellip; / 正在加载模型&hellip;</h2><p>{detail}</p>
-<p>This page reloads itself every 5 seconds. / 页面每 5 秒自动刷新。</p></body></html>"""
+LOADING_PAGE = """<!doctype html><html lang="{lang}"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5">
+<title>{title}</title></head><body style="font-family: sans-serif; margin: 3em">
+<h2>{heading}</h2><p>{detail}</p>
+<p>{reload}</p></body></html>"""
+
+
+def loading_page(lang: str, load_error: object | None) -> str:
+    """The 503 page shown while the model loads (or after it failed), in ``lang`` ("zh" or "en")."""
+    import html
+
+    from tts_app.ui.texts import server_text
+
+    detail = (server_text(lang, "loading_failed", error=load_error) if load_error is not None
+              else server_text(lang, "loading_wait"))
+    return LOADING_PAGE.format(lang=lang, title=html.escape(server_text(lang, "loading_title")),
+                               heading=html.escape(server_text(lang, "loading_heading")),
+                               detail=html.escape(detail), reload=html.escape(server_text(lang, "loading_reload")))
 
 
 class LateMount:
@@ -113,11 +126,11 @@ class LateMount:
             return
         if scope["type"] != "http":
             return
-        detail = (f"The model could not be loaded: {self.host.load_error}" if self.host.load_error is not None
-                  else "The web page appears when the model has loaded.")
-        import html
+        from tts_app.ui.texts import pick_language
 
-        response = Response(LOADING_PAGE.format(detail=html.escape(detail)), status_code=503,
+        headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope.get("headers", [])}
+        lang = pick_language(getattr(self.host, "lang", None), headers.get("accept-language"))
+        response = Response(loading_page(lang, self.host.load_error), status_code=503,
                             media_type="text/html", headers={"Retry-After": "5"})
         await response(scope, receive, send)
 

@@ -26,6 +26,7 @@ from typing import Any
 import gradio as gr
 
 from tts_app.errors import TTSAppError
+from tts_app.frontend.messages import localize, localize_record
 from tts_app.jobs.store import JobState
 from tts_app.ui.context import AppContext
 from tts_app.ui.texts import error_text, server_text
@@ -88,6 +89,13 @@ def _lang(ctx: AppContext, request: gr.Request | None) -> str:
     return pick_language(ctx.lang, headers.get("accept-language"))
 
 
+def _empty_validation(ctx: AppContext, request: gr.Request = None):
+    """The validation table before any Validate: no rows, headers in the page's language."""
+    from tts_app.ui.texts import empty_table
+
+    return empty_table(_lang(ctx, request), "col_validation")
+
+
 def _user_error(message: str) -> gr.Error:
     """A mistake the user can fix: shown where they acted, no traceback in the server log."""
     return gr.Error(message, duration=None, print_exception=False)
@@ -148,9 +156,10 @@ def progress_html(state: JobState | None, lang: str) -> str:
     lines = [f'<div class="job-bar" role="progressbar" aria-valuenow="{finished}" aria-valuemin="0" '
              f'aria-valuemax="{state.num_lines}"><div style="width: {share:.1f}%"></div></div>',
              f"<p>{' · '.join(parts)}</p>"]
+    record = state.to_dict()
     if state.error:
-        lines.append(f"<p>✖ {html.escape(state.error)}</p>")
-    for warning in state.warnings:
+        lines.append(f"<p>✖ {html.escape(localize_record(record, 'error', lang))}</p>")
+    for warning in localize_record(record, "warnings", lang):
         lines.append(f"<p>⚠ {html.escape(warning)}</p>")
     return f'<div data-status="{state.status}" data-done="{finished}">{"".join(lines)}</div>'
 
@@ -171,7 +180,7 @@ def results_html(ctx: AppContext, job_id: str | None, status_filter: str, lang: 
         if record.get("status") == "ok" and audio:
             src = f"/gradio_api/file={html.escape(str((out_dir / audio).resolve()), quote=True)}"
             player = f'<audio controls preload="none" src="{src}"></audio>'
-        notes = [record.get("error") or ""] + list(record.get("warnings") or [])
+        notes = [localize_record(record, "error", lang) or ""] + localize_record(record, "warnings", lang)
         duration = record.get("duration_s")
         rows.append("<tr>" + "".join([
             f"<td>{record['line']}</td>", f"<td>{html.escape(str(record.get('output_name') or '—'))}</td>",
@@ -290,8 +299,8 @@ def validate_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None
                            check_line=check_line)
     except TTSAppError as exc:
         raise _user_error(error_text(exc, lang)) from exc
-    rows = [[line if line else server_text(lang, "job_file"), status, str(message)]
-            for line, status, message in report.as_table()]
+    rows = [[line if line else server_text(lang, "job_file"), server_text(lang, "row_" + status),
+             localize(message, lang)] for line, status, message in report.as_table()]
     counts = dict(num_lines=report.num_lines, num_valid=report.num_valid, num_invalid=report.num_invalid,
                   num_warnings=report.num_warnings)
     summary = server_text(lang, "validation_ok" if report.ok else "validation_bad", **counts)
@@ -419,8 +428,8 @@ def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=
                     lang)
     state = ctx.jobs.wait(state.job_id)
     records = ctx.jobs.results(state.job_id)
-    rows = [[r["line"], r.get("output_name"), r.get("status"), r.get("error") or "", r.get("duration_s")]
-            for r in records]
+    rows = [[r["line"], r.get("output_name"), r.get("status"), localize_record(r, "error", lang) or "",
+             r.get("duration_s")] for r in records]
     if state.status == "failed":
         raise _user_error(state.error or "the job failed")
     key = "job_cancelled" if state.num_cancelled else "job_summary"
@@ -541,14 +550,15 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
         cancel_btn = gr.Button(i18n("cancel_job"), variant="stop", elem_id="cancel-job", interactive=False)
         resume_btn = gr.Button(i18n("resume_job"), elem_id="resume-job", interactive=False)
     validation_summary = gr.Markdown(label=i18n("validation_summary"), elem_id="validation-summary")
-    validation = gr.Dataframe(headers=st(lang, "col_validation").split("|"), label=i18n("validation"), wrap=True,
-                              interactive=False, elem_id="validation")
+    # headers in each browser's language: the value is made per page load (``empty_table``)
+    validation = gr.Dataframe(value=wrap(_empty_validation), headers=st(lang, "col_validation").split("|"),
+                              label=i18n("validation"), wrap=True, interactive=False, elem_id="validation")
     progress = gr.HTML(progress_html(None, lang), label=i18n("job_progress"), elem_id="job-progress")
     with gr.Row():
         recent = gr.Dropdown(label=i18n("recent_jobs"), choices=[], value=None, elem_id="recent-jobs", scale=3)
         job_id = gr.Textbox(label=i18n("job_id"), placeholder="20250101-120000-1a2b3c4d", elem_id="job-id", scale=2)
         open_btn = gr.Button(i18n("open_job"), elem_id="open-job", scale=1)
-    status_filter = gr.Radio(choices=[(st(lang, "filter_" + f), f) for f in FILTERS], value="all",
+    status_filter = gr.Radio(choices=[(i18n("filter_" + f), f) for f in FILTERS], value="all",
                              label=i18n("show_lines"), elem_id="status-filter")
     results = gr.HTML(label=i18n("job_results"), elem_id="job-results")
     results_zip = gr.File(label=i18n("download_zip"), interactive=False, elem_id="results-zip", height=90,

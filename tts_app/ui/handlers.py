@@ -37,8 +37,11 @@ def user_error(message: str) -> gr.Error:
 
 
 def warn_grouped(messages: list[str], lang: str) -> None:
-    """One ``gr.Warning`` for many notices: duplicates dropped, the first ``MAX_NOTICES_SHOWN`` shown."""
-    unique = list(dict.fromkeys(m for m in messages if m))
+    """One ``gr.Warning`` for many notices (in ``lang``): duplicates dropped, the first ``MAX_NOTICES_SHOWN``
+    shown."""
+    from tts_app.frontend.messages import localize
+
+    unique = list(dict.fromkeys(localize(m, lang) for m in messages if m))
     if not unique:
         return
     shown = unique[:MAX_NOTICES_SHOWN]
@@ -214,13 +217,13 @@ def reference_report(ctx: AppContext, reference_audio: str | None, reference_tex
         partial = exc.report if isinstance(exc, ReferenceAudioError) else None
         if partial is not None and partial.errors:  # the report lists the reason itself
             return None, f"**✖ {server_text(lang, 'reference_refused')}**\n\n" + _report_markdown(
-                partial.to_dict(), lang)
-        return None, f"**✖ {server_text(lang, 'reference_refused')}:** {exc}"
+                partial.to_dict(lang), lang)
+        return None, f"**✖ {server_text(lang, 'reference_refused')}:** {error_text(exc, lang)}"
     # The cleaned clip as a 16-bit WAV file in this browser's own folder (one per distinct clip and model rate): the
     # player gets exactly these samples (a numpy array would be peak-normalised and converted by gradio on every
     # upload), and no other browser can fetch it.
     clean_path = ctx.reference_clip(prepared, _headers(request))
-    return str(clean_path), _report_markdown(prepared.report.to_dict(), lang)
+    return str(clean_path), _report_markdown(prepared.report.to_dict(lang), lang)
 
 
 def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None):
@@ -307,7 +310,7 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
     except TTSAppError as exc:
         raise user_error(error_text(exc, lang)) from exc
     params = tempo_params(params, speed, duration_s, loudness_lufs, segment_durations_s, lang)
-    reference_text = _fill_transcript(ctx, reference, reference_text)
+    reference_text = _fill_transcript(ctx, reference, reference_text, lang)
     emotion = _emotion(ctx, lang, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text)
     synthesis_request = SynthesisRequest(text=text, reference_audio=reference.audio,
                                          reference_text=reference_text, params=params,
@@ -458,15 +461,16 @@ def chapter_files(ctx: AppContext, metadata: str | None, request: gr.Request = N
     return gr.update(value=shown or None, visible=bool(shown))
 
 
-def _fill_transcript(ctx: AppContext, prepared, reference_text: str | None) -> str | None:
+def _fill_transcript(ctx: AppContext, prepared, reference_text: str | None, lang: str = "en") -> str | None:
     """``reference_text``, or the ASR transcript of the cleaned clip when there is none and the family needs one
-    (``tts_app.audio.transcribe.fill_transcript``); what happened is shown as a warning."""
+    (``tts_app.audio.transcribe.fill_transcript``); what happened is shown as a warning, in ``lang``."""
     from tts_app.audio.transcribe import fill_transcript
+    from tts_app.frontend.messages import localize
 
     text, notes = fill_transcript(ctx.transcriber, prepared, reference_text,
                                   needs_reference_text=_engine(ctx).facts.needs_reference_text)
     for note in notes:
-        gr.Warning(note)
+        gr.Warning(localize(note, lang))
     return text
 
 
@@ -578,8 +582,10 @@ def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRe
     if result.status == RequestStatus.CANCELLED:
         raise gr.Error(server_text(lang, "generation_stopped"), print_exception=False)
     if not result.ok:
+        from tts_app.frontend.messages import localize
+
         raise user_error(server_text(lang, "synthesis_failed", request_id=result.request_id, seed=seed,
-                                     error=result.error))
+                                     error=localize(result.error, lang)))
     if result.audio.size == 0:
         ran_greedy = result.effective_params is not None and result.effective_params.greedy is not False
         raise user_error(server_text(lang, "no_audio_greedy" if ran_greedy else "no_audio_sampling", seed=seed))
@@ -689,7 +695,9 @@ def gauge(ctx: AppContext, request: gr.Request = None):
         lines += worker_lines(ctx.pool, lang)
     frame = pd.DataFrame(ctx.history.rows() or [{"seconds_ago": 0.0, "used_gib": 0.0, "torch_gib": 0.0,
                                                   "event": "ok"}])
-    return "\n".join(lines), frame
+    # the columns keep their names (the plot is built on them); the axes are titled in the page's language
+    return "\n".join(lines), gr.update(value=frame, x_title=server_text(lang, "axis_seconds_ago"),
+                                        y_title=server_text(lang, "axis_used_gib"))
 
 
 def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None, voice_2: str | None = None,
@@ -725,7 +733,7 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
                 raise user_error(server_text(lang, "need_speaker_voice", number=speaker.number, name=speaker.label))
         except TTSAppError as exc:
             raise user_error(error_text(exc, lang)) from exc
-        voices.append((ref, _fill_transcript(ctx, ref, text)))
+        voices.append((ref, _fill_transcript(ctx, ref, text, lang)))
         refs.append(ref)
     params = tempo_params(SynthesisParams(seed=int(seed or 0)), speed, duration_s, loudness_lufs)
     synthesis_request = dialogue_request(parsed, voices, text=script, params=params, priority=Priority.INTERACTIVE)

@@ -30,7 +30,8 @@ import sys
 import threading
 import time
 
-from tts_app.cli.args import (DEFAULT_PORT, CliParser, EngineArgs, add_cluster_args, add_engine_args, add_server_args,
+from tts_app.cli.args import (DEFAULT_PORT, CliParser, EngineArgs, add_cluster_args, add_engine_args, add_lang_arg,
+                              add_server_args,
                               add_voice_args, check_device_available, check_output_dir, cluster_config_from,
                               engine_args_from, file_size, parse_cli, server_address, server_config_from, usage_error)
 from tts_app.config import ClusterConfig, ReferenceConfig, UploadConfig
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_server_args(p)
     add_cluster_args(p)
     g = p.add_argument_group("web page")
-    g.add_argument("--lang", choices=["zh", "en"], default=None, help="interface language (default: browser's)")
+    add_lang_arg(g, help="interface language: zh or en (default: each browser's)")
     g.add_argument("--output-dir", default=None,
                    help="where generated files, jobs and saved voices are kept (default: $XDG_DATA_HOME/tts_app, "
                         "else ~/.local/share/tts_app); jobs there survive a restart")

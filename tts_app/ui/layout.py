@@ -303,8 +303,14 @@ def _result_widgets(i18n: gr.I18n, lang: str | None, *, audio: str, seed: str | 
                            elem_id=srt)
         metadata_file = gr.File(label=i18n("download_metadata"), interactive=False, height=90,
                                 elem_classes="download-box", elem_id=metadata)
-    table = gr.Dataframe(headers=server_text(lang or "en", "col_timings").split("|"), label=i18n("timings"),
-                         interactive=False, elem_id=timings)
+    def empty_timings(request: gr.Request = None):  # headers in the page's language, made per page load
+        from tts_app.ui.texts import empty_table, pick_language
+
+        return empty_table(pick_language(lang, (getattr(request, "headers", None) or {}).get("accept-language")),
+                           "col_timings")
+
+    table = gr.Dataframe(value=empty_timings, headers=server_text(lang or "en", "col_timings").split("|"),
+                         label=i18n("timings"), interactive=False, elem_id=timings)
     return [out_audio, srt_file, metadata_file, table, used_seed]
 
 
@@ -368,14 +374,13 @@ def _emotion_widgets(facts, i18n: gr.I18n, lang: str | None) -> list:
     ("... has no emotion control") instead of gradio's bare choice check."""
     from tts_app.request import EMOTION_NAMES
     from tts_app.ui.emotion import DEFAULT_EMOTION_WEIGHT, EMOTION_MODES, emotion_inputs_shown, emotion_modes
-    from tts_app.ui.texts import choice_label
 
     modes = emotion_modes(facts)
     shown = len(modes) > 1
     start = emotion_inputs_shown("none")  # only the chosen source's inputs are shown (mode.change below)
     with gr.Accordion(i18n("emotion"), open=False, visible=shown, elem_id="emotion"):
         gr.Markdown(i18n("emotion_note"))
-        mode = gr.Radio([(choice_label(lang, f"emo_mode_{m}"), m) for m in (modes if shown else EMOTION_MODES)],
+        mode = gr.Radio([(i18n(f"emo_mode_{m}"), m) for m in (modes if shown else EMOTION_MODES)],
                         value="none", label=i18n("emotion_mode"), elem_id="emotion-mode")
         with gr.Row():
             clip = Audio(label=i18n("emotion_audio"), sources=["upload", "microphone"], type="filepath",

@@ -265,14 +265,17 @@ assert EN.keys() == ZH.keys()  # a missing translation is a programming error, c
 def translations(lang: str | None) -> dict[str, dict[str, str]]:
     """Locale -> strings for ``gr.I18n``. ``lang`` None: both, the browser decides; "zh"/"en": every locale shows
     that language."""
+    en = {**EN, **{k: v for k, v in SERVER["en"].items() if k.startswith(CHOICE_PREFIXES)}}
+    zh = {**GRADIO_ZH, **ZH, **{k: v for k, v in SERVER["zh"].items() if k.startswith(CHOICE_PREFIXES)}}
     if lang is None:
-        return {"en": EN, "zh": ZH, "zh-CN": ZH}
-    chosen = ZH if lang == "zh" else EN
+        return {"en": en, "zh": zh, "zh-CN": zh}
+    chosen = zh if lang == "zh" else en
     return {"en": chosen, "zh": chosen, "zh-CN": chosen}
 
 
-# Strings the server composes (reports, summaries, progress, notices). Messages raised by the engine, front end and
-# job runner stay in English (they name values and fixes precisely); the UI shows them as they are.
+# Strings the server composes (reports, summaries, progress, notices). Messages raised by the front end, the
+# reference checks and the job runner are ``tts_app.frontend.messages.Notice`` s with their own tables; the page
+# renders them in its language (``error_text``, ``localize``).
 SERVER: dict[str, dict[str, str]] = {
     "en": {
         "format": "format", "sampling_rate": "sampling rate", "channels": "channels", "duration_s": "duration",
@@ -487,7 +490,42 @@ SERVER["zh"].update({
     "voice_error_bundled_change": "{name!r} 是内置示例声音，不能修改。",
     "voice_error_bundled_delete": "{name!r} 是内置示例声音，不能删除。",
 })
+# Table words, chart axes and the loading page (issue 23).
+SERVER["en"].update({
+    "row_error": "error", "row_warning": "warning",
+    "axis_seconds_ago": "seconds ago", "axis_used_gib": "used (GiB)",
+    "loading_title": "tts_app: loading", "loading_heading": "Loading the model…",
+    "loading_wait": "The web page appears when the model has loaded.",
+    "loading_failed": "The model could not be loaded: {error}",
+    "loading_reload": "This page reloads itself every 5 seconds.",
+})
+SERVER["zh"].update({
+    "row_error": "错误", "row_warning": "提示",
+    "axis_seconds_ago": "秒前", "axis_used_gib": "已用（GiB）",
+    "loading_title": "tts_app：正在加载", "loading_heading": "正在加载模型…",
+    "loading_wait": "模型加载完成后即显示网页。",
+    "loading_failed": "模型无法加载：{error}",
+    "loading_reload": "页面每 5 秒自动刷新。",
+})
 assert SERVER["en"].keys() == SERVER["zh"].keys()
+#: server strings that also label widgets built once for every browser (radio choices), so ``gr.I18n`` carries
+#: them too (translated in each browser; ``translations``)
+CHOICE_PREFIXES = ("filter_", "emo_mode_")
+#: gradio's own interface words that its zh-CN translation lacks (gradio 6: the status of a finished event, the
+#: footer's "Runs"); given to ``gr.I18n`` for Chinese only, so English pages keep gradio's own text
+GRADIO_ZH = {"common.complete": "完成", "common.runs": "运行记录", "common.runs_description": "查看本浏览器保存的运行记录"}
+
+
+def table_headers(lang: str, key: str) -> list[str]:
+    """The column headers of table ``key`` ("col_validation", "col_results", "col_timings") in ``lang``."""
+    return server_text(lang, key).split("|")
+
+
+def empty_table(lang: str, key: str):
+    """An empty ``pandas.DataFrame`` with table ``key``'s headers in ``lang`` (a table's value before any data)."""
+    import pandas as pd
+
+    return pd.DataFrame(columns=table_headers(lang, key))
 
 
 def error_text(exc: BaseException, lang: str) -> str:
@@ -518,13 +556,6 @@ def pick_language(forced: str | None, accept_language: str | None) -> str:
 def server_text(lang: str, key: str, **values) -> str:
     """A server-composed string in ``lang``, formatted with ``values``."""
     return SERVER.get(lang, SERVER["en"])[key].format(**values)
-
-
-def choice_label(forced: str | None, key: str) -> str:
-    """A label built once for all users (radio choices): in ``--lang``'s language, else bilingual ("en / 中文")."""
-    if forced in ("zh", "en"):
-        return SERVER[forced][key]
-    return f"{SERVER['en'][key]} / {SERVER['zh'][key]}"
 
 
 def preview_label(forced: str | None, kind: str) -> str:

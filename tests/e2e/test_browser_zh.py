@@ -1,0 +1,95 @@
+"""A zh-CN browser on the shared app, which runs WITHOUT --lang: after a refused reference upload (Single tab) and a
+job with bad lines (Batch tab: Validate, then Run), neither tab shows an English word beyond proper names, model
+names, units, file names and the JSON field names a user types."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.ui_app import screenshot_dir
+
+pytestmark = pytest.mark.e2e
+
+# Words that are the same in a Chinese page: names (of the app, models, libraries, formats), units, the JSON
+# fields and values a task file holds, the knobs' own names, and dialogue-script syntax.
+ALLOWED = {
+    "tts_app", "gradio", "api", "vibevoice", "dia", "csm", "higgs", "indextts", "whisper", "json", "jsonl", "zip",
+    "utf", "gbk", "gb18030", "wav", "flac", "mp3", "ogg", "m4a", "opus", "srt", "kv", "cfg", "top", "token", "oom",
+    "id", "hz", "khz", "db", "dbfs", "ms", "gib", "mib", "lufs", "snr", "nan", "pcm", "speaker", "s1",
+    "input_text", "syn_text", "prompt_audio", "prompt_speech", "prompt_text", "output_name", "uttid", "format", "seed",
+    "greedy", "temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens", "voice", "script", "speakers",
+    "true", "false", "max", "batch", "size", "mei", "voices", "hello", "pause", "zhong", "yin", "hang",
+    "en", "zh", "s", "x", "b", "p", "k",  # language codes (the model's languages), seconds, the speed factor (1x), bytes
+    "results",  # the results ZIP's file name, which gr.File shows apart from its ".zip"
+}
+FILE_NAME = re.compile(r"[\w./\\-]+\.(?:wav|jsonl|json|zip|mp3|flac|ogg|m4a|opus|srt|txt)\b|\S*/\S*", re.IGNORECASE)
+
+
+#: what the user typed, quoted back in a message ('text', "x"), and command-line flags (--audio-dir)
+QUOTED_OR_FLAG = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|--[\w-]+")
+
+
+def english_words(text: str) -> list[str]:
+    """Latin-letter words of ``text`` outside file names, quoted values, flags and the allow-list
+    (case-insensitive)."""
+    text = QUOTED_OR_FLAG.sub(" ", FILE_NAME.sub(" ", text))
+    words = re.findall(r"(?<![A-Za-z0-9_])[A-Za-z][A-Za-z0-9_]*(?:-[A-Za-z0-9]+)*", text)
+    return sorted({w for w in words if w.lower() not in ALLOWED and not re.fullmatch(r"[a-z]?\d\w*", w.lower())
+                   and not all(part.lower() in ALLOWED or part.isdigit() for part in re.split(r"[-_]", w))})
+
+
+@pytest.fixture(scope="module")
+def zh_page(app_url, browser):
+    context = browser.new_context(locale="zh-CN", viewport={"width": 1280, "height": 1600})
+    page = context.new_page()
+    page.goto(app_url)
+    page.wait_for_selector("#generate", timeout=60_000)
+    yield page
+    context.close()
+
+
+def _visible_text(page) -> str:
+    """What the user can read on the page now (hidden tabs excluded), and the pop-ups."""
+    return page.locator("body").inner_text()
+
+
+def test_single_tab_in_chinese_after_a_refused_reference(zh_page, data_dir):
+    page = zh_page
+    page.locator("#ref-audio input[type=file]").set_input_files(str(data_dir / "silence_digital_5s.wav"))
+    report = page.locator("#ref-report")
+    report.filter(has_text="✖").wait_for(timeout=60_000)
+    assert "数字静音" in report.inner_text()
+    for accordion in ("#settings", "#voice-library"):  # a closed accordion hides its labels
+        page.locator(f"{accordion} > button").first.click()
+    page.get_by_text("每段最大字数").wait_for()
+    page.screenshot(path=str(screenshot_dir() / "zh-single-refused.png"), full_page=True)
+    words = english_words(_visible_text(page))
+    assert words == [], words
+
+
+def test_batch_tab_in_chinese_after_a_job_with_bad_lines(zh_page, tmp_path):
+    page = zh_page
+    job = tmp_path / "任务.jsonl"
+    job.write_text('{"input_text": "你好", "prompt_audio": "voices/missing.wav"}\n'
+                   '{"text": "你好", "colour": 1}\n'
+                   '{"input_text": "你好", "seed": "x", "prompt_audio": "a.wav"}\n'
+                   'not json\n', encoding="utf-8")
+    page.get_by_role("tab", name="批量（JSONL）").click()
+    for accordion in ("任务文件的写法（字段、示例、模板）", "任务设置（批大小、KV 缓存、贪心解码、种子、输出格式）"):
+        page.get_by_text(accordion, exact=True).click()
+    page.locator("#jsonl-help").wait_for()
+    page.locator("#jsonl input[type=file]").set_input_files(str(job))
+    page.locator("#validate").click()
+    validation = page.locator("#validation")
+    validation.filter(has_text="找不到 prompt_audio").wait_for(timeout=60_000)
+    assert "错误" in validation.inner_text() and "缺少字段" in validation.inner_text()
+    page.locator("#run-job").click()
+    page.locator("#job-results").filter(has_text="JSON 格式错误").wait_for(timeout=120_000)
+    page.locator("#job-progress [data-status=done]").wait_for(timeout=60_000)
+    page.screenshot(path=str(screenshot_dir() / "zh-batch-bad-lines.png"), full_page=True)
+    text = _visible_text(page)
+    assert "失败" in text
+    words = english_words(text)
+    assert words == [], words

@@ -1,0 +1,274 @@
+"""Messages of JSONL jobs (validation, per-line errors and warnings, the run's summary), in English and Chinese.
+
+Keys ``job_*``, registered with ``tts_app.frontend.messages``: a job module raises or records
+``Notice("job_...", **params)``, an English ``str`` that results.jsonl stores as before (with its ``*_i18n`` twin,
+``tts_app.jobs.results.line_record``), and that the page, the CLI and the progress text render in their user's
+language. JSON field names (``prompt_audio``, ``output_name``, ...) stay as written in both languages: they are
+what the user types.
+"""
+
+from __future__ import annotations
+
+from tts_app.frontend.messages import Notice, register
+
+EN: dict[str, str] = {
+    # the job file
+    "job_cannot_read": "cannot read job file {name!r}: {reason}",
+    "job_gbk": "the file is not UTF-8 ({where}); read it as GB18030/GBK. Save it as UTF-8 to be sure the text is "
+               "read as you wrote it",
+    "job_not_utf8": "job file {name!r} is not UTF-8 text ({where}) and not GBK/GB18030 either; save it as UTF-8",
+    "job_bad_byte": "bad byte 0x{byte} near line {line}",
+    "job_no_lines": "the job file has no lines; write one JSON object per line",
+    "job_file_no_lines": "job file {name!r} has no lines; write one JSON object per line",
+    "job_not_found_no_zip": "{count} line(s) name reference audio that is not next to the job file, and no audio ZIP "
+                            "or folder was given: add the ZIP (or folder) holding the files named in prompt_audio "
+                            "(web app: the reference audio ZIP box; command line: --audio-dir)",
+    "job_default_voice_missing": "default voice file {path!r} does not exist",
+    "job_audio_dir_bad": "audio folder {name!r} is neither a folder nor a ZIP file",
+    # where files are looked for
+    "job_root_job_folder": "the job file's folder",
+    "job_root_audio_folder": "the audio folder",
+    "job_root_audio_zip": "the audio ZIP {name!r}",
+    "job_root_the_zip": "the audio ZIP",
+    # prompt_audio
+    "job_ctrl_newline": "a newline", "job_ctrl_tab": "a tab", "job_ctrl_return": "a carriage return",
+    "job_ctrl_backspace": "a backspace", "job_ctrl_formfeed": "a form feed",
+    "job_control_chars": "prompt_audio {value!r} contains control characters ({names}): in JSON a backslash starts "
+                         "an escape (\\n is a newline, \\t a tab), so write paths with forward slashes, e.g. {fixed!r}",
+    "job_windows_path": "prompt_audio {value!r} is a Windows absolute path; give a path relative to the JSONL file "
+                        "or the audio folder",
+    "job_outside_roots": "prompt_audio {value!r} is an absolute path outside the allowed folders ({roots}); give a "
+                         "path relative to the JSONL file or the audio folder",
+    "job_audio_missing": "prompt_audio file {value!r} does not exist",
+    "job_leaves_zip": "prompt_audio {value!r} leaves the audio ZIP; use a path inside it",
+    "job_leaves_roots": "prompt_audio {value!r} leaves the allowed folders ({roots}); use a path inside the JSONL's "
+                        "folder or the audio folder",
+    "job_did_you_mean": "prompt_audio file {value!r} not found; did you mean {near!r}? (letter case matters in file "
+                        "names here)",
+    "job_not_found": "prompt_audio file {value!r} not found (looked in {looked})",
+    "job_not_found_no_source": "prompt_audio file {value!r} not found (looked in {looked}; no audio ZIP or folder "
+                               "was given)",
+    "job_not_audio": "prompt_audio {value!r} is not audio (the file is {what}); give a WAV, FLAC, MP3, OGG or M4A "
+                     "recording",
+    "job_too_short": "prompt_audio {value!r} is only {duration_s:.2f} s long; a reference needs at least {min_s:g} s "
+                     "of speech (5-15 s works best)",
+    "job_unreadable": "prompt_audio {value!r} cannot be read: {reason}",
+    "job_zip_unreadable": "prompt_audio {value!r} cannot be read from the audio ZIP: {reason}",
+    # the audio ZIP
+    "job_zip_too_many": "audio ZIP has {count} files; at most {limit} are accepted",
+    "job_zip_too_big": "audio ZIP would unpack to {size} bytes; the limit is {limit} bytes",
+    "job_zip_outside": "audio ZIP member {member!r} points outside the archive folder; refusing the ZIP (re-create "
+                       "it with plain relative names)",
+    "job_zip_symlink": "audio ZIP member {member!r} is a symbolic link; refusing the ZIP",
+    "job_zip_unreadable_file": "audio archive {name!r} is not a readable ZIP file: {reason}",
+    "job_zip_grew": "audio ZIP unpacks to more than {limit} bytes; refusing it",
+    # output_name
+    "job_name_type": "output_name must be a string, not {type}",
+    "job_name_path": "output_name {value!r} contains a path; outputs always go in the output folder, give a plain "
+                     "file name such as {plain!r}",
+    "job_name_empty_after": "output_name {value!r} is empty after removing unsafe characters",
+    "job_name_too_long": "output_name is {size} bytes long; at most {limit} bytes",
+    "job_renamed": "output_name {value!r} was renamed to {name!r} (the original is not a safe file name on every "
+                   "system); the audio is {file!r}",
+    "job_name_empty": "output_name is empty; the line number and first words are used instead, so the audio is "
+                      "{file!r}",
+    "job_duplicate_name": "duplicate output_name {name!r}: line {first} already uses it (lines {first} and {line}); "
+                          "give each line its own output_name",
+    # fields and values
+    "job_bad_json": "bad JSON: {detail} at column {column}",
+    "job_bad_json_backslash": "bad JSON: {detail} at column {column}; a backslash in a path must be doubled (\\\\) "
+                              "or, better, written as a forward slash",
+    "job_line_too_long": "the line is {num_chars} characters; at most {max_chars}",
+    "job_json_number": "bad JSON: a number of {num_chars} characters; at most {max_chars} characters per number",
+    "job_json_depth": "bad JSON: objects and lists nest {depth} deep; at most {max_depth}",
+    "job_bad_json_other": "bad JSON: {detail}",
+    "job_not_object": "expected a JSON object {{...}}, got {type}",
+    # the json module's own wording of a parse error (``JSON_ERRORS``)
+    "job_json_expecting_value": "Expecting value",
+    "job_json_property_name": "Expecting property name enclosed in double quotes",
+    "job_json_comma": "Expecting ',' delimiter",
+    "job_json_colon": "Expecting ':' delimiter",
+    "job_json_unterminated": "Unterminated string starting at",
+    "job_json_extra_data": "Extra data",
+    "job_json_bad_escape": "Invalid \\escape",
+    "job_json_control_char": "Invalid control character at",
+    "job_unknown_field": "unknown field {field!r} ignored",
+    "job_both_given": "both {first!r} and {second!r} are given with different values; keep one",
+    "job_missing_near": "missing field {field!r} (found {near!r}; rename it to {field})",
+    "job_missing": "missing field {field!r} ({meaning})",
+    "job_missing_no_default": "{missing} and no default voice was given",
+    "job_meaning_text": "the text to speak",
+    "job_meaning_audio": "the reference audio file",
+    "job_text_empty": "'input_text' must be a non-empty string",
+    "job_prompt_text_type": "'prompt_text' must be a string",
+    "job_voice_type": "'voice' must be the name of a saved voice (a non-empty string)",
+    "job_voice_and_audio": "both 'voice' and 'prompt_audio' are given; keep one",
+    "job_voice_unknown": "voice {voice!r} is not in the voice library (voices: {names}); save it first, check the "
+                         "spelling, or give prompt_audio",
+    "job_none": "none",
+    "job_audio_type": "'prompt_audio' must be a file path string",
+    "job_param_list": "{name}={value!r} must be a list of numbers of seconds, one per line of the text, e.g. "
+                      "[2.5, 1.8]",
+    "job_param_bool": "{name}={value!r} must be true/false",
+    "job_param_int": "{name}={value!r} must be int",
+    "job_param_float": "{name}={value!r} must be float",
+    "job_param_finite": "{name}={value!r} must be a finite number",
+    "job_format_unknown": "format {value!r} is unknown; use one of {allowed} (or leave it out for the job's format)",
+    # emotion fields
+    "job_emo_audio_type": "'emo_audio_prompt' must be a file path string",
+    "job_emo_unknown": "'emo_vector' has unknown emotions {unknown}; use {allowed}",
+    "job_emo_vector": "'emo_vector' must be a list of {count} numbers or an object of emotion weights, e.g. "
+                      "{{\"happy\": 0.8}}",
+    "job_emo_alpha": "'emo_alpha' must be a number in [0, 1]",
+    "job_emo_use_text": "'use_emo_text' must be true/false",
+    "job_emo_text_type": "'emo_text' must be a string",
+    "job_emo_text_alone": "'emo_text' is only read with \"use_emo_text\": true; add it or drop emo_text",
+    # dialogue lines
+    "job_script_list": "'script' as a list holds objects with 'speaker' and 'text'",
+    "job_script_empty": "'script' must be a non-empty dialogue text ('Speaker 1: ...' lines)",
+    "job_script_clash": "both 'script' and {field!r} are given; a dialogue takes its voices from 'speakers'",
+    "job_script_speakers": "a 'script' needs 'speakers': {{\"1\": \"voice name or audio file\", ...}}",
+    "job_speaker_voice": "speakers: {label}'s voice must be a voice name or a file path",
+    # running
+    "job_ignored_knob": "{name} ignored: the {family} model has no such setting ({source})",
+    "job_cancelled": "cancelled",
+    "job_cancelled_before_start": "cancelled before it ran",
+    "job_no_audio": "no audio produced",
+    "job_internal_error": "internal error: {error}",
+    "job_failed": "failed",
+    # texts of the validation report and the run summary (CLI)
+    "job_validation_head": "{path}: {num_lines} lines, {num_valid} valid, {num_invalid} invalid, {num_warnings} "
+                           "warnings (encoding {encoding})",
+    "job_validation_row": "  {where}: {status}: {message}",
+    "job_job_file": "job file",
+    "job_line": "line {line}",
+    "job_row_error": "error",
+    "job_row_warning": "warning",
+    "job_summary": "{num_lines} lines: {num_ok} ok, {num_failed} failed, {num_skipped} skipped (already done)"
+                   "{cancelled} in {elapsed_s:.1f} s; results in {path}",
+    "job_summary_cancelled": ", {count} cancelled",
+    "job_failed_line": "  line {line}: {message}",
+}
+
+ZH: dict[str, str] = {
+    "job_cannot_read": "无法读取任务文件 {name!r}：{reason}",
+    "job_gbk": "文件不是 UTF-8 编码（{where}）；已按 GB18030/GBK 读取。请另存为 UTF-8，以确保文本按原样读取",
+    "job_not_utf8": "任务文件 {name!r} 既不是 UTF-8 文本（{where}），也不是 GBK/GB18030；请另存为 UTF-8",
+    "job_bad_byte": "第 {line} 行附近有无效字节 0x{byte}",
+    "job_no_lines": "任务文件没有任何行；请每行写一个 JSON 对象",
+    "job_file_no_lines": "任务文件 {name!r} 没有任何行；请每行写一个 JSON 对象",
+    "job_not_found_no_zip": "{count} 行引用的参考音频不在任务文件旁边，也没有提供音频 ZIP 或文件夹：请添加包含 prompt_audio "
+                            "所列文件的 ZIP（或文件夹）（网页：参考音频 ZIP 框；命令行：--audio-dir）",
+    "job_default_voice_missing": "默认声音文件 {path!r} 不存在",
+    "job_audio_dir_bad": "音频目录 {name!r} 既不是文件夹也不是 ZIP 文件",
+    "job_root_job_folder": "任务文件所在文件夹",
+    "job_root_audio_folder": "音频文件夹",
+    "job_root_audio_zip": "音频 ZIP {name!r}",
+    "job_root_the_zip": "音频 ZIP",
+    "job_ctrl_newline": "换行符", "job_ctrl_tab": "制表符", "job_ctrl_return": "回车符",
+    "job_ctrl_backspace": "退格符", "job_ctrl_formfeed": "换页符",
+    "job_control_chars": "prompt_audio {value!r} 含有控制字符（{names}）：JSON 中反斜杠表示转义（\\n 是换行，\\t 是制表符），"
+                         "所以路径请用正斜杠，例如 {fixed!r}",
+    "job_windows_path": "prompt_audio {value!r} 是 Windows 绝对路径；请给出相对于 JSONL 文件或音频文件夹的路径",
+    "job_outside_roots": "prompt_audio {value!r} 是允许的文件夹（{roots}）之外的绝对路径；请给出相对于 JSONL 文件或音频文件夹的路径",
+    "job_audio_missing": "prompt_audio 文件 {value!r} 不存在",
+    "job_leaves_zip": "prompt_audio {value!r} 指向音频 ZIP 之外；请使用 ZIP 内的路径",
+    "job_leaves_roots": "prompt_audio {value!r} 指向允许的文件夹（{roots}）之外；请使用 JSONL 所在文件夹或音频文件夹内的路径",
+    "job_did_you_mean": "找不到 prompt_audio 文件 {value!r}；是不是 {near!r}？（这里的文件名区分大小写）",
+    "job_not_found": "找不到 prompt_audio 文件 {value!r}（查找了：{looked}）",
+    "job_not_found_no_source": "找不到 prompt_audio 文件 {value!r}（查找了：{looked}；没有提供音频 ZIP 或文件夹）",
+    "job_not_audio": "prompt_audio {value!r} 不是音频（该文件是 {what}）；请提供 WAV、FLAC、MP3、OGG 或 M4A 录音",
+    "job_too_short": "prompt_audio {value!r} 只有 {duration_s:.2f} 秒；参考音频至少需要 {min_s:g} 秒语音（5-15 秒效果最好）",
+    "job_unreadable": "无法读取 prompt_audio {value!r}：{reason}",
+    "job_zip_unreadable": "无法从音频 ZIP 中读取 prompt_audio {value!r}：{reason}",
+    "job_zip_too_many": "音频 ZIP 有 {count} 个文件；最多接受 {limit} 个",
+    "job_zip_too_big": "音频 ZIP 解压后有 {size} 字节；上限是 {limit} 字节",
+    "job_zip_outside": "音频 ZIP 中的 {member!r} 指向压缩包之外；拒绝该 ZIP（请用普通相对路径重新打包）",
+    "job_zip_symlink": "音频 ZIP 中的 {member!r} 是符号链接；拒绝该 ZIP",
+    "job_zip_unreadable_file": "音频压缩包 {name!r} 不是可读取的 ZIP 文件：{reason}",
+    "job_zip_grew": "音频 ZIP 解压后超过 {limit} 字节；拒绝该 ZIP",
+    "job_name_type": "output_name 必须是字符串，而不是 {type}",
+    "job_name_path": "output_name {value!r} 含有路径；输出总是放在输出文件夹中，请给出普通文件名，例如 {plain!r}",
+    "job_name_empty_after": "output_name {value!r} 去掉不安全字符后为空",
+    "job_name_too_long": "output_name 长 {size} 字节；最多 {limit} 字节",
+    "job_renamed": "output_name {value!r} 已改名为 {name!r}（原名在某些系统上不是安全的文件名）；音频文件为 {file!r}",
+    "job_name_empty": "output_name 为空；改用行号和开头几个字，音频文件为 {file!r}",
+    "job_duplicate_name": "output_name {name!r} 重复：第 {first} 行已使用（第 {first} 行和第 {line} 行）；请为每行指定不同的 output_name",
+    "job_bad_json": "JSON 格式错误：{detail}（第 {column} 列）",
+    "job_bad_json_backslash": "JSON 格式错误：{detail}（第 {column} 列）；路径中的反斜杠要写两次（\\\\），最好改用正斜杠",
+    "job_line_too_long": "这一行有 {num_chars} 个字符；最多 {max_chars} 个",
+    "job_json_number": "JSON 格式错误：有一个 {num_chars} 个字符的数字；每个数字最多 {max_chars} 个字符",
+    "job_json_depth": "JSON 格式错误：对象和列表嵌套了 {depth} 层；最多 {max_depth} 层",
+    "job_bad_json_other": "JSON 格式错误：{detail}",
+    "job_not_object": "应为 JSON 对象 {{...}}，实际是 {type}",
+    "job_json_expecting_value": "缺少值",
+    "job_json_property_name": "属性名应以双引号括起",
+    "job_json_comma": "缺少逗号 ','",
+    "job_json_colon": "缺少冒号 ':'",
+    "job_json_unterminated": "字符串没有结束",
+    "job_json_extra_data": "多余的内容",
+    "job_json_bad_escape": "无效的反斜杠转义",
+    "job_json_control_char": "无效的控制字符",
+    "job_unknown_field": "未知字段 {field!r}，已忽略",
+    "job_both_given": "同时给出了 {first!r} 和 {second!r}，且值不同；请只保留一个",
+    "job_missing_near": "缺少字段 {field!r}（找到了 {near!r}；请改名为 {field}）",
+    "job_missing": "缺少字段 {field!r}（{meaning}）",
+    "job_missing_no_default": "{missing}，且没有设置默认声音",
+    "job_meaning_text": "要朗读的文本",
+    "job_meaning_audio": "参考音频文件",
+    "job_text_empty": "'input_text' 必须是非空字符串",
+    "job_prompt_text_type": "'prompt_text' 必须是字符串",
+    "job_voice_type": "'voice' 必须是已保存声音的名字（非空字符串）",
+    "job_voice_and_audio": "同时给出了 'voice' 和 'prompt_audio'；请只保留一个",
+    "job_voice_unknown": "声音库中没有声音 {voice!r}（现有声音：{names}）；请先保存它、检查拼写，或改用 prompt_audio",
+    "job_none": "无",
+    "job_audio_type": "'prompt_audio' 必须是文件路径字符串",
+    "job_param_list": "{name}={value!r} 必须是秒数列表，文本每行一个，例如 [2.5, 1.8]",
+    "job_param_bool": "{name}={value!r} 必须是 true/false",
+    "job_param_int": "{name}={value!r} 必须是整数",
+    "job_param_float": "{name}={value!r} 必须是数",
+    "job_param_finite": "{name}={value!r} 必须是有限的数",
+    "job_format_unknown": "未知的格式 {value!r}；请使用 {allowed} 之一（或省略以使用任务的格式）",
+    "job_emo_audio_type": "'emo_audio_prompt' 必须是文件路径字符串",
+    "job_emo_unknown": "'emo_vector' 含有未知情感 {unknown}；请使用 {allowed}",
+    "job_emo_vector": "'emo_vector' 必须是 {count} 个数的列表，或情感权重对象，例如 {{\"happy\": 0.8}}",
+    "job_emo_alpha": "'emo_alpha' 必须是 [0, 1] 之间的数",
+    "job_emo_use_text": "'use_emo_text' 必须是 true/false",
+    "job_emo_text_type": "'emo_text' 必须是字符串",
+    "job_emo_text_alone": "'emo_text' 只在 \"use_emo_text\": true 时才会读取；请加上它，或删去 emo_text",
+    "job_script_list": "列表形式的 'script' 应由含 'speaker' 和 'text' 的对象组成",
+    "job_script_empty": "'script' 必须是非空的对话文本（'Speaker 1: ...' 这样的行）",
+    "job_script_clash": "同时给出了 'script' 和 {field!r}；对话的声音来自 'speakers'",
+    "job_script_speakers": "'script' 需要 'speakers'：{{\"1\": \"声音名或音频文件\", ...}}",
+    "job_speaker_voice": "speakers：{label} 的声音必须是声音名或文件路径",
+    "job_ignored_knob": "{name} 已忽略：{family} 模型没有这项设置（{source}）",
+    "job_cancelled": "已取消",
+    "job_cancelled_before_start": "运行前已取消",
+    "job_no_audio": "没有生成音频",
+    "job_internal_error": "内部错误：{error}",
+    "job_failed": "失败",
+    "job_validation_head": "{path}：共 {num_lines} 行，{num_valid} 行有效，{num_invalid} 行无效，{num_warnings} 条提示"
+                           "（编码 {encoding}）",
+    "job_validation_row": "  {where}：{status}：{message}",
+    "job_job_file": "任务文件",
+    "job_line": "第 {line} 行",
+    "job_row_error": "错误",
+    "job_row_warning": "提示",
+    "job_summary": "共 {num_lines} 行：成功 {num_ok}，失败 {num_failed}，跳过 {num_skipped}（之前已完成）{cancelled}，用时 "
+                   "{elapsed_s:.1f} 秒；结果在 {path}",
+    "job_summary_cancelled": "，取消 {count}",
+    "job_failed_line": "  第 {line} 行：{message}",
+}
+
+register(__name__, EN, ZH)
+
+#: ``json.JSONDecodeError.msg`` -> the key of its wording above (an unknown message is shown as it is)
+JSON_ERRORS = {EN[key]: key for key in EN if key.startswith("job_json_")}
+
+
+def json_error(msg: str) -> Notice | str:
+    """The json module's parse-error message ``msg`` as a message of the tables, when it is one of theirs."""
+    key = JSON_ERRORS.get(msg)
+    return Notice(key) if key is not None else msg
+
+__all__ = ["EN", "ZH", "Notice"]
