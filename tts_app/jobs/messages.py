@@ -79,9 +79,10 @@ EN: dict[str, str] = {
     "job_bad_json_backslash": "bad JSON: {detail} at column {column}; a backslash in a path must be doubled (\\\\) "
                               "or, better, written as a forward slash",
     "job_line_too_long": "the line is {num_chars} characters; at most {max_chars}",
-    "job_json_number": "bad JSON: a number of {num_chars} characters; at most {max_chars} characters per number",
+    "job_json_number": "bad JSON: a number of {num_chars} digits; at most {max_chars} characters per number",
     "job_json_depth": "bad JSON: objects and lists nest {depth} deep; at most {max_depth}",
     "job_bad_json_other": "bad JSON: {detail}",
+    "job_json_nested": "bad JSON: nested too deeply; at most {max_depth} levels",
     "job_not_object": "expected a JSON object {{...}}, got {type}",
     # the json module's own wording of a parse error (``JSON_ERRORS``)
     "job_json_expecting_value": "Expecting value",
@@ -197,9 +198,10 @@ ZH: dict[str, str] = {
     "job_bad_json": "JSON 格式错误：{detail}（第 {column} 列）",
     "job_bad_json_backslash": "JSON 格式错误：{detail}（第 {column} 列）；路径中的反斜杠要写两次（\\\\），最好改用正斜杠",
     "job_line_too_long": "这一行有 {num_chars} 个字符；最多 {max_chars} 个",
-    "job_json_number": "JSON 格式错误：有一个 {num_chars} 个字符的数字；每个数字最多 {max_chars} 个字符",
+    "job_json_number": "JSON 格式错误：有一个 {num_chars} 位的数字；每个数字最多 {max_chars} 个字符",
     "job_json_depth": "JSON 格式错误：对象和列表嵌套了 {depth} 层；最多 {max_depth} 层",
     "job_bad_json_other": "JSON 格式错误：{detail}",
+    "job_json_nested": "JSON 格式错误：嵌套太深；最多 {max_depth} 层",
     "job_not_object": "应为 JSON 对象 {{...}}，实际是 {type}",
     "job_json_expecting_value": "缺少值",
     "job_json_property_name": "属性名应以双引号括起",

@@ -752,7 +752,7 @@ def load_line(text: str, line_number: int) -> Any:
                            code="too_long") from None
     except (RecursionError, ValueError) as exc:  # nesting beyond Python's recursion limit; any other refusal
         if isinstance(exc, RecursionError):
-            raise JobLineError(line_number, Notice("job_json_depth", depth="> 1000",
+            raise JobLineError(line_number, Notice("job_json_nested",
                                                    max_depth=REQUEST_LIMITS.max_json_depth)) from None
         raise JobLineError(line_number, Notice("job_bad_json_other", detail=str(exc))) from None
     if _json_depth(obj) > REQUEST_LIMITS.max_json_depth:

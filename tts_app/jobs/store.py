@@ -170,6 +170,9 @@ _FIELD_CHECKS = {
     "eta_s": lambda v: v is None or _number(v), "batch_size": lambda v: v is None or _count(v),
     "error": _text_or_none, "owner": _text_or_none, "server_id": _text_or_none,
     "warnings": lambda v: isinstance(v, list) and all(isinstance(w, str) for w in v),
+    # a message's key and values (``tts_app.frontend.messages.Notice.to_json``) to show it in the page's language
+    "error_i18n": lambda v: v is None or isinstance(v, dict),
+    "warnings_i18n": lambda v: isinstance(v, list),
 }
 
 

@@ -203,10 +203,8 @@ def entry_summary(entry: dict, lang: str, defaults: dict | None = None, time_zon
     settings = " · ".join(f"{k} {v}" for k, v in shown.items())
     emotion = entry.get("emotion") or {}
     if emotion.get("emotion_mode") not in (None, "none"):
-        from tts_app.ui.texts import choice_label
-
         mode = emotion["emotion_mode"]
-        parts = [choice_label(lang, f"emo_mode_{mode}")]
+        parts = [server_text(lang, f"emo_mode_{mode}")]
         if mode == "vector":
             parts += [f"{name} {emotion[name]}" for name in EMOTION_INPUTS[2:10] if emotion.get(name)]
         if mode == "text" and emotion.get("emotion_text"):
