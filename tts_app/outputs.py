@@ -107,8 +107,11 @@ def generation_settings(facts: ModelFacts, requested: SynthesisParams, effective
             continue
         given = getattr(requested, name)
         value = getattr(effective, name)
-        if name == "max_segment_chars" and value is None:
-            value, source = facts.max_segment_chars, "model default (fits its max_new_tokens cap)"
+        if name == "max_segment_chars" and not value:  # None or 0: the model's own segment unit and limit
+            value, source = facts.max_segment_chars, (
+                "model default: sentences packed into one segment up to this (fits its max_new_tokens cap)"
+                + (f" and {facts.max_segment_tokens} text tokens (upstream max_text_tokens_per_segment)"
+                   if getattr(facts, "max_segment_tokens", None) else ""))
         elif name in ("seed", "use_cache", "pause_between_segments_ms", "chapter_pause_ms"):
             source = SOURCE_REQUEST  # always set by the caller (dataclass defaults: seed 0, cache on, 200 ms)
         elif name in ("speed", "duration_s", "loudness_lufs"):

@@ -67,7 +67,9 @@ class SynthesisParams:
         cfg_scale: classifier-free guidance scale where the model has it.
         max_new_tokens: cap on decode steps per segment.
         use_cache: KV cache on (fast) or off (recomputes the whole prefix each step; same output).
-        max_segment_chars: split long text into segments of at most this many characters (None = model default).
+        max_segment_chars: an optional cap on a segment's characters, on top of the model's own segment unit and
+            limit (``ModelFacts.max_segment_chars`` / ``max_segment_tokens``; sentences are packed up to the
+            smaller). None or 0 = the model's own only.
         pause_between_segments_ms: silence inserted between consecutive segments of one request, in ms.
         speed: tempo of the whole request's audio, x the model's own pace (1.25 = 25 % faster, 20 % shorter), in
             [MIN_SPEED, MAX_SPEED]; pitch is kept (``tts_app.audio.effects``). None = as generated.
@@ -126,8 +128,9 @@ class SynthesisParams:
             ("top_k", self.top_k is None or self.top_k >= 1, f"top_k={self.top_k} must be >= 1"),
             ("max_new_tokens", self.max_new_tokens is None or self.max_new_tokens >= 1,
              f"max_new_tokens={self.max_new_tokens} must be >= 1"),
-            ("max_segment_chars", self.max_segment_chars is None or self.max_segment_chars >= MIN_MAX_SEGMENT_CHARS,
-             f"max_segment_chars={self.max_segment_chars} must be >= {MIN_MAX_SEGMENT_CHARS}"),
+            ("max_segment_chars", self.max_segment_chars in (None, 0) or self.max_segment_chars >= MIN_MAX_SEGMENT_CHARS,
+             f"max_segment_chars={self.max_segment_chars} must be >= {MIN_MAX_SEGMENT_CHARS} (or 0: the model's own "
+             "segment length)"),
             ("pause_between_segments_ms", self.pause_between_segments_ms >= 0,
              f"pause_between_segments_ms={self.pause_between_segments_ms} must be >= 0"),
             ("speed", self.speed is None or MIN_SPEED <= self.speed <= MAX_SPEED,

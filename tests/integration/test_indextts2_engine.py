@@ -145,3 +145,25 @@ def test_a_jsonl_job_with_emotion_lines_runs_on_indextts2(tiny_adapter, data_dir
     assert not np.array_equal(audio["plain"], audio["happy"]) and not np.array_equal(audio["plain"], audio["copied"])
     sidecar = json.loads((tmp_path / "out" / "read.json").read_text(encoding="utf-8"))
     assert sidecar["emotion"] == {"source": "text", "weight": 1.0, "text": None}
+
+
+def test_segments_are_sentences_packed_up_to_120_text_tokens_of_its_own_tokenizer(tiny_adapter):
+    """IndexTTS 2's segment unit as upstream's infer(): sentences packed while their text tokens (counted by the
+    checkpoint's own tokenizer) stay within max_text_tokens_per_segment=120."""
+    from tts_app.engine import Engine
+    from tts_app.request import SynthesisRequest
+
+    adapter = tiny_adapter("indextts2")
+    assert adapter.facts.max_segment_tokens == 120
+    sentences = ["今天天气很好，我们一起去公园散步吧。", "The weather is lovely today, so let us walk in the park.",
+                 "银行门口排起了长队，行长说还得再等十分钟才能办理业务。"] * 6
+    engine = Engine(adapter)
+    try:
+        two = engine._segments_of(SynthesisRequest(text=" ".join(sentences[:2]))).texts
+        many = engine._segments_of(SynthesisRequest(text=" ".join(sentences))).texts
+    finally:
+        engine.shutdown()
+    assert len(two) == 1  # two sentences well within 120 tokens: one GPT call, as upstream
+    counts = [adapter.count_text_tokens(t) for t in many]
+    assert len(many) > 1 and all(n <= 120 for n in counts)
+    assert all(a + b > 120 for a, b in zip(counts, counts[1:]))  # as few as fit: no two neighbours would

@@ -188,8 +188,13 @@ class ModelFacts:
         frames_per_second: decode steps per second of output audio (codec frame rate).
         text_positions_per_char: sequence positions one text character occupies (tokenizer-dependent estimate).
         reference_positions_per_second: sequence positions one second of reference audio occupies.
-        max_segment_chars: default segment length for the text front end, derived from the default cap
-            (``tts_app.engine.scheduler.max_chars_for_speech_s``) so an ordinary sentence never hits it.
+        max_segment_chars: the segment limit in characters: sentences are packed into one segment up to it (the
+            whole text when it fits, as the family's upstream tool speaks it), derived from the checkpoint's decode
+            cap (``tts_app.engine.scheduler.max_chars_for_speech_s``) so a segment never hits that cap. A request's
+            ``max_segment_chars`` caps it further.
+        max_segment_tokens: the family's segment unit is its text tokens (IndexTTS 2: upstream's
+            ``max_text_tokens_per_segment``): sentences are packed while their tokens (``TTSAdapter.count_text_tokens``)
+            stay within this many, as well as within ``max_segment_chars``. None = characters only.
         generation_defaults: the checkpoint's effective generation defaults (``GenerationDefaults``); also gives
             ``default_max_new_tokens``, ``has_cfg`` and ``has_top_k``.
         languages: ISO 639-1 codes of the languages the family was trained on (from its model card), e.g.
@@ -234,6 +239,7 @@ class ModelFacts:
     supports_emotion: bool = False
     supports_emotion_text: bool = False
     max_dialogue_speakers: int = 0
+    max_segment_tokens: int | None = None
 
     @property
     def default_max_new_tokens(self) -> int:
@@ -697,6 +703,12 @@ class TTSAdapter(abc.ABC):
             if self._unencodable[char]:
                 out.add(char)
         return out
+
+    def count_text_tokens(self, text: str) -> int:
+        """Text tokens of ``text`` for the model (the segment unit of a family with ``facts.max_segment_tokens``):
+        ``self.processor.tokenizer`` without special tokens. Families whose text tokenizer lives elsewhere override
+        it."""
+        return len(self.processor.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def max_new_tokens(self, params: SynthesisParams) -> int:
         """The request's decode-step cap, else the checkpoint default (``facts.generation_defaults``)."""

@@ -422,7 +422,9 @@ def add_generation_args(parser: argparse.ArgumentParser, title: str = "generatio
     g.add_argument("--max-new-tokens", type=positive_int, default=None,
                    help="cap on decode steps per segment (default: model's)")
     g.add_argument("--max-segment-chars", type=int, default=None,
-                   help="split the text into segments of at most this many characters (default: model's)")
+                   help="cap segments at this many characters; sentences are packed into one segment up to the "
+                        "model's own limit (its decode cap; IndexTTS 2: 120 text tokens) and this cap "
+                        "(default 0: the model's own only)")
     g.add_argument("--pause-ms", dest="pause_between_segments_ms", type=non_negative_int, default=None,
                    help=f"silence between segments in ms (default {defaults.pause_between_segments_ms})")
     from tts_app.config import MAX_LOUDNESS_LUFS, MAX_SPEED, MIN_LOUDNESS_LUFS, MIN_SPEED
