@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tts_app.config import (DEFAULT_CHAPTER_PAUSE_MS, MAX_LOUDNESS_LUFS, MAX_SPEED, MIN_LOUDNESS_LUFS,
+from tts_app.config import (DEFAULT_CHAPTER_PAUSE_MS, DEFAULT_REFERENCE_CLEANUP, REFERENCE_CLEANUPS,
+                            MAX_LOUDNESS_LUFS, MAX_SPEED, MIN_LOUDNESS_LUFS,
                             MIN_MAX_SEGMENT_CHARS, MIN_SPEED, FrontendConfig)
 from tts_app.errors import ConfigError
 
@@ -71,6 +72,10 @@ class SynthesisParams:
             limit (``ModelFacts.max_segment_chars`` / ``max_segment_tokens``; sentences are packed up to the
             smaller). None or 0 = the model's own only.
         pause_between_segments_ms: silence inserted between consecutive segments of one request, in ms.
+        reference_cleanup: what is done to the reference clip before the model hears it, one of
+            ``tts_app.config.REFERENCE_CLEANUPS`` ("auto": checks and report, only the changes the model's upstream
+            tool makes; "full": trim, filter, shorten pauses, level; "off": as given). Read by whoever prepares the
+            reference (UI, ``synth``, job runner, API) through ``ReferencePreparer.prepare(cleanup=...)``.
         speed: tempo of the whole request's audio, x the model's own pace (1.25 = 25 % faster, 20 % shorter), in
             [MIN_SPEED, MAX_SPEED]; pitch is kept (``tts_app.audio.effects``). None = as generated.
         duration_s: target length of the whole request's audio in seconds (dubbing); the tempo factor it needs
@@ -96,6 +101,7 @@ class SynthesisParams:
     use_cache: bool = True
     max_segment_chars: int | None = None
     pause_between_segments_ms: int = FrontendConfig.default_pause_ms
+    reference_cleanup: str = DEFAULT_REFERENCE_CLEANUP
     speed: float | None = None
     duration_s: float | None = None
     loudness_lufs: float | None = None
@@ -131,6 +137,8 @@ class SynthesisParams:
             ("max_segment_chars", self.max_segment_chars in (None, 0) or self.max_segment_chars >= MIN_MAX_SEGMENT_CHARS,
              f"max_segment_chars={self.max_segment_chars} must be >= {MIN_MAX_SEGMENT_CHARS} (or 0: the model's own "
              "segment length)"),
+            ("reference_cleanup", self.reference_cleanup in REFERENCE_CLEANUPS,
+             f"reference_cleanup={self.reference_cleanup!r} is not one of {', '.join(REFERENCE_CLEANUPS)}"),
             ("pause_between_segments_ms", self.pause_between_segments_ms >= 0,
              f"pause_between_segments_ms={self.pause_between_segments_ms} must be >= 0"),
             ("speed", self.speed is None or MIN_SPEED <= self.speed <= MAX_SPEED,

@@ -398,6 +398,7 @@ GENERATION_FLAGS: dict[str, str] = {
     "max_segment_chars": "--max-segment-chars", "pause_between_segments_ms": "--pause-ms",
     "speed": "--speed", "duration_s": "--duration-s", "loudness_lufs": "--loudness",
     "chapter_pause_ms": "--chapter-pause-ms", "segment_durations_s": "--segment-durations-s",
+    "reference_cleanup": "--reference-cleanup",
 }
 
 
@@ -425,6 +426,13 @@ def add_generation_args(parser: argparse.ArgumentParser, title: str = "generatio
                    help="cap segments at this many characters; sentences are packed into one segment up to the "
                         "model's own limit (its decode cap; IndexTTS 2: 120 text tokens) and this cap "
                         "(default 0: the model's own only)")
+    from tts_app.config import REFERENCE_CLEANUPS
+
+    g.add_argument("--reference-cleanup", choices=REFERENCE_CLEANUPS, default=None,
+                   help="what is done to the reference clip: auto = checks and report, only what the model's own "
+                        "tool does (decode, mono, resample); full = trim to the speech, 50 Hz high-pass, hum notch, "
+                        "long pauses shortened, loudness -20 dBFS; off = as given "
+                        f"(default {defaults.reference_cleanup})")
     g.add_argument("--pause-ms", dest="pause_between_segments_ms", type=non_negative_int, default=None,
                    help=f"silence between segments in ms (default {defaults.pause_between_segments_ms})")
     from tts_app.config import MAX_LOUDNESS_LUFS, MAX_SPEED, MIN_LOUDNESS_LUFS, MIN_SPEED

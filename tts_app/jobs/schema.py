@@ -129,6 +129,7 @@ PARAM_TYPES: dict[str, type] = {
     "loudness_lufs": float,
     "chapter_pause_ms": int,
     "segment_durations_s": list,  # of numbers: seconds per line of the text
+    "reference_cleanup": str,  # "auto" / "full" / "off" (tts_app.config.REFERENCE_CLEANUPS)
 }
 
 #: fields that are neither aliased nor generation settings
