@@ -54,10 +54,11 @@ class PreparedReference:
 
     def metadata(self) -> dict[str, Any]:
         """The sidecar's ``reference`` block: name, saved voice name (or null), source hash, cleaned duration (s) and
-        rate (Hz), warnings."""
-        return {"name": self.name, "voice": self.voice, "sha256": self.sha256, "cleaned_duration_s": round(self.audio.duration_s, 3),
-                "sampling_rate": self.audio.sampling_rate, "cropped": bool(self.report.cropped),
-                "warnings": self.warnings}
+        rate (Hz), the cleanup that ran and what it changed (``ReferenceReport.cleanup`` / ``changes``), warnings."""
+        return {"name": self.name, "voice": self.voice, "sha256": self.sha256,
+                "cleaned_duration_s": round(self.audio.duration_s, 3), "sampling_rate": self.audio.sampling_rate,
+                "cropped": bool(self.report.cropped), "cleanup": self.report.cleanup,
+                "changes": list(self.report.changes), "warnings": self.warnings}
 
 
 def source_sha256(source: ReferenceSource) -> str:

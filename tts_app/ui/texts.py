@@ -30,6 +30,8 @@ EN: dict[str, str] = {
     "seed": "Seed",
     "randomize_seed": "Randomize seed",
     "max_segment_chars": "Max characters per segment (0 = the model's own)",
+    "reference_cleanup": "Reference cleanup: auto = only what the model's own tool does (mono, resample; checks "
+                         "and report); full = trim, filter, level; off = as uploaded, no checks",
     "pause_between_segments_ms": "Pause between segments (ms)",
     "settings_note": "Every setting starts at the loaded model's own default (from its generation config); a "
                      "setting left at its default runs exactly as the command line and JSONL jobs do. The text is "
@@ -124,6 +126,8 @@ ZH: dict[str, str] = {
     "seed": "种子",
     "randomize_seed": "随机生成种子",
     "max_segment_chars": "每段最大字数（0 = 模型自身的分段）",
+    "reference_cleanup": "参考音频处理：auto = 只做模型原版工具会做的（单声道、重采样；照常检查并报告）；full = 裁剪、滤波、"
+                         "统一响度；off = 原样使用，不检查",
     "pause_between_segments_ms": "段间停顿（毫秒）",
     "settings_note": "各项设置的初始值都是当前模型自己的默认值（来自其生成配置）；保持默认的设置与命令行和 JSONL 任务的运行方式完全相同。"
                      "文本按模型能接受的长度分成尽量少的段（能一次说完就整段一次生成；IndexTTS 2 每段最多 120 个文本 token），"
@@ -258,6 +262,7 @@ SERVER: dict[str, dict[str, str]] = {
         "snr_db": "estimated SNR", "clipping_share": "clipped share", "speech_level_dbfs": "speech level",
         "cropped": "cropped", "yes": "yes", "no": "no",
         "no_problems": "no problems found", "reference_refused": "This reference cannot be used",
+        "reference_changes": "Changed ({cleanup})", "reference_unchanged": "Sent to the model as uploaded ({cleanup})",
         "override": "override", "polyphone": "polyphone",
         "need_reference": "Upload or record a reference audio clip first (a few seconds of the voice to clone).",
         "need_text": "Type some text to speak.", "need_jsonl": "Upload a JSONL task file first.",
@@ -328,6 +333,7 @@ SERVER: dict[str, dict[str, str]] = {
         "snr_db": "估计信噪比", "clipping_share": "削波比例", "speech_level_dbfs": "语音电平",
         "cropped": "已裁剪", "yes": "是", "no": "否",
         "no_problems": "未发现问题", "reference_refused": "该参考音频无法使用",
+        "reference_changes": "已做处理（{cleanup}）", "reference_unchanged": "按上传原样交给模型（{cleanup}）",
         "override": "指定读音", "polyphone": "多音字",
         "need_reference": "请先上传或录制一段参考音频（几秒钟要克隆的声音）。",
         "need_text": "请输入要朗读的文本。", "need_jsonl": "请先上传 JSONL 任务文件。",
