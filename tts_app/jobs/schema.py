@@ -732,6 +732,10 @@ def _check_param(name: str, value: Any, line_number: int) -> Any:
             raise JobLineError(line_number, f"{name}={value!r} must be a list of numbers of seconds, one per line "
                                             "of the text, e.g. [2.5, 1.8]")
         return tuple(float(v) for v in value)
+    if want is str:  # a named choice (reference_cleanup): SynthesisParams checks the name
+        if not isinstance(value, str):
+            raise JobLineError(line_number, f"{name}={value!r} must be a string")
+        return value
     ok = (isinstance(value, bool) if want is bool
           else isinstance(value, int) and not isinstance(value, bool) if want is int
           else isinstance(value, (int, float)) and not isinstance(value, bool))
