@@ -68,9 +68,9 @@ class SynthesisParams:
         cfg_scale: classifier-free guidance scale where the model has it.
         max_new_tokens: cap on decode steps per segment.
         use_cache: KV cache on (fast) or off (recomputes the whole prefix each step; same output).
-        max_segment_chars: an optional cap on a segment's characters, on top of the model's own segment unit and
-            limit (``ModelFacts.max_segment_chars`` / ``max_segment_tokens``; sentences are packed up to the
-            smaller). None or 0 = the model's own only.
+        max_segment_chars: an optional character limit of the user's own for a segment, in place of the model's
+            (``ModelFacts.max_segment_chars``; sentences are packed up to it; a token limit such as IndexTTS 2's
+            ``max_segment_tokens`` still applies). None or 0 = the model's own segment unit and limit.
         pause_between_segments_ms: silence inserted between consecutive segments of one request, in ms.
         reference_cleanup: what is done to the reference clip before the model hears it, one of
             ``tts_app.config.REFERENCE_CLEANUPS`` ("auto": checks and report, only the changes the model's upstream

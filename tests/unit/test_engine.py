@@ -123,7 +123,7 @@ def test_a_two_sentence_text_is_one_generation_and_a_long_one_as_few_as_fit():
     assert max(s.batch_size for s in long.segments) > 1  # its segments still batch
 
 
-def test_the_request_cap_is_on_top_of_the_models_own_limit_and_0_means_none():
+def test_the_requests_max_segment_chars_replaces_the_models_limit_and_0_means_the_models():
     engine = Engine(FakeAdapter(fake_facts(max_segment_chars=60)), EngineConfig(max_batch_size=4, wait_window_ms=0))
     capped, zero, unset = run_all(engine, [make_requests([LONG_TEXT], max_segment_chars=30)[0],
                                            make_requests([LONG_TEXT], max_segment_chars=0)[0],

@@ -423,9 +423,9 @@ def add_generation_args(parser: argparse.ArgumentParser, title: str = "generatio
     g.add_argument("--max-new-tokens", type=positive_int, default=None,
                    help="cap on decode steps per segment (default: model's)")
     g.add_argument("--max-segment-chars", type=int, default=None,
-                   help="cap segments at this many characters; sentences are packed into one segment up to the "
-                        "model's own limit (its decode cap; IndexTTS 2: 120 text tokens) and this cap "
-                        "(default 0: the model's own only)")
+                   help="your own character limit per segment instead of the model's: sentences are packed into one "
+                        "segment up to it (default 0: the model's own limit, from its decode cap; IndexTTS 2's 120 "
+                        "text tokens apply either way)")
     from tts_app.config import REFERENCE_CLEANUPS
 
     g.add_argument("--reference-cleanup", choices=REFERENCE_CLEANUPS, default=None,

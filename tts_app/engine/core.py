@@ -618,8 +618,9 @@ class Engine:
         import dataclasses
 
         params = request.params
-        # The model's own segment unit and limit (``ModelFacts.max_segment_chars`` / ``max_segment_tokens``), with the
-        # request's max_segment_chars as an extra cap when given (0 or None = none).
+        # The model's own segment unit and limit (``ModelFacts.max_segment_chars`` / ``max_segment_tokens``); a
+        # request's max_segment_chars is the user's own character limit instead of the model's (0 or None = none;
+        # a token limit still applies).
         max_chars = params.max_segment_chars or self.facts.max_segment_chars
         measure = self.adapter.count_text_tokens if self.facts.max_segment_tokens else None
         parts = _request_parts(request)

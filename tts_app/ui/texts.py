@@ -36,8 +36,8 @@ EN: dict[str, str] = {
     "settings_note": "Every setting starts at the loaded model's own default (from its generation config); a "
                      "setting left at its default runs exactly as the command line and JSONL jobs do. The text is "
                      "spoken in as few segments as the model takes (the whole text when it fits; IndexTTS 2: up to "
-                     "120 text tokens each), cut at sentence ends; 'Max characters per segment' caps them further "
-                     "(0 = no cap of your own).",
+                     "120 text tokens each), cut at sentence ends; 'Max characters per segment' sets your own "
+                     "limit instead (0 = the model's own).",
     "reset_defaults": "Reset to model defaults",
     "generate": "Generate",
     "output_audio": "Output",
@@ -131,7 +131,7 @@ ZH: dict[str, str] = {
     "pause_between_segments_ms": "段间停顿（毫秒）",
     "settings_note": "各项设置的初始值都是当前模型自己的默认值（来自其生成配置）；保持默认的设置与命令行和 JSONL 任务的运行方式完全相同。"
                      "文本按模型能接受的长度分成尽量少的段（能一次说完就整段一次生成；IndexTTS 2 每段最多 120 个文本 token），"
-                     "只在句末切分；“每段最大字数”可再加一个上限（0 = 不另设上限）。",
+                     "只在句末切分；“每段最大字数”可改用你自己的上限（0 = 用模型自身的）。",
     "reset_defaults": "恢复模型默认值",
     "generate": "生成",
     "output_audio": "输出",
