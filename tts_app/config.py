@@ -152,11 +152,23 @@ class EngineConfig:
                f"prefix_cache_entries={self.prefix_cache_entries} must be >= 0 (0 = off)")
 
 
+#: ``ReferenceConfig.cleanup`` values: "auto" = check and report as "full" does, but change only what the model's
+#: upstream tool would (decode, mono, resample to the model's rate: the clip the upstream examples hand their
+#: processor; IndexTTS 2's own 15 s cut happens in its adapter, as in its package); "full" = VAD trim to the speech
+#: plus margins, 50 Hz high-pass and hum notches, long pauses shortened, crop to ``max_speech_s``, speech loudness to
+#: ``target_loudness_dbfs``; "off" = decode, mono and resample only, no checks beyond a decodable, finite clip.
+REFERENCE_CLEANUPS = ("auto", "full", "off")
+#: The one default of ``reference_cleanup`` (UI, CLI, JSONL, API all read it from here).
+DEFAULT_REFERENCE_CLEANUP = "auto"
+
+
 @dataclass(frozen=True)
 class ReferenceConfig:
     """Reference-audio cleanup settings.
 
     Attributes:
+        cleanup: what is done to a reference clip, one of ``REFERENCE_CLEANUPS`` (see there); a request may choose
+            another (``reference_cleanup``).
         max_decode_s: longest audio decoded from a file; longer files are read only up to this point (with a warning).
         max_speech_s: crop the cleaned reference to at most this much speech, at a VAD boundary.
         min_speech_s: less speech than this is an error.
@@ -181,6 +193,7 @@ class ReferenceConfig:
             stops at 3.4 kHz; every model here generates at 16 kHz or more and copies a muffled reference).
     """
 
+    cleanup: str = DEFAULT_REFERENCE_CLEANUP
     max_decode_s: float = 300.0
     max_speech_s: float = 15.0
     min_speech_s: float = 1.0
@@ -200,6 +213,8 @@ class ReferenceConfig:
 
     def __post_init__(self) -> None:
         problems = [
+            ("cleanup", self.cleanup in REFERENCE_CLEANUPS,
+             f"reference cleanup {self.cleanup!r} is not one of {', '.join(REFERENCE_CLEANUPS)}"),
             ("max_decode_s", self.max_decode_s > 0, f"max_decode_s={self.max_decode_s} must be > 0"),
             ("max_speech_s", self.max_speech_s > 0, f"max_speech_s={self.max_speech_s} must be > 0"),
             ("min_speech_s", 0 <= self.min_speech_s <= self.max_speech_s,

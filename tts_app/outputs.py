@@ -100,16 +100,20 @@ def generation_settings(facts: ModelFacts, requested: SynthesisParams, effective
     sources: dict[str, str] = {}
     for name in ("seed", "greedy", "temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens", "num_beams",
                  "length_penalty", "ras_win_len", "ras_win_max_num_repeat", "use_cache", "max_segment_chars",
-                 "pause_between_segments_ms", "speed", "duration_s", "loudness_lufs", "chapter_pause_ms"):
+                 "pause_between_segments_ms", "speed", "duration_s", "loudness_lufs", "chapter_pause_ms",
+                 "reference_cleanup"):
         if name in ("ras_win_len", "ras_win_max_num_repeat"):  # not request knobs: the checkpoint's, if any
             settings[name] = getattr(defaults, name)
             sources[name] = defaults.sources.get(name, "not used by this model")
             continue
         given = getattr(requested, name)
         value = getattr(effective, name)
-        if name == "max_segment_chars" and value is None:
-            value, source = facts.max_segment_chars, "model default (fits its max_new_tokens cap)"
-        elif name in ("seed", "use_cache", "pause_between_segments_ms", "chapter_pause_ms"):
+        if name == "max_segment_chars" and not value:  # None or 0: the model's own segment unit and limit
+            value, source = facts.max_segment_chars, (
+                "model default: sentences packed into one segment up to this (fits its max_new_tokens cap)"
+                + (f" and {facts.max_segment_tokens} text tokens (upstream max_text_tokens_per_segment)"
+                   if getattr(facts, "max_segment_tokens", None) else ""))
+        elif name in ("seed", "use_cache", "pause_between_segments_ms", "chapter_pause_ms", "reference_cleanup"):
             source = SOURCE_REQUEST  # always set by the caller (dataclass defaults: seed 0, cache on, 200 ms)
         elif name in ("speed", "duration_s", "loudness_lufs"):
             source = SOURCE_REQUEST if value is not None else "not given (audio as generated)"

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tts_app.config import (DEFAULT_CHAPTER_PAUSE_MS, MAX_LOUDNESS_LUFS, MAX_SPEED, MIN_LOUDNESS_LUFS,
-                            MIN_MAX_SEGMENT_CHARS, MIN_SPEED, REQUEST_LIMITS, FrontendConfig)
+from tts_app.config import (DEFAULT_CHAPTER_PAUSE_MS, DEFAULT_REFERENCE_CLEANUP, MAX_LOUDNESS_LUFS, MAX_SPEED,
+                            MIN_LOUDNESS_LUFS, MIN_MAX_SEGMENT_CHARS, MIN_SPEED, REFERENCE_CLEANUPS, REQUEST_LIMITS,
+                            FrontendConfig)
 from tts_app.errors import ConfigError
 from tts_app.frontend.messages import Notice, register
 
@@ -35,7 +36,8 @@ PARAM_EN: dict[str, str] = {
     "param_max_new_tokens": "max_new_tokens={value} must be >= 1",
     "param_num_beams": "num_beams={value} must be in 1..{maximum}",
     "param_length_penalty": "length_penalty={value} must be a finite number",
-    "param_max_segment_chars": "max_segment_chars={value} must be >= {minimum}",
+    "param_max_segment_chars": "max_segment_chars={value} must be >= {minimum} (or 0: the model's own segment length)",
+    "param_reference_cleanup": "reference_cleanup={value!r} is not one of {choices}",
     "param_pause": "pause_between_segments_ms={value} must be >= 0",
     "param_speed": "speed={value} is outside {low}-{high} (x the model's own pace); beyond that speech stops "
                    "sounding natural",
@@ -64,7 +66,8 @@ PARAM_ZH: dict[str, str] = {
     "param_max_new_tokens": "max_new_tokens={value} 必须 >= 1",
     "param_num_beams": "num_beams={value} 必须在 1..{maximum} 之间",
     "param_length_penalty": "length_penalty={value} 必须是有限的数",
-    "param_max_segment_chars": "max_segment_chars={value} 必须 >= {minimum}",
+    "param_max_segment_chars": "max_segment_chars={value} 必须 >= {minimum}（或 0：使用模型自己的分段长度）",
+    "param_reference_cleanup": "reference_cleanup={value!r} 不是以下之一：{choices}",
     "param_pause": "pause_between_segments_ms={value} 必须 >= 0",
     "param_speed": "speed={value} 超出 {low}-{high}（相对模型原速的倍数）；超出后语音不再自然",
     "param_duration": "duration_s={value} 必须大于 0 秒",
@@ -138,8 +141,14 @@ class SynthesisParams:
         length_penalty: exponent of the length a finished beam's log-probability is divided by (transformers'
             ``length_penalty``; 0 = plain sum, upstream IndexTTS 2's default); only with ``num_beams`` > 1.
         use_cache: KV cache on (fast) or off (recomputes the whole prefix each step; same output).
-        max_segment_chars: split long text into segments of at most this many characters (None = model default).
+        max_segment_chars: an optional character limit of the user's own for a segment, in place of the model's
+            (``ModelFacts.max_segment_chars``; sentences are packed up to it; a token limit such as IndexTTS 2's
+            ``max_segment_tokens`` still applies). None or 0 = the model's own segment unit and limit.
         pause_between_segments_ms: silence inserted between consecutive segments of one request, in ms.
+        reference_cleanup: what is done to the reference clip before the model hears it, one of
+            ``tts_app.config.REFERENCE_CLEANUPS`` ("auto": checks and report, only the changes the model's upstream
+            tool makes; "full": trim, filter, shorten pauses, level; "off": as given). Read by whoever prepares the
+            reference (UI, ``synth``, job runner, API) through ``ReferencePreparer.prepare(cleanup=...)``.
         speed: tempo of the whole request's audio, x the model's own pace (1.25 = 25 % faster, 20 % shorter), in
             [MIN_SPEED, MAX_SPEED]; pitch is kept (``tts_app.audio.effects``). None = as generated.
         duration_s: target length of the whole request's audio in seconds (dubbing); the tempo factor it needs
@@ -167,6 +176,7 @@ class SynthesisParams:
     use_cache: bool = True
     max_segment_chars: int | None = None
     pause_between_segments_ms: int = FrontendConfig.default_pause_ms
+    reference_cleanup: str = DEFAULT_REFERENCE_CLEANUP
     speed: float | None = None
     duration_s: float | None = None
     loudness_lufs: float | None = None
@@ -205,8 +215,10 @@ class SynthesisParams:
              dict(value=self.num_beams, maximum=MAX_NUM_BEAMS)),
             ("length_penalty", self.length_penalty is None or math.isfinite(self.length_penalty),
              "param_length_penalty", dict(value=self.length_penalty)),
-            ("max_segment_chars", self.max_segment_chars is None or self.max_segment_chars >= MIN_MAX_SEGMENT_CHARS,
+            ("max_segment_chars", self.max_segment_chars in (None, 0) or self.max_segment_chars >= MIN_MAX_SEGMENT_CHARS,
              "param_max_segment_chars", dict(value=self.max_segment_chars, minimum=MIN_MAX_SEGMENT_CHARS)),
+            ("reference_cleanup", self.reference_cleanup in REFERENCE_CLEANUPS, "param_reference_cleanup",
+             dict(value=self.reference_cleanup, choices=", ".join(REFERENCE_CLEANUPS))),
             ("pause_between_segments_ms", self.pause_between_segments_ms >= 0, "param_pause",
              dict(value=self.pause_between_segments_ms)),
             ("speed", speed is None or MIN_SPEED <= speed <= MAX_SPEED, "param_speed",

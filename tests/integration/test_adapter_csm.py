@@ -231,3 +231,47 @@ def test_unencodable_characters_are_those_the_tokenizer_maps_to_unk(adapter):
     assert adapter.unencodable_characters("好囧叒a") == {"囧", "叒"}
     tok = adapter.processor.tokenizer
     assert tok.unk_token_id in tok("囧", add_special_tokens=False)["input_ids"]  # the same fact, straight from it
+
+
+def test_a_checkpoint_max_length_caps_each_rows_prompt_plus_frames_as_transformers(tiny_csm, three_rows, tmp_path):
+    """A generation config with max_length and no max_new_tokens: each row stops at max_length positions in all
+    (its own prompt + frames), the same frames as transformers' generate(max_length=...) on that row alone, and a
+    row's frames in a batch are those it makes alone."""
+    import json
+    import shutil
+
+    from tts_app.adapters.csm import CsmAdapter
+    from tts_app.request import StopReason
+
+    shutil.copytree(tiny_csm, tmp_path / "csm")
+    path = tmp_path / "csm" / "generation_config.json"
+    config = json.loads(path.read_text())
+    config.pop("max_new_tokens")
+    prompt_lens = [CsmAdapter.preprocess(adapter_, [row], SynthesisParams(greedy=True)).attention_mask.shape[1]
+                   for adapter_ in [CsmAdapter.from_pretrained(tiny_csm)] for row in three_rows]
+    config["max_length"] = max(prompt_lens) + 6
+    path.write_text(json.dumps(config))
+    capped = CsmAdapter.from_pretrained(tmp_path / "csm")
+    assert capped.facts.generation_defaults.max_length == max(prompt_lens) + 6
+    greedy = SynthesisParams(greedy=True)
+    model_config = capped.model.config
+    non_codec = list(range(model_config.codec_config.codebook_size, model_config.vocab_size))
+    alone = []
+    for row, prompt_len in zip(three_rows, prompt_lens):
+        inputs = capped.preprocess([row], greedy)
+        outputs = capped.generate(inputs, greedy)
+        upstream = capped.model.generate(
+            input_ids=inputs.input_ids, attention_mask=inputs.attention_mask, input_values=inputs.input_values,
+            input_values_cutoffs=inputs.input_values_cutoffs, max_length=config["max_length"], do_sample=False,
+            depth_decoder_do_sample=False, suppress_tokens=non_codec, depth_decoder_suppress_tokens=non_codec)
+        assert torch.equal(outputs.codes, upstream)
+        assert outputs.codes.shape[1] == config["max_length"] - prompt_len
+        assert outputs.stop_reasons == [StopReason.MAX_NEW_TOKENS]
+        alone.append((outputs, capped.postprocess(outputs, inputs)))
+    inputs = capped.preprocess(three_rows, greedy)
+    batch = capped.generate(inputs, greedy)
+    audio = capped.postprocess(batch, inputs)
+    for i, (outputs, wave) in enumerate(alone):
+        n = outputs.codes.shape[1]
+        assert torch.equal(batch.codes[i, :n], outputs.codes[0]), f"row {i}"
+        assert audio[i].shape == wave[0].shape and np.allclose(audio[i], wave[0], atol=1e-4)

@@ -324,3 +324,65 @@ def test_greedy_equals_transformers_generate_with_the_official_processor(adapter
     without_top_k = _dia_official(adapter, [dialogue(r.reference_text, r.text) for r in rows],
                                   [r.reference_audio for r in rows], do_sample=False, top_k=None)
     assert not torch.equal(ours, without_top_k)
+
+
+# ------------------------------------------------------------------ the checkpoint's max_length: a total length
+
+
+def _with_generation_config(tiny_dia: Path, out: Path, **values) -> Path:
+    """A copy of the tiny checkpoint whose generation_config.json has transformers' Dia conversion values
+    (dia/convert_dia_to_hf.py get_generation_config: do_sample, top_k 45, top_p 0.95, temperature 1.2,
+    guidance_scale 3.0, max_length 3072 "Decoder max length", no max_new_tokens) updated with ``values``."""
+    import json
+
+    shutil.copytree(tiny_dia, out)
+    config = json.loads((out / "generation_config.json").read_text())
+    config.pop("max_new_tokens", None)
+    config.update(do_sample=True, top_k=45, top_p=0.95, temperature=1.2, guidance_scale=3.0, max_length=3072)
+    config.update(values)
+    (out / "generation_config.json").write_text(json.dumps(config))
+    return out
+
+
+def test_checkpoint_max_length_caps_prompt_plus_new_steps_as_transformers_does(tiny_dia, tmp_path):
+    """A checkpoint with only max_length: each row's decoder (prompt + audio frames) stops at that total, the same
+    tokens as transformers' generate(max_length=...) alone; in a batch, each row at its own total (its own prompt)."""
+    from tts_app.adapters.dia import DiaAdapter, dialogue
+
+    adapter = DiaAdapter.from_pretrained(_with_generation_config(tiny_dia, tmp_path / "dia", max_length=120))
+    assert adapter.facts.generation_defaults.max_length == 120
+    rows = rows_with_references(adapter.facts.sampling_rate, [("en_female_1.wav", 0.6), ("en_male_1.wav", 0.9)],
+                                ["Hi there.", "A longer second row."])
+    params = SynthesisParams(greedy=True)
+    singles = [run(adapter, [row], params) for row in rows]
+    for row, (tokens, _) in zip(rows, singles):
+        inputs = adapter.processor(text=[dialogue(row.reference_text, row.text)], audio=[row.reference_audio],
+                                   sampling_rate=adapter.facts.sampling_rate, return_tensors="pt")
+        with torch.inference_mode():
+            upstream = adapter.model.generate(**inputs, do_sample=False, max_length=120)
+        assert torch.equal(tokens, upstream)
+        assert tokens.shape[1] == 120 + adapter.max_delay  # total length, plus the delay flush transformers adds
+    batch_tokens, batch_audio = run(adapter, rows, params)
+    inputs = adapter.preprocess(rows, params)
+    for i, (tokens, audio) in enumerate(singles):  # left-padded: row i's prompt ends where the batch's does
+        start = inputs.audio_prompt_len - (adapter.preprocess([rows[i]], params).audio_prompt_len)
+        assert torch.equal(batch_tokens[i, start:start + tokens.shape[1]], tokens[0]), f"row {i}"
+        np.testing.assert_allclose(batch_audio[i], audio[0], atol=1e-5, err_msg=f"row {i}")
+    assert adapter.stop_reasons(batch_tokens, inputs) == [StopReason.MAX_NEW_TOKENS] * 2
+
+
+def test_synth_clones_a_6_s_reference_with_the_converted_dia_generation_config(tiny_dia, data_dir, tmp_path):
+    """The generation config transformers' Dia conversion writes (max_length 3072, no max_new_tokens) with a 6 s
+    reference: the 538-step prompt leaves 2534 steps (was refused: "need 3565 decoder positions; Dia has 3072")."""
+    import soundfile as sf
+
+    from tts_app.cli.synth import main
+
+    model = _with_generation_config(tiny_dia, tmp_path / "dia")
+    ref = data_dir / "en_female_1.wav"  # 6.3 s, 5.9 s of speech
+    out = tmp_path / "out.wav"
+    code = main(["--model", str(model), "--ref", str(ref), "--ref-text", load_reference(ref.name, 44100)[1],
+                 "--text", "Hello there.", "--out", str(out), "--device", "cpu"])
+    assert code == 0
+    audio, rate = sf.read(out, dtype="float32")
+    assert rate == 44100 and audio.size > 0

@@ -48,14 +48,15 @@ def test_synth_batch_4_equals_batch_1_equals_oom_retries_equals_no_kv_cache(one_
     ref = data_dir / "zh_female_1.wav"
     assert _synth(model, ref, tmp_path / "b4.wav", "--batch-size", "4") == 0
     summary = capsys.readouterr().out
-    assert "largest 4" in summary and "at 22050 Hz" in summary
+    # sentences packed up to 20 characters: 3 segments (16 | 12 + 6 | 7 characters), all in one batch
+    assert "largest 3" in summary and "at 22050 Hz" in summary
     assert _synth(model, ref, tmp_path / "b1.wav", "--batch-size", "1") == 0
     assert "largest 1" in capsys.readouterr().out
     assert _synth(model, ref, tmp_path / "oom.wav", "--batch-size", "4", "--simulate-oom-above-batch", "2") == 0
     assert "out-of-memory retries" in capsys.readouterr().out
     assert _synth(model, ref, tmp_path / "nocache.wav", "--batch-size", "4", "--no-kv-cache") == 0
     b4, sr = sf.read(tmp_path / "b4.wav", dtype="float32")
-    assert sr == 22050 and len(b4) > sr  # several segments of speech-length audio
+    assert sr == 22050 and len(b4) > sr // 2  # three segments of speech-length audio and the pauses between
     for name in ("b1", "oom", "nocache"):
         other, _ = sf.read(tmp_path / f"{name}.wav", dtype="float32")
         assert len(other) == len(b4), name
@@ -147,3 +148,25 @@ def test_a_jsonl_job_with_emotion_lines_runs_on_indextts2(tiny_adapter, data_dir
     assert not np.array_equal(audio["plain"], audio["happy"]) and not np.array_equal(audio["plain"], audio["copied"])
     sidecar = json.loads((tmp_path / "out" / "read.json").read_text(encoding="utf-8"))
     assert sidecar["emotion"] == {"source": "text", "weight": 1.0, "text": None}
+
+
+def test_segments_are_sentences_packed_up_to_120_text_tokens_of_its_own_tokenizer(tiny_adapter):
+    """IndexTTS 2's segment unit as upstream's infer(): sentences packed while their text tokens (counted by the
+    checkpoint's own tokenizer) stay within max_text_tokens_per_segment=120."""
+    from tts_app.engine import Engine
+    from tts_app.request import SynthesisRequest
+
+    adapter = tiny_adapter("indextts2")
+    assert adapter.facts.max_segment_tokens == 120
+    sentences = ["今天天气很好，我们一起去公园散步吧。", "The weather is lovely today, so let us walk in the park.",
+                 "银行门口排起了长队，行长说还得再等十分钟才能办理业务。"] * 6
+    engine = Engine(adapter)
+    try:
+        two = engine._segments_of(SynthesisRequest(text=" ".join(sentences[:2]))).texts
+        many = engine._segments_of(SynthesisRequest(text=" ".join(sentences))).texts
+    finally:
+        engine.shutdown()
+    assert len(two) == 1  # two sentences well within 120 tokens: one GPT call, as upstream
+    counts = [adapter.count_text_tokens(t) for t in many]
+    assert len(many) > 1 and all(n <= 120 for n in counts)
+    assert all(a + b > 120 for a, b in zip(counts, counts[1:]))  # as few as fit: no two neighbours would

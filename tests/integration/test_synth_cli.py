@@ -171,3 +171,22 @@ def test_dia_reference_without_text_is_transcribed_by_the_asr_model(tiny_checkpo
     expected = Transcriber(str(tiny_whisper)).transcribe(cleaned.samples, cleaned.sampling_rate)
     assert expected and meta["reference"]["text"] == expected  # the transcript of the cleaned clip, recorded
     assert "transcribed automatically" in err and any("transcribed automatically" in w for w in meta["warnings"])
+
+
+def test_reference_cleanup_auto_by_default_full_on_request_and_the_sidecar_says_what_changed(tiny_checkpoint,
+                                                                                            data_dir, tmp_path):
+    """--reference-cleanup: auto (default) only resamples the clip for the model; full trims, filters and levels it;
+    the sidecar records the choice and the changes, and the audio differs as the reference does."""
+    import json
+
+    model, ref = tiny_checkpoint(FAMILY), data_dir / "en_male_1__flac_48k_pinknoise_hum50.flac"
+    assert _synth(model, ref, tmp_path / "auto.wav") == 0
+    assert _synth(model, ref, tmp_path / "full.wav", "--reference-cleanup", "full") == 0
+    auto = json.loads((tmp_path / "auto.json").read_text(encoding="utf-8"))
+    full = json.loads((tmp_path / "full.json").read_text(encoding="utf-8"))
+    assert auto["reference"]["cleanup"] == "auto" and auto["reference"]["changes"] == ["resampled 48000 -> 24000 Hz"]
+    assert full["reference"]["cleanup"] == "full"
+    assert any("high-pass" in c for c in full["reference"]["changes"])
+    assert full["reference"]["cleaned_duration_s"] < auto["reference"]["cleaned_duration_s"]
+    assert auto["generation"]["reference_cleanup"] == "auto" and full["generation"]["reference_cleanup"] == "full"
+    assert _synth(model, ref, tmp_path / "x.wav", "--reference-cleanup", "light") == 2  # a usage error

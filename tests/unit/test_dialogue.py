@@ -230,7 +230,8 @@ def test_a_family_with_a_dialogue_prompt_gets_packed_rows_with_every_voice(tmp_p
     metadata = output_metadata(rt, request, result, entry_point="synth")
     files = save_outputs(tmp_path / "talk.wav", result, metadata, subtitles_path=tmp_path / "talk.srt")
     srt = files.subtitles.read_text(encoding="utf-8")
-    assert "Speaker 1: Good morning everyone.\nSpeaker 2: Morning!" in srt
+    # a turn's sentences stay together (one piece, sentences packed); consecutive turns share a row while they fit
+    assert "Speaker 2: Morning! How are you?\nSpeaker 3: Fine, thanks." in srt
     sidecar = json.loads(files.metadata.read_text(encoding="utf-8"))
     assert sidecar["schema_version"] == 2
     assert [t["speaker"] for s in sidecar["segments"] for t in s["turns"]] == [

@@ -106,6 +106,33 @@ def test_long_text_is_segmented_batched_and_reassembled_in_order():
     assert "".join(s.text for s in four.segments).replace(" ", "") == LONG_TEXT.replace(" ", "")
 
 
+def test_a_two_sentence_text_is_one_generation_and_a_long_one_as_few_as_fit():
+    """Sentences are packed up to the model's limit, as each family's upstream tool speaks a text: "Hello there.
+    This is a short test of the speech engine." is one generation (it was two, seeds 11 and 12)."""
+    adapter = FakeAdapter(fake_facts(max_segment_chars=60))
+    engine = Engine(adapter, EngineConfig(max_batch_size=4, wait_window_ms=0))
+    short, long = run_all(engine, make_requests(["Hello there. This is a short test of the speech engine.",
+                                                  LONG_TEXT]))
+    engine.shutdown()
+    assert [s.text for s in short.segments] == ["Hello there. This is a short test of the speech engine."]
+    np.testing.assert_array_equal(short.audio, fake_audio(short.segments[0].text, 11, REF.samples))
+    # the long text: fewest segments within 60 characters, never two consecutive ones that would fit together
+    texts_ = [s.text for s in long.segments]
+    assert all(len(t) <= 60 for t in texts_) and len(texts_) >= 3
+    assert all(len(a) + 1 + len(b) > 60 for a, b in zip(texts_, texts_[1:]))
+    assert max(s.batch_size for s in long.segments) > 1  # its segments still batch
+
+
+def test_the_requests_max_segment_chars_replaces_the_models_limit_and_0_means_the_models():
+    engine = Engine(FakeAdapter(fake_facts(max_segment_chars=60)), EngineConfig(max_batch_size=4, wait_window_ms=0))
+    capped, zero, unset = run_all(engine, [make_requests([LONG_TEXT], max_segment_chars=30)[0],
+                                           make_requests([LONG_TEXT], max_segment_chars=0)[0],
+                                           make_requests([LONG_TEXT])[0]])
+    engine.shutdown()
+    assert all(len(s.text) <= 30 for s in capped.segments) and len(capped.segments) > len(unset.segments)
+    assert [s.text for s in zero.segments] == [s.text for s in unset.segments]
+
+
 def test_segments_of_many_requests_share_batches():
     adapter = FakeAdapter()
     engine = Engine(adapter, EngineConfig(max_batch_size=8, wait_window_ms=0))

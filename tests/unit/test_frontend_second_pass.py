@@ -151,7 +151,7 @@ def test_english_comparison_signs_are_words():
 # --- segmentation ---------------------------------------------------------------------------------------------------
 
 def test_ascii_full_stop_between_chinese_characters_ends_a_sentence():
-    prepared = prepare_text("今天天气很好.我们去公园吧.", min_segment_chars=0)
+    prepared = prepare_text("今天天气很好.我们去公园吧.", min_segment_chars=0, pack_sentences=False)
     assert [s.source_text for s in prepared.segments] == ["今天天气很好。", "我们去公园吧。"]
 
 

@@ -30,15 +30,51 @@ def _word_char(ch: str) -> bool:
     return ch.isascii() and ch.isalnum()
 
 
-def test_sentences_become_segments_with_default_pause_and_no_pause_after_the_last():
-    prepared = prepare_text("今天天气很好。我们去公园吧！Shall we go? Yes, let us go now.", default_pause_ms=300)
+def test_sentence_boundaries_with_default_pause_and_no_pause_after_the_last():
+    prepared = prepare_text("今天天气很好。我们去公园吧！Shall we go? Yes, let us go now.", default_pause_ms=300,
+                            pack_sentences=False)
     assert [s.source_text for s in prepared.segments] == ["今天天气很好。", "我们去公园吧！", "Shall we go?",
                                                           "Yes, let us go now."]
     assert [s.pause_after_ms for s in prepared.segments] == [300, 300, 300, 0]
 
 
+def test_a_text_within_the_limit_is_one_segment_spoken_in_one_pass():
+    """As every family's upstream tool speaks it: sentences are where a segment may end, not where it must."""
+    prepared = prepare_text("Hello there. This is a short test of the speech engine.")
+    assert [s.source_text for s in prepared.segments] == ["Hello there. This is a short test of the speech engine."]
+    mixed = prepare_text("今天天气很好。我们去公园吧！Shall we go? Yes, let us go now.")
+    assert [s.source_text for s in mixed.segments] == ["今天天气很好。我们去公园吧！Shall we go? Yes, let us go now."]
+    assert mixed.segments[0].pause_after_ms == 0
+
+
+def test_sentences_are_packed_into_as_few_segments_as_fit_the_limit():
+    sentences = ["The first sentence is here.", "A second one.", "Third sentence, a little longer than that.",
+                 "Four.", "And the fifth closes it."]
+    prepared = prepare_text(" ".join(sentences), max_segment_chars=45, default_pause_ms=250)
+    texts = [s.source_text for s in prepared.segments]
+    assert texts == ["The first sentence is here. A second one.", "Third sentence, a little longer than that.",
+                     "Four. And the fifth closes it."]
+    assert all(spoken_len(t, 0, len(t)) <= 45 for t in texts)
+    assert [s.pause_after_ms for s in prepared.segments] == [250, 250, 0]
+    assert len(prepare_text(" ".join(sentences), max_segment_chars=45, pack_sentences=False).segments) == 5
+
+
+def test_the_models_own_unit_packs_sentences_and_cuts_an_over_long_one():
+    """A model counting its own units (IndexTTS 2: text tokens, max_text_tokens_per_segment): sentences packed while
+    the sum of their units fits; a sentence over the unit limit is cut at clauses. Here a unit is a word."""
+    words = lambda text: len(text.split())  # noqa: E731
+    text = ("One two three. Four five. Six seven eight nine ten eleven, twelve thirteen fourteen fifteen sixteen, "
+            "seventeen eighteen. Nineteen twenty.")
+    prepared = prepare_text(text, max_segment_chars=600, measure=words, max_segment_units=6)
+    texts = [s.source_text for s in prepared.segments]
+    assert texts[0] == "One two three. Four five."
+    assert texts[-1] == "seventeen eighteen. Nineteen twenty."  # the long sentence's last clause joins the next
+    assert all(words(t) <= 6 for t in texts)
+    assert "".join(texts).replace(" ", "") == text.replace(" ", "")
+
+
 def test_abbreviation_dot_before_a_lower_case_word_does_not_end_a_sentence():
-    prepared = prepare_text("We met on Main St. in the morning. Then we left.")
+    prepared = prepare_text("We met on Main St. in the morning. Then we left.", pack_sentences=False)
     assert [s.source_text for s in prepared.segments] == ["We met on Main St. in the morning.", "Then we left."]
 
 

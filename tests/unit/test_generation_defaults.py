@@ -97,3 +97,55 @@ def test_beams_come_from_the_family_only_and_a_request_can_change_them():
 def test_num_beams_out_of_range_is_refused_naming_it(value):
     with pytest.raises(InputError, match="num_beams"):
         SynthesisParams(num_beams=value)
+
+
+# Each family's generation_config.json as transformers' conversion scripts write it (huggingface/transformers,
+# src/transformers/models/...): the values our defaults must read, length limits as transformers reads them.
+DIA_CONVERTED = dict(do_sample=True, top_k=45, top_p=0.95, temperature=1.2, guidance_scale=3.0,
+                     max_length=3072)  # dia/convert_dia_to_hf.py get_generation_config ("Decoder max length")
+VIBEVOICE_CONVERTED = dict(max_new_tokens=40500, do_sample=False,
+                           guidance_scale=1.3)  # vibevoice/convert_vibevoice_to_hf.py (1.5B; 7B: 20250)
+CSM_CONVERTED = dict(max_new_tokens=125, do_sample=True, top_k=50,
+                     temperature=0.9)  # csm/convert_csm.py (depth_decoder_* the same)
+HIGGS_CONVERTED = dict(bos_token_id=1, eos_token_id=128009, pad_token_id=128001, ras_win_len=7,
+                       ras_win_max_num_repeat=2)  # higgs_audio_v2/convert_higgs_audio_v2_to_hf.py: no length
+
+
+def test_max_length_alone_is_a_total_length_cap_not_a_new_token_count():
+    defaults = GenerationDefaults.from_generation_config(GenerationConfig(**DIA_CONVERTED), family_defaults=FAMILY)
+    assert defaults.max_length == 3072
+    # no max_new_tokens in the checkpoint: no row can make more new steps than the total, the family cap is not used
+    assert defaults.max_new_tokens == 3072 and "max_length=3072" in defaults.sources["max_new_tokens"]
+    assert (defaults.temperature, defaults.top_p, defaults.top_k, defaults.greedy) == (1.2, 0.95, 45, False)
+
+
+@pytest.mark.parametrize("converted, max_new_tokens", [(VIBEVOICE_CONVERTED, 40500), (CSM_CONVERTED, 125),
+                                                       (HIGGS_CONVERTED, 300)])
+def test_checkpoints_without_max_length_have_no_total_cap(converted, max_new_tokens):
+    """transformers' GenerationConfig holds max_length=20 when none is set: that placeholder is not a cap."""
+    config = GenerationConfig(**converted)
+    assert config.max_length in (None, 20)
+    defaults = GenerationDefaults.from_generation_config(config, family_defaults=FAMILY)
+    assert defaults.max_length is None
+    assert defaults.max_new_tokens == max_new_tokens  # Higgs sets none: the family's own (here FAMILY's 300)
+
+
+def test_row_cap_is_the_total_less_the_rows_own_prompt():
+    from types import SimpleNamespace
+
+    from tts_app.adapters.base import TTSAdapter
+
+    class Checkpoint:  # the two TTSAdapter methods under test, on the converted Dia checkpoint's defaults
+        max_new_tokens = TTSAdapter.max_new_tokens
+        row_max_new_tokens = TTSAdapter.row_max_new_tokens
+
+        def __init__(self, defaults):
+            self.facts = SimpleNamespace(generation_defaults=defaults, default_max_new_tokens=defaults.max_new_tokens)
+
+    dia = Checkpoint(GenerationDefaults.from_generation_config(GenerationConfig(**DIA_CONVERTED),
+                                                               family_defaults=FAMILY))
+    assert dia.row_max_new_tokens(SynthesisParams(), 538) == 3072 - 538  # the issue's 6 s reference: 538 steps
+    assert dia.row_max_new_tokens(SynthesisParams(max_new_tokens=100), 538) == 100  # a smaller request cap applies
+    assert dia.row_max_new_tokens(SynthesisParams(), 538, extra_steps=15) == 3072 + 15 - 538  # Dia's delay flush
+    with pytest.raises(InputError, match="max_length"):
+        dia.row_max_new_tokens(SynthesisParams(), 3072)

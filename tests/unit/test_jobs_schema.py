@@ -66,6 +66,18 @@ def test_segment_durations_are_a_list_of_seconds_per_line(job_dir):
     assert isinstance(both, InvalidLine) and "not both" in both.message
 
 
+def test_reference_cleanup_is_a_per_line_choice_checked_against_the_three_modes(job_dir):
+    path = write_jsonl(job_dir / "job.jsonl", [
+        {"input_text": "One.", "prompt_audio": "b.wav", "reference_cleanup": "full"},
+        {"input_text": "One.", "prompt_audio": "b.wav"},
+        {"input_text": "One.", "prompt_audio": "b.wav", "reference_cleanup": "light"},
+    ])
+    full, default, bad = list(iter_job(path, make_sources(path, None, JobConfig())))
+    assert full.synthesis_params(SynthesisParams()).reference_cleanup == "full"
+    assert default.synthesis_params(SynthesisParams()).reference_cleanup == "auto"
+    assert isinstance(bad, InvalidLine) and "reference_cleanup" in bad.message and "auto, full, off" in bad.message
+
+
 def test_bom_crlf_blank_lines_and_glm_tts_aliases(job_dir):
     path = write_jsonl(job_dir / "job.jsonl", [
         {"uttid": "first", "syn_text": "Hello there.", "prompt_speech": "voices/a.wav", "prompt_text": "ref words"},

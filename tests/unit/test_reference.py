@@ -7,16 +7,26 @@ import threading
 
 import numpy as np
 import pytest
+import soundfile as sf
 
 from tts_app.audio import reference as reference_module
 from tts_app.audio.cli import main as cli_main
-from tts_app.audio.reference import ReferenceCache, ReferenceReport, prepare_reference
+from tts_app.audio.reference import ReferenceCache, ReferenceReport
+from tts_app.audio.reference import prepare_reference as _prepare_reference
 from tts_app.config import ReferenceConfig
-from tts_app.errors import ReferenceAudioError
+from tts_app.errors import InputError, ReferenceAudioError
 from tts_app.request import ReferenceAudio
 
 RATE = 24000
-CONFIG = ReferenceConfig()
+# These tests check the full cleanup (trim, filter, shorten pauses, level); "auto" (the default) is tested
+# at the end of test_reference.py.
+CONFIG = ReferenceConfig(cleanup="full")
+
+
+def prepare_reference(source, **kwargs):
+    """``tts_app.audio.reference.prepare_reference`` with the full cleanup unless a config is given."""
+    kwargs.setdefault("config", CONFIG)
+    return _prepare_reference(source, **kwargs)
 SPEECH_FILES = [
     "en_female_1.wav", "en_male_1.wav", "en_female_2.wav", "zh_female_1.wav", "zh_male_1.wav", "zh_female_2.wav",
     "en_female_1__mp3_stereo_44k1_padded.mp3", "en_male_1__flac_48k_pinknoise_hum50.flac",
@@ -304,7 +314,7 @@ def test_speech_without_a_pause_before_max_speech_s_is_cut_at_its_quietest_point
     import soundfile as sf
 
     original, rate = sf.read(data_dir / "en_female_1__long_45s.wav", dtype="float32")
-    config = ReferenceConfig(max_speech_s=1.5, min_speech_s=0.5)  # first VAD segment: 1.73 s, no pause
+    config = ReferenceConfig(cleanup="full", max_speech_s=1.5, min_speech_s=0.5)  # first VAD segment: 1.73 s, no pause
     ref, report = prepare_reference((original[: 8 * rate], rate), target_sampling_rate=RATE, config=config)
     assert report.cropped and report.speech_kept_s <= 1.5
     assert any("quietest point" in warning for warning in report.warnings)
@@ -314,7 +324,7 @@ def test_speech_without_a_pause_before_max_speech_s_is_cut_at_its_quietest_point
 
 
 def test_long_file_is_decoded_only_up_to_max_decode_s(data_dir):
-    config = ReferenceConfig(max_decode_s=20.0, max_speech_s=30.0)
+    config = ReferenceConfig(cleanup="full", max_decode_s=20.0, max_speech_s=30.0)
     ref, report = prepare_reference(data_dir / "en_female_1__long_45s.wav", target_sampling_rate=RATE, config=config)
     assert report.head_only and report.duration_s == pytest.approx(20.0)
     assert any("first 20 s" in warning for warning in report.warnings)
@@ -391,3 +401,45 @@ def test_cli_sampling_rate_outside_8k_192k_is_a_usage_error(data_dir, capsys, tm
     code = cli_main([str(data_dir / "en_female_1.wav"), "--sampling-rate", rate, "--out", str(tmp_path / "o.wav")])
     assert code == 2 and "--sampling-rate" in capsys.readouterr().err
     assert not (tmp_path / "o.wav").exists()
+
+
+# ------------------------------------------------------------------ reference_cleanup: auto / full / off
+
+
+def test_cleanup_auto_checks_and_reports_but_only_resamples_as_upstream_does(data_dir):
+    """auto (the default): the same checks and warnings as full, but the clip the model hears is the file made mono
+    and resampled (what transformers' processors get in their docs), and the report says so."""
+    import torch
+    import torchaudio.functional as AF
+
+    from tts_app.audio.preparer import ReferencePreparer
+    from tts_app.config import DEFAULT_REFERENCE_CLEANUP
+    from tts_app.request import SynthesisParams
+
+    assert DEFAULT_REFERENCE_CLEANUP == SynthesisParams().reference_cleanup == "auto"
+    path = data_dir / "en_male_1__flac_48k_pinknoise_hum50.flac"
+    preparer = ReferencePreparer(24000)
+    auto = preparer.prepare(path)
+    full = preparer.prepare(path, cleanup="full")
+    off = preparer.prepare(path, cleanup="off")
+    samples, rate = sf.read(path, dtype="float32", always_2d=True)
+    upstream = AF.resample(torch.from_numpy(samples.mean(axis=1)), rate, 24000).numpy()
+    np.testing.assert_allclose(auto.audio.samples, upstream, atol=1e-6)
+    np.testing.assert_allclose(off.audio.samples, upstream, atol=1e-6)
+    assert auto.report.cleanup == "auto" and auto.report.changes == ["resampled 48000 -> 24000 Hz"]
+    assert {"hum_kept", "noisy"} <= {n.code for n in auto.report.notices}  # checked and reported, not changed
+    assert off.report.notices == [] and off.report.changes == ["resampled 48000 -> 24000 Hz"]
+    # full: today's cleaning, every change named
+    assert len(full.audio.samples) < len(auto.audio.samples)
+    assert any("high-pass" in c for c in full.report.changes) and any("trimmed" in c for c in full.report.changes)
+    assert any("loudness" in c for c in full.report.changes) and any("hum" in c for c in full.report.changes)
+
+
+def test_cleanup_is_refused_when_unknown_and_still_refuses_silence(data_dir):
+    from tts_app.audio.preparer import ReferencePreparer
+
+    preparer = ReferencePreparer(24000)
+    with pytest.raises(InputError, match="auto, full, off"):
+        preparer.prepare(data_dir / "en_female_1.wav", cleanup="light")
+    with pytest.raises(ReferenceAudioError):
+        preparer.prepare(data_dir / "silence_digital_5s.wav", cleanup="auto")

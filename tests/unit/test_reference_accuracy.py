@@ -10,12 +10,21 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tts_app.audio.reference import ReferenceCache, prepare_reference
+from tts_app.audio.reference import ReferenceCache
+from tts_app.audio.reference import prepare_reference as _prepare_reference
 from tts_app.config import ReferenceConfig
 from tts_app.errors import ReferenceAudioError
 
 RATE = 24000
-CONFIG = ReferenceConfig()
+# These tests check the full cleanup (trim, filter, shorten pauses, level); "auto" (the default) is tested
+# at the end of test_reference.py.
+CONFIG = ReferenceConfig(cleanup="full")
+
+
+def prepare_reference(source, **kwargs):
+    """``tts_app.audio.reference.prepare_reference`` with the full cleanup unless a config is given."""
+    kwargs.setdefault("config", CONFIG)
+    return _prepare_reference(source, **kwargs)
 CLEAN = ["en_female_1.wav", "en_male_1.wav", "en_female_2.wav", "zh_female_1.wav", "zh_male_1.wav",
          "zh_female_2.wav"]
 

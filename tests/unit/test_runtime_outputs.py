@@ -37,6 +37,24 @@ def test_one_reference_preparer_at_the_models_rate_shared_by_every_caller(runtim
     assert (cache.misses, cache.hits) == (1, 3)  # cleaned once for the upload and all three job lines
 
 
+def test_a_job_lines_reference_cleanup_reaches_the_preparer(runtime, data_dir, tmp_path):
+    """A JSONL line's reference_cleanup picks how its reference is prepared: "full" trims the clip, the default
+    ("auto") sends it whole; the preparer caches each separately."""
+    from tts_app.jobs.runner import run_job
+
+    (tmp_path / "voice.wav").write_bytes((data_dir / "en_female_1.wav").read_bytes())
+    job = tmp_path / "job.jsonl"
+    job.write_text(json.dumps({"input_text": "One.", "prompt_audio": "voice.wav", "output_name": "auto"}) + "\n"
+                   + json.dumps({"input_text": "One.", "prompt_audio": "voice.wav", "output_name": "full",
+                                 "reference_cleanup": "full"}) + "\n", encoding="utf-8")
+    assert run_job(job, tmp_path / "out", runtime).all_ok
+    auto = json.loads((tmp_path / "out" / "auto.json").read_text(encoding="utf-8"))["reference"]
+    full = json.loads((tmp_path / "out" / "full.json").read_text(encoding="utf-8"))["reference"]
+    assert (auto["cleanup"], full["cleanup"]) == ("auto", "full")
+    assert full["cleaned_duration_s"] < auto["cleaned_duration_s"]
+    assert runtime.references.cache.misses == 2
+
+
 def test_sidecar_is_complete_and_written_after_the_audio(runtime, data_dir, tmp_path):
     from tts_app.outputs import output_metadata, save_outputs
 

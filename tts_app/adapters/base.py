@@ -38,6 +38,17 @@ _CONFIG_KEYS = {"greedy": "do_sample", "temperature": "temperature", "top_p": "t
                 "ras_win_max_num_repeat": "ras_win_max_num_repeat"}
 
 
+def checkpoint_max_length(generation_config: Any) -> int | None:
+    """The ``max_length`` a checkpoint's generation config sets (total length, prompt included), or None when it
+    sets none: transformers' ``GenerationConfig`` always holds a ``max_length`` (20 when unset, its placeholder), so
+    only a value in ``to_diff_dict()`` (differing from ``GenerationConfig()``) counts. ``generation_config`` may be
+    None (a family without one)."""
+    if generation_config is None or not hasattr(generation_config, "to_diff_dict"):
+        return None
+    value = generation_config.to_diff_dict().get("max_length")
+    return int(value) if value is not None else None
+
+
 @dataclass(frozen=True)
 class GenerationDefaults:
     """The effective generation defaults of the loaded checkpoint: what runs when a request leaves a knob out
@@ -55,7 +66,15 @@ class GenerationDefaults:
         top_p: nucleus-sampling mass in (0, 1]; 1.0 = off; None = no such knob.
         top_k: keep the k most likely tokens (>= 1); None = no such knob.
         cfg_scale: classifier-free guidance scale; None = the family has no guidance.
-        max_new_tokens: decode-step cap per segment (codec frames; Dia counts its delay-pattern flush steps too).
+        max_new_tokens: decode-step cap per segment (codec frames; Dia counts its delay-pattern flush steps too):
+            transformers' ``max_new_tokens``, new steps only. A checkpoint that sets only ``max_length`` gives that
+            value here (no row can make more new steps than the total); the per-row cap is then
+            ``max_length - prompt length`` (``TTSAdapter.row_max_new_tokens``).
+        max_length: the checkpoint's total-length cap, prompt included (transformers' ``max_length``: "the maximum
+            length the generated tokens can have. Corresponds to the length of the input prompt +
+            max_new_tokens", GenerationConfig docs), or None when the checkpoint does not set one (transformers'
+            unset default of 20 counts as not set). Both caps apply to every row: its new steps are at most
+            ``min(max_new_tokens, max_length - its prompt length)``.
         ras_win_len, ras_win_max_num_repeat: repetition-aware sampling (Higgs Audio v2: a token repeated
             ``ras_win_max_num_repeat`` times in the last ``ras_win_len`` frames is redrawn); None = not used.
         num_beams, length_penalty: beam search width and length penalty (``SynthesisParams``), from the family's
@@ -75,6 +94,7 @@ class GenerationDefaults:
     ras_win_max_num_repeat: int | None = None
     num_beams: int | None = None
     length_penalty: float | None = None
+    max_length: int | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @classmethod
@@ -90,11 +110,23 @@ class GenerationDefaults:
                 ``max_new_tokens`` must be present.
             absent: field -> why the family has no such knob; the field is None whatever the checkpoint says.
 
+        ``max_length`` is read only when the checkpoint sets it (a key of ``to_diff_dict()``, i.e. not transformers'
+        placeholder 20); a checkpoint with ``max_length`` but no ``max_new_tokens`` (transformers' Dia conversion
+        writes ``max_length=3072`` alone) gets ``max_new_tokens = max_length``, the most new steps the total allows,
+        not the family default: what runs is then bounded by the total, as in transformers.
+
         Raises:
             KeyError: ``max_new_tokens`` is in neither the checkpoint nor ``family_defaults``.
         """
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
+        max_length = checkpoint_max_length(generation_config)
+        if max_length is not None:
+            values["max_length"] = max_length
+            sources["max_length"] = (f"{SOURCE_CHECKPOINT} (max_length={max_length}: total length, prompt "
+                                     "included)")
+        else:
+            values["max_length"], sources["max_length"] = None, "not set by the checkpoint (no total-length cap)"
         for name, key in _CONFIG_KEYS.items():
             if name in absent:
                 values[name], sources[name] = None, absent[name]
@@ -103,6 +135,10 @@ class GenerationDefaults:
             if value is not None:
                 values[name] = (not value) if name == "greedy" else value
                 sources[name] = f"{SOURCE_CHECKPOINT} ({key}={value!r})"
+            elif name == "max_new_tokens" and max_length is not None:
+                values[name] = max_length
+                sources[name] = (f"{SOURCE_CHECKPOINT} (max_length={max_length} and no max_new_tokens: each row "
+                                 "makes at most max_length - its prompt length new steps)")
             elif name in family_defaults:
                 values[name], sources[name] = family_defaults[name]
             elif name == "max_new_tokens":
@@ -114,7 +150,7 @@ class GenerationDefaults:
         for name in ("temperature", "top_p", "cfg_scale", "length_penalty"):
             if values[name] is not None:
                 values[name] = float(values[name])
-        for name in ("top_k", "max_new_tokens", "ras_win_len", "ras_win_max_num_repeat", "num_beams"):
+        for name in ("top_k", "max_new_tokens", "ras_win_len", "ras_win_max_num_repeat", "num_beams", "max_length"):
             if values[name] is not None:
                 values[name] = int(values[name])
         return cls(**values, sources=sources)
@@ -161,8 +197,13 @@ class ModelFacts:
         frames_per_second: decode steps per second of output audio (codec frame rate).
         text_positions_per_char: sequence positions one text character occupies (tokenizer-dependent estimate).
         reference_positions_per_second: sequence positions one second of reference audio occupies.
-        max_segment_chars: default segment length for the text front end, derived from the default cap
-            (``tts_app.engine.scheduler.max_chars_for_speech_s``) so an ordinary sentence never hits it.
+        max_segment_chars: the segment limit in characters: sentences are packed into one segment up to it (the
+            whole text when it fits, as the family's upstream tool speaks it), derived from the checkpoint's decode
+            cap (``tts_app.engine.scheduler.max_chars_for_speech_s``) so a segment never hits that cap. A request's
+            ``max_segment_chars`` caps it further.
+        max_segment_tokens: the family's segment unit is its text tokens (IndexTTS 2: upstream's
+            ``max_text_tokens_per_segment``): sentences are packed while their tokens (``TTSAdapter.count_text_tokens``)
+            stay within this many, as well as within ``max_segment_chars``. None = characters only.
         generation_defaults: the checkpoint's effective generation defaults (``GenerationDefaults``); also gives
             ``default_max_new_tokens``, ``has_cfg`` and ``has_top_k``.
         languages: ISO 639-1 codes of the languages the family was trained on (from its model card), e.g.
@@ -207,6 +248,7 @@ class ModelFacts:
     supports_emotion: bool = False
     supports_emotion_text: bool = False
     max_dialogue_speakers: int = 0
+    max_segment_tokens: int | None = None
 
     @property
     def default_max_new_tokens(self) -> int:
@@ -671,9 +713,46 @@ class TTSAdapter(abc.ABC):
                 out.add(char)
         return out
 
+    def count_text_tokens(self, text: str) -> int:
+        """Text tokens of ``text`` for the model (the segment unit of a family with ``facts.max_segment_tokens``):
+        ``self.processor.tokenizer`` without special tokens. Families whose text tokenizer lives elsewhere override
+        it."""
+        return len(self.processor.tokenizer(text, add_special_tokens=False)["input_ids"])
+
     def max_new_tokens(self, params: SynthesisParams) -> int:
         """The request's decode-step cap, else the checkpoint default (``facts.generation_defaults``)."""
         return params.max_new_tokens if params.max_new_tokens is not None else self.facts.default_max_new_tokens
+
+    def row_max_new_tokens(self, params: SynthesisParams, prompt_positions: int, *, row: int | None = None,
+                           extra_steps: int = 0) -> int:
+        """The decode-step cap of one row whose prompt takes ``prompt_positions`` positions, as transformers'
+        ``generate`` counts them: the request's ``max_new_tokens`` (``max_new_tokens``), bounded by the checkpoint's
+        total length (``generation_defaults.max_length``, prompt included) when it sets one:
+        ``min(max_new_tokens, max_length + extra_steps - prompt_positions)``.
+
+        Args:
+            params: the request's knobs.
+            prompt_positions: the row's own prompt length (not its padded length: a row's cap never depends on its
+                batch-mates).
+            row: the row's index in its batch, for the message.
+            extra_steps: steps the family's ``generate`` adds past ``max_length`` (Dia's delay-pattern flush).
+
+        Raises:
+            InputError: the prompt alone reaches the checkpoint's ``max_length``.
+        """
+        from tts_app.errors import InputError
+
+        cap = self.max_new_tokens(params)
+        max_length = self.facts.generation_defaults.max_length
+        if max_length is None:
+            return cap
+        left = max_length + extra_steps - prompt_positions
+        if left <= extra_steps:
+            where = f"row {row}: " if row is not None else ""
+            raise InputError(f"{where}the prompt (reference audio + text) takes {prompt_positions} positions, but the "
+                             f"checkpoint's max_length (total length) is {max_length}; use a shorter reference clip "
+                             "or shorter text")
+        return min(cap, left)
 
     def resolve(self, params: SynthesisParams) -> SynthesisParams:
         """``params`` with every knob not given set to the checkpoint default (``GenerationDefaults.resolve``)."""
@@ -684,7 +763,15 @@ class TTSAdapter(abc.ABC):
         """Sequence positions one row occupies at the end of decoding (reference + text + new tokens), used by
         the engine's KV-cache estimate. Families with a different layout override this."""
         f = self.facts
-        return int(
-            round(reference_s * f.reference_positions_per_second
-                  + (text_chars + reference_text_chars) * f.text_positions_per_char)
-        ) + max_new_tokens + 8
+        prompt = int(round(reference_s * f.reference_positions_per_second
+                           + (text_chars + reference_text_chars) * f.text_positions_per_char))
+        return cap_total_positions(prompt, max_new_tokens, f.generation_defaults.max_length) + 8
+
+
+def cap_total_positions(prompt_positions: int, max_new_tokens: int, max_length: int | None) -> int:
+    """Positions a row holds at the end of decoding: ``prompt + max_new_tokens``, at most ``max_length`` when the
+    checkpoint caps the total (``GenerationDefaults.max_length``); never below the prompt itself."""
+    total = prompt_positions + max_new_tokens
+    if max_length is not None:
+        total = min(total, max(max_length, prompt_positions))
+    return total

@@ -112,10 +112,13 @@ class CsmOutputs:
         codes: ``(batch_size, num_frames, num_codebooks)`` int64. After a row's end-of-audio frame (all codebooks
             equal to ``config.codebook_eos_token_id``) the row holds that frame, then ``codebook_pad_token_id``.
         stop_reasons: per row, ``MAX_NEW_TOKENS`` when it had no end-of-audio frame at the cap.
+        row_caps: per row, its own frame cap (``TTSAdapter.row_max_new_tokens``: the checkpoint's ``max_length``
+            less its prompt, when that is below ``max_new_tokens``); frames past it are padding. Empty = none.
     """
 
     codes: "torch.Tensor"
     stop_reasons: list = field(default_factory=list)
+    row_caps: list = field(default_factory=list)
 
 
 class _Sampler:
@@ -354,10 +357,11 @@ class CsmAdapter(TTSAdapter):
         input_ids = input_ids.masked_fill(attention_mask == 0, self.model.config.bos_token_id)
         max_positions = self.model.config.max_position_embeddings
         for i, prompt_len in enumerate(attention_mask.sum(dim=1).tolist()):
-            if prompt_len + self.max_new_tokens(params) > max_positions:
+            cap = self.row_max_new_tokens(params, prompt_len, row=i)
+            if prompt_len + cap > max_positions:
                 raise InputError(
                     f"row {i}: prompt of {prompt_len} positions (reference audio + texts) plus max_new_tokens="
-                    f"{self.max_new_tokens(params)} exceeds the model's {max_positions} positions; use a shorter "
+                    f"{cap} exceeds the model's {max_positions} positions; use a shorter "
                     "reference clip, shorter text segments or a smaller max_new_tokens")
         input_values = cutoffs = None
         if audios:
@@ -385,7 +389,10 @@ class CsmAdapter(TTSAdapter):
         model = self.model
         config = model.config
         params = self.resolve(params)
-        max_frames = params.max_new_tokens
+        # Each row's own cap: max_new_tokens, bounded by a checkpoint max_length less the row's own prompt.
+        caps = [self.row_max_new_tokens(params, int(n), row=i)
+                for i, n in enumerate(inputs.attention_mask.sum(dim=1).tolist())]
+        max_frames = max(caps)
         sampler = _Sampler(params, inputs.seeds, inputs.input_ids.device, config.vocab_size,
                            config.codec_config.codebook_size)
         with torch.no_grad():  # not inference_mode: Mimi caches its codebook tensor on first use
@@ -396,6 +403,8 @@ class CsmAdapter(TTSAdapter):
             batch_size = prompt_embeds.shape[0]
             frames: list[torch.Tensor] = []  # each (batch, num_codebooks)
             finished = torch.zeros(batch_size, dtype=torch.bool, device=prompt_embeds.device)
+            capped = torch.zeros_like(finished)  # stopped at its own cap below the batch's
+            row_caps = torch.tensor(caps, device=prompt_embeds.device)
             cache = None
             for step in range(max_frames):
                 hidden, cache = self._backbone_step(prompt_embeds, inputs.attention_mask, frames, cache,
@@ -404,12 +413,15 @@ class CsmAdapter(TTSAdapter):
                 codes = self._depth_decode(hidden, first, sampler, params.use_cache)  # (batch, num_codebooks)
                 codes = codes.masked_fill(finished[:, None], config.codebook_pad_token_id)
                 finished = finished | (codes == config.codebook_eos_token_id).all(dim=-1)
+                capped = capped | (~finished & (row_caps <= step + 1))
+                finished = finished | capped
                 frames.append(codes)
                 if bool(finished.all()):
                     break
             return CsmOutputs(codes=torch.stack(frames, dim=1),
-                              stop_reasons=[StopReason.END_OF_SPEECH if done else StopReason.MAX_NEW_TOKENS
-                                            for done in finished.tolist()])
+                              stop_reasons=[StopReason.END_OF_SPEECH if done and not cut else StopReason.MAX_NEW_TOKENS
+                                            for done, cut in zip(finished.tolist(), capped.tolist())],
+                              row_caps=caps)
 
     def stop_reasons(self, outputs: CsmOutputs, inputs: CsmInputs) -> list[StopReason]:
         """``MAX_NEW_TOKENS`` for a row without an end-of-audio frame at the cap, else ``END_OF_SPEECH``."""
@@ -482,9 +494,11 @@ class CsmAdapter(TTSAdapter):
         config = self.model.config
         waveforms = []
         with torch.no_grad():  # not inference_mode: Mimi caches its codebook tensor on first use
-            for row_codes in outputs.codes:  # (num_frames, num_codebooks)
+            for i, row_codes in enumerate(outputs.codes):  # (num_frames, num_codebooks)
                 ended = (row_codes == config.codebook_eos_token_id).all(dim=-1).nonzero()
                 num_frames = int(ended[0, 0]) if ended.numel() else row_codes.shape[0]
+                if outputs.row_caps:
+                    num_frames = min(num_frames, outputs.row_caps[i])
                 if num_frames == 0:
                     waveforms.append(np.zeros(0, dtype=np.float32))
                     continue

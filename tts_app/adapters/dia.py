@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from tts_app.adapters.base import DTYPE_BYTES, AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter
+from tts_app.adapters.base import (DTYPE_BYTES, AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter,
+                                   cap_total_positions)
 from tts_app.engine.scheduler import max_chars_for_speech_s
 from tts_app.errors import InputError, ModelLoadError
 from tts_app.request import StopReason, SynthesisParams
@@ -108,6 +109,30 @@ def dialogue(*texts: str) -> str:
     return " ".join(f"{tag} {words}".strip() for tag, words in turns)
 
 
+class _RowCapProcessor:
+    """A logits processor ending each row at its own decode-step cap: at step ``cap - max_delay - 1`` of a row it
+    forces EOS in codebook 0, exactly what transformers' ``DiaEOSDelayPatternLogitsProcessor`` does for the whole
+    batch at the batch's cap (that processor, which runs next, then flushes the delayed codebooks). Scores arrive as
+    ``(batch_size * num_channels, vocab_size)``; the current length ``input_ids.shape[1]`` counts the padded prompt
+    (``prompt_len``) plus the steps made."""
+
+    def __init__(self, prompt_len: int, caps: list[int], max_delay: int, eos_token_id: int, num_channels: int):
+        self.prompt_len = prompt_len
+        self.force_at = [cap - max_delay - 1 for cap in caps]
+        self.eos_token_id = eos_token_id
+        self.num_channels = num_channels
+
+    def __call__(self, input_ids, scores):
+        step = input_ids.shape[1] - self.prompt_len
+        rows = [i for i, at in enumerate(self.force_at) if at == step]
+        if rows:
+            scores = scores.view(-1, self.num_channels, scores.shape[-1])  # (batch, channels, vocab)
+            scores[rows, 0, :] = -float("inf")
+            scores[rows, 0, self.eos_token_id] = 0.0
+            scores = scores.view(-1, scores.shape[-1])
+        return scores
+
+
 @dataclass
 class DiaInputs:
     """Model inputs of one batch (tensors on the adapter's device).
@@ -122,7 +147,9 @@ class DiaInputs:
         audio_prompt_len: ``prompt_len`` (same for every row thanks to the left padding): index of the first
             generated frame after reverting the delay.
         seeds: one seed per row.
-        max_new_tokens: the decode-step cap of this batch (to tell a row cut at the cap from one that ended).
+        max_new_tokens: the decode-step cap of this batch, the largest of ``row_max_new_tokens``.
+        row_max_new_tokens: each row's own cap (``TTSAdapter.row_max_new_tokens``: the request's, bounded by the
+            checkpoint's ``max_length`` less the row's own prompt), to tell a row cut at its cap from one that ended.
     """
 
     input_ids: Any
@@ -133,6 +160,7 @@ class DiaInputs:
     audio_prompt_len: int
     seeds: list[int]
     max_new_tokens: int
+    row_max_new_tokens: list[int]
 
 
 class DiaAdapter(TTSAdapter):
@@ -213,10 +241,6 @@ class DiaAdapter(TTSAdapter):
             "max_new_tokens": (fallback_steps, f"tts_app default: {DEFAULT_MAX_AUDIO_S:g} s of audio plus the "
                                                f"{self.max_delay}-step delay flush"),
         })
-        if gen.max_new_tokens is None and gen.max_length is not None:
-            # A checkpoint that caps the whole decoder length: its new steps are at most that many.
-            defaults = defaults.with_value("max_new_tokens", int(gen.max_length),
-                                           f"checkpoint generation_config (max_length={gen.max_length})")
         max_audio_s = (defaults.max_new_tokens - self.max_delay - 1) / frames_per_second
         self.cross_kv_bytes_per_position = (2 * dec.num_hidden_layers * dec.cross_num_key_value_heads
                                             * dec.cross_head_dim * DTYPE_BYTES[self.dtype])
@@ -242,13 +266,17 @@ class DiaAdapter(TTSAdapter):
         """Equivalent self-attention positions of one row at the end of decoding.
 
         decoder positions = BOS + reference frames (``reference_s x reference_positions_per_second``, rounded up) +
-        ``max_new_tokens`` (generate returns ``audio_prompt_len + max_new_tokens`` steps); encoder positions =
+        ``max_new_tokens`` (generate returns ``audio_prompt_len + max_new_tokens`` steps), at most the checkpoint's
+        ``max_length`` plus the delay flush; encoder positions =
         (text + reference text + two "[S1] " tags) x ``text_positions_per_char``. The cross-attention cache holds
         encoder positions at ``cross_kv_bytes_per_position`` bytes each, so they are scaled by
         ``cross_kv_bytes_per_position / facts.kv_bytes_per_position``.
         """
         f = self.facts
-        decoder_positions = 1 + math.ceil(reference_s * f.reference_positions_per_second) + max_new_tokens
+        prompt = 1 + math.ceil(reference_s * f.reference_positions_per_second)
+        max_length = f.generation_defaults.max_length
+        decoder_positions = cap_total_positions(prompt, max_new_tokens,
+                                                None if max_length is None else max_length + self.max_delay)
         encoder_positions = math.ceil((text_chars + reference_text_chars + 10) * f.text_positions_per_char)
         cross_as_self = math.ceil(encoder_positions * self.cross_kv_bytes_per_position / f.kv_bytes_per_position)
         return decoder_positions + cross_as_self
@@ -322,14 +350,14 @@ class DiaAdapter(TTSAdapter):
             raise InputError("the batch is empty; give at least one row")
         self._sampling_knobs(params)  # validates cfg_scale before any work
         bos = self.config.decoder_config.bos_token_id
-        max_new_tokens = self.max_new_tokens(params)
-        if max_new_tokens <= self.max_delay + 1:
+        requested = self.max_new_tokens(params)
+        if requested <= self.max_delay + 1:
             raise InputError(
-                f"max_new_tokens={max_new_tokens} is too small for Dia: the last {self.max_delay + 1} decode steps "
+                f"max_new_tokens={requested} is too small for Dia: the last {self.max_delay + 1} decode steps "
                 f"flush the delayed codebooks; use at least {self.max_delay + 2} "
                 f"(about {self.facts.frames_per_second:.0f} more per second of audio)")
         sampling_rate = self.facts.sampling_rate
-        per_row = []
+        per_row, caps = [], []
         for i, row in enumerate(rows):
             if not row.text.strip():
                 raise InputError(f"row {i}: text is empty; give the text to speak")
@@ -344,13 +372,23 @@ class DiaAdapter(TTSAdapter):
                                      text_kwargs=_NO_TEXT_PADDING, return_tensors="pt")
             else:
                 out = self.processor(text=[text], text_kwargs=_NO_TEXT_PADDING, return_tensors="pt")
-            decoder_len = out["decoder_attention_mask"].shape[1] - self.max_delay + max_new_tokens
-            if decoder_len > self.config.decoder_config.max_position_embeddings:
+            # The prompt as transformers' Dia generate counts it: BOS + reference frames, without the delay padding.
+            # A checkpoint max_length (the conversion script's 3072, "Decoder max length") bounds prompt + audio
+            # frames; generate runs max(delay_pattern) flush steps past it (generation_dia.py adds them).
+            prompt_len = out["decoder_attention_mask"].shape[1] - self.max_delay
+            cap = self.row_max_new_tokens(params, prompt_len, row=i, extra_steps=self.max_delay)
+            if cap <= self.max_delay + 1:
+                raise InputError(f"row {i}: the reference audio takes {prompt_len} of the checkpoint's "
+                                 f"{self.facts.generation_defaults.max_length} decoder positions (max_length), "
+                                 "leaving none for new audio; use a shorter reference clip")
+            frames_len = prompt_len + cap - self.max_delay  # positions holding audio frames (flush steps excluded)
+            if frames_len > self.config.decoder_config.max_position_embeddings:
                 raise InputError(
-                    f"row {i}: reference audio + max_new_tokens need {decoder_len} decoder positions; Dia has "
+                    f"row {i}: reference audio + max_new_tokens need {frames_len} decoder positions; Dia has "
                     f"{self.config.decoder_config.max_position_embeddings}; use a shorter reference or lower "
                     "max_new_tokens")
             per_row.append(out)
+            caps.append(cap)
 
         batch_size = len(rows)
         text_len = max(o["input_ids"].shape[1] for o in per_row)
@@ -374,7 +412,7 @@ class DiaAdapter(TTSAdapter):
             decoder_input_ids=decoder_input_ids.to(dev), decoder_attention_mask=decoder_attention_mask.to(dev),
             decoder_position_ids=decoder_position_ids.to(dev),
             audio_prompt_len=decoder_len - self.max_delay, seeds=[row.seed for row in rows],
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=max(caps), row_max_new_tokens=caps,
         )
 
     @staticmethod
@@ -445,9 +483,9 @@ class DiaAdapter(TTSAdapter):
         return resolved
 
     @contextmanager
-    def _row_seeded_sampling(self, processor, guidance_top_k: int | None):
-        """Insert ``processor`` before Dia's EOS delay-pattern processor for one generate() call, and give Dia's CFG
-        processor its top-k (as ``generate(do_sample=True, top_k=...)`` would).
+    def _extra_processors(self, extra: list, guidance_top_k: int | None):
+        """Insert ``extra`` (logits processors, in order) before Dia's EOS delay-pattern processor for one generate()
+        call, and give Dia's CFG processor its top-k (as ``generate(do_sample=True, top_k=...)`` would).
 
         Dia's ``_get_logits_processor`` (transformers generation_dia.py) builds its own list and ignores the
         ``logits_processor`` argument of ``generate()``, so the instance method is wrapped for the call. Not
@@ -465,7 +503,8 @@ class DiaAdapter(TTSAdapter):
             for p in processors:
                 if isinstance(p, DiaClassifierFreeGuidanceLogitsProcessor):
                     p.guidance_top_k = guidance_top_k
-            processors.insert(len(processors) - 1, processor)
+            for processor in extra:
+                processors.insert(len(processors) - 1, processor)
             return processors
 
         self.model._get_logits_processor = with_extra
@@ -496,6 +535,12 @@ class DiaAdapter(TTSAdapter):
             max_new_tokens=inputs.max_new_tokens, use_cache=params.use_cache, do_sample=False,
             guidance_scale=knobs.cfg_scale, temperature=None, top_p=None, top_k=None,
         )
+        # Rows whose own cap is below the batch's (a longer prompt under the checkpoint's max_length) end there,
+        # as they would alone.
+        caps = None
+        if min(inputs.row_max_new_tokens) < inputs.max_new_tokens:
+            caps = _RowCapProcessor(inputs.audio_prompt_len, inputs.row_max_new_tokens, self.max_delay,
+                                    self.config.decoder_config.eos_token_id, self.num_channels)
         with torch.inference_mode():
             if knobs.greedy:
                 # do_sample=False adds no top-k warper, but Dia's CFG processor still reads top_k (its guidance
@@ -504,13 +549,17 @@ class DiaAdapter(TTSAdapter):
                 del kwargs["top_k"]
                 if knobs.top_k != self.model.generation_config.top_k:
                     kwargs["top_k"] = knobs.top_k
-                return self.model.generate(**kwargs)
+                if caps is None:
+                    return self.model.generate(**kwargs)
+                with self._extra_processors([caps], guidance_top_k=knobs.top_k):
+                    return self.model.generate(**kwargs)
             # Scores reach it as (batch_size * num_channels, vocab_size), after Dia's CFG and EOS channel filter.
             # Generators on the CPU: the noise of a seed is the same on every device.
             sampler = GumbelNoiseProcessor(RowSampler(inputs.seeds, temperature=knobs.temperature, top_k=knobs.top_k,
                                                       top_p=knobs.top_p, rows_per_seed=self.num_channels,
                                                       generator_device="cpu"))
-            with self._row_seeded_sampling(sampler, guidance_top_k=knobs.top_k):
+            with self._extra_processors([sampler] + ([caps] if caps is not None else []),
+                                        guidance_top_k=knobs.top_k):
                 return self.model.generate(**kwargs)
 
     def _end_steps(self, outputs):
@@ -525,11 +574,11 @@ class DiaAdapter(TTSAdapter):
         transformers' ``DiaEOSDelayPatternLogitsProcessor`` forces EOS in codebook 0 when the cap leaves just the
         ``max(delay_pattern) + 1`` steps that flush the delayed codebooks, i.e. at output step
         ``audio_prompt_len + max_new_tokens - max_delay - 1``; a row whose EOS sits there was cut, an earlier EOS is
-        the model's own."""
+        the model's own. Each row has its own cap (``DiaInputs.row_max_new_tokens``)."""
         eos = self.config.decoder_config.eos_token_id
-        forced_at = inputs.audio_prompt_len + inputs.max_new_tokens - self.max_delay - 1
         reasons = []
-        for row, end in zip(outputs, self._end_steps(outputs).tolist()):
+        for row, end, cap in zip(outputs, self._end_steps(outputs).tolist(), inputs.row_max_new_tokens):
+            forced_at = inputs.audio_prompt_len + cap - self.max_delay - 1
             ended = int(row[end, 0]) == eos and end < forced_at
             reasons.append(StopReason.END_OF_SPEECH if ended else StopReason.MAX_NEW_TOKENS)
         return reasons

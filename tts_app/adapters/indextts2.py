@@ -118,7 +118,6 @@ from tts_app.adapters.base import (DTYPE_BYTES, AdapterRow, DecodeBatch, Generat
                                    RowEmotion, RowStep, TTSAdapter, count_parameters)
 from tts_app.adapters.decode_stream import DecoderStream
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
-from tts_app.engine.scheduler import max_chars_for_speech_s
 from tts_app.request import EMOTION_NAMES, StopReason, SynthesisParams
 
 HUB_ID = "IndexTeam/IndexTTS-2"
@@ -216,7 +215,13 @@ EMOTION_TEXT_MAX_NEW_TOKENS = 256
 NUM_SPEECH_LATENTS = 32
 NUM_CONDITIONING_POSITIONS = NUM_SPEECH_LATENTS + 2
 NUM_TEXT_FRAME_TOKENS = 2  # <start_text>, <stop_text>
-MAX_SEGMENT_CHARS = 120  # infer's max_text_tokens_per_segment=120 (Chinese: ~1 token per character)
+# Segments as upstream cuts them: sentences packed up to infer()'s max_text_tokens_per_segment=120 text tokens
+# (IndexTTS2.infer default), counted with the checkpoint's own tokenizer (``count_text_tokens``).
+MAX_TEXT_TOKENS_PER_SEGMENT = 120
+# A character ceiling above what 120 tokens hold (Chinese ~1 token per character, English ~3-5 characters per BPE
+# token), so the token limit decides, as upstream (which has no character limit). 120 tokens are ~30 s of speech,
+# well within the 1500-code (60 s) decode cap.
+MAX_SEGMENT_CHARS = 600
 LANGUAGES = ("zh", "en")  # IndexTeam/IndexTTS-2 model card: Chinese and English
 
 # Distinct references (and emotion clips) whose conditioning is kept (on the model's device): a 15 s clip keeps
@@ -1177,8 +1182,8 @@ class IndexTTS2Adapter(TTSAdapter):
             frames_per_second=frames_per_second,
             text_positions_per_char=text_positions_per_char,
             reference_positions_per_second=0.0,
-            max_segment_chars=min(MAX_SEGMENT_CHARS, max_chars_for_speech_s(
-                defaults.max_new_tokens / frames_per_second, LANGUAGES)),
+            max_segment_chars=MAX_SEGMENT_CHARS,
+            max_segment_tokens=MAX_TEXT_TOKENS_PER_SEGMENT,
             generation_defaults=defaults,
             languages=LANGUAGES,
             supports_pinyin=True,
@@ -1252,6 +1257,11 @@ class IndexTTS2Adapter(TTSAdapter):
             if self._unencodable[char]:
                 out.add(char)
         return out
+
+    def count_text_tokens(self, text: str) -> int:
+        """Text tokens of ``text`` as the GPT reads them (``_text_ids``): the segment unit, as upstream's
+        ``max_text_tokens_per_segment`` counts them."""
+        return len(self._text_ids(text))
 
     def _text_ids(self, text: str) -> list[int]:
         """Token ids of ``text`` (``model_text`` then the package's ``TextTokenizer.encode``)."""

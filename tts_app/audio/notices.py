@@ -50,6 +50,8 @@ EN: dict[str, str] = {
     "ref_silent": "reference audio {name} is digital silence: no speech found; upload a clip with at least "
                   "{min_s:g} s of speech",
     "ref_hum": "reference audio {name} has {hz:g} Hz mains hum; it was filtered out (notches at {notches} Hz)",
+    "ref_hum_kept": "reference audio {name} has {hz:g} Hz mains hum; it was left in (reference cleanup auto; choose "
+                    "full to filter it out)",
     "ref_too_short_sound": "reference audio {name} is too short: it holds about {found_s:.1f} s of sound; at least "
                            "{min_s:g} s of speech is needed (5-15 s works best)",
     "ref_no_speech": "reference audio {name}: no speech found (silent, noise or music only, or a corrupt file); "
@@ -104,6 +106,7 @@ ZH: dict[str, str] = {
     "ref_channels_cancel": "参考音频 {name}：各声道混合时相互抵消（反相立体声）；只使用了第 {channel} 声道",
     "ref_silent": "参考音频 {name} 是数字静音：没有找到语音；请上传至少含 {min_s:g} 秒语音的音频",
     "ref_hum": "参考音频 {name} 有 {hz:g} Hz 电源嗡声；已滤除（陷波频率 {notches} Hz）",
+    "ref_hum_kept": "参考音频 {name} 有 {hz:g} Hz 电源嗡声；已保留（参考音频清理为 auto；选 full 可滤除）",
     "ref_too_short_sound": "参考音频 {name} 太短：只有约 {found_s:.1f} 秒声音；至少需要 {min_s:g} 秒语音（5-15 秒效果最好）",
     "ref_no_speech": "参考音频 {name}：没有找到语音（只有静音、噪声或音乐，或文件已损坏）；请上传一个人说话的音频",
     "ref_too_short": "参考音频 {name} 太短：语音只有 {found_s:.2f} 秒；至少需要 {min_s:g} 秒（5-15 秒效果最好）",

@@ -9,6 +9,7 @@ Without a model (the web app's quality report when loading failed) one is built 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,10 +54,11 @@ class PreparedReference:
 
     def metadata(self) -> dict[str, Any]:
         """The sidecar's ``reference`` block: name, saved voice name (or null), source hash, cleaned duration (s) and
-        rate (Hz), warnings."""
-        return {"name": self.name, "voice": self.voice, "sha256": self.sha256, "cleaned_duration_s": round(self.audio.duration_s, 3),
-                "sampling_rate": self.audio.sampling_rate, "cropped": bool(self.report.cropped),
-                "warnings": self.warnings}
+        rate (Hz), the cleanup that ran and what it changed (``ReferenceReport.cleanup`` / ``changes``), warnings."""
+        return {"name": self.name, "voice": self.voice, "sha256": self.sha256,
+                "cleaned_duration_s": round(self.audio.duration_s, 3), "sampling_rate": self.audio.sampling_rate,
+                "cropped": bool(self.report.cropped), "cleanup": self.report.cleanup,
+                "changes": list(self.report.changes), "warnings": self.warnings}
 
 
 def source_sha256(source: ReferenceSource) -> str:
@@ -84,6 +86,17 @@ def source_sha256(source: ReferenceSource) -> str:
     return digest.hexdigest()
 
 
+def check_reference_cleanup(config: ReferenceConfig, cleanup: str) -> ReferenceConfig:
+    """``config`` with ``cleanup`` set, or ``InputError`` naming the choices (a request's ``reference_cleanup``)."""
+    from tts_app.config import REFERENCE_CLEANUPS
+    from tts_app.errors import InputError
+
+    if cleanup not in REFERENCE_CLEANUPS:
+        raise InputError(f"reference_cleanup {cleanup!r} is not one of {', '.join(REFERENCE_CLEANUPS)} (auto: only "
+                         "what the model's own tool does; full: trim, filter, level; off: as given)")
+    return dataclasses.replace(config, cleanup=cleanup)
+
+
 class ReferencePreparer:
     """Cleans reference audio for one model: at its sampling rate, with one config and one shared cache.
 
@@ -102,7 +115,7 @@ class ReferencePreparer:
         self.cache = cache if cache is not None else ReferenceCache(config.cache_entries)
 
     def prepare(self, source: ReferenceSource, *, reference_text: str | None = None,
-                name: str | None = None) -> PreparedReference:
+                name: str | None = None, cleanup: str | None = None) -> PreparedReference:
         """Decode, clean and check a reference clip (``tts_app.audio.reference.prepare_reference``), cached.
 
         Args:
@@ -111,9 +124,12 @@ class ReferencePreparer:
                 of the transcript where one matches; ``PreparedReference.text`` is then the kept sentences (None
                 when no crop could be matched), so callers send ``.text`` to the model, not what they were given.
             name: name for messages (default: the file name).
+            cleanup: the request's ``reference_cleanup`` ("auto", "full", "off"; ``REFERENCE_CLEANUPS``); None =
+                this preparer's ``config.cleanup`` (default "auto").
 
         Raises:
             ReferenceAudioError: unusable clip (missing, corrupt, silent, too short); the message names it.
+            InputError: ``cleanup`` is not one of ``REFERENCE_CLEANUPS``.
         """
         from tts_app.metrics import count_reference_failure
 
@@ -121,8 +137,11 @@ class ReferencePreparer:
             count_reference_failure("not_found")
             raise ReferenceAudioError(f"reference audio {name or Path(source).name!r} does not exist; give an audio "
                                       "file")
+        config = self.config
+        if cleanup is not None and cleanup != config.cleanup:
+            config = check_reference_cleanup(config, cleanup)
         try:
-            audio, report = prepare_reference(source, target_sampling_rate=self.sampling_rate, config=self.config,
+            audio, report = prepare_reference(source, target_sampling_rate=self.sampling_rate, config=config,
                                               reference_text=reference_text or None, cache=self.cache, name=name)
         except ReferenceAudioError as exc:
             count_reference_failure(exc.notice.code if exc.notice is not None else None)

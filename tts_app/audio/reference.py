@@ -17,6 +17,11 @@
     _cut                    margins, shortened pauses, splice at the target rate
     _normalise_loudness     speech RMS to the target without passing the peak ceiling
 
+``ReferenceConfig.cleanup`` says which of them change the clip: "full" all of the above; "auto" runs every check and
+fills the same report, but the clip sent to the model is only decoded, made mono and resampled (what the model's
+upstream examples hand their processor); "off" decodes, makes mono and resamples, and checks nothing else.
+``ReferenceReport.changes`` lists what was changed.
+
 plus an LRU cache keyed by content hash + settings + target rate + transcript. Arrays in, arrays out; the only
 file I/O is ``tts_app.audio.decode.load_audio`` (and hashing a file's bytes). Messages are ``Notice`` s rendered
 with the caller's file name when shown (``tts_app.audio.notices``); measurements live in
@@ -96,6 +101,9 @@ class ReferenceReport:
             pass THIS to the model, not the text they gave.
         reference_text_status: None (no transcript given), "kept", "shortened" or "dropped".
         key: cache key (content hash + settings + target rate + transcript).
+        cleanup: the ``ReferenceConfig.cleanup`` mode that ran ("auto", "full" or "off").
+        changes: what was changed in the clip, in order, in words (e.g. "resampled 44100 -> 24000 Hz",
+            "trimmed to the speech: 0.31-5.93 s kept"); empty when it went to the model as it was.
         notices: warnings as ``Notice`` s; refusals: why the clip was refused (on the report a
             ``ReferenceAudioError`` carries). ``warnings`` / ``errors`` render them with ``name``.
     """
@@ -134,6 +142,8 @@ class ReferenceReport:
     reference_text: str | None = None
     reference_text_status: str | None = None
     key: str = ""
+    cleanup: str = "full"
+    changes: list[str] = field(default_factory=list)
     notices: list[Notice] = field(default_factory=list)
     refusals: list[Notice] = field(default_factory=list)
 
@@ -173,7 +183,7 @@ class ReferenceReport:
     def renamed(self, name: str) -> "ReferenceReport":
         """A copy for a caller who named the same content ``name`` (messages follow the name)."""
         return dataclasses.replace(self, name=name, hum_hz=list(self.hum_hz), notices=list(self.notices),
-                                   refusals=list(self.refusals))
+                                   refusals=list(self.refusals), changes=list(self.changes))
 
 
 class ReferenceCache:
@@ -359,20 +369,60 @@ def _prepare_uncached(source: ReferenceSource, label: str, key: str, target_samp
         duration_s=samples.shape[0] / sampling_rate, file_duration_s=info.file_duration_s,
         truncated=info.truncated, head_only=info.head_only, key=key, notices=list(info.warnings),
         output_sampling_rate=target_sampling_rate)
+    report.cleanup = config.cleanup
     samples = _repair_nonfinite(samples, report, config)
+    if report.nonfinite_samples:
+        report.changes.append(f"{report.nonfinite_samples} NaN/Inf samples zeroed")
     _measure_clipping(samples, report, config)
     mono = _downmix(samples, report)
+    if samples.shape[1] > 1:
+        report.changes.append(f"{samples.shape[1]} channels mixed to mono" if report.channel_used is None
+                              else f"channel {report.channel_used} of {samples.shape[1]} used alone")
+    if config.cleanup == "off":
+        return _as_given(mono, sampling_rate, target_sampling_rate, report, key)
     wave = _highpass(mono, sampling_rate, report, config)
-    wave, samples_16k = _remove_hum(wave, sampling_rate, report)
+    if config.cleanup == "full" and 0 < config.highpass_cutoff_hz < sampling_rate / 2:
+        report.changes.append(f"{config.highpass_cutoff_hz:g} Hz high-pass")
+    wave, samples_16k = _remove_hum(wave, sampling_rate, report, remove=config.cleanup == "full")
     segments = _detect_speech(samples_16k, config)
     levels = _measure_levels(wave, sampling_rate, samples_16k, segments, report, config)
     _check_speech_amount(samples_16k, segments, levels, report, config)
     _warn_quality(report, config)
+    if config.cleanup == "auto":
+        report.speech_kept_s = report.speech_s
+        report.reference_text = reference_text
+        report.reference_text_status = None if reference_text is None else "kept"
+        return _as_given(mono, sampling_rate, target_sampling_rate, report, key)
     segments, plan = _choose_speech(samples_16k, segments, reference_text, report, config)
     start_s, end_s = _find_edges(samples_16k, segments, plan, levels, report)
     out, kept, stretches = _cut(wave, sampling_rate, target_sampling_rate, segments, plan, start_s, end_s,
                                 report, config)
+    if sampling_rate != target_sampling_rate:
+        report.changes.append(f"resampled {sampling_rate} -> {target_sampling_rate} Hz")
+    report.changes.append(f"trimmed to the speech: {report.kept_start_s:.2f}-{report.kept_end_s:.2f} s kept"
+                          + (f" (cropped to {config.max_speech_s:g} s of speech)" if plan.cropped else ""))
+    if report.pauses_shortened:
+        report.changes.append(f"{report.pauses_shortened} pause(s) shortened to {config.max_internal_pause_ms} ms")
     out = _normalise_loudness(out, target_sampling_rate, kept, stretches, report, config)
+    report.changes.append(f"speech loudness {report.gain_db:+.1f} dB (to {config.target_loudness_dbfs:g} dBFS)")
+    return ReferenceAudio(samples=out, sampling_rate=target_sampling_rate, key=key), report
+
+
+def _as_given(mono: np.ndarray, sampling_rate: int, target_sampling_rate: int, report: ReferenceReport,
+              key: str) -> tuple[ReferenceAudio, ReferenceReport]:
+    """The clip as decoded, mono, resampled to ``target_sampling_rate`` (``torchaudio.functional.resample``, as the
+    "full" path): cleanup "auto" and "off"."""
+    import torch
+    import torchaudio.functional as AF
+
+    out = mono.astype(np.float32)
+    if sampling_rate != target_sampling_rate:
+        out = AF.resample(torch.from_numpy(out), sampling_rate, target_sampling_rate).numpy().astype(np.float32)
+        report.changes.append(f"resampled {sampling_rate} -> {target_sampling_rate} Hz")
+    report.kept_start_s, report.kept_end_s = 0.0, report.duration_s
+    report.output_duration_s = len(out) / target_sampling_rate
+    peak = float(np.max(np.abs(out))) if out.size else 0.0
+    report.output_peak_dbfs = 20.0 * math.log10(max(peak, 1e-10))
     return ReferenceAudio(samples=out, sampling_rate=target_sampling_rate, key=key), report
 
 
@@ -468,8 +518,9 @@ def _highpass(mono: np.ndarray, sampling_rate: int, report: ReferenceReport, con
     return wave
 
 
-def _remove_hum(wave, sampling_rate: int, report: ReferenceReport):
-    """Notch out mains hum (the high-pass barely touches 50 Hz) -> (wave, float32 16 kHz copy for analysis)."""
+def _remove_hum(wave, sampling_rate: int, report: ReferenceReport, remove: bool = True):
+    """Notch out mains hum (the high-pass barely touches 50 Hz) -> (wave, float32 16 kHz copy for analysis). With
+    ``remove`` False (cleanup "auto") the hum is reported, and notched out of the analysis copy only."""
     import torchaudio.functional as AF
 
     wave_16k = wave if sampling_rate == VAD_SAMPLING_RATE else AF.resample(wave, sampling_rate, VAD_SAMPLING_RATE)
@@ -477,7 +528,12 @@ def _remove_hum(wave, sampling_rate: int, report: ReferenceReport):
     if report.hum_hz:
         wave = analysis.notch(wave, sampling_rate, report.hum_hz)
         wave_16k = analysis.notch(wave_16k, VAD_SAMPLING_RATE, report.hum_hz)
-        report.warn("hum", hz=report.hum_hz[0], notches=", ".join(f"{hz:g}" for hz in report.hum_hz))
+        notches = ", ".join(f"{hz:g}" for hz in report.hum_hz)
+        if remove:
+            report.warn("hum", hz=report.hum_hz[0], notches=notches)
+            report.changes.append(f"mains hum notched out at {notches} Hz")
+        else:
+            report.warn("hum_kept", hz=report.hum_hz[0])
     return wave, wave_16k.numpy()
 
 

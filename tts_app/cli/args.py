@@ -399,6 +399,7 @@ GENERATION_FLAGS: dict[str, str] = {
     "num_beams": "--num-beams", "length_penalty": "--length-penalty", "max_segment_chars": "--max-segment-chars", "pause_between_segments_ms": "--pause-ms",
     "speed": "--speed", "duration_s": "--duration-s", "loudness_lufs": "--loudness",
     "chapter_pause_ms": "--chapter-pause-ms", "segment_durations_s": "--segment-durations-s",
+    "reference_cleanup": "--reference-cleanup",
 }
 
 
@@ -429,7 +430,16 @@ def add_generation_args(parser: argparse.ArgumentParser, title: str = "generatio
                    help="beam search length penalty (exponent of the length a beam's score is divided by; default: "
                         "model's)")
     g.add_argument("--max-segment-chars", type=int, default=None,
-                   help="split the text into segments of at most this many characters (default: model's)")
+                   help="your own character limit per segment instead of the model's: sentences are packed into one "
+                        "segment up to it (default 0: the model's own limit, from its decode cap; IndexTTS 2's 120 "
+                        "text tokens apply either way)")
+    from tts_app.config import REFERENCE_CLEANUPS
+
+    g.add_argument("--reference-cleanup", choices=REFERENCE_CLEANUPS, default=None,
+                   help="what is done to the reference clip: auto = checks and report, only what the model's own "
+                        "tool does (decode, mono, resample); full = trim to the speech, 50 Hz high-pass, hum notch, "
+                        "long pauses shortened, loudness -20 dBFS; off = as given "
+                        f"(default {defaults.reference_cleanup})")
     g.add_argument("--pause-ms", dest="pause_between_segments_ms", type=non_negative_int, default=None,
                    help=f"silence between segments in ms (default {defaults.pause_between_segments_ms})")
     from tts_app.config import MAX_LOUDNESS_LUFS, MAX_SPEED, MIN_LOUDNESS_LUFS, MIN_SPEED

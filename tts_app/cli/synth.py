@@ -201,7 +201,8 @@ def _run(args: argparse.Namespace) -> int:
             if voice_name is not None:
                 reference = library.prepare(voice_name, runtime.references)
             elif args.ref:
-                reference = runtime.references.prepare(args.ref, reference_text=args.ref_text)
+                reference = runtime.references.prepare(args.ref, reference_text=args.ref_text,
+                                                       cleanup=params.reference_cleanup)
                 reference_text = reference.text
             reference_text = transcript(reference, reference_text)
             request = SynthesisRequest(text=text, reference_audio=reference.audio if reference else None,

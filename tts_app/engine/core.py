@@ -332,13 +332,15 @@ def _request_parts(request: SynthesisRequest) -> list[_Part]:
 
 
 def _prepare_text(text: str, *, supports_pinyin: bool, max_segment_chars: int, default_pause_ms: int,
-                  control_tags: tuple[str, ...] = (), unencodable_characters=None):
-    """The text front end (``tts_app.frontend.prepare_text``)."""
+                  control_tags: tuple[str, ...] = (), unencodable_characters=None, measure=None,
+                  max_segment_units: int | None = None):
+    """The text front end (``tts_app.frontend.prepare_text``), sentences packed up to the segment limits."""
     from tts_app.frontend import prepare_text
 
     return prepare_text(text, supports_pinyin=supports_pinyin, max_segment_chars=max_segment_chars,
                         default_pause_ms=default_pause_ms, control_tags=control_tags,
-                        unencodable_characters=unencodable_characters)
+                        unencodable_characters=unencodable_characters, measure=measure,
+                        max_segment_units=max_segment_units)
 
 
 # ISO 639-1 code -> language name in messages, for the languages the text front end tells apart.
@@ -637,7 +639,11 @@ class Engine:
         import dataclasses
 
         params = request.params
-        max_chars = params.max_segment_chars if params.max_segment_chars is not None else self.facts.max_segment_chars
+        # The model's own segment unit and limit (``ModelFacts.max_segment_chars`` / ``max_segment_tokens``); a
+        # request's max_segment_chars is the user's own character limit instead of the model's (0 or None = none;
+        # a token limit still applies).
+        max_chars = params.max_segment_chars or self.facts.max_segment_chars
+        measure = self.adapter.count_text_tokens if self.facts.max_segment_tokens else None
         parts = _request_parts(request)
         segments, warnings, normalized, owners = [], [], [], []
         for index, part in enumerate(parts):
@@ -647,7 +653,8 @@ class Engine:
             prepared = _prepare_text(part.text, supports_pinyin=self.facts.supports_pinyin,
                                      max_segment_chars=max_chars, default_pause_ms=params.pause_between_segments_ms,
                                      control_tags=self.facts.control_tags,
-                                     unencodable_characters=self.adapter.unencodable_characters)
+                                     unencodable_characters=self.adapter.unencodable_characters,
+                                     measure=measure, max_segment_units=self.facts.max_segment_tokens)
             if part.target_s is not None and not prepared.segments:
                 raise InputError(f"line {index + 1} ({part.text.strip()[:40]!r}) has a target duration but nothing to "
                                  "speak; give it words or remove the line and its duration")

@@ -264,7 +264,9 @@ def prepare_text(text: str, *, supports_pinyin: bool = False, max_segment_chars:
                  min_segment_chars: int = FrontendConfig.min_segment_chars,
                  scene_break_pause_ms: int = FrontendConfig.scene_break_pause_ms,
                  control_tags: tuple[str, ...] = (),
-                 unencodable_characters: UnencodableCheck | None = None) -> PreparedText:
+                 unencodable_characters: UnencodableCheck | None = None, pack_sentences: bool = True,
+                 measure: Callable[[str], int] | None = None,
+                 max_segment_units: int | None = None) -> PreparedText:
     """Normalise, read and segment one request's text.
 
     Args:
@@ -274,6 +276,10 @@ def prepare_text(text: str, *, supports_pinyin: bool = False, max_segment_chars:
         supports_pinyin: the model reads ``{pinyin}`` tokens (``ModelFacts.supports_pinyin``); else overrides become
             single-reading homophones (trade-off in ``render``).
         max_segment_chars: most characters of normalised text per segment (>= 8), a hard limit (``segment``).
+        pack_sentences: consecutive sentences share a segment while it stays within the limits (the default, as
+            every model's upstream tool speaks them); False = one segment per sentence at least.
+        measure, max_segment_units: the model's own segment unit (e.g. IndexTTS 2's text tokens: a function
+            counting them in a piece of normalised text) and its limit per segment; None = characters only.
         default_pause_ms: silence between segments not separated by a pause marker, in ms (>= 0).
         min_segment_chars: segments with fewer speakable characters (letters, digits, Chinese characters) are merged
             into a neighbour, never across a pause marker (>= 0).
@@ -302,7 +308,8 @@ def prepare_text(text: str, *, supports_pinyin: bool = False, max_segment_chars:
     boundaries = [(off, scene_break_pause_ms if scene else default_pause_ms if ms is None else ms)
                   for off, ms, scene in analysis.boundaries]
     spans = split_spans(norm, boundaries, max_segment_chars=max_segment_chars, min_segment_chars=min_segment_chars,
-                        default_pause_ms=default_pause_ms, protected=analysis.protected)
+                        default_pause_ms=default_pause_ms, protected=analysis.protected,
+                        pack_sentences=pack_sentences, measure=measure, max_segment_units=max_segment_units)
     warnings = list(analysis.warnings)
     subs: dict[int, str] = {}
     usable = None

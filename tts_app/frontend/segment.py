@@ -15,14 +15,25 @@ neighbour, never across a pause marker. Punctuation right after a pause marker (
 segment before the pause instead of starting the next one (``_attach_trailing_punctuation``), so no segment starts
 with clause or sentence punctuation.
 
+Packing (``pack_sentences``, what every model family here does, as its upstream tool does): a sentence is a place
+where a segment *may* end, not one where it must. Consecutive pieces of a block (the sentences, and the clauses and
+pieces of an over-long one) are joined greedily, in order, while the joined segment stays within the limit; for pieces
+in a fixed order this gives the fewest segments that fit. A text within the limit is one segment: the model speaks
+it in one pass, keeping the prosody across its sentences. The limit is ``max_segment_chars`` and, when the caller
+passes a ``measure`` (a model counting its own units, e.g. IndexTTS 2's text tokens, upstream's
+``max_text_tokens_per_segment``), ``max_segment_units`` of it; pieces' units are summed, as upstream IndexTTS sums its
+sentences' token counts. The front end stays pure: the measure is a plain function handed in by the caller.
+
 Works on character offsets only: the spans returned cover the text exactly, so nothing is dropped or repeated.
 """
 
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from tts_app.config import MIN_MAX_SEGMENT_CHARS
 from tts_app.frontend.g2p import HANZI_RUN_RE, is_hanzi
 
 SENTENCE_END = frozenset("。！？!?…\n")
@@ -247,9 +258,30 @@ def _pack(text: str, parts: list[tuple[int, int]], max_chars: int, split) -> lis
     return out
 
 
+def _pack_pieces(text: str, pieces: list[tuple[int, int]], max_chars: int, piece_units: list[int] | None,
+                 max_units: int | None) -> list[tuple[int, int]]:
+    """Join consecutive ``pieces`` (adjacent spans of one block, in order) greedily while the joined span's spoken
+    length stays within ``max_chars`` and the sum of its pieces' units within ``max_units`` (when ``piece_units``,
+    one count per piece, is given). Greedy in order is optimal here: no ordered partition into spans that fit has
+    fewer spans."""
+    out: list[tuple[int, int]] = []
+    out_units: list[int] = []
+    for k, (s, e) in enumerate(pieces):
+        n = piece_units[k] if piece_units is not None else 0
+        if (out and spoken_len(text, out[-1][0], e) <= max_chars
+                and (piece_units is None or out_units[-1] + n <= max_units)):
+            out[-1] = (out[-1][0], e)
+            out_units[-1] += n
+        else:
+            out.append((s, e))
+            out_units.append(n)
+    return out
+
+
 def split_spans(text: str, boundaries: list[tuple[int, int]], *, max_segment_chars: int, min_segment_chars: int,
                 default_pause_ms: int, final_pause_ms: int | None = None,
-                protected: list[tuple[int, int]] | None = None) -> list[Span]:
+                protected: list[tuple[int, int]] | None = None, pack_sentences: bool = True,
+                measure: Callable[[str], int] | None = None, max_segment_units: int | None = None) -> list[Span]:
     """Cut ``text`` into segment spans.
 
     Args:
@@ -263,6 +295,11 @@ def split_spans(text: str, boundaries: list[tuple[int, int]], *, max_segment_cha
         default_pause_ms: silence between segments not separated by a marker.
         final_pause_ms: silence after the last segment when no marker ends the text (default 0).
         protected: ``(start, end)`` spans never cut (control tags passed to the model).
+        pack_sentences: join consecutive sentences of a block into one segment while it stays within the limits
+            (module docstring); False = every sentence ends a segment.
+        measure: the model's own count of a piece of text (e.g. its text tokens), or None (characters only).
+        max_segment_units: most ``measure`` units per segment (with ``measure``); a sentence above it is cut at
+            clauses, then hard, at the share of ``max_segment_chars`` its units allow.
 
     Returns:
         Spans in order, covering ``text`` without gaps or overlaps, except that spans holding only whitespace are
@@ -275,15 +312,29 @@ def split_spans(text: str, boundaries: list[tuple[int, int]], *, max_segment_cha
         marker_ms[off] = marker_ms.get(off, 0) + ms
     cuts = sorted(set(marker_ms) | {0, len(text)})
     spans: list[Span] = []
+    if (measure is None) != (max_segment_units is None):
+        raise ValueError("measure and max_segment_units go together")
+
+    def units(s: int, e: int) -> int:
+        return 0 if measure is None else measure(text[s:e])
+
     for block, (bs, be) in enumerate(zip(cuts, cuts[1:])):
         pieces: list[tuple[int, int]] = []
         for ss, se in _sentence_spans(text, bs, be):
-            if spoken_len(text, ss, se) <= max_segment_chars:
+            spoken, sentence_units = spoken_len(text, ss, se), units(ss, se)
+            if spoken <= max_segment_chars and (measure is None or sentence_units <= max_segment_units):
                 pieces.append((ss, se))
                 continue
+            max_chars = max_segment_chars
+            if measure is not None and sentence_units > max_segment_units:
+                # over the unit limit: cut at the share of characters its units allow
+                max_chars = min(max_chars, max(MIN_MAX_SEGMENT_CHARS, spoken * max_segment_units // sentence_units))
             clauses = _clause_spans(text, ss, se)
-            pieces.extend(_pack(text, clauses, max_segment_chars,
-                                lambda s, e: _hard_split(text, s, e, max_segment_chars, protected)))
+            pieces.extend(_pack(text, clauses, max_chars,
+                                lambda s, e, n=max_chars: _hard_split(text, s, e, n, protected)))
+        if pack_sentences:
+            pieces = _pack_pieces(text, pieces, max_segment_chars,
+                                  None if measure is None else [units(s, e) for s, e in pieces], max_segment_units)
         for i, (ps, pe) in enumerate(pieces):
             last_in_block = i == len(pieces) - 1
             pause = marker_ms.get(be, default_pause_ms) if last_in_block else default_pause_ms

@@ -191,12 +191,14 @@ def prepare_default_voice(runtime: Runtime, context: JobContext, source: Referen
                               context.default_voice_text)
 
 
-def _prepare_reference(runtime: Runtime, source: Path | tuple[bytes, str], reference_text: str | None
-                       ) -> PreparedReference:
+def _prepare_reference(runtime: Runtime, source: Path | tuple[bytes, str], reference_text: str | None,
+                       cleanup: str | None = None) -> PreparedReference:
+    """``runtime.references.prepare`` of a file or its shipped bytes, with the line's ``reference_cleanup``
+    (None = the preparer's default)."""
     if isinstance(source, tuple):  # the file's bytes shipped to a worker: named as the file, hashed the same
         data, name = source
-        return runtime.references.prepare(data, reference_text=reference_text, name=name)
-    return runtime.references.prepare(source, reference_text=reference_text)
+        return runtime.references.prepare(data, reference_text=reference_text, name=name, cleanup=cleanup)
+    return runtime.references.prepare(source, reference_text=reference_text, cleanup=cleanup)
 
 
 def line_emotion(runtime: Runtime, line: JobLine, clip: ReferenceInput = None) -> EmotionControl | None:
@@ -245,7 +247,7 @@ def prepare_line(runtime: Runtime, line: JobLine, context: JobContext, default_r
                                               context.default_voice_text)
     else:
         prepared = _prepare_reference(runtime, reference if reference is not None else line.prompt_audio,
-                                      line.prompt_text)
+                                      line.prompt_text, line_params.reference_cleanup)
         reference_text = prepared.text  # shortened to the kept sentences, or None, when the clip was cropped
     warnings = list(line.warnings) + unsupported_knobs(runtime.engine.facts, tuple(line.params))
     needs_text = runtime.engine.facts.needs_reference_text

@@ -21,7 +21,8 @@ field               alias                  meaning
                                            (default: the job's, ``batch --format`` / the Batch tab's choice)
 ``seed`` ``greedy`` ``temperature`` ``top_p`` ``top_k`` ``cfg_scale`` ``max_new_tokens`` ``max_segment_chars``
 ``pause_between_segments_ms`` ``speed`` ``duration_s`` ``loudness_lufs`` ``chapter_pause_ms``
-``segment_durations_s`` (a list: seconds per line of the text, for dubbing)
+``segment_durations_s`` (a list: seconds per line of the text, for dubbing) ``reference_cleanup`` (``auto``,
+``full`` or ``off``: what is done to the line's reference audio)
                                            per-line ``SynthesisParams`` overrides (optional)
 ``emo_audio_prompt`` ``emo_audio``         emotion clip (a path, resolved like ``prompt_audio``), IndexTTS 2 only
 ``emo_vector``                             8 emotion weights in [0, 1]: a list in the order happy, angry, sad,
@@ -131,6 +132,7 @@ PARAM_TYPES: dict[str, type] = {
     "loudness_lufs": float,
     "chapter_pause_ms": int,
     "segment_durations_s": list,  # of numbers: seconds per line of the text
+    "reference_cleanup": str,  # "auto" / "full" / "off" (tts_app.config.REFERENCE_CLEANUPS)
 }
 
 #: fields that are neither aliased nor generation settings
@@ -787,6 +789,10 @@ def _check_param(name: str, value: Any, line_number: int) -> Any:
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)):
             raise JobLineError(line_number, Notice("job_param_list", name=name, value=value))
         return tuple(float(v) for v in value)
+    if want is str:  # a named choice (reference_cleanup): SynthesisParams checks the name
+        if not isinstance(value, str):
+            raise JobLineError(line_number, f"{name}={value!r} must be a string")
+        return value
     ok = (isinstance(value, bool) if want is bool
           else isinstance(value, int) and not isinstance(value, bool) if want is int
           else isinstance(value, (int, float)) and not isinstance(value, bool))

@@ -72,7 +72,8 @@ def generation_controls(facts) -> dict[str, Control]:
         "top_k": knob("top_k", 1, 200, 1, integer=True),
         "cfg_scale": knob("cfg_scale", 1.0, 5.0, 0.05),
         "max_new_tokens": knob("max_new_tokens", 1, 4 * d.max_new_tokens, 1, integer=True),
-        "max_segment_chars": Control("max_segment_chars", facts.max_segment_chars, True, MIN_MAX_SEGMENT_CHARS,
+        # 0 = no cap of the user's own: sentences packed up to the model's own limit (its unit, e.g. tokens)
+        "max_segment_chars": Control("max_segment_chars", facts.max_segment_chars, True, 0,
                                      max(1000, facts.max_segment_chars), 1, True,
                                      "model default (fits its max_new_tokens cap)"),
         "pause_between_segments_ms": Control("pause_between_segments_ms", pause, True, 0, 2000, 50, True,

@@ -10,6 +10,7 @@ future, so many users' requests are batched together.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -144,11 +145,12 @@ def _engine(ctx: AppContext):
     return ctx.engine
 
 
-def _prepare_reference(ctx: AppContext, audio_path: str, reference_text: str | None):
+def _prepare_reference(ctx: AppContext, audio_path: str, reference_text: str | None, cleanup: str | None = None):
     """``PreparedReference`` for an uploaded/recorded file, through the runtime's reference preparer (the one the
-    CLI and jobs use: the model's rate, one config, one cache). Raises ``ReferenceAudioError`` for an unusable
-    clip."""
-    return ctx.references.prepare(audio_path, reference_text=reference_text or None, name=Path(audio_path).name)
+    CLI and jobs use: the model's rate, one config, one cache), with the page's ``reference_cleanup`` (None = the
+    default). Raises ``ReferenceAudioError`` for an unusable clip, ``InputError`` for an unknown cleanup."""
+    return ctx.references.prepare(audio_path, reference_text=reference_text or None, name=Path(audio_path).name,
+                                  cleanup=cleanup or None)
 
 
 def _need_reference_text(ctx: AppContext, lang: str) -> str:
@@ -160,13 +162,14 @@ def _need_reference_text(ctx: AppContext, lang: str) -> str:
     return server_text(lang, "need_reference_or_example", examples=", ".join(examples))
 
 
-def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | None, lang: str = "en"):
+def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | None, lang: str = "en",
+               cleanup: str | None = None):
     """``_prepare_reference`` for synthesis: a missing or unusable clip stops the event with ``gr.Error``."""
     if not audio_path:
         raise user_error(_need_reference_text(ctx, lang))
     _check_reference_upload(ctx, audio_path, lang)
     try:
-        return _prepare_reference(ctx, audio_path, reference_text)
+        return _prepare_reference(ctx, audio_path, reference_text, cleanup)
     except TTSAppError as exc:
         raise user_error(error_text(exc, lang)) from exc
 
@@ -190,6 +193,11 @@ def _report_markdown(report: dict, lang: str) -> str:
             value = f"{value:.0f}" if unit == "Hz" else f"{value:.2f}"
         cells.append(f"{server_text(lang, key)}: **{value}**{' ' + unit if unit else ''}")
     lines = [" · ".join(cells)]
+    if report.get("cleanup"):
+        changes = report.get("changes") or []
+        key = "reference_changes" if changes else "reference_unchanged"
+        lines.append(f"- {server_text(lang, key, cleanup=report['cleanup'])}"
+                     + (": " + "; ".join(changes) if changes else ""))
     lines += [f"- ⚠ {w}" for w in report.get("warnings", [])]
     lines += [f"- ✖ {e}" for e in report.get("errors", [])]
     if not report.get("warnings") and not report.get("errors"):
@@ -198,7 +206,7 @@ def _report_markdown(report: dict, lang: str) -> str:
 
 
 def reference_report(ctx: AppContext, reference_audio: str | None, reference_text: str | None = None,
-                     request: gr.Request = None):
+                     reference_cleanup: str | None = None, request: gr.Request = None):
     """Reference uploaded -> (cleaned clip for listening, quality report markdown).
 
     A refused clip does not raise, and warnings make no pop-ups: the report box, right under the upload, shows the
@@ -210,7 +218,7 @@ def reference_report(ctx: AppContext, reference_audio: str | None, reference_tex
         return None, ""
     try:
         _check_reference_upload(ctx, reference_audio, lang)
-        prepared = _prepare_reference(ctx, reference_audio, reference_text)
+        prepared = _prepare_reference(ctx, reference_audio, reference_text, reference_cleanup)
     except gr.Error as exc:
         return None, f"**✖ {server_text(lang, 'reference_refused')}:** {exc.message}"
     except TTSAppError as exc:
@@ -277,7 +285,7 @@ STREAM_POLL_S = 0.25
 def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, reference_text, seed, randomize_seed,
                      greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars, pause_ms,
                      use_cache, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text, voice,
-                     speed, duration_s, loudness_lufs, segment_durations_s=None):
+                     speed, duration_s, loudness_lufs, segment_durations_s=None, reference_cleanup=None):
     """Validate the widgets' values -> (prepared reference, ``SynthesisRequest``). Raises ``gr.Error`` for a missing
     model, text or usable reference (uploaded or a saved ``voice``), or a bad setting or emotion."""
     from tts_app.ui.controls import params_from_controls
@@ -298,7 +306,8 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
         reference_text = reference_text or voice_text
         warn_grouped(list(reference.warnings), lang)  # a saved voice has no report box of its own
     else:
-        reference = _reference(ctx, reference_audio, reference_text, lang)  # its warnings are in the report box
+        reference = _reference(ctx, reference_audio, reference_text, lang,  # its warnings are in the report box
+                               reference_cleanup)
         reference_text = reference.text  # shortened to the kept sentences, or None, when the clip was cropped
     try:
         params = params_from_controls(engine.facts, seed=seed, use_cache=bool(use_cache),
@@ -310,6 +319,8 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
     except TTSAppError as exc:
         raise user_error(error_text(exc, lang)) from exc
     params = tempo_params(params, speed, duration_s, loudness_lufs, segment_durations_s, lang)
+    if reference_cleanup:
+        params = dataclasses.replace(params, reference_cleanup=reference_cleanup)
     reference_text = _fill_transcript(ctx, reference, reference_text, lang)
     emotion = _emotion(ctx, lang, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text)
     synthesis_request = SynthesisRequest(text=text, reference_audio=reference.audio,
@@ -330,7 +341,7 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                emotion_weight: float | None = 1.0, emotion_text: str | None = None, voice: str | None = None,
                speed: float | None = None, duration_s: float | None = None, loudness_lufs: float | None = None,
                audio_format: str | None = "wav", segment_durations_s: str | None = None,
-               request: gr.Request = None, progress=gr.Progress()):
+               reference_cleanup: str | None = None, request: gr.Request = None, progress=gr.Progress()):
     """Generate speech in the reference voice -> (audio, subtitles, metadata, segments, seed used).
 
     ``speed`` (1 = as generated), ``duration_s`` (0 = as generated), ``loudness_lufs`` (0 = not normalised) and
@@ -343,7 +354,8 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     (``--max-batch-size``), never a per-request input. Emotion (models with emotion control, IndexTTS 2;
     ``tts_app.ui.emotion``): ``emotion_mode`` "none" (the voice reference's own), "clip" (``emotion_audio``),
     "vector" (the eight weights ``happy`` ... ``calm``, each in [0, 1]) or "text" (``emotion_text``, empty = the
-    text to speak), with ``emotion_weight`` in [0, 1].
+    text to speak), with ``emotion_weight`` in [0, 1]. ``reference_cleanup`` ("auto", "full", "off"; None = the
+    default "auto") is what is done to the reference clip (``tts_app.config.REFERENCE_CLEANUPS``).
 
     Returns:
         audio: the audio file (WAV: 16-bit PCM; the player plays these samples as they are); subtitles: SubRip
@@ -356,7 +368,7 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
         ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
-        speed, duration_s, loudness_lufs, segment_durations_s)
+        speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup)
     return run_web_request(ctx, synthesis_request, lang, progress, reference=reference, audio_format=audio_format,
                            request=request)
 
@@ -373,8 +385,8 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
                       emotion_weight: float | None = 1.0, emotion_text: str | None = None, voice: str | None = None,
                       speed: float | None = None, duration_s: float | None = None,
                       loudness_lufs: float | None = None, audio_format: str | None = "wav",
-                      segment_durations_s: str | None = None, request: gr.Request = None,
-                      progress=gr.Progress()):
+                      segment_durations_s: str | None = None, reference_cleanup: str | None = None,
+                      request: gr.Request = None, progress=gr.Progress()):
     """``synthesize`` that plays while it generates: yields (live audio piece, then skip) while the engine decodes
     (16-bit WAV bytes of the next samples, in order; the first as soon as any audio exists), then (skip, audio,
     subtitles, metadata, segments, seed used) as ``synthesize`` returns them. The pieces together are the same
@@ -390,7 +402,7 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
         ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
-        speed, duration_s, loudness_lufs, segment_durations_s)
+        speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup)
     if synthesis_request.params.needs_whole_clip:
         gr.Info(server_text(lang, "stream_off_whole_clip"))
     engine = _engine(ctx)

@@ -12,7 +12,7 @@ import functools
 import gradio as gr
 from gradio.i18n import I18nData
 
-from tts_app.config import public_model_id
+from tts_app.config import DEFAULT_REFERENCE_CLEANUP, REFERENCE_CLEANUPS, public_model_id
 from tts_app.ui import batch, handlers
 from tts_app.ui.audio import Audio  # gr.Audio without the ffmpeg program
 from tts_app.ui import history as history_handlers
@@ -82,6 +82,8 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     ref_text = gr.Textbox(label=i18n("reference_text_required" if needs_text else "reference_text"),
                                           lines=1, elem_id="ref-text")
                     transcribe = gr.Button(i18n("transcribe"), size="sm", elem_id="transcribe")
+                    reference_cleanup = gr.Radio(choices=list(REFERENCE_CLEANUPS), value=DEFAULT_REFERENCE_CLEANUP,
+                                                 label=i18n("reference_cleanup"), elem_id="reference-cleanup")
                     ref_report = gr.Markdown(label=i18n("reference_report"), elem_id="ref-report")
                     ref_clean = Audio(label=i18n("cleaned_reference"), interactive=False, elem_id="ref-clean")
                     with gr.Accordion(i18n("voice_library"), open=False, elem_id="voice-library"):
@@ -190,15 +192,17 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             timer = gr.Timer(1.0)
 
         # --- events -------------------------------------------------------------------------------------------
-        ref_audio.change(_wrap(handlers.reference_report, ctx), [ref_audio, ref_text], [ref_clean, ref_report],
-                         api_name="reference_report", **MODEL_CONCURRENCY)
+        ref_audio.change(_wrap(handlers.reference_report, ctx), [ref_audio, ref_text, reference_cleanup],
+                         [ref_clean, ref_report], api_name="reference_report", **MODEL_CONCURRENCY)
+        reference_cleanup.change(_wrap(handlers.reference_report, ctx), [ref_audio, ref_text, reference_cleanup],
+                                 [ref_clean, ref_report], api_visibility="private", **MODEL_CONCURRENCY)
         text.change(_wrap(handlers.pronunciation_preview, ctx), [text], [preview, preview_notes],
                     api_name="preview", trigger_mode="always_last", queue=False)
         knob_order = ["temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens", "max_segment_chars",
                       "pause_between_segments_ms"]
         knob_widgets = [knobs[n] for n in knob_order]
         synthesis_inputs = [ref_audio, text, ref_text, seed, randomize, greedy, *knob_widgets, use_cache, *emotion,
-                            voice, speed, duration_s, loudness, audio_format, segment_durations]
+                            voice, speed, duration_s, loudness, audio_format, segment_durations, reference_cleanup]
         # history_handlers.remember's inputs: the sidecar written, the seed used, what was asked, then SETTINGS
         remember_inputs = [metadata_file, used_seed, ref_audio, text, ref_text, voice, seed, greedy, *knob_widgets,
                            use_cache, speed, duration_s, loudness, audio_format, segment_durations, *emotion]

@@ -29,10 +29,15 @@ EN: dict[str, str] = {
     "cfg_scale": "CFG scale",
     "seed": "Seed",
     "randomize_seed": "Randomize seed",
-    "max_segment_chars": "Max characters per segment",
+    "max_segment_chars": "Max characters per segment (0 = the model's own)",
+    "reference_cleanup": "Reference cleanup: auto = only what the model's own tool does (mono, resample; checks "
+                         "and report); full = trim, filter, level; off = as uploaded, no checks",
     "pause_between_segments_ms": "Pause between segments (ms)",
     "settings_note": "Every setting starts at the loaded model's own default (from its generation config); a "
-                     "setting left at its default runs exactly as the command line and JSONL jobs do.",
+                     "setting left at its default runs exactly as the command line and JSONL jobs do. The text is "
+                     "spoken in as few segments as the model takes (the whole text when it fits; IndexTTS 2: up to "
+                     "120 text tokens each), cut at sentence ends; 'Max characters per segment' sets your own "
+                     "limit instead (0 = the model's own).",
     "reset_defaults": "Reset to model defaults",
     "generate": "Generate",
     "output_audio": "Output",
@@ -133,9 +138,13 @@ ZH: dict[str, str] = {
     "cfg_scale": "CFG 强度",
     "seed": "种子",
     "randomize_seed": "随机生成种子",
-    "max_segment_chars": "每段最大字数",
+    "max_segment_chars": "每段最大字数（0 = 模型自身的分段）",
+    "reference_cleanup": "参考音频处理：auto = 只做模型原版工具会做的（单声道、重采样；照常检查并报告）；full = 裁剪、滤波、"
+                         "统一响度；off = 原样使用，不检查",
     "pause_between_segments_ms": "段间停顿（毫秒）",
-    "settings_note": "各项设置的初始值都是当前模型自己的默认值（来自其生成配置）；保持默认的设置与命令行和 JSONL 任务的运行方式完全相同。",
+    "settings_note": "各项设置的初始值都是当前模型自己的默认值（来自其生成配置）；保持默认的设置与命令行和 JSONL 任务的运行方式完全相同。"
+                     "文本按模型能接受的长度分成尽量少的段（能一次说完就整段一次生成；IndexTTS 2 每段最多 120 个文本 token），"
+                     "只在句末切分；“每段最大字数”可改用你自己的上限（0 = 用模型自身的）。",
     "reset_defaults": "恢复模型默认值",
     "generate": "生成",
     "output_audio": "输出",
@@ -283,6 +292,7 @@ SERVER: dict[str, dict[str, str]] = {
         "snr_db": "estimated SNR", "clipping_share": "clipped share", "speech_level_dbfs": "speech level",
         "cropped": "cropped", "yes": "yes", "no": "no",
         "no_problems": "no problems found", "reference_refused": "This reference cannot be used",
+        "reference_changes": "Changed ({cleanup})", "reference_unchanged": "Sent to the model as uploaded ({cleanup})",
         "override": "override", "polyphone": "polyphone",
         "need_reference": "Upload or record a reference audio clip first (a few seconds of the voice to clone).",
         "need_reference_or_example": "Upload or record a reference audio clip first (a few seconds of the voice to "
@@ -358,6 +368,7 @@ SERVER: dict[str, dict[str, str]] = {
         "snr_db": "估计信噪比", "clipping_share": "削波比例", "speech_level_dbfs": "语音电平",
         "cropped": "已裁剪", "yes": "是", "no": "否",
         "no_problems": "未发现问题", "reference_refused": "该参考音频无法使用",
+        "reference_changes": "已做处理（{cleanup}）", "reference_unchanged": "按上传原样交给模型（{cleanup}）",
         "override": "指定读音", "polyphone": "多音字",
         "need_reference": "请先上传或录制一段参考音频（几秒钟要克隆的声音）。",
         "need_reference_or_example": "请先上传或录制一段参考音频（几秒钟要克隆的声音），或在上方“声音”列表中选择一个示例声音："
