@@ -70,9 +70,9 @@ def test_a_refusal_is_in_the_callers_language_and_the_owner_gets_the_work_done(s
     other = Browser(server.client)
     theirs = other.upload(data_dir / "en_female_1.wav")
     me = Browser(server.client, **{"accept-language": "zh-CN,zh;q=0.9"})
-    refused = me.call("reference_report", [file_data(theirs), ""])
+    refused = me.call("reference_report", [file_data(theirs), "", "auto"])
     assert refused.status_code == 403 and REFUSED_ZH in refused.json()["detail"]
-    response = other.call("reference_report", [file_data(theirs), ""])
+    response = other.call("reference_report", [file_data(theirs), "", "auto"])
     outcome = other.result("reference_report", response.json()["event_id"])
     assert "event: complete" in outcome and f"/single/{other.owner}/references/" in outcome  # its cleaned clip
 
