@@ -76,6 +76,8 @@ EN: dict[str, str] = {
     "text_empty": "text is empty; type the words to speak",
     "nothing_to_speak": "text has nothing to speak: after removing emoji, symbols and markup, {left} left; write "
                         "words or numbers",
+    "nothing_the_model_reads": "this model cannot read any word of the text: {chars} are not in its vocabulary; write "
+                               "the text in a language the model speaks",
     "only_left": "only {text!r} is",
     "nothing_left": "nothing is",
     "knob_min": "{name}={value} must be >= {minimum}",
@@ -136,6 +138,7 @@ ZH: dict[str, str] = {
     "text_not_str": "文本必须是字符串，收到的是 {type}",
     "text_empty": "文本为空；请输入要朗读的文字",
     "nothing_to_speak": "文本中没有可朗读的内容：去掉表情、符号和标记后，{left}；请输入文字或数字",
+    "nothing_the_model_reads": "该模型读不了这段文本中的任何词：{chars} 不在它的词表中；请用该模型支持的语言书写",
     "only_left": "只剩下 {text!r}",
     "nothing_left": "什么也没剩下",
     "knob_min": "{name}={value} 必须 >= {minimum}",

@@ -9,6 +9,8 @@ Every warning is a ``messages.Notice`` (English text, Chinese on ``render("zh")`
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable, Iterable
@@ -331,7 +333,18 @@ def prepare_text(text: str, *, supports_pinyin: bool = False, max_segment_chars:
         overrides = {p: r for p, r in analysis.overrides.items() if supports_pinyin or p not in stand_in_chars}
         rendered = render_text(norm, start, end, overrides, supports_pinyin=supports_pinyin,
                                substitutions=subs, usable=usable)
+        if usable is not None and not any(c.isalnum() for c in rendered):
+            # every word of it was skipped as unencodable (a Cyrillic sentence for a zh/en vocabulary): the model
+            # would get punctuation alone; its pause stays after the previous segment
+            if segments:
+                segments[-1] = dataclasses.replace(segments[-1], pause_after_ms=max(segments[-1].pause_after_ms,
+                                                                                    sp.pause_after_ms))
+            continue
         segments.append(TextSegment(rendered, norm[start:end], sp.pause_after_ms))
+    if not segments:
+        skipped = sorted({norm[int(n.params["pos"])] for n in warnings
+                          if getattr(n, "code", None) == "unencodable_skipped"})
+        raise InputError(Notice("nothing_the_model_reads", chars="".join(skipped) or norm.strip()[:40]))
     return PreparedText(norm, segments, list(analysis.readings), warnings, notation=analysis.notation)
 
 
