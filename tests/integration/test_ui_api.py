@@ -147,7 +147,8 @@ def test_app_without_a_model_starts_explains_and_still_checks_references(tmp_pat
         cleaned, report = client.predict(gradio_client.handle_file(str(data_dir / "en_male_1.wav")),
                                          api_name="/reference_report")
         assert "speech kept" in report
-        assert client.predict(api_name="/cancel_job") == "no job of yours is running"
+        with pytest.raises(Exception, match="is not a job id"):  # the job API answers in words without a model
+            client.predict("nope", api_name="/cancel_job")
         with pytest.raises(Exception, match="make-tiny-model|model"):
             client.predict(gradio_client.handle_file(str(data_dir / "en_male_1.wav")), "hello",
                            api_name="/synthesize")
