@@ -707,9 +707,12 @@ def gauge(ctx: AppContext, request: gr.Request = None):
         lines += worker_lines(ctx.pool, lang)
     frame = pd.DataFrame(ctx.history.rows() or [{"seconds_ago": 0.0, "used_gib": 0.0, "torch_gib": 0.0,
                                                   "event": "ok"}])
-    # the columns keep their names (the plot is built on them); the axes are titled in the page's language
+    # the columns keep their names (the plot is built on them); the axes, the legend's title and its "ok" are in the
+    # page's language ("OOM" is the term in both)
+    frame["event"] = frame["event"].replace({"ok": server_text(lang, "legend_ok")})
     return "\n".join(lines), gr.update(value=frame, x_title=server_text(lang, "axis_seconds_ago"),
-                                        y_title=server_text(lang, "axis_used_gib"))
+                                        y_title=server_text(lang, "axis_used_gib"),
+                                        color_title=server_text(lang, "legend_event"))
 
 
 def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None, voice_2: str | None = None,

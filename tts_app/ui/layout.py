@@ -19,7 +19,7 @@ from tts_app.ui import history as history_handlers
 from tts_app.ui import voices as voice_handlers
 from tts_app.ui.context import AppContext
 from tts_app.ui.controls import Control, generation_controls
-from tts_app.ui.texts import preview_label, server_text, translations
+from tts_app.ui.texts import SERVER, preview_label, server_text, translations
 
 MODEL_CONCURRENCY = dict(concurrency_id="model", concurrency_limit=32)
 
@@ -188,7 +188,8 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         with gr.Tab(i18n("tab_memory"), id="memory"):
             gauge_md = gr.Markdown(label=i18n("memory_summary"), elem_id="gauge")
             gauge_plot = gr.LinePlot(x="seconds_ago", y="used_gib", color="event", label=i18n("memory_plot"),
-                                     color_map={"ok": "#4c78a8", "OOM": "#e45756"}, elem_id="gauge-plot")
+                                     color_map={**{SERVER[code]["legend_ok"]: "#4c78a8" for code in SERVER},
+                                                "OOM": "#e45756"}, elem_id="gauge-plot")
             timer = gr.Timer(1.0)
 
         # --- events -------------------------------------------------------------------------------------------

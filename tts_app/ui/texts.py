@@ -509,6 +509,7 @@ SERVER["zh"].update({
 SERVER["en"].update({
     "row_error": "error", "row_warning": "warning",
     "axis_seconds_ago": "seconds ago", "axis_used_gib": "used (GiB)",
+        "legend_event": "event", "legend_ok": "ok",
     "loading_title": "tts_app: loading", "loading_heading": "Loading the model…",
     "loading_wait": "The web page appears when the model has loaded.",
     "loading_failed": "The model could not be loaded: {error}",
@@ -517,6 +518,7 @@ SERVER["en"].update({
 SERVER["zh"].update({
     "row_error": "错误", "row_warning": "提示",
     "axis_seconds_ago": "秒前", "axis_used_gib": "已用（GiB）",
+        "legend_event": "事件", "legend_ok": "正常",
     "loading_title": "tts_app：正在加载", "loading_heading": "正在加载模型…",
     "loading_wait": "模型加载完成后即显示网页。",
     "loading_failed": "模型无法加载：{error}",
