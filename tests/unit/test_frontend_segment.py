@@ -4,7 +4,7 @@ repeated, never a cut inside an English word or a number."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tts_app.errors import InputError
@@ -153,6 +153,7 @@ _PIECE = st.one_of(_ZH, _ZH, _ZH, _EN, _DIGITS, _PUNCT, st.just(" "), _MARKUP)
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pieces=st.lists(_PIECE, min_size=1, max_size=60), max_chars=st.integers(min_value=8, max_value=40),
        min_chars=st.integers(min_value=0, max_value=6))
+@example(pieces=["我", "\n***\n", "，", "我"], max_chars=8, min_chars=0)  # a comma after a scene break (found once)
 def test_segmentation_loses_nothing_keeps_the_limit_and_never_cuts_words(pieces, max_chars, min_chars):
     """Segments never exceed max_segment_chars, joined they reproduce the normalised text, and a Latin word or
     number is cut only when it is itself longer than the limit."""

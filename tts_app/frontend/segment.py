@@ -349,12 +349,12 @@ def split_spans(text: str, boundaries: list[tuple[int, int]], *, max_segment_cha
 
 
 def _attach_trailing_punctuation(text: str, offset: int, end: int | None = None) -> int:
-    """Move a cut at ``offset`` past the punctuation that follows it (spaces between included), not beyond ``end``
+    """Move a cut at ``offset`` past the punctuation that follows it (whitespace between included), not beyond ``end``
     (default ``len(text)``), so "很重要[pause:500ms]，请去银行。" gives "很重要，" + pause + "请去银行。" and no
     segment starts with "，"."""
     end = len(text) if end is None else end
     cut = i = offset
-    while i < end and (text[i] in TRAILING_PUNCTUATION or text[i] in " \t"):
+    while i < end and (text[i] in TRAILING_PUNCTUATION or text[i].isspace()):  # a scene break's line end too
         i += 1
         if text[i - 1] in TRAILING_PUNCTUATION:
             cut = i
