@@ -276,3 +276,18 @@ class FakeDecodeBatch(DecodeBatch):
     def release(self, keys) -> None:
         for key in keys:
             self._rows.pop(key, None)
+
+
+def fake_app_context(output_root, adapter: TTSAdapter | None = None, *, start_jobs: bool = False):
+    """An ``AppContext`` (the web page's server side) over ``adapter`` (default a ``FakeAdapter``) with a 1 ms wait
+    window, writing under ``output_root``; its job manager started when ``start_jobs``. Close it after use."""
+    from tts_app.config import EngineConfig, ModelConfig
+    from tts_app.runtime import Runtime
+    from tts_app.ui.context import AppContext
+
+    config = EngineConfig(wait_window_ms=1)
+    ctx = AppContext(model_config=ModelConfig(), engine_config=config,
+                     runtime=Runtime.from_adapter(adapter or FakeAdapter(), "fake", config), output_root=output_root)
+    if start_jobs:
+        ctx.start_jobs()
+    return ctx

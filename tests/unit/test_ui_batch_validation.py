@@ -13,12 +13,9 @@ import pytest
 
 gr = pytest.importorskip("gradio")
 
-from tests.fakes import FakeAdapter, fake_facts  # noqa: E402
-from tts_app.config import EngineConfig, ModelConfig  # noqa: E402
+from tests.fakes import FakeAdapter, fake_app_context, fake_facts  # noqa: E402
 from tts_app.jobs.schema import KNOWN_FIELDS  # noqa: E402
-from tts_app.runtime import Runtime  # noqa: E402
 from tts_app.ui import batch  # noqa: E402
-from tts_app.ui.context import AppContext  # noqa: E402
 from tts_app.ui.texts import EN, ZH  # noqa: E402
 
 
@@ -29,11 +26,7 @@ def test_the_field_help_names_every_field_a_line_may_have(table):
 
 
 def _ctx(tmp_path, facts):
-    config = EngineConfig(wait_window_ms=1)
-    ctx = AppContext(model_config=ModelConfig(), engine_config=config,
-                     runtime=Runtime.from_adapter(FakeAdapter(facts), "fake", config), output_root=tmp_path / "out")
-    ctx.start_jobs()
-    return ctx
+    return fake_app_context(tmp_path / "out", FakeAdapter(facts), start_jobs=True)
 
 
 def test_validate_flags_the_lines_the_model_would_refuse(tmp_path, data_dir):

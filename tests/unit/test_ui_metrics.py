@@ -11,12 +11,9 @@ import pytest
 
 gr = pytest.importorskip("gradio")
 
-from tests.fakes import FakeAdapter  # noqa: E402
+from tests.fakes import fake_app_context  # noqa: E402
 from tts_app import metrics  # noqa: E402
-from tts_app.config import EngineConfig, ModelConfig  # noqa: E402
-from tts_app.runtime import Runtime  # noqa: E402
 from tts_app.ui import handlers  # noqa: E402
-from tts_app.ui.context import AppContext  # noqa: E402
 
 
 def _count(histogram, entry_point: str) -> float:
@@ -34,10 +31,7 @@ def _counts(entry_point: str) -> tuple[float, float]:
 
 @pytest.fixture()
 def ctx(tmp_path):
-    config = EngineConfig(wait_window_ms=1)
-    ctx = AppContext(model_config=ModelConfig(), engine_config=config,
-                     runtime=Runtime.from_adapter(FakeAdapter(), "fake", config), output_root=tmp_path / "out")
-    ctx.start_jobs()
+    ctx = fake_app_context(tmp_path / "out", start_jobs=True)
     yield ctx
     ctx.close()
 

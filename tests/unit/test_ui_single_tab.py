@@ -10,18 +10,13 @@ import pytest
 
 gr = pytest.importorskip("gradio")
 
-from tests.fakes import FakeAdapter  # noqa: E402
-from tts_app.config import EngineConfig, ModelConfig  # noqa: E402
-from tts_app.runtime import Runtime  # noqa: E402
+from tests.fakes import fake_app_context  # noqa: E402
 from tts_app.ui import handlers  # noqa: E402
-from tts_app.ui.context import AppContext  # noqa: E402
 
 
 @pytest.fixture()
 def ctx(tmp_path):
-    config = EngineConfig(wait_window_ms=1)
-    ctx = AppContext(model_config=ModelConfig(), engine_config=config,
-                     runtime=Runtime.from_adapter(FakeAdapter(), "fake", config), output_root=tmp_path / "out")
+    ctx = fake_app_context(tmp_path / "out")
     yield ctx
     ctx.close()
 
