@@ -39,7 +39,6 @@ import numpy as np
 
 from tts_app.adapters.base import (AdapterRow, DecodeBatch, ModelFacts, PrefixCache, RowEmotion, RowStep, RowTurn,
                                      RowVoice, TTSAdapter)
-from tts_app.audio.post import join_segments
 from tts_app.config import MIN_MAX_SEGMENT_CHARS, REQUEST_LIMITS, EngineConfig
 from tts_app.dialogue import join_pieces
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
@@ -57,8 +56,9 @@ from tts_app.engine.memory import (
 )
 from tts_app.engine.scheduler import (BatchCap, Outcome, OutcomeKind, Phase, Scheduler, SegmentWork, Update,
                                      expected_speech_s)
+from tts_app.engine.output import OutputProcessor, assemble_result
 from tts_app.engine.streaming import AudioChunk, AudioStream
-from tts_app.request import (ChapterSpan, RequestStatus, SegmentTiming, StopReason, SynthesisParams,
+from tts_app.request import (RequestStatus, StopReason, SynthesisParams,
                              SynthesisRequest, SynthesisResult)
 from tts_app.zerogpu import GpuCalls, ZeroGPUConfig, on_zero_gpu
 
@@ -88,7 +88,7 @@ def _shutdown_live_engines() -> None:
 @dataclass(frozen=True)
 class ProgressEvent:
     """Sent to a request's ``on_progress`` callback: once at submit (``segments_done=0``, ``batch_size=0``), then
-    from the worker thread after each batch that advanced it.
+    from the output thread (``tts_app.engine.output``) after each batch that advanced it.
 
     Attributes:
         request_id: the request.
@@ -301,17 +301,6 @@ class _RequestText:
     segment_turns: list[tuple[_TurnPiece, ...]]
 
 
-def _turn_lines(pieces: tuple[_TurnPiece, ...], speakers) -> tuple[tuple[str, str], ...]:
-    """(speaker name, source text) per turn of a dialogue row, consecutive pieces of one speaker joined."""
-    lines: list[tuple[int, list[str]]] = []
-    for piece in pieces:
-        if lines and lines[-1][0] == piece.speaker:
-            lines[-1][1].append(piece.source_text)
-        else:
-            lines.append((piece.speaker, [piece.source_text]))
-    return tuple((speakers[k].name, join_pieces(texts)) for k, texts in lines)
-
-
 def _request_parts(request: SynthesisRequest) -> list[_Part]:
     """Dialogue turns (each its own part, with its speaker), else the text's chapters (``tts_app.longform``)."""
     from tts_app.longform import split_chapters
@@ -386,12 +375,6 @@ def language_warnings(source_texts: list[str], languages: tuple[str, ...], model
     return warnings
 
 
-def cap_warning(index: int, text: str, audio_s: float, max_new_tokens: int) -> str:
-    """The warning for segment ``index`` (0-based) cut at its ``max_new_tokens`` cap after ``audio_s`` s of audio."""
-    return (f"segment {index + 1} ({text[:40]!r}) hit the {round(audio_s, 1):g} s cap (max_new_tokens="
-            f"{max_new_tokens}) and was cut off; shorten it (max_segment_chars) or raise max_new_tokens")
-
-
 @dataclass(frozen=True)
 class _DeviceRow:
     """One row of a batch's device work: the adapter's row and its expected decode steps (``SegmentWork``), from
@@ -448,6 +431,7 @@ class Engine:
                      adapter.display_name)
         self.continuous = self.step_mode if continuous is None else bool(continuous)
         self.prefix_cache = PrefixCache(config.prefix_cache_entries)
+        self._output = OutputProcessor()  # chunks, progress, assembly and futures, off the worker's thread
         self._cv = threading.Condition()
         self._requests: dict[str, _RequestState] = {}
         self._thread: threading.Thread | None = None
@@ -526,6 +510,8 @@ class Engine:
             thread.join()
         if thread is None or wait:
             self._cancel_all("engine shut down")
+            if thread is not threading.current_thread():
+                self._output.join()  # (returns at once when called from an output callback)  # every result resolved, every stream ended
             _LIVE_ENGINES.discard(self)
 
     def __enter__(self) -> "Engine":
@@ -753,10 +739,10 @@ class Engine:
         Args:
             request: the synthesis; ``reference_audio`` must be at ``engine.sampling_rate``.
             on_progress: called once here (``segments_done=0, batch_size=0``, in the caller's thread), then from
-                the worker thread after each batch or step that finished a segment of this request.
+                the output thread after each batch or step that finished a segment of this request.
             stream: deliver the audio while it is decoded: iterate ``handle.stream()`` (``AudioChunk``s in order,
                 concatenating to the final audio; see ``tts_app.engine.streaming``).
-            on_audio: called with each ``AudioChunk`` from the worker thread (implies ``stream``); keep it quick.
+            on_audio: called with each ``AudioChunk`` from the output thread (implies ``stream``), in order.
         """
         handle = RequestHandle(request.request_id, self)
         try:
@@ -897,26 +883,33 @@ class Engine:
             resolved.append((state.handle.future, result, state.audio_stream))
 
     def _resolve(self, resolved: list[tuple[Future, SynthesisResult | _RequestState, AudioStream | None]]) -> None:
-        """Outside the lock: assemble DONE requests (join, tempo, loudness), deliver pending audio chunks (a request
-        that did not stream gets its final audio as one chunk), end finished streams, resolve futures (in that order,
-        so a stream's consumer sees every chunk before ``result()`` returns)."""
+        """Hand finished requests to the output processor (``tts_app.engine.output``), each after its own chunks and
+        progress already posted: there it is assembled (join, tempo, loudness) if DONE, its last chunks delivered (a
+        request that did not stream gets its final audio as one chunk), its stream ended and its future resolved (in
+        that order, so a stream's consumer sees every chunk before ``result()`` returns)."""
         for future, result, audio_stream in resolved:
-            if isinstance(result, _RequestState):
-                result = self._assemble(result)
-                if not result.ok:
-                    with self._cv:
-                        self._outcomes[RequestStatus.DONE] -= 1
-                        self._outcomes[RequestStatus.FAILED] += 1
-                elif audio_stream is not None:
-                    audio_stream.finish(result.audio)
-            if audio_stream is not None:
-                try:
-                    audio_stream.flush()
-                except Exception:  # noqa: BLE001 - a caller's callback must not stop the worker
-                    logger.exception("audio callback of request %s raised", result.request_id)
-                audio_stream.close()
-            if not future.done():
-                future.set_result(result)
+            request_id = result.request.request_id if isinstance(result, _RequestState) else result.request_id
+            self._output.post(request_id, lambda f=future, r=result, a=audio_stream: self._finish_output(f, r, a))
+
+    def _finish_output(self, future: Future, result: SynthesisResult | _RequestState,
+                       audio_stream: AudioStream | None) -> None:
+        """A finished request's output (the output thread; see ``_resolve``)."""
+        if isinstance(result, _RequestState):
+            result = assemble_result(result, self.sampling_rate, self.facts.frames_per_second, self._failed_result)
+            if not result.ok:
+                with self._cv:
+                    self._outcomes[RequestStatus.DONE] -= 1
+                    self._outcomes[RequestStatus.FAILED] += 1
+            elif audio_stream is not None:
+                audio_stream.finish(result.audio)
+        if audio_stream is not None:
+            try:
+                audio_stream.flush()
+            except Exception:  # noqa: BLE001 - a caller's callback must not stop the output of others
+                logger.exception("audio callback of request %s raised", result.request_id)
+            audio_stream.close()
+        if not future.done():
+            future.set_result(result)
 
     def _cancel(self, request_id: str) -> bool:
         resolved: list = []
@@ -938,88 +931,6 @@ class Engine:
 
     def _fail_all(self, reason: str) -> None:
         self._cancel_all(reason, RequestStatus.FAILED)
-
-    def _assemble(self, state: _RequestState) -> SynthesisResult:
-        """The DONE result of a request whose segments are all made: segments joined with their pauses, then the
-        request's tempo and loudness (``tts_app.audio.effects``); FAILED when its target duration cannot be met."""
-        from tts_app.audio.effects import apply_request_effects
-
-        waves = [w for w in state.waves if w is not None]
-        params = state.params
-        try:
-            waves, cues = self._fit_segment_durations(state, waves)
-            audio, spans = join_segments(waves, state.pauses_after_ms, self.sampling_rate)
-            effects = apply_request_effects(audio, spans, self.sampling_rate, speed=params.speed,
-                                            duration_s=params.duration_s, loudness_lufs=params.loudness_lufs)
-            if cues:
-                effects.applied["segment_durations"] = cues
-        except TTSAppError as exc:
-            return self._failed_result(state.request, str(exc), state.warnings)
-        except Exception as exc:  # noqa: BLE001 - a post-processing bug fails this request only
-            logger.exception("request %s: post-processing failed", state.request.request_id)
-            return self._failed_result(state.request, f"post-processing failed: {type(exc).__name__}: {exc}",
-                                       state.warnings)
-        audio, spans = effects.audio, effects.spans
-        max_new_tokens = state.params.max_new_tokens
-        speakers = state.request.speakers
-        timings = []
-        for i, (t, (a, b)) in enumerate(zip(state.source_texts, spans)):
-            part = state.parts[state.segment_parts[i]]
-            speaker = speakers[part.speaker].name if part.speaker is not None else None
-            turns = _turn_lines(state.segment_turns[i], speakers)
-            if len({name for name, _ in turns}) > 1:
-                speaker = None  # a dialogue row with several speakers: ``turns`` names each
-            timings.append(SegmentTiming(
-                index=i, text=t, start_s=a, end_s=b, batch_size=state.batch_sizes[i], generate_s=state.generate_s[i],
-                seed=state.seeds[i], model_text=state.texts[i], stop_reason=state.stop_reasons[i],
-                max_new_tokens=max_new_tokens, chapter=part.chapter, speaker=speaker, turns=turns))
-        chapters = []
-        if len({t.chapter for t in timings}) > 1:
-            for chapter in sorted({t.chapter for t in timings}):
-                members = [t for t in timings if t.chapter == chapter]
-                chapters.append(ChapterSpan(index=len(chapters), title=state.parts[
-                    state.segment_parts[members[0].index]].title, start_s=members[0].start_s,
-                    end_s=members[-1].end_s, segments=tuple(t.index for t in members)))
-        warnings = list(state.warnings) + list(effects.warnings)
-        for i, wave in enumerate(waves):
-            if state.stop_reasons[i] is StopReason.MAX_NEW_TOKENS:
-                audio_s = wave.size / self.sampling_rate if wave.size else max_new_tokens / self.facts.frames_per_second
-                warnings.append(cap_warning(i, state.source_texts[i], audio_s, max_new_tokens))
-            elif wave.size == 0:
-                warnings.append(f"segment {i + 1} ({state.source_texts[i][:40]!r}) produced no audio: the model ended "
-                                "speech at once; try another seed, sampling instead of greedy, or a longer segment")
-        return SynthesisResult(request_id=state.request.request_id, status=RequestStatus.DONE, audio=audio,
-                               sampling_rate=self.sampling_rate, segments=timings, warnings=warnings,
-                               normalized_text=state.normalized_text, effective_params=state.params,
-                               post_processing=effects.applied, chapters=chapters)
-
-    def _fit_segment_durations(self, state: _RequestState, waves: list[np.ndarray]
-                               ) -> tuple[list[np.ndarray], list[dict]]:
-        """Each segment of a line with a target duration (``SynthesisParams.segment_durations_s``) stretched to
-        exactly that length, pitch kept (``tts_app.audio.effects.apply_tempo``) -> (waves, per such segment a record
-        for the sidecar: ``segment`` (1-based), ``target_s``, ``speed``, ``duration_before_s``).
-
-        Raises:
-            InputError: a line's factor is outside the speed range (the message names the line and what fits).
-        """
-        from tts_app.audio.effects import apply_tempo
-
-        if state.params.segment_durations_s is None:
-            return waves, []
-        out, cues = [], []
-        for i, wave in enumerate(waves):
-            target = state.parts[state.segment_parts[i]].target_s
-            if target is None:
-                out.append(wave)
-                continue
-            try:
-                tempo = apply_tempo(wave, self.sampling_rate, duration_s=target)
-            except InputError as exc:
-                raise InputError(f"line {i + 1} ({state.source_texts[i][:40]!r}): {exc}") from None
-            out.append(tempo.audio)
-            cues.append({"segment": i + 1, "target_s": target, "speed": round(tempo.speed, 4),
-                         "duration_before_s": round(tempo.duration_before_s, 4)})
-        return out, cues
 
     # -- worker --------------------------------------------------------------------------------------------------
     def _worker(self) -> None:
@@ -1208,21 +1119,31 @@ class Engine:
             state.audio_stream.add(index, samples)
 
     def _deliver(self, resolved: list, events: list) -> None:
-        """Outside the lock: stream chunks of live requests, progress callbacks, then finished requests."""
+        """Outside the lock: post to the output processor the stream chunks of live requests, progress callbacks,
+        then finished requests (each request's in that order; none of it runs on this thread)."""
         with self._cv:
-            streams = [s.audio_stream for s in self._requests.values() if s.audio_stream is not None
-                       and s.audio_stream.pending]
-        for audio_stream in streams:
-            try:
-                audio_stream.flush()
-            except Exception:  # noqa: BLE001 - a caller's callback must not stop the worker
-                logger.exception("audio callback of request %s raised", audio_stream.request_id)
+            chunks = [(s.audio_stream, s.audio_stream.take_pending()) for s in self._requests.values()
+                      if s.audio_stream is not None and s.audio_stream.pending]
+        for audio_stream, pending in chunks:
+            self._output.post(audio_stream.request_id,
+                              lambda a=audio_stream, c=pending: self._deliver_chunks(a, c))
         for callback, event in events:
-            try:
-                callback(event)
-            except Exception:  # noqa: BLE001 - a caller's callback must not stop the worker
-                logger.exception("progress callback of request %s raised", event.request_id)
+            self._output.post(event.request_id, lambda f=callback, e=event: self._call_progress(f, e))
         self._resolve(resolved)
+
+    @staticmethod
+    def _deliver_chunks(audio_stream: AudioStream, chunks: list[AudioChunk]) -> None:
+        try:
+            audio_stream.deliver(chunks)
+        except Exception:  # noqa: BLE001 - a caller's callback must not stop the output of others
+            logger.exception("audio callback of request %s raised", audio_stream.request_id)
+
+    @staticmethod
+    def _call_progress(callback: Callable[[ProgressEvent], None], event: ProgressEvent) -> None:
+        try:
+            callback(event)
+        except Exception:  # noqa: BLE001 - a caller's callback must not stop the output of others
+            logger.exception("progress callback of request %s raised", event.request_id)
 
     # -- request-level batching -----------------------------------------------------------------------------------
     def _serve_batches(self) -> None:

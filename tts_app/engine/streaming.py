@@ -8,7 +8,7 @@ silence, so ``np.concatenate([c.samples for c in chunks])`` equals ``SynthesisRe
 (``tts_app.audio.post.join_segments``).
 
 Consumers: ``RequestHandle.stream()`` (a blocking iterator, for the web UI and the HTTP layer) or an ``on_audio``
-callback (called in the engine's worker thread; keep it quick).
+callback (called in the engine's output thread, ``tts_app.engine.output``; chunks of one request in order).
 
 A request whose settings need the whole clip (``SynthesisParams.needs_whole_clip``: speed, a target duration,
 loudness) does not stream: its stream is made with ``live=False``, gets no partial chunks, and ``finish`` sends its
@@ -61,13 +61,13 @@ _END = object()
 
 class AudioStream:
     """Orders one request's decoded audio into ``AudioChunk``s (see module docstring). Driven by the engine's
-    worker thread under the engine lock; read by the consumer through ``chunks``.
+    worker thread under the engine lock, delivered by the output processor; read by the consumer through ``chunks``.
 
     Args:
         request_id: the request.
         sampling_rate: Hz.
         pauses_after_ms: per segment, the silence after it in ms (none after the last), as ``join_segments``.
-        on_audio: optional callback per chunk (worker thread).
+        on_audio: optional callback per chunk (the output thread).
         live: False = no partial chunks (the request needs its whole clip for post-processing); only ``finish``
             sends audio.
 
@@ -143,13 +143,22 @@ class AudioStream:
         if not self.live:
             self._emit(max(0, self.num_segments - 1), np.asarray(audio, dtype=np.float32).reshape(-1))
 
-    def flush(self) -> None:
-        """Deliver the chunks made since the last flush (outside the engine lock): the queue, then ``on_audio``."""
+    def take_pending(self) -> list[AudioChunk]:
+        """The chunks made since the last call (under the engine lock), for ``deliver`` on the output thread."""
         chunks, self.pending = self.pending, []
+        return chunks
+
+    def deliver(self, chunks: list[AudioChunk]) -> None:
+        """Hand ``chunks`` to the consumer (the output processor's thread, no engine lock): the queue, then
+        ``on_audio``."""
         for chunk in chunks:
             self._queue.put(chunk)
             if self.on_audio is not None:
                 self.on_audio(chunk)
+
+    def flush(self) -> None:
+        """Deliver the chunks made since the last flush (``take_pending`` then ``deliver``)."""
+        self.deliver(self.take_pending())
 
     def close(self) -> None:
         """The request ended (done, failed or cancelled): the iterator stops after the chunks already queued."""
