@@ -488,3 +488,111 @@ def test_with_preemption_every_row_finishes_once_within_the_budget(rows, budget_
         update = scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, tuple(live), finished=ends))
         done += [w for w, _ in update.finished]
     assert sorted(id(r) for r in done + refused) == sorted(id(w) for _, w in works)
+
+
+def test_a_cached_voice_never_makes_a_row_wait_or_fail_it_is_evicted_first():
+    est = MemoryEstimator(kv_bytes_per_position=1, cfg_multiplier=1, activation_bytes_per_row=0)
+    scheduler = Scheduler(est.batch_bytes, wait_window_s=0.0, max_batch_size=4)
+    row, huge = running_seg("a", 10, positions=90), running_seg("b", 10, positions=101, arrival=1.0)
+    scheduler.add([row, huge])
+    plan = scheduler.schedule_step(100, evictable_bytes=40)  # the budget holds the row, not the row and the cache
+    assert plan.admit == [row] and plan.evict_bytes == 30  # room made from the cache, the rest of it kept
+    assert plan.too_large == [huge]  # refused only for not fitting the whole budget
+    # request-level batching: the same rule
+    scheduler = Scheduler(est.batch_bytes, wait_window_s=0.0, max_batch_size=4)
+    scheduler.add([seg("a", 0, 10, positions=60), seg("b", 0, 10, positions=60)])
+    plan = scheduler.schedule(1e9, None, 120, evictable_bytes=50)
+    assert len(plan.batch) == 2 and plan.evict_bytes == 50  # the batch did not shrink for the cache
+
+
+def test_rows_are_shared_round_robin_by_request_and_a_waiting_request_takes_a_hogs_youngest_row():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=4)
+    long = [running_seg("long", 40) for _ in range(10)]
+    for i, s in enumerate(long):
+        s.index = i
+    assert admitted(scheduler, long) == long[:4]  # alone, one request may use every row
+    scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, tuple(scheduler.running())))
+    short, other = running_seg("short", 5, arrival=1.0), running_seg("other", 5, arrival=2.0)
+    scheduler.add([short, other])
+    plan = scheduler.schedule_step(None)
+    assert plan.admit == [short, other] and plan.preempted == [long[3], long[2]]  # youngest rows of the hog
+    assert sorted(r.request_id for r in scheduler.running()) == ["long", "long", "other", "short"]
+    # a freed slot goes to the request with the fewest rows, not to the hog's next segment
+    scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, tuple(scheduler.running()),
+                                         finished=((short, StopReason.END_OF_SPEECH),)))
+    late = running_seg("late", 5, arrival=3.0)
+    scheduler.add([late])
+    assert scheduler.schedule_step(None).admit == [late]
+
+
+def test_without_preemption_a_freed_row_still_goes_round_robin_and_job_rows_never_preempt_each_other():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=2, preempt=False)
+    long = [running_seg("long", 40) for _ in range(4)]
+    assert admitted(scheduler, long) == long[:2]
+    short = running_seg("short", 5, arrival=1.0)
+    scheduler.add([short])
+    assert scheduler.schedule_step(None).admit == []  # waits for a free slot
+    scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, tuple(scheduler.running()),
+                                         finished=((long[0], StopReason.END_OF_SPEECH),)))
+    assert scheduler.schedule_step(None).admit == [short]
+    jobs = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=2)
+    first = [running_seg("job1", 40, priority=Priority.JOB) for _ in range(3)]
+    assert admitted(jobs, first) == first[:2]
+    second = running_seg("job2", 40, priority=Priority.JOB, arrival=1.0)
+    jobs.add([second])
+    plan = jobs.schedule_step(None)
+    assert plan.admit == [] and plan.preempted == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(requests=st.lists(st.tuples(st.integers(1, 6), st.integers(1, 30), st.booleans(), st.integers(0, 40)),
+                         min_size=1, max_size=10),
+       budget_rows=st.floats(1.0, 5.0), cache_growth=st.integers(0, 40), seed=st.integers(0, 10_000))
+def test_shared_rows_with_a_growing_cache_stay_within_the_budget_and_every_segment_runs_once(
+        requests, budget_rows, cache_growth, seed):
+    """Requests of several segments (interactive or job, arriving at random steps) and a cache that grows after
+    every prefill and is evicted as the plan says: rows (at their current positions) plus the cache stay within
+    the budget at every step, every segment finishes exactly once, and an interactive request with no row never
+    waits while another interactive request holds two or more rows of a batch it could join."""
+    rng = random.Random(seed)
+    est = MemoryEstimator(kv_bytes_per_position=1, cfg_multiplier=1, activation_bytes_per_row=0)
+    scheduler = Scheduler(est.batch_bytes, wait_window_s=0.0, max_batch_size=4)
+    budget = int(budget_rows * 100)
+    works = []
+    for i, (num_segments, cap, ui, at) in enumerate(requests):
+        for j in range(num_segments):
+            w = running_seg(f"r{i}", cap, positions=30 + cap, arrival=float(at),
+                            priority=Priority.INTERACTIVE if ui else Priority.JOB)
+            w.index = j
+            works.append((at, w))
+    cache = 0
+    done, refused = [], []
+    for step in range(20_000):
+        scheduler.add([w for at, w in works if at == step])
+        plan = scheduler.schedule_step(budget, evictable_bytes=cache)
+        assert 0 <= plan.evict_bytes <= cache
+        cache -= plan.evict_bytes
+        refused += plan.too_large
+        live = scheduler.running()
+        if not live and not scheduler.num_waiting and step > 40:
+            break
+        assert scheduler.future_peak_bytes(live) + cache <= budget
+        in_flight = {}
+        for r in live:
+            in_flight[r.request_id] = in_flight.get(r.request_id, 0) + 1
+        starved = [w for w in scheduler.waiting() if w.priority is Priority.INTERACTIVE
+                   and not in_flight.get(w.request_id)]
+        hogs = [r for r in live if r.priority is Priority.INTERACTIVE and in_flight[r.request_id] >= 2]
+        if starved and hogs and not any(r.isolate for r in live):
+            head = min(starved, key=lambda w: (w.arrival_s, w.sequence))
+            keep = {}
+            kept = [r for r in live if keep.setdefault(r.request_id, r) is r]  # one row of each request
+            assert len(kept) + 1 > 4 or scheduler.future_peak_bytes(kept + [head]) > budget
+        if plan.admit:
+            cache = min(budget // 8, cache + cache_growth)  # a prefill stored a voice prefix
+        ends = tuple((r, StopReason.END_OF_SPEECH) for r in live
+                     if r.steps_done + 1 >= r.max_steps or rng.random() < 0.05)
+        update = scheduler.update_from_output(Outcome(Phase.DECODE, OutcomeKind.OK, tuple(live), finished=ends))
+        done += [w for w, _ in update.finished]
+    assert sorted(id(r) for r in done + refused) == sorted(id(w) for _, w in works)
+    assert all(est.batch_bytes([r.row_positions]) > budget for r in refused)

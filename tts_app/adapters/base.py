@@ -434,6 +434,17 @@ class PrefixCache:
             freed += size
         return freed
 
+    def evict(self, num_bytes: int) -> int:
+        """Evict least recently used entries until at least ``num_bytes`` are freed (or the cache is empty), the
+        bounds unchanged: room the engine's scheduler asked for (``StepPlan.evict_bytes``). Returns the bytes freed."""
+        with self._lock:
+            freed = 0
+            while self._entries and freed < num_bytes:
+                _, (_, size) = self._entries.popitem(last=False)
+                self._num_bytes -= size
+                freed += size
+            return freed
+
     def clear(self) -> int:
         """Drop every entry (after an out-of-memory error). Returns the bytes freed."""
         with self._lock:

@@ -439,8 +439,7 @@ class Engine:
         self._stopped_reason = "engine shut down"
         self._busy = False
         self._rng = random.Random(0)  # simulated-OOM draws; seeded so a test run is repeatable
-        self._budget_bytes = self._measure_budget()
-        self._prefix_bytes_at_measure = 0
+        self._budget_bytes = self._measure_budget()  # the one memory budget (``_remeasure_budget``)
         self._used_since_empty = False
         self._num_oom = 0
         self._num_batches = 0
@@ -548,23 +547,30 @@ class Engine:
                                    memory_utilization=self.config.memory_utilization,
                                    safety_margin_bytes=self.config.safety_margin_bytes)
 
-    def _rows_budget(self) -> int | None:
-        """The budget left for rows: the memory budget less what the prefix cache holds (bounded to
-        ``PREFIX_CACHE_BUDGET_SHARE`` of it). A budget measured from free device memory already leaves out what the
-        cache held then, so only its growth since is subtracted. Lock held."""
+    def _cache_bytes(self) -> int:
+        """Bytes of the memory budget the prefix cache holds (it is evictable: the scheduler admits rows against
+        the whole budget and says how much of it to evict, ``StepPlan.evict_bytes``), after trimming the cache to
+        ``PREFIX_CACHE_BUDGET_SHARE`` of the budget. Lock held."""
         budget = self._budget_bytes
         if budget is None:
-            return None
+            return 0
         self.prefix_cache.trim(int(budget * PREFIX_CACHE_BUDGET_SHARE))
-        held = self.prefix_cache.num_bytes
-        if self.config.memory_budget_bytes is None:
-            held -= self._prefix_bytes_at_measure
-        return max(0, budget - max(0, held))
+        return self.prefix_cache.num_bytes
 
     def _remeasure_budget(self) -> None:
-        """Measure the budget now (nothing of ours is running). Lock held."""
-        self._budget_bytes = self._measure_budget()
-        self._prefix_bytes_at_measure = self.prefix_cache.num_bytes
+        """Measure the one memory budget now (nothing of ours is running): rows plus the evictable prefix cache. A
+        budget measured from free device memory leaves out what the cache held then, so that is added back (the
+        cache is counted in ``_cache_bytes`` instead). Lock held."""
+        budget = self._measure_budget()
+        if budget is not None and self.config.memory_budget_bytes is None:
+            budget += self.prefix_cache.num_bytes
+        self._budget_bytes = budget
+
+    def _evict(self, num_bytes: int) -> None:
+        """Evict ``num_bytes`` from the prefix cache (the scheduler's ``evict_bytes``), logged. Lock held."""
+        if num_bytes > 0:
+            freed = self.prefix_cache.evict(num_bytes)
+            logger.info("evicted %s of voice prefixes from the cache to make room for rows", format_bytes(freed))
 
     def estimate_request_bytes(self, request: SynthesisRequest) -> int:
         """Estimated bytes (KV cache + activations) the request's longest segment needs as a batch of one: the
@@ -962,11 +968,13 @@ class Engine:
         self._cv.wait(timeout=timeout)
         return idle_since, False
 
-    def _fail_too_large(self, works: list[SegmentWork], resolved: list) -> None:
+    def _fail_too_large(self, works: list[SegmentWork], budget: int | None, resolved: list) -> None:
+        """Fail the requests of rows that do not fit ``budget`` (the budget the scheduler checked them against,
+        quoted in the message) even alone. Lock held."""
         for work in works:
             state = self._requests.get(work.request_id)
             if state is not None:
-                msg = self._too_large_message(state.request, work.index, work.text, self._budget_bytes or 0)
+                msg = self._too_large_message(state.request, work.index, work.text, budget or 0)
                 logger.warning("request %s: %s", work.request_id, msg)
                 self._finish_locked(state, RequestStatus.FAILED, msg, resolved)
 
@@ -1156,9 +1164,11 @@ class Engine:
                 if self._stopping:
                     break
                 if not self._busy:
-                    self._budget_bytes = self._measure_budget()
-                plan = self.scheduler.schedule(time.monotonic(), None, self._budget_bytes)
-                self._fail_too_large(plan.too_large, resolved)
+                    self._remeasure_budget()
+                budget = self._budget_bytes
+                plan = self.scheduler.schedule(time.monotonic(), None, budget, evictable_bytes=self._cache_bytes())
+                self._fail_too_large(plan.too_large, budget, resolved)
+                self._evict(plan.evict_bytes)
                 if plan.batch:
                     idle_since = None
                     batch = plan.batch
@@ -1279,8 +1289,11 @@ class Engine:
                 if batch is None:
                     self._remeasure_budget()  # no running batch: a clean reading
                 released = self.scheduler.take_released()
-                plan = self.scheduler.schedule_step(self._rows_budget(), admit_only_when_empty=not self.continuous)
-                self._fail_too_large(plan.too_large, resolved)
+                budget = self._budget_bytes
+                plan = self.scheduler.schedule_step(budget, evictable_bytes=self._cache_bytes(),
+                                                    admit_only_when_empty=not self.continuous)
+                self._fail_too_large(plan.too_large, budget, resolved)
+                self._evict(plan.evict_bytes)  # before the prefill: rows come before cached voices
                 self._restart_preempted(plan.preempted)
                 released += plan.preempted
                 admit = [(w, self._requests[w.request_id]) for w in plan.admit]

@@ -22,9 +22,16 @@ Policy, in order:
 7. Isolation: a segment flagged ``isolate`` (its batch failed and it is retried to find the row at fault) runs in a
    batch of its own and never shares one.
 
+Memory: ``budget_bytes`` is the one memory budget, the same number admission (``Engine.submit``), scheduling and
+every refusal message use. Part of it, ``evictable_bytes``, may be held by caches the engine can evict (the
+voice-prefix cache); rows come first: a row is refused (``too_large``) only when it does not fit the whole budget,
+and rows are admitted against the whole budget, the plan saying how many cached bytes to evict first
+(``evict_bytes``), so a cache never makes a row wait, fail or a batch shrink.
+
 Continuous batching (iteration-level scheduling, for adapters with a step interface; Orca, OSDI '22, and vLLM's
 running batch): ``schedule_step`` is called before every decode step and admits waiting segments into the running
-batch, in order (priority class first, then the oldest), while
+batch, in order (priority class first; within a class round-robin by request: the request with the fewest rows in
+flight first, then the oldest; a request's segments in their order), while
 
 a. the running batch has a free slot (live rows < ``BatchCap.cap``);
 b. every row, admitted or running, can still finish within the budget: ``future_peak_bytes`` of the running rows
@@ -38,6 +45,11 @@ d. preemption (``preempt=True``): a candidate that fails a or b while the runnin
    so they sound the same (vLLM's preemption by recomputation). Only as many leave as it takes for the candidate to
    pass a and b; if even all of them leaving would not be enough, none leaves. Rows of the same or a more urgent
    priority are never preempted.
+e. fairness (``preempt=True``): an interactive candidate whose request has no row in flight, still blocked after
+   rule d, takes the place of the youngest row of the same priority class held by the request with the most rows
+   (one that keeps at least one), so one request's many segments never take every row while another request waits;
+   it then has one row, so the two never swap back and forth. Job rows do not do this to each other (a job's lines
+   want throughput, not turns).
 
 The update step (vLLM's ``update_from_output``): the engine turns every batch, prefill or decode step into a plain
 ``Outcome`` (ok with per-row results / out of memory / refused rows / crashed) and ``update_from_output`` returns
@@ -231,13 +243,16 @@ class StepPlan:
     Attributes:
         admit: waiting segments to prefill into the running batch now (already counted as running).
         too_large: segments that cannot fit the budget even alone (removed; the engine fails their requests).
-        preempted: running rows taken out for a more urgent segment (requeued; the engine releases them from the
-            running batch and restarts their segment).
+        preempted: running rows taken out for a more urgent segment or for fairness (requeued; the engine releases
+            them from the running batch and restarts their segment).
+        evict_bytes: bytes the engine must evict from its caches before the prefill, so the running rows (each
+            to its cap) and what the caches keep stay within the budget (0 = none).
     """
 
     admit: list[SegmentWork] = field(default_factory=list)
     too_large: list[SegmentWork] = field(default_factory=list)
     preempted: list[SegmentWork] = field(default_factory=list)
+    evict_bytes: int = 0
 
 
 def oom_alone_message(work: SegmentWork) -> str:
@@ -256,12 +271,14 @@ class SchedulePlan:
         wait_s: when > 0 and ``batch`` is empty, wait this long (or until new work arrives) and schedule again.
         too_large: segments that cannot fit the budget even as a batch of one (removed from the queue; the
             engine fails their requests).
+        evict_bytes: bytes the engine must evict from its caches before running ``batch`` (see module docstring).
     """
 
     batch: list[SegmentWork] = field(default_factory=list)
     estimated_bytes: int = 0
     wait_s: float = 0.0
     too_large: list[SegmentWork] = field(default_factory=list)
+    evict_bytes: int = 0
 
 
 class BatchCap:
@@ -454,13 +471,16 @@ class Scheduler:
         assert best is not None
         return best
 
-    def schedule(self, now_s: float, cap: int | None, budget_bytes: int | None) -> SchedulePlan:
+    def schedule(self, now_s: float, cap: int | None, budget_bytes: int | None, *,
+                 evictable_bytes: int = 0) -> SchedulePlan:
         """Pick the next batch (request-level batching).
 
         Args:
             now_s: current monotonic time in seconds (for the wait window).
             cap: most rows allowed in the batch; None = ``batch_cap.cap``.
-            budget_bytes: memory the batch may use (KV cache + activations); None = unlimited.
+            budget_bytes: the memory budget (KV cache + activations of the batch, and what evictable caches hold);
+                None = unlimited.
+            evictable_bytes: bytes of the budget held by caches the engine can evict (module docstring).
 
         Returns:
             A ``SchedulePlan``; the chosen segments (and ``too_large`` ones) are removed from the queue.
@@ -502,15 +522,18 @@ class Scheduler:
             self._waiting = [s for s in self._waiting if id(s) not in chosen]
             plan.batch = sorted(window, key=lambda s: s.order)
             plan.estimated_bytes = self.batch_bytes([s.row_positions for s in plan.batch])
+            if budget_bytes is not None:
+                plan.evict_bytes = max(0, min(evictable_bytes, plan.estimated_bytes + evictable_bytes - budget_bytes))
             return plan
         return plan
 
     # -- continuous policy --------------------------------------------------------------------------------------
-    def schedule_step(self, budget_bytes: int | None, *, admit_only_when_empty: bool = False) -> StepPlan:
+    def schedule_step(self, budget_bytes: int | None, *, evictable_bytes: int = 0,
+                      admit_only_when_empty: bool = False) -> StepPlan:
         """Admit waiting segments into the running batch before the next decode step (continuous batching, see
-        module docstring, a-c). ``budget_bytes``: memory the running batch may use (None = unlimited).
-        ``admit_only_when_empty``: request-level batching on a step adapter (a new batch starts only when the
-        running one has ended; it is picked by ``schedule``'s policy).
+        module docstring, a-e). ``budget_bytes``: the memory budget (None = unlimited); ``evictable_bytes``: what
+        evictable caches hold of it. ``admit_only_when_empty``: request-level batching on a step adapter (a new
+        batch starts only when the running one has ended; it is picked by ``schedule``'s policy).
 
         Returns:
             A ``StepPlan``; admitted segments move from the queue to the running rows (``running()``).
@@ -522,20 +545,29 @@ class Scheduler:
                 break
             plan.too_large += too_large
             self._waiting = [s for s in self._waiting if all(s is not t for t in too_large)]
-        if not self._waiting:
-            return plan
-        if admit_only_when_empty:
+        if self._waiting and admit_only_when_empty:
             if not self._running:
                 plan.admit = self.schedule(float("inf"), None, budget_bytes).batch
                 self._admit(plan.admit)
-            return plan
-        if any(r.isolate for r in self._running):
-            return plan
+        elif self._waiting and not any(r.isolate for r in self._running):
+            self._admit_step(plan, budget_bytes)
+        if budget_bytes is not None and self._running:
+            peak = self.future_peak_bytes(self._running)
+            plan.evict_bytes = max(0, min(evictable_bytes, peak + evictable_bytes - budget_bytes))
+        return plan
+
+    def _admit_step(self, plan: StepPlan, budget_bytes: int | None) -> None:
+        """Rules a-e: admit waiting segments, round-robin by request within a priority class, into ``plan``."""
         cap = max(1, self.batch_cap.cap)
-        ordered = sorted(self._waiting, key=lambda s: s.order)
-        key = self._running[0].batch_key if self._running else ordered[0].batch_key
+        in_flight: dict[str, int] = {}
+        for r in self._running:
+            in_flight[r.request_id] = in_flight.get(r.request_id, 0) + 1
+        remaining = list(self._waiting)
+        key = self._running[0].batch_key if self._running else min(remaining, key=lambda s: s.order).batch_key
         chosen: list[SegmentWork] = []
-        for candidate in ordered:
+        while remaining:
+            candidate = min(remaining, key=lambda s: (int(s.priority), in_flight.get(s.request_id, 0),
+                                                      s.arrival_s, s.sequence))
             if candidate.isolate:
                 if not self._running and not chosen:
                     chosen.append(candidate)
@@ -545,19 +577,44 @@ class Scheduler:
             rows = self._running + chosen + [candidate]
             if len(rows) > cap or not self._fits_running(rows, budget_bytes):
                 victims = self._victims_for(candidate, chosen, cap, budget_bytes) if self.preempt else []
+                if not victims and self.preempt and candidate.priority is Priority.INTERACTIVE \
+                        and not in_flight.get(candidate.request_id):
+                    victims = self._fair_victims(candidate, chosen, cap, budget_bytes, in_flight)
                 if not victims:
                     break  # keep the order: a later, smaller row does not jump the queue
                 victim_ids = {id(v) for v in victims}
                 self._running = [r for r in self._running if id(r) not in victim_ids]
                 self.requeue(victims)
                 plan.preempted += victims
+                for v in victims:
+                    in_flight[v.request_id] -= 1
             chosen.append(candidate)
+            remaining = [s for s in remaining if s is not candidate]
+            in_flight[candidate.request_id] = in_flight.get(candidate.request_id, 0) + 1
         if chosen:
             chosen_ids = {id(s) for s in chosen}
             self._waiting = [s for s in self._waiting if id(s) not in chosen_ids]
             self._admit(chosen)
             plan.admit = chosen
-        return plan
+
+    def _fair_victims(self, candidate: SegmentWork, chosen: list[SegmentWork], cap: int, budget_bytes: int | None,
+                      in_flight: dict[str, int]) -> list[SegmentWork]:
+        """Rule e: the fewest running rows of ``candidate``'s priority class, each time the youngest of the request
+        holding the most rows (which keeps at least one), whose leaving lets it pass rules a and b; [] when none."""
+        counts = dict(in_flight)
+        victims: list[SegmentWork] = []
+        while True:
+            pool = [r for r in self._running if r.priority == candidate.priority and counts[r.request_id] >= 2
+                    and all(r is not v for v in victims)]
+            if not pool:
+                return []
+            row = max(pool, key=lambda r: (counts[r.request_id], r.admitted))
+            victims.append(row)
+            counts[row.request_id] -= 1
+            victim_ids = {id(v) for v in victims}
+            rows = [r for r in self._running if id(r) not in victim_ids] + chosen + [candidate]
+            if len(rows) <= cap and self._fits_running(rows, budget_bytes):
+                return victims
 
     def _victims_for(self, candidate: SegmentWork, chosen: list[SegmentWork], cap: int,
                      budget_bytes: int | None) -> list[SegmentWork]:
