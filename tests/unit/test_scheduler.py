@@ -596,3 +596,13 @@ def test_shared_rows_with_a_growing_cache_stay_within_the_budget_and_every_segme
         done += [w for w, _ in update.finished]
     assert sorted(id(r) for r in done + refused) == sorted(id(w) for _, w in works)
     assert all(est.batch_bytes([r.row_positions]) > budget for r in refused)
+
+
+def test_request_level_batches_take_turns_so_a_short_request_waits_for_at_most_one_batch_of_a_long_one():
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=4)
+    scheduler.add([seg("long", i, 40) for i in range(12)])
+    first = scheduler.schedule(1e9, None, None).batch
+    assert [s.request_id for s in first] == ["long"] * 4
+    scheduler.add([seg("short", 0, 5, arrival=1.0)])
+    second = scheduler.schedule(1e9, None, None).batch
+    assert "short" in [s.request_id for s in second]

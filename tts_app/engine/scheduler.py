@@ -6,8 +6,9 @@ updates). "Not enough memory" is a value in the plan (``too_large``), never an e
 
 Policy, in order:
 
-1. Priority: the oldest segment of the most urgent priority class (``Priority.INTERACTIVE`` before ``JOB``) is the
-   *head*; it is always in the next batch, so no segment starves.
+1. Priority, then turns: of the most urgent priority class (``Priority.INTERACTIVE`` before ``JOB``), the request
+   with the fewest segments scheduled so far, then the oldest, gives the *head* (its next segment); it is always in
+   the next batch, so no segment starves, and a short request waits for at most one batch of a long one.
 2. Compatibility: only segments whose ``batch_key`` (``SynthesisParams.batch_key()``: every knob but the seed) and
    priority equal the head's are candidates.
 3. Length bucketing: candidates are sorted by expected output length; of the windows of ``cap`` neighbours that
@@ -384,6 +385,7 @@ class Scheduler:
         self._released: list[SegmentWork] = []  # running rows of removed requests, for the engine to release
         self._sequence = itertools.count()
         self._admissions = itertools.count()
+        self._served: dict[str, int] = {}  # request id -> its segments scheduled so far (request-level turns)
 
     # -- queue -------------------------------------------------------------------------------------------------
     def add(self, segments: Sequence[SegmentWork]) -> None:
@@ -405,6 +407,7 @@ class Scheduler:
         """Drop every waiting segment of a request; its running rows leave the running batch (the engine releases
         them, see ``take_released``). Returns how many waiting segments were removed."""
         before = len(self._waiting)
+        self._served.pop(request_id, None)
         self._waiting = [s for s in self._waiting if s.request_id != request_id]
         gone = [s for s in self._running if s.request_id == request_id]
         if gone:
@@ -488,7 +491,8 @@ class Scheduler:
         plan = SchedulePlan()
         cap = max(1, self.batch_cap.cap if cap is None else cap)
         while self._waiting:
-            head = min(self._waiting, key=lambda s: s.order)
+            head = min(self._waiting, key=lambda s: (int(s.priority), self._served.get(s.request_id, 0),
+                                                      s.arrival_s, s.sequence))
             if not self._fits([head], budget_bytes):
                 self._waiting.remove(head)
                 plan.too_large.append(head)
@@ -521,6 +525,8 @@ class Scheduler:
             chosen = {id(s) for s in window}
             self._waiting = [s for s in self._waiting if id(s) not in chosen]
             plan.batch = sorted(window, key=lambda s: s.order)
+            for s in plan.batch:
+                self._served[s.request_id] = self._served.get(s.request_id, 0) + 1
             plan.estimated_bytes = self.batch_bytes([s.row_positions for s in plan.batch])
             if budget_bytes is not None:
                 plan.evict_bytes = max(0, min(evictable_bytes, plan.estimated_bytes + evictable_bytes - budget_bytes))
