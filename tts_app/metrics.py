@@ -19,6 +19,11 @@ Events (this module):
     tts_http_rejections_total{reason}                  API requests refused before any work (auth, rate, queue)
     tts_batch_size_rows                                rows of each batch the engine ran, or of each decode step
                                                        when it batches continuously (histogram)
+    tts_queue_wait_seconds{priority}                   a request's submit -> its first row running (the wait
+                                                       behind other requests' rows)
+    tts_stream_underrun_seconds                        each silence a streaming client heard because the next
+                                                       chunk came after the audio sent so far had played
+                                                       (``_count`` = underruns)
 
 State (``ServerCollector``, read per scrape):
     tts_model_loaded, tts_model_load_seconds, tts_queue_depth_segments, tts_requests_active, tts_batch_cap_rows,
@@ -59,6 +64,14 @@ JOBS = Counter("tts_jobs", "JSONL jobs that ended, by final status", ["status"])
 JOB_LINES = Counter("tts_job_lines", "JSONL job lines that ended, by status", ["status"])
 HTTP_REJECTIONS = Counter(
     "tts_http_rejections", "HTTP API requests refused before any work, by reason", ["reason"])
+#: Underrun buckets in seconds: a dropped frame (10 ms) .. a stall a proxy's 60 s timeout cuts.
+UNDERRUN_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+QUEUE_WAIT = Histogram(
+    "tts_queue_wait_seconds", "Time from a request's submit to its first segment running (waiting behind other "
+    "requests' rows), by priority", ["priority"], buckets=LATENCY_BUCKETS_S)
+STREAM_UNDERRUN = Histogram(
+    "tts_stream_underrun_seconds", "Silence a streaming client heard each time the next chunk came after the audio "
+    "sent so far had played (real-time playback from the first chunk)", buckets=UNDERRUN_BUCKETS_S)
 BATCH_SIZE = Histogram("tts_batch_size_rows", "Rows of each batch the engine ran successfully (continuous "
                        "batching: live rows of each decode step)",
                        buckets=BATCH_SIZE_BUCKETS)
@@ -145,7 +158,7 @@ def make_registry(runtime: Callable[[], object | None]) -> CollectorRegistry:
     the default registry too, so ``prometheus_client.generate_latest()`` shows them as well."""
     registry = CollectorRegistry()
     for metric in (REQUEST_DURATION, TIME_TO_FIRST_AUDIO, REAL_TIME_FACTOR, REFERENCE_FAILURES, ASR_TRANSCRIPTIONS,
-                   JOBS, JOB_LINES, HTTP_REJECTIONS, BATCH_SIZE):
+                   JOBS, JOB_LINES, HTTP_REJECTIONS, BATCH_SIZE, QUEUE_WAIT, STREAM_UNDERRUN):
         registry.register(metric)
     registry.register(ServerCollector(runtime))
     return registry

@@ -606,3 +606,25 @@ def test_request_level_batches_take_turns_so_a_short_request_waits_for_at_most_o
     scheduler.add([seg("short", 0, 5, arrival=1.0)])
     second = scheduler.schedule(1e9, None, None).batch
     assert "short" in [s.request_id for s in second]
+
+
+def test_a_streams_next_segment_goes_first_when_its_client_is_about_to_run_out_of_audio():
+    from tts_app.engine.scheduler import STREAM_HEADROOM_S
+
+    scheduler = Scheduler(EST.batch_bytes, wait_window_s=0.0, max_batch_size=4)
+    hog = [running_seg("hog", 40) for _ in range(6)]
+    stream = [running_seg("stream", 40, arrival=1.0) for _ in range(2)]
+    stream[1].index = 1
+    assert admitted(scheduler, hog) == hog[:4]
+    scheduler.add(stream)
+    now = 100.0
+    plan = scheduler.schedule_step(None, now_s=now)
+    assert plan.admit == [stream[0]] and plan.preempted == [hog[3]]  # rule e: the stream had no row
+    for s in stream:
+        s.deadline_s = now + 10 * STREAM_HEADROOM_S  # plenty of audio buffered: it waits its turn
+    assert scheduler.schedule_step(None, now_s=now).admit == []
+    for s in stream:
+        s.deadline_s = now + STREAM_HEADROOM_S / 2  # about to run dry: its next segment takes a hog's row
+    plan = scheduler.schedule_step(None, now_s=now)
+    assert plan.admit == [stream[1]] and plan.preempted == [hog[2]]
+    assert sorted(r.request_id for r in scheduler.running()) == ["hog", "hog", "stream", "stream"]

@@ -42,7 +42,7 @@ from tts_app.adapters.base import (AdapterRow, DecodeBatch, ModelFacts, PrefixCa
 from tts_app.config import MIN_MAX_SEGMENT_CHARS, REQUEST_LIMITS, EngineConfig
 from tts_app.dialogue import join_pieces
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
-from tts_app.metrics import BATCH_SIZE
+from tts_app.metrics import BATCH_SIZE, QUEUE_WAIT, STREAM_UNDERRUN
 from tts_app.engine.memory import (
     MemoryEstimator,
     MemoryProbe,
@@ -133,6 +133,9 @@ class EngineStats:
         num_preempted: job rows that left the running batch for an interactive request (restarted later).
         prefix_cache_bytes: bytes held by the prefix cache (counted in the budget).
         prefix_cache_hits, prefix_cache_misses: prefix-cache look-ups that found / did not find a prefix.
+        num_streams: streamed requests that sent audio and ended.
+        num_stream_underruns: times a stream's client ran out of audio before the next chunk came
+            (``tts_app.engine.streaming``); max_stream_underrun_s: the longest such silence, in seconds.
     """
 
     batch_cap: int
@@ -163,6 +166,9 @@ class EngineStats:
     prefix_cache_bytes: int = 0
     prefix_cache_hits: int = 0
     prefix_cache_misses: int = 0
+    num_streams: int = 0
+    num_stream_underruns: int = 0
+    max_stream_underrun_s: float = 0.0
 
     @property
     def padded_share(self) -> float | None:
@@ -259,6 +265,9 @@ class _RequestState:
     partial: list[list[np.ndarray]] = field(default_factory=list)
     skip_samples: list[int] = field(default_factory=list)
     started_s: list[float] = field(default_factory=list)
+    works: list[SegmentWork] = field(default_factory=list)  # its segments as the scheduler holds them
+    submitted_s: float = 0.0  # time.monotonic() at submit
+    queue_wait_s: float | None = None  # submit -> its first row started (None before)
 
     @property
     def num_segments(self) -> int:
@@ -450,6 +459,9 @@ class Engine:
         self._prefill_s = 0.0
         self._num_requeued = 0
         self._num_preempted = 0
+        self._num_streams = 0  # streams that sent audio and ended
+        self._num_underruns = 0
+        self._max_underrun_s = 0.0
         self._outcomes = {RequestStatus.DONE: 0, RequestStatus.FAILED: 0, RequestStatus.CANCELLED: 0}
         # On ZeroGPU every batch's device work (preprocess -> generate -> postprocess) runs inside spaces.GPU calls
         # sized from the rows' expected decode steps; elsewhere ``wrap`` returns the function itself.
@@ -615,6 +627,8 @@ class Engine:
                 prefix_cache_bytes=self.prefix_cache.num_bytes,
                 prefix_cache_hits=self.prefix_cache.num_hits,
                 prefix_cache_misses=self.prefix_cache.num_misses,
+                num_streams=self._num_streams, num_stream_underruns=self._num_underruns,
+                max_stream_underrun_s=self._max_underrun_s,
             )
 
     # -- submit / cancel -----------------------------------------------------------------------------------------
@@ -802,7 +816,7 @@ class Engine:
                               segment_parts=prepared.segment_parts, parts=prepared.parts,
                               segment_turns=prepared.segment_turns,
                               audio_stream=audio_stream, partial=[[] for _ in range(n)], skip_samples=[0] * n,
-                              started_s=[0.0] * n)
+                              started_s=[0.0] * n, works=works, submitted_s=now)
         error = None
         with self._cv:
             budget = self._budget_bytes
@@ -914,6 +928,7 @@ class Engine:
             except Exception:  # noqa: BLE001 - a caller's callback must not stop the output of others
                 logger.exception("audio callback of request %s raised", result.request_id)
             audio_stream.close()
+            self._count_underruns(audio_stream)
         if not future.done():
             future.set_result(result)
 
@@ -967,6 +982,21 @@ class Engine:
         timeout = max(0.0, self.config.empty_cache_when_idle_s - idle_for) if self._used_since_empty else None
         self._cv.wait(timeout=timeout)
         return idle_since, False
+
+    def _note_started(self, state: _RequestState) -> None:
+        """A row of ``state`` starts running: the first one ends its wait behind other requests (lock held)."""
+        if state.queue_wait_s is None:
+            state.queue_wait_s = time.monotonic() - state.submitted_s
+            QUEUE_WAIT.labels(priority=state.request.priority.name.lower()).observe(state.queue_wait_s)
+
+    def _note_stream_deadlines(self) -> None:
+        """Give the waiting segments of each live stream the moment its client runs out of audio
+        (``AudioStream.play_end_s``), so the scheduler admits the next one before that (lock held)."""
+        for state in self._requests.values():
+            stream = state.audio_stream
+            if stream is not None and stream.live and stream.play_end_s is not None:
+                for work in state.works:
+                    work.deadline_s = stream.play_end_s
 
     def _fail_too_large(self, works: list[SegmentWork], budget: int | None, resolved: list) -> None:
         """Fail the requests of rows that do not fit ``budget`` (the budget the scheduler checked them against,
@@ -1126,6 +1156,15 @@ class Engine:
         if state.audio_stream is not None:
             state.audio_stream.add(index, samples)
 
+    def _count_underruns(self, audio_stream: AudioStream) -> None:
+        """An ended stream's underruns into the stats and ``tts_stream_underrun_seconds`` (output thread)."""
+        for silence_s in audio_stream.underruns_s:
+            STREAM_UNDERRUN.observe(silence_s)
+        with self._cv:
+            self._num_streams += 1 if audio_stream.first_audio_s is not None else 0
+            self._num_underruns += len(audio_stream.underruns_s)
+            self._max_underrun_s = max([self._max_underrun_s, *audio_stream.underruns_s])
+
     def _deliver(self, resolved: list, events: list) -> None:
         """Outside the lock: post to the output processor the stream chunks of live requests, progress callbacks,
         then finished requests (each request's in that order; none of it runs on this thread)."""
@@ -1166,13 +1205,18 @@ class Engine:
                 if not self._busy:
                     self._remeasure_budget()
                 budget = self._budget_bytes
-                plan = self.scheduler.schedule(time.monotonic(), None, budget, evictable_bytes=self._cache_bytes())
+                self._note_stream_deadlines()
+                now = time.monotonic()
+                plan = self.scheduler.schedule(now, None, budget, evictable_bytes=self._cache_bytes(),
+                                               urgent_at_s=now)
                 self._fail_too_large(plan.too_large, budget, resolved)
                 self._evict(plan.evict_bytes)
                 if plan.batch:
                     idle_since = None
                     batch = plan.batch
                     states = [self._requests[w.request_id] for w in batch]
+                    for state in states:
+                        self._note_started(state)
                     self._busy = True
                 elif not resolved:
                     if plan.wait_s > 0:
@@ -1290,8 +1334,10 @@ class Engine:
                     self._remeasure_budget()  # no running batch: a clean reading
                 released = self.scheduler.take_released()
                 budget = self._budget_bytes
+                self._note_stream_deadlines()
                 plan = self.scheduler.schedule_step(budget, evictable_bytes=self._cache_bytes(),
-                                                    admit_only_when_empty=not self.continuous)
+                                                    admit_only_when_empty=not self.continuous,
+                                                    now_s=time.monotonic())
                 self._fail_too_large(plan.too_large, budget, resolved)
                 self._evict(plan.evict_bytes)  # before the prefill: rows come before cached voices
                 self._restart_preempted(plan.preempted)
@@ -1300,6 +1346,7 @@ class Engine:
                 now = time.perf_counter()
                 for work, state in admit:
                     state.started_s[work.index] = now
+                    self._note_started(state)
                 running = self.scheduler.num_running
                 if running == 0 and not admit and not released:
                     if batch is not None and batch.num_rows == 0:

@@ -6,9 +6,10 @@ updates). "Not enough memory" is a value in the plan (``too_large``), never an e
 
 Policy, in order:
 
-1. Priority, then turns: of the most urgent priority class (``Priority.INTERACTIVE`` before ``JOB``), the request
-   with the fewest segments scheduled so far, then the oldest, gives the *head* (its next segment); it is always in
-   the next batch, so no segment starves, and a short request waits for at most one batch of a long one.
+1. Priority, then turns: of the most urgent priority class (``Priority.INTERACTIVE`` before ``JOB``), a stream about
+   to run dry (``SegmentWork.urgent``), else the request with the fewest segments scheduled so far, then the oldest,
+   gives the *head* (its next segment); it is always in the next batch, so no segment starves, and a short request
+   waits for at most one batch of a long one.
 2. Compatibility: only segments whose ``batch_key`` (``SynthesisParams.batch_key()``: every knob but the seed) and
    priority equal the head's are candidates.
 3. Length bucketing: candidates are sorted by expected output length; of the windows of ``cap`` neighbours that
@@ -31,8 +32,9 @@ and rows are admitted against the whole budget, the plan saying how many cached 
 
 Continuous batching (iteration-level scheduling, for adapters with a step interface; Orca, OSDI '22, and vLLM's
 running batch): ``schedule_step`` is called before every decode step and admits waiting segments into the running
-batch, in order (priority class first; within a class round-robin by request: the request with the fewest rows in
-flight first, then the oldest; a request's segments in their order), while
+batch, in order (priority class first; then a streaming request whose client has less than ``STREAM_HEADROOM_S`` of
+audio left (``SegmentWork.urgent``); within that round-robin by request: the request with the fewest rows in flight
+first, then the oldest; a request's segments in their order), while
 
 a. the running batch has a free slot (live rows < ``BatchCap.cap``);
 b. every row, admitted or running, can still finish within the budget: ``future_peak_bytes`` of the running rows
@@ -46,11 +48,11 @@ d. preemption (``preempt=True``): a candidate that fails a or b while the runnin
    so they sound the same (vLLM's preemption by recomputation). Only as many leave as it takes for the candidate to
    pass a and b; if even all of them leaving would not be enough, none leaves. Rows of the same or a more urgent
    priority are never preempted.
-e. fairness (``preempt=True``): an interactive candidate whose request has no row in flight, still blocked after
-   rule d, takes the place of the youngest row of the same priority class held by the request with the most rows
-   (one that keeps at least one), so one request's many segments never take every row while another request waits;
-   it then has one row, so the two never swap back and forth. Job rows do not do this to each other (a job's lines
-   want throughput, not turns).
+e. fairness (``preempt=True``): an interactive candidate whose request has no row in flight (or an urgent streaming
+   one), still blocked after rule d, takes the place of the youngest row of the same priority class held by the
+   request with the most rows, which must hold at least two more rows than the candidate's request, so one request's
+   many segments never take every row while another request waits, and two requests never swap a row back and
+   forth. Job rows do not do this to each other (a job's lines want throughput, not turns).
 
 The update step (vLLM's ``update_from_output``): the engine turns every batch, prefill or decode step into a plain
 ``Outcome`` (ok with per-row results / out of memory / refused rows / crashed) and ``update_from_output`` returns
@@ -108,6 +110,13 @@ def max_chars_for_speech_s(speech_s: float, languages, margin: float = SEGMENT_C
     return max(MIN_MAX_SEGMENT_CHARS, int(speech_s * margin / seconds_per_char))
 
 
+# A streaming request's next segment is admitted ahead of its turn (and may take a row as in rule e) once its
+# client has less than this much audio left to play (``SegmentWork.deadline_s``): enough for a prefill and the first
+# decode steps of the new row, which take a fraction of a second on the tiny CPU models and the GPU models measured
+# (bench/engine_v2_bench.py prints the underruns that remain).
+STREAM_HEADROOM_S = 2.0
+
+
 def _is_wide(ch: str) -> bool:
     return unicodedata.east_asian_width(ch) in ("W", "F") and ch.isalnum()
 
@@ -143,6 +152,8 @@ class SegmentWork:
         isolate: run alone (its batch failed; retried by itself to find the row at fault).
         admitted: admission order into the running batch (-1 while waiting); larger = younger.
         num_restarts: times the row was requeued after it had started (out of memory), restarting its segment.
+        deadline_s: its request streams: when the client runs out of the audio sent so far (monotonic s, set by the
+            engine as chunks go out); None = not streamed, or nothing sent yet.
     """
 
     request_id: str
@@ -161,6 +172,11 @@ class SegmentWork:
     isolate: bool = False
     admitted: int = -1
     num_restarts: int = 0
+    deadline_s: float | None = None
+
+    def urgent(self, now_s: float | None) -> bool:
+        """Its request streams and its client runs out of audio within ``STREAM_HEADROOM_S`` of ``now_s``."""
+        return self.deadline_s is not None and now_s is not None and self.deadline_s - now_s < STREAM_HEADROOM_S
 
     @property
     def order(self) -> tuple:
@@ -475,7 +491,7 @@ class Scheduler:
         return best
 
     def schedule(self, now_s: float, cap: int | None, budget_bytes: int | None, *,
-                 evictable_bytes: int = 0) -> SchedulePlan:
+                 evictable_bytes: int = 0, urgent_at_s: float | None = None) -> SchedulePlan:
         """Pick the next batch (request-level batching).
 
         Args:
@@ -484,6 +500,8 @@ class Scheduler:
             budget_bytes: the memory budget (KV cache + activations of the batch, and what evictable caches hold);
                 None = unlimited.
             evictable_bytes: bytes of the budget held by caches the engine can evict (module docstring).
+            urgent_at_s: the monotonic time streams' ``deadline_s`` are compared with (None = none is urgent); an
+                urgent stream's segment is the head before any turn.
 
         Returns:
             A ``SchedulePlan``; the chosen segments (and ``too_large`` ones) are removed from the queue.
@@ -491,8 +509,8 @@ class Scheduler:
         plan = SchedulePlan()
         cap = max(1, self.batch_cap.cap if cap is None else cap)
         while self._waiting:
-            head = min(self._waiting, key=lambda s: (int(s.priority), self._served.get(s.request_id, 0),
-                                                      s.arrival_s, s.sequence))
+            head = min(self._waiting, key=lambda s: (int(s.priority), not s.urgent(urgent_at_s),
+                                                      self._served.get(s.request_id, 0), s.arrival_s, s.sequence))
             if not self._fits([head], budget_bytes):
                 self._waiting.remove(head)
                 plan.too_large.append(head)
@@ -535,11 +553,12 @@ class Scheduler:
 
     # -- continuous policy --------------------------------------------------------------------------------------
     def schedule_step(self, budget_bytes: int | None, *, evictable_bytes: int = 0,
-                      admit_only_when_empty: bool = False) -> StepPlan:
+                      admit_only_when_empty: bool = False, now_s: float | None = None) -> StepPlan:
         """Admit waiting segments into the running batch before the next decode step (continuous batching, see
         module docstring, a-e). ``budget_bytes``: the memory budget (None = unlimited); ``evictable_bytes``: what
         evictable caches hold of it. ``admit_only_when_empty``: request-level batching on a step adapter (a new
-        batch starts only when the running one has ended; it is picked by ``schedule``'s policy).
+        batch starts only when the running one has ended; it is picked by ``schedule``'s policy). ``now_s``: the
+        monotonic time the rows' ``deadline_s`` are compared with (None = no stream is urgent).
 
         Returns:
             A ``StepPlan``; admitted segments move from the queue to the running rows (``running()``).
@@ -553,16 +572,16 @@ class Scheduler:
             self._waiting = [s for s in self._waiting if all(s is not t for t in too_large)]
         if self._waiting and admit_only_when_empty:
             if not self._running:
-                plan.admit = self.schedule(float("inf"), None, budget_bytes).batch
+                plan.admit = self.schedule(float("inf"), None, budget_bytes, urgent_at_s=now_s).batch
                 self._admit(plan.admit)
         elif self._waiting and not any(r.isolate for r in self._running):
-            self._admit_step(plan, budget_bytes)
+            self._admit_step(plan, budget_bytes, now_s)
         if budget_bytes is not None and self._running:
             peak = self.future_peak_bytes(self._running)
             plan.evict_bytes = max(0, min(evictable_bytes, peak + evictable_bytes - budget_bytes))
         return plan
 
-    def _admit_step(self, plan: StepPlan, budget_bytes: int | None) -> None:
+    def _admit_step(self, plan: StepPlan, budget_bytes: int | None, now_s: float | None) -> None:
         """Rules a-e: admit waiting segments, round-robin by request within a priority class, into ``plan``."""
         cap = max(1, self.batch_cap.cap)
         in_flight: dict[str, int] = {}
@@ -572,8 +591,8 @@ class Scheduler:
         key = self._running[0].batch_key if self._running else min(remaining, key=lambda s: s.order).batch_key
         chosen: list[SegmentWork] = []
         while remaining:
-            candidate = min(remaining, key=lambda s: (int(s.priority), in_flight.get(s.request_id, 0),
-                                                      s.arrival_s, s.sequence))
+            candidate = min(remaining, key=lambda s: (int(s.priority), not s.urgent(now_s),
+                                                      in_flight.get(s.request_id, 0), s.arrival_s, s.sequence))
             if candidate.isolate:
                 if not self._running and not chosen:
                     chosen.append(candidate)
@@ -584,7 +603,7 @@ class Scheduler:
             if len(rows) > cap or not self._fits_running(rows, budget_bytes):
                 victims = self._victims_for(candidate, chosen, cap, budget_bytes) if self.preempt else []
                 if not victims and self.preempt and candidate.priority is Priority.INTERACTIVE \
-                        and not in_flight.get(candidate.request_id):
+                        and (not in_flight.get(candidate.request_id) or candidate.urgent(now_s)):
                     victims = self._fair_victims(candidate, chosen, cap, budget_bytes, in_flight)
                 if not victims:
                     break  # keep the order: a later, smaller row does not jump the queue
@@ -606,11 +625,13 @@ class Scheduler:
     def _fair_victims(self, candidate: SegmentWork, chosen: list[SegmentWork], cap: int, budget_bytes: int | None,
                       in_flight: dict[str, int]) -> list[SegmentWork]:
         """Rule e: the fewest running rows of ``candidate``'s priority class, each time the youngest of the request
-        holding the most rows (which keeps at least one), whose leaving lets it pass rules a and b; [] when none."""
+        holding the most rows (at least two more than the candidate's request), whose leaving lets it pass rules a
+        and b; [] when none."""
         counts = dict(in_flight)
+        least = counts.get(candidate.request_id, 0) + 2  # a victim's request keeps more rows than the candidate's
         victims: list[SegmentWork] = []
         while True:
-            pool = [r for r in self._running if r.priority == candidate.priority and counts[r.request_id] >= 2
+            pool = [r for r in self._running if r.priority == candidate.priority and counts[r.request_id] >= least
                     and all(r is not v for v in victims)]
             if not pool:
                 return []

@@ -15,12 +15,18 @@ loudness) does not stream: its stream is made with ``live=False``, gets no parti
 final audio (after those effects) as one chunk when the request is done, so the concatenated chunks still equal
 ``SynthesisResult.audio``.
 
+Underruns (vLLM-Omni's "audio underrun" measure): a client plays the stream in real time from its first chunk;
+when a chunk arrives after everything sent before it has played, the client heard silence for the difference.
+``deliver`` keeps that account per stream (``play_end_s``, ``underruns_s``), and the engine's scheduler admits a
+streaming request's next segment early when its client's buffer runs low (``SegmentWork.deadline_s``).
+
 No torch here: arrays are numpy float32.
 """
 
 from __future__ import annotations
 
 import queue
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -74,6 +80,10 @@ class AudioStream:
     Attributes:
         emitted_samples: per segment, samples of that segment already sent (a segment restarted after an
             out-of-memory retry keeps them: the stream is the truth, see ``Engine``).
+        first_audio_s: ``time.monotonic()`` when the first chunk was delivered (None before).
+        play_end_s: when a client playing in real time since the first chunk runs out of audio (monotonic s;
+            None before the first chunk).
+        underruns_s: the silence of each underrun, in seconds, in order (module docstring).
     """
 
     def __init__(self, request_id: str, sampling_rate: int, pauses_after_ms: list[int],
@@ -91,6 +101,9 @@ class AudioStream:
         self._queue: "queue.Queue" = queue.Queue()
         self._closed = False
         self.pending: list[AudioChunk] = []  # chunks made under the engine lock, delivered by ``flush``
+        self.first_audio_s: float | None = None
+        self.play_end_s: float | None = None
+        self.underruns_s: list[float] = []
 
     @property
     def num_segments(self) -> int:
@@ -148,10 +161,17 @@ class AudioStream:
         chunks, self.pending = self.pending, []
         return chunks
 
-    def deliver(self, chunks: list[AudioChunk]) -> None:
+    def deliver(self, chunks: list[AudioChunk], now_s: float | None = None) -> None:
         """Hand ``chunks`` to the consumer (the output processor's thread, no engine lock): the queue, then
-        ``on_audio``."""
+        ``on_audio``; and keep the underrun account (``now_s``: the delivery time, default ``time.monotonic()``)."""
+        now_s = time.monotonic() if now_s is None else now_s
         for chunk in chunks:
+            if self.play_end_s is None:
+                self.first_audio_s = self.play_end_s = now_s
+            elif now_s > self.play_end_s:
+                self.underruns_s.append(now_s - self.play_end_s)
+                self.play_end_s = now_s
+            self.play_end_s += chunk.duration_s
             self._queue.put(chunk)
             if self.on_audio is not None:
                 self.on_audio(chunk)
