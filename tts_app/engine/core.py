@@ -406,14 +406,16 @@ class Engine:
             adapter without a step interface, or on ZeroGPU (a ``spaces.GPU`` call cannot hold a running batch).
         preempt: continuous batching: an interactive segment arriving while job rows fill the batch takes the place
             of the youngest of them at the next decode step (they restart later, same seed, same audio); False = it
-            waits for a free slot (for comparisons; ``Scheduler`` rule d).
+            waits for a free slot (for comparisons; ``Scheduler`` rules d, e).
+        fair: rows shared across requests by turns, and a stream's next segment admitted before its client runs dry
+            (``Scheduler``'s ``fair``); False = oldest segment first (for comparisons).
         zero_gpu: how a batch's device work is sized into ``spaces.GPU`` calls on a ZeroGPU Space
             (``tts_app.zerogpu``); used only there (``SPACES_ZERO_GPU``), a no-op elsewhere.
     """
 
     def __init__(self, adapter: TTSAdapter, config: EngineConfig | None = None,
                  memory_probe: MemoryProbe | None = None, *, bucketing: bool = True, continuous: bool | None = None,
-                 preempt: bool = True, zero_gpu: ZeroGPUConfig = ZeroGPUConfig()):
+                 preempt: bool = True, fair: bool = True, zero_gpu: ZeroGPUConfig = ZeroGPUConfig()):
         self.adapter = adapter
         self.config = config = config or EngineConfig()  # EngineConfig checks its own values
         self.device = str(getattr(adapter, "device", "cpu"))
@@ -426,7 +428,7 @@ class Engine:
         self.scheduler = Scheduler(self.estimator.batch_bytes, wait_window_s=config.wait_window_ms / 1000.0,
                                    bucketing=bucketing, max_batch_size=config.max_batch_size,
                                    grow_after_successes=config.grow_after_successes,
-                                   observe=self._observe, preempt=preempt)
+                                   observe=self._observe, preempt=preempt, fair=fair)
         # Step interface: continuous batching unless asked for request-level batching (comparisons, benches).
         # Not on ZeroGPU: a spaces.GPU call lends the GPU for one call, while a continuous batch keeps its KV cache on
         # the device across decode steps and requests; there each batch runs whole inside its calls (request-level).
@@ -1117,13 +1119,14 @@ class Engine:
                 self._finish_locked(state, RequestStatus.DONE, None, resolved)
 
     def _restart_preempted(self, preempted: list[SegmentWork]) -> None:
-        """Running rows the scheduler took out for a more urgent segment (lock held): they restart their segment
+        """Running rows the scheduler took out for a more urgent segment or a fair share (``Scheduler`` rules d, e;
+        lock held): they restart their segment
         (the engine releases them from the running batch with the cancelled rows)."""
         if not preempted:
             return
         self._num_preempted += len(preempted)
-        logger.info("%d job rows (requests %s) make room for an interactive request; they restart later",
-                    len(preempted), ", ".join(sorted({w.request_id for w in preempted})))
+        logger.info("%d rows (requests %s) make room for a more urgent request or one with no row yet; they restart "
+                    "later", len(preempted), ", ".join(sorted({w.request_id for w in preempted})))
         for work in preempted:
             state = self._requests.get(work.request_id)
             if state is not None and not state.finished:

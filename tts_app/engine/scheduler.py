@@ -380,8 +380,12 @@ class Scheduler:
         grow_after_successes: ``BatchCap.grow_after_successes``.
         observe: ``observe(row_positions, measured_peak_bytes)`` called with an outcome's measured peak
             (``MemoryEstimator.observe``); None = no calibration.
-        preempt: continuous batching, rule d: a more urgent segment takes the place of less urgent running rows
-            (False: it waits for a free slot, for comparison).
+        preempt: continuous batching, rules d and e: a more urgent segment takes the place of less urgent running
+            rows, a request with no row that of a request holding several (False: it waits for a free slot, for
+            comparison).
+        fair: turns by request (rule 1, continuous order, rule e) and streams ahead when their client runs low;
+            False = oldest segment first, every segment of an earlier request before a later request's (for
+            comparison: the engine before issue 26).
 
     Attributes:
         batch_cap: the ``BatchCap`` (halved on out-of-memory, grows back after successes).
@@ -389,9 +393,11 @@ class Scheduler:
 
     def __init__(self, batch_bytes: Callable[[Sequence[int]], int], wait_window_s: float = 0.03,
                  bucketing: bool = True, *, max_batch_size: int = 8, grow_after_successes: int = 4,
-                 observe: Callable[[Sequence[int], int], bool] | None = None, preempt: bool = True):
+                 observe: Callable[[Sequence[int], int], bool] | None = None, preempt: bool = True,
+                 fair: bool = True):
         self.batch_bytes = batch_bytes
         self.preempt = preempt
+        self.fair = fair
         self.wait_window_s = max(0.0, wait_window_s)
         self.bucketing = bucketing
         self.batch_cap = BatchCap(max_batch_size, grow_after_successes)
@@ -510,7 +516,8 @@ class Scheduler:
         cap = max(1, self.batch_cap.cap if cap is None else cap)
         while self._waiting:
             head = min(self._waiting, key=lambda s: (int(s.priority), not s.urgent(urgent_at_s),
-                                                      self._served.get(s.request_id, 0), s.arrival_s, s.sequence))
+                                                      self._served.get(s.request_id, 0), s.arrival_s, s.sequence)
+                       if self.fair else s.order)
             if not self._fits([head], budget_bytes):
                 self._waiting.remove(head)
                 plan.too_large.append(head)
@@ -592,7 +599,8 @@ class Scheduler:
         chosen: list[SegmentWork] = []
         while remaining:
             candidate = min(remaining, key=lambda s: (int(s.priority), not s.urgent(now_s),
-                                                      in_flight.get(s.request_id, 0), s.arrival_s, s.sequence))
+                                                      in_flight.get(s.request_id, 0), s.arrival_s, s.sequence)
+                            if self.fair else s.order)
             if candidate.isolate:
                 if not self._running and not chosen:
                     chosen.append(candidate)
@@ -602,7 +610,7 @@ class Scheduler:
             rows = self._running + chosen + [candidate]
             if len(rows) > cap or not self._fits_running(rows, budget_bytes):
                 victims = self._victims_for(candidate, chosen, cap, budget_bytes) if self.preempt else []
-                if not victims and self.preempt and candidate.priority is Priority.INTERACTIVE \
+                if not victims and self.preempt and self.fair and candidate.priority is Priority.INTERACTIVE \
                         and (not in_flight.get(candidate.request_id) or candidate.urgent(now_s)):
                     victims = self._fair_victims(candidate, chosen, cap, budget_bytes, in_flight)
                 if not victims:
