@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import math
 import random
 import threading
 import time
@@ -37,11 +36,9 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from tts_app.adapters.base import (AdapterRow, DecodeBatch, ModelFacts, PrefixCache, RowEmotion, RowStep, RowTurn,
-                                     RowVoice, TTSAdapter)
-from tts_app.config import MIN_MAX_SEGMENT_CHARS, REQUEST_LIMITS, EngineConfig
-from tts_app.dialogue import join_pieces
-from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
+from tts_app.adapters.base import AdapterRow, DecodeBatch, ModelFacts, PrefixCache, TTSAdapter
+from tts_app.config import EngineConfig
+from tts_app.errors import InputError, TTSAppError
 from tts_app.metrics import BATCH_SIZE, QUEUE_WAIT, STREAM_UNDERRUN
 from tts_app.engine.memory import (
     MemoryEstimator,
@@ -50,12 +47,12 @@ from tts_app.engine.memory import (
     free_after_oom,
     is_out_of_memory,
     make_simulated_oom,
-    max_text_chars_for_budget,
     memory_budget_bytes,
     probe_for_device,
 )
-from tts_app.engine.scheduler import (BatchCap, Outcome, OutcomeKind, Phase, Scheduler, SegmentWork, Update,
-                                     expected_speech_s)
+from tts_app.engine.scheduler import BatchCap, Outcome, OutcomeKind, Phase, Scheduler, SegmentWork, Update
+from tts_app.engine.input import InputProcessor, _Part, _RequestText, _TurnPiece
+from tts_app.engine.input import check_emotion_support  # noqa: F401 (its home before; tts_app.jobs.runner)
 from tts_app.engine.output import OutputProcessor, assemble_result
 from tts_app.engine.streaming import AudioChunk, AudioStream
 from tts_app.request import (RequestStatus, StopReason, SynthesisParams,
@@ -176,27 +173,6 @@ class EngineStats:
         return self.num_padded_row_steps / self.num_row_steps if self.num_row_steps else None
 
 
-def check_emotion_support(facts: ModelFacts, name: str, *, from_text: bool) -> None:
-    """Refuse emotion control the family does not have: the engine's rule for every request, also run by JSONL
-    validation (``tts_app.jobs.runner.model_line_checks``) so a job line bound to fail is flagged before it runs.
-
-    Args:
-        facts: the loaded model's facts (``supports_emotion``, ``supports_emotion_text``).
-        name: the model's display name, for the message.
-        from_text: the emotion is to be read from text.
-
-    Raises:
-        InputError: emotion control on a family without it, or emotion from text without an emotion model.
-    """
-    if not facts.supports_emotion:
-        raise InputError(f"emotion control (emotion clip, emotion vector, emotion from text) needs a model that "
-                         f"has it, such as IndexTTS 2; the loaded model ({name}) has none: remove the emotion "
-                         "settings")
-    if from_text and not facts.supports_emotion_text:
-        raise InputError(f"this {name} checkpoint has no emotion model to read the emotion from text; give an "
-                         "emotion vector or an emotion clip instead")
-
-
 class RequestHandle:
     """What ``Engine.submit`` returns.
 
@@ -275,116 +251,6 @@ class _RequestState:
 
 
 @dataclass(frozen=True)
-class _Part:
-    """A piece of a request's text run through the front end on its own: a chapter, or a dialogue turn."""
-
-    text: str
-    chapter: int = 0
-    title: str | None = None
-    speaker: int | None = None  # index into request.speakers
-    target_s: float | None = None  # a dubbing cue's target length (SynthesisParams.segment_durations_s)
-
-
-@dataclass(frozen=True)
-class _TurnPiece:
-    """One front-end segment of a dialogue turn inside a dialogue row (``ModelFacts.max_dialogue_speakers``)."""
-
-    speaker: int  # index into request.speakers
-    model_text: str
-    source_text: str
-
-
-@dataclass
-class _RequestText:
-    """The front end's output for a whole request: its parts' segments in order, and which part each came from.
-    ``texts`` / ``source_texts`` / ``pauses_after_ms`` are per segment; ``segment_turns[i]`` is empty, or the turn
-    pieces segment ``i`` speaks in one generation (a dialogue row)."""
-
-    normalized_text: str
-    texts: list[str]
-    source_texts: list[str]
-    pauses_after_ms: list[int]
-    warnings: list[str]
-    segment_parts: list[int]
-    parts: list[_Part]
-    segment_turns: list[tuple[_TurnPiece, ...]]
-
-
-def _request_parts(request: SynthesisRequest) -> list[_Part]:
-    """Dialogue turns (each its own part, with its speaker), else the text's chapters (``tts_app.longform``)."""
-    from tts_app.longform import split_chapters
-
-    if request.turns:
-        if request.params.segment_durations_s is not None:
-            raise InputError("segment_durations_s is for plain text (one target per line); for a dialogue give the "
-                             "whole request's duration_s instead")
-        return [_Part(turn.text, 0, None, turn.speaker) for turn in request.turns]
-    targets = request.params.segment_durations_s
-    if targets is not None:  # dubbing cues: each non-blank line its own segment, with its target length
-        lines = [line for line in request.text.splitlines() if line.strip()]
-        if len(lines) != len(targets):
-            raise InputError(f"segment_durations_s gives {len(targets)} duration(s) but the text has {len(lines)} "
-                             "non-blank line(s); give one duration per line")
-        return [_Part(line, 0, None, None, float(target)) for line, target in zip(lines, targets)]
-    return [_Part(c.text, i, c.title) for i, c in enumerate(split_chapters(request.text))]
-
-
-def _prepare_text(text: str, *, supports_pinyin: bool, max_segment_chars: int, default_pause_ms: int,
-                  control_tags: tuple[str, ...] = (), unencodable_characters=None, measure=None,
-                  max_segment_units: int | None = None):
-    """The text front end (``tts_app.frontend.prepare_text``), sentences packed up to the segment limits."""
-    from tts_app.frontend import prepare_text
-
-    return prepare_text(text, supports_pinyin=supports_pinyin, max_segment_chars=max_segment_chars,
-                        default_pause_ms=default_pause_ms, control_tags=control_tags,
-                        unencodable_characters=unencodable_characters, measure=measure,
-                        max_segment_units=max_segment_units)
-
-
-# ISO 639-1 code -> language name in messages, for the languages the text front end tells apart.
-LANGUAGE_NAMES = {"en": "English", "zh": "Chinese"}
-
-
-def segment_languages(text: str) -> set[str]:
-    """Languages ("zh", "en") of the letters in ``text``: Chinese characters are "zh", Latin letters "en" (the text
-    front end's ``language_runs``); digits, punctuation and symbols alone count as no language."""
-    from tts_app.frontend.normalize import language_runs
-
-    return {lang for lang, run in language_runs(text, "en") if any(ch.isalpha() for ch in run)}
-
-
-def language_warnings(source_texts: list[str], languages: tuple[str, ...], model_name: str) -> list[str]:
-    """One warning per language of ``source_texts`` (segment texts, in order) that is not in ``languages`` (the
-    model's training languages), naming the segments (1-based) written in it.
-
-    Why a warning and not a refusal: the speech of an untrained language is unreliable (mispronounced or garbled)
-    but not always useless (an English sentence with one Chinese name still comes out mostly right), the language of
-    a mixed segment is a guess from its script, and refusing would fail whole job lines or requests the user may
-    still want. So the request runs and the result (UI, CLI, job line) says what to expect.
-    """
-    trained = set(languages)
-    found: dict[str, list[int]] = {}
-    for i, text in enumerate(source_texts):
-        for lang in sorted(segment_languages(text) - trained):
-            found.setdefault(lang, []).append(i + 1)
-    trained_names = " and ".join(f"{LANGUAGE_NAMES.get(code, code)} ({code})" for code in languages)
-    warnings = []
-    for lang, segments in found.items():
-        name = f"{LANGUAGE_NAMES.get(lang, lang)} ({lang})"
-        if len(segments) == len(source_texts):
-            where = "the text is"
-        elif len(segments) == 1:
-            where = f"segment {segments[0]} is"
-        else:
-            where = f"segments {', '.join(map(str, segments))} are"
-        language, first = LANGUAGE_NAMES.get(lang, lang), LANGUAGE_NAMES.get(languages[0], languages[0])
-        warnings.append(f"{where} in {name}, but {model_name} was trained on {trained_names} only: expect "
-                        f"mispronounced or garbled speech there. Use a model trained on {language}, or write that "
-                        f"text in {first}.")
-    return warnings
-
-
-@dataclass(frozen=True)
 class _DeviceRow:
     """One row of a batch's device work: the adapter's row and its expected decode steps (``SegmentWork``), from
     which a ZeroGPU call's duration is sized."""
@@ -425,6 +291,7 @@ class Engine:
             cfg_multiplier=adapter.facts.cfg_multiplier,
             activation_bytes_per_row=config.activation_bytes_per_row,
         )
+        self.inputs = InputProcessor(adapter, self.estimator)  # the request front end, in callers' threads
         self.scheduler = Scheduler(self.estimator.batch_bytes, wait_window_s=config.wait_window_ms / 1000.0,
                                    bucketing=bucketing, max_batch_size=config.max_batch_size,
                                    grow_after_successes=config.grow_after_successes,
@@ -548,12 +415,9 @@ class Engine:
             self._cv.notify_all()
 
     # -- estimates -----------------------------------------------------------------------------------------------
-    def _positions(self, text_chars: int, reference_s: float, reference_text_chars: int, max_new_tokens: int) -> int:
-        return int(self.adapter.estimate_positions(text_chars, reference_s, reference_text_chars, max_new_tokens))
-
     def _default_row_bytes(self) -> int:
         f = self.facts
-        return self.estimator.row_bytes(self._positions(f.max_segment_chars, DEFAULT_REFERENCE_S, 0,
+        return self.estimator.row_bytes(self.inputs.positions(f.max_segment_chars, DEFAULT_REFERENCE_S, 0,
                                                         f.default_max_new_tokens))
 
     def _measure_budget(self) -> int | None:
@@ -593,9 +457,7 @@ class Engine:
         Raises:
             InputError: the text is empty or unspeakable (from the front end).
         """
-        texts = self._segments_of(request).texts
-        ref_s, ref_chars, max_new = self._row_context(request)
-        return max(self.estimator.row_bytes(self._positions(len(t), ref_s, ref_chars, max_new)) for t in texts)
+        return self.inputs.estimate_request_bytes(request)
 
     def stats(self) -> EngineStats:
         with self._cv:
@@ -635,122 +497,8 @@ class Engine:
 
     # -- submit / cancel -----------------------------------------------------------------------------------------
     def _segments_of(self, request: SynthesisRequest) -> _RequestText:
-        """The front end's output for the request: normalised text and segments (each with the model text, which
-        may hold homophone stand-ins or pinyin tokens, the source text the user wrote, for subtitles, and the pause
-        after it in ms) and warnings. Each chapter or dialogue turn (``_request_parts``) goes through the front end
-        on its own; the last segment of a chapter is followed by ``chapter_pause_ms``, that of a turn by the usual
-        pause.
-
-        Raises:
-            InputError: the text has nothing to speak; a turn names a speaker the request does not have.
-        """
-        import dataclasses
-
-        params = request.params
-        # The model's own segment unit and limit (``ModelFacts.max_segment_chars`` / ``max_segment_tokens``); a
-        # request's max_segment_chars is the user's own character limit instead of the model's (0 or None = none;
-        # a token limit still applies).
-        max_chars = params.max_segment_chars or self.facts.max_segment_chars
-        measure = self.adapter.count_text_tokens if self.facts.max_segment_tokens else None
-        parts = _request_parts(request)
-        segments, warnings, normalized, owners = [], [], [], []
-        for index, part in enumerate(parts):
-            if part.speaker is not None and not 0 <= part.speaker < len(request.speakers):
-                raise InputError(f"turn {index + 1} names speaker {part.speaker + 1} but the dialogue has "
-                                 f"{len(request.speakers)} speaker(s)")
-            prepared = _prepare_text(part.text, supports_pinyin=self.facts.supports_pinyin,
-                                     max_segment_chars=max_chars, default_pause_ms=params.pause_between_segments_ms,
-                                     control_tags=self.facts.control_tags,
-                                     unencodable_characters=self.adapter.unencodable_characters,
-                                     measure=measure, max_segment_units=self.facts.max_segment_tokens)
-            if part.target_s is not None and not prepared.segments:
-                raise InputError(f"line {index + 1} ({part.text.strip()[:40]!r}) has a target duration but nothing to "
-                                 "speak; give it words or remove the line and its duration")
-            if not prepared.segments:
-                if len(parts) > 1 and part.speaker is not None:
-                    raise InputError(f"turn {index + 1} has nothing to speak; give it some words or remove it")
-                continue
-            part_segments = list(prepared.segments)
-            if part.target_s is not None and len(part_segments) != 1:
-                raise InputError(f"line {index + 1} ({part.text.strip()[:40]!r}) has a target duration but would be "
-                                 f"split into {len(part_segments)} segments (longer than {max_chars} characters); "
-                                 "shorten it, split it into lines with a duration each, or raise max_segment_chars")
-            if index < len(parts) - 1:  # the pause after a part: a chapter's is longer
-                last_pause = (params.chapter_pause_ms if part.speaker is None and part.target_s is None
-                              else max(part_segments[-1].pause_after_ms, params.pause_between_segments_ms))
-                part_segments[-1] = dataclasses.replace(part_segments[-1], pause_after_ms=last_pause)
-            segments += part_segments
-            owners += [index] * len(part_segments)
-            warnings += list(prepared.warnings)
-            normalized.append(prepared.normalized_text)
-        if not segments:
-            raise InputError("the text has nothing to speak; type some words")
-        silence_s = sum(int(seg.pause_after_ms) for seg in segments[:-1]) / 1000.0
-        if silence_s > REQUEST_LIMITS.max_silence_s:  # e.g. [pause:10s] after every word
-            from tts_app.frontend.messages import Notice
-
-            raise InputError(Notice("limit_silence", value_s=round(silence_s, 1), max_s=REQUEST_LIMITS.max_silence_s))
-        out = _RequestText(normalized_text="\n\n".join(normalized), texts=[seg.text for seg in segments],
-                           source_texts=[seg.source_text for seg in segments],
-                           pauses_after_ms=[int(seg.pause_after_ms) for seg in segments], warnings=warnings,
-                           segment_parts=owners, parts=parts, segment_turns=[()] * len(segments))
-        if request.turns and self.facts.max_dialogue_speakers:
-            if self._dialogue_rows(request):
-                return self._pack_dialogue(out, max_chars)
-            warnings.append(f"{self.adapter.display_name}'s dialogue prompt takes at most "
-                            f"{self.facts.max_dialogue_speakers} speakers; with {len(request.speakers)} each turn is "
-                            "synthesised on its own with its speaker's voice")
-        return out
-
-    def _dialogue_rows(self, request: SynthesisRequest) -> bool:
-        """The request is a dialogue the family speaks from its own multi-speaker prompt (dialogue rows)."""
-        return bool(request.turns) and 0 < len(request.speakers) <= self.facts.max_dialogue_speakers
-
-    @staticmethod
-    def _pack_dialogue(text: _RequestText, max_chars: int) -> _RequestText:
-        """Pack the turns' segments, in order, into dialogue rows of at most ``max_chars`` characters
-        (``tts_app.dialogue.pack_turn_pieces``); a row's pause is its last piece's."""
-        from tts_app.dialogue import pack_turn_pieces
-
-        groups = pack_turn_pieces([len(t) for t in text.texts], max_chars)
-        pieces = [_TurnPiece(text.parts[part].speaker, model, source)
-                  for part, model, source in zip(text.segment_parts, text.texts, text.source_texts)]
-        return _RequestText(
-            normalized_text=text.normalized_text,
-            texts=["\n".join(text.texts[i] for i in group) for group in groups],
-            source_texts=["\n".join(text.source_texts[i] for i in group) for group in groups],
-            pauses_after_ms=[text.pauses_after_ms[group[-1]] for group in groups], warnings=text.warnings,
-            segment_parts=[text.segment_parts[group[0]] for group in groups], parts=text.parts,
-            segment_turns=[tuple(pieces[i] for i in group) for group in groups])
-
-    def _row_context(self, request: SynthesisRequest) -> tuple[float, int, int]:
-        """(reference seconds, reference-text characters, decode-step cap) a row of the request may carry: for a
-        dialogue, its longest speaker reference (every row is estimated as the largest); for dialogue rows, all
-        speakers' references together (each row's prompt holds every voice)."""
-        if request.turns:
-            voices = [(s.reference_audio, s.reference_text) for s in request.speakers]
-        else:
-            voices = [(request.reference_audio, request.reference_text)]
-        seconds = [ref.duration_s for ref, _ in voices if ref is not None]
-        chars = [len(text or "") for _, text in voices]
-        together = self._dialogue_rows(request)
-        ref_s = sum(seconds) if together else max(seconds, default=0.0)
-        ref_chars = sum(chars) if together else max(chars, default=0)
-        return ref_s, ref_chars, int(self.adapter.max_new_tokens(request.params))
-
-    def _too_large_message(self, request: SynthesisRequest, index: int, text: str, budget: int) -> str:
-        ref_s, ref_chars, max_new = self._row_context(request)
-        need = self.estimator.row_bytes(self._positions(len(text), ref_s, ref_chars, max_new))
-        fit_chars = max_text_chars_for_budget(
-            lambda n: self.estimator.row_bytes(self._positions(n, ref_s, ref_chars, max_new)), budget,
-            upper_chars=max(len(text), 1))
-        head = (f"out of memory (estimated): segment {index + 1} ({len(text)} characters) needs "
-                f"{format_bytes(need)} but the memory budget is {format_bytes(budget)}")
-        if fit_chars > 0:
-            return (f"{head}; segments of at most {fit_chars} characters fit — shorten the text or set "
-                    f"max_segment_chars <= {max(MIN_MAX_SEGMENT_CHARS, fit_chars)}, or lower max_new_tokens (now {max_new})")
-        return (f"{head}; even an empty segment does not fit with max_new_tokens={max_new} and a {ref_s:.1f} s "
-                "reference — lower max_new_tokens, use a shorter reference, or raise the memory budget")
+        """The front end's output for the request (``InputProcessor.segments_of``)."""
+        return self.inputs.segments_of(request)
 
     def submit(self, request: SynthesisRequest,
                on_progress: Callable[[ProgressEvent], None] | None = None, *, stream: bool = False,
@@ -768,17 +516,7 @@ class Engine:
         """
         handle = RequestHandle(request.request_id, self)
         try:
-            prepared = self._segments_of(request)
-            texts, pauses, source_texts = prepared.texts, prepared.pauses_after_ms, prepared.source_texts
-            warnings = list(prepared.warnings)
-            for ref in [request.reference_audio] + [speaker.reference_audio for speaker in request.speakers]:
-                if ref is None or int(ref.sampling_rate) == self.sampling_rate:
-                    continue
-                raise ReferenceAudioError(
-                    f"reference audio is at {ref.sampling_rate} Hz but the model needs {self.sampling_rate} Hz; "
-                    "clean it with tts_app.audio.reference.prepare_reference(path, "
-                    f"target_sampling_rate={self.sampling_rate})")
-            self._check_emotion(request)
+            ready = self.inputs.prepare(request)
         except TTSAppError as exc:
             if stream or on_audio is not None:
                 handle._audio_stream = AudioStream(request.request_id, self.sampling_rate, [], on_audio)
@@ -788,21 +526,8 @@ class Engine:
                 self._outcomes[RequestStatus.FAILED] += 1
             return handle
 
-        # Resolved once here: "not given" and "given as the default" then share batches, and the result records
-        # what really ran.
-        params = self.adapter.resolve(request.params)
-        warnings += language_warnings(source_texts, self.facts.languages, self.adapter.display_name)
-        ref_s, ref_chars, max_new = self._row_context(request)
-        now = time.monotonic()
-        works: list[SegmentWork] = []
-        for i, text in enumerate(texts):
-            steps = max(1, min(max_new, math.ceil(expected_speech_s(text) * self.facts.frames_per_second)))
-            works.append(SegmentWork(
-                request_id=request.request_id, index=i, text=text, seed=params.seed + i,
-                batch_key=params.batch_key(), priority=request.priority, expected_steps=steps,
-                row_positions=self._positions(len(text), ref_s, ref_chars, max_new), arrival_s=now,
-                max_steps=max_new,
-            ))
+        prepared, params, warnings, works, now = ready.text, ready.params, ready.warnings, ready.works, ready.arrival_s
+        texts, pauses, source_texts = prepared.texts, prepared.pauses_after_ms, prepared.source_texts
         audio_stream = None
         if stream or on_audio is not None:
             # settings that need the whole clip (tempo, duration, loudness): no partial chunks, only the final audio
@@ -827,7 +552,7 @@ class Engine:
             elif budget is not None:
                 for w in works:
                     if self.estimator.batch_bytes([w.row_positions]) > budget:
-                        error = self._too_large_message(request, w.index, w.text, budget)
+                        error = self.inputs.too_large_message(request, w.index, w.text, budget)
                         break
             if error is None:
                 self._requests[request.request_id] = state
@@ -846,41 +571,6 @@ class Engine:
             except Exception:  # noqa: BLE001 - a caller's callback must not break submission
                 logger.exception("progress callback of request %s raised", request.request_id)
         return handle
-
-    def _check_emotion(self, request: SynthesisRequest) -> None:
-        """Refuse emotion control the loaded family does not have (``ModelFacts.supports_emotion`` /
-        ``supports_emotion_text``), and an emotion clip at the wrong sampling rate.
-
-        Raises:
-            InputError: emotion control on a family without it, or emotion from text without an emotion model.
-            ReferenceAudioError: the emotion clip is not at ``engine.sampling_rate``.
-        """
-        emotion = request.emotion
-        if emotion is None:
-            return
-        check_emotion_support(self.facts, getattr(self.adapter, "display_name", self.facts.family),
-                              from_text=emotion.from_text)
-        clip = emotion.reference_audio
-        if clip is not None and int(clip.sampling_rate) != self.sampling_rate:
-            raise ReferenceAudioError(
-                f"emotion reference audio is at {clip.sampling_rate} Hz but the model needs {self.sampling_rate} Hz; "
-                f"clean it with tts_app.audio.reference.prepare_reference(path, "
-                f"target_sampling_rate={self.sampling_rate})")
-
-    @staticmethod
-    def _row_emotion(request: SynthesisRequest) -> RowEmotion | None:
-        """The request's emotion control as adapters take it: the clip as samples, and for emotion from text the
-        request's whole text when it gave no text of its own (IndexTTS 2's ``infer`` reads the emotion of the whole
-        input, not of each segment)."""
-        emotion = request.emotion
-        if emotion is None:
-            return None
-        clip = emotion.reference_audio
-        text = None
-        if emotion.from_text:
-            text = emotion.text if emotion.text is not None else request.text
-        return RowEmotion(reference_audio=None if clip is None else clip.samples, vector=emotion.vector,
-                          weight=emotion.weight, text=text)
 
     def _failed_result(self, request: SynthesisRequest, error: str, warnings: list[str] | None = None,
                        status: RequestStatus = RequestStatus.FAILED) -> SynthesisResult:
@@ -1006,7 +696,7 @@ class Engine:
         for work in works:
             state = self._requests.get(work.request_id)
             if state is not None:
-                msg = self._too_large_message(state.request, work.index, work.text, budget or 0)
+                msg = self.inputs.too_large_message(state.request, work.index, work.text, budget or 0)
                 logger.warning("request %s: %s", work.request_id, msg)
                 self._finish_locked(state, RequestStatus.FAILED, msg, resolved)
 
@@ -1243,7 +933,7 @@ class Engine:
                    ) -> tuple[list[np.ndarray], list[StopReason], float]:
         """preprocess -> generate -> postprocess of one batch: (one waveform and one stop reason per row, seconds
         of the generate call)."""
-        rows = [_DeviceRow(self._segment_row(state, work), work.expected_steps) for work, state in zip(batch, states)]
+        rows = [_DeviceRow(self.inputs.segment_row(state, work), work.expected_steps) for work, state in zip(batch, states)]
         params = states[0].params.with_seed(batch[0].seed)  # knobs equal across the batch (batch_key)
         t0 = time.perf_counter()
         # one call off ZeroGPU; on ZeroGPU as many spaces.GPU calls as the batch needs to fit their time limit
@@ -1268,32 +958,6 @@ class Engine:
             raise RuntimeError(f"adapter returned {len(waves)} waveforms and {len(reasons)} stop reasons for "
                                f"{len(rows)} rows")
         return [(np.asarray(w, dtype=np.float32).reshape(-1), r) for w, r in zip(waves, reasons)]
-
-    def _segment_row(self, state: _RequestState, work: SegmentWork) -> AdapterRow:
-        """The adapter row of segment ``work.index``: a dialogue row (every speaker's voice and the turns it
-        speaks), else the text with its dialogue speaker's reference, else with the request's."""
-        request = state.request
-        turns = state.segment_turns[work.index] if state.segment_turns else ()
-        if turns:
-            voices = tuple(RowVoice(None if s.reference_audio is None else s.reference_audio.samples,
-                                    s.reference_text) for s in request.speakers)
-            runs: list[tuple[int, list[str]]] = []  # consecutive pieces of one speaker make one turn line
-            for piece in turns:
-                if runs and runs[-1][0] == piece.speaker:
-                    runs[-1][1].append(piece.model_text)
-                else:
-                    runs.append((piece.speaker, [piece.model_text]))
-            return AdapterRow(text=work.text, reference_audio=None, reference_text=None, seed=work.seed,
-                              emotion=self._row_emotion(request), voices=voices,
-                              turns=tuple(RowTurn(k, join_pieces(texts)) for k, texts in runs))
-        part = state.parts[state.segment_parts[work.index]] if state.parts else None
-        if part is not None and part.speaker is not None:
-            speaker = request.speakers[part.speaker]
-            ref, ref_text = speaker.reference_audio, speaker.reference_text
-        else:
-            ref, ref_text = request.reference_audio, request.reference_text
-        return AdapterRow(text=work.text, reference_audio=None if ref is None else ref.samples,
-                          reference_text=ref_text, seed=work.seed, emotion=self._row_emotion(request))
 
     def _execute_batch(self, batch: list[SegmentWork], states: list[_RequestState]) -> None:
         outcome, value = self._run_phase(Phase.BATCH, batch, lambda: self._run_batch(batch, states))
@@ -1375,7 +1039,7 @@ class Engine:
         """Prefill the admitted rows into ``batch`` (a new one from ``adapter.start_decode`` when None) and apply
         the outcome. Returns the running batch (None when there was none and it could not be made)."""
         works = [w for w, _ in admit]
-        rows = [(w, self._segment_row(s, w)) for w, s in admit]
+        rows = [(w, self.inputs.segment_row(s, w)) for w, s in admit]
         holder = {"batch": batch}
 
         def call():
