@@ -1,4 +1,11 @@
-"""The engine: one model worker thread, many callers; requests -> segments -> rows -> audio.
+"""The engine core: one model worker thread, many callers; requests -> segments -> rows -> audio.
+
+The shape (vLLM v1's split, ../shared/STYLE.md): ``tts_app.engine.input`` turns a request into segments in the
+caller's thread (``InputProcessor.prepare``); this module, the core, is the only owner of the scheduler, the running
+batch and the per-request state, and runs the model worker's loop; ``tts_app.engine.output`` turns what the loop
+made into what callers receive, on its own threads (chunks, progress, join, tempo, loudness, futures). The core may
+touch the adapter's device work (prefill, decode step, batch), the scheduler, the prefix cache and the memory probe;
+it posts everything else to the output processor. It never runs post-processing or a caller's callback.
 
 Two ways to run, picked from what the adapter offers (``TTSAdapter.supports_decode_steps``):
 
@@ -18,7 +25,8 @@ never raised to callers: they come back as ``SynthesisResult`` with status FAILE
 
 Determinism: a row's audio depends only on its text, reference, seed and knobs (adapters draw every random number
 from the row's own seed), so batching, joining a running batch, OOM retries, preemption (a job row giving its slot to an
-interactive one, ``Scheduler`` rule d) and cancels of others never change what a user hears. A streamed row restarted
+interactive one, or a row of a request holding several to a request with none: ``Scheduler`` rules d, e) and cancels
+of others never change what a user hears. A streamed row restarted
 after OOM or preemption keeps the samples already sent and skips them in the new run.
 """
 
