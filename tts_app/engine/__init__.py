@@ -1,4 +1,6 @@
-"""The batch engine: scheduler (plain data), memory (probe, estimate, OOM detection), core (the model worker).
+"""The batch engine: input (request -> segments, caller's thread), scheduler + plans (plain data), memory (probe,
+estimate, OOM detection), core (the model worker's loop), output (chunks, join, tempo, loudness, callbacks, on its
+own threads), handle (what callers hold).
 
     from tts_app.engine import Engine
     engine = Engine(adapter, EngineConfig(...)).start()
@@ -6,7 +8,8 @@
     result = handle.result()          # SynthesisResult; failures come back as status FAILED + .error
 """
 
-from tts_app.engine.core import Engine, EngineStats, ProgressEvent, RequestHandle
+from tts_app.engine.core import Engine
+from tts_app.engine.handle import EngineStats, ProgressEvent, RequestHandle
 from tts_app.engine.memory import MemoryEstimator, MemoryProbe, is_out_of_memory, parse_size
 from tts_app.engine.scheduler import BatchCap, SchedulePlan, Scheduler, SegmentWork
 
