@@ -31,17 +31,19 @@ def _queue_waits() -> float:
 
 
 def test_a_short_request_gets_a_row_while_another_users_long_request_fills_the_batch():
-    adapter = FakeStepAdapter(fake_facts(max_segment_chars=40), step_delay_s=0.002)
+    gate = threading.Event()
+    adapter = FakeStepAdapter(fake_facts(max_segment_chars=40), gate=gate)
     engine = Engine(adapter, EngineConfig(max_batch_size=3, wait_window_ms=0)).start()
     waits_before = _queue_waits()
     done = []
     long_text = " ".join(f"Sentence number {i} of a long answer." for i in range(12))
     long = engine.submit(request(long_text, seed=1), on_progress=lambda e: done.append(e.segments_done))
-    while not adapter.steps or adapter.steps[-1] < 3:  # the long request holds every row
-        adapter.entered.wait(timeout=5)
+    assert adapter.entered.wait(timeout=30)  # its first decode step, held: the long request holds every row
+    assert adapter.steps == [3]
     total = len(engine._requests[long.request_id].texts)
     assert total > 6
     short = engine.submit(request("Hi there.", seed=2))
+    gate.set()
     got = short.result(timeout=30)
     assert got.ok
     assert max(done) < total - 3, "the short request waited until the long one had every segment running"
@@ -78,3 +80,24 @@ def test_an_ended_stream_adds_its_underruns_to_the_engine_stats():
     assert stats.num_streams == 1
     assert stats.num_stream_underruns == len(stream.underruns_s)
     assert stats.max_stream_underrun_s == max(stream.underruns_s, default=0.0)
+
+
+def test_a_streamed_row_that_gives_its_place_to_another_request_restarts_without_changing_what_was_heard():
+    gate = threading.Event()
+    adapter = FakeStepAdapter(fake_facts(max_segment_chars=40), gate=gate)
+    engine = Engine(adapter, EngineConfig(max_batch_size=2, wait_window_ms=0)).start()
+    long_text = " ".join(f"Sentence number {i} of a long answer." for i in range(6))
+    long = engine.submit(request(long_text, seed=1), stream=True)
+    assert adapter.entered.wait(timeout=30)  # its first decode step, held: both rows are the long request's
+    assert adapter.steps == [2]
+    short = engine.submit(request("Hi there.", seed=2), stream=True)
+    gate.set()
+    assert short.result(timeout=30).ok
+    chunks = list(long.stream(timeout=60))
+    finished = long.result(timeout=60)
+    assert engine.stats().num_preempted >= 1  # a row of the streamed long request made room
+    waves = [fake_audio(s.text, 1 + s.index, REF.samples) for s in finished.segments]
+    expected = join_segments(waves, [200] * (len(waves) - 1) + [0], 16000)[0]
+    np.testing.assert_array_equal(finished.audio, expected)
+    np.testing.assert_array_equal(np.concatenate([c.samples for c in chunks]), finished.audio)
+    engine.shutdown()
