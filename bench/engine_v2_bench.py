@@ -159,8 +159,8 @@ def measure_post(quick: bool) -> Table:
     finally:
         effects.apply_request_effects = real
     table.notes.append("ratio = worst with speed 1.2 + loudness -16 on the long request / worst without, over the "
-                       "same number of short requests, over all runs; median_ratio = the median of that ratio per run (a "
-                       "shared machine's stalls land in either; issue 26 asks <= 1.5, it measured 45 before); "
+                       "same number of short requests, over all runs; median_ratio = the median of that ratio per "
+                       "run (a shared machine's stalls land in either; issue 26 asks <= 1.5, it measured 45 before); "
                        "long_post_s = the long request's tempo + loudness, last run")
     return table
 

@@ -268,7 +268,7 @@ class Engine:
         if thread is None or wait:
             self._cancel_all("engine shut down")
             if thread is not threading.current_thread():
-                self._output.join()  # (returns at once when called from an output callback)  # every result resolved, every stream ended
+                self._output.join()  # every result resolved, every stream ended (at once from an output callback)
             _LIVE_ENGINES.discard(self)
 
     def __enter__(self) -> "Engine":
@@ -810,7 +810,8 @@ class Engine:
                    ) -> tuple[list[np.ndarray], list[StopReason], float]:
         """preprocess -> generate -> postprocess of one batch: (one waveform and one stop reason per row, seconds
         of the generate call)."""
-        rows = [_DeviceRow(self.inputs.segment_row(state, work), work.expected_steps) for work, state in zip(batch, states)]
+        rows = [_DeviceRow(self.inputs.segment_row(state, work), work.expected_steps)
+                for work, state in zip(batch, states)]
         params = states[0].params.with_seed(batch[0].seed)  # knobs equal across the batch (batch_key)
         t0 = time.perf_counter()
         # one call off ZeroGPU; on ZeroGPU as many spaces.GPU calls as the batch needs to fit their time limit

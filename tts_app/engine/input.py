@@ -194,11 +194,8 @@ class InputProcessor:
 
     @property
     def facts(self) -> ModelFacts:
+        """The loaded model's facts, read from the adapter each time."""
         return self.adapter.facts
-
-    @property
-    def sampling_rate(self) -> int:
-        return self.adapter.facts.sampling_rate
 
     def prepare(self, request: SynthesisRequest) -> PreparedRequest:
         """Everything before a row exists: the front end, the reference clips' sampling rate, emotion support, the
@@ -213,12 +210,12 @@ class InputProcessor:
         prepared = self.segments_of(request)
         warnings = list(prepared.warnings)
         for ref in [request.reference_audio] + [speaker.reference_audio for speaker in request.speakers]:
-            if ref is None or int(ref.sampling_rate) == self.sampling_rate:
+            if ref is None or int(ref.sampling_rate) == self.facts.sampling_rate:
                 continue
             raise ReferenceAudioError(
-                f"reference audio is at {ref.sampling_rate} Hz but the model needs {self.sampling_rate} Hz; "
+                f"reference audio is at {ref.sampling_rate} Hz but the model needs {self.facts.sampling_rate} Hz; "
                 "clean it with tts_app.audio.reference.prepare_reference(path, "
-                f"target_sampling_rate={self.sampling_rate})")
+                f"target_sampling_rate={self.facts.sampling_rate})")
         self.check_emotion(request)
         params = self.adapter.resolve(request.params)
         warnings += language_warnings(prepared.source_texts, self.facts.languages, self.adapter.display_name)
@@ -376,11 +373,12 @@ class InputProcessor:
         check_emotion_support(self.facts, getattr(self.adapter, "display_name", self.facts.family),
                               from_text=emotion.from_text)
         clip = emotion.reference_audio
-        if clip is not None and int(clip.sampling_rate) != self.sampling_rate:
+        if clip is not None and int(clip.sampling_rate) != self.facts.sampling_rate:
             raise ReferenceAudioError(
-                f"emotion reference audio is at {clip.sampling_rate} Hz but the model needs {self.sampling_rate} Hz; "
+                f"emotion reference audio is at {clip.sampling_rate} Hz but the model needs "
+                f"{self.facts.sampling_rate} Hz; "
                 f"clean it with tts_app.audio.reference.prepare_reference(path, "
-                f"target_sampling_rate={self.sampling_rate})")
+                f"target_sampling_rate={self.facts.sampling_rate})")
 
     @staticmethod
     def row_emotion(request: SynthesisRequest) -> RowEmotion | None:
