@@ -45,7 +45,7 @@ from tts_app.config import MIN_MAX_SEGMENT_CHARS, REQUEST_LIMITS, EngineConfig
 from tts_app.dialogue import join_pieces
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
 from tts_app.finish import Finish
-from tts_app.metrics import BATCH_SIZE
+from tts_app.metrics import BATCH_SIZE, count_finish
 from tts_app.engine.memory import (
     MemoryEstimator,
     MemoryProbe,
@@ -205,6 +205,7 @@ class RequestHandle:
         self.request_id = request_id
         self.future: Future = Future()
         self.future.set_running_or_notify_cancel()  # callers cancel through ``cancel()``, which frees queued work
+        self.future.add_done_callback(count_finish)  # /metrics: every finished request once, by its finish reason
         self._engine = engine
         self._audio_stream = audio_stream
 
@@ -774,10 +775,11 @@ class Engine:
                     f"target_sampling_rate={self.sampling_rate})")
             self._check_emotion(request)
         except TTSAppError as exc:
+            finish = Finish.from_error(exc)
             if stream or on_audio is not None:
                 handle._audio_stream = AudioStream(request.request_id, self.sampling_rate, [], on_audio)
-                handle._audio_stream.close()
-            handle.future.set_result(self._failed_result(request, Finish.from_error(exc)))
+                handle._audio_stream.close(finish)
+            handle.future.set_result(self._failed_result(request, finish))
             with self._cv:
                 self._outcomes[RequestStatus.FAILED] += 1
             return handle
@@ -832,7 +834,7 @@ class Engine:
         if error is not None:
             logger.info("request %s rejected: %s", request.request_id, error.message)
             if audio_stream is not None:
-                audio_stream.close()
+                audio_stream.close(error)
             handle.future.set_result(self._failed_result(request, error, warnings))
         elif on_progress is not None:
             try:  # tell the caller the segment count at once (batch_size 0: nothing has run yet)
@@ -916,7 +918,7 @@ class Engine:
                     audio_stream.flush()
                 except Exception:  # noqa: BLE001 - a caller's callback must not stop the worker
                     logger.exception("audio callback of request %s raised", result.request_id)
-                audio_stream.close()
+                audio_stream.close(result.finish)
             if not future.done():
                 future.set_result(result)
 
@@ -1017,7 +1019,11 @@ class Engine:
             try:
                 tempo = apply_tempo(wave, self.sampling_rate, duration_s=target)
             except InputError as exc:
-                raise InputError(f"line {i + 1} ({state.source_texts[i][:40]!r}): {exc}") from None
+                from tts_app.errors import ConfigError
+                from tts_app.frontend.messages import Notice, message_of
+
+                raise ConfigError("segment_durations_s", Notice(
+                    "tempo_line", line=i + 1, text=state.source_texts[i][:40], problem=message_of(exc))) from None
             out.append(tempo.audio)
             cues.append({"segment": i + 1, "target_s": target, "speed": round(tempo.speed, 4),
                          "duration_before_s": round(tempo.duration_before_s, 4)})
