@@ -72,7 +72,7 @@ class AudioStream:
             sends audio.
 
     Attributes:
-        finish: why the request ended (``tts_app.finish.Finish``), set when the stream closes; None while open.
+        ended_with: why the request ended (``tts_app.finish.Finish``), set when the stream closes; None while open.
         emitted_samples: per segment, samples of that segment already sent (a segment restarted after an
             out-of-memory retry keeps them: the stream is the truth, see ``Engine``).
     """
@@ -91,7 +91,7 @@ class AudioStream:
         self._cursor = 0
         self._queue: "queue.Queue" = queue.Queue()
         self._closed = False
-        self.finish = None
+        self.ended_with = None
         self.pending: list[AudioChunk] = []  # chunks made under the engine lock, delivered by ``flush``
 
     @property
@@ -158,7 +158,7 @@ class AudioStream:
         already queued."""
         if not self._closed:
             self._closed = True
-            self.finish = finish
+            self.ended_with = finish
             self._queue.put(_END)
 
     def chunks(self, timeout: float | None = None) -> Iterator[AudioChunk]:
