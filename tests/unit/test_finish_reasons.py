@@ -266,7 +266,7 @@ def test_the_page_shows_a_refusal_after_generation_in_its_language(tmp_path, dat
 # -- synth's exit status -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("finish, status", [
     (Finish.from_error(ConfigError("duration_s", Notice("param_duration", value=0))), 2),
-    (Finish.too_large("a segment needs 2 MiB but the memory budget is 1 MiB"), 2),
+    (Finish.too_large("a segment needs 2 MiB but the memory budget is 1 MiB"), 1),
     (Finish.from_error(ConfigError("reference_text", "no transcript")), 1),
     (Finish.from_error(ReferenceAudioError("silent")), 1),
     (Finish.out_of_memory_alone(0, 10), 1),

@@ -17,9 +17,9 @@ also writes one file per chapter next to it (``out.ch01_Title.wav``). ``--script
 each speaker a voice (an audio file or a saved voice's name).
 
 Generation flags not given take the checkpoint's own defaults. Exit status: 0 written; 1 the model, the reference
-audio (or its transcript) or the synthesis failed, out of memory included; 2 bad command-line values, also when the
-engine refuses the text or a setting (``FinishReason`` REFUSED / TOO_LARGE: e.g. a --duration the speech cannot
-meet). Errors print one line (no traceback). ``--text -`` reads the text from standard input.
+audio (or its transcript) or the synthesis failed, a text too large for the memory budget or out of memory
+included; 2 bad command-line values, also when the engine refuses the text or a setting (e.g. a --duration the
+speech cannot meet). Errors print one line (no traceback). ``--text -`` reads the text from standard input.
 """
 
 from __future__ import annotations
@@ -118,9 +118,11 @@ def _emotion_from_args(args: argparse.Namespace, runtime):
 
 def exit_status(finish) -> int:
     """The exit status of a request that ended without audio, from its ``tts_app.finish.Finish`` (module docstring):
-    2 for the user's text or settings (REFUSED / TOO_LARGE), 1 for its reference clip or transcript and for every
-    failure (out of memory, error, shut down)."""
-    if finish.is_users_mistake and finish.field not in ("reference_audio", "reference_text"):
+    2 for the user's text or settings (REFUSED), 1 for its reference clip or transcript and for every failure
+    (TOO_LARGE for the memory budget, OUT_OF_MEMORY, ERROR, UNAVAILABLE)."""
+    from tts_app.finish import FinishReason
+
+    if finish.reason is FinishReason.REFUSED and finish.field not in ("reference_audio", "reference_text"):
         return 2
     return 1
 
