@@ -204,6 +204,8 @@ def test_a_voice_without_its_transcript_is_400_and_the_openai_client_sends_it_on
     error = caught.value.body
     assert error["param"] == "voice" and error["finish_reason"] == "refused" and "transcript" in error["message"]
     assert len(api.submitted) == 1  # a refusal is not retried (a 500 was: three engine requests for one call)
+    scraped = api.client.get("/metrics").text
+    assert any(line.startswith('tts_requests_finished_total{reason="refused"}') for line in scraped.splitlines())
 
 
 def test_out_of_memory_after_back_off_is_503_with_retry_after(tmp_path):
