@@ -84,7 +84,8 @@ def test_results_carry_their_finish_reason():
         crashed = _result(engine, text="This has a bug.")
         assert crashed.finish.reason is FinishReason.ERROR and "RuntimeError: a bug" in crashed.error
         empty = _result(engine, text="   ")
-        assert empty.finish.reason is FinishReason.REFUSED
+        assert (empty.finish.reason, empty.finish.field) == (FinishReason.REFUSED, "text")
+        assert "没有可朗读的内容" in empty.finish.render("zh")
     finally:
         engine.shutdown()
 
