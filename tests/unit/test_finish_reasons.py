@@ -21,7 +21,7 @@ from tts_app.errors import (ConfigError, InputError, JobLineError, ModelLoadErro
                             RequestCancelledError)
 from tts_app.finish import Finish, FinishReason
 from tts_app.frontend.messages import Notice
-from tts_app.request import ReferenceAudio, RequestStatus, SynthesisParams, SynthesisRequest
+from tts_app.request import ReferenceAudio, RequestStatus, Speaker, SynthesisParams, SynthesisRequest, Turn
 
 REF = ReferenceAudio(samples=np.linspace(-0.3, 0.3, 16000, dtype=np.float32), sampling_rate=16000, key="ref")
 
@@ -84,8 +84,11 @@ def test_results_carry_their_finish_reason():
         crashed = _result(engine, text="This has a bug.")
         assert crashed.finish.reason is FinishReason.ERROR and "RuntimeError: a bug" in crashed.error
         empty = _result(engine, text="   ")
-        assert (empty.finish.reason, empty.finish.field) == (FinishReason.REFUSED, "text")
-        assert "没有可朗读的内容" in empty.finish.render("zh")
+        assert empty.finish.reason is FinishReason.REFUSED and "文本为空" in empty.finish.render("zh")
+        turnless = engine.submit(SynthesisRequest(text="A: hi", reference_audio=REF, speakers=(Speaker("A"),),
+                                                  turns=(Turn(1, "hi"),))).result(timeout=30)
+        assert (turnless.finish.reason, turnless.finish.field) == (FinishReason.REFUSED, "text")
+        assert "第 1 轮指定了说话人 2" in turnless.finish.render("zh")
     finally:
         engine.shutdown()
 
