@@ -131,7 +131,9 @@ def finish_error(result) -> APIError:
         return APIError(500, f"request {result.request_id} failed: {cause}", code=finish.code or "synthesis_failed",
                         request_id=result.request_id, finish_reason=finish.reason.value)
     param = API_PARAMS.get(finish.field, finish.field) if finish.field else None
-    return APIError(status, cause, code=finish.code, param=param, headers=headers,
+    # a refusal's cause names the fix by itself; the others read with their reason ("... try again later")
+    message = cause if finish.is_users_mistake else finish.render("en")
+    return APIError(status, message, code=finish.code, param=param, headers=headers,
                     finish_reason=finish.reason.value)
 
 
