@@ -14,7 +14,8 @@ or decode step into a plain-data ``Outcome`` (ok / out of memory / refused rows 
 ``update_from_output`` decides what finished, what fails, what is requeued and the batch cap; the engine only
 carries that out (stores audio, resolves futures, releases rows). Out of memory (``torch.OutOfMemoryError``, detected
 by type in ``memory.is_out_of_memory``) first frees the device cache and the prefix cache. Per-request failures are
-never raised to callers: they come back as ``SynthesisResult`` with status FAILED / CANCELLED and ``error``.
+never raised to callers: they come back as ``SynthesisResult`` with status FAILED / CANCELLED and a typed ``finish``
+(``tts_app.finish``: the reason is decided here, where the error is caught, from its type).
 
 Determinism: a row's audio depends only on its text, reference, seed and knobs (adapters draw every random number
 from the row's own seed), so batching, joining a running batch, OOM retries, preemption (a job row giving its slot to an
@@ -42,8 +43,11 @@ from tts_app.adapters.base import (AdapterRow, DecodeBatch, ModelFacts, PrefixCa
 from tts_app.audio.post import join_segments
 from tts_app.config import MIN_MAX_SEGMENT_CHARS, REQUEST_LIMITS, EngineConfig
 from tts_app.dialogue import join_pieces
-from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
-from tts_app.metrics import BATCH_SIZE
+from tts_app.engine import messages as _messages  # noqa: F401 - registers the refusals' zh/en texts
+from tts_app.errors import ConfigError, InputError, ReferenceAudioError, TTSAppError
+from tts_app.finish import Finish
+from tts_app.frontend.messages import Notice
+from tts_app.metrics import BATCH_SIZE, count_finish
 from tts_app.engine.memory import (
     MemoryEstimator,
     MemoryProbe,
@@ -203,6 +207,7 @@ class RequestHandle:
         self.request_id = request_id
         self.future: Future = Future()
         self.future.set_running_or_notify_cancel()  # callers cancel through ``cancel()``, which frees queued work
+        self.future.add_done_callback(count_finish)  # /metrics: every finished request once, by its finish reason
         self._engine = engine
         self._audio_stream = audio_stream
 
@@ -318,15 +323,14 @@ def _request_parts(request: SynthesisRequest) -> list[_Part]:
 
     if request.turns:
         if request.params.segment_durations_s is not None:
-            raise InputError("segment_durations_s is for plain text (one target per line); for a dialogue give the "
-                             "whole request's duration_s instead")
+            raise ConfigError("segment_durations_s", Notice("eng_durations_dialogue"))
         return [_Part(turn.text, 0, None, turn.speaker) for turn in request.turns]
     targets = request.params.segment_durations_s
     if targets is not None:  # dubbing cues: each non-blank line its own segment, with its target length
         lines = [line for line in request.text.splitlines() if line.strip()]
         if len(lines) != len(targets):
-            raise InputError(f"segment_durations_s gives {len(targets)} duration(s) but the text has {len(lines)} "
-                             "non-blank line(s); give one duration per line")
+            raise ConfigError("segment_durations_s", Notice("eng_durations_count", num_targets=len(targets),
+                                                            num_lines=len(lines)))
         return [_Part(line, 0, None, None, float(target)) for line, target in zip(lines, targets)]
     return [_Part(c.text, i, c.title) for i, c in enumerate(split_chapters(request.text))]
 
@@ -452,7 +456,7 @@ class Engine:
         self._requests: dict[str, _RequestState] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._stopped_reason = "engine shut down"
+        self._stopped_finish = Finish.shut_down()
         self._busy = False
         self._rng = random.Random(0)  # simulated-OOM draws; seeded so a test run is repeatable
         self._budget_bytes = self._measure_budget()
@@ -525,7 +529,7 @@ class Engine:
         if thread is not None and wait and thread is not threading.current_thread():
             thread.join()
         if thread is None or wait:
-            self._cancel_all("engine shut down")
+            self._cancel_all(Finish.shut_down())
             _LIVE_ENGINES.discard(self)
 
     def __enter__(self) -> "Engine":
@@ -648,25 +652,23 @@ class Engine:
         segments, warnings, normalized, owners = [], [], [], []
         for index, part in enumerate(parts):
             if part.speaker is not None and not 0 <= part.speaker < len(request.speakers):
-                raise InputError(f"turn {index + 1} names speaker {part.speaker + 1} but the dialogue has "
-                                 f"{len(request.speakers)} speaker(s)")
+                raise ConfigError("text", Notice("eng_turn_speaker", turn=index + 1, speaker=part.speaker + 1,
+                                                 num_speakers=len(request.speakers)))
             prepared = _prepare_text(part.text, supports_pinyin=self.facts.supports_pinyin,
                                      max_segment_chars=max_chars, default_pause_ms=params.pause_between_segments_ms,
                                      control_tags=self.facts.control_tags,
                                      unencodable_characters=self.adapter.unencodable_characters,
                                      measure=measure, max_segment_units=self.facts.max_segment_tokens)
             if part.target_s is not None and not prepared.segments:
-                raise InputError(f"line {index + 1} ({part.text.strip()[:40]!r}) has a target duration but nothing to "
-                                 "speak; give it words or remove the line and its duration")
+                raise ConfigError("text", Notice("eng_line_target_empty", line=index + 1, text=part.text.strip()[:40]))
             if not prepared.segments:
                 if len(parts) > 1 and part.speaker is not None:
-                    raise InputError(f"turn {index + 1} has nothing to speak; give it some words or remove it")
+                    raise ConfigError("text", Notice("eng_turn_empty", turn=index + 1))
                 continue
             part_segments = list(prepared.segments)
             if part.target_s is not None and len(part_segments) != 1:
-                raise InputError(f"line {index + 1} ({part.text.strip()[:40]!r}) has a target duration but would be "
-                                 f"split into {len(part_segments)} segments (longer than {max_chars} characters); "
-                                 "shorten it, split it into lines with a duration each, or raise max_segment_chars")
+                raise ConfigError("text", Notice("eng_line_target_split", line=index + 1, text=part.text.strip()[:40],
+                                                 num_segments=len(part_segments), max_chars=max_chars))
             if index < len(parts) - 1:  # the pause after a part: a chapter's is longer
                 last_pause = (params.chapter_pause_ms if part.speaker is None and part.target_s is None
                               else max(part_segments[-1].pause_after_ms, params.pause_between_segments_ms))
@@ -676,12 +678,10 @@ class Engine:
             warnings += list(prepared.warnings)
             normalized.append(prepared.normalized_text)
         if not segments:
-            raise InputError("the text has nothing to speak; type some words")
+            raise ConfigError("text", Notice("eng_nothing_to_speak"))
         silence_s = sum(int(seg.pause_after_ms) for seg in segments[:-1]) / 1000.0
         if silence_s > REQUEST_LIMITS.max_silence_s:  # e.g. [pause:10s] after every word
-            from tts_app.frontend.messages import Notice
-
-            raise InputError(Notice("limit_silence", value_s=round(silence_s, 1), max_s=REQUEST_LIMITS.max_silence_s))
+            raise ConfigError("text", Notice("limit_silence", value_s=round(silence_s, 1), max_s=REQUEST_LIMITS.max_silence_s))
         out = _RequestText(normalized_text="\n\n".join(normalized), texts=[seg.text for seg in segments],
                            source_texts=[seg.source_text for seg in segments],
                            pauses_after_ms=[int(seg.pause_after_ms) for seg in segments], warnings=warnings,
@@ -772,10 +772,11 @@ class Engine:
                     f"target_sampling_rate={self.sampling_rate})")
             self._check_emotion(request)
         except TTSAppError as exc:
+            finish = Finish.from_error(exc)
             if stream or on_audio is not None:
                 handle._audio_stream = AudioStream(request.request_id, self.sampling_rate, [], on_audio)
-                handle._audio_stream.close()
-            handle.future.set_result(self._failed_result(request, str(exc)))
+                handle._audio_stream.close(finish)
+            handle.future.set_result(self._failed_result(request, finish))
             with self._cv:
                 self._outcomes[RequestStatus.FAILED] += 1
             return handle
@@ -811,15 +812,15 @@ class Engine:
                               segment_turns=prepared.segment_turns,
                               audio_stream=audio_stream, partial=[[] for _ in range(n)], skip_samples=[0] * n,
                               started_s=[0.0] * n)
-        error = None
+        error: Finish | None = None
         with self._cv:
             budget = self._budget_bytes
             if self._stopping:
-                error = self._stopped_reason
+                error = self._stopped_finish
             elif budget is not None:
                 for w in works:
                     if self.estimator.batch_bytes([w.row_positions]) > budget:
-                        error = self._too_large_message(request, w.index, w.text, budget)
+                        error = Finish.too_large(self._too_large_message(request, w.index, w.text, budget))
                         break
             if error is None:
                 self._requests[request.request_id] = state
@@ -828,9 +829,9 @@ class Engine:
             else:
                 self._outcomes[RequestStatus.FAILED] += 1
         if error is not None:
-            logger.info("request %s rejected: %s", request.request_id, error)
+            logger.info("request %s rejected: %s", request.request_id, error.message)
             if audio_stream is not None:
-                audio_stream.close()
+                audio_stream.close(error)
             handle.future.set_result(self._failed_result(request, error, warnings))
         elif on_progress is not None:
             try:  # tell the caller the segment count at once (batch_size 0: nothing has run yet)
@@ -874,12 +875,12 @@ class Engine:
         return RowEmotion(reference_audio=None if clip is None else clip.samples, vector=emotion.vector,
                           weight=emotion.weight, text=text)
 
-    def _failed_result(self, request: SynthesisRequest, error: str, warnings: list[str] | None = None,
+    def _failed_result(self, request: SynthesisRequest, finish: Finish, warnings: list[str] | None = None,
                        status: RequestStatus = RequestStatus.FAILED) -> SynthesisResult:
         return SynthesisResult(request_id=request.request_id, status=status, sampling_rate=self.sampling_rate,
-                               error=error, warnings=list(warnings or []))
+                               error=finish.message, warnings=list(warnings or []), finish=finish)
 
-    def _finish_locked(self, state: _RequestState, status: RequestStatus, error: str | None,
+    def _finish_locked(self, state: _RequestState, status: RequestStatus, error: Finish | None,
                        resolved: list) -> None:
         """Mark a request finished (lock held); its future is resolved later, outside the lock."""
         if state.finished:
@@ -893,7 +894,7 @@ class Engine:
             # request takes a while and must not hold up submitters or the scheduler
             resolved.append((state.handle.future, state, state.audio_stream))
         else:
-            result = self._failed_result(state.request, error or status.value, state.warnings, status)
+            result = self._failed_result(state.request, error or Finish.error(status.value), state.warnings, status)
             resolved.append((state.handle.future, result, state.audio_stream))
 
     def _resolve(self, resolved: list[tuple[Future, SynthesisResult | _RequestState, AudioStream | None]]) -> None:
@@ -914,7 +915,7 @@ class Engine:
                     audio_stream.flush()
                 except Exception:  # noqa: BLE001 - a caller's callback must not stop the worker
                     logger.exception("audio callback of request %s raised", result.request_id)
-                audio_stream.close()
+                audio_stream.close(result.finish)
             if not future.done():
                 future.set_result(result)
 
@@ -924,19 +925,19 @@ class Engine:
             state = self._requests.get(request_id)
             if state is None or state.finished:
                 return False
-            self._finish_locked(state, RequestStatus.CANCELLED, "cancelled", resolved)
+            self._finish_locked(state, RequestStatus.CANCELLED, Finish.cancelled(), resolved)
             self._cv.notify_all()
         self._resolve(resolved)
         return True
 
-    def _cancel_all(self, reason: str, status: RequestStatus = RequestStatus.CANCELLED) -> None:
+    def _cancel_all(self, reason: Finish, status: RequestStatus = RequestStatus.CANCELLED) -> None:
         resolved: list = []
         with self._cv:
             for state in list(self._requests.values()):
                 self._finish_locked(state, status, reason, resolved)
         self._resolve(resolved)
 
-    def _fail_all(self, reason: str) -> None:
+    def _fail_all(self, reason: Finish) -> None:
         self._cancel_all(reason, RequestStatus.FAILED)
 
     def _assemble(self, state: _RequestState) -> SynthesisResult:
@@ -953,12 +954,12 @@ class Engine:
                                             duration_s=params.duration_s, loudness_lufs=params.loudness_lufs)
             if cues:
                 effects.applied["segment_durations"] = cues
-        except TTSAppError as exc:
-            return self._failed_result(state.request, str(exc), state.warnings)
+        except TTSAppError as exc:  # e.g. a target duration the speech cannot meet: the user's input (REFUSED)
+            return self._failed_result(state.request, Finish.from_error(exc), state.warnings)
         except Exception as exc:  # noqa: BLE001 - a post-processing bug fails this request only
             logger.exception("request %s: post-processing failed", state.request.request_id)
-            return self._failed_result(state.request, f"post-processing failed: {type(exc).__name__}: {exc}",
-                                       state.warnings)
+            return self._failed_result(state.request, Finish.error(
+                f"post-processing failed: {type(exc).__name__}: {exc}"), state.warnings)
         audio, spans = effects.audio, effects.spans
         max_new_tokens = state.params.max_new_tokens
         speakers = state.request.speakers
@@ -1015,7 +1016,10 @@ class Engine:
             try:
                 tempo = apply_tempo(wave, self.sampling_rate, duration_s=target)
             except InputError as exc:
-                raise InputError(f"line {i + 1} ({state.source_texts[i][:40]!r}): {exc}") from None
+                from tts_app.frontend.messages import message_of
+
+                raise ConfigError("segment_durations_s", Notice(
+                    "tempo_line", line=i + 1, text=state.source_texts[i][:40], problem=message_of(exc))) from None
             out.append(tempo.audio)
             cues.append({"segment": i + 1, "target_s": target, "speed": round(tempo.speed, 4),
                          "duration_before_s": round(tempo.duration_before_s, 4)})
@@ -1030,13 +1034,13 @@ class Engine:
                 self._serve_batches()
         except BaseException as exc:  # a bug in the loop itself: fail everything rather than leave callers hanging
             logger.exception("engine worker crashed")
-            reason = f"engine worker crashed: {type(exc).__name__}: {exc}"
+            reason = Finish.error(f"engine worker crashed: {type(exc).__name__}: {exc}", code="engine_crashed")
             with self._cv:
                 self._stopping = True
-                self._stopped_reason = reason
+                self._stopped_finish = reason
             self._fail_all(reason)
             raise
-        self._cancel_all("engine shut down")
+        self._cancel_all(Finish.shut_down())
 
     def _idle_wait(self, idle_since: float | None) -> tuple[float, bool]:
         """Nothing to run (lock held): wait for work; after ``empty_cache_when_idle_s`` idle seconds since the last
@@ -1057,7 +1061,7 @@ class Engine:
             if state is not None:
                 msg = self._too_large_message(state.request, work.index, work.text, self._budget_bytes or 0)
                 logger.warning("request %s: %s", work.request_id, msg)
-                self._finish_locked(state, RequestStatus.FAILED, msg, resolved)
+                self._finish_locked(state, RequestStatus.FAILED, Finish.too_large(msg), resolved)
 
     def _simulated_oom(self, batch_size: int) -> BaseException | None:
         """The testing aids: a real ``torch.OutOfMemoryError`` for batches above ``simulate_oom_above_batch`` rows,
@@ -1079,7 +1083,7 @@ class Engine:
         After an out-of-memory error the device cache and the prefix cache are freed."""
         ids = ", ".join(sorted({w.request_id for w in rows}))
         allocated_before, peak_before = self._probe_reading("allocated_bytes"), self._probe_reading("peak_bytes")
-        kind, error, value = OutcomeKind.OK, "", None
+        kind, error, value = OutcomeKind.OK, None, None
         try:
             value = call()
         except Exception as exc:  # noqa: BLE001 - the worker must survive any batch
@@ -1087,24 +1091,24 @@ class Engine:
                 kind = OutcomeKind.OOM
                 logger.warning("out of memory in %s of %d rows (requests %s): %s", phase.value, len(rows), ids, exc)
             elif isinstance(exc, TTSAppError):  # the adapter refused these rows on purpose, with a message
-                kind, error = OutcomeKind.REFUSED, str(exc)
+                kind, error = OutcomeKind.REFUSED, Finish.from_error(exc)
                 # INFO, not WARNING: the message reaches every request's result (the CLI prints it, the UI shows
                 # it), so a WARNING here would show the user the same error twice.
-                logger.info("%s of %d rows refused (requests %s): %s", phase.value, len(rows), ids, error)
+                logger.info("%s of %d rows refused (requests %s): %s", phase.value, len(rows), ids, error.message)
             else:
                 # The bare cause: every door frames it once in its user's language ("Synthesis failed (request
                 # ..., seed ...): <cause>" in the UI table, "request ... failed: <cause>" in the API, "error:
                 # <cause>" in the CLI), so it must not say "synthesis failed" itself.
-                kind, error = OutcomeKind.CRASHED, f"{type(exc).__name__}: {exc}"
+                kind, error = OutcomeKind.CRASHED, Finish.from_error(exc)
                 if len(rows) > 1:
                     # one line, no traceback: each row now runs alone, and the request whose row still fails
                     # logs its traceback then, once, under its own id
                     logger.warning("%s of %d rows failed (requests %s): %s; running each row alone", phase.value,
-                                   len(rows), ids, error)
+                                   len(rows), ids, error.message)
                 else:
                     # the request's one traceback in the server log, under the id its user is shown
                     logger.error("request %s failed (segment %d): %s", rows[0].request_id, rows[0].index + 1,
-                                 error, exc_info=exc)
+                                 error.message, exc_info=exc)
             del exc  # drop the traceback (and the tensors its frames hold) before freeing memory
         if kind is OutcomeKind.OOM:
             with self._cv:
@@ -1135,13 +1139,13 @@ class Engine:
             state = self._requests.get(work.request_id)
             if state is not None and not state.finished:
                 self._restart_segment(state, work.index)
-        for work, message in update.failed:
+        for work, finish in update.failed:
             state = self._requests.get(work.request_id)
             if state is not None and not state.finished:
                 # INFO, not WARNING: the message reaches the request's result (the CLI prints it, the UI shows it),
                 # and _run_phase already logged the out-of-memory error or crash that caused it.
-                logger.info("request %s failed: %s", work.request_id, message)
-                self._finish_locked(state, RequestStatus.FAILED, message, resolved)
+                logger.info("request %s failed (%s): %s", work.request_id, finish.reason.value, finish.message)
+                self._finish_locked(state, RequestStatus.FAILED, finish, resolved)
         touched: dict[str, _RequestState] = {}
         now = time.perf_counter()
         for work, reason in update.finished:

@@ -72,6 +72,7 @@ class AudioStream:
             sends audio.
 
     Attributes:
+        ended_with: why the request ended (``tts_app.finish.Finish``), set when the stream closes; None while open.
         emitted_samples: per segment, samples of that segment already sent (a segment restarted after an
             out-of-memory retry keeps them: the stream is the truth, see ``Engine``).
     """
@@ -90,6 +91,7 @@ class AudioStream:
         self._cursor = 0
         self._queue: "queue.Queue" = queue.Queue()
         self._closed = False
+        self.ended_with = None
         self.pending: list[AudioChunk] = []  # chunks made under the engine lock, delivered by ``flush``
 
     @property
@@ -151,10 +153,12 @@ class AudioStream:
             if self.on_audio is not None:
                 self.on_audio(chunk)
 
-    def close(self) -> None:
-        """The request ended (done, failed or cancelled): the iterator stops after the chunks already queued."""
+    def close(self, finish=None) -> None:
+        """The request ended (done, failed or cancelled; ``finish`` says why): the iterator stops after the chunks
+        already queued."""
         if not self._closed:
             self._closed = True
+            self.ended_with = finish
             self._queue.put(_END)
 
     def chunks(self, timeout: float | None = None) -> Iterator[AudioChunk]:
