@@ -1,7 +1,10 @@
 """The project's error hierarchy.
 
 Pure layers raise these with a message that names the bad value and the fix. The UI turns them into
-``gr.Error`` / ``gr.Warning``; the JSONL runner turns them into a failed result line and goes on.
+``gr.Error`` / ``gr.Warning``; the JSONL runner turns them into a failed result line and goes on. Inside the
+engine an error that ends a request becomes its ``tts_app.finish.Finish`` (``Finish.from_error``, by type); running
+out of device memory is not an error class here: it is detected by type (``torch.OutOfMemoryError``) and ends a
+request as ``FinishReason.OUT_OF_MEMORY``.
 """
 
 from __future__ import annotations
@@ -58,11 +61,6 @@ class ModelLoadError(TTSAppError, RuntimeError):
 class ClusterError(TTSAppError, RuntimeError):
     """A Ray cluster cannot be used: Ray is not installed, the cluster cannot be reached, it lacks the resources
     asked for, or its workers cannot load the model. The message names the cause and the fix."""
-
-
-class RequestOutOfMemoryError(TTSAppError, RuntimeError):
-    """A request could not be served because even a batch of one ran out of device memory,
-    or its estimated memory exceeds the budget before any work was done."""
 
 
 class JobLineError(TTSAppError, ValueError):

@@ -17,6 +17,8 @@ Events (this module):
     tts_asr_transcriptions_total{outcome}              automatic reference transcripts
     tts_jobs_total{status} / tts_job_lines_total{status}   JSONL jobs finished / job lines finished
     tts_http_rejections_total{reason}                  API requests refused before any work (auth, rate, queue)
+    tts_requests_finished_total{reason}                engine requests finished, by ``tts_app.finish.FinishReason``
+                                                       (done, refused, too_large, out_of_memory, cancelled, ...)
     tts_batch_size_rows                                rows of each batch the engine ran, or of each decode step
                                                        when it batches continuously (histogram)
     tts_queue_wait_seconds{priority}                   a request's submit -> its first row running (the wait
@@ -64,6 +66,9 @@ JOBS = Counter("tts_jobs", "JSONL jobs that ended, by final status", ["status"])
 JOB_LINES = Counter("tts_job_lines", "JSONL job lines that ended, by status", ["status"])
 HTTP_REJECTIONS = Counter(
     "tts_http_rejections", "HTTP API requests refused before any work, by reason", ["reason"])
+REQUESTS_FINISHED = Counter(
+    "tts_requests_finished", "Engine requests finished, by finish reason (done, refused, too_large, out_of_memory, "
+    "cancelled, unavailable, error)", ["reason"])
 #: Underrun buckets in seconds: a dropped frame (10 ms) .. a stall a proxy's 60 s timeout cuts.
 UNDERRUN_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 QUEUE_WAIT = Histogram(
@@ -84,6 +89,15 @@ def observe_synthesis(entry_point: str, *, wall_s: float, audio_s: float, first_
         REAL_TIME_FACTOR.labels(entry_point=entry_point).observe(wall_s / audio_s)
     if first_audio_s is not None:
         TIME_TO_FIRST_AUDIO.labels(entry_point=entry_point).observe(first_audio_s)
+
+
+def count_finish(future) -> None:
+    """Done-callback of an engine request's future: count its ``SynthesisResult.finish.reason``."""
+    if future.cancelled() or future.exception() is not None:
+        return
+    finish = getattr(future.result(), "finish", None)
+    if finish is not None:
+        REQUESTS_FINISHED.labels(reason=finish.reason.value).inc()
 
 
 def count_reference_failure(reason: str | None) -> None:
@@ -158,7 +172,7 @@ def make_registry(runtime: Callable[[], object | None]) -> CollectorRegistry:
     the default registry too, so ``prometheus_client.generate_latest()`` shows them as well."""
     registry = CollectorRegistry()
     for metric in (REQUEST_DURATION, TIME_TO_FIRST_AUDIO, REAL_TIME_FACTOR, REFERENCE_FAILURES, ASR_TRANSCRIPTIONS,
-                   JOBS, JOB_LINES, HTTP_REJECTIONS, BATCH_SIZE, QUEUE_WAIT, STREAM_UNDERRUN):
+                   JOBS, JOB_LINES, HTTP_REJECTIONS, REQUESTS_FINISHED, BATCH_SIZE, QUEUE_WAIT, STREAM_UNDERRUN):
         registry.register(metric)
     registry.register(ServerCollector(runtime))
     return registry

@@ -13,6 +13,9 @@ import time
 from dataclasses import asdict, dataclass, field
 
 GIB = 1024**3
+#: Seconds between two readings of the app's memory sampler, and between two ticks of the gauge's timer on a page
+#: (one reading a second: enough for a gauge, and a CUDA reading costs well under a millisecond).
+MEMORY_SAMPLE_PERIOD_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -151,3 +154,72 @@ class MemoryHistory:
                         "torch_gib": r.torch_allocated_bytes / GIB, "event": "OOM" if had_oom else "ok"})
             prev_t = r.time_s
         return out
+
+
+class MemorySampler:
+    """The one writer of a ``MemoryHistory``: a daemon thread that, every ``period_s`` seconds, reads memory once,
+    marks the OOM events the engine counted since the last reading, and appends the reading. Every viewer of the
+    gauge only reads the history (``latest`` / ``MemoryHistory.rows``), so three open Memory tabs still give one
+    reading per period (gradio's guide on timers polls from each page; the sampling belongs to the server).
+
+    Args:
+        history: the history to feed.
+        read: returns one ``MemoryReading`` (e.g. ``read_memory`` of the engine's device).
+        num_oom: returns the engine's count of OOM errors so far (``EngineStats.num_oom``), or None without one.
+        period_s: seconds between two readings (the gauge's timer ticks at the same period).
+    """
+
+    def __init__(self, history: MemoryHistory, read, num_oom=lambda: None, period_s: float = 1.0):
+        self.history = history
+        self.period_s = float(period_s)
+        self._read = read
+        self._num_oom = num_oom
+        self._last_oom_count: int | None = None
+        self._latest: MemoryReading | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def latest(self) -> MemoryReading | None:
+        """The most recent reading (None before the first)."""
+        return self._latest
+
+    def sample_once(self) -> MemoryReading:
+        """Take one reading now: OOM events first (so the reading's interval holds them), then the reading."""
+        count = self._num_oom()
+        if count is not None:
+            if self._last_oom_count is not None and count > self._last_oom_count:
+                for _ in range(count - self._last_oom_count):
+                    self.history.add_oom()
+            self._last_oom_count = count
+        reading = self._read()
+        self.history.add(reading)
+        self._latest = reading
+        return reading
+
+    def start(self) -> "MemorySampler":
+        """Start the thread (idempotent); its first reading is taken at once. Returns self."""
+        with self._lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="tts-memory-sampler", daemon=True)
+                self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the thread (returns once it has ended)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self) -> None:
+        import logging
+
+        while True:
+            try:
+                self.sample_once()
+            except Exception:  # noqa: BLE001 - a failed reading must not end the gauge for every viewer
+                logging.getLogger(__name__).exception("memory reading failed")
+            if self._stop.wait(self.period_s):
+                return

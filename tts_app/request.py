@@ -19,6 +19,7 @@ from tts_app.config import (DEFAULT_CHAPTER_PAUSE_MS, DEFAULT_REFERENCE_CLEANUP,
                             MIN_LOUDNESS_LUFS, MIN_MAX_SEGMENT_CHARS, MIN_SPEED, REFERENCE_CLEANUPS, REQUEST_LIMITS,
                             FrontendConfig)
 from tts_app.errors import ConfigError
+from tts_app.finish import Finish, FinishReason
 from tts_app.frontend.messages import Notice, register
 
 # Upper bound of ``SynthesisParams.num_beams``: each beam is a row of the running batch (its own KV cache), so a
@@ -89,10 +90,8 @@ PARAM_ZH: dict[str, str] = {
 register(__name__, PARAM_EN, PARAM_ZH)
 
 class RequestStatus(str, enum.Enum):
-    """Lifecycle of a request inside the engine."""
+    """How a request ended (coarse; ``SynthesisResult.finish`` says why)."""
 
-    QUEUED = "queued"
-    RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -511,7 +510,10 @@ class SynthesisResult:
         audio: float32 mono waveform, shape ``(num_samples,)`` (empty when failed).
         sampling_rate: Hz.
         segments: one timing per segment, in order.
-        error: message when FAILED / CANCELLED.
+        error: message when FAILED / CANCELLED (kept for callers that read a string; a ``Notice`` where the error
+            had one). Doors map ``finish`` instead.
+        finish: why the request ended (``tts_app.finish.Finish``: reason, code, field, message); derived from
+            ``status`` / ``error`` when not given (DONE; CANCELLED; any other failure ERROR).
         warnings: notices for the user (front-end warnings, cropped reference, ...).
         normalized_text: the request's text after the front end's normalisation ("" when it failed before that).
         warnings: notices for the user (front-end warnings, text in a language the model was not trained on, a
@@ -535,6 +537,18 @@ class SynthesisResult:
     effective_params: SynthesisParams | None = None
     post_processing: dict | None = None
     chapters: list[ChapterSpan] = field(default_factory=list)
+    finish: Finish | None = None
+
+    def __post_init__(self) -> None:
+        if self.finish is None:
+            if self.status is RequestStatus.DONE:
+                self.finish = Finish.done()
+            elif self.status is RequestStatus.CANCELLED:
+                self.finish = Finish(FinishReason.CANCELLED, self.error or "", code="cancelled")
+            else:
+                self.finish = Finish.error(self.error or "")
+        if self.error is None and self.finish.reason is not FinishReason.DONE:
+            self.error = self.finish.message
 
     @property
     def duration_s(self) -> float:

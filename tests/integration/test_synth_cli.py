@@ -62,6 +62,16 @@ def test_memory_budget_too_small_fails_with_the_text_length_that_fits(tiny_check
     assert not (tmp_path / "x.wav").exists()
 
 
+def test_a_target_duration_the_speech_cannot_meet_is_a_usage_error_in_the_users_language(tiny_checkpoint, data_dir,
+                                                                                        tmp_path, capsys):
+    # found only after generation (the engine's REFUSED): exit status 2 as the help says, the message in --lang
+    code = _synth(tiny_checkpoint(FAMILY), data_dir / "en_female_1.wav", tmp_path / "x.wav", "--duration-s", "500",
+                  "--lang", "zh")
+    err = capsys.readouterr().err
+    assert code == 2 and "请给出" in err and "give a target" not in err, err
+    assert not (tmp_path / "x.wav").exists()
+
+
 def test_bad_reference_and_bad_sizes_are_one_line_errors(tiny_checkpoint, data_dir, tmp_path, capsys):
     model = tiny_checkpoint(FAMILY)
     assert _synth(model, data_dir / "corrupt_random_data.wav", tmp_path / "x.wav") == 1

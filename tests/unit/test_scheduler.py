@@ -228,7 +228,8 @@ def test_an_out_of_memory_batch_is_halved_and_requeued_and_a_lone_row_fails_with
     lone = seg("alone", 0, 10)
     update = scheduler.update_from_output(Outcome(Phase.BATCH, OutcomeKind.OOM, (lone,)))
     ((work, message),) = update.failed
-    assert work is lone and "out of memory" in message and "max_segment_chars" in message and not update.requeued
+    assert work is lone and message.reason.value == "out_of_memory" and not update.requeued
+    assert "max_segment_chars" in message.message and "max_segment_chars" in message.render("zh")
 
 
 def test_refused_rows_are_retried_alone_and_only_the_row_at_fault_fails():

@@ -40,8 +40,23 @@ import numpy as np
 from tts_app.adapters.base import (DTYPE_BYTES, AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter,
                                    cap_total_positions)
 from tts_app.engine.scheduler import max_chars_for_speech_s
-from tts_app.errors import InputError, ModelLoadError
+from tts_app.errors import ConfigError, InputError, ModelLoadError
+from tts_app.frontend.messages import Notice, register
 from tts_app.request import StopReason, SynthesisParams
+
+# The refusal every door shows when a clone has no transcript, in English and Chinese (``tts_app.frontend.messages``).
+DIA_EN = {
+    "dia_needs_transcript": "Dia clones a voice only with the reference audio's transcript{whose}: pass --ref-text "
+                            "(the UI's 'Reference text' box, or prompt_text in a JSONL line; --transcribe fills it), "
+                            "or leave out the reference audio",
+    "dia_of_speaker": " of {speaker}",
+}
+DIA_ZH = {
+    "dia_needs_transcript": "Dia 只有在提供参考音频的文字稿时才能克隆声音{whose}：请传入 --ref-text（界面上的“参考文本”框，"
+                            "或 JSONL 行中的 prompt_text；--transcribe 可自动填写），或不使用参考音频",
+    "dia_of_speaker": "（{speaker}）",
+}
+register(__name__, DIA_EN, DIA_ZH)
 
 # Speaker tag Dia's transcripts start with (nari-labs/dia README: "[S1] ... [S2] ...").
 SPEAKER_TAGS = ("[S1]", "[S2]")
@@ -420,7 +435,8 @@ class DiaAdapter(TTSAdapter):
         """A reference clip as float32 ``(num_samples,)``, and its transcript present.
 
         Raises:
-            InputError: not a non-empty float32 mono array; no transcript (Dia clones only with it).
+            InputError: not a non-empty float32 mono array; ``ConfigError`` (field "reference_text", a zh/en
+                ``Notice``): no transcript (Dia clones only with it).
         """
         audio = np.asarray(audio)
         if audio.ndim != 1 or audio.size == 0 or audio.dtype != np.float32:
@@ -428,10 +444,8 @@ class DiaAdapter(TTSAdapter):
                              f"(num_samples,), got dtype {audio.dtype} shape {audio.shape}")
         if not transcript or not transcript.strip():
             # No row prefix: the row index means nothing to the user, and the message is the same for all.
-            whose = f" of {speaker}" if speaker else ""
-            raise InputError(f"Dia clones a voice only with the reference audio's transcript{whose}: pass --ref-text "
-                             "(the UI's 'Reference text' box, or prompt_text in a JSONL line; --transcribe fills it), "
-                             "or leave out the reference audio")
+            whose = Notice("dia_of_speaker", speaker=speaker) if speaker else ""
+            raise ConfigError("reference_text", Notice("dia_needs_transcript", whose=whose))
         return audio
 
     def _row_prompt(self, i: int, row: AdapterRow) -> tuple[str, np.ndarray | None]:

@@ -19,10 +19,35 @@ from dataclasses import dataclass
 import numpy as np
 
 from tts_app.config import MAX_LOUDNESS_LUFS, MAX_SPEED, MIN_LOUDNESS_LUFS, MIN_SPEED
-from tts_app.errors import InputError
+from tts_app.errors import ConfigError, InputError
+from tts_app.frontend.messages import Notice, register
 
 #: pyloudnorm's (BS.1770) gating block is 400 ms: shorter audio has no integrated loudness.
 MIN_LOUDNESS_AUDIO_S = 0.4
+
+# The refusals of this module in English and Chinese (``tts_app.frontend.messages``): a request's target duration
+# is only checked once its speech exists, so these reach the user after generation and must read in their language.
+EFFECTS_EN: dict[str, str] = {
+    "tempo_speed_range": "{what} {speed} is outside {low}-{high} (x the model's own pace); beyond that speech stops "
+                         "sounding natural",
+    "tempo_both": "give either a speed factor or a target duration, not both",
+    "tempo_no_audio": "there is no audio to fit into the target duration",
+    "tempo_duration_range": "the speech is {before_s:.2f} s; fitting it into {duration_s:.2f} s needs speed "
+                            "{factor:.2f}, outside {low}-{high}: give a target between {shortest_s:.2f} s and "
+                            "{longest_s:.2f} s, or change the text",
+    "loudness_target_range": "loudness target {target} LUFS is outside {low}..{high}",
+    "tempo_line": "line {line} ({text!r}): {problem}",
+}
+EFFECTS_ZH: dict[str, str] = {
+    "tempo_speed_range": "{what} {speed} 超出 {low}-{high}（相对模型原速的倍数）；超出后语音不再自然",
+    "tempo_both": "速度倍数和目标时长只能给一个",
+    "tempo_no_audio": "没有可放进目标时长的音频",
+    "tempo_duration_range": "语音长 {before_s:.2f} 秒；要放进 {duration_s:.2f} 秒需要速度 {factor:.2f}，超出 "
+                            "{low}-{high}：请给出 {shortest_s:.2f} 秒到 {longest_s:.2f} 秒之间的目标时长，或修改文本",
+    "loudness_target_range": "响度目标 {target} LUFS 超出 {low}..{high}",
+    "tempo_line": "第 {line} 行（{text!r}）：{problem}",
+}
+register(__name__, EFFECTS_EN, EFFECTS_ZH)
 
 
 def check_speed(speed: float, what: str = "speed") -> float:
@@ -32,8 +57,7 @@ def check_speed(speed: float, what: str = "speed") -> float:
         InputError: outside the range (the message gives it).
     """
     if not (isinstance(speed, (int, float)) and math.isfinite(speed) and MIN_SPEED <= speed <= MAX_SPEED):
-        raise InputError(f"{what} {speed} is outside {MIN_SPEED}-{MAX_SPEED} (x the model's own pace); beyond "
-                         "that speech stops sounding natural")
+        raise ConfigError(what, Notice("tempo_speed_range", what=what, speed=speed, low=MIN_SPEED, high=MAX_SPEED))
     return float(speed)
 
 
@@ -111,21 +135,20 @@ def apply_tempo(audio: np.ndarray, sampling_rate: int, *, speed: float | None = 
         duration_s: target length in seconds (> 0), or None; the factor it needs must lie in the speed range.
 
     Raises:
-        InputError: both given, a factor outside the range (the message says which duration would fit), or no
-            audio to fit.
+        ConfigError: (an ``InputError``; ``field`` "duration_s" or "speed") both given, a factor outside the range
+            (the message, a ``Notice``, says which duration would fit), or no audio to fit.
     """
     before_s = audio.size / float(sampling_rate)
     if speed is not None and duration_s is not None:
-        raise InputError("give either a speed factor or a target duration, not both")
+        raise ConfigError("duration_s", Notice("tempo_both"))
     if duration_s is not None:
         if before_s <= 0:
-            raise InputError("there is no audio to fit into the target duration")
+            raise ConfigError("duration_s", Notice("tempo_no_audio"))
         factor = before_s / float(duration_s)
         if not MIN_SPEED <= factor <= MAX_SPEED:
-            raise InputError(
-                f"the speech is {before_s:.2f} s; fitting it into {duration_s:.2f} s needs speed {factor:.2f}, "
-                f"outside {MIN_SPEED}-{MAX_SPEED}: give a target between {before_s / MAX_SPEED:.2f} s and "
-                f"{before_s / MIN_SPEED:.2f} s, or change the text")
+            raise ConfigError("duration_s", Notice(
+                "tempo_duration_range", before_s=before_s, duration_s=float(duration_s), factor=factor, low=MIN_SPEED,
+                high=MAX_SPEED, shortest_s=before_s / MAX_SPEED, longest_s=before_s / MIN_SPEED))
         target = int(round(float(duration_s) * sampling_rate))
         stretched = fit_length(time_stretch(audio, sampling_rate, factor), target)
         return TempoResult(stretched, factor, "duration_s", before_s, target / float(sampling_rate))
@@ -215,7 +238,8 @@ def normalize_loudness(audio: np.ndarray, sampling_rate: int, target_lufs: float
         InputError: target outside the range.
     """
     if not (math.isfinite(target_lufs) and MIN_LOUDNESS_LUFS <= target_lufs <= MAX_LOUDNESS_LUFS):
-        raise InputError(f"loudness target {target_lufs} LUFS is outside {MIN_LOUDNESS_LUFS}..{MAX_LOUDNESS_LUFS}")
+        raise ConfigError("loudness_lufs", Notice("loudness_target_range", target=target_lufs, low=MIN_LOUDNESS_LUFS,
+                                                  high=MAX_LOUDNESS_LUFS))
     audio = np.asarray(audio, dtype=np.float32).reshape(-1)
     try:
         measured = integrated_loudness(audio, sampling_rate)

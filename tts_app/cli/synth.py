@@ -17,8 +17,9 @@ also writes one file per chapter next to it (``out.ch01_Title.wav``). ``--script
 each speaker a voice (an audio file or a saved voice's name).
 
 Generation flags not given take the checkpoint's own defaults. Exit status: 0 written; 1 the model, the reference
-audio or the synthesis failed; 2 bad command-line values. Errors print one line (no traceback). ``--text -`` reads
-the text from standard input.
+audio (or its transcript) or the synthesis failed, a text too large for the memory budget or out of memory
+included; 2 bad command-line values, also when the engine refuses the text or a setting (e.g. a --duration the
+speech cannot meet). Errors print one line (no traceback). ``--text -`` reads the text from standard input.
 """
 
 from __future__ import annotations
@@ -113,6 +114,17 @@ def _emotion_from_args(args: argparse.Namespace, runtime):
     clip = runtime.references.prepare(args.emo_ref).audio if args.emo_ref else None
     return EmotionControl(reference_audio=clip, vector=_emotion_vector(args), from_text=args.emo_from_text,
                           text=args.emo_text, weight=1.0 if args.emo_weight is None else args.emo_weight)
+
+
+def exit_status(finish) -> int:
+    """The exit status of a request that ended without audio, from its ``tts_app.finish.Finish`` (module docstring):
+    2 for the user's text or settings (REFUSED), 1 for its reference clip or transcript and for every failure
+    (TOO_LARGE for the memory budget, OUT_OF_MEMORY, ERROR, UNAVAILABLE)."""
+    from tts_app.finish import FinishReason
+
+    if finish.reason is FinishReason.REFUSED and finish.field not in ("reference_audio", "reference_text"):
+        return 2
+    return 1
 
 
 def main(argv: list[str]) -> int:
@@ -216,8 +228,8 @@ def _run(args: argparse.Namespace) -> int:
         for warning in reference_warnings + list(result.warnings):
             print(say(lang, "cli_warning", message=warning), file=sys.stderr)
         if not result.ok:
-            print(say(lang, "cli_error", message=result.error), file=sys.stderr)
-            return 1
+            print(say(lang, "cli_error", message=result.finish.message), file=sys.stderr)
+            return exit_status(result.finish)
         metadata = output_metadata(runtime, request, result, entry_point="synth", reference=reference,
                                    speaker_references=speaker_refs, warnings=notes)
         files = save_outputs(args.out, result, metadata, subtitles_path=args.srt)

@@ -5,7 +5,7 @@ own threads), handle (what callers hold).
     from tts_app.engine import Engine
     engine = Engine(adapter, EngineConfig(...)).start()
     handle = engine.submit(request, on_progress=callback)
-    result = handle.result()          # SynthesisResult; failures come back as status FAILED + .error
+    result = handle.result()          # SynthesisResult; why it ended: result.finish (tts_app.finish)
 """
 
 from tts_app.engine.core import Engine

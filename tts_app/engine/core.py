@@ -21,7 +21,8 @@ or decode step into a plain-data ``Outcome`` (ok / out of memory / refused rows 
 ``update_from_output`` decides what finished, what fails, what is requeued and the batch cap; the engine only
 carries that out (stores audio, resolves futures, releases rows). Out of memory (``torch.OutOfMemoryError``, detected
 by type in ``memory.is_out_of_memory``) first frees the device cache and the prefix cache. Per-request failures are
-never raised to callers: they come back as ``SynthesisResult`` with status FAILED / CANCELLED and ``error``.
+never raised to callers: they come back as ``SynthesisResult`` with status FAILED / CANCELLED and a typed ``finish``
+(``tts_app.finish``: the reason is decided here, where the error is caught, from its type).
 
 Determinism: a row's audio depends only on its text, reference, seed and knobs (adapters draw every random number
 from the row's own seed), so batching, joining a running batch, OOM retries, preemption (a job row giving its slot to an
@@ -47,6 +48,7 @@ import numpy as np
 from tts_app.adapters.base import AdapterRow, DecodeBatch, ModelFacts, PrefixCache, TTSAdapter
 from tts_app.config import EngineConfig
 from tts_app.errors import InputError, TTSAppError
+from tts_app.finish import Finish
 from tts_app.metrics import BATCH_SIZE, QUEUE_WAIT, STREAM_UNDERRUN
 from tts_app.engine.memory import (
     MemoryEstimator,
@@ -191,7 +193,7 @@ class Engine:
         self._requests: dict[str, _RequestState] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._stopped_reason = "engine shut down"
+        self._stopped_finish = Finish.shut_down()
         self._busy = False
         self._rng = random.Random(0)  # simulated-OOM draws; seeded so a test run is repeatable
         self._budget_bytes = self._measure_budget()  # the one memory budget (``_remeasure_budget``)
@@ -266,7 +268,7 @@ class Engine:
         if thread is not None and wait and thread is not threading.current_thread():
             thread.join()
         if thread is None or wait:
-            self._cancel_all("engine shut down")
+            self._cancel_all(Finish.shut_down())
             if thread is not threading.current_thread():
                 self._output.join()  # every result resolved, every stream ended (at once from an output callback)
             _LIVE_ENGINES.discard(self)
@@ -395,10 +397,11 @@ class Engine:
         try:
             ready = self.inputs.prepare(request)
         except TTSAppError as exc:
+            finish = Finish.from_error(exc)
             if stream or on_audio is not None:
                 handle._audio_stream = AudioStream(request.request_id, self.sampling_rate, [], on_audio)
-                handle._audio_stream.close()
-            handle.future.set_result(self._failed_result(request, str(exc)))
+                handle._audio_stream.close(finish)
+            handle.future.set_result(self._failed_result(request, finish))
             with self._cv:
                 self._outcomes[RequestStatus.FAILED] += 1
             return handle
@@ -421,15 +424,15 @@ class Engine:
                               segment_turns=prepared.segment_turns,
                               audio_stream=audio_stream, partial=[[] for _ in range(n)], skip_samples=[0] * n,
                               started_s=[0.0] * n, works=works, submitted_s=now)
-        error = None
+        error: Finish | None = None
         with self._cv:
             budget = self._budget_bytes
             if self._stopping:
-                error = self._stopped_reason
+                error = self._stopped_finish
             elif budget is not None:
                 for w in works:
                     if self.estimator.batch_bytes([w.row_positions]) > budget:
-                        error = self.inputs.too_large_message(request, w.index, w.text, budget)
+                        error = Finish.too_large(self.inputs.too_large_message(request, w.index, w.text, budget))
                         break
             if error is None:
                 self._requests[request.request_id] = state
@@ -438,9 +441,9 @@ class Engine:
             else:
                 self._outcomes[RequestStatus.FAILED] += 1
         if error is not None:
-            logger.info("request %s rejected: %s", request.request_id, error)
+            logger.info("request %s rejected: %s", request.request_id, error.message)
             if audio_stream is not None:
-                audio_stream.close()
+                audio_stream.close(error)
             handle.future.set_result(self._failed_result(request, error, warnings))
         elif on_progress is not None:
             try:  # tell the caller the segment count at once (batch_size 0: nothing has run yet)
@@ -449,12 +452,12 @@ class Engine:
                 logger.exception("progress callback of request %s raised", request.request_id)
         return handle
 
-    def _failed_result(self, request: SynthesisRequest, error: str, warnings: list[str] | None = None,
+    def _failed_result(self, request: SynthesisRequest, finish: Finish, warnings: list[str] | None = None,
                        status: RequestStatus = RequestStatus.FAILED) -> SynthesisResult:
         return SynthesisResult(request_id=request.request_id, status=status, sampling_rate=self.sampling_rate,
-                               error=error, warnings=list(warnings or []))
+                               error=finish.message, warnings=list(warnings or []), finish=finish)
 
-    def _finish_locked(self, state: _RequestState, status: RequestStatus, error: str | None,
+    def _finish_locked(self, state: _RequestState, status: RequestStatus, error: Finish | None,
                        resolved: list) -> None:
         """Mark a request finished (lock held); its future is resolved later, outside the lock."""
         if state.finished:
@@ -468,7 +471,7 @@ class Engine:
             # request takes a while and must not hold up submitters or the scheduler
             resolved.append((state.handle.future, state, state.audio_stream))
         else:
-            result = self._failed_result(state.request, error or status.value, state.warnings, status)
+            result = self._failed_result(state.request, error or Finish.error(status.value), state.warnings, status)
             resolved.append((state.handle.future, result, state.audio_stream))
 
     def _resolve(self, resolved: list[tuple[Future, SynthesisResult | _RequestState, AudioStream | None]]) -> None:
@@ -496,7 +499,7 @@ class Engine:
                 audio_stream.flush()
             except Exception:  # noqa: BLE001 - a caller's callback must not stop the output of others
                 logger.exception("audio callback of request %s raised", result.request_id)
-            audio_stream.close()
+            audio_stream.close(result.finish)
             self._count_underruns(audio_stream)
         if not future.done():
             future.set_result(result)
@@ -507,19 +510,19 @@ class Engine:
             state = self._requests.get(request_id)
             if state is None or state.finished:
                 return False
-            self._finish_locked(state, RequestStatus.CANCELLED, "cancelled", resolved)
+            self._finish_locked(state, RequestStatus.CANCELLED, Finish.cancelled(), resolved)
             self._cv.notify_all()
         self._resolve(resolved)
         return True
 
-    def _cancel_all(self, reason: str, status: RequestStatus = RequestStatus.CANCELLED) -> None:
+    def _cancel_all(self, reason: Finish, status: RequestStatus = RequestStatus.CANCELLED) -> None:
         resolved: list = []
         with self._cv:
             for state in list(self._requests.values()):
                 self._finish_locked(state, status, reason, resolved)
         self._resolve(resolved)
 
-    def _fail_all(self, reason: str) -> None:
+    def _fail_all(self, reason: Finish) -> None:
         self._cancel_all(reason, RequestStatus.FAILED)
 
     # -- worker --------------------------------------------------------------------------------------------------
@@ -531,13 +534,13 @@ class Engine:
                 self._serve_batches()
         except BaseException as exc:  # a bug in the loop itself: fail everything rather than leave callers hanging
             logger.exception("engine worker crashed")
-            reason = f"engine worker crashed: {type(exc).__name__}: {exc}"
+            reason = Finish.error(f"engine worker crashed: {type(exc).__name__}: {exc}", code="engine_crashed")
             with self._cv:
                 self._stopping = True
-                self._stopped_reason = reason
+                self._stopped_finish = reason
             self._fail_all(reason)
             raise
-        self._cancel_all("engine shut down")
+        self._cancel_all(Finish.shut_down())
 
     def _idle_wait(self, idle_since: float | None) -> tuple[float, bool]:
         """Nothing to run (lock held): wait for work; after ``empty_cache_when_idle_s`` idle seconds since the last
@@ -575,7 +578,7 @@ class Engine:
             if state is not None:
                 msg = self.inputs.too_large_message(state.request, work.index, work.text, budget or 0)
                 logger.warning("request %s: %s", work.request_id, msg)
-                self._finish_locked(state, RequestStatus.FAILED, msg, resolved)
+                self._finish_locked(state, RequestStatus.FAILED, Finish.too_large(msg), resolved)
 
     def _simulated_oom(self, batch_size: int) -> BaseException | None:
         """The testing aids: a real ``torch.OutOfMemoryError`` for batches above ``simulate_oom_above_batch`` rows,
@@ -597,7 +600,7 @@ class Engine:
         After an out-of-memory error the device cache and the prefix cache are freed."""
         ids = ", ".join(sorted({w.request_id for w in rows}))
         allocated_before, peak_before = self._probe_reading("allocated_bytes"), self._probe_reading("peak_bytes")
-        kind, error, value = OutcomeKind.OK, "", None
+        kind, error, value = OutcomeKind.OK, None, None
         try:
             value = call()
         except Exception as exc:  # noqa: BLE001 - the worker must survive any batch
@@ -605,24 +608,24 @@ class Engine:
                 kind = OutcomeKind.OOM
                 logger.warning("out of memory in %s of %d rows (requests %s): %s", phase.value, len(rows), ids, exc)
             elif isinstance(exc, TTSAppError):  # the adapter refused these rows on purpose, with a message
-                kind, error = OutcomeKind.REFUSED, str(exc)
+                kind, error = OutcomeKind.REFUSED, Finish.from_error(exc)
                 # INFO, not WARNING: the message reaches every request's result (the CLI prints it, the UI shows
                 # it), so a WARNING here would show the user the same error twice.
-                logger.info("%s of %d rows refused (requests %s): %s", phase.value, len(rows), ids, error)
+                logger.info("%s of %d rows refused (requests %s): %s", phase.value, len(rows), ids, error.message)
             else:
                 # The bare cause: every door frames it once in its user's language ("Synthesis failed (request
                 # ..., seed ...): <cause>" in the UI table, "request ... failed: <cause>" in the API, "error:
                 # <cause>" in the CLI), so it must not say "synthesis failed" itself.
-                kind, error = OutcomeKind.CRASHED, f"{type(exc).__name__}: {exc}"
+                kind, error = OutcomeKind.CRASHED, Finish.from_error(exc)
                 if len(rows) > 1:
                     # one line, no traceback: each row now runs alone, and the request whose row still fails
                     # logs its traceback then, once, under its own id
                     logger.warning("%s of %d rows failed (requests %s): %s; running each row alone", phase.value,
-                                   len(rows), ids, error)
+                                   len(rows), ids, error.message)
                 else:
                     # the request's one traceback in the server log, under the id its user is shown
                     logger.error("request %s failed (segment %d): %s", rows[0].request_id, rows[0].index + 1,
-                                 error, exc_info=exc)
+                                 error.message, exc_info=exc)
             del exc  # drop the traceback (and the tensors its frames hold) before freeing memory
         if kind is OutcomeKind.OOM:
             with self._cv:
@@ -653,13 +656,13 @@ class Engine:
             state = self._requests.get(work.request_id)
             if state is not None and not state.finished:
                 self._restart_segment(state, work.index)
-        for work, message in update.failed:
+        for work, finish in update.failed:
             state = self._requests.get(work.request_id)
             if state is not None and not state.finished:
                 # INFO, not WARNING: the message reaches the request's result (the CLI prints it, the UI shows it),
                 # and _run_phase already logged the out-of-memory error or crash that caused it.
-                logger.info("request %s failed: %s", work.request_id, message)
-                self._finish_locked(state, RequestStatus.FAILED, message, resolved)
+                logger.info("request %s failed (%s): %s", work.request_id, finish.reason.value, finish.message)
+                self._finish_locked(state, RequestStatus.FAILED, finish, resolved)
         touched: dict[str, _RequestState] = {}
         now = time.perf_counter()
         for work, reason in update.finished:

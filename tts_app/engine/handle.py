@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from tts_app.engine.streaming import AudioChunk, AudioStream
+from tts_app.metrics import count_finish
 from tts_app.request import SynthesisResult
 
 if TYPE_CHECKING:
@@ -120,6 +121,7 @@ class RequestHandle:
         self.request_id = request_id
         self.future: Future = Future()
         self.future.set_running_or_notify_cancel()  # callers cancel through ``cancel()``, which frees queued work
+        self.future.add_done_callback(count_finish)  # /metrics: every finished request once, by its finish reason
         self._engine = engine
         self._audio_stream = audio_stream
 

@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING
 from tts_app.adapters.base import AdapterRow, ModelFacts, RowEmotion, RowTurn, RowVoice, TTSAdapter
 from tts_app.config import MIN_MAX_SEGMENT_CHARS, REQUEST_LIMITS
 from tts_app.dialogue import join_pieces
+from tts_app.engine import messages as _messages  # noqa: F401 - registers the refusals' zh/en texts
 from tts_app.engine.memory import MemoryEstimator, format_bytes, max_text_chars_for_budget
 from tts_app.engine.scheduler import SegmentWork, expected_speech_s
-from tts_app.errors import InputError, ReferenceAudioError
+from tts_app.errors import ConfigError, InputError, ReferenceAudioError
+from tts_app.frontend.messages import Notice
 from tts_app.request import SynthesisParams, SynthesisRequest
 
 if TYPE_CHECKING:
@@ -93,15 +95,14 @@ def _request_parts(request: SynthesisRequest) -> list[_Part]:
 
     if request.turns:
         if request.params.segment_durations_s is not None:
-            raise InputError("segment_durations_s is for plain text (one target per line); for a dialogue give the "
-                             "whole request's duration_s instead")
+            raise ConfigError("segment_durations_s", Notice("eng_durations_dialogue"))
         return [_Part(turn.text, 0, None, turn.speaker) for turn in request.turns]
     targets = request.params.segment_durations_s
     if targets is not None:  # dubbing cues: each non-blank line its own segment, with its target length
         lines = [line for line in request.text.splitlines() if line.strip()]
         if len(lines) != len(targets):
-            raise InputError(f"segment_durations_s gives {len(targets)} duration(s) but the text has {len(lines)} "
-                             "non-blank line(s); give one duration per line")
+            raise ConfigError("segment_durations_s", Notice("eng_durations_count", num_targets=len(targets),
+                                                            num_lines=len(lines)))
         return [_Part(line, 0, None, None, float(target)) for line, target in zip(lines, targets)]
     return [_Part(c.text, i, c.title) for i, c in enumerate(split_chapters(request.text))]
 
@@ -263,25 +264,23 @@ class InputProcessor:
         segments, warnings, normalized, owners = [], [], [], []
         for index, part in enumerate(parts):
             if part.speaker is not None and not 0 <= part.speaker < len(request.speakers):
-                raise InputError(f"turn {index + 1} names speaker {part.speaker + 1} but the dialogue has "
-                                 f"{len(request.speakers)} speaker(s)")
+                raise ConfigError("text", Notice("eng_turn_speaker", turn=index + 1, speaker=part.speaker + 1,
+                                                 num_speakers=len(request.speakers)))
             prepared = _prepare_text(part.text, supports_pinyin=self.facts.supports_pinyin,
                                      max_segment_chars=max_chars, default_pause_ms=params.pause_between_segments_ms,
                                      control_tags=self.facts.control_tags,
                                      unencodable_characters=self.adapter.unencodable_characters,
                                      measure=measure, max_segment_units=self.facts.max_segment_tokens)
             if part.target_s is not None and not prepared.segments:
-                raise InputError(f"line {index + 1} ({part.text.strip()[:40]!r}) has a target duration but nothing to "
-                                 "speak; give it words or remove the line and its duration")
+                raise ConfigError("text", Notice("eng_line_target_empty", line=index + 1, text=part.text.strip()[:40]))
             if not prepared.segments:
                 if len(parts) > 1 and part.speaker is not None:
-                    raise InputError(f"turn {index + 1} has nothing to speak; give it some words or remove it")
+                    raise ConfigError("text", Notice("eng_turn_empty", turn=index + 1))
                 continue
             part_segments = list(prepared.segments)
             if part.target_s is not None and len(part_segments) != 1:
-                raise InputError(f"line {index + 1} ({part.text.strip()[:40]!r}) has a target duration but would be "
-                                 f"split into {len(part_segments)} segments (longer than {max_chars} characters); "
-                                 "shorten it, split it into lines with a duration each, or raise max_segment_chars")
+                raise ConfigError("text", Notice("eng_line_target_split", line=index + 1, text=part.text.strip()[:40],
+                                                 num_segments=len(part_segments), max_chars=max_chars))
             if index < len(parts) - 1:  # the pause after a part: a chapter's is longer
                 last_pause = (params.chapter_pause_ms if part.speaker is None and part.target_s is None
                               else max(part_segments[-1].pause_after_ms, params.pause_between_segments_ms))
@@ -291,12 +290,11 @@ class InputProcessor:
             warnings += list(prepared.warnings)
             normalized.append(prepared.normalized_text)
         if not segments:
-            raise InputError("the text has nothing to speak; type some words")
+            raise ConfigError("text", Notice("eng_nothing_to_speak"))
         silence_s = sum(int(seg.pause_after_ms) for seg in segments[:-1]) / 1000.0
         if silence_s > REQUEST_LIMITS.max_silence_s:  # e.g. [pause:10s] after every word
-            from tts_app.frontend.messages import Notice
-
-            raise InputError(Notice("limit_silence", value_s=round(silence_s, 1), max_s=REQUEST_LIMITS.max_silence_s))
+            raise ConfigError("text", Notice("limit_silence", value_s=round(silence_s, 1),
+                                             max_s=REQUEST_LIMITS.max_silence_s))
         out = _RequestText(normalized_text="\n\n".join(normalized), texts=[seg.text for seg in segments],
                            source_texts=[seg.source_text for seg in segments],
                            pauses_after_ms=[int(seg.pause_after_ms) for seg in segments], warnings=warnings,

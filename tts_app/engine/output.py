@@ -31,7 +31,9 @@ import numpy as np
 
 from tts_app.audio.post import join_segments
 from tts_app.dialogue import join_pieces
-from tts_app.errors import InputError, TTSAppError
+from tts_app.errors import ConfigError, InputError, TTSAppError
+from tts_app.finish import Finish
+from tts_app.frontend.messages import Notice
 from tts_app.request import ChapterSpan, RequestStatus, SegmentTiming, StopReason, SynthesisResult
 
 if TYPE_CHECKING:
@@ -161,7 +163,7 @@ def assemble_result(state: "_RequestState", sampling_rate: int, frames_per_secon
                     failed_result: Callable[..., SynthesisResult]) -> SynthesisResult:
     """The DONE result of a request whose segments are all made: segments joined with their pauses, then the
     request's tempo and loudness (``tts_app.audio.effects``); FAILED (``failed_result(request, error, warnings)``)
-    when its target duration cannot be met.
+    when its target duration cannot be met (REFUSED) or post-processing fails (ERROR).
 
     Args:
         state: the finished request (``Engine``'s per-request state; read only).
@@ -180,11 +182,12 @@ def assemble_result(state: "_RequestState", sampling_rate: int, frames_per_secon
                                         duration_s=params.duration_s, loudness_lufs=params.loudness_lufs)
         if cues:
             effects.applied["segment_durations"] = cues
-    except TTSAppError as exc:
-        return failed_result(state.request, str(exc), state.warnings)
+    except TTSAppError as exc:  # e.g. a target duration the speech cannot meet: the user's input (REFUSED)
+        return failed_result(state.request, Finish.from_error(exc), state.warnings)
     except Exception as exc:  # noqa: BLE001 - a post-processing bug fails this request only
         logger.exception("request %s: post-processing failed", state.request.request_id)
-        return failed_result(state.request, f"post-processing failed: {type(exc).__name__}: {exc}", state.warnings)
+        return failed_result(state.request, Finish.error(f"post-processing failed: {type(exc).__name__}: {exc}"),
+                             state.warnings)
     audio, spans = effects.audio, effects.spans
     max_new_tokens = state.params.max_new_tokens
     speakers = state.request.speakers
@@ -242,7 +245,10 @@ def fit_segment_durations(state: "_RequestState", waves: list[np.ndarray], sampl
         try:
             tempo = apply_tempo(wave, sampling_rate, duration_s=target)
         except InputError as exc:
-            raise InputError(f"line {i + 1} ({state.source_texts[i][:40]!r}): {exc}") from None
+            from tts_app.frontend.messages import message_of
+
+            raise ConfigError("segment_durations_s", Notice(
+                "tempo_line", line=i + 1, text=state.source_texts[i][:40], problem=message_of(exc))) from None
         out.append(tempo.audio)
         cues.append({"segment": i + 1, "target_s": target, "speed": round(tempo.speed, 4),
                      "duration_before_s": round(tempo.duration_before_s, 4)})

@@ -13,9 +13,10 @@ import enum
 import math
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Hashable
+from typing import Any, Hashable
 
 from tts_app.config import MIN_MAX_SEGMENT_CHARS
+from tts_app.finish import Finish
 from tts_app.request import Priority, StopReason
 
 # Typical read-speech rates used only to ORDER segments by expected duration (bucketing), never to cut audio.
@@ -158,7 +159,8 @@ class Outcome:
         kind: ``OutcomeKind``.
         rows: the rows the call ran: the batch (BATCH), the joining rows (PREFILL), the live rows (DECODE).
         finished: rows that ended, with why (BATCH: every row; DECODE: the rows this step finished).
-        error: the message for REFUSED / CRASHED.
+        error: why REFUSED / CRASHED rows fail (the engine's ``tts_app.finish.Finish``, typed where the error was
+            caught); passed on to ``Update.failed`` untouched.
         measured_peak_bytes: the call's exact peak above what was allocated before it, when known (CUDA, a new
             high-water mark); feeds the estimator's calibration.
     """
@@ -167,7 +169,7 @@ class Outcome:
     kind: OutcomeKind
     rows: tuple[SegmentWork, ...]
     finished: tuple[tuple[SegmentWork, StopReason], ...] = ()
-    error: str = ""
+    error: Any = None
     measured_peak_bytes: int | None = None
 
 
@@ -177,7 +179,8 @@ class Update:
 
     Attributes:
         finished: rows done, with their stop reason (their audio is final).
-        failed: rows whose request fails, with the message.
+        failed: rows whose request fails, with why (a ``Finish``: the outcome's ``error``, or OUT_OF_MEMORY for a row
+            that ran out of memory alone).
         requeued: rows put back into the queue (restart their segment).
         release: rows to take out of the running batch now (finished, failed or requeued ones).
         drop_running_batch: the running batch's state is unknown (a crashed step): drop it whole.
@@ -185,7 +188,7 @@ class Update:
     """
 
     finished: list[tuple[SegmentWork, StopReason]] = field(default_factory=list)
-    failed: list[tuple[SegmentWork, str]] = field(default_factory=list)
+    failed: list[tuple[SegmentWork, Any]] = field(default_factory=list)
     requeued: list[SegmentWork] = field(default_factory=list)
     release: list[SegmentWork] = field(default_factory=list)
     drop_running_batch: bool = False
@@ -211,10 +214,9 @@ class StepPlan:
     evict_bytes: int = 0
 
 
-def oom_alone_message(work: SegmentWork) -> str:
-    """The error of a segment that ran out of device memory as a batch of one."""
-    return (f"out of memory: segment {work.index + 1} ({len(work.text)} characters) did not fit in device memory "
-            "even alone; shorten the text (max_segment_chars), lower max_new_tokens or use a shorter reference")
+def oom_alone_message(work: SegmentWork) -> Finish:
+    """Why a segment that ran out of device memory as a batch of one fails (OUT_OF_MEMORY, with the fix)."""
+    return Finish.out_of_memory_alone(work.index, len(work.text))
 
 
 @dataclass

@@ -78,6 +78,7 @@ class AudioStream:
             sends audio.
 
     Attributes:
+        ended_with: why the request ended (``tts_app.finish.Finish``), set when the stream closes; None while open.
         emitted_samples: per segment, samples of that segment already sent (a segment restarted after an
             out-of-memory retry keeps them: the stream is the truth, see ``Engine``).
         first_audio_s: ``time.monotonic()`` when the first chunk was delivered (None before).
@@ -100,6 +101,7 @@ class AudioStream:
         self._cursor = 0
         self._queue: "queue.Queue" = queue.Queue()
         self._closed = False
+        self.ended_with = None
         self.pending: list[AudioChunk] = []  # chunks made under the engine lock, delivered by ``flush``
         self.first_audio_s: float | None = None
         self.play_end_s: float | None = None
@@ -180,10 +182,12 @@ class AudioStream:
         """Deliver the chunks made since the last flush (``take_pending`` then ``deliver``)."""
         self.deliver(self.take_pending())
 
-    def close(self) -> None:
-        """The request ended (done, failed or cancelled): the iterator stops after the chunks already queued."""
+    def close(self, finish=None) -> None:
+        """The request ended (done, failed or cancelled; ``finish`` says why): the iterator stops after the chunks
+        already queued."""
         if not self._closed:
             self._closed = True
+            self.ended_with = finish
             self._queue.put(_END)
 
     def chunks(self, timeout: float | None = None) -> Iterator[AudioChunk]:

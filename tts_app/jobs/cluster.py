@@ -771,7 +771,8 @@ class RayExecutor:
             return []
         outcomes = [LineOutcome(a.line.line_number, a.line.output_name, "failed",
                                 error=f"no Ray worker is left to run it (all {self.pool.num_workers} stopped); "
-                                      "rerun with --resume once the cluster is back", warnings=list(a.line.warnings))
+                                      "rerun with --resume once the cluster is back", warnings=list(a.line.warnings),
+                                finish_reason="unavailable")
                     for a in self._queue]
         self._queue.clear()
         return outcomes
@@ -802,7 +803,8 @@ class RayExecutor:
                 outcome = LineOutcome(
                     attempt.line.line_number, attempt.line.output_name, "failed" if retry else "cancelled",
                     error=(f"the Ray worker running it stopped {attempt.tries + 1} time(s) (last: {_short(exc)})"
-                           if retry else "cancelled"), warnings=list(attempt.line.warnings))
+                           if retry else "cancelled"), warnings=list(attempt.line.warnings),
+                    finish_reason="unavailable" if retry else "cancelled")
             else:
                 self.pool.release(attempt.slot, done=True)
             outcomes.append(outcome)

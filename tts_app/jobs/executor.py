@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from tts_app.audio.transcribe import Transcriber, fill_transcript
 from tts_app.errors import RequestCancelledError, TTSAppError
+from tts_app.finish import Finish
 from tts_app.frontend.messages import message_of
 from tts_app.jobs.messages import Notice
 from tts_app.request import (EmotionControl, Priority, RequestStatus, SynthesisParams, SynthesisRequest,
@@ -111,6 +112,8 @@ class LineOutcome:
         request_id: the engine request that ran the line (the record's ``request_id``: the id its failure's
             traceback is logged under, on the machine that ran it), or None when it never reached an engine.
         audio_format: the line's own output format (its JSONL ``format``), or None = the job's.
+        finish_reason: why the line's request ended (``tts_app.finish.FinishReason``'s value), or None: derived from
+            ``status`` by ``line_record``.
     """
 
     line_number: int
@@ -123,6 +126,7 @@ class LineOutcome:
     elapsed_s: float = 0.0
     request_id: str | None = None
     audio_format: str | None = None
+    finish_reason: str | None = None
 
 
 @dataclass
@@ -282,10 +286,12 @@ def outcome_from_result(runtime: Runtime, context: JobContext, line: JobLine, pr
     request_id = prepared.request.request_id
     if result.status is RequestStatus.CANCELLED:
         return LineOutcome(line.line_number, line.output_name, "cancelled", error=result.error or Notice("job_cancelled"),
-                           warnings=warnings, elapsed_s=elapsed_s, request_id=request_id)
+                           warnings=warnings, elapsed_s=elapsed_s, request_id=request_id,
+                           finish_reason=result.finish.reason.value)
     if not result.ok or len(result.audio) == 0:
         return LineOutcome(line.line_number, line.output_name, "failed", error=result.error or Notice("job_no_audio"),
-                           warnings=warnings, elapsed_s=elapsed_s, request_id=request_id)
+                           warnings=warnings, elapsed_s=elapsed_s, request_id=request_id,
+                           finish_reason=result.finish.reason.value)
     from tts_app.outputs import output_metadata
 
     job = {"job": {"file": context.job_file_name, "line": line.line_number, "output_name": line.output_name}}
@@ -306,7 +312,8 @@ def outcome_from_exception(line: JobLine, exc: BaseException, elapsed_s: float, 
                            request_id=request_id)
     if isinstance(exc, TTSAppError):
         return LineOutcome(line.line_number, line.output_name, "failed", error=message_of(exc), warnings=list(warnings),
-                           elapsed_s=elapsed_s, request_id=request_id)
+                           elapsed_s=elapsed_s, request_id=request_id,
+                           finish_reason=Finish.from_error(exc).reason.value)
     logger.error("job line %d (request %s) raised", line.line_number, request_id or "not started", exc_info=exc)
     return LineOutcome(line.line_number, line.output_name, "failed", error=Notice("job_internal_error", error=repr(exc)),
                        warnings=list(warnings), elapsed_s=elapsed_s, request_id=request_id)

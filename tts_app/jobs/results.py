@@ -20,7 +20,9 @@ Record fields: ``line`` (1-based physical line of the job file), ``output_name``
 ``elapsed_s`` (wall seconds from submission to completion), ``warnings``, ``request_id`` (the engine request
 that ran the line: the id a failure's traceback is logged under and its sidecar's ``request_id``; null for a line
 that never reached the engine: invalid, cancelled before it started, or on a Ray worker that stopped before
-answering). ``error`` and ``warnings`` are English; when they come from the message tables the record also has
+answering), ``finish_reason`` (why the line ended, ``tts_app.finish.FinishReason``'s value: "done", "refused" for
+a line the user must fix, "too_large", "out_of_memory", "cancelled", "unavailable", "error" for a bug; the status
+says what was written, the reason says who can fix it). ``error`` and ``warnings`` are English; when they come from the message tables the record also has
 ``error_i18n`` / ``warnings_i18n`` (``{"code", "params"}`` per message, null for a plain one), from which the page
 and the CLI render them in their user's language (``tts_app.frontend.messages.localize_record``).
 """
@@ -49,8 +51,10 @@ STATUSES = ("ok", "failed", "cancelled")
 def line_record(line: int, output_name: str | None, status: str, *, error: str | None = None,
                 audio_path: str | None = None, metadata_path: str | None = None, duration_s: float | None = None,
                 num_segments: int | None = None, elapsed_s: float = 0.0,
-                warnings: list[str] | tuple[str, ...] = (), request_id: str | None = None) -> dict[str, Any]:
-    """One ``results.jsonl`` record (see the module docstring for the fields).
+                warnings: list[str] | tuple[str, ...] = (), request_id: str | None = None,
+                finish_reason: str | None = None) -> dict[str, Any]:
+    """One ``results.jsonl`` record (see the module docstring for the fields). ``finish_reason`` None: "done" for
+    an ok line, "cancelled" for a cancelled one, "error" for a failed one.
 
     Raises:
         ValueError: ``status`` is not one of ``STATUSES``, or a path is not a plain file name.
@@ -63,7 +67,8 @@ def line_record(line: int, output_name: str | None, status: str, *, error: str |
     record = {"line": int(line), "output_name": output_name, "status": status, "error": error,
               "audio_path": audio_path, "metadata_path": metadata_path, "duration_s": duration_s,
               "num_segments": num_segments, "elapsed_s": round(float(elapsed_s), 3), "warnings": list(warnings),
-              "request_id": request_id}
+              "request_id": request_id,
+              "finish_reason": finish_reason or {"ok": "done", "cancelled": "cancelled"}.get(status, "error")}
     # Twins of the messages, for a door that shows them in another language (``localize_record``).
     if isinstance(error, Notice):
         record["error_i18n"] = error.to_json()

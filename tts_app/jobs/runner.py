@@ -244,10 +244,12 @@ class _JobRun:
     def record(self, line: int, output_name: str | None, status: str, *, error: str | None = None,
                audio_path: str | None = None, metadata_path: str | None = None, duration_s: float | None = None,
                num_segments: int | None = None, elapsed_s: float = 0.0,
-               warnings: list[str] | tuple[str, ...] = (), request_id: str | None = None) -> None:
+               warnings: list[str] | tuple[str, ...] = (), request_id: str | None = None,
+               finish_reason: str | None = None) -> None:
         self.writer.put(line_record(line, output_name, status, error=error, audio_path=audio_path,
                                     metadata_path=metadata_path, duration_s=duration_s, num_segments=num_segments,
-                                    elapsed_s=elapsed_s, warnings=warnings, request_id=request_id))
+                                    elapsed_s=elapsed_s, warnings=warnings, request_id=request_id,
+                                    finish_reason=finish_reason))
         if status == "ok":
             self.summary.num_ok += 1
         elif status == "failed":
@@ -273,7 +275,8 @@ class _JobRun:
         """One line's end, wherever it ran: an ok line's WAV and sidecar written atomically, then its record."""
         if outcome.status != "ok" or outcome.result is None or outcome.metadata is None:
             self.record(outcome.line_number, outcome.output_name, outcome.status, error=outcome.error,
-                        elapsed_s=outcome.elapsed_s, warnings=outcome.warnings, request_id=outcome.request_id)
+                        elapsed_s=outcome.elapsed_s, warnings=outcome.warnings, request_id=outcome.request_id,
+                        finish_reason=outcome.finish_reason)
             return
         from tts_app.outputs import save_outputs
 
@@ -404,7 +407,7 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
                     run.keep(kept[item.line_number])
                 elif isinstance(item, InvalidLine):
                     run.record(item.line_number, item.output_name, "failed", error=item.message,
-                               warnings=item.warnings)
+                               warnings=item.warnings, finish_reason="refused")
                 elif cancelled:
                     run.record(item.line_number, item.output_name, "cancelled", error=CANCELLED_BEFORE_START,
                                warnings=item.warnings)

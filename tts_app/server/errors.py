@@ -12,7 +12,8 @@ from fastapi.responses import JSONResponse
 
 #: HTTP status -> OpenAI error ``type``
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-               413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+               413: "invalid_request_error", 429: "rate_limit_error", 499: "invalid_request_error", 500: "server_error",
+               503: "server_error"}
 
 
 class APIError(Exception):
@@ -27,10 +28,13 @@ class APIError(Exception):
         headers: extra response headers (``Retry-After`` on 429/503, ``WWW-Authenticate`` on 401).
         request_id: the engine request that failed (500): sent as ``error.request_id`` and the ``X-Request-Id``
             header, the id the server log files the failure's traceback under; None otherwise.
+        finish_reason: the engine request's ``tts_app.finish.FinishReason`` value when it ended without audio,
+            sent as ``error.finish_reason``; None for errors found before any engine request.
     """
 
     def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None,
-                 headers: dict[str, str] | None = None, request_id: str | None = None):
+                 headers: dict[str, str] | None = None, request_id: str | None = None,
+                 finish_reason: str | None = None):
         super().__init__(message)
         self.status = int(status)
         self.message = message
@@ -38,6 +42,7 @@ class APIError(Exception):
         self.param = param
         self.headers = dict(headers or {})
         self.request_id = request_id
+        self.finish_reason = finish_reason
         if request_id is not None:
             self.headers.setdefault("X-Request-Id", request_id)
 
@@ -46,6 +51,8 @@ class APIError(Exception):
                  "param": self.param, "code": self.code}
         if self.request_id is not None:
             error["request_id"] = self.request_id
+        if self.finish_reason is not None:
+            error["finish_reason"] = self.finish_reason
         return JSONResponse({"error": error}, status_code=self.status, headers=self.headers)
 
 

@@ -40,7 +40,6 @@ import json
 import logging
 import struct
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
@@ -51,6 +50,7 @@ from starlette.concurrency import run_in_threadpool
 from tts_app import metrics
 from tts_app.config import MAX_SPEED, MIN_SPEED, ServerConfig
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
+from tts_app.finish import FinishReason
 from tts_app.request import EmotionControl, Priority, SynthesisParams, SynthesisRequest, check_text
 from tts_app.server.errors import APIError
 from tts_app.server.security import AccessPolicy, RateLimiter, client_id
@@ -107,13 +107,34 @@ class SpeechRequest(BaseModel):
         return self.stream if self.stream is not None else "stream_format" in self.model_fields_set
 
 
-@dataclass(frozen=True)
-class SpeechResult:
-    """Encoded audio for one speech request, plus what the headers say."""
+#: ``SynthesisRequest`` fields -> the ``/v1/audio/speech`` parameter a client sends them as (``error.param``)
+API_PARAMS = {"text": "input", "reference_audio": "voice", "reference_text": "voice", "emotion": "instructions",
+              "emotion_text": "instructions"}
+#: HTTP status of a request that ended without audio, by ``FinishReason`` (a user's mistake is never a 5xx; the
+#: official ``openai`` client retries 408/409/429/5xx only, so a refusal is not sent again)
+FINISH_STATUS = {FinishReason.REFUSED: 400, FinishReason.TOO_LARGE: 413, FinishReason.CANCELLED: 499,
+                 FinishReason.OUT_OF_MEMORY: 503, FinishReason.UNAVAILABLE: 503, FinishReason.ERROR: 500}
 
-    body: bytes
-    content_type: str
-    headers: dict[str, str]
+
+def finish_error(result) -> APIError:
+    """The error answer of a request that ended without audio, from its ``SynthesisResult.finish`` (never from its
+    message): 400 REFUSED (``param`` = the field at fault), 413 TOO_LARGE, 499 CANCELLED, 503 + ``Retry-After``
+    OUT_OF_MEMORY (after the engine's own back-off) and UNAVAILABLE, 500 ERROR (a bug: the request id names the
+    server log's traceback). The body's ``error.finish_reason`` is the reason's value."""
+    from tts_app.frontend.messages import localize
+
+    finish = result.finish
+    status = FINISH_STATUS.get(finish.reason, 500)
+    cause = localize(finish.message, "en")
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
+    if status == 500:
+        return APIError(500, f"request {result.request_id} failed: {cause}", code=finish.code or "synthesis_failed",
+                        request_id=result.request_id, finish_reason=finish.reason.value)
+    param = API_PARAMS.get(finish.field, finish.field) if finish.field else None
+    # a refusal's cause names the fix by itself; the others read with their reason ("... try again later")
+    message = cause if finish.is_users_mistake else finish.render("en")
+    return APIError(status, message, code=finish.code, param=param, headers=headers,
+                    finish_reason=finish.reason.value)
 
 
 def encode_speech(audio, sampling_rate: int, fmt: str) -> bytes:
@@ -442,8 +463,7 @@ class OpenAIRoutes:
         handle = await run_in_threadpool(runtime.engine.submit, synthesis)
         result = await self._wait(handle, request)
         if not result.ok:
-            raise APIError(500, f"request {result.request_id} failed: {result.error}",
-                           code="synthesis_failed", request_id=result.request_id)
+            raise finish_error(result)
         body_bytes = await run_in_threadpool(encode_speech, result.audio, result.sampling_rate, fmt)
         wall_s = time.perf_counter() - started
         metrics.observe_synthesis("api", wall_s=wall_s, audio_s=result.duration_s, first_audio_s=wall_s)
@@ -457,7 +477,8 @@ class OpenAIRoutes:
         it get their status), then sends the response with it and the rest as the engine decodes it.
 
         Raises:
-            APIError: 500 the request failed before any audio; 499 the client left first (request cancelled).
+            APIError: the request ended before any audio (``finish_error``: 4xx/5xx by its finish reason); 499 the
+                client left first (request cancelled).
         """
         feed = _ChunkFeed(asyncio.get_running_loop())
         handle = await run_in_threadpool(lambda: runtime.engine.submit(synthesis, on_audio=feed))
@@ -469,8 +490,7 @@ class OpenAIRoutes:
         if first is None:  # the request ended before any audio: a failure (or silence) gets a normal answer
             result = await done
             if not result.ok:
-                raise APIError(500, f"request {result.request_id} failed: {result.error}", code="synthesis_failed",
-                               request_id=result.request_id)
+                raise finish_error(result)
         first_audio_s = time.perf_counter() - started
         rate = runtime.engine.sampling_rate
 
@@ -486,8 +506,8 @@ class OpenAIRoutes:
             result = await done
             if not result.ok:
                 # the status went out with the first audio: ending the body early is all that is left to say
-                raise RuntimeError(f"request {handle.request_id} failed after its first audio was sent: "
-                                   f"{result.error}")
+                raise RuntimeError(f"request {handle.request_id} ended ({result.finish.reason.value}) after its "
+                                   f"first audio was sent: {result.error}")
             metrics.observe_synthesis("api", wall_s=time.perf_counter() - started, audio_s=result.duration_s,
                                       first_audio_s=first_audio_s)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from tts_app.audio.preparer import ReferencePreparer
 from tts_app.config import EngineConfig, FrontendConfig, ModelConfig, ReferenceConfig, UploadConfig
 from tts_app.jobs.manager import JobManager
-from tts_app.monitor import MemoryHistory
+from tts_app.monitor import MEMORY_SAMPLE_PERIOD_S, MemoryHistory, MemorySampler
 from tts_app.runtime import Runtime
 from tts_app.audio.transcribe import Transcriber, transcriber_from
 from tts_app.history import DEFAULT_HISTORY_SIZE, HISTORY_DIR, HistoryStore
@@ -86,7 +86,7 @@ class AppContext:
     pool: WorkerPool | None = None
     history: MemoryHistory = field(default_factory=MemoryHistory)
     jobs: JobManager | None = None
-    _last_oom_count: int = 0
+    _sampler: MemorySampler | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _no_model_references: ReferencePreparer | None = None
     api_keys: tuple[str, ...] = ()
@@ -220,12 +220,33 @@ class AppContext:
                                                               self.reference_config)
             return self._no_model_references
 
+    def memory_sampler(self) -> MemorySampler:
+        """The app's one memory sampler (``tts_app.monitor.MemorySampler``), started on first use: it alone feeds
+        ``history`` (the engine's device, its OOM events), once per ``MEMORY_SAMPLE_PERIOD_S``, however many pages
+        show the gauge. Stopped by ``close``."""
+        from tts_app.monitor import read_memory
+
+        with self._lock:
+            if self._sampler is None:
+                def read():
+                    engine = self.engine
+                    return read_memory(engine.stats().device if engine is not None else "cpu")
+
+                def num_oom():
+                    engine = self.engine
+                    return engine.stats().num_oom if engine is not None else None
+
+                self._sampler = MemorySampler(self.history, read, num_oom, period_s=MEMORY_SAMPLE_PERIOD_S).start()
+            return self._sampler
+
     def close(self) -> None:
-        """Stop the jobs (they end "interrupted" and resume after a restart), then the engine; remove the
-        single-synthesis outputs of every session and the players' reference clips (job folders and each owner's
-        history are kept)."""
+        """Stop the memory sampler and the jobs (they end "interrupted" and resume after a restart), then the
+        engine; remove the single-synthesis outputs of every session and the players' reference clips (job folders
+        and each owner's history are kept)."""
         from tts_app.server.sessions import SESSIONS_DIR
 
+        if self._sampler is not None:
+            self._sampler.stop()
         if self.jobs is not None:
             self.jobs.shutdown()
         if self.runtime is not None:

@@ -583,21 +583,25 @@ def _observe(result, *, wall_s: float, first_audio_s: float | None) -> None:
 def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRequest, result, *, reference=None,
                       speaker_references=None, audio_format: str | None = "wav", request: gr.Request | None = None):
     """A finished request -> (audio path, SRT path, metadata path, segment table, seed), written atomically; a
-    failed or silent request raises ``gr.Error`` naming the seed."""
+    failed request raises ``gr.Error`` with its ``finish`` in the page's language (a bug: naming the request id and
+    seed), a silent one naming the seed."""
     from tts_app.longform import name_from_text
     from tts_app.outputs import output_metadata, save_outputs
 
     seed = synthesis_request.params.seed
     fmt = audio_format if audio_format in AUDIO_FORMATS else "wav"
-    from tts_app.request import RequestStatus
+    from tts_app.finish import FinishReason
 
-    if result.status == RequestStatus.CANCELLED:
+    finish = result.finish  # the reason decides the pop-up; its message renders in the page's language
+    if finish.reason is FinishReason.CANCELLED:
         raise gr.Error(server_text(lang, "generation_stopped"), print_exception=False)
-    if not result.ok:
+    if finish.reason is FinishReason.ERROR:  # a bug: the request id finds its traceback in the server log
         from tts_app.frontend.messages import localize
 
         raise user_error(server_text(lang, "synthesis_failed", request_id=result.request_id, seed=seed,
-                                     error=localize(result.error, lang)))
+                                     error=localize(finish.message, lang)))
+    if not result.ok:  # the user's input, too large, out of memory, shut down: what happened and the fix
+        raise user_error(finish.render(lang))
     if result.audio.size == 0:
         ran_greedy = result.effective_params is not None and result.effective_params.greedy is not False
         raise user_error(server_text(lang, "no_audio_greedy" if ran_greedy else "no_audio_sampling", seed=seed))
@@ -662,21 +666,16 @@ def worker_lines(pool, lang: str) -> list[str]:
 
 
 def gauge(ctx: AppContext, request: gr.Request = None):
-    """Timer tick -> (summary markdown, plot rows). Reads memory, records it, and marks new OOM events."""
+    """Timer tick -> (summary markdown, plot rows). Only reads: the app's one memory sampler
+    (``AppContext.memory_sampler``) records the readings and OOM events, however many pages poll."""
     import pandas as pd
 
     lang = _lang(ctx, request)
-    device = "cpu"
-    stats = None
-    if ctx.engine is not None:
-        stats = ctx.engine.stats()
-        device = stats.device
-        if stats.num_oom > ctx._last_oom_count:
-            for _ in range(stats.num_oom - ctx._last_oom_count):
-                ctx.history.add_oom()
-            ctx._last_oom_count = stats.num_oom
-    reading = read_memory(device)
-    ctx.history.add(reading)
+    stats = ctx.engine.stats() if ctx.engine is not None else None
+    sampler = ctx.memory_sampler()
+    reading = sampler.latest
+    if reading is None:  # the sampler's first reading is still being taken: show one, record nothing
+        reading = read_memory(stats.device if stats is not None else "cpu")
     gib = lambda n: f"{n / GIB:.3f}"  # noqa: E731 - MiB resolution, so the gauge visibly moves
     what = server_text(lang, "cpu_memory" if reading.is_cpu else "gpu_memory")
     lines = [f"**{reading.device_name}** ({reading.device}) — {what}",

@@ -117,6 +117,7 @@ def load_model(ctx, engine_args: EngineArgs) -> None:
         ctx.load_error = str(exc)
         print(f"error: {exc}", file=sys.stderr, flush=True)
     ctx.start_jobs()  # after the model: jobs a stopped server left running come back "interrupted"
+    ctx.memory_sampler()  # the gauge's history from now on, whether or not a page shows it (one thread per app)
 
 
 def bind_socket(host: str, port: int | None) -> socket.socket:

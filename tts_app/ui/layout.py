@@ -13,6 +13,7 @@ import gradio as gr
 from gradio.i18n import I18nData
 
 from tts_app.config import DEFAULT_REFERENCE_CLEANUP, REFERENCE_CLEANUPS, public_model_id
+from tts_app.monitor import MEMORY_SAMPLE_PERIOD_S
 from tts_app.ui import batch, handlers
 from tts_app.ui.audio import Audio  # gr.Audio without the ffmpeg program
 from tts_app.ui import history as history_handlers
@@ -190,7 +191,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             gauge_plot = gr.LinePlot(x="seconds_ago", y="used_gib", color="event", label=i18n("memory_plot"),
                                      color_map={**{SERVER[code]["legend_ok"]: "#4c78a8" for code in SERVER},
                                                 "OOM": "#e45756"}, elem_id="gauge-plot")
-            timer = gr.Timer(1.0)
+            timer = gr.Timer(MEMORY_SAMPLE_PERIOD_S)  # reads the history the app's one sampler feeds
 
         # --- events -------------------------------------------------------------------------------------------
         ref_audio.change(_wrap(handlers.reference_report, ctx), [ref_audio, ref_text, reference_cleanup],

@@ -1,0 +1,33 @@
+"""The engine's refusals of a request's text, in English and Chinese (``tts_app.frontend.messages``): found while
+the text is split into segments, they end the request as ``FinishReason.REFUSED`` and each door shows them in its
+user's language. No torch."""
+
+from __future__ import annotations
+
+from tts_app.frontend.messages import register
+
+ENGINE_EN: dict[str, str] = {
+    "eng_nothing_to_speak": "the text has nothing to speak; type some words",
+    "eng_durations_dialogue": "segment_durations_s is for plain text (one target per line); for a dialogue give the "
+                              "whole request's duration_s instead",
+    "eng_durations_count": "segment_durations_s gives {num_targets} duration(s) but the text has {num_lines} "
+                           "non-blank line(s); give one duration per line",
+    "eng_turn_speaker": "turn {turn} names speaker {speaker} but the dialogue has {num_speakers} speaker(s)",
+    "eng_turn_empty": "turn {turn} has nothing to speak; give it some words or remove it",
+    "eng_line_target_empty": "line {line} ({text!r}) has a target duration but nothing to speak; give it words or "
+                             "remove the line and its duration",
+    "eng_line_target_split": "line {line} ({text!r}) has a target duration but would be split into {num_segments} "
+                             "segments (longer than {max_chars} characters); shorten it, split it into lines with a "
+                             "duration each, or raise max_segment_chars",
+}
+ENGINE_ZH: dict[str, str] = {
+    "eng_nothing_to_speak": "文本中没有可朗读的内容；请输入文字",
+    "eng_durations_dialogue": "segment_durations_s 用于普通文本（每行一个目标时长）；对话请改为给整段的 duration_s",
+    "eng_durations_count": "segment_durations_s 给了 {num_targets} 个时长，但文本有 {num_lines} 个非空行；请每行给一个时长",
+    "eng_turn_speaker": "第 {turn} 轮指定了说话人 {speaker}，但对话只有 {num_speakers} 个说话人",
+    "eng_turn_empty": "第 {turn} 轮没有可朗读的内容；请写上文字或删去这一轮",
+    "eng_line_target_empty": "第 {line} 行（{text!r}）有目标时长，但没有可朗读的内容；请写上文字，或删去这一行及其时长",
+    "eng_line_target_split": "第 {line} 行（{text!r}）有目标时长，但会被分成 {num_segments} 段（超过 {max_chars} 个字符）；"
+                             "请缩短它、拆成每行一个时长，或调大 max_segment_chars",
+}
+register(__name__, ENGINE_EN, ENGINE_ZH)
