@@ -15,6 +15,8 @@ streams, and the real post-processing (``tts_app.audio.effects``: tempo, loudnes
 2. fairness     time to first audio of a short request (``你好。``) submitted while another user's 2,000-character
                 request fills the batch, over its time alone; fair turns (round-robin by request, rule e) vs oldest
                 segment first (``fair=False``, the engine before issue 26; preemption on in both).
+2b. (--tiny)    measure 2 on the tiny random VibeVoice checkpoint on CPU (its stop decision following the text's
+                expected length, as bench/continuous_bench.py does).
 3. underruns    a streamed ~25 s answer while another user's 2,000-character request runs, the model near real time
                 per row: underruns its client hears (real-time playback from the first chunk) and the longest
                 silence; fair vs oldest segment first.
@@ -187,6 +189,51 @@ def measure_fairness(quick: bool) -> Table:
     return table
 
 
+def measure_fairness_tiny(quick: bool) -> Table:
+    """Measure 2 on the tiny random VibeVoice checkpoint (CPU), its stop decision following the text's expected length
+    (bench/continuous_bench.py ``length_driven``), a 3 s real reference, the engine's default batch size."""
+    import tempfile
+
+    from continuous_bench import length_driven
+    from tts_app.config import EngineConfig as Config
+
+    table = Table("fairness_tiny", "2b. the same on the tiny VibeVoice checkpoint (CPU, default max batch size)",
+                  ["order", "alone_first_s", "behind_long_first_s", "ratio", "long_segments"],
+                  ["alone_first_s", "behind_long_first_s", "ratio"])
+    with tempfile.TemporaryDirectory() as work_dir:
+        tiny = common.load_tiny_adapter("vibevoice", Path(work_dir))
+        adapter, _ = length_driven(tiny, max_frames=tiny.facts.default_max_new_tokens)
+        sr = adapter.facts.sampling_rate
+        ref = ReferenceAudio(common.reference_clip("en_female_1.wav", sr, 3.0)[0], sr)
+
+        def tiny_request(text: str, seed: int) -> SynthesisRequest:
+            return SynthesisRequest(text=text, reference_audio=ref, params=SynthesisParams(seed=seed))
+
+        def first(engine, text: str, seed: int) -> float:
+            t0, marks = time.perf_counter(), {}
+            handle = engine.submit(tiny_request(text, seed), on_audio=lambda c: marks.setdefault(
+                "first", time.perf_counter() - t0))
+            assert handle.result(timeout=600).ok
+            return marks["first"]
+
+        for label, fair in (("fair turns", True), ("oldest first (before)", False)):
+            engine = Engine(adapter, Config(), fair=fair).start()
+            first(engine, "你好。 Warm up.", 0)
+            alone = statistics.median(first(engine, "你好。", i) for i in range(2 if quick else 3))
+            long = engine.submit(tiny_request(text_of(2000), 1))
+            while engine.scheduler.num_running == 0:
+                time.sleep(0.005)
+            time.sleep(3.0)  # the issue's case: sent 3 s after the other client's request
+            behind = first(engine, "你好。", 50)
+            segments = len(engine._requests[long.request_id].texts) if long.request_id in engine._requests else 0
+            long.cancel()
+            engine.shutdown()
+            table.rows.append({"order": label, "alone_first_s": alone, "behind_long_first_s": behind,
+                               "ratio": ratio(behind, alone), "long_segments": segments})
+    table.notes.append("issue 26: 18-35 s behind the long request vs 0.4-0.6 s alone before; asks <= 3x")
+    return table
+
+
 def measure_underruns(quick: bool) -> Table:
     table = Table("underruns", "3. a streamed ~25 s answer while another user's 2,000-character request runs",
                   ["order", "step_s", "first_audio_s", "stream_audio_s", "underruns", "max_silence_s",
@@ -220,10 +267,12 @@ def measure_underruns(quick: bool) -> Table:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--tiny", action="store_true", help="also measure 2 on the tiny VibeVoice checkpoint")
     args = parser.parse_args()
     warm_up()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    for measure in (measure_post, measure_fairness, measure_underruns):
+    measures = [measure_post, measure_fairness] + ([measure_fairness_tiny] if args.tiny else []) + [measure_underruns]
+    for measure in measures:
         print(measure(args.quick).render())
         print(f"load average: {os.getloadavg()[0]:.2f}")
 
