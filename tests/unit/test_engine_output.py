@@ -104,3 +104,29 @@ def test_output_tasks_of_one_request_run_in_order_and_requests_run_side_by_side(
     slow_release.set()
     assert processor.join(timeout=30)
     assert order[5:] == [("long", 0), ("long", 1)]
+
+
+def test_a_bug_in_a_requests_output_fails_that_request_and_the_engine_serves_the_next(monkeypatch):
+    """A bug on the output thread (here: the stream's last flush raising a non-TTSAppError) resolves the caller's
+    future as FAILED with an ERROR finish and ends its stream; before, the future was never resolved and the
+    caller hung."""
+    import tts_app.engine.core as core
+    from tts_app.finish import FinishReason
+
+    engine = Engine(FakeStepAdapter(fake_facts(max_segment_chars=80)), EngineConfig(wait_window_ms=0)).start()
+    real_close = core.AudioStream.close
+    calls = {"n": 0}
+
+    def broken_close(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a bug in the output code")
+        return real_close(self, *args, **kwargs)
+
+    monkeypatch.setattr(core.AudioStream, "close", broken_close)
+    handle = engine.submit(request("Hi there.", seed=5), stream=True)
+    failed = handle.result(timeout=30)
+    assert failed.status is RequestStatus.FAILED and failed.finish.reason is FinishReason.ERROR
+    list(handle.stream(timeout=5))  # ends: the stream was closed
+    assert engine.submit(request("Next one.", seed=6)).result(timeout=30).ok
+    engine.shutdown()

@@ -485,7 +485,31 @@ class Engine:
 
     def _finish_output(self, future: Future, result: SynthesisResult | _RequestState,
                        audio_stream: AudioStream | None) -> None:
-        """A finished request's output (the output thread; see ``_resolve``)."""
+        """A finished request's output (the output thread; see ``_resolve``). Whatever raises in it, the caller's
+        future is resolved (FAILED with an ERROR finish naming the exception's type) and its stream ended, so no
+        caller ever waits for a result that will not come."""
+        request = result.request if isinstance(result, _RequestState) else None
+        try:
+            self._finish_output_unguarded(future, result, audio_stream)
+        except Exception as exc:  # noqa: BLE001 - a bug here fails this request only, never hangs its caller
+            request_id = request.request_id if request is not None else result.request_id
+            logger.exception("request %s: output failed", request_id)
+            if request is not None:
+                failed = self._failed_result(request, Finish.from_error(exc))
+            else:
+                failed = SynthesisResult(request_id=request_id, status=RequestStatus.FAILED,
+                                         sampling_rate=self.sampling_rate, finish=Finish.from_error(exc),
+                                         error=Finish.from_error(exc).message)
+            if audio_stream is not None:
+                try:
+                    audio_stream.close(failed.finish)
+                except Exception:  # noqa: BLE001 - already failing; the future below is what the caller waits on
+                    logger.exception("request %s: stream could not be closed", request_id)
+            if not future.done():
+                future.set_result(failed)
+
+    def _finish_output_unguarded(self, future: Future, result: SynthesisResult | _RequestState,
+                                 audio_stream: AudioStream | None) -> None:
         if isinstance(result, _RequestState):
             result = assemble_result(result, self.sampling_rate, self.facts.frames_per_second, self._failed_result)
             if not result.ok:
