@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from tests.adapter_helpers import (REPO_ROOT, load_reference, run_batch, run_make_tiny_model,  # noqa: E402
+from tests.adapter_helpers import (load_reference, run_batch, run_make_tiny_model,  # noqa: E402
                                   skip_without)
 
 skip_without("indextts")
@@ -485,14 +482,9 @@ def test_emotion_from_text_asks_the_checkpoints_emotion_model(monkeypatch, adapt
 def run_upstream(tmp_path, tiny_idx, spec: list[dict]):
     """The package's own ``IndexTTS2.infer`` on ``spec``'s cases (tests/indextts2_upstream.py, in a child process
     with the checkpoint's hub cache, offline) -> its npz (``codes_i``, ``audio_i``)."""
-    (tmp_path / "cases.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-    env = dict(os.environ, HF_HUB_CACHE=str(tiny_idx / "hf_cache"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, "-m", "tests.indextts2_upstream", str(tiny_idx),
-                           str(tmp_path / "cases.json"), str(tmp_path / "upstream.npz")],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return np.load(tmp_path / "upstream.npz")
+    from tests.indextts2_upstream import run_infer
+
+    return run_infer(tmp_path, tiny_idx, spec)
 
 
 # Seeds for which the package's default beam search gives codes on the tiny checkpoint with BEAM_TEXT and the
