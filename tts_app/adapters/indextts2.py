@@ -402,6 +402,25 @@ def _resolve_file(aux: _Auxiliary, repo_id: str, filename: str, flat_name: str) 
                            local_files_only=aux.local_files_only)
 
 
+def _check_checkpoint_files(folder: Path, cfg) -> None:
+    """Refuse, before any weights are read, a checkpoint folder that lacks a file its config.yaml names (the files
+    of ``IndexTeam/IndexTTS-2`` itself: ``gpt_checkpoint``, ``s2mel_checkpoint``, ``w2v_stat``, ``emo_matrix``,
+    ``spk_matrix``, ``dataset.bpe_model``; the emotion model ``qwen_emo_path`` is optional: only emotion from text
+    needs it). The auxiliary models of other repositories are looked up later (``_auxiliary``).
+
+    Raises:
+        ModelLoadError: naming every missing file and the command that downloads the whole repository.
+    """
+    names = [str(cfg.get(key)) for key in ("gpt_checkpoint", "s2mel_checkpoint", "w2v_stat", "emo_matrix",
+                                           "spk_matrix") if cfg.get(key) is not None]
+    names.append(str(cfg.dataset["bpe_model"]))
+    missing = [name for name in names if not (folder / name).is_file()]
+    if missing:
+        raise ModelLoadError(
+            f"IndexTTS-2 folder {str(folder)!r} lacks {', '.join(missing)} (named in its config.yaml); download the "
+            f"whole repository: `hf download {HUB_ID} --local-dir {folder}`")
+
+
 def _auxiliary_error(name: str, repo_id: str, checkpoint: Path, exc: Exception) -> ModelLoadError:
     return ModelLoadError(
         f"IndexTTS 2 needs the auxiliary model {repo_id} ({name}), which is not in {checkpoint} nor in the hub cache "
@@ -1095,6 +1114,7 @@ class IndexTTS2Adapter(TTSAdapter):
         from transformers import SeamlessM4TFeatureExtractor, Wav2Vec2BertModel
 
         cfg = OmegaConf.load(folder / "config.yaml")
+        _check_checkpoint_files(folder, cfg)
         gpt = UnifiedVoice(**cfg.gpt)
         load_checkpoint(gpt, str(folder / cfg.gpt_checkpoint))
         gpt.eval()
