@@ -211,6 +211,10 @@ class HiggsAudioAdapter(TTSAdapter):
 
     family = "higgs"
     display_name = "Higgs Audio v2"
+    departures = (  # tts_app.adapters.base.ModelFacts.departures
+        "sampling and repetition-aware redraws use per-row seeded generators (transformers' generate uses the "
+        "global RNG) so a row never depends on its batch-mates",
+    )
     # Boson AI's release is in its own boson_multimodal format (model_type "higgs_audio"); transformers loads the
     # conversion its docs use (convert_higgs_audio_v2_to_hf.py).
     original_format_repos = {"bosonai/higgs-audio-v2-generation-3B-base": TRANSFORMERS_REPO}

@@ -1039,6 +1039,16 @@ class IndexTTS2Adapter(TTSAdapter):
 
     family = "indextts2"
     display_name = "IndexTTS 2"
+    departures = (  # tts_app.adapters.base.ModelFacts.departures
+        "text is normalised by the front end (wetext) plus the package's punctuation map and English "
+        "contractions, not by NeMo",
+        "infer() packs comma- and dash-separated pieces into its 120 text tokens, we pack whole sentences: in a "
+        "text over 120 tokens a segment boundary can fall mid-sentence there, at a sentence end here",
+        "codes the codec cannot decode (start_mel_token) are never drawn: infer() can draw them and then returns "
+        "no audio",
+        "the GPT decodes rows in batches with a KV cache and each row's own mel positions (as in training); s2mel"
+        " and the vocoder run row by row, the package's code",
+    )
     supports_decode_steps = True
 
     def __init__(self, model, processor: IndexTTS2Processor, device: str, dtype: str):

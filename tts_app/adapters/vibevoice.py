@@ -622,6 +622,12 @@ class VibeVoiceAdapter(TTSAdapter):
 
     family = "vibevoice"
     display_name = "VibeVoice"
+    departures = (  # tts_app.adapters.base.ModelFacts.departures
+        "CFG on the diffusion head only, as Microsoft's original code: transformers' generate also applies CFG to"
+        " the LM logits (UnbatchedClassifierFreeGuidanceLogitsProcessor)",
+        "a per-segment cap of 600 frames (80 s) keeps KV-cache estimates and batching sane: the converted "
+        "config's max_new_tokens 40500 covers a 90-minute podcast",
+    )
     supports_decode_steps = True
     # Original releases (microsoft/VibeVoice format: decoder_config / acoustic_tokenizer_config) -> their transformers
     # conversions (transformers convert_vibevoice_to_hf.py; model_doc/vibevoice.md names the 7B one).
