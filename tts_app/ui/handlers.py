@@ -727,10 +727,11 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
                         audio_2: str | None = None, audio_3: str | None = None, audio_4: str | None = None,
                         seed: int | None = 0, speed: float | None = None, duration_s: float | None = None,
                         loudness_lufs: float | None = None, audio_format: str | None = "wav",
-                        request: gr.Request = None, progress=gr.Progress()):
+                        reference_cleanup: str | None = None, request: gr.Request = None, progress=gr.Progress()):
     """A dialogue script (``Speaker 1:`` / ``[S1]`` / ``Name:`` lines, up to 4 speakers) -> (audio, subtitles,
-    metadata, segments with their speaker, seed used). Speaker N speaks with ``voice_N`` (a saved voice) or, when
-    that is empty, ``audio_N`` (an uploaded clip)."""
+    metadata, segments with their speaker, seed used). Speaker N speaks with ``voice_N`` (a saved voice, cleaned as
+    it was saved) or, when that is empty, ``audio_N`` (an uploaded clip, cleaned with ``reference_cleanup``:
+    "auto", "full" or "off"; None = the default)."""
     from tts_app.dialogue import dialogue_request, parse_script
 
     lang = _lang(ctx, request)
@@ -750,7 +751,7 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
                 ref, text = ctx.voices.prepare_source(voices_given[slot], ctx.references)
             elif audios[slot]:
                 _check_reference_upload(ctx, audios[slot], lang)
-                ref, text = _prepare_reference(ctx, audios[slot], None), None
+                ref, text = _prepare_reference(ctx, audios[slot], None, reference_cleanup), None
             else:
                 raise user_error(server_text(lang, "need_speaker_voice", number=speaker.number, name=speaker.label))
         except TTSAppError as exc:
@@ -758,6 +759,8 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
         voices.append((ref, _fill_transcript(ctx, ref, text, lang)))
         refs.append(ref)
     params = tempo_params(SynthesisParams(seed=int(seed or 0)), speed, duration_s, loudness_lufs)
+    if reference_cleanup:
+        params = dataclasses.replace(params, reference_cleanup=reference_cleanup)
     synthesis_request = dialogue_request(parsed, voices, text=script, params=params, priority=Priority.INTERACTIVE)
     return run_web_request(ctx, synthesis_request, lang, progress, speaker_references=refs,
                            audio_format=audio_format, request=request, kind="dialogue")

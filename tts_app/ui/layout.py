@@ -175,6 +175,8 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             with gr.Row():
                 d_seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="dialogue-seed")
                 d_speed, d_duration, d_loudness, d_format = _output_controls(i18n, "dialogue-")
+                d_cleanup = gr.Radio(choices=list(REFERENCE_CLEANUPS), value=DEFAULT_REFERENCE_CLEANUP,
+                                     label=i18n("reference_cleanup"), elem_id="dialogue-reference-cleanup")
             with gr.Row():
                 generate_dialogue = gr.Button(i18n("generate_dialogue"), variant="primary",
                                               elem_id="generate-dialogue", scale=4)
@@ -261,7 +263,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
 
         dialogue_run = generate_dialogue.click(
             _wrap(handlers.synthesize_dialogue, ctx),
-            [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness, d_format],
+            [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness, d_format, d_cleanup],
             dialogue_outputs, api_name="synthesize_dialogue", show_progress_on=[dialogue_outputs[0]],
             **MODEL_CONCURRENCY)
         stop_dialogue.click(_stop_fn(ctx, "dialogue"), None, None, cancels=[dialogue_run], queue=False,
