@@ -93,6 +93,13 @@ writes there: ``hf_cache/w2v-bert-2.0/``, ``semantic_codec_model.safetensors``, 
 own calls (``hf_hub_download`` / ``from_pretrained``) - so a checkpoint folder carrying its auxiliaries runs with no
 network at all.
 
+Length limits: an IndexTTS-2 checkpoint has no generation config and the package reads none; ``infer``'s
+``max_mel_tokens`` counts new codes (transformers' ``max_new_tokens``: ``SynthesisParams.max_new_tokens`` here), and
+text and codes have position embeddings of their own (``gpt.max_text_tokens``, ``gpt.max_mel_tokens``), so a row's
+cap never depends on its prompt length: there is no total ``max_length`` to enforce per row, as Dia, CSM, VibeVoice
+and Higgs do (``TTSAdapter.row_max_new_tokens``). Both capacities are checked (``preprocess``,
+``_check_max_new_tokens``).
+
 KV cache accounting (``ModelFacts``): the GPT-2 stack's ``layers x heads x (model_dim / heads)`` per position; a row
 holds ``34`` conditioning positions + its text tokens + 2 + 1 (``<start_mel>``) + its codes, whatever the reference
 length (the perceiver always gives 32 latents), so ``reference_positions_per_second`` is 0.
