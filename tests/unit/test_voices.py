@@ -230,6 +230,7 @@ def test_jsonl_voices_speakers_and_the_default_voice_use_the_chosen_cleanup(tmp_
 
     # the job's default "full" reaches files (the default voice), not a saved voice's own choice
     assert sidecar("as_saved")["reference"]["cleanup"] == "off"
+    assert sidecar("as_saved")["generation"]["reference_cleanup"] == "off"  # the sidecar's settings say what ran
     assert sidecar("asked")["reference"]["cleanup"] == "full"
     assert sidecar("default")["reference"]["cleanup"] == "full"
     assert [s["reference"]["cleanup"] for s in sidecar("talk")["speakers"]] == ["full", "full"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Union
 
@@ -243,6 +243,7 @@ def prepare_line(runtime: Runtime, line: JobLine, context: JobContext, default_r
     voice_cleanup = line.params.get("reference_cleanup")
     if line.voice is not None:
         prepared, voice_text = context.voices.prepare_source(line.voice, runtime.references, voice_cleanup)
+        line_params = replace(line_params, reference_cleanup=prepared.report.cleanup)  # what ran on the voice
         reference_text = line.prompt_text or prepared.text or voice_text
     elif line.prompt_audio is None:
         prepared = default_reference

@@ -36,6 +36,7 @@ the duration header and error statuses for clients that do not read as a stream)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import struct
@@ -415,6 +416,7 @@ class OpenAIRoutes:
         defaults = runtime.engine.facts.generation_defaults
         warnings += [f"{name} was ignored: {runtime.model.family} has no beam search" for name in
                      ("num_beams", "length_penalty") if getattr(body, name) is not None and getattr(defaults, name) is None]
+        params = dataclasses.replace(params, reference_cleanup=prepared.report.cleanup)  # what ran on the voice
         request = SynthesisRequest(text=body.input, reference_audio=prepared.audio,
                                    reference_text=transcript or prepared.text, params=params,
                                    priority=Priority.INTERACTIVE, emotion=emotion)

@@ -321,7 +321,9 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
     except TTSAppError as exc:
         raise user_error(error_text(exc, lang)) from exc
     params = tempo_params(params, speed, duration_s, loudness_lufs, segment_durations_s, lang)
-    if reference_cleanup:
+    if voice:  # the sidecar's reference_cleanup says what ran: the saved voice's own
+        params = dataclasses.replace(params, reference_cleanup=reference.report.cleanup)
+    elif reference_cleanup:
         params = dataclasses.replace(params, reference_cleanup=reference_cleanup)
     reference_text = _fill_transcript(ctx, reference, reference_text, lang)
     emotion = _emotion(ctx, lang, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text)
