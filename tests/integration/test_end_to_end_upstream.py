@@ -232,12 +232,14 @@ def test_vibevoice_synthesis_equals_vibevoice_processor_and_generate(tiny_checkp
 # ---------------------------------------------------------------------------------------------------------- IndexTTS 2
 
 # Two sentences within infer()'s 120 text tokens: one segment on both sides. Two sentences over it (the tiny
-# tokenizer reads English letter by letter: 54 + 84 tokens): two segments, joined with 200 ms of silence on both sides.
-# No commas: infer() also cuts at commas before packing (see the README's "How each model is run").
+# tokenizer reads English letter by letter: 54 + 84 tokens): two segments, joined with 200 ms of silence on both sides;
+# with commas, infer() cuts the second segment's start at a comma inside the second sentence, and so do we.
 INDEXTTS2_TEXTS = {
     "one segment": ("Hello there. How are you today?", 1, (1, 2)),
     "two segments": ("The weather is lovely today so let us walk in the park. We can sit by the lake and watch the "
                      "ducks swim around and then go home for dinner.", 2, (0, 1)),
+    "two segments, cut at a comma": ("The weather is lovely today, so let us walk in the park. We can sit by the "
+                                     "lake, watch the ducks swim around and then go home for dinner.", 2, (2,)),
 }
 
 
@@ -246,7 +248,8 @@ def test_indextts2_synthesis_equals_the_packages_own_infer(tiny_checkpoint, tiny
     """IndexTTS 2: the package's ``IndexTTS2.infer(ref, text)`` with its defaults (beam sampling, 3 beams, length
     penalty 0, temperature / top-p / top-k 0.8 / 0.8 / 30, repetition penalty 10, 120 text tokens per segment, 200 ms
     between segments, max_mel_tokens 1500) vs our default synthesis of the same text and clip: the same number of
-    segments and the same audio, silences included, for a one-segment and a two-segment text, two seeds each.
+    segments and the same audio, silences included, for a one-segment and a two-segment text (two seeds each) and a
+    two-segment text whose cut falls at a comma.
     ``infer`` takes no seed: its draws are pinned per segment the way ours are seeded, segment ``k`` with
     ``seed + k`` (tests/indextts2_upstream.py; the departure is named in the README). The tiny rows end by themselves
     (stop-code bias) well before either side's cap (our 120 = the tiny config.yaml's gpt.max_mel_tokens)."""

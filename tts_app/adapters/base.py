@@ -734,6 +734,14 @@ class TTSAdapter(abc.ABC):
         it."""
         return len(self.processor.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def segment_measure(self):
+        """The family's segment unit for the front end (``tts_app.frontend.segment.SegmentMeasure``), used when
+        ``facts.max_segment_tokens`` is set: ``count_text_tokens``, sentences as the pieces that are packed. A family
+        whose upstream also cuts inside sentences names those characters (``piece_ends``)."""
+        from tts_app.frontend.segment import SegmentMeasure
+
+        return SegmentMeasure(self.count_text_tokens)
+
     def max_new_tokens(self, params: SynthesisParams) -> int:
         """The request's decode-step cap, else the checkpoint default (``facts.generation_defaults``)."""
         return params.max_new_tokens if params.max_new_tokens is not None else self.facts.default_max_new_tokens

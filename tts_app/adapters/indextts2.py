@@ -222,8 +222,9 @@ EMOTION_TEXT_MAX_NEW_TOKENS = 256
 NUM_SPEECH_LATENTS = 32
 NUM_CONDITIONING_POSITIONS = NUM_SPEECH_LATENTS + 2
 NUM_TEXT_FRAME_TOKENS = 2  # <start_text>, <stop_text>
-# Segments as upstream cuts them: sentences packed up to infer()'s max_text_tokens_per_segment=120 text tokens
-# (IndexTTS2.infer default), counted with the checkpoint's own tokenizer (``count_text_tokens``).
+# Segments as upstream cuts them (``segment_measure``): sentences, cut also at commas and dashes, packed up to
+# infer()'s max_text_tokens_per_segment=120 text tokens (IndexTTS2.infer default), counted with the checkpoint's own
+# tokenizer (``count_text_tokens``).
 MAX_TEXT_TOKENS_PER_SEGMENT = 120
 # A character ceiling above what 120 tokens hold (Chinese ~1 token per character, English ~3-5 characters per BPE
 # token), so the token limit decides, as upstream (which has no character limit). 120 tokens are ~30 s of speech,
@@ -1049,8 +1050,9 @@ class IndexTTS2Adapter(TTSAdapter):
     departures = (  # tts_app.adapters.base.ModelFacts.departures
         "text is normalised by the front end (wetext) plus the package's punctuation map and English "
         "contractions, not by NeMo",
-        "infer() packs comma- and dash-separated pieces into its 120 text tokens, we pack whole sentences: in a "
-        "text over 120 tokens a segment boundary can fall mid-sentence there, at a sentence end here",
+        "segments are cut as infer() cuts them (sentence ends and the punctuation its normaliser maps to a comma "
+        "or dash, packed into 120 text tokens), but a piece's tokens are counted alone, not as a slice of the "
+        "whole text's tokens: a BPE merge across a cut can move a boundary by a piece",
         "codes the codec cannot decode (start_mel_token) are never drawn: infer() can draw them and then returns "
         "no audio",
         "the GPT decodes rows in batches with a KV cache and each row's own mel positions (as in training); s2mel"
@@ -1299,6 +1301,17 @@ class IndexTTS2Adapter(TTSAdapter):
         """Text tokens of ``text`` as the GPT reads them (``_text_ids``): the segment unit, as upstream's
         ``max_text_tokens_per_segment`` counts them."""
         return len(self._text_ids(text))
+
+    def segment_measure(self):
+        """Text tokens (``count_text_tokens``), and pieces cut where ``infer()`` cuts before it packs them into
+        ``max_text_tokens_per_segment``: its ``TextTokenizer.split_segments`` ends a piece at "," and "-" (besides
+        sentence ends) after ``TextNormalizer.char_rep_map``, so at every character that map turns into one of them
+        ("，", "、", "；", "：", "—", "～", "·", ...)."""
+        from tts_app.frontend.segment import SegmentMeasure
+
+        rep_map = self.processor.normalizer.char_rep_map
+        ends = {",", "-"} | {k for k, v in rep_map.items() if v in (",", "-") and len(k) == 1}
+        return SegmentMeasure(self.count_text_tokens, piece_ends=frozenset(ends))
 
     def _text_ids(self, text: str) -> list[int]:
         """Token ids of ``text`` (``model_text`` then the package's ``TextTokenizer.encode``)."""
