@@ -36,6 +36,8 @@ Sidecar fields (``schema_version`` 2; version 1 had no ``speakers``, ``post_proc
 - ``audio``: ``file`` (name, next to the sidecar), ``sha256`` of its bytes, ``sampling_rate``, ``num_samples``,
   ``duration_s``, ``format`` (by the file's ending: WAV / FLAC 16-bit, MP3, Ogg Opus; ``tts_app.audio.formats``).
 - ``warnings``: everything the user was told (reference, front end, engine, caller's own).
+- ``departures``: how this family is run differently from its upstream tool, one sentence each with its reason
+  (``tts_app.adapters.base.ModelFacts.departures``; the README's "How each model is run" table says the same).
 - plus the caller's ``extra`` block (a job line adds ``job``: file, line, output name).
 """
 
@@ -201,6 +203,7 @@ def output_metadata(runtime: Runtime, request: SynthesisRequest, result: Synthes
         "chapters": [{"index": c.index, "title": c.title, "start_s": round(c.start_s, 4), "end_s": round(c.end_s, 4),
                       "segments": list(c.segments)} for c in result.chapters],
         "warnings": list(dict.fromkeys(all_warnings)),  # in order, each once
+        "departures": list(engine.facts.departures),
     }
     if extra:
         out.update(extra)

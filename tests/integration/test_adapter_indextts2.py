@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from tests.adapter_helpers import (REPO_ROOT, load_reference, run_batch, run_make_tiny_model,  # noqa: E402
+from tests.adapter_helpers import (load_reference, run_batch, run_make_tiny_model,  # noqa: E402
                                   skip_without)
 
 skip_without("indextts")
@@ -202,7 +199,9 @@ def test_load_failures_are_model_load_errors(tmp_path, tiny_idx):
         IndexTTS2Adapter.from_pretrained(tiny_idx, dtype="float64")
     broken = tmp_path / "broken"
     broken.mkdir()
-    (broken / "config.yaml").write_text((tiny_idx / "config.yaml").read_text())
+    for item in tiny_idx.iterdir():  # every file there, but a corrupt gpt.pth
+        if item.name != "gpt.pth":
+            (broken / item.name).symlink_to(item)
     (broken / "gpt.pth").write_bytes(b"not a checkpoint")
     with pytest.raises(ModelLoadError, match="cannot load IndexTTS 2 checkpoint"):
         IndexTTS2Adapter.from_pretrained(broken)
@@ -485,14 +484,9 @@ def test_emotion_from_text_asks_the_checkpoints_emotion_model(monkeypatch, adapt
 def run_upstream(tmp_path, tiny_idx, spec: list[dict]):
     """The package's own ``IndexTTS2.infer`` on ``spec``'s cases (tests/indextts2_upstream.py, in a child process
     with the checkpoint's hub cache, offline) -> its npz (``codes_i``, ``audio_i``)."""
-    (tmp_path / "cases.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-    env = dict(os.environ, HF_HUB_CACHE=str(tiny_idx / "hf_cache"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, "-m", "tests.indextts2_upstream", str(tiny_idx),
-                           str(tmp_path / "cases.json"), str(tmp_path / "upstream.npz")],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return np.load(tmp_path / "upstream.npz")
+    from tests.indextts2_upstream import run_infer
+
+    return run_infer(tmp_path, tiny_idx, spec)
 
 
 # Seeds for which the package's default beam search gives codes on the tiny checkpoint with BEAM_TEXT and the
@@ -602,3 +596,38 @@ def test_english_contractions_are_expanded_as_the_package_does(adapter):
 def test_characters_outside_the_bpe_vocabulary_are_reported_to_the_front_end(adapter):
     # 囧 is not among the tiny vocabulary's GB2312 level-1 characters; 你, A and Chinese punctuation are
     assert adapter.unencodable_characters("你A，囧 ") == {"囧"}
+
+
+def test_a_plain_hf_download_folder_loads_and_a_missing_file_is_named(tmp_path, tiny_idx, adapter, three_rows,
+                                                                      monkeypatch):
+    """Issue 24: the folder ``hf download IndexTeam/IndexTTS-2 --local-dir DIR`` writes (config.yaml, gpt.pth,
+    s2mel.pth, bpe.model, wav2vec2bert_stats.pt, feat1.pt, feat2.pt, qwen0.6bemo4-merge/, README.md, .gitattributes
+    and the download tool's own .cache/huggingface/) loads; the auxiliary models the package fetches at load
+    (facebook/w2v-bert-2.0, amphion/MaskGCT, funasr/campplus, nvidia/bigvgan_v2_22khz_80band_256x) come from the
+    user's hub cache. Without one of the repository's own files, the error names it and the download command."""
+    import huggingface_hub
+
+    from tts_app.adapters.indextts2 import IndexTTS2Adapter
+
+    folder = tmp_path / "IndexTTS-2"
+    folder.mkdir()
+    for item in tiny_idx.iterdir():
+        if item.name != "hf_cache":
+            (folder / item.name).symlink_to(item)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "bpe.model", "config.yaml", "feat1.pt", "feat2.pt", "gpt.pth", "qwen0.6bemo4-merge", "s2mel.pth",
+        "wav2vec2bert_stats.pt"]
+    (folder / "README.md").write_text("---\nlicense: other\n---\n# IndexTTS-2\n")
+    (folder / ".gitattributes").write_text("*.pth filter=lfs diff=lfs merge=lfs -text\n")
+    (folder / ".cache" / "huggingface" / "download").mkdir(parents=True)
+    (folder / ".cache" / "huggingface" / ".gitignore").write_text("*\n")
+    (folder / ".cache" / "huggingface" / "download" / "gpt.pth.metadata").write_text("0\nsha\n0\n")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tiny_idx / "hf_cache"))  # the user's cache
+    loaded = IndexTTS2Adapter.from_pretrained(folder)
+    row = three_rows[2]
+    (mine,), (theirs,) = loaded.synthesize([row], GREEDY), adapter.synthesize([row], GREEDY)
+    assert mine.size > 0 and np.array_equal(mine, theirs)
+    (folder / "feat1.pt").unlink()
+    (folder / "s2mel.pth").unlink()
+    with pytest.raises(ModelLoadError, match=r"lacks s2mel\.pth, feat1\.pt .*hf download IndexTeam/IndexTTS-2"):
+        IndexTTS2Adapter.from_pretrained(folder)

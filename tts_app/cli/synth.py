@@ -204,14 +204,16 @@ def _run(args: argparse.Namespace) -> int:
 
         reference, speaker_refs = None, None
         if script is not None:
-            voices = [library.resolve(value, runtime.references) for value in assignments]
+            # files with --reference-cleanup (or the default); saved voices as saved unless it is given
+            voices = [library.resolve(value, runtime.references, args.reference_cleanup)
+                      for value in assignments]
             voices = [(ref, transcript(ref, known)) for ref, known in voices]
             speaker_refs = [ref for ref, _ in voices]
             request = dialogue_request(script, voices, text=text, params=params,
                                        emotion=_emotion_from_args(args, runtime))
         else:
             if voice_name is not None:
-                reference = library.prepare(voice_name, runtime.references)
+                reference = library.prepare(voice_name, runtime.references, args.reference_cleanup)
             elif args.ref:
                 reference = runtime.references.prepare(args.ref, reference_text=args.ref_text,
                                                        cleanup=params.reference_cleanup)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Union
 
@@ -175,13 +175,14 @@ def unsupported_knobs(facts: ModelFacts, given: list[str] | tuple[str, ...]) -> 
     an error), with the reason (``GenerationDefaults.sources``)."""
     defaults = facts.generation_defaults
     return [Notice("job_ignored_knob", name=name, family=facts.family, source=defaults.sources.get(name, "absent"))
-            for name in ("greedy", "temperature", "top_p", "top_k", "cfg_scale")
+            for name in ("greedy", "temperature", "top_p", "top_k", "cfg_scale", "num_beams", "length_penalty")
             if name in given and getattr(defaults, name) is None]
 
 
 def prepare_default_voice(runtime: Runtime, context: JobContext, source: ReferenceInput = None
                           ) -> PreparedReference | None:
-    """The job's default voice cleaned by ``runtime``'s reference preparer, or None when the job has none.
+    """The job's default voice cleaned by ``runtime``'s reference preparer with the job's ``reference_cleanup``
+    (``context.params``), or None when the job has none.
 
     Args:
         source: where to read it (``ReferenceInput``); None = ``context.default_voice`` on this machine.
@@ -192,7 +193,7 @@ def prepare_default_voice(runtime: Runtime, context: JobContext, source: Referen
     if context.default_voice is None:
         return None
     return _prepare_reference(runtime, source if source is not None else context.default_voice,
-                              context.default_voice_text)
+                              context.default_voice_text, context.params.reference_cleanup)
 
 
 def _prepare_reference(runtime: Runtime, source: Path | tuple[bytes, str], reference_text: str | None,
@@ -242,8 +243,11 @@ def prepare_line(runtime: Runtime, line: JobLine, context: JobContext, default_r
         TTSAppError: the line's settings are invalid, or its reference audio or emotion clip is unusable.
     """
     line_params = line.synthesis_params(context.params)
+    # a saved voice is cleaned as it was saved (``Voice.reference_cleanup``) unless the line names a cleanup itself
+    voice_cleanup = line.params.get("reference_cleanup")
     if line.voice is not None:
-        prepared, voice_text = context.voices.prepare_source(line.voice, runtime.references)
+        prepared, voice_text = context.voices.prepare_source(line.voice, runtime.references, voice_cleanup)
+        line_params = replace(line_params, reference_cleanup=prepared.report.cleanup)  # what ran on the voice
         reference_text = line.prompt_text or prepared.text or voice_text
     elif line.prompt_audio is None:
         prepared = default_reference
@@ -264,8 +268,9 @@ def prepare_line(runtime: Runtime, line: JobLine, context: JobContext, default_r
     if line.script is not None:
         from tts_app.dialogue import dialogue_request
 
-        voices = [context.voices.prepare_source(value, runtime.references) if kind == "voice"
-                  else (runtime.references.prepare(value), None) for kind, value in line.speaker_voices]
+        voices = [context.voices.prepare_source(value, runtime.references, voice_cleanup) if kind == "voice"
+                  else (runtime.references.prepare(value, cleanup=line_params.reference_cleanup), None)
+                  for kind, value in line.speaker_voices]
         voices = [(ref, transcript(ref, known)) for ref, known in voices]
         request = dialogue_request(line.script, voices, text=line.input_text, params=line_params,
                                    priority=Priority.JOB, emotion=line_emotion(runtime, line, emotion_clip))

@@ -19,10 +19,11 @@ field               alias                  meaning
                                            the text's first words, ``00003_今天天气很好``)
 ``format``                                 this line's audio format, ``wav``, ``flac``, ``mp3`` or ``opus``
                                            (default: the job's, ``batch --format`` / the Batch tab's choice)
-``seed`` ``greedy`` ``temperature`` ``top_p`` ``top_k`` ``cfg_scale`` ``max_new_tokens`` ``max_segment_chars``
-``pause_between_segments_ms`` ``speed`` ``duration_s`` ``loudness_lufs`` ``chapter_pause_ms``
+``seed`` ``greedy`` ``temperature`` ``top_p`` ``top_k`` ``cfg_scale`` ``max_new_tokens`` ``num_beams``
+``length_penalty`` ``max_segment_chars`` ``pause_between_segments_ms`` ``speed`` ``duration_s`` ``loudness_lufs`` ``chapter_pause_ms``
 ``segment_durations_s`` (a list: seconds per line of the text, for dubbing) ``reference_cleanup`` (``auto``,
-``full`` or ``off``: what is done to the line's reference audio)
+``full`` or ``off``: what is done to the line's reference audio; a saved voice is
+cleaned as it was saved unless the line gives one)
                                            per-line ``SynthesisParams`` overrides (optional)
 ``emo_audio_prompt`` ``emo_audio``         emotion clip (a path, resolved like ``prompt_audio``), IndexTTS 2 only
 ``emo_vector``                             8 emotion weights in [0, 1]: a list in the order happy, angry, sad,
@@ -125,6 +126,8 @@ PARAM_TYPES: dict[str, type] = {
     "top_k": int,
     "cfg_scale": float,
     "max_new_tokens": int,
+    "num_beams": int,  # beam search, for models that have it (IndexTTS 2)
+    "length_penalty": float,
     "max_segment_chars": int,
     "pause_between_segments_ms": int,
     "speed": float,

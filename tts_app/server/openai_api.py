@@ -36,6 +36,7 @@ the duration header and error statuses for clients that do not read as a stream)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import struct
@@ -85,8 +86,9 @@ class VoiceId(BaseModel):
 
 
 class SpeechRequest(BaseModel):
-    """The body of ``POST /v1/audio/speech`` (OpenAI's fields plus ``seed``). Unknown fields are ignored, as
-    OpenAI's own clients send some that other servers lack."""
+    """The body of ``POST /v1/audio/speech`` (OpenAI's fields plus ours: ``seed``, ``stream``, ``num_beams``,
+    ``length_penalty``, ``reference_cleanup``). Unknown fields are ignored, as OpenAI's own clients send some that
+    other servers lack."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -100,6 +102,12 @@ class SpeechRequest(BaseModel):
         "audio", description="'audio' given explicitly: stream pcm / wav as it is decoded ('sse' is not supported)")
     stream: bool | None = Field(None, description="ours: true = stream (as stream_format 'audio'), false = not")
     seed: int | None = Field(None, description="base seed (default 0): the same request gives the same audio")
+    # extension fields (not OpenAI's): settings every other door has too; None = the model's / voice's own
+    num_beams: int | None = Field(None, description="ours: beam search width, for models with beams (IndexTTS 2: "
+                                                    "3, sampled); 1 = no beams")
+    length_penalty: float | None = Field(None, description="ours: beam search length penalty (IndexTTS 2: 0)")
+    reference_cleanup: str | None = Field(None, description="ours: auto, full or off: what is done to the voice's "
+                                                            "clip (default: as the voice was saved)")
 
     @property
     def wants_stream(self) -> bool:
@@ -382,9 +390,11 @@ class OpenAIRoutes:
         if body.stream_format != "audio":
             raise APIError(400, "stream_format 'sse' is not supported; leave it out (the audio comes as the "
                                 "response body)", code="unsupported_stream_format", param="stream_format")
+        cleanup = {} if body.reference_cleanup is None else {"reference_cleanup": body.reference_cleanup}
         try:
             params = SynthesisParams(seed=0 if body.seed is None else int(body.seed),
-                                     speed=None if body.speed == 1.0 else float(body.speed))
+                                     speed=None if body.speed == 1.0 else float(body.speed),
+                                     num_beams=body.num_beams, length_penalty=body.length_penalty, **cleanup)
         except InputError as exc:
             raise APIError(400, str(exc), param=getattr(exc, "field", None) or "speed") from None
         stats = runtime.engine.stats()
@@ -407,8 +417,9 @@ class OpenAIRoutes:
         """
         from tts_app.voices import VoiceNotFoundError
 
-        try:
-            prepared, transcript = self.host.voices.prepare_source(voice_name, runtime.references)
+        try:  # the voice's own cleanup unless the request names one (``reference_cleanup``)
+            prepared, transcript = self.host.voices.prepare_source(voice_name, runtime.references,
+                                                                   body.reference_cleanup)
         except VoiceNotFoundError as exc:
             raise APIError(404, str(exc), code="voice_not_found", param="voice") from None
         except ReferenceAudioError as exc:
@@ -423,6 +434,10 @@ class OpenAIRoutes:
         elif instructions:
             warnings.append(f"instructions were ignored: {runtime.model.family} takes no style or emotion "
                             "instructions")
+        defaults = runtime.engine.facts.generation_defaults
+        warnings += [f"{name} was ignored: {runtime.model.family} has no beam search" for name in
+                     ("num_beams", "length_penalty") if getattr(body, name) is not None and getattr(defaults, name) is None]
+        params = dataclasses.replace(params, reference_cleanup=prepared.report.cleanup)  # what ran on the voice
         request = SynthesisRequest(text=body.input, reference_audio=prepared.audio,
                                    reference_text=transcript or prepared.text, params=params,
                                    priority=Priority.INTERACTIVE, emotion=emotion)

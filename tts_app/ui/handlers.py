@@ -285,7 +285,8 @@ STREAM_POLL_S = 0.25
 def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, reference_text, seed, randomize_seed,
                      greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars, pause_ms,
                      use_cache, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text, voice,
-                     speed, duration_s, loudness_lufs, segment_durations_s=None, reference_cleanup=None):
+                     speed, duration_s, loudness_lufs, segment_durations_s=None, reference_cleanup=None,
+                     num_beams=None, length_penalty=None):
     """Validate the widgets' values -> (prepared reference, ``SynthesisRequest``). Raises ``gr.Error`` for a missing
     model, text or usable reference (uploaded or a saved ``voice``), or a bad setting or emotion."""
     from tts_app.ui.controls import params_from_controls
@@ -315,11 +316,14 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
                                               "top_k": top_k,
                                               "cfg_scale": cfg_scale, "max_new_tokens": max_new_tokens,
                                               "max_segment_chars": max_segment_chars,
-                                              "pause_between_segments_ms": pause_ms})
+                                              "pause_between_segments_ms": pause_ms, "num_beams": num_beams,
+                                              "length_penalty": length_penalty})
     except TTSAppError as exc:
         raise user_error(error_text(exc, lang)) from exc
     params = tempo_params(params, speed, duration_s, loudness_lufs, segment_durations_s, lang)
-    if reference_cleanup:
+    if voice:  # the sidecar's reference_cleanup says what ran: the saved voice's own
+        params = dataclasses.replace(params, reference_cleanup=reference.report.cleanup)
+    elif reference_cleanup:
         params = dataclasses.replace(params, reference_cleanup=reference_cleanup)
     reference_text = _fill_transcript(ctx, reference, reference_text, lang)
     emotion = _emotion(ctx, lang, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text)
@@ -341,7 +345,8 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                emotion_weight: float | None = 1.0, emotion_text: str | None = None, voice: str | None = None,
                speed: float | None = None, duration_s: float | None = None, loudness_lufs: float | None = None,
                audio_format: str | None = "wav", segment_durations_s: str | None = None,
-               reference_cleanup: str | None = None, request: gr.Request = None, progress=gr.Progress()):
+               reference_cleanup: str | None = None, num_beams: int | None = None,
+               length_penalty: float | None = None, request: gr.Request = None, progress=gr.Progress()):
     """Generate speech in the reference voice -> (audio, subtitles, metadata, segments, seed used).
 
     ``speed`` (1 = as generated), ``duration_s`` (0 = as generated), ``loudness_lufs`` (0 = not normalised) and
@@ -355,7 +360,10 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     ``tts_app.ui.emotion``): ``emotion_mode`` "none" (the voice reference's own), "clip" (``emotion_audio``),
     "vector" (the eight weights ``happy`` ... ``calm``, each in [0, 1]) or "text" (``emotion_text``, empty = the
     text to speak), with ``emotion_weight`` in [0, 1]. ``reference_cleanup`` ("auto", "full", "off"; None = the
-    default "auto") is what is done to the reference clip (``tts_app.config.REFERENCE_CLEANUPS``).
+    default "auto") is what is done to the uploaded reference clip (``tts_app.config.REFERENCE_CLEANUPS``; a saved
+    ``voice`` is cleaned as it was saved). ``num_beams`` (1..8) and ``length_penalty``: beam search, for a model
+    that has it (IndexTTS 2: 3 beams sampled, penalty 0; refused with a message when out of range, ignored by
+    other models).
 
     Returns:
         audio: the audio file (WAV: 16-bit PCM; the player plays these samples as they are); subtitles: SubRip
@@ -368,7 +376,7 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
         ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
-        speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup)
+        speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty)
     return run_web_request(ctx, synthesis_request, lang, progress, reference=reference, audio_format=audio_format,
                            request=request)
 
@@ -386,6 +394,7 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
                       speed: float | None = None, duration_s: float | None = None,
                       loudness_lufs: float | None = None, audio_format: str | None = "wav",
                       segment_durations_s: str | None = None, reference_cleanup: str | None = None,
+                      num_beams: int | None = None, length_penalty: float | None = None,
                       request: gr.Request = None, progress=gr.Progress()):
     """``synthesize`` that plays while it generates: yields (live audio piece, then skip) while the engine decodes
     (16-bit WAV bytes of the next samples, in order; the first as soon as any audio exists), then (skip, audio,
@@ -402,7 +411,7 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
         ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
-        speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup)
+        speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty)
     if synthesis_request.params.needs_whole_clip:
         gr.Info(server_text(lang, "stream_off_whole_clip"))
     engine = _engine(ctx)
@@ -719,10 +728,11 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
                         audio_2: str | None = None, audio_3: str | None = None, audio_4: str | None = None,
                         seed: int | None = 0, speed: float | None = None, duration_s: float | None = None,
                         loudness_lufs: float | None = None, audio_format: str | None = "wav",
-                        request: gr.Request = None, progress=gr.Progress()):
+                        reference_cleanup: str | None = None, request: gr.Request = None, progress=gr.Progress()):
     """A dialogue script (``Speaker 1:`` / ``[S1]`` / ``Name:`` lines, up to 4 speakers) -> (audio, subtitles,
-    metadata, segments with their speaker, seed used). Speaker N speaks with ``voice_N`` (a saved voice) or, when
-    that is empty, ``audio_N`` (an uploaded clip)."""
+    metadata, segments with their speaker, seed used). Speaker N speaks with ``voice_N`` (a saved voice, cleaned as
+    it was saved) or, when that is empty, ``audio_N`` (an uploaded clip, cleaned with ``reference_cleanup``:
+    "auto", "full" or "off"; None = the default)."""
     from tts_app.dialogue import dialogue_request, parse_script
 
     lang = _lang(ctx, request)
@@ -742,7 +752,7 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
                 ref, text = ctx.voices.prepare_source(voices_given[slot], ctx.references)
             elif audios[slot]:
                 _check_reference_upload(ctx, audios[slot], lang)
-                ref, text = _prepare_reference(ctx, audios[slot], None), None
+                ref, text = _prepare_reference(ctx, audios[slot], None, reference_cleanup), None
             else:
                 raise user_error(server_text(lang, "need_speaker_voice", number=speaker.number, name=speaker.label))
         except TTSAppError as exc:
@@ -750,6 +760,8 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
         voices.append((ref, _fill_transcript(ctx, ref, text, lang)))
         refs.append(ref)
     params = tempo_params(SynthesisParams(seed=int(seed or 0)), speed, duration_s, loudness_lufs)
+    if reference_cleanup:
+        params = dataclasses.replace(params, reference_cleanup=reference_cleanup)
     synthesis_request = dialogue_request(parsed, voices, text=script, params=params, priority=Priority.INTERACTIVE)
     return run_web_request(ctx, synthesis_request, lang, progress, speaker_references=refs,
                            audio_format=audio_format, request=request, kind="dialogue")

@@ -122,6 +122,9 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                 with gr.Row():
                     knobs.update({name: _control_widget(c, i18n) for name, c in controls.items()
                                   if name in ("max_new_tokens", "max_segment_chars", "pause_between_segments_ms")})
+                with gr.Row():  # IndexTTS 2's beam search; hidden for families without beams
+                    knobs.update({name: _control_widget(c, i18n) for name, c in controls.items()
+                                  if name in ("num_beams", "length_penalty")})
                 with gr.Row():
                     speed, duration_s, loudness, audio_format = _output_controls(i18n, "")
                     # dubbing cues: one target length per line of the text (handlers.segment_durations_from_text)
@@ -173,6 +176,8 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             with gr.Row():
                 d_seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="dialogue-seed")
                 d_speed, d_duration, d_loudness, d_format = _output_controls(i18n, "dialogue-")
+                d_cleanup = gr.Radio(choices=list(REFERENCE_CLEANUPS), value=DEFAULT_REFERENCE_CLEANUP,
+                                     label=i18n("reference_cleanup"), elem_id="dialogue-reference-cleanup")
             with gr.Row():
                 generate_dialogue = gr.Button(i18n("generate_dialogue"), variant="primary",
                                               elem_id="generate-dialogue", scale=4)
@@ -204,17 +209,20 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                       "pause_between_segments_ms"]
         knob_widgets = [knobs[n] for n in knob_order]
         synthesis_inputs = [ref_audio, text, ref_text, seed, randomize, greedy, *knob_widgets, use_cache, *emotion,
-                            voice, speed, duration_s, loudness, audio_format, segment_durations, reference_cleanup]
+                            voice, speed, duration_s, loudness, audio_format, segment_durations, reference_cleanup,
+                            knobs["num_beams"], knobs["length_penalty"]]  # after the older inputs: API order kept
         # history_handlers.remember's inputs: the sidecar written, the seed used, what was asked, then SETTINGS
+        beam_widgets = [knobs["num_beams"], knobs["length_penalty"]]
         remember_inputs = [metadata_file, used_seed, ref_audio, text, ref_text, voice, seed, greedy, *knob_widgets,
-                           use_cache, speed, duration_s, loudness, audio_format, segment_durations, *emotion]
+                           use_cache, speed, duration_s, loudness, audio_format, segment_durations, *beam_widgets,
+                           *emotion]
         # Queued, as every event that sets history_state must be: gradio's unqueued route reports no changed
         # state, so the State's change (what re-draws the list below) would never fire.
         remember = dict(fn=_wrap(history_handlers.remember, ctx), inputs=remember_inputs, outputs=[history_state],
                         api_visibility="private")
         # history_handlers.rerun_values's outputs
         rerun_outputs = [ref_audio, text, ref_text, seed, randomize, voice, greedy, *knob_widgets, use_cache, speed,
-                         duration_s, loudness, audio_format, segment_durations, *emotion]
+                         duration_s, loudness, audio_format, segment_durations, *beam_widgets, *emotion]
         single_run = generate.click(_wrap(handlers.synthesize_stream, ctx), synthesis_inputs,
                                     [live_audio, *synthesis_outputs], api_name="synthesize_stream",
                                     show_progress_on=[out_audio], **MODEL_CONCURRENCY)
@@ -256,7 +264,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
 
         dialogue_run = generate_dialogue.click(
             _wrap(handlers.synthesize_dialogue, ctx),
-            [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness, d_format],
+            [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness, d_format, d_cleanup],
             dialogue_outputs, api_name="synthesize_dialogue", show_progress_on=[dialogue_outputs[0]],
             **MODEL_CONCURRENCY)
         stop_dialogue.click(_stop_fn(ctx, "dialogue"), None, None, cancels=[dialogue_run], queue=False,
@@ -270,7 +278,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         # A refusal is a toast and a line in the library's status box, never a status badge over the Voice
         # dropdown (gradio draws an event's "Error" over its output boxes; a badge there would hide the dropdown).
         library_event = dict(show_progress_on=[voice_status])
-        save_voice.click(_wrap(voice_handlers.save_voice, ctx), [ref_audio, ref_text, voice_name],
+        save_voice.click(_wrap(voice_handlers.save_voice, ctx), [ref_audio, ref_text, voice_name, reference_cleanup],
                          [voice, voice_status], api_name="save_voice", **library_event, **MODEL_CONCURRENCY)
         rename_voice.click(_wrap(voice_handlers.rename_voice, ctx), [voice, new_voice_name], [voice, voice_status],
                            api_name="rename_voice", queue=False, **library_event)
@@ -281,8 +289,9 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         for dropdown in (voice, *speaker_voices):
             demo.load(_wrap(voice_handlers.refresh_voices, ctx), None, [dropdown], queue=False,
                       api_visibility="private")
-        reset.click(lambda: [bool(controls["greedy"].default)] + [controls[n].default for n in knob_order], None,
-                    [greedy] + [knobs[n] for n in knob_order], queue=False, api_visibility="private")
+        reset_order = [*knob_order, "num_beams", "length_penalty"]
+        reset.click(lambda: [bool(controls["greedy"].default)] + [controls[n].default for n in reset_order], None,
+                    [greedy] + [knobs[n] for n in reset_order], queue=False, api_visibility="private")
         timer.tick(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], api_name="memory", queue=False,
                    show_progress="hidden")
         demo.load(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], queue=False, show_progress="hidden",
