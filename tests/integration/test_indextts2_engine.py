@@ -104,12 +104,13 @@ def test_synth_emotion_flags_reach_the_model_and_the_sidecar(one_load, model, da
     assert json.loads((tmp_path / "plain.json").read_text(encoding="utf-8"))["emotion"] is None
 
 
-def test_emotion_flags_on_a_model_without_emotion_exit_1_saying_so(tiny_checkpoint, data_dir, tmp_path, capsys):
+def test_emotion_flags_on_a_model_without_emotion_exit_2_saying_so(tiny_checkpoint, data_dir, tmp_path, capsys):
     code = main(["--model", str(tiny_checkpoint("csm")), "--ref", str(data_dir / "en_female_1.wav"), "--text", "Hi.",
                  "--out", str(tmp_path / "x.wav"), "--emo-vector", "0.5,0,0,0,0,0,0,0", "--max-new-tokens", "4",
                  "--device", "cpu"])
     err = capsys.readouterr().err
-    assert code == 1 and "emotion control" in err and "CSM" in err and not (tmp_path / "x.wav").exists()
+    # a setting the model cannot honour is the user's (REFUSED): exit 2, as the help says
+    assert code == 2 and "emotion control" in err and "CSM" in err and not (tmp_path / "x.wav").exists()
     assert main(["--model", str(tiny_checkpoint("csm")), "--text", "Hi.", "--out", str(tmp_path / "x.wav"),
                  "--emo-weight", "0.5"]) == 2  # a weight without a source: usage error before any model load
     assert "needs a source" in capsys.readouterr().err
