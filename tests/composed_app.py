@@ -35,7 +35,9 @@ def composed_app(output_root: Path, server_config=None, **context_args):
                      **context_args)
     try:
         ctx.start_jobs()
-        app, ui = build_app(ctx, config)
+        from gradio.utils import get_upload_folder
+
+        app, ui = build_app(ctx, config, upload_folder=Path(get_upload_folder()), uploads=ctx.upload_config)
         gradio_app = compose_ui(ctx, config, app.state.access_policy)
         with TestClient(app) as client:
             client.portal.call(ui.attach, gradio_app)

@@ -318,6 +318,12 @@ class UploadConfig:
             ``cache_check_every_s``), in s.
         cache_check_every_s: how often that clean-up runs, in s.
         keep_jobs_s: job folders that ended more than this long ago are removed when the app starts, in s.
+        keep_failed_inputs_s: the uploaded inputs (``input/``: job file, audio ZIP, default voice) of a job that
+            failed as a whole (unreadable file, bad ZIP, disk full) are removed this long after it ended, in s (2
+            days: long enough to read the error and resume; the folder and its records stay ``keep_jobs_s``).
+        max_owner_bytes: most disk one owner (a browser, or an API key) may hold in job folders and uploads
+            together, in bytes (10 GB: twenty long jobs of a few hundred lines at 24 kHz); a job or an upload that
+            would pass it is refused in words, naming the use and the limit.
     """
 
     max_upload_bytes: int = 100 * 1000**2
@@ -325,10 +331,12 @@ class UploadConfig:
     cache_max_age_s: int = 6 * 3600
     cache_check_every_s: int = 3600
     keep_jobs_s: float = 14 * 86400.0
+    keep_failed_inputs_s: float = 2 * 86400.0
+    max_owner_bytes: int = 10 * 1000**3
 
     def __post_init__(self) -> None:
         for name in ("max_upload_bytes", "max_zip_upload_bytes", "cache_max_age_s", "cache_check_every_s",
-                     "keep_jobs_s"):
+                     "keep_jobs_s", "keep_failed_inputs_s", "max_owner_bytes"):
             _check(name, getattr(self, name) > 0, f"{name}={getattr(self, name)} must be > 0")
 
 

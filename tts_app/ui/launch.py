@@ -29,6 +29,7 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 
 from tts_app.cli.args import (DEFAULT_PORT, CliParser, EngineArgs, add_cluster_args, add_engine_args, add_lang_arg,
                               add_server_args,
@@ -91,7 +92,6 @@ def build_context(args: argparse.Namespace, engine_args: EngineArgs, api_keys: t
     """The app state, without a model yet (``load_model`` fills it in); ``api_keys``: the HTTP API's keys (a
     client sending one owns its jobs by it)."""
     import threading
-    from pathlib import Path
 
     from tts_app.frontend import warm_up
     from tts_app.ui.context import AppContext
@@ -297,8 +297,11 @@ def main(argv: list[str]) -> int:
         return 2
     from tts_app.server.app import build_app
 
+    from gradio.utils import get_upload_folder
+
     ctx = build_context(args, engine_args, server_config.api_keys)
-    app, ui = build_app(ctx, server_config)
+    # gradio's upload folder (its App reads the same function): file inputs and the disk quota look there
+    app, ui = build_app(ctx, server_config, upload_folder=Path(get_upload_folder()), uploads=ctx.upload_config)
     server = Server(app, sock, server_config.forwarded_allow_ips)
     # SIGTERM (e.g. from a service manager) ends like Ctrl-C: jobs stop "interrupted", the engine stops.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
