@@ -27,14 +27,14 @@ def server(tmp_path_factory):
             yield composed
 
 
-def _multipart(field: str, filename: str, size_bytes: int, fields: dict[str, str] | None = None
+def _multipart(field: str, filename: str, size_bytes: int, fields: dict[str, str] | None = None, fill: bytes = b"\x01"
                ) -> tuple[str, bytes]:
     boundary = uuid.uuid4().hex
     head = b"".join(f"--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n".encode()
                     for k, v in (fields or {}).items())
     head += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{filename}\"\r\n"
              "Content-Type: application/octet-stream\r\n\r\n").encode()
-    return boundary, head + b"\x01" * size_bytes + f"\r\n--{boundary}--\r\n".encode()
+    return boundary, head + fill * size_bytes + f"\r\n--{boundary}--\r\n".encode()
 
 
 def post_streamed(server, path: str, body: bytes, boundary: str, browser: Browser, *, lang: str = "en",
@@ -113,3 +113,50 @@ def test_the_refusals_have_both_languages_with_the_same_placeholders():
     fields = lambda text: {name for _, name, _, _ in string.Formatter().parse(text) if name}  # noqa: E731
     assert MESSAGES["en"].keys() == MESSAGES["zh"].keys()
     assert all(fields(MESSAGES["en"][key]) == fields(MESSAGES["zh"][key]) for key in MESSAGES["en"])
+
+
+def test_an_owners_jobs_and_uploads_are_held_to_the_disk_quota(server, tmp_path):
+    """3 MB per owner in this server: uploads and the copies a job keeps count; another owner is not affected."""
+    from tests.composed_app import file_data
+
+    mine, theirs = Browser(server.client), Browser(server.client)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"input_text": "Hi.", "prompt_audio": "a.wav"}\n', encoding="utf-8")
+    job_file = mine.upload(tasks)
+    boundary, body = _multipart("files", "voices.zip", 1_900_000, fill=b"\x02")
+    status, answer, _ = post_streamed(server, "/gradio_api/upload", body, boundary, mine)
+    assert status == 200
+    zip_path = __import__("json").loads(answer)[0]
+    # the job would copy the 1.9 MB ZIP into its folder: 3.8 MB is over the quota
+    event = mine.call("submit_job", [file_data(job_file), file_data(zip_path), None, 1, True, False, 0, "wav"])
+    assert event.status_code == 200
+    result = mine.result("submit_job", event.json()["event_id"])
+    assert "event: error" in result and "each user may keep" in result and "1.9 MB more does not fit" in result
+    assert server.ctx.jobs.store.list(owner=mine.owner) == []
+    boundary, body = _multipart("files", "more.zip", 900_000, fill=b"\x03")
+    assert post_streamed(server, "/gradio_api/upload", body, boundary, mine)[0] == 200  # 2.8 MB now
+    boundary, body = _multipart("files", "voice.wav", 290_000, fill=b"\x04")
+    status, answer, read_bytes = post_streamed(server, "/gradio_api/upload", body, boundary, mine, lang="zh")
+    assert status == 413 and "每位用户最多保留 3 MB" in answer.decode() and read_bytes < 290_000
+    assert post_streamed(server, "/gradio_api/upload", body, boundary, theirs)[0] == 200
+
+
+def test_a_failed_jobs_inputs_are_removed_sooner_than_its_folder(tmp_path):
+    import json
+    import time
+
+    from tts_app.jobs.store import JobStore
+
+    store = JobStore(tmp_path)
+    (tmp_path / "tasks.jsonl").write_text('{"input_text": "Hi."}\n', encoding="utf-8")
+    failed, done = store.create(tmp_path / "tasks.jsonl"), store.create(tmp_path / "tasks.jsonl")
+    three_days_ago = time.time() - 3 * 86400
+    for state, status in ((failed, "failed"), (done, "done")):
+        state.status, state.finished_s = status, three_days_ago
+        store.save(state)
+    limits = UploadConfig()
+    assert store.prune(limits.keep_jobs_s, limits.keep_failed_inputs_s) == 0  # both younger than 14 days
+    assert not store.job_file(failed.job_id).exists() and store.folder(failed.job_id).is_dir()
+    assert store.load(failed.job_id).status == "failed"  # its record and error stay
+    assert store.job_file(done.job_id).exists()  # a finished job keeps its inputs (it may be re-run)
+    assert json.loads((store.folder(done.job_id) / "job.json").read_text())["status"] == "done"
