@@ -62,6 +62,8 @@ EN: dict[str, str] = {
     "job_zip_symlink": "audio ZIP member {member!r} is a symbolic link; refusing the ZIP",
     "job_zip_unreadable_file": "audio archive {name!r} is not a readable ZIP file: {reason}",
     "job_zip_grew": "audio ZIP unpacks to more than {limit} bytes; refusing it",
+    "job_zip_ratio": "audio ZIP member {member!r} would unpack to {ratio:.0f} times its packed size (at most {limit:.0f} "
+                     "times is accepted: audio barely compresses, so this looks like a ZIP bomb); refusing the ZIP",
     # output_name
     "job_name_type": "output_name must be a string, not {type}",
     "job_name_path": "output_name {value!r} contains a path; outputs always go in the output folder, give a plain "
@@ -188,6 +190,8 @@ ZH: dict[str, str] = {
     "job_zip_symlink": "音频 ZIP 中的 {member!r} 是符号链接；拒绝该 ZIP",
     "job_zip_unreadable_file": "音频压缩包 {name!r} 不是可读取的 ZIP 文件：{reason}",
     "job_zip_grew": "音频 ZIP 解压后超过 {limit} 字节；拒绝该 ZIP",
+    "job_zip_ratio": "音频 ZIP 中的 {member!r} 解压后是压缩大小的 {ratio:.0f} 倍（最多接受 {limit:.0f} 倍：音频几乎无法压缩，"
+                     "这看起来像 ZIP 炸弹）；拒绝该 ZIP",
     "job_name_type": "output_name 必须是字符串，而不是 {type}",
     "job_name_path": "output_name {value!r} 含有路径；输出总是放在输出文件夹中，请给出普通文件名，例如 {plain!r}",
     "job_name_empty_after": "output_name {value!r} 去掉不安全字符后为空",
