@@ -149,6 +149,10 @@ def test_a_lone_surrogate_is_a_clear_400_at_the_api_and_a_failed_line_in_a_job(t
     ("\u202eelamef-ne", "name_bad_characters"),  # a right-to-left override
     ("mei\ufeff", "name_bad_characters"),
     ("..", "name_dots"), (".", "name_dots"),
+    ("en-f\u0435male", "name_mixed_scripts"),  # a Cyrillic "е" in the bundled voice's name
+    ("\u0391nna", "name_mixed_scripts"),  # a Greek capital alpha
+    ("\uff45\uff4e-female", "name_lookalike"),  # full-width "ｅｎ"
+    ("\U0001d41e\U0001d427-female", "name_lookalike"),  # mathematical bold "𝐞𝐧"
 ])
 def test_voice_names_that_hide_or_reverse_characters_or_are_dots_are_refused(name, code):
     from tts_app.ui.texts import error_text
@@ -158,4 +162,6 @@ def test_voice_names_that_hide_or_reverse_characters_or_are_dots_are_refused(nam
         check_voice_name(name)
     assert err.value.code == code
     assert error_text(err.value, "zh") != error_text(err.value, "en")  # both tables have it
-    assert check_voice_name("小美 v2.1") == "小美 v2.1"
+    # names in one script, or Latin with Chinese, Japanese or Korean, stay fine
+    for fine in ("小美 v2.1", "Анна", "かな漢字 Kana", "김민지 v2", "Ελένη"):
+        assert check_voice_name(fine) == fine
