@@ -378,6 +378,9 @@ class RequestLimits:
             prosodic pause).
         max_silence_s: most silence all of a request's pauses add up to, in s.
         max_duration_s: longest target duration (``duration_s``, the sum of ``segment_durations_s``), in s.
+        max_audio_s: most audio one request may generate, speech and pauses together, in s (``check_audio_s``: the
+            engine stops a request past it; 2 hours, a 20,000-character text spoken slowly with every pause is
+            under half of it, while a model that never stops at 16,384 steps per segment would make days).
         max_new_tokens: most decode steps a request may allow per segment (16,384: over 10 minutes of audio at the
             families' 7.5-25 frames per second, 3 minutes at Dia's 86).
         max_seed: largest seed (seeds are 0..max_seed; segment ``i`` uses ``seed + i``, which torch's generators
@@ -390,6 +393,7 @@ class RequestLimits:
     max_pause_ms: int = 10_000
     max_silence_s: float = 3600.0
     max_duration_s: float = 3600.0
+    max_audio_s: float = 7200.0
     max_new_tokens: int = 16_384
     max_seed: int = 2**32 - 1
     max_json_depth: int = 16

@@ -18,7 +18,7 @@ import numpy as np
 from tts_app.config import (DEFAULT_CHAPTER_PAUSE_MS, DEFAULT_REFERENCE_CLEANUP, MAX_LOUDNESS_LUFS, MAX_SPEED,
                             MIN_LOUDNESS_LUFS, MIN_MAX_SEGMENT_CHARS, MIN_SPEED, REFERENCE_CLEANUPS, REQUEST_LIMITS,
                             FrontendConfig)
-from tts_app.errors import ConfigError
+from tts_app.errors import ConfigError, InputError
 from tts_app.frontend.messages import Notice, register
 
 # Upper bound of ``SynthesisParams.num_beams``: each beam is a row of the running batch (its own KV cache), so a
@@ -405,6 +405,23 @@ def check_text(text: str | None, field_name: str = "text") -> None:
     bad = next((i for i, ch in enumerate(text) if "\ud800" <= ch <= "\udfff"), None)
     if bad is not None:
         raise ConfigError(field_name, Notice("lone_surrogate", field=field_name, position=bad + 1))
+
+
+def check_audio_s(audio_s: float) -> None:
+    """Stop a request that has generated more than ``REQUEST_LIMITS.max_audio_s`` seconds of audio (speech and
+    pauses so far): call it as its segments finish, at the one place every door's requests pass (the engine).
+
+    Args:
+        audio_s: the request's audio so far, in s (samples / sampling rate).
+
+    Raises:
+        InputError: over the limit (a ``Notice`` naming the seconds, the limit and the fix; English, or
+            ``render("zh")``).
+    """
+    from tts_app.frontend.messages import Notice
+
+    if audio_s > REQUEST_LIMITS.max_audio_s:
+        raise InputError(Notice("limit_audio", value_s=round(audio_s, 1), max_s=REQUEST_LIMITS.max_audio_s))
 
 
 def new_request_id() -> str:

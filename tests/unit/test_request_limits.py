@@ -165,3 +165,16 @@ def test_voice_names_that_hide_or_reverse_characters_or_are_dots_are_refused(nam
     # names in one script, or Latin with Chinese, Japanese or Korean, stay fine
     for fine in ("小美 v2.1", "Анна", "かな漢字 Kana", "김민지 v2", "Ελένη"):
         assert check_voice_name(fine) == fine
+
+
+def test_a_request_past_the_total_audio_bound_is_stopped_in_words():
+    from tts_app.config import REQUEST_LIMITS
+    from tts_app.errors import InputError
+    from tts_app.frontend.messages import localize
+    from tts_app.request import check_audio_s
+
+    check_audio_s(REQUEST_LIMITS.max_audio_s)  # up to the bound is fine
+    with pytest.raises(InputError) as caught:
+        check_audio_s(REQUEST_LIMITS.max_audio_s + 0.5)
+    assert "more than the 7200 s one request may make" in localize(caught.value.args[0], "en")
+    assert "超过每个请求最多可生成的 7200 秒" in localize(caught.value.args[0], "zh")
