@@ -139,6 +139,11 @@ EN: dict[str, str] = {
     "job_no_audio": "no audio produced",
     "job_internal_error": "internal error: {error}",
     "job_failed": "failed",
+    "job_write_failed": "its audio could not be written ({name}: {reason}); free disk space and resume the job to "
+                        "run this line again",
+    "job_stopped_write": "the job stopped: its results could not be written ({reason}); {num_recorded} of "
+                         "{num_lines} lines are recorded. Free disk space and resume the job: lines done are kept, "
+                         "the rest run again",
     # texts of the validation report and the run summary (CLI)
     "job_validation_head": "{path}: {num_lines} lines, {num_valid} valid, {num_invalid} invalid, {num_warnings} "
                            "warnings (encoding {encoding})",
@@ -253,6 +258,9 @@ ZH: dict[str, str] = {
     "job_no_audio": "没有生成音频",
     "job_internal_error": "内部错误：{error}",
     "job_failed": "失败",
+    "job_write_failed": "无法写入该行的音频（{name}：{reason}）；请释放磁盘空间后继续该任务，以重新运行这一行",
+    "job_stopped_write": "任务已停止：无法写入结果（{reason}）；{num_lines} 行中已记录 {num_recorded} 行。请释放磁盘空间后继续该任务："
+                         "已完成的行会保留，其余的行重新运行",
     "job_validation_head": "{path}：共 {num_lines} 行，{num_valid} 行有效，{num_invalid} 行无效，{num_warnings} 条提示"
                            "（编码 {encoding}）",
     "job_validation_row": "  {where}：{status}：{message}",

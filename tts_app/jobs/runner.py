@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from tts_app.errors import InputError
+from tts_app.errors import InputError, TTSAppError
 from tts_app.jobs.messages import Notice
 from tts_app.jobs.results import (RESULTS_NAME, ZIP_NAME, ResultsWriter, audio_decodes, line_record,
                                   make_results_zip, read_results, remove_stale_temp_files, resumable)
@@ -293,7 +293,15 @@ class _JobRun:
 
         result = outcome.result
         fmt = outcome.audio_format or self.audio_format  # the line's ``format`` field, else the job's
-        files = save_outputs(self.out_dir / f"{outcome.output_name}.{fmt}", result, outcome.metadata)
+        try:
+            files = save_outputs(self.out_dir / f"{outcome.output_name}.{fmt}", result, outcome.metadata)
+        except OSError as exc:  # disk full, quota, permissions: this line fails in words, the job goes on
+            logger.warning("line %d: its audio could not be written: %s", outcome.line_number, exc)
+            self.record(outcome.line_number, outcome.output_name, "failed",
+                        error=Notice("job_write_failed", name=f"{outcome.output_name}.{fmt}",
+                                     reason=exc.strerror or str(exc)),
+                        elapsed_s=outcome.elapsed_s, warnings=outcome.warnings, request_id=outcome.request_id)
+            return
         self.record(outcome.line_number, outcome.output_name, "ok", audio_path=files.audio.name,
                     metadata_path=files.metadata.name, duration_s=round(result.duration_s, 3),
                     num_segments=len(result.segments), elapsed_s=outcome.elapsed_s, warnings=outcome.warnings,
@@ -372,7 +380,9 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
         InputError: job file unreadable/undecodable, audio folder/ZIP unusable or unsafe, default voice missing.
         ValueError: neither ``runtime`` nor ``executor`` is given but a line needs the model.
         ReferenceAudioError: the default voice cannot be used.
-        OSError: an output cannot be written (disk full, permissions); finished lines are kept for ``resume``.
+        TTSAppError: a record cannot be written (disk full): the job stops, its message says how many lines are
+            recorded; finished lines are kept for ``resume``. (A line whose audio cannot be written is that line's
+            failed record, and the job goes on.)
     """
     started = time.monotonic()
     jsonl_path, out_dir = Path(jsonl_path), Path(out_dir)
@@ -436,9 +446,15 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
                 run.wait(executor, cancel_event, until_below=1)
                 if executor.num_in_flight:  # cancelled while draining
                     run.cancel_all(executor)
+        except OSError as exc:  # a record could not be written (disk full): stop, resumably, and say so
+            raise TTSAppError(Notice("job_stopped_write", reason=exc.strerror or str(exc),
+                                     num_recorded=writer.num_written, num_lines=summary.num_lines)) from exc
         finally:
             if executor is not None and executor.num_in_flight:  # an exception (disk full, Ctrl-C): stop this job
                 executor.abort()
-            writer.close()
+            try:
+                writer.close()
+            except OSError as exc:  # the disk is full: the journal keeps what was recorded, for the resume
+                logger.warning("results of %s could not be closed: %s", out_dir, exc)
     summary.elapsed_s = time.monotonic() - started
     return summary
