@@ -18,7 +18,7 @@ import numpy as np
 from tts_app.config import (DEFAULT_CHAPTER_PAUSE_MS, DEFAULT_REFERENCE_CLEANUP, MAX_LOUDNESS_LUFS, MAX_SPEED,
                             MIN_LOUDNESS_LUFS, MIN_MAX_SEGMENT_CHARS, MIN_SPEED, REFERENCE_CLEANUPS, REQUEST_LIMITS,
                             FrontendConfig)
-from tts_app.errors import ConfigError, InputError
+from tts_app.errors import ConfigError
 from tts_app.frontend.messages import Notice, register
 
 # Upper bound of ``SynthesisParams.num_beams``: each beam is a row of the running batch (its own KV cache), so a
@@ -418,6 +418,7 @@ def check_audio_s(audio_s: float) -> None:
         InputError: over the limit (a ``Notice`` naming the seconds, the limit and the fix; English, or
             ``render("zh")``).
     """
+    from tts_app.errors import InputError
     from tts_app.frontend.messages import Notice
 
     if audio_s > REQUEST_LIMITS.max_audio_s:
