@@ -50,8 +50,10 @@ def test_a_job_unpacks_only_the_members_its_lines_name(tmp_path, data_dir):
         zf.write(data_dir / "en_female_1.wav", "spk/anna.wav")
         for i in range(5):  # voices this job does not use
             zf.write(data_dir / "zh_male_1.wav", f"unused/wei_{i}.wav")
+        zf.writestr("spk/notes.wav", "these are notes, not a recording\n" * 8)
     job = _job(tmp_path / "tasks.jsonl", [{"input_text": "From the zip.", "prompt_audio": "spk/anna.wav"},
-                                          {"input_text": "Again.", "prompt_audio": "spk/anna.wav"}])
+                                          {"input_text": "Again.", "prompt_audio": "spk/anna.wav"},
+                                          {"input_text": "Notes.", "prompt_audio": "spk/notes.wav"}])
     out = tmp_path / "out"
     unpacked: list[set[str]] = []
 
@@ -64,6 +66,9 @@ def test_a_job_unpacks_only_the_members_its_lines_name(tmp_path, data_dir):
         summary = run_job(job, out, runtime, audio_dir=archive, progress=look)
     finally:
         runtime.close()
-    assert summary.all_ok and summary.num_ok == 2
-    assert unpacked and all(files == {"spk/anna.wav"} for files in unpacked)
+    assert summary.num_ok == 2 and summary.num_failed == 1
+    # a member a line names that is no audio fails with its own reason, as validation says, not "not found"
+    (failed_line, error), = summary.failed
+    assert failed_line == 3 and "is not audio" in localize(error, "en")
+    assert unpacked and all(files == {"spk/anna.wav", "spk/notes.wav"} for files in unpacked)
     shutil.rmtree(out)

@@ -475,8 +475,8 @@ class AudioSources:
             if member == ".." or member.startswith("../"):
                 raise JobLineError(line_number, Notice("job_leaves_zip", value=value))
             if member in self.zip_members:
+                self.zip_used.add(member)  # named by a line, usable or not: the run says why not, as here
                 self._probe_zip_member(value, member, line_number)
-                self.zip_used.add(member)
                 return Path(self.zip_path or "audio.zip") / member
         for root in self.search_roots:
             candidate = (root / rel).resolve()
