@@ -67,6 +67,41 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"})
 VOICE_FILE = "voice.json"
 SCHEMA_VERSION = 1
+#: Scripts a voice name may be written in, alone (Unicode Script_Extensions values; characters of the Common and
+#: Inherited scripts, digits, spaces and punctuation, go with any of them).
+NAME_SCRIPTS = ("Latin", "Han", "Greek", "Cyrillic", "Armenian", "Georgian", "Hebrew", "Arabic", "Thai", "Devanagari",
+                "Bengali", "Tamil", "Hangul", "Hiragana", "Katakana", "Bopomofo")
+#: The script mixes a voice name may hold: Unicode TR39's "highly restrictive" level
+#: (https://www.unicode.org/reports/tr39/#Restriction_Level_Detection): Latin with Han and Japanese kana, with Han
+#: and Bopomofo, or with Han and Hangul. Any other mix ("en-fеmale" with a Cyrillic "е", "Αnna" with a Greek "Α")
+#: is how a look-alike of another voice's name is made.
+NAME_SCRIPT_MIXES = (("Latin", "Han", "Hiragana", "Katakana"), ("Latin", "Han", "Bopomofo"), ("Latin", "Han", "Hangul"))
+
+
+def _script_pattern(scripts) -> "regex.Pattern":
+    import regex
+
+    return regex.compile("[" + "".join(rf"\p{{scx={name}}}" for name in ("Common", "Inherited", *scripts)) + "]*")
+
+
+def _name_scripts(name: str) -> list[str]:
+    """The scripts of ``NAME_SCRIPTS`` the letters of ``name`` are written in ("other" for any other), in order."""
+    import regex
+
+    found: list[str] = []
+    for ch in name:
+        if not ch.isalpha():
+            continue
+        script = next((s for s in NAME_SCRIPTS if regex.match(rf"\p{{scx={s}}}", ch)), "other")
+        if script not in found:
+            found.append(script)
+    return found
+
+
+def _mixes_scripts(name: str) -> bool:
+    """Does ``name`` hold letters of scripts that no single script or allowed mix (``NAME_SCRIPT_MIXES``) covers?"""
+    return not any(_script_pattern(group).fullmatch(name)
+                   for group in [(script,) for script in NAME_SCRIPTS] + list(NAME_SCRIPT_MIXES))
 
 
 class VoiceError(InputError):
@@ -143,7 +178,10 @@ def check_voice_name(name: Any) -> str:
         VoiceError: not a string, empty, longer than ``MAX_NAME_CHARS``, holding control characters, invisible
             or direction-changing ones (Unicode categories Cc, Cf, Co, Cs, Cn, Zl, Zp: a zero-width space or a
             right-to-left override makes a name look like another) or a "/" or "\\" (names are also written in
-            JSONL lines and on command lines), or only dots ("..").
+            JSONL lines and on command lines), or only dots (".."); a look-alike of plainer text: characters that
+            Unicode compatibility normalisation (NFKC) changes (full-width "ｅｎ", ligatures, mathematical letters
+            "𝐞𝐧"), or letters of scripts mixed as no language writes them (``NAME_SCRIPT_MIXES``: a Cyrillic "е" in
+            "en-fеmale").
     """
     if not isinstance(name, str):
         raise VoiceError(str(name), f"a voice name must be text, not {type(name).__name__}", code="name_not_text")
@@ -160,6 +198,15 @@ def check_voice_name(name: Any) -> str:
     if not clean.strip("."):
         raise VoiceError(clean, f"voice name {clean!r} is only dots; use letters or digits", code="name_dots",
                          name=clean)
+    plain = unicodedata.normalize("NFKC", clean)
+    if plain != clean:
+        raise VoiceError(clean, f"voice name {clean!r} looks like {plain!r} but is written with other characters; "
+                                f"write it as {plain!r}", code="name_lookalike", name=clean, plain=plain)
+    if _mixes_scripts(clean):
+        scripts = ", ".join(_name_scripts(clean))
+        raise VoiceError(clean, f"voice name {clean!r} mixes letters of {scripts}, as look-alikes of other names do; "
+                                "write it in one script (Latin may go with Chinese, Japanese or Korean)",
+                         code="name_mixed_scripts", name=clean, scripts=scripts)
     return clean
 
 

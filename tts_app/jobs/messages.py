@@ -62,6 +62,8 @@ EN: dict[str, str] = {
     "job_zip_symlink": "audio ZIP member {member!r} is a symbolic link; refusing the ZIP",
     "job_zip_unreadable_file": "audio archive {name!r} is not a readable ZIP file: {reason}",
     "job_zip_grew": "audio ZIP unpacks to more than {limit} bytes; refusing it",
+    "job_zip_ratio": "audio ZIP member {member!r} would unpack to {ratio:.0f} times its packed size (at most {limit:.0f} "
+                     "times is accepted: audio barely compresses, so this looks like a ZIP bomb); refusing the ZIP",
     # output_name
     "job_name_type": "output_name must be a string, not {type}",
     "job_name_path": "output_name {value!r} contains a path; outputs always go in the output folder, give a plain "
@@ -137,6 +139,11 @@ EN: dict[str, str] = {
     "job_no_audio": "no audio produced",
     "job_internal_error": "internal error: {error}",
     "job_failed": "failed",
+    "job_write_failed": "its audio could not be written ({name}: {reason}); free disk space and resume the job to "
+                        "run this line again",
+    "job_stopped_write": "the job stopped: its results could not be written ({reason}); {num_recorded} of "
+                         "{num_lines} lines are recorded. Free disk space and resume the job: lines done are kept, "
+                         "the rest run again",
     # texts of the validation report and the run summary (CLI)
     "job_validation_head": "{path}: {num_lines} lines, {num_valid} valid, {num_invalid} invalid, {num_warnings} "
                            "warnings (encoding {encoding})",
@@ -188,6 +195,8 @@ ZH: dict[str, str] = {
     "job_zip_symlink": "音频 ZIP 中的 {member!r} 是符号链接；拒绝该 ZIP",
     "job_zip_unreadable_file": "音频压缩包 {name!r} 不是可读取的 ZIP 文件：{reason}",
     "job_zip_grew": "音频 ZIP 解压后超过 {limit} 字节；拒绝该 ZIP",
+    "job_zip_ratio": "音频 ZIP 中的 {member!r} 解压后是压缩大小的 {ratio:.0f} 倍（最多接受 {limit:.0f} 倍：音频几乎无法压缩，"
+                     "这看起来像 ZIP 炸弹）；拒绝该 ZIP",
     "job_name_type": "output_name 必须是字符串，而不是 {type}",
     "job_name_path": "output_name {value!r} 含有路径；输出总是放在输出文件夹中，请给出普通文件名，例如 {plain!r}",
     "job_name_empty_after": "output_name {value!r} 去掉不安全字符后为空",
@@ -249,6 +258,9 @@ ZH: dict[str, str] = {
     "job_no_audio": "没有生成音频",
     "job_internal_error": "内部错误：{error}",
     "job_failed": "失败",
+    "job_write_failed": "无法写入该行的音频（{name}：{reason}）；请释放磁盘空间后继续该任务，以重新运行这一行",
+    "job_stopped_write": "任务已停止：无法写入结果（{reason}）；{num_lines} 行中已记录 {num_recorded} 行。请释放磁盘空间后继续该任务："
+                         "已完成的行会保留，其余的行重新运行",
     "job_validation_head": "{path}：共 {num_lines} 行，{num_valid} 行有效，{num_invalid} 行无效，{num_warnings} 条提示"
                            "（编码 {encoding}）",
     "job_validation_row": "  {where}：{status}：{message}",

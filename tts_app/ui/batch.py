@@ -115,6 +115,25 @@ def _check_uploads(ctx: AppContext, jsonl, audio_zip, default_voice, lang: str) 
         raise _user_error(error_text(exc, lang)) from exc
 
 
+def _check_quota(ctx: AppContext, owner: str | None, uploads, lang: str) -> None:
+    """Refuse a job whose copies of ``uploads`` would take ``owner`` past ``UploadConfig.max_owner_bytes`` (their
+    jobs and uploads together: ``tts_app.server.uploads.DiskQuota``), in words naming the use and the limit."""
+    from gradio.utils import get_upload_folder
+
+    from tts_app.server.uploads import DiskQuota
+
+    more_bytes = 0
+    for path in uploads:
+        try:
+            more_bytes += Path(path).stat().st_size if path else 0
+        except OSError:
+            continue  # a missing upload is refused by the job's own checks
+    quota = DiskQuota(ctx.output_root, Path(get_upload_folder()), ctx.upload_config.max_owner_bytes)
+    refusal = quota.refusal(owner or "anonymous", more_bytes, lang)
+    if refusal is not None:
+        raise _user_error(refusal)
+
+
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "—"
@@ -349,6 +368,7 @@ def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dic
     if not jsonl_file:
         raise _user_error(server_text(lang, "need_jsonl"))
     _check_uploads(ctx, jsonl_file, audio_zip, default_voice, lang)
+    _check_quota(ctx, owner, (jsonl_file, audio_zip, default_voice), lang)
     try:
         return ctx.jobs.submit(jsonl_file, audio_zip=audio_zip or None, default_voice=default_voice or None,
                                settings=settings, owner=owner,

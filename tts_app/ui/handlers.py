@@ -15,6 +15,7 @@ import logging
 import random
 import time
 from pathlib import Path
+from typing import Callable
 
 import gradio as gr
 import numpy as np
@@ -55,28 +56,44 @@ def warn_grouped(messages: list[str], lang: str) -> None:
 
 class RunningRequests:
     """The engine requests each page session is generating, by tab (``"single"``: Generate and the history's
-    Re-run; ``"dialogue"``), so that a tab's Stop button cancels its own request and nobody else's.
+    Re-run; ``"dialogue"``), so that a tab's Stop button cancels its own request and nobody else's; and a request
+    whose client went away (its gradio event marked dead: ``client_liveness``) is cancelled within
+    ``WATCH_EVERY_S``, as the HTTP API cancels one whose connection closed, so its engine rows are freed.
 
     Keyed by gradio's session hash (one per page load; a ``gradio_client.Client`` has its own). Per-user state in a
     dict keyed by session, as the gradio guides advise for module-level state; entries leave when their request
-    ends. Thread-safe: handlers run in gradio's worker threads."""
+    ends. Thread-safe: handlers run in gradio's worker threads; one daemon thread watches the clients."""
+
+    #: how often the watcher looks at the running requests' clients, in s
+    WATCH_EVERY_S = 0.25
 
     def __init__(self) -> None:
         import threading
 
         self._lock = threading.Lock()
         self._handles: dict[tuple[str, str], set] = {}
+        self._watched: dict[object, Callable[[], bool]] = {}  # handle -> is its client still there?
+        self._watcher: threading.Thread | None = None
 
-    def add(self, session: str | None, kind: str, handle) -> None:
+    def add(self, session: str | None, kind: str, handle, client_alive: Callable[[], bool] | None = None) -> None:
         """Remember ``handle`` (``engine.RequestHandle``) as session ``session``'s running ``kind`` request (a
-        caller with no session is not tracked: nothing could stop it but itself)."""
-        if session:
-            with self._lock:
+        caller with no session is not tracked: nothing could stop it but itself); with ``client_alive``, it is
+        cancelled once that says the client left."""
+        import threading
+
+        with self._lock:
+            if session:
                 self._handles.setdefault((session, kind), set()).add(handle)
+            if client_alive is not None:
+                self._watched[handle] = client_alive
+                if self._watcher is None or not self._watcher.is_alive():
+                    self._watcher = threading.Thread(target=self._watch, name="page-client-watcher", daemon=True)
+                    self._watcher.start()
 
     def discard(self, session: str | None, kind: str, handle) -> None:
         """``handle`` has ended."""
         with self._lock:
+            self._watched.pop(handle, None)
             handles = self._handles.get((session or "", kind))
             if handles is not None:
                 handles.discard(handle)
@@ -96,6 +113,47 @@ class RunningRequests:
         with self._lock:
             handles = list(self._handles.pop((session, kind), ()))
         return sum(1 for handle in handles if handle.cancel())
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self.WATCH_EVERY_S)
+            with self._lock:
+                watched = list(self._watched.items())
+                if not watched:
+                    self._watcher = None
+                    return
+            for handle, client_alive in watched:
+                if handle.done():
+                    gone = True
+                elif not client_alive():
+                    gone = handle.cancel()
+                    log.info("request %s cancelled: its page client went away", handle.request_id)
+                else:
+                    gone = False
+                if gone:
+                    with self._lock:
+                        self._watched.pop(handle, None)
+
+
+def client_liveness() -> Callable[[], bool] | None:
+    """Inside a gradio event handler: a check "is this event's client still there?", or None outside one.
+
+    gradio marks a queued event dead (``Event.alive = False``, ``Queue.clean_events``) when the event stream of
+    its client closes (a closed tab, a ``gradio_client`` that stopped listening), but a running handler is not told
+    (a generator is simply not resumed again); gradio has no public hook for it, so this finds the handler's event
+    among the queue's active jobs (``gradio.context.LocalContext`` names the event) and reads its flag."""
+    from gradio.context import LocalContext
+
+    blocks = LocalContext.blocks.get(None)
+    event_id = LocalContext.event_id.get(None)
+    queue = getattr(blocks, "_queue", None)
+    if queue is None or event_id is None:
+        return None
+    for job_set in list(getattr(queue, "active_jobs", ()) or ()):
+        for event in list(job_set or ()):
+            if getattr(event, "_id", None) == event_id:
+                return lambda: bool(event.alive)
+    return None
 
 
 #: the page's running generations (``RunningRequests``), for the Stop buttons
@@ -424,7 +482,9 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
     first_audio_s = None
     handle = engine.submit(synthesis_request, on_progress=on_progress, stream=True)
     session = getattr(request, "session_hash", None)
-    RUNNING.add(session, "single", handle)  # the tab's Stop button cancels it (``stop_generation``)
+    # the tab's Stop button cancels it (``stop_generation``), and so does its client leaving (gradio then never
+    # resumes this generator, so its ``finally`` cannot)
+    RUNNING.add(session, "single", handle, client_liveness())
     rate = engine.sampling_rate
     skip = [gr.skip()] * 5
     pieces: list = []
@@ -562,7 +622,7 @@ def run_web_request(ctx: AppContext, synthesis_request: SynthesisRequest, lang: 
     started = time.perf_counter()
     handle = engine.submit(synthesis_request, on_progress=on_progress)
     session = getattr(request, "session_hash", None)
-    RUNNING.add(session, kind, handle)  # its tab's Stop button cancels it
+    RUNNING.add(session, kind, handle, client_liveness())  # its tab's Stop button cancels it, so does leaving
     try:
         progress(0.0, desc=server_text(lang, "queued"))
         while True:

@@ -474,6 +474,11 @@ SERVER["en"].update({
     "voice_error_name_bad_characters": "The voice name {name!r} holds a control, invisible or direction character or "
                                        "a slash; use letters, digits, spaces, '-' or '_'.",
     "voice_error_name_dots": "The voice name {name!r} is only dots; use letters or digits.",
+    "voice_error_name_lookalike": "The voice name {name!r} looks like {plain!r} but is written with other "
+                                  "characters; write it as {plain!r}.",
+    "voice_error_name_mixed_scripts": "The voice name {name!r} mixes letters of {scripts}, as look-alikes of other "
+                                      "names do; write it in one script (Latin may go with Chinese, Japanese or "
+                                      "Korean).",
     "voice_error_not_found": "There is no voice named {name!r} (voices: {voices}); save it first or check the "
                              "spelling.",
     "voice_error_not_found_none": "There is no voice named {name!r}, and no voice is saved yet; save it first.",
@@ -496,6 +501,9 @@ SERVER["zh"].update({
     "voice_error_name_too_long": "声音名称 {head!r}… 有 {length} 个字符；最多 {limit} 个。",
     "voice_error_name_bad_characters": "声音名称 {name!r} 含有控制字符、不可见字符、方向字符或斜杠；请使用字母、数字、空格、“-”或“_”。",
     "voice_error_name_dots": "声音名称 {name!r} 只有点号；请使用字母或数字。",
+    "voice_error_name_lookalike": "声音名称 {name!r} 看起来像 {plain!r}，但用的是其他字符；请写成 {plain!r}。",
+    "voice_error_name_mixed_scripts": "声音名称 {name!r} 混用了 {scripts} 的字母，仿冒其他名称时常这样做；请只用一种文字书写"
+                                      "（拉丁字母可以与中文、日文或韩文一起使用）。",
     "voice_error_not_found": "没有名为 {name!r} 的声音（现有声音：{voices}）；请先保存它，或检查拼写。",
     "voice_error_not_found_none": "没有名为 {name!r} 的声音，也还没有保存任何声音；请先保存它。",
     "voice_error_not_voice_or_file": "{name!r} 既不是音频文件，也不是已保存的声音（现有声音：{voices}）。",
