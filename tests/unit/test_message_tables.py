@@ -118,3 +118,20 @@ def test_one_lang_flag_for_every_command():
     for build in (reference_parser, synth_parser, frontend_parser, batch_parser, app_parser):
         flag = next(a for a in build()._actions if "--lang" in a.option_strings)
         assert tuple(flag.choices) == ("zh", "en") and flag.default is None
+
+
+def test_what_reference_cleanup_changed_reads_in_chinese():
+    """The report's "changes" list (what the cleanup did to the clip) in the page's / command's language; the
+    sidecar keeps the English text."""
+    from tts_app.audio.reference import prepare_reference
+    from tts_app.config import ReferenceConfig
+
+    _, report = prepare_reference(DATA / "en_male_1__flac_48k_pinknoise_hum50.flac", target_sampling_rate=24000,
+                                  config=ReferenceConfig(cleanup="full"))
+    zh, en = report.to_dict("zh")["changes"], report.to_dict("en")["changes"]
+    assert len(zh) == len(en) >= 4 and any(c.startswith("resampled 48000 -> 24000 Hz") for c in en)
+    assert "重采样 48000 -> 24000 Hz" in zh and any(c.startswith("已裁到语音部分") for c in zh)
+    english = [c for c in zh if any(word in c for word in ("resampled", "trimmed", "loudness", "hum", "pass",
+                                                           "kept", "channel"))]
+    assert english == []
+    assert [str(c) for c in report.changes] == en  # the English text a sidecar stores
