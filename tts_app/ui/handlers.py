@@ -176,7 +176,7 @@ def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | No
 
 REPORT_FIELDS = (  # (report key, unit) shown in the UI; the CLI's --json has everything
     ("format", ""), ("sampling_rate", "Hz"), ("channels", ""), ("duration_s", "s"), ("speech_start_s", "s"),
-    ("speech_end_s", "s"), ("speech_s", "s"), ("speech_kept_s", "s"), ("snr_db", "dB"), ("clipping_share", ""),
+    ("speech_end_s", "s"), ("speech_s", "s"), ("speech_kept_s", "s"), ("snr_db", "dB"), ("clipping_share", "%"),
     ("speech_level_dbfs", "dBFS"), ("bandwidth_hz", "Hz"), ("cropped", ""),
 )
 
@@ -189,6 +189,8 @@ def _report_markdown(report: dict, lang: str) -> str:
             continue
         if isinstance(value, bool):
             value = server_text(lang, "yes" if value else "no")
+        elif unit == "%":  # a share, rounded as the warning about it rounds it ("clipped (0.1% of samples ...)")
+            value, unit = f"{value:.1%}", ""
         elif isinstance(value, float):
             value = f"{value:.0f}" if unit == "Hz" else f"{value:.2f}"
         cells.append(f"{server_text(lang, key)}: **{value}**{' ' + unit if unit else ''}")
