@@ -16,7 +16,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 #: every module that registers a table with tts_app.frontend.messages
 REGISTERING = ["tts_app.frontend.messages", "tts_app.audio.notices", "tts_app.jobs.messages", "tts_app.dialogue",
-               "tts_app.audio.transcribe", "tts_app.cli.messages", "tts_app.request"]
+               "tts_app.audio.transcribe", "tts_app.cli.messages", "tts_app.request", "tts_app.outputs"]
 
 
 def _fields(template: str) -> set[str]:

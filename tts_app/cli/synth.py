@@ -17,7 +17,8 @@ also writes one file per chapter next to it (``out.ch01_Title.wav``). ``--script
 each speaker a voice (an audio file or a saved voice's name).
 
 Generation flags not given take the checkpoint's own defaults. Exit status: 0 written; 1 the model, the reference
-audio or the synthesis failed; 2 bad command-line values. Errors print one line (no traceback). ``--text -`` reads
+audio or the synthesis failed, or the model produced no audio at all (it ended speech at once; nothing is written,
+as on the page: ``tts_app.outputs.no_audio_error``); 2 bad command-line values. Errors print one line (no traceback). ``--text -`` reads
 the text from standard input.
 """
 
@@ -135,7 +136,7 @@ def _run(args: argparse.Namespace) -> int:
     from tts_app.audio.transcribe import fill_transcript, transcriber_from
     from tts_app.dialogue import check_voices, dialogue_request, parse_script, parse_voice_assignments
     from tts_app.engine.memory import format_bytes
-    from tts_app.outputs import metadata_path, output_metadata, save_outputs
+    from tts_app.outputs import metadata_path, no_audio_error, output_metadata, save_outputs
     from tts_app.request import SynthesisRequest
     from tts_app.runtime import Runtime
 
@@ -217,6 +218,10 @@ def _run(args: argparse.Namespace) -> int:
             print(say(lang, "cli_warning", message=warning), file=sys.stderr)
         if not result.ok:
             print(say(lang, "cli_error", message=result.error), file=sys.stderr)
+            return 1
+        no_audio = no_audio_error(request, result)  # the page's words for it; no file of 0 samples is written
+        if no_audio is not None:
+            print(say(lang, "cli_error", message=no_audio), file=sys.stderr)
             return 1
         metadata = output_metadata(runtime, request, result, entry_point="synth", reference=reference,
                                    speaker_references=speaker_refs, warnings=notes)

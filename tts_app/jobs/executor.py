@@ -283,10 +283,15 @@ def outcome_from_result(runtime: Runtime, context: JobContext, line: JobLine, pr
     if result.status is RequestStatus.CANCELLED:
         return LineOutcome(line.line_number, line.output_name, "cancelled", error=result.error or Notice("job_cancelled"),
                            warnings=warnings, elapsed_s=elapsed_s, request_id=request_id)
-    if not result.ok or len(result.audio) == 0:
+    from tts_app.outputs import no_audio_error, output_metadata
+
+    if not result.ok:
         return LineOutcome(line.line_number, line.output_name, "failed", error=result.error or Notice("job_no_audio"),
                            warnings=warnings, elapsed_s=elapsed_s, request_id=request_id)
-    from tts_app.outputs import output_metadata
+    no_audio = no_audio_error(prepared.request, result)  # the page's and synth's words for it
+    if no_audio is not None:
+        return LineOutcome(line.line_number, line.output_name, "failed", error=no_audio, warnings=warnings,
+                           elapsed_s=elapsed_s, request_id=request_id)
 
     job = {"job": {"file": context.job_file_name, "line": line.line_number, "output_name": line.output_name}}
     metadata = output_metadata(runtime, prepared.request, result, entry_point="job", reference=prepared.reference,

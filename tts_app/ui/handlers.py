@@ -587,7 +587,7 @@ def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRe
     """A finished request -> (audio path, SRT path, metadata path, segment table, seed), written atomically; a
     failed or silent request raises ``gr.Error`` naming the seed."""
     from tts_app.longform import name_from_text
-    from tts_app.outputs import output_metadata, save_outputs
+    from tts_app.outputs import no_audio_error, output_metadata, save_outputs
 
     seed = synthesis_request.params.seed
     fmt = audio_format if audio_format in AUDIO_FORMATS else "wav"
@@ -600,9 +600,9 @@ def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRe
 
         raise user_error(server_text(lang, "synthesis_failed", request_id=result.request_id, seed=seed,
                                      error=localize(result.error, lang)))
-    if result.audio.size == 0:
-        ran_greedy = result.effective_params is not None and result.effective_params.greedy is not False
-        raise user_error(server_text(lang, "no_audio_greedy" if ran_greedy else "no_audio_sampling", seed=seed))
+    no_audio = no_audio_error(synthesis_request, result)
+    if no_audio is not None:
+        raise user_error(no_audio.render(lang))
     from tts_app.frontend.messages import localize
 
     # notices already shown with the references (report box, or one grouped warning for a saved voice) are not

@@ -312,10 +312,6 @@ SERVER: dict[str, dict[str, str]] = {
         "stream_off_whole_clip": "streaming is off for this request: speed/duration/loudness need the whole clip",
         "synthesis_failed": "Synthesis failed (request {request_id}, seed {seed}): {error}. Quote the request id "
                             "when you report it: the server log has the details under it.",
-        "no_audio_sampling": "The model produced no audio for this text (seed {seed}): it ended speech at once. "
-                             "Try another seed or a larger max new tokens.",
-        "no_audio_greedy": "The model produced no audio for this text: it ended speech at once. Try sampling "
-                           "instead of greedy decoding, or a larger max new tokens.",
         "col_timings": "#|speaker|text|start (s)|end (s)|batch size|generate (s)",
         "col_validation": "line|status|message",
         "col_results": "line|output name|status|error|duration (s)",
@@ -387,8 +383,6 @@ SERVER: dict[str, dict[str, str]] = {
         "stream_off_whole_clip": "此请求不流式播放：语速/时长/响度需要完整音频",
         "synthesis_failed": "合成失败（请求 {request_id}，种子 {seed}）：{error}。报告问题时请附上请求 ID：服务器日志中"
                             "以它记录了详细信息。",
-        "no_audio_sampling": "模型没有为这段文本生成音频（种子 {seed}）：它立即结束了。请换一个种子，或调大最大新 token 数。",
-        "no_audio_greedy": "模型没有为这段文本生成音频：它立即结束了。请改用采样解码，或调大最大新 token 数。",
         "col_timings": "#|说话人|文本|开始（秒）|结束（秒）|批大小|生成（秒）",
         "col_validation": "行|状态|说明",
         "col_results": "行|输出名|状态|错误|时长（秒）",
