@@ -19,6 +19,7 @@ from tts_app.ui import history as history_handlers
 from tts_app.ui import voices as voice_handlers
 from tts_app.ui.context import AppContext
 from tts_app.ui.controls import Control, generation_controls
+from tts_app.ui.ranges import defer_range_checks, range_error
 from tts_app.ui.texts import SERVER, preview_label, server_text, translations
 
 MODEL_CONCURRENCY = dict(concurrency_id="model", concurrency_limit=32)
@@ -292,6 +293,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             ctx.end_session(getattr(request, "session_hash", None), handlers._headers(request))
 
         demo.unload(end_session)
+    defer_range_checks(demo)  # out-of-range numbers refused by _wrap in the caller's language
     return demo, i18n
 
 
@@ -351,19 +353,29 @@ def _stop_fn(ctx: AppContext, kind: str):
 
 def _wrap(fn, ctx: AppContext):
     """Bind ``ctx`` as the first argument while keeping ``fn``'s signature (minus ctx) visible to gradio, so that
-    ``gr.Progress`` / ``gr.Request`` parameters are injected and the API shows the right inputs."""
+    ``gr.Progress`` / ``gr.Request`` parameters are injected and the API shows the right inputs. A number outside
+    its widget's range is refused before ``fn`` runs, naming the parameter (``tts_app.ui.ranges``)."""
     import inspect
 
     sig = inspect.signature(fn)
     params = list(sig.parameters.values())[1:]
+    names = [p.name for p in params]
+
+    def check_ranges(args, kwargs) -> None:  # a number outside its widget's range (tts_app.ui.ranges)
+        request = next((a for a in (*args, *kwargs.values()) if isinstance(a, gr.Request)), None)
+        refusal = range_error(names, args, kwargs, handlers._lang(ctx, request))
+        if refusal is not None:
+            raise refusal
 
     if inspect.isgeneratorfunction(fn):  # gradio streams a handler's yields only when it sees a generator
         @functools.wraps(fn)
         def bound(*args, **kwargs):
+            check_ranges(args, kwargs)
             yield from fn(ctx, *args, **kwargs)
     else:
         @functools.wraps(fn)
         def bound(*args, **kwargs):
+            check_ranges(args, kwargs)
             return fn(ctx, *args, **kwargs)
 
     bound.__signature__ = sig.replace(parameters=params)

@@ -508,6 +508,10 @@ SERVER["en"].update({
     "loading_wait": "The web page appears when the model has loaded.",
     "loading_failed": "The model could not be loaded: {error}",
     "loading_reload": "This page reloads itself every 5 seconds.",
+    # a number input outside its widget's range (an API call; tts_app.ui.ranges)
+    "out_of_range": "{field} = {value} is outside its range {minimum} to {maximum}; send a value in it",
+    "below_minimum": "{field} = {value} is below its minimum {minimum}; send {minimum} or more",
+    "above_maximum": "{field} = {value} is above its maximum {maximum}; send {maximum} or less",
 })
 SERVER["zh"].update({
     "row_error": "错误", "row_warning": "提示",
@@ -517,6 +521,9 @@ SERVER["zh"].update({
     "loading_wait": "模型加载完成后即显示网页。",
     "loading_failed": "模型无法加载：{error}",
     "loading_reload": "页面每 5 秒自动刷新。",
+    "out_of_range": "{field} = {value} 超出范围 {minimum} 到 {maximum}；请给出此范围内的值",
+    "below_minimum": "{field} = {value} 低于最小值 {minimum}；请给出不小于 {minimum} 的值",
+    "above_maximum": "{field} = {value} 高于最大值 {maximum}；请给出不大于 {maximum} 的值",
 })
 assert SERVER["en"].keys() == SERVER["zh"].keys()
 #: server strings that also label widgets built once for every browser (radio choices), so ``gr.I18n`` carries
