@@ -375,6 +375,15 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                            request=request)
 
 
+def check_text_given(ctx: AppContext, text: str | None, request: gr.Request = None) -> None:
+    """Generate's first step, before ``synthesize_stream`` (the page only; it has no outputs): an empty text (or
+    only spaces) is refused here, as a pop-up in the page's language. Raised by the generation itself, the refusal
+    would also mark the Output player with gradio's red "Error" badge next to the previous result's files; this
+    step has no output to mark. API calls get the same refusal from ``synthesize`` / ``synthesize_stream``."""
+    if not (text or "").strip():
+        raise user_error(server_text(_lang(ctx, request), "need_text"))  # the generation's own words for it
+
+
 def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, reference_text: str | None = None,
                       seed: int | None = 0, randomize_seed: bool = False, greedy: bool | None = None,
                       temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,

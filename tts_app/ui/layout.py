@@ -215,9 +215,12 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         # history_handlers.rerun_values's outputs
         rerun_outputs = [ref_audio, text, ref_text, seed, randomize, voice, greedy, *knob_widgets, use_cache, speed,
                          duration_s, loudness, audio_format, segment_durations, *emotion]
-        single_run = generate.click(_wrap(handlers.synthesize_stream, ctx), synthesis_inputs,
-                                    [live_audio, *synthesis_outputs], api_name="synthesize_stream",
-                                    show_progress_on=[out_audio], **MODEL_CONCURRENCY)
+        # an empty text is refused by a first step without outputs: a pop-up, and the Output player keeps no
+        # "Error" badge next to the previous result
+        single_run = generate.click(_wrap(handlers.check_text_given, ctx), [text], None,
+                                    api_visibility="private", show_progress="hidden").success(
+            _wrap(handlers.synthesize_stream, ctx), synthesis_inputs, [live_audio, *synthesis_outputs],
+            api_name="synthesize_stream", show_progress_on=[out_audio], **MODEL_CONCURRENCY)
         single_run.success(**remember)  # the page's generations go to its history, API calls do not
         show_chapters = dict(fn=_wrap(handlers.chapter_files, ctx), inputs=[metadata_file], outputs=[chapters_box],
                              api_visibility="private", queue=False, show_progress="hidden")
