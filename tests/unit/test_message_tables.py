@@ -135,3 +135,37 @@ def test_what_reference_cleanup_changed_reads_in_chinese():
                                                            "kept", "channel"))]
     assert english == []
     assert [str(c) for c in report.changes] == en  # the English text a sidecar stores
+
+
+@pytest.mark.parametrize("argv, zh", [
+    (["--text", "你好", "--script", "x.txt"], "请用 --text 给出要朗读的文本"),
+    (["--text", "你好", "--ref", "missing.wav"], "参考音频 'missing.wav' 不存在"),
+    (["--text", "你好", "--voice", "a", "--voice", "b"], "--voice 给了不止一次"),
+    (["--text", "你好", "--emo-vector", "1,x"], "--emo-vector '1,x' 必须是 8 个以逗号分隔的数"),
+    (["--script", "missing.txt", "--ref", "a.wav"], "--ref 只用于单个声音"),
+])
+def test_synths_own_usage_errors_read_in_chinese_with_lang_zh(tmp_path, capsys, argv, zh):
+    from tts_app.cli.synth import main
+
+    assert main([*argv, "--out", str(tmp_path / "out.wav"), "--lang", "zh"]) in (1, 2)
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("错误：") and zh in err, err
+    assert not any(w in err for w in ("give", "given", "must", "does not exist", "single voice")), err
+
+
+def test_synths_summary_names_decode_steps_for_a_continuous_engine(monkeypatch, tmp_path, capsys, data_dir):
+    """A continuous engine counts a batch per decode step: the summary says "decode steps", not "batches"."""
+    from tests.fakes import FakeAdapter, FakeStepAdapter
+    from tts_app.cli.synth import main
+    from tts_app.config import EngineConfig
+    from tts_app.runtime import Runtime
+
+    for adapter, en, zh in ((FakeStepAdapter(), "decode steps (largest batch", "个解码步（最大批"),
+                            (FakeAdapter(), "batches (largest batch", "，分 1 批（最大批")):
+        monkeypatch.setattr(Runtime, "load", classmethod(lambda cls, *a, _adapter=adapter, **k: Runtime.from_adapter(
+            _adapter, "fake", EngineConfig(wait_window_ms=0))))
+        for lang, words in (("en", en), ("zh", zh)):
+            assert main(["--ref", str(data_dir / "en_female_1.wav"), "--text", "Hello there.", "--out",
+                         str(tmp_path / f"{lang}.wav"), "--lang", lang]) == 0
+            out = capsys.readouterr().out
+            assert words in out, out
