@@ -169,3 +169,15 @@ def test_synths_summary_names_decode_steps_for_a_continuous_engine(monkeypatch, 
                          str(tmp_path / f"{lang}.wav"), "--lang", lang]) == 0
             out = capsys.readouterr().out
             assert words in out, out
+
+
+def test_the_batch_commands_progress_and_notes_read_in_chinese(tmp_path, capsys, data_dir):
+    """``batch --lang zh``: the progress bar's unit and counters, and the note that no line needs the model."""
+    from tts_app.jobs.cli import main
+
+    job = tmp_path / "job.jsonl"
+    job.write_text(json.dumps({"input_text": "你好", "prompt_audio": "missing.wav"}) + "\n", encoding="utf-8")
+    assert main([str(job), "--out-dir", str(tmp_path / "out"), "--lang", "zh"]) == 1
+    err = capsys.readouterr().err
+    assert "没有需要模型的行" in err and "失败=1" in err and ("行/s" in err or "s/行" in err), err
+    assert not any(w in err for w in ("failed=", "skipped=", "not loading", "line/s", "s/line")), err

@@ -652,6 +652,8 @@ def _emotion(ctx: AppContext, lang: str, mode, clip_path, vector, weight, text):
 def worker_lines(pool, lang: str) -> list[str]:
     """Markdown lines for the Memory tab about the Ray workers of ``app.py --ray`` (``WorkerPool``): each one's
     state, node, device, lines done / in flight, engine batch cap and OOM count, and its device memory."""
+    from tts_app.frontend.messages import localize
+
     workers = pool.stats(timeout_s=1.0, max_age_s=2.0)
     up = sum(1 for w in workers if w.state == "up")
     lines = ["", server_text(lang, "workers_title", up=up, total=len(workers))]
@@ -667,7 +669,7 @@ def worker_lines(pool, lang: str) -> list[str]:
             text += " · " + server_text(lang, "worker_engine", cap=w.engine.batch_cap, max=w.engine.max_batch_size,
                                         oom=w.engine.num_oom)
         if w.error:
-            text += f" · {w.error}"
+            text += f" · {localize(w.error, lang)}"
         lines.append("- " + text)
     return lines
 
