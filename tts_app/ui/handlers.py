@@ -261,9 +261,9 @@ def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None
         r = by_pos.get(i)
         label = None
         if r is not None and r.source == "override":
-            label = preview_label(ctx.lang, "override")
+            label = preview_label(lang, "override")
         elif r is not None and r.ambiguous:
-            label = preview_label(ctx.lang, "polyphone")
+            label = preview_label(lang, "polyphone")
         if label is None:
             plain += ch
             continue

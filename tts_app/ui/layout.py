@@ -20,7 +20,7 @@ from tts_app.ui import voices as voice_handlers
 from tts_app.ui.context import AppContext
 from tts_app.ui.controls import Control, generation_controls
 from tts_app.ui.ranges import defer_range_checks, range_error
-from tts_app.ui.texts import SERVER, preview_label, server_text, translations
+from tts_app.ui.texts import SERVER, preview_colors, server_text, translations
 
 MODEL_CONCURRENCY = dict(concurrency_id="model", concurrency_limit=32)
 
@@ -33,23 +33,36 @@ CSS = """
 
 # Gradio's audio upload refuses a file that is not audio with its own English text listing a dozen MIME types
 # ("Invalid file type: notes.txt. Only audio/aac,audio/midi,... allowed."), which it cannot translate. This page
-# script rewrites that one toast (only when the list is of audio types) into the user's words and language.
+# script rewrites that one toast (only when the list is of audio types) into the user's words and language. It also
+# gives a Chinese page's pop-ups their titles in Chinese: gradio 6 writes the message type ("Error", "Warning",
+# "Info") as the title whatever ``gr.Error(title=...)`` says, past its translations.
 _NOT_AUDIO_JS = """() => {
   const lang = __LANG__ || (navigator.language || "en").toLowerCase();
   const say = (name) => lang.startsWith("zh")
     ? `“${name}”不是音频文件：请上传一段录音（WAV、MP3、FLAC、OGG 或 M4A）。`
     : `“${name}” is not an audio file: upload a recording (WAV, MP3, FLAC, OGG or M4A).`;
-  const fix = () => document.querySelectorAll('[data-testid="toast-text"]').forEach((el) => {
-    const m = /^Invalid file types?: (.+?)\\. Only (.*) allowed\\.$/s.exec(el.textContent.trim());
-    if (m && m[2].includes("audio/")) el.textContent = say(m[1]);
-  });
+  const titles = lang.startsWith("zh") ? __ZH_TITLES__ : null;
+  const fix = () => {
+    document.querySelectorAll('[data-testid="toast-text"]').forEach((el) => {
+      const m = /^Invalid file types?: (.+?)\\. Only (.*) allowed\\.$/s.exec(el.textContent.trim());
+      if (m && m[2].includes("audio/")) el.textContent = say(m[1]);
+    });
+    if (titles) document.querySelectorAll('.toast-title').forEach((el) => {
+      const node = [...el.childNodes].find((n) => n.nodeType === 3 && titles[n.nodeValue.trim()]);
+      if (node) node.nodeValue = titles[node.nodeValue.trim()] + " ";
+    });
+  };
   new MutationObserver(fix).observe(document.body, {childList: true, subtree: true, characterData: true});
 }"""
 
 
 def page_js(lang: str | None) -> str:
     """The page script (``demo.launch(js=...)``): see ``_NOT_AUDIO_JS``; ``lang`` is --lang (None: the browser's)."""
-    return _NOT_AUDIO_JS.replace("__LANG__", "null" if lang is None else f'"{lang}"')
+    import json
+
+    titles = {kind: SERVER["zh"][f"toast_{kind.lower()}"] for kind in ("Error", "Warning", "Info")}
+    return (_NOT_AUDIO_JS.replace("__LANG__", "null" if lang is None else f'"{lang}"')
+            .replace("__ZH_TITLES__", json.dumps(titles, ensure_ascii=False)))
 
 
 def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
@@ -102,10 +115,12 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                 with gr.Column():
                     text = gr.Textbox(label=i18n("text"), placeholder=i18n("text_placeholder"), lines=5,
                                       elem_id="text")
+                    # one legend needs one language: with --lang a legend; else each span's category in its
+                    # page's language (handlers.pronunciation_preview)
                     preview = gr.HighlightedText(label=i18n("preview"), combine_adjacent=False,
-                                                 color_map={preview_label(ctx.lang, "override"): "green",
-                                                            preview_label(ctx.lang, "polyphone"): "orange"},
-                                                 show_legend=True, elem_id="preview")
+                                                 color_map=preview_colors(ctx.lang),
+                                                 show_legend=ctx.lang is not None,
+                                                 elem_id="preview")
                     preview_notes = gr.Markdown(label=i18n("preview_warnings"), elem_id="preview-notes")
             controls = generation_controls(facts)
             with gr.Accordion(i18n("settings"), open=False, elem_id="settings"):
@@ -159,7 +174,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         with gr.Tab(i18n("tab_dialogue"), id="dialogue"):
             gr.Markdown(i18n("dialogue_intro"))
             script = gr.Textbox(label=i18n("script"), lines=6, elem_id="script",
-                                placeholder="Speaker 1: 你好，欢迎收听。\nSpeaker 2: Thanks, glad to be here.")
+                                placeholder=i18n("script_placeholder"))
             speaker_voices, speaker_audios = [], []
             with gr.Row():
                 for n in range(1, 5):

@@ -236,6 +236,7 @@ EN.update({
     "dialogue_intro": "One turn per line: `Speaker 1: …`, `[S1] …` or `张三：…` (up to 4 speakers; names take "
                       "speaker numbers in order of appearance). Give each speaker a saved voice or a clip.",
     "script": "Dialogue script",
+    "script_placeholder": "Speaker 1: 你好，欢迎收听。\nSpeaker 2: Thanks, glad to be here.",
     "speaker_voice": "Saved voice",
     "speaker_audio": "or upload a clip",
     "generate_dialogue": "Generate dialogue",
@@ -263,6 +264,7 @@ ZH.update({
     "dialogue_intro": "每行一句：`Speaker 1: …`、`[S1] …` 或 `张三：…`（最多 4 位说话人；名字按出现顺序编号）。"
                       "为每位说话人选择已保存的声音或上传音频。",
     "script": "对话脚本",
+    "script_placeholder": "Speaker 1: 你好，欢迎收听。\nSpeaker 2: 谢谢，很高兴来到这里。",
     "speaker_voice": "已保存的声音",
     "speaker_audio": "或上传音频",
     "generate_dialogue": "生成对话",
@@ -511,6 +513,8 @@ SERVER["en"].update({
     # a number input outside its widget's range (an API call; tts_app.ui.ranges)
     "out_of_range": "{field} = {value} is outside its range {minimum} to {maximum}; send a value in it",
     "below_minimum": "{field} = {value} is below its minimum {minimum}; send {minimum} or more",
+    # the titles of the page's pop-ups (gradio writes them in English: tts_app.ui.layout.page_js)
+    "toast_error": "Error", "toast_warning": "Warning", "toast_info": "Info",
     "above_maximum": "{field} = {value} is above its maximum {maximum}; send {maximum} or less",
 })
 SERVER["zh"].update({
@@ -523,6 +527,7 @@ SERVER["zh"].update({
     "loading_reload": "页面每 5 秒自动刷新。",
     "out_of_range": "{field} = {value} 超出范围 {minimum} 到 {maximum}；请给出此范围内的值",
     "below_minimum": "{field} = {value} 低于最小值 {minimum}；请给出不小于 {minimum} 的值",
+    "toast_error": "错误", "toast_warning": "提示", "toast_info": "信息",
     "above_maximum": "{field} = {value} 高于最大值 {maximum}；请给出不大于 {maximum} 的值",
 })
 assert SERVER["en"].keys() == SERVER["zh"].keys()
@@ -576,9 +581,14 @@ def server_text(lang: str, key: str, **values) -> str:
     return SERVER.get(lang, SERVER["en"])[key].format(**values)
 
 
-def preview_label(forced: str | None, kind: str) -> str:
-    """Category of a highlighted preview span ("override" or "polyphone"). The legend is built once for all
-    users, so without ``--lang`` the label is bilingual ("override / 指定读音")."""
-    if forced in ("zh", "en"):
-        return SERVER[forced][kind]
-    return f"{SERVER['en'][kind]} / {SERVER['zh'][kind]}"
+def preview_label(lang: str, kind: str) -> str:
+    """Category of a highlighted preview span ("override" or "polyphone") in the page's language ``lang``."""
+    return server_text(lang, kind)
+
+
+def preview_colors(forced: str | None) -> dict[str, str]:
+    """The preview's colour of each category: in ``forced`` (``--lang``) only, else in every language (the widget is
+    built once for all browsers; each page labels its spans in its own language, ``preview_label``)."""
+    codes = [forced] if forced in SERVER else list(SERVER)
+    return {SERVER[code][kind]: color for code in codes for kind, color in (("override", "green"),
+                                                                            ("polyphone", "orange"))}
