@@ -160,8 +160,8 @@ def test_synths_summary_names_decode_steps_for_a_continuous_engine(monkeypatch, 
     from tts_app.config import EngineConfig
     from tts_app.runtime import Runtime
 
-    for adapter, en, zh in ((FakeStepAdapter(), "decode steps (largest batch", "个解码步（最大批"),
-                            (FakeAdapter(), "batches (largest batch", "，分 1 批（最大批")):
+    for adapter, en, zh in ((FakeStepAdapter(), "decode steps (largest", "个解码步（最大批"),
+                            (FakeAdapter(), "batches (largest", "，分 1 批（最大批")):
         monkeypatch.setattr(Runtime, "load", classmethod(lambda cls, *a, _adapter=adapter, **k: Runtime.from_adapter(
             _adapter, "fake", EngineConfig(wait_window_ms=0))))
         for lang, words in (("en", en), ("zh", zh)):

@@ -12,7 +12,7 @@ EN: dict[str, str] = {
     "cli_yes": "yes", "cli_no": "no",
     # synth
     "cli_synth_wrote": "wrote {path}: {duration_s:.2f} s at {sampling_rate} Hz, {num_segments} segments in "
-                       "{runs} (largest batch {largest}), {num_oom} out-of-memory retries, memory budget "
+                       "{runs} (largest {largest}), {num_oom} out-of-memory retries, memory budget "
                        "{budget}; metadata in {metadata}{chapters}",
     # what the engine ran: batches of whole segments, or decode steps of a running batch (continuous batching)
     "cli_runs_batches": "{count} batches",
