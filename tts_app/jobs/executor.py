@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from tts_app.audio.transcribe import Transcriber, fill_transcript
 from tts_app.errors import RequestCancelledError, TTSAppError
-from tts_app.finish import Finish
+from tts_app.finish import Finish, FinishReason
 from tts_app.frontend.messages import message_of
 from tts_app.jobs.messages import Notice
 from tts_app.request import (EmotionControl, Priority, RequestStatus, SynthesisParams, SynthesisRequest,
@@ -293,11 +293,16 @@ def outcome_from_result(runtime: Runtime, context: JobContext, line: JobLine, pr
         return LineOutcome(line.line_number, line.output_name, "cancelled", error=result.error or Notice("job_cancelled"),
                            warnings=warnings, elapsed_s=elapsed_s, request_id=request_id,
                            finish_reason=result.finish.reason.value)
-    if not result.ok or len(result.audio) == 0:
+    from tts_app.outputs import no_audio_error, output_metadata
+
+    if not result.ok:
         return LineOutcome(line.line_number, line.output_name, "failed", error=result.error or Notice("job_no_audio"),
                            warnings=warnings, elapsed_s=elapsed_s, request_id=request_id,
                            finish_reason=result.finish.reason.value)
-    from tts_app.outputs import output_metadata
+    no_audio = no_audio_error(prepared.request, result)  # the page's and synth's words for it
+    if no_audio is not None:
+        return LineOutcome(line.line_number, line.output_name, "failed", error=no_audio, warnings=warnings,
+                           elapsed_s=elapsed_s, request_id=request_id, finish_reason=FinishReason.NO_AUDIO.value)
 
     job = {"job": {"file": context.job_file_name, "line": line.line_number, "output_name": line.output_name}}
     metadata = output_metadata(runtime, prepared.request, result, entry_point="job", reference=prepared.reference,

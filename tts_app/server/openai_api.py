@@ -163,6 +163,21 @@ def encode_speech(audio, sampling_rate: int, fmt: str) -> bytes:
     return encode_audio(audio, sampling_rate, fmt)
 
 
+def _refuse_no_audio(synthesis: SynthesisRequest, result) -> None:
+    """A finished request with no audio at all (``tts_app.outputs.no_audio_error``: the model ended speech at once)
+    is refused with the page's and ``synth``'s words, 422 ``no_audio``: the same request and seed would end the
+    same way, so a client must not retry it unchanged (and no encoder is given 0 samples: MP3/Opus fail on them).
+
+    Raises:
+        APIError: 422 when ``result`` has no samples.
+    """
+    from tts_app.outputs import no_audio_error
+
+    no_audio = no_audio_error(synthesis, result)
+    if no_audio is not None:
+        raise APIError(422, str(no_audio), code="no_audio", param="input", request_id=result.request_id)
+
+
 def wav_stream_header(sampling_rate: int) -> bytes:
     """The 44-byte header of a 16-bit mono PCM WAV file whose length is not known yet (RIFF and ``data`` sizes
     0xFFFFFFFF, the usual marker for a streamed WAV: libsndfile, ffmpeg/PyAV and browsers read such a file to its
@@ -479,6 +494,7 @@ class OpenAIRoutes:
         result = await self._wait(handle, request)
         if not result.ok:
             raise finish_error(result)
+        _refuse_no_audio(synthesis, result)
         body_bytes = await run_in_threadpool(encode_speech, result.audio, result.sampling_rate, fmt)
         wall_s = time.perf_counter() - started
         metrics.observe_synthesis("api", wall_s=wall_s, audio_s=result.duration_s, first_audio_s=wall_s)
@@ -506,6 +522,7 @@ class OpenAIRoutes:
             result = await done
             if not result.ok:
                 raise finish_error(result)
+            _refuse_no_audio(synthesis, result)
         first_audio_s = time.perf_counter() - started
         rate = runtime.engine.sampling_rate
 

@@ -234,7 +234,7 @@ def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | No
 
 REPORT_FIELDS = (  # (report key, unit) shown in the UI; the CLI's --json has everything
     ("format", ""), ("sampling_rate", "Hz"), ("channels", ""), ("duration_s", "s"), ("speech_start_s", "s"),
-    ("speech_end_s", "s"), ("speech_s", "s"), ("speech_kept_s", "s"), ("snr_db", "dB"), ("clipping_share", ""),
+    ("speech_end_s", "s"), ("speech_s", "s"), ("speech_kept_s", "s"), ("snr_db", "dB"), ("clipping_share", "%"),
     ("speech_level_dbfs", "dBFS"), ("bandwidth_hz", "Hz"), ("cropped", ""),
 )
 
@@ -247,6 +247,8 @@ def _report_markdown(report: dict, lang: str) -> str:
             continue
         if isinstance(value, bool):
             value = server_text(lang, "yes" if value else "no")
+        elif unit == "%":  # a share, rounded as the warning about it rounds it ("clipped (0.1% of samples ...)")
+            value, unit = f"{value:.1%}", ""
         elif isinstance(value, float):
             value = f"{value:.0f}" if unit == "Hz" else f"{value:.2f}"
         cells.append(f"{server_text(lang, key)}: **{value}**{' ' + unit if unit else ''}")
@@ -317,9 +319,9 @@ def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None
         r = by_pos.get(i)
         label = None
         if r is not None and r.source == "override":
-            label = preview_label(ctx.lang, "override")
+            label = preview_label(lang, "override")
         elif r is not None and r.ambiguous:
-            label = preview_label(ctx.lang, "polyphone")
+            label = preview_label(lang, "polyphone")
         if label is None:
             plain += ch
             continue
@@ -437,6 +439,15 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
         speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty)
     return run_web_request(ctx, synthesis_request, lang, progress, reference=reference, audio_format=audio_format,
                            request=request)
+
+
+def check_text_given(ctx: AppContext, text: str | None, request: gr.Request = None) -> None:
+    """Generate's first step, before ``synthesize_stream`` (the page only; it has no outputs): an empty text (or
+    only spaces) is refused here, as a pop-up in the page's language. Raised by the generation itself, the refusal
+    would also mark the Output player with gradio's red "Error" badge next to the previous result's files; this
+    step has no output to mark. API calls get the same refusal from ``synthesize`` / ``synthesize_stream``."""
+    if not (text or "").strip():
+        raise user_error(server_text(_lang(ctx, request), "need_text"))  # the generation's own words for it
 
 
 def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, reference_text: str | None = None,
@@ -655,7 +666,7 @@ def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRe
     failed request raises ``gr.Error`` with its ``finish`` in the page's language (a bug: naming the request id and
     seed), a silent one naming the seed."""
     from tts_app.longform import name_from_text
-    from tts_app.outputs import output_metadata, save_outputs
+    from tts_app.outputs import no_audio_error, output_metadata, save_outputs
 
     seed = synthesis_request.params.seed
     fmt = audio_format if audio_format in AUDIO_FORMATS else "wav"
@@ -671,9 +682,9 @@ def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRe
                                      error=localize(finish.message, lang)))
     if not result.ok:  # the user's input, too large, out of memory, shut down: what happened and the fix
         raise user_error(finish.render(lang))
-    if result.audio.size == 0:
-        ran_greedy = result.effective_params is not None and result.effective_params.greedy is not False
-        raise user_error(server_text(lang, "no_audio_greedy" if ran_greedy else "no_audio_sampling", seed=seed))
+    no_audio = no_audio_error(synthesis_request, result)
+    if no_audio is not None:
+        raise user_error(no_audio.render(lang))
     from tts_app.frontend.messages import localize
 
     # notices already shown with the references (report box, or one grouped warning for a saved voice) are not
@@ -714,6 +725,8 @@ def _emotion(ctx: AppContext, lang: str, mode, clip_path, vector, weight, text):
 def worker_lines(pool, lang: str) -> list[str]:
     """Markdown lines for the Memory tab about the Ray workers of ``app.py --ray`` (``WorkerPool``): each one's
     state, node, device, lines done / in flight, engine batch cap and OOM count, and its device memory."""
+    from tts_app.frontend.messages import localize
+
     workers = pool.stats(timeout_s=1.0, max_age_s=2.0)
     up = sum(1 for w in workers if w.state == "up")
     lines = ["", server_text(lang, "workers_title", up=up, total=len(workers))]
@@ -729,7 +742,7 @@ def worker_lines(pool, lang: str) -> list[str]:
             text += " · " + server_text(lang, "worker_engine", cap=w.engine.batch_cap, max=w.engine.max_batch_size,
                                         oom=w.engine.num_oom)
         if w.error:
-            text += f" · {w.error}"
+            text += f" · {localize(w.error, lang)}"
         lines.append("- " + text)
     return lines
 

@@ -240,6 +240,7 @@ EN.update({
     "dialogue_intro": "One turn per line: `Speaker 1: …`, `[S1] …` or `张三：…` (up to 4 speakers; names take "
                       "speaker numbers in order of appearance). Give each speaker a saved voice or a clip.",
     "script": "Dialogue script",
+    "script_placeholder": "Speaker 1: 你好，欢迎收听。\nSpeaker 2: Thanks, glad to be here.",
     "speaker_voice": "Saved voice",
     "speaker_audio": "or upload a clip",
     "generate_dialogue": "Generate dialogue",
@@ -267,6 +268,7 @@ ZH.update({
     "dialogue_intro": "每行一句：`Speaker 1: …`、`[S1] …` 或 `张三：…`（最多 4 位说话人；名字按出现顺序编号）。"
                       "为每位说话人选择已保存的声音或上传音频。",
     "script": "对话脚本",
+    "script_placeholder": "Speaker 1: 你好，欢迎收听。\nSpeaker 2: 谢谢，很高兴来到这里。",
     "speaker_voice": "已保存的声音",
     "speaker_audio": "或上传音频",
     "generate_dialogue": "生成对话",
@@ -316,10 +318,6 @@ SERVER: dict[str, dict[str, str]] = {
         "stream_off_whole_clip": "streaming is off for this request: speed/duration/loudness need the whole clip",
         "synthesis_failed": "Synthesis failed (request {request_id}, seed {seed}): {error}. Quote the request id "
                             "when you report it: the server log has the details under it.",
-        "no_audio_sampling": "The model produced no audio for this text (seed {seed}): it ended speech at once. "
-                             "Try another seed or a larger max new tokens.",
-        "no_audio_greedy": "The model produced no audio for this text: it ended speech at once. Try sampling "
-                           "instead of greedy decoding, or a larger max new tokens.",
         "col_timings": "#|speaker|text|start (s)|end (s)|batch size|generate (s)",
         "col_validation": "line|status|message",
         "col_results": "line|output name|status|error|duration (s)",
@@ -391,8 +389,6 @@ SERVER: dict[str, dict[str, str]] = {
         "stream_off_whole_clip": "此请求不流式播放：语速/时长/响度需要完整音频",
         "synthesis_failed": "合成失败（请求 {request_id}，种子 {seed}）：{error}。报告问题时请附上请求 ID：服务器日志中"
                             "以它记录了详细信息。",
-        "no_audio_sampling": "模型没有为这段文本生成音频（种子 {seed}）：它立即结束了。请换一个种子，或调大最大新 token 数。",
-        "no_audio_greedy": "模型没有为这段文本生成音频：它立即结束了。请改用采样解码，或调大最大新 token 数。",
         "col_timings": "#|说话人|文本|开始（秒）|结束（秒）|批大小|生成（秒）",
         "col_validation": "行|状态|说明",
         "col_results": "行|输出名|状态|错误|时长（秒）",
@@ -526,6 +522,12 @@ SERVER["en"].update({
     "loading_wait": "The web page appears when the model has loaded.",
     "loading_failed": "The model could not be loaded: {error}",
     "loading_reload": "This page reloads itself every 5 seconds.",
+    # a number input outside its widget's range (an API call; tts_app.ui.ranges)
+    "out_of_range": "{field} = {value} is outside its range {minimum} to {maximum}; send a value in it",
+    "below_minimum": "{field} = {value} is below its minimum {minimum}; send {minimum} or more",
+    # the titles of the page's pop-ups (gradio writes them in English: tts_app.ui.layout.page_js)
+    "toast_error": "Error", "toast_warning": "Warning", "toast_info": "Info",
+    "above_maximum": "{field} = {value} is above its maximum {maximum}; send {maximum} or less",
 })
 SERVER["zh"].update({
     "row_error": "错误", "row_warning": "提示",
@@ -535,6 +537,10 @@ SERVER["zh"].update({
     "loading_wait": "模型加载完成后即显示网页。",
     "loading_failed": "模型无法加载：{error}",
     "loading_reload": "页面每 5 秒自动刷新。",
+    "out_of_range": "{field} = {value} 超出范围 {minimum} 到 {maximum}；请给出此范围内的值",
+    "below_minimum": "{field} = {value} 低于最小值 {minimum}；请给出不小于 {minimum} 的值",
+    "toast_error": "错误", "toast_warning": "提示", "toast_info": "信息",
+    "above_maximum": "{field} = {value} 高于最大值 {maximum}；请给出不大于 {maximum} 的值",
 })
 assert SERVER["en"].keys() == SERVER["zh"].keys()
 #: server strings that also label widgets built once for every browser (radio choices), so ``gr.I18n`` carries
@@ -587,9 +593,14 @@ def server_text(lang: str, key: str, **values) -> str:
     return SERVER.get(lang, SERVER["en"])[key].format(**values)
 
 
-def preview_label(forced: str | None, kind: str) -> str:
-    """Category of a highlighted preview span ("override" or "polyphone"). The legend is built once for all
-    users, so without ``--lang`` the label is bilingual ("override / 指定读音")."""
-    if forced in ("zh", "en"):
-        return SERVER[forced][kind]
-    return f"{SERVER['en'][kind]} / {SERVER['zh'][kind]}"
+def preview_label(lang: str, kind: str) -> str:
+    """Category of a highlighted preview span ("override" or "polyphone") in the page's language ``lang``."""
+    return server_text(lang, kind)
+
+
+def preview_colors(forced: str | None) -> dict[str, str]:
+    """The preview's colour of each category: in ``forced`` (``--lang``) only, else in every language (the widget is
+    built once for all browsers; each page labels its spans in its own language, ``preview_label``)."""
+    codes = [forced] if forced in SERVER else list(SERVER)
+    return {SERVER[code][kind]: color for code in codes for kind, color in (("override", "green"),
+                                                                            ("polyphone", "orange"))}
