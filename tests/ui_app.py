@@ -67,6 +67,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: ``PATH`` of a fresh machine: the folder of the Python running the tests, nothing else (apps are started by that
+#: interpreter's absolute path, so they need no other). The forkserver imports ``APP_IMPORTS`` with this ``PATH``, so an
+#: app forked with it has never seen another one: as a fresh ``python app.py`` started with it (the browser tests'
+#: ``fresh_machine_env``), without paying the imports again.
+FRESH_MACHINE_PATH = os.path.dirname(sys.executable)
+
 #: Preloaded by the forkserver ``start_app`` forks its apps from: what ``app.py`` imports before it serves (~85 % of a
 #: start; see the module). Imported when the tests run from the checkout's root, as ``scripts/test.sh`` does (else
 #: each app imports it itself: slower, the same app).
@@ -76,11 +82,20 @@ APP_IMPORTS = ("tests.app_imports",)
 def _read_at_start_up() -> frozenset[str]:
     """Environment variables the app reads when it starts (``tts_app.cli.args``, ``tts_app.ui.launch``), not while
     modules are imported: an app given only these is still forked. Any other variable starts a fresh
-    ``python app.py`` (gradio reads ``GRADIO_TEMP_DIR`` at import; a ``PATH`` test is about a fresh start)."""
+    ``python app.py`` (gradio reads ``GRADIO_TEMP_DIR`` at import), except ``PATH`` = ``FRESH_MACHINE_PATH``, the one
+    the forkserver imported with (see ``_forks_as_started``)."""
     from tts_app.cli.args import API_KEY_ENV, HOST_ENV, PORT_ENV, UI_AUTH_ENV
     from tts_app.ui.launch import ARGS_ENV
 
     return frozenset({API_KEY_ENV, HOST_ENV, PORT_ENV, UI_AUTH_ENV, ARGS_ENV})
+
+
+def _forks_as_started(env: dict[str, str]) -> bool:
+    """Whether an app given the extra environment ``env`` is the same forked as started fresh: every variable is
+    read at start-up only, or is the ``PATH`` the forkserver imported with (``FRESH_MACHINE_PATH``; another ``PATH``
+    could change what was found on it at import)."""
+    others = set(env) - _read_at_start_up()
+    return not others or (others == {"PATH"} and env["PATH"] == FRESH_MACHINE_PATH)
 
 
 def _forkserver():
@@ -97,8 +112,9 @@ _forkserver_started = False
 
 def warm_up_app_imports() -> None:
     """Start the forkserver now, so it imports ``APP_IMPORTS`` on the second core while other tests run (the first
-    ``start_app`` would otherwise wait for it). Its own output (import warnings) goes to ``tts_app-forkserver.log``
-    in the system's temporary folder, not into the test report."""
+    ``start_app`` would otherwise wait for it). It runs with ``PATH`` = ``FRESH_MACHINE_PATH`` (each forked process
+    then sets its own environment, ``PATH`` included). Its own output (import warnings) goes to
+    ``tts_app-forkserver.log`` in the system's temporary folder, not into the test report."""
     import tempfile
     from multiprocessing import forkserver
 
@@ -109,12 +125,18 @@ def warm_up_app_imports() -> None:
     _forkserver()
     log_path = Path(tempfile.gettempdir()) / "tts_app-forkserver.log"
     saved = [os.dup(1), os.dup(2)]
+    saved_path = os.environ.get("PATH")
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
-        forkserver.ensure_running()  # the server inherits fds 1 and 2 as they are now
+        os.environ["PATH"] = FRESH_MACHINE_PATH
+        forkserver.ensure_running()  # the server inherits fds 1 and 2 and the environment as they are now
     finally:
+        if saved_path is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = saved_path
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         for fd in (*saved, log_fd):
@@ -233,9 +255,9 @@ def start_app(model_dir: Path, *extra: str, lang: str | None = None, timeout_s: 
     ``url + ready_path`` answers 200 (the web page: the model has loaded and the UI is mounted).
 
     The app is forked from a forkserver that has imported ``APP_IMPORTS`` (a ``ForkedApp``), or, when ``env`` holds
-    a variable outside ``_read_at_start_up()``, run as a fresh ``python app.py`` (a ``subprocess.Popen``): some
-    variables are read when a module is imported (gradio's ``GRADIO_TEMP_DIR`` upload folder, for one), which a
-    forked app has done before it sees them.
+    a variable outside ``_read_at_start_up()`` (other than ``PATH`` = ``FRESH_MACHINE_PATH``), run as a fresh
+    ``python app.py`` (a ``subprocess.Popen``): some variables are read when a module is imported (gradio's
+    ``GRADIO_TEMP_DIR``, for one), which a forked app has done before it sees them.
 
     Args:
         port: ``--port`` (None: a free one).
@@ -254,7 +276,7 @@ def start_app(model_dir: Path, *extra: str, lang: str | None = None, timeout_s: 
     if lang:
         argv += ["--lang", lang]
     log_path = model_dir.parent / f"app-{port}.log"  # a restart on the same port appends
-    if set(env or ()) - _read_at_start_up():
+    if not _forks_as_started(env or {}):
         log = open(log_path, "a")
         proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), *argv], cwd=ROOT, env=app_env, stdout=log,
                                 stderr=subprocess.STDOUT)
