@@ -82,12 +82,15 @@ APP_IMPORTS = ("tests.app_imports",)
 def _read_at_start_up() -> frozenset[str]:
     """Environment variables the app reads when it starts (``tts_app.cli.args``, ``tts_app.ui.launch``), not while
     modules are imported: an app given only these is still forked. Any other variable starts a fresh
-    ``python app.py`` (gradio reads ``GRADIO_TEMP_DIR`` at import), except ``PATH`` = ``FRESH_MACHINE_PATH``, the one
-    the forkserver imported with (see ``_forks_as_started``)."""
+    ``python app.py``, except ``PATH`` = ``FRESH_MACHINE_PATH``, the one the forkserver imported with (see
+    ``_forks_as_started``)."""
     from tts_app.cli.args import API_KEY_ENV, HOST_ENV, PORT_ENV, UI_AUTH_ENV
     from tts_app.ui.launch import ARGS_ENV
 
-    return frozenset({API_KEY_ENV, HOST_ENV, PORT_ENV, UI_AUTH_ENV, ARGS_ENV})
+    # GRADIO_TEMP_DIR: gradio's server reads its upload folder when it starts (``gradio.utils.get_upload_folder``, in
+    # ``App.__init__`` and ``Blocks.__init__``); only its video / MCP helpers, which the app does not use, read it
+    # at import
+    return frozenset({API_KEY_ENV, HOST_ENV, PORT_ENV, UI_AUTH_ENV, ARGS_ENV, "GRADIO_TEMP_DIR"})
 
 
 def _forks_as_started(env: dict[str, str]) -> bool:
@@ -256,8 +259,8 @@ def start_app(model_dir: Path, *extra: str, lang: str | None = None, timeout_s: 
 
     The app is forked from a forkserver that has imported ``APP_IMPORTS`` (a ``ForkedApp``), or, when ``env`` holds
     a variable outside ``_read_at_start_up()`` (other than ``PATH`` = ``FRESH_MACHINE_PATH``), run as a fresh
-    ``python app.py`` (a ``subprocess.Popen``): some variables are read when a module is imported (gradio's
-    ``GRADIO_TEMP_DIR``, for one), which a forked app has done before it sees them.
+    ``python app.py`` (a ``subprocess.Popen``): some variables are read when a module is imported, which a forked
+    app has done before it sees them.
 
     Args:
         port: ``--port`` (None: a free one).
