@@ -2,8 +2,8 @@
 
 ``start_app`` runs ``app.py`` in its own process: forked from a forkserver that imported the app once per test session
 (``tests/app_imports.py``; a fresh interpreter spends most of a start importing torch, transformers and gradio), or
-as a fresh ``python app.py`` when the test's environment must be seen at import. ``run_python_forked`` does the
-same for a ``python`` command whose run, not its start, is under test."""
+as a fresh ``python app.py`` when the test's environment must be seen at import. ``run_python_forked`` and
+``start_python_forked`` do the same for a ``python`` command whose run, not its start, is under test."""
 
 from __future__ import annotations
 
@@ -189,38 +189,49 @@ def _run_python(args: list[str], env: dict[str, str], stdout_path: str, stderr_p
         runpy.run_path(args[0], run_name="__main__")
 
 
+def start_python_forked(*args: str, stdout_path: Path, stderr_path: Path,
+                        env: dict[str, str] | None = None) -> "ForkedApp":
+    """Start ``python ARGS`` (``"-m", MODULE, ...`` or ``SCRIPT, ...``) in a process forked from the apps'
+    forkserver (``APP_IMPORTS`` already imported), run from the checkout's root with its stdout and stderr written
+    to the two files; returns it as a ``ForkedApp`` (``poll``, ``send_signal``, ``wait``, ``returncode``: the exit
+    status, negative signal number when killed). For a command whose run, not its start, is under test: the output
+    lacks what a fresh interpreter prints while importing (warnings), and it exits without the interpreter's
+    finalisation. ``env``: variables added to this process's environment."""
+    child_env = dict(os.environ, **(env or {}))
+    warm_up_app_imports()
+    process = _forkserver().Process(target=_run_python, args=(list(args), child_env, str(stdout_path),
+                                                              str(stderr_path)),
+                                    name=f"python {' '.join(args)}", daemon=True)
+    process.start()
+    return ForkedApp(process)
+
+
 def run_python_forked(*args: str, env: dict[str, str] | None = None,
                       timeout_s: float = 600.0) -> subprocess.CompletedProcess:
-    """``python ARGS`` (``"-m", MODULE, ...`` or ``SCRIPT, ...``) in a process forked from the apps' forkserver
-    (``APP_IMPORTS`` already imported), like ``subprocess.run(..., capture_output=True, text=True)`` run from the
-    checkout's root: the exit status (negative signal number when killed), stdout and stderr. For a command whose
-    run is under test, not its start: the output lacks what a fresh interpreter prints while importing (warnings),
-    and it exits without the interpreter's finalisation. ``env``: variables added to this process's environment.
+    """``start_python_forked`` run to its end, like ``subprocess.run(..., capture_output=True, text=True)`` run
+    from the checkout's root: the exit status (negative signal number when killed), stdout and stderr.
 
     Raises:
         subprocess.TimeoutExpired: it ran longer than ``timeout_s`` (it is killed).
     """
     import tempfile
 
-    child_env = dict(os.environ, **(env or {}))
-    warm_up_app_imports()
     with tempfile.TemporaryDirectory(prefix="tts_app-run-") as folder:
         out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-        process = _forkserver().Process(target=_run_python, args=(list(args), child_env, str(out), str(err)),
-                                        name=f"python {' '.join(args)}", daemon=True)
-        process.start()
-        process.join(timeout_s)
-        if process.exitcode is None:
+        process = start_python_forked(*args, stdout_path=out, stderr_path=err, env=env)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
             process.kill()
-            process.join()
-            raise subprocess.TimeoutExpired(list(args), timeout_s)
-        return subprocess.CompletedProcess(list(args), process.exitcode,
+            process.wait()
+            raise
+        return subprocess.CompletedProcess(list(args), process.returncode,
                                            out.read_text(errors="replace") if out.exists() else "",
                                            err.read_text(errors="replace") if err.exists() else "")
 
 
 class ForkedApp:
-    """An app forked by ``start_app``: the part of ``subprocess.Popen`` the tests use (``pid``, ``poll``,
+    """An app forked by ``start_app`` (or a command by ``start_python_forked``): the part of ``subprocess.Popen`` the tests use (``pid``, ``poll``,
     ``terminate`` = SIGTERM, ``kill``, ``wait``, ``returncode``: negative signal number when killed)."""
 
     def __init__(self, process):
