@@ -231,8 +231,9 @@ def run_python_forked(*args: str, env: dict[str, str] | None = None,
 
 
 class ForkedApp:
-    """An app forked by ``start_app`` (or a command by ``start_python_forked``): the part of ``subprocess.Popen`` the tests use (``pid``, ``poll``,
-    ``terminate`` = SIGTERM, ``kill``, ``wait``, ``returncode``: negative signal number when killed)."""
+    """An app forked by ``start_app`` (or a command by ``start_python_forked``): the part of ``subprocess.Popen``
+    the tests use (``pid``, ``poll``, ``terminate`` = SIGTERM, ``kill``, ``send_signal``, ``wait``, ``returncode``:
+    negative signal number when killed)."""
 
     def __init__(self, process):
         self.process = process

@@ -526,8 +526,8 @@ def _greedy_cases(folder: Path, clips: dict) -> list[tuple[dict, RowEmotion | No
 
     return [
         (dict(text=TEXT_ZH, seed=5), None),
-        (dict(text=TEXT_ZH, seed=6, emo_vector=IndexTTS2.normalize_emo_vec(None, list(EMOTION_VECTOR)), emo_alpha=0.8),
-         RowEmotion(vector=EMOTION_VECTOR, weight=0.8)),
+        (dict(text=TEXT_ZH, seed=6, emo_vector=IndexTTS2.normalize_emo_vec(None, list(EMOTION_VECTOR)),
+              emo_alpha=0.8), RowEmotion(vector=EMOTION_VECTOR, weight=0.8)),
         (dict(text=TEXT_EN, seed=7, emo_audio_prompt=str(folder / "emotion.wav"), emo_alpha=0.6),
          RowEmotion(reference_audio=clips["emotion"], weight=0.6)),
         (dict(text="短句。", seed=8, reference=str(folder / "other_voice.wav")), None),
