@@ -23,6 +23,8 @@ def _folder_bytes(folder: Path) -> int:
 
 @pytest.fixture(scope="module")
 def app(tiny_checkpoint, tmp_path_factory):
+    # gradio's upload folder, GRADIO_TEMP_DIR, is read when its server starts (``gradio.utils.get_upload_folder``):
+    # the app is forked with it (tests.ui_app.start_app)
     uploads = tmp_path_factory.mktemp("gradio-uploads")
     proc, url = start_app(tiny_checkpoint("vibevoice"), "--output-dir", str(tmp_path_factory.mktemp("limits-out")),
                           "--max-upload-size", "300KB", "--max-zip-size", "2MB",
@@ -59,6 +61,7 @@ def test_an_upload_over_the_largest_limit_is_refused_at_once_and_not_kept(app):
     assert _post_file(url, 8 * 1000**2) == 413
     assert _folder_bytes(uploads) - before < 100_000  # the 8 MB did not land in the temp folder
     assert _post_file(url, 50_000) == 200  # a small one is fine
+    assert _folder_bytes(uploads) - before >= 50_000  # and lands in this folder: the app's upload folder
 
 
 def test_a_job_file_over_its_own_limit_gets_a_readable_message(app, tmp_path):
