@@ -58,6 +58,18 @@ def composed_app(output_root: Path, server_config=None, runtime=None, **context_
 
 
 @contextlib.contextmanager
+def composed_app_at(root: Path, server_config=None, runtime=None, **context_args):
+    """``composed_app`` whose gradio upload folder (``GRADIO_TEMP_DIR``) is ``root / "gradio"`` and outputs are under
+    ``root / "out"``: a test module's uploads in a folder of its own."""
+    import pytest
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRADIO_TEMP_DIR", str(root / "gradio"))
+        with composed_app(root / "out", server_config, runtime, **context_args) as composed:
+            yield composed
+
+
+@contextlib.contextmanager
 def served_app(output_root: Path, server_config=None, runtime=None, **context_args):
     """The composed server behind a real socket (uvicorn in a thread of this process, as ``python app.py`` runs
     it), for what ``TestClient`` cannot show (a client that closes its connection). Yields

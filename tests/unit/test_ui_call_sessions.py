@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.composed_app import Browser, composed_app, file_data
+from tests.composed_app import Browser, composed_app_at, file_data
 
 NUM_CALLS = 12
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("call-sessions")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GRADIO_TEMP_DIR", str(root / "gradio"))
-        with composed_app(root / "out") as composed:
-            yield composed
+    with composed_app_at(tmp_path_factory.mktemp("call-sessions")) as composed:
+        yield composed
 
 
 def _gradio_app(server):

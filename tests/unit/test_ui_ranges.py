@@ -8,16 +8,13 @@ import json
 
 import pytest
 
-from tests.composed_app import Browser, composed_app
+from tests.composed_app import Browser, composed_app_at
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ranges")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GRADIO_TEMP_DIR", str(root / "gradio"))
-        with composed_app(root / "out") as composed:
-            yield composed
+    with composed_app_at(tmp_path_factory.mktemp("ranges")) as composed:
+        yield composed
 
 
 def _bounded_parameters(server) -> list[tuple[str, str, int, list, dict]]:
