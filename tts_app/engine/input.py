@@ -25,7 +25,7 @@ from tts_app.engine import messages as _messages  # noqa: F401 - registers the r
 from tts_app.engine.memory import MemoryEstimator, format_bytes, max_text_chars_for_budget
 from tts_app.engine.scheduler import SegmentWork, expected_speech_s
 from tts_app.errors import ConfigError, InputError, ReferenceAudioError
-from tts_app.frontend.messages import Notice
+from tts_app.frontend.messages import Notice, message_of
 from tts_app.request import SynthesisParams, SynthesisRequest
 
 if TYPE_CHECKING:
@@ -110,13 +110,23 @@ def _request_parts(request: SynthesisRequest) -> list[_Part]:
 def _prepare_text(text: str, *, supports_pinyin: bool, max_segment_chars: int, default_pause_ms: int,
                   control_tags: tuple[str, ...] = (), unencodable_characters=None, measure=None,
                   max_segment_units: int | None = None):
-    """The text front end (``tts_app.frontend.prepare_text``), sentences packed up to the segment limits."""
+    """The text front end (``tts_app.frontend.prepare_text``), sentences packed up to the segment limits.
+
+    Raises:
+        ConfigError: field "text" for the front end's refusals of the text (nothing to speak, ...), so the
+            request's finish names the field at fault (the API's ``param`` "input").
+    """
     from tts_app.frontend import prepare_text
 
-    return prepare_text(text, supports_pinyin=supports_pinyin, max_segment_chars=max_segment_chars,
-                        default_pause_ms=default_pause_ms, control_tags=control_tags,
-                        unencodable_characters=unencodable_characters, measure=measure,
-                        max_segment_units=max_segment_units)
+    try:
+        return prepare_text(text, supports_pinyin=supports_pinyin, max_segment_chars=max_segment_chars,
+                            default_pause_ms=default_pause_ms, control_tags=control_tags,
+                            unencodable_characters=unencodable_characters, measure=measure,
+                            max_segment_units=max_segment_units)
+    except ConfigError:
+        raise
+    except InputError as exc:
+        raise ConfigError("text", message_of(exc)) from exc
 
 
 # ISO 639-1 code -> language name in messages, for the languages the text front end tells apart.
