@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from tts_app.jobs.cli import main
+from tts_app.cli.batch import main
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_FLAGS = ["--max-new-tokens", "12", "--device", "cpu", "--dtype", "float32"]

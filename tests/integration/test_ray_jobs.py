@@ -28,8 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tts_app.cli.args import EngineArgs
-from tts_app.config import ClusterConfig, EngineConfig, ModelConfig
+from tts_app.config import ClusterConfig, EngineArgs, EngineConfig, ModelConfig
 from tts_app.jobs.results import RESULTS_NAME
 from tts_app.jobs.runner import run_job
 from tts_app.request import SynthesisParams

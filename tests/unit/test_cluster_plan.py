@@ -75,7 +75,7 @@ def one_line_job(tmp_path, data_dir):
 
 
 def test_batch_with_ray_flags_but_no_ray_flag_is_a_usage_error(one_line_job, tmp_path, capsys):
-    from tts_app.jobs.cli import main
+    from tts_app.cli.batch import main
 
     assert main([str(one_line_job), "--out-dir", str(tmp_path / "out"), "--num-workers", "2"]) == 2
     err = capsys.readouterr().err
@@ -83,7 +83,7 @@ def test_batch_with_ray_flags_but_no_ray_flag_is_a_usage_error(one_line_job, tmp
 
 
 def test_batch_with_ray_not_installed_says_how_to_install_it(one_line_job, tmp_path, capsys, monkeypatch):
-    from tts_app.jobs.cli import main
+    from tts_app.cli.batch import main
 
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError, as without the package
     assert main([str(one_line_job), "--out-dir", str(tmp_path / "out"), "--ray", "local"]) == 2
@@ -93,7 +93,7 @@ def test_batch_with_ray_not_installed_says_how_to_install_it(one_line_job, tmp_p
 
 
 def test_app_takes_the_batch_commands_ray_flags(capsys, monkeypatch):
-    from tts_app.jobs.cli import build_parser as batch_parser
+    from tts_app.cli.batch import build_parser as batch_parser
     from tts_app.ui.launch import build_parser as app_parser
     from tts_app.ui.launch import main
 

@@ -199,7 +199,7 @@ class ModelFacts:
         reference_positions_per_second: sequence positions one second of reference audio occupies.
         max_segment_chars: the segment limit in characters: sentences are packed into one segment up to it (the
             whole text when it fits, as the family's upstream tool speaks it), derived from the checkpoint's decode
-            cap (``tts_app.engine.scheduler.max_chars_for_speech_s``) so a segment never hits that cap. A request's
+            cap (``tts_app.speaking_rate.max_chars_for_speech_s``) so a segment never hits that cap. A request's
             ``max_segment_chars`` caps it further.
         max_segment_tokens: the family's segment unit is its text tokens (IndexTTS 2: upstream's
             ``max_text_tokens_per_segment``): sentences are packed while their tokens (``TTSAdapter.count_text_tokens``)

@@ -23,10 +23,11 @@ from tts_app.config import MIN_MAX_SEGMENT_CHARS, REQUEST_LIMITS
 from tts_app.dialogue import join_pieces
 from tts_app.engine import messages as _messages  # noqa: F401 - registers the refusals' zh/en texts
 from tts_app.engine.memory import MemoryEstimator, format_bytes, max_text_chars_for_budget
-from tts_app.engine.scheduler import SegmentWork, expected_speech_s
+from tts_app.engine.scheduler import SegmentWork
 from tts_app.errors import ConfigError, InputError, ReferenceAudioError
 from tts_app.frontend.messages import Notice, message_of
 from tts_app.request import SynthesisParams, SynthesisRequest
+from tts_app.speaking_rate import expected_speech_s
 
 if TYPE_CHECKING:
     from tts_app.engine.core import _RequestState

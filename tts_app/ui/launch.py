@@ -32,9 +32,9 @@ import time
 
 from tts_app.cli.args import (DEFAULT_PORT, CliParser, EngineArgs, add_cluster_args, add_engine_args, add_lang_arg,
                               add_server_args,
-                              add_voice_args, check_device_available, check_output_dir, cluster_config_from,
+                              add_voice_args, check_output_dir, cluster_config_from,
                               engine_args_from, file_size, parse_cli, server_address, server_config_from, usage_error)
-from tts_app.config import ClusterConfig, ReferenceConfig, UploadConfig
+from tts_app.config import ClusterConfig, ReferenceConfig, UploadConfig, check_device_available
 from tts_app.errors import InputError, TTSAppError
 
 log = logging.getLogger("tts_app")
