@@ -112,7 +112,7 @@ def generation_settings(facts: ModelFacts, requested: SynthesisParams, effective
             value, source = facts.max_segment_chars, (
                 "model default: sentences packed into one segment up to this (fits its max_new_tokens cap)"
                 + (f" and {facts.max_segment_tokens} text tokens (upstream max_text_tokens_per_segment)"
-                   if getattr(facts, "max_segment_tokens", None) else ""))
+                   if facts.max_segment_tokens else ""))
         elif name in ("seed", "use_cache", "pause_between_segments_ms", "chapter_pause_ms", "reference_cleanup"):
             source = SOURCE_REQUEST  # always set by the caller (dataclass defaults: seed 0, cache on, 200 ms)
         elif name in ("speed", "duration_s", "loudness_lufs"):

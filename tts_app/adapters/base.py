@@ -210,7 +210,6 @@ class ModelFacts:
             ``("en",)``; text in another language gets a warning.
         supports_pinyin: whether the tokenizer understands pinyin tokens (else overrides become homophones).
         num_parameters: total parameter count.
-        kv_cache_exact: True when ``use_cache=False`` gives the same tokens as ``use_cache=True`` in this adapter.
         needs_reference_text: True when cloning from reference audio also needs its transcript (the UI marks the
             reference-text box as required).
         control_tags: the non-speech tags the model understands, each written in the model's own syntax (e.g.
@@ -242,7 +241,6 @@ class ModelFacts:
     languages: tuple[str, ...]
     supports_pinyin: bool = False
     num_parameters: int = 0
-    kv_cache_exact: bool = True
     needs_reference_text: bool = False
     control_tags: tuple[str, ...] = ()
     supports_emotion: bool = False

@@ -379,7 +379,7 @@ class InputProcessor:
         emotion = request.emotion
         if emotion is None:
             return
-        check_emotion_support(self.facts, getattr(self.adapter, "display_name", self.facts.family),
+        check_emotion_support(self.facts, self.adapter.display_name,
                               from_text=emotion.from_text)
         clip = emotion.reference_audio
         if clip is not None and int(clip.sampling_rate) != self.facts.sampling_rate:
