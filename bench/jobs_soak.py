@@ -110,7 +110,8 @@ def make_runtime(tiny: str | None, work: Path):
 
 def soak(args: argparse.Namespace, work: Path) -> int:
     from tts_app.jobs.manager import JobManager
-    from tts_app.jobs.results import JOURNAL_NAME, RESULTS_NAME, audio_decodes
+    from tts_app.jobs.results import audio_decodes
+    from tts_app.output_layout import JOURNAL_NAME, RESULTS_NAME
     from tts_app.jobs.store import JobStore
 
     rng = random.Random(args.seed)

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from tts_app.audio.formats import encode_audio, format_for_path, format_label
 from tts_app.audio.post import to_srt, write_atomic
+from tts_app.output_layout import chapter_path, metadata_path
 from tts_app.request import SynthesisParams, SynthesisRequest, SynthesisResult
 
 if TYPE_CHECKING:
@@ -69,11 +70,6 @@ class OutputFiles:
     metadata: Path
     subtitles: Path | None = None
     chapters: tuple[Path, ...] = ()
-
-
-def metadata_path(audio_path: str | Path) -> Path:
-    """Where the sidecar of ``audio_path`` goes: same folder, same stem, ``.json``."""
-    return Path(audio_path).with_suffix(".json")
 
 
 #: ``generation_sources`` value of a setting the request gave itself
@@ -217,14 +213,6 @@ def subtitle_texts(result: SynthesisResult) -> list[str]:
         else:
             out.append(f"{s.speaker}: {s.text}" if s.speaker else s.text)
     return out
-
-
-def chapter_path(audio_path: Path, index: int, title: str | None) -> Path:
-    """Where chapter ``index`` (0-based) of ``audio_path`` goes: ``<stem>.ch01_<first words of its title>.<ext>``."""
-    from tts_app.longform import name_from_text
-
-    label = f"_{name_from_text(title)}" if title else ""
-    return audio_path.with_name(f"{audio_path.stem}.ch{index + 1:02d}{label}{audio_path.suffix}")
 
 
 def save_outputs(audio_path: str | Path, result: SynthesisResult, metadata: dict[str, Any], *,

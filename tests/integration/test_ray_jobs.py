@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tts_app.config import ClusterConfig, EngineArgs, EngineConfig, ModelConfig
-from tts_app.jobs.results import RESULTS_NAME
+from tts_app.output_layout import RESULTS_NAME
 from tts_app.jobs.runner import run_job
 from tts_app.request import SynthesisParams
 

@@ -54,18 +54,13 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tts_app.metrics import HTTP_REJECTIONS
+from tts_app.output_layout import JOBS_DIR, LEGACY_REFERENCES_DIR, REFERENCES_DIR, SESSIONS_DIR
 
 logger = logging.getLogger(__name__)
 
 COOKIE_NAME = "tts_app_browser"
 #: How long a browser keeps its cookie, in s (400 days: the most browsers accept, RFC 6265bis §5.5).
 COOKIE_MAX_AGE_S = 400 * 86400
-#: The web UI's per-browser output area, under the output root.
-SESSIONS_DIR = "single"
-#: A browser's cleaned reference clips, inside its folder (``<output root>/single/<owner>/references/``).
-REFERENCES_DIR = "references"
-#: Where cleaned clips lay before (shared by everyone): refused.
-LEGACY_REFERENCES_DIR = "references"
 #: gradio's file routes (``gradio.routes``: ``API_PREFIX + "/file={path}"`` and the older ``"/file/{path}"``).
 FILE_ROUTE_PREFIXES = ("/gradio_api/file=", "/gradio_api/file/")
 #: gradio's upload route (answers a JSON list of the stored files' paths).
@@ -215,7 +210,7 @@ class BrowserSessions:
         """Is ``<output root>/<parts>`` in an area guarded per owner, and ``owner``'s?"""
         if parts[0] == SESSIONS_DIR:
             return len(parts) > 1 and parts[1] == owner
-        if parts[0] == "jobs":
+        if parts[0] == JOBS_DIR:
             return len(parts) > 1 and _job_owner(self.root, parts[1]) == owner
         return False
 
@@ -228,7 +223,7 @@ class BrowserSessions:
         except ValueError:
             parts = None
         if parts is not None and parts:
-            if parts[0] in (SESSIONS_DIR, "jobs"):
+            if parts[0] in (SESSIONS_DIR, JOBS_DIR):
                 return self._owned_output(parts, owner)
             if parts[0] == LEGACY_REFERENCES_DIR:
                 return False

@@ -208,10 +208,9 @@ def compose_ui(ctx, server_config, policy=None):
     import gradio as gr
     from fastapi import FastAPI
 
-    from tts_app.jobs.store import JOBS_DIR
+    from tts_app.output_layout import JOBS_DIR, SESSIONS_DIR
     from tts_app.server.app import add_cors
     from tts_app.server.security import AccessPolicy
-    from tts_app.server.sessions import SESSIONS_DIR
     from tts_app.ui.layout import CSS, build_demo, page_js
     from tts_app.voices import BUNDLED_VOICES_DIR
 
