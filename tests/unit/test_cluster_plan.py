@@ -95,8 +95,8 @@ def test_batch_with_ray_not_installed_says_how_to_install_it(one_line_job, tmp_p
 
 def test_app_takes_the_batch_commands_ray_flags(capsys, monkeypatch):
     from tts_app.cli.batch import build_parser as batch_parser
-    from tts_app.ui.launch import build_parser as app_parser
-    from tts_app.ui.launch import main
+    from tts_app.server.main import build_parser as app_parser
+    from tts_app.server.main import main
 
     def ray_flags(parser):
         group = next(g for g in parser._action_groups if (g.title or "").startswith("Ray cluster"))

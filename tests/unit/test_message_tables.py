@@ -115,7 +115,7 @@ def test_one_lang_flag_for_every_command():
     from tts_app.cli.synth import build_parser as synth_parser
     from tts_app.frontend.cli import _parser as frontend_parser
     from tts_app.cli.batch import build_parser as batch_parser
-    from tts_app.ui.launch import build_parser as app_parser
+    from tts_app.server.main import build_parser as app_parser
 
     for build in (reference_parser, synth_parser, frontend_parser, batch_parser, app_parser):
         flag = next(a for a in build()._actions if "--lang" in a.option_strings)

@@ -1,6 +1,6 @@
 """The packages stay layered one way (../shared/STYLE.md "The shape of the house"): the adapters never import the
-engine (the engine drives the adapters), and nothing under the CLI imports the CLI package (the commands stand on
-top of the runtime, outputs and jobs, not under them). Read from the source with ``ast``, so every import counts:
+engine (the engine drives the adapters), nothing under the CLI imports the CLI package (the commands stand on
+top of the runtime, outputs and jobs, not under them), and the web page (``tts_app.ui``) only builds the page. Read from the source with ``ast``, so every import counts:
 module level, inside functions, and under ``TYPE_CHECKING``."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import tts_app
 PACKAGE_ROOT = Path(tts_app.__file__).parent
 
 #: modules that are commands themselves, or the composition root that parses the app's flags: they may use the CLI
-CLI_USERS = ("tts_app.cli", "tts_app.__main__", "tts_app.audio.cli", "tts_app.frontend.cli", "tts_app.ui.launch")
+CLI_USERS = ("tts_app.cli", "tts_app.__main__", "tts_app.audio.cli", "tts_app.frontend.cli", "tts_app.server.main")
 
 
 def module_name(path: Path) -> str:
@@ -73,6 +73,15 @@ def test_the_walk_sees_imports_at_every_level():
 
 def test_the_adapters_import_nothing_from_the_engine():
     assert offenders("tts_app.adapters", "tts_app.engine") == {}
+
+
+def test_the_page_starts_nothing_and_only_the_page_imports_gradio():
+    """``tts_app.ui`` builds the page; the composition root (``tts_app.server.main``) starts the server, the model and
+    the jobs and mounts the page."""
+    assert offenders("tts_app.ui", "tts_app.server.main") == {}
+    assert offenders("tts_app.ui", "uvicorn") == {}
+    assert offenders("tts_app", "gradio", allowed=("tts_app.ui",)) == {}
+    assert "tts_app.ui.mount.compose_ui" in modules()["tts_app.server.main"]
 
 
 def test_only_commands_import_the_cli_package():

@@ -21,7 +21,7 @@ visitor who learns another's file URL, from a shared screen, a log or a guess, s
 
 What a request may name as a file input (gradio takes a file input as a path, ``{"path": ..., "meta": ...}``, and
 reads whatever path it is given, even ``/etc/passwd``, unless the app was ``launch()``-ed, which a mounted app never
-is; see ``tts_app.ui.launch.compose_ui``): ``BrowserSessions`` reads the JSON body of every call to the gradio app
+is; see ``tts_app.ui.mount.compose_ui``): ``BrowserSessions`` reads the JSON body of every call to the gradio app
 (``/gradio_api/queue/join``, ``run/``, ``call/``, ``api/``, ``stream/``, ...) before gradio does, and answers 403 in
 words unless every ``path`` in it is
 
@@ -191,7 +191,7 @@ class BrowserSessions:
         output_root: the web UI's output folder.
         api_keys: the server's API keys (an API client sending one is that key's owner).
         upload_folder: gradio's upload folder (``GRADIO_TEMP_DIR``, else ``<temp dir>/gradio``), handed in by the
-            composition root (``tts_app.ui.launch``), which alone imports gradio; None = a server without the web
+            composition root (``tts_app.server.main``; only ``tts_app.ui`` imports gradio); None = a server without the web
             UI, where no upload can be a file input.
     """
 
