@@ -35,9 +35,9 @@ from tts_app.jobs.messages import Notice
 from tts_app.jobs.results import (ResultsWriter, audio_decodes, line_record,
                                   make_results_zip, read_results, remove_stale_temp_files, resumable)
 from tts_app.jobs.executor import AsrSetting, JobContext, LineExecutor, LineOutcome, LocalExecutor
-from tts_app.jobs.schema import (AudioSources, InvalidLine, JobConfig, JobLine, ValidationReport,
-                                 check_default_voice, extract_audio_zip, iter_job, make_sources, validate_lines,
-                                 zip_audio_members)
+from tts_app.jobs.safety import AudioSources, extract_audio_zip, zip_audio_members
+from tts_app.jobs.schema import (InvalidLine, JobConfig, JobLine, ValidationReport, check_default_voice, iter_job,
+                                 make_sources, validate_lines)
 from tts_app.output_layout import EXTRACTED_AUDIO_DIR, RESULTS_NAME
 from tts_app.request import SynthesisParams
 
