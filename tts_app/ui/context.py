@@ -1,4 +1,5 @@
-"""Server-wide state of the web app, built once in ``launch.main`` and passed to the handlers. No gradio import.
+"""Server-wide state of the web app, built once in ``tts_app.server.main.main`` and passed to the handlers. No
+gradio import.
 
 Everything here is shared by all users on purpose (one runtime: engine, reference preparer and cache; one memory
 history; one job manager, whose jobs each belong to the browser that started them); per-user state lives in gradio
@@ -64,7 +65,7 @@ class AppContext:
         jobs: the server's durable jobs (``tts_app.jobs.manager``); built by ``start_jobs`` once the model is loaded
             (or failed to load).
         pool: Ray workers that run the Batch tab's jobs (``app.py --ray``; ``tts_app.jobs.cluster.WorkerPool``),
-            or None (jobs run on ``runtime``). Stopped by ``launch.main``.
+            or None (jobs run on ``runtime``). Stopped by ``tts_app.server.main.main``.
         api_keys: the HTTP API's keys (``ServerConfig.api_keys``): a client sending one owns its files and jobs by
             that key (``owner``) rather than by its cookie.
     """
