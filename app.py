@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
         # model "moves" to the GPU at start-up and really runs there inside ``spaces.GPU`` calls).
         import spaces  # noqa: F401
 
-    from tts_app.ui.launch import main as launch_main
+    from tts_app.server.main import main as launch_main
 
     return launch_main(sys.argv[1:] if argv is None else argv)
 

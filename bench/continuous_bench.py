@@ -54,7 +54,7 @@ def length_driven(adapter, max_frames: int):
     1 to ``max_frames - 1`` frames. The LM head still runs on every row (its cost stays in the measure)."""
     import torch
 
-    from tts_app.engine.scheduler import expected_speech_s
+    from tts_app.speaking_rate import expected_speech_s
 
     fps = adapter.facts.frames_per_second
 

@@ -4,7 +4,7 @@ never thresholds.
     OMP_NUM_THREADS=1 python3 bench/engine_v2_bench.py [--quick]
 
 The model is the model-free fake step adapter (tests/fakes.py: a row's audio is noise that depends only on its text
-and seed) paced like speech: ~15 characters per second of audio (``tts_app.engine.scheduler.OTHER_CHAR_S``), 0.1 s of
+and seed) paced like speech: ~15 characters per second of audio (``tts_app.speaking_rate.OTHER_CHAR_S``), 0.1 s of
 audio per decode step, a fixed pause per step. Everything else is the real engine: scheduler, output processor,
 streams, and the real post-processing (``tts_app.audio.effects``: tempo, loudness).
 
@@ -45,10 +45,11 @@ from tests.fakes import FakeStepAdapter, fake_facts  # noqa: E402
 from tts_app.config import EngineConfig  # noqa: E402
 from tts_app.engine import Engine  # noqa: E402
 from tts_app.engine import scheduler as scheduler_module  # noqa: E402
+from tts_app import speaking_rate  # noqa: E402
 from tts_app.request import Priority, ReferenceAudio, SynthesisParams, SynthesisRequest  # noqa: E402
 
 SAMPLING_RATE = 16000
-SAMPLES_PER_CHAR = round(SAMPLING_RATE * scheduler_module.OTHER_CHAR_S)  # ~15 characters per second of audio
+SAMPLES_PER_CHAR = round(SAMPLING_RATE * speaking_rate.OTHER_CHAR_S)  # ~15 characters per second of audio
 FRAME_SAMPLES = SAMPLING_RATE // 10  # 0.1 s of audio per decode step
 REF = ReferenceAudio(samples=np.linspace(-0.3, 0.3, SAMPLING_RATE, dtype=np.float32), sampling_rate=SAMPLING_RATE,
                      key="ref")

@@ -122,7 +122,8 @@ def make_runtime(tiny: str | None, work: Path):
 
 def soak(args: argparse.Namespace, work: Path) -> int:
     from tts_app.jobs.manager import JobManager
-    from tts_app.jobs.results import JOURNAL_NAME, RESULTS_NAME, audio_decodes
+    from tts_app.jobs.results import audio_decodes
+    from tts_app.output_layout import JOURNAL_NAME, RESULTS_NAME
     from tts_app.jobs.store import JobStore
 
     work.mkdir(parents=True, exist_ok=True)
@@ -303,7 +304,8 @@ def red_team(args: argparse.Namespace, work: Path) -> int:
     import psutil
 
     from tests.composed_app import file_data, served_app
-    from tts_app.jobs.results import RESULTS_NAME, ResultsWriter
+    from tts_app.jobs.results import ResultsWriter
+    from tts_app.output_layout import RESULTS_NAME
     from tts_app.jobs.store import JobStore
 
     work.mkdir(parents=True, exist_ok=True)

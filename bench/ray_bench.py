@@ -107,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     worker_counts = [int(w) for w in args.workers.split(",")]
 
     from tts_app.adapters import adapter_class
-    from tts_app.cli.args import EngineArgs
-    from tts_app.config import ClusterConfig, EngineConfig, ModelConfig
+    from tts_app.config import ClusterConfig, EngineArgs, EngineConfig, ModelConfig
     from tts_app.jobs.cluster import RayExecutor, WorkerPool, connect
     from tts_app.runtime import Runtime
 

@@ -277,7 +277,7 @@ def measure_padding(adapters: dict, texts: list[str], cfg: dict, table: Table) -
     """Padded decode row-steps, FIFO vs bucketing, on the workload's segments (the scheduler's own counting)."""
     from engine_bench import count_steps
 
-    from tts_app.engine.scheduler import expected_speech_s
+    from tts_app.speaking_rate import expected_speech_s
 
     for family, adapter in adapters.items():
         facts = adapter.facts

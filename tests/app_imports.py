@@ -33,7 +33,8 @@ import tts_app.audio.transcribe  # noqa: F401
 import tts_app.runtime  # noqa: F401
 import tts_app.server.app  # noqa: F401
 import tts_app.ui.context  # noqa: F401
-import tts_app.ui.launch  # noqa: F401
+import tts_app.server.main  # noqa: F401
+import tts_app.ui.mount  # noqa: F401
 import tts_app.ui.layout  # noqa: F401
 from tts_app.frontend import warm_up
 

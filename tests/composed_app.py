@@ -1,5 +1,5 @@
 """The whole web server of ``python app.py`` in-process (``tts_app.server.app.build_app`` + the gradio app of
-``tts_app.ui.launch.compose_ui``, attached as the launched app attaches it) on a model-free ``FakeAdapter``, for
+``tts_app.ui.mount.compose_ui``, attached as the launched app attaches it) on a model-free ``FakeAdapter``, for
 Starlette's ``TestClient``: every route (gradio's, ``/v1``, ``/metrics``, the file routes) behind the same
 middleware as in production, without a subprocess (a launch costs ~35 s; this ~10 s, mostly imports)."""
 
@@ -37,7 +37,7 @@ def composed_app(output_root: Path, server_config=None, runtime=None, **context_
 
     from tts_app.config import ServerConfig
     from tts_app.server.app import build_app
-    from tts_app.ui.launch import compose_ui
+    from tts_app.ui.mount import compose_ui
 
     config = server_config or ServerConfig()
     ctx = _context(output_root, config, runtime, context_args)
@@ -78,7 +78,8 @@ def served_app(output_root: Path, server_config=None, runtime=None, **context_ar
 
     from tts_app.config import ServerConfig
     from tts_app.server.app import attach_ui, build_app
-    from tts_app.ui.launch import Server, bind_socket, compose_ui
+    from tts_app.server.main import Server, bind_socket
+    from tts_app.ui.mount import compose_ui
 
     config = server_config or ServerConfig()
     ctx = _context(output_root, config, runtime, context_args)

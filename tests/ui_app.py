@@ -80,12 +80,12 @@ APP_IMPORTS = ("tests.app_imports",)
 
 
 def _read_at_start_up() -> frozenset[str]:
-    """Environment variables the app reads when it starts (``tts_app.cli.args``, ``tts_app.ui.launch``), not while
+    """Environment variables the app reads when it starts (``tts_app.cli.args``, ``tts_app.server.main``), not while
     modules are imported: an app given only these is still forked. Any other variable starts a fresh
     ``python app.py``, except ``PATH`` = ``FRESH_MACHINE_PATH``, the one the forkserver imported with (see
     ``_forks_as_started``)."""
     from tts_app.cli.args import API_KEY_ENV, HOST_ENV, PORT_ENV, UI_AUTH_ENV
-    from tts_app.ui.launch import ARGS_ENV
+    from tts_app.server.main import ARGS_ENV
 
     # GRADIO_TEMP_DIR: gradio's server reads its upload folder when it starts (``gradio.utils.get_upload_folder``, in
     # ``App.__init__`` and ``Blocks.__init__``); only its video / MCP helpers, which the app does not use, read it

@@ -12,7 +12,7 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("tts_app.cli.synth", "synthesise one text (segmented and batched) to a WAV file"),
-    "batch": ("tts_app.jobs.cli", "run a JSONL job: one audio file per line, results.jsonl, resume"),
+    "batch": ("tts_app.cli.batch", "run a JSONL job: one audio file per line, results.jsonl, resume"),
     "frontend": ("tts_app.frontend.cli", "show normalised text, segments and per-character pinyin"),
     "reference": ("tts_app.audio.cli", "clean a reference audio file and print its quality report"),
     "make-tiny-model": ("tts_app.adapters.tiny", "write a tiny random checkpoint of a real architecture"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tts_app.errors import ConfigError
+from tts_app.errors import ConfigError, InputError
 
 DEFAULT_MODEL_ID = "vibevoice/VibeVoice-1.5B-hf"
 #: ``ModelConfig.device`` values besides "cuda:N"
@@ -150,6 +150,39 @@ class EngineConfig:
                f"simulate_step_delay_ms={self.simulate_step_delay_ms} must be >= 0")
         _check("prefix_cache_entries", self.prefix_cache_entries >= 0,
                f"prefix_cache_entries={self.prefix_cache_entries} must be >= 0 (0 = off)")
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """A model and its engine settings: what the engine/model flags of every command resolve to
+    (``tts_app.cli.args.engine_args_from``) and what ``tts_app.runtime.Runtime.load`` and the Ray pool start from.
+
+    Attributes:
+        model: which checkpoint, on which device, in which dtype.
+        engine: batching, memory budget and OOM testing aids.
+    """
+
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+
+
+def check_device_available(model: ModelConfig) -> None:
+    """Refuse a CUDA device on a machine without one before any model work (imports torch only then).
+
+    Raises:
+        InputError: ``--device cuda[:N]`` but torch sees no (such) CUDA device.
+    """
+    if not model.device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise InputError(f"--device {model.device} was given but no CUDA device is available; use --device cpu or "
+                         "auto")
+    index = int(model.device.split(":")[1]) if ":" in model.device else 0
+    if index >= torch.cuda.device_count():
+        raise InputError(f"--device {model.device}: this machine has {torch.cuda.device_count()} CUDA device(s) "
+                         f"(cuda:0..cuda:{torch.cuda.device_count() - 1})")
 
 
 #: ``ReferenceConfig.cleanup`` values: "auto" = check and report as "full" does, but change only what the model's

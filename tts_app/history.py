@@ -37,14 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from tts_app.errors import InputError
+from tts_app.output_layout import HISTORY_DIR
 
 #: generations kept per browser when ``--history-size`` is not given
 DEFAULT_HISTORY_SIZE = 20
 #: the largest ``--history-size`` accepted (each entry keeps its audio on disk)
 MAX_HISTORY_SIZE = 500
 ENTRY_FILE = "entry.json"
-#: a browser's history folder, inside its owner folder (``tts_app.ui.context.AppContext.browser_dir``)
-HISTORY_DIR = "_history"
 SCHEMA_VERSION = 1
 _OWNER_KEY = re.compile(r"^(?:[0-9a-f]{32}|key-[0-9a-f]{28})$")  # sessions.owner_key / key_owner
 _ENTRY_ID = re.compile(r"^\d{8}T\d{6}\d{6}Z_[0-9a-f]{8}$")

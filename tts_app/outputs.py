@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 from tts_app.audio.formats import encode_audio, format_for_path, format_label
 from tts_app.audio.post import to_srt, write_atomic
 from tts_app.frontend.messages import Notice, register
+from tts_app.output_layout import chapter_path, metadata_path
 from tts_app.request import SynthesisParams, SynthesisRequest, SynthesisResult
 
 if TYPE_CHECKING:
@@ -106,11 +107,6 @@ class OutputFiles:
     chapters: tuple[Path, ...] = ()
 
 
-def metadata_path(audio_path: str | Path) -> Path:
-    """Where the sidecar of ``audio_path`` goes: same folder, same stem, ``.json``."""
-    return Path(audio_path).with_suffix(".json")
-
-
 #: ``generation_sources`` value of a setting the request gave itself
 SOURCE_REQUEST = "request"
 
@@ -147,7 +143,7 @@ def generation_settings(facts: ModelFacts, requested: SynthesisParams, effective
             value, source = facts.max_segment_chars, (
                 "model default: sentences packed into one segment up to this (fits its max_new_tokens cap)"
                 + (f" and {facts.max_segment_tokens} text tokens (upstream max_text_tokens_per_segment)"
-                   if getattr(facts, "max_segment_tokens", None) else ""))
+                   if facts.max_segment_tokens else ""))
         elif name in ("seed", "use_cache", "pause_between_segments_ms", "chapter_pause_ms", "reference_cleanup"):
             source = SOURCE_REQUEST  # always set by the caller (dataclass defaults: seed 0, cache on, 200 ms)
         elif name in ("speed", "duration_s", "loudness_lufs"):
@@ -253,14 +249,6 @@ def subtitle_texts(result: SynthesisResult) -> list[str]:
         else:
             out.append(f"{s.speaker}: {s.text}" if s.speaker else s.text)
     return out
-
-
-def chapter_path(audio_path: Path, index: int, title: str | None) -> Path:
-    """Where chapter ``index`` (0-based) of ``audio_path`` goes: ``<stem>.ch01_<first words of its title>.<ext>``."""
-    from tts_app.longform import name_from_text
-
-    label = f"_{name_from_text(title)}" if title else ""
-    return audio_path.with_name(f"{audio_path.stem}.ch{index + 1:02d}{label}{audio_path.suffix}")
 
 
 def save_outputs(audio_path: str | Path, result: SynthesisResult, metadata: dict[str, Any], *,

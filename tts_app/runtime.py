@@ -1,6 +1,6 @@
 """One loaded model and what is built around it once, the same way for ``app.py``, ``synth`` and ``batch``.
 
-    runtime = Runtime.load(engine_args)          # EngineArgs from tts_app.cli.args.engine_args_from
+    runtime = Runtime.load(engine_args)          # tts_app.config.EngineArgs (the CLI: engine_args_from)
     prepared = runtime.references.prepare(path)  # the one reference cleaner for this model (rate, config, cache)
     handle = runtime.engine.submit(request)
     runtime.model.to_dict()                      # what ran (model id, revision, checkpoint hash, dtype, device)
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tts_app.audio.preparer import ReferencePreparer
-from tts_app.config import EngineConfig, ModelConfig, ReferenceConfig
+from tts_app.config import EngineConfig, ModelConfig, ReferenceConfig, check_device_available
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,6 @@ class Runtime:
         import time
 
         from tts_app.adapters import load_adapter
-        from tts_app.cli.args import check_device_available
 
         check_device_available(model_config)
         started = time.perf_counter()

@@ -435,22 +435,6 @@ class VoiceLibrary:
             write_atomic(voice.folder / VOICE_FILE, _json_bytes(data))
         return self.get(new_name)
 
-    def set_reference_text(self, name: str, reference_text: str | None) -> Voice:
-        """Replace the stored transcript of voice ``name`` (e.g. after correcting an automatic one).
-
-        Raises:
-            VoiceNotFoundError, VoiceError: no such voice, or it is bundled.
-        """
-        with self._lock:
-            voice = self.get(name)
-            if voice.bundled:
-                raise VoiceError(voice.name, f"{voice.name!r} is a bundled example voice and cannot be changed",
-                                 code="bundled_change", name=voice.name)
-            data = json.loads((voice.folder / VOICE_FILE).read_text(encoding="utf-8"))
-            data["reference_text"] = (reference_text or "").strip() or None
-            write_atomic(voice.folder / VOICE_FILE, _json_bytes(data))
-        return self.get(voice.name)
-
     def delete(self, name: str) -> None:
         """Remove voice ``name`` and its files.
 

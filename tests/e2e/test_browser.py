@@ -172,7 +172,7 @@ def test_a_file_that_is_not_audio_is_refused_in_words_not_a_mime_list(page, tmp_
 def _session_folders(out_dir: Path) -> set[Path]:
     """Every page session's folder of single results: ``single/<browser>/<session>/`` (not the clip folders, not the
     browser's history, ``tts_app.history.HISTORY_DIR``)."""
-    from tts_app.history import HISTORY_DIR
+    from tts_app.output_layout import HISTORY_DIR
 
     return {p for p in (out_dir / "single").glob("*/*") if p.is_dir() and p.name not in ("references", HISTORY_DIR)}
 

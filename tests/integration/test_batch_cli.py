@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from tts_app.jobs.cli import main
+from tts_app.cli.batch import main
 
 TINY_FLAGS = ["--max-new-tokens", "12", "--device", "cpu", "--dtype", "float32"]
 

@@ -63,7 +63,7 @@ def test_batch_exit_status_over_repeated_runs_of_every_family(tiny_checkpoint, d
 
 
 def test_batch_usage_and_setup_errors_exit_2(tmp_path, data_dir):
-    from tts_app.jobs.cli import main
+    from tts_app.cli.batch import main
 
     job = tmp_path / "job.jsonl"
     job.write_text(json.dumps({"input_text": "Hi.", "prompt_audio": "voice.wav"}) + "\n", encoding="utf-8")

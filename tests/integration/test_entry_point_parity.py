@@ -63,7 +63,7 @@ def _ui_handler_audio(model, ref, ref_text, max_new_tokens, out_dir):
 @pytest.mark.parametrize("family", sorted(CASES))
 def test_ui_synth_jsonl_and_api_give_the_same_audio(family, tiny_checkpoint, data_dir, tmp_path):
     from tts_app.cli.synth import main as synth_main
-    from tts_app.jobs.cli import main as batch_main
+    from tts_app.cli.batch import main as batch_main
 
     model = tiny_checkpoint(family)
     ref_name, max_new_tokens, other_setting = CASES[family]

@@ -121,7 +121,8 @@ def test_a_jsonl_job_with_emotion_lines_runs_on_indextts2(tiny_adapter, data_dir
     import shutil
 
     from tts_app.config import EngineConfig
-    from tts_app.jobs.runner import RESULTS_NAME, run_job
+    from tts_app.jobs.runner import run_job
+    from tts_app.output_layout import RESULTS_NAME
     from tts_app.request import SynthesisParams
     from tts_app.runtime import Runtime
 

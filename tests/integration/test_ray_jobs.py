@@ -27,10 +27,9 @@ from pathlib import Path
 import pytest
 
 from tests.ui_app import start_python_forked
-from tts_app.cli.args import EngineArgs
-from tts_app.config import ClusterConfig, EngineConfig, ModelConfig
-from tts_app.jobs.results import RESULTS_NAME
+from tts_app.config import ClusterConfig, EngineArgs, EngineConfig, ModelConfig
 from tts_app.jobs.runner import run_job
+from tts_app.output_layout import RESULTS_NAME
 from tts_app.request import SynthesisParams
 
 pytestmark = pytest.mark.slow

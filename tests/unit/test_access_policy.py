@@ -140,7 +140,7 @@ def test_x_forwarded_for_names_the_client_only_from_a_trusted_proxy(trusted, see
     import httpx
     from starlette.responses import PlainTextResponse
 
-    from tts_app.ui.launch import Server, bind_socket
+    from tts_app.server.main import Server, bind_socket
 
     async def echo_client(scope, receive, send):
         if scope["type"] == "http":

@@ -18,8 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _parsers():
     from tts_app.cli.synth import build_parser as synth_parser
-    from tts_app.jobs.cli import build_parser as batch_parser
-    from tts_app.ui.launch import build_parser as app_parser
+    from tts_app.cli.batch import build_parser as batch_parser
+    from tts_app.server.main import build_parser as app_parser
 
     return {"app.py": app_parser(), "synth": synth_parser(), "batch": batch_parser()}
 

@@ -76,7 +76,7 @@ def one_line_job(tmp_path, data_dir):
 
 
 def test_batch_with_ray_flags_but_no_ray_flag_is_a_usage_error(one_line_job, tmp_path, capsys):
-    from tts_app.jobs.cli import main
+    from tts_app.cli.batch import main
 
     assert main([str(one_line_job), "--out-dir", str(tmp_path / "out"), "--num-workers", "2"]) == 2
     err = capsys.readouterr().err
@@ -84,7 +84,7 @@ def test_batch_with_ray_flags_but_no_ray_flag_is_a_usage_error(one_line_job, tmp
 
 
 def test_batch_with_ray_not_installed_says_how_to_install_it(one_line_job, tmp_path, capsys, monkeypatch):
-    from tts_app.jobs.cli import main
+    from tts_app.cli.batch import main
 
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError, as without the package
     assert main([str(one_line_job), "--out-dir", str(tmp_path / "out"), "--ray", "local"]) == 2
@@ -94,9 +94,9 @@ def test_batch_with_ray_not_installed_says_how_to_install_it(one_line_job, tmp_p
 
 
 def test_app_takes_the_batch_commands_ray_flags(capsys, monkeypatch):
-    from tts_app.jobs.cli import build_parser as batch_parser
-    from tts_app.ui.launch import build_parser as app_parser
-    from tts_app.ui.launch import main
+    from tts_app.cli.batch import build_parser as batch_parser
+    from tts_app.server.main import build_parser as app_parser
+    from tts_app.server.main import main
 
     def ray_flags(parser):
         group = next(g for g in parser._action_groups if (g.title or "").startswith("Ray cluster"))
@@ -130,7 +130,7 @@ def test_a_refused_plan_reads_in_chinese(config, model, cpus, gpus, needle):
 
 
 def test_batch_says_ray_is_missing_in_chinese_with_lang_zh(one_line_job, tmp_path, capsys, monkeypatch):
-    from tts_app.jobs.cli import main
+    from tts_app.cli.batch import main
 
     monkeypatch.setitem(sys.modules, "ray", None)
     assert main([str(one_line_job), "--out-dir", str(tmp_path / "out"), "--ray", "local", "--lang", "zh"]) == 2

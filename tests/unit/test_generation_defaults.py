@@ -7,7 +7,7 @@ import pytest
 from transformers import GenerationConfig
 
 from tts_app.adapters.base import SOURCE_CHECKPOINT, GenerationDefaults
-from tts_app.engine.scheduler import CJK_CHAR_S, OTHER_CHAR_S, max_chars_for_speech_s
+from tts_app.speaking_rate import CJK_CHAR_S, OTHER_CHAR_S, max_chars_for_speech_s
 from tts_app.errors import InputError
 from tts_app.request import SynthesisParams
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tts_app.errors import InputError
-from tts_app.history import HISTORY_DIR, HistoryStore, check_history_size, is_owner_key
+from tts_app.history import HistoryStore, check_history_size, is_owner_key
+from tts_app.output_layout import HISTORY_DIR
 from tts_app.server.sessions import COOKIE_NAME, new_browser_token, owner_key
 
 

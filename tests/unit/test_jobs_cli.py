@@ -6,7 +6,7 @@ import json
 
 from tts_app.cli.args import engine_args_from, params_from_args
 from tts_app.config import EngineConfig
-from tts_app.jobs.cli import build_parser, main
+from tts_app.cli.batch import build_parser, main
 from tts_app.request import SynthesisParams
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from tts_app.config import EngineConfig, ModelConfig
 from tts_app.errors import InputError
-from tts_app.jobs.store import STATE_NAME, JobStore
+from tts_app.jobs.store import JobStore
+from tts_app.output_layout import STATE_NAME
 
 CORRUPTIONS = {
     "a JSON list": lambda state: "[]",
@@ -82,7 +83,8 @@ def test_an_old_damaged_job_is_removed_like_any_ended_job(tmp_path, how):
 
 
 def test_a_damaged_results_file_keeps_its_readable_records(tmp_path):
-    from tts_app.jobs.results import RESULTS_NAME, read_results
+    from tts_app.jobs.results import read_results
+    from tts_app.output_layout import RESULTS_NAME
 
     (tmp_path / RESULTS_NAME).write_text("\n".join([
         json.dumps({"line": 1, "status": "ok"}), '{"line": 2, "status": "ok", "x": ' + "9" * 5000 + "}",

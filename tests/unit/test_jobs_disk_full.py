@@ -15,8 +15,9 @@ from tests.fakes import FakeAdapter
 from tts_app.config import EngineConfig
 from tts_app.errors import TTSAppError
 from tts_app.frontend.messages import localize, localize_record
-from tts_app.jobs.results import RESULTS_NAME, ResultsWriter
+from tts_app.jobs.results import ResultsWriter
 from tts_app.jobs.runner import run_job
+from tts_app.output_layout import RESULTS_NAME
 from tts_app.runtime import Runtime
 
 NUM_LINES = 4

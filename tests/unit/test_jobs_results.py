@@ -14,9 +14,9 @@ import pytest
 
 from tests.fakes import FakeAdapter
 from tts_app.config import EngineConfig
-from tts_app.jobs.results import (JOURNAL_NAME, RESULTS_NAME, ResultsWriter, line_record, make_results_zip,
-                                  read_results)
+from tts_app.jobs.results import ResultsWriter, line_record, make_results_zip, read_results
 from tts_app.jobs.runner import run_job
+from tts_app.output_layout import JOURNAL_NAME, RESULTS_NAME
 from tts_app.runtime import Runtime
 
 

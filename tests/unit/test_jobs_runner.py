@@ -18,7 +18,8 @@ from tts_app.config import EngineConfig
 from tts_app.engine import Engine
 from tts_app.runtime import Runtime
 from tts_app.errors import InputError
-from tts_app.jobs.runner import RESULTS_NAME, make_results_zip, read_results, run_job
+from tts_app.jobs.runner import make_results_zip, read_results, run_job
+from tts_app.output_layout import RESULTS_NAME
 from tts_app.jobs.schema import JobConfig
 from tts_app.request import Priority, SynthesisParams, SynthesisRequest
 

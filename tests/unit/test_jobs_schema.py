@@ -14,8 +14,8 @@ import pytest
 
 from tts_app.errors import InputError
 from tts_app.jobs.runner import validate_job
-from tts_app.jobs.schema import (AudioSources, InvalidLine, JobConfig, JobLine, extract_audio_zip, iter_job,
-                                 make_sources, sanitize_output_name)
+from tts_app.jobs.safety import AudioSources, extract_audio_zip, sanitize_output_name
+from tts_app.jobs.schema import InvalidLine, JobConfig, JobLine, iter_job, make_sources
 from tts_app.request import SynthesisParams
 
 

@@ -114,8 +114,8 @@ def test_one_lang_flag_for_every_command():
     from tts_app.audio.cli import _parser as reference_parser
     from tts_app.cli.synth import build_parser as synth_parser
     from tts_app.frontend.cli import _parser as frontend_parser
-    from tts_app.jobs.cli import build_parser as batch_parser
-    from tts_app.ui.launch import build_parser as app_parser
+    from tts_app.cli.batch import build_parser as batch_parser
+    from tts_app.server.main import build_parser as app_parser
 
     for build in (reference_parser, synth_parser, frontend_parser, batch_parser, app_parser):
         flag = next(a for a in build()._actions if "--lang" in a.option_strings)
@@ -175,7 +175,7 @@ def test_synths_summary_names_decode_steps_for_a_continuous_engine(monkeypatch, 
 
 def test_the_batch_commands_progress_and_notes_read_in_chinese(tmp_path, capsys, data_dir):
     """``batch --lang zh``: the progress bar's unit and counters, and the note that no line needs the model."""
-    from tts_app.jobs.cli import main
+    from tts_app.cli.batch import main
 
     job = tmp_path / "job.jsonl"
     job.write_text(json.dumps({"input_text": "你好", "prompt_audio": "missing.wav"}) + "\n", encoding="utf-8")

@@ -60,7 +60,8 @@ def test_synth_says_the_same_and_writes_nothing(monkeypatch, tmp_path, data_dir,
 
 def test_a_job_line_fails_with_the_same_words(tmp_path, data_dir):
     from tts_app.frontend.messages import localize_record
-    from tts_app.jobs.runner import RESULTS_NAME, run_job
+    from tts_app.jobs.runner import run_job
+    from tts_app.output_layout import RESULTS_NAME
 
     job = tmp_path / "job.jsonl"
     job.write_text(json.dumps({"input_text": TEXT, "prompt_audio": str(data_dir / "en_female_1.wav"),

@@ -237,6 +237,30 @@ def test_cache_skips_the_vad_on_the_second_call(data_dir, monkeypatch):
     assert len(calls) == 4
 
 
+def test_a_prepare_reads_the_clip_once_to_hash_it(data_dir, monkeypatch):
+    """The preparer's ``sha256`` and the cache key's content hash are one hash (was: each read the whole file)."""
+    import builtins
+
+    from tts_app.audio import preparer as preparer_module
+    from tts_app.audio.preparer import ReferencePreparer
+
+    path = data_dir / "zh_female_2.wav"
+    reads = []
+
+    def counted_open(file, *args, **kwargs):
+        reads.append(str(file))
+        return builtins.open(file, *args, **kwargs)
+
+    for module in (reference_module, preparer_module):  # the modules that hash a source
+        monkeypatch.setattr(module, "open", counted_open, raising=False)
+    preparer = ReferencePreparer(RATE)
+    for _ in range(2):  # computed, then from the cache: hashed once each time
+        reads.clear()
+        prepared = preparer.prepare(path)
+        assert reads == [str(path)]
+    assert prepared.sha256 == reference_module.source_sha256(path)
+
+
 def test_cache_runs_the_vad_once_for_concurrent_requests(data_dir, monkeypatch):
     calls = []
     real = reference_module.speech_probabilities

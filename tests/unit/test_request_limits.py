@@ -63,7 +63,8 @@ def test_pause_markers_adding_up_to_hours_of_silence_are_refused_before_decoding
 
 
 def test_a_bad_jsonl_line_is_one_failed_record_with_its_line_number(tmp_path):
-    from tts_app.jobs.schema import AudioSources, InvalidLine, JobLine, iter_job
+    from tts_app.jobs.safety import AudioSources
+    from tts_app.jobs.schema import InvalidLine, JobLine, iter_job
 
     lines = [
         json.dumps({"input_text": "The first line is fine."}),
@@ -119,7 +120,8 @@ def test_a_lone_surrogate_is_a_clear_400_at_the_api_and_a_failed_line_in_a_job(t
 
     from tests.fakes import FakeAdapter
     from tts_app.config import EngineConfig, ServerConfig
-    from tts_app.jobs.schema import AudioSources, InvalidLine, iter_job
+    from tts_app.jobs.safety import AudioSources
+    from tts_app.jobs.schema import InvalidLine, iter_job
     from tts_app.runtime import Runtime
     from tts_app.server.app import build_app
     from tts_app.voices import VoiceLibrary

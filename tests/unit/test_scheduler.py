@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tts_app.engine.memory import MemoryEstimator
-from tts_app.engine.scheduler import BatchCap, Scheduler, SegmentWork, expected_speech_s, padded_steps
+from tts_app.engine.scheduler import BatchCap, Scheduler, SegmentWork, padded_steps
+from tts_app.speaking_rate import expected_speech_s
 from tts_app.request import Priority
 
 EST = MemoryEstimator(kv_bytes_per_position=1000, cfg_multiplier=1, activation_bytes_per_row=5000)

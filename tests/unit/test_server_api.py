@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes import FakeAdapter
 from tts_app.config import EngineConfig, ServerConfig
+from tts_app.engine.memory import format_bytes
 from tts_app.runtime import Runtime
 from tts_app.server.app import build_app
 from tts_app.server.security import RateLimiter
@@ -88,6 +89,45 @@ def test_bad_requests_get_openai_error_json_with_the_right_status(host, body, st
     assert set(error) == {"message", "type", "param", "code"}
     assert error["param"] == param and error["code"] == code
     assert error["message"]
+
+
+def test_the_engine_decides_413_and_400_and_the_front_end_runs_once_per_request(host, tmp_path, monkeypatch):
+    import tts_app.frontend
+
+    calls: list[str] = []
+    real = tts_app.frontend.prepare_text
+
+    def counted(text, **kwargs):
+        calls.append(text)
+        return real(text, **kwargs)
+
+    monkeypatch.setattr(tts_app.frontend, "prepare_text", counted)
+    for body in ({}, {"stream": True}):
+        calls.clear()
+        assert speech(client_for(host, rate_limit_per_min=0), **body).status_code == 200
+        assert calls == ["Hello there."], body  # once per request (was twice: the 413 pre-check, then submit)
+    gate = threading.Event()
+    gate.set()
+    # a budget no segment fits: every request's segment is over it as a batch of one
+    runtime = Runtime.from_adapter(FakeAdapter(gate=gate), "fake-model",
+                                   EngineConfig(max_batch_size=4, wait_window_ms=0, memory_budget_bytes=1024))
+    try:
+        host = Host(runtime=runtime, voices=VoiceLibrary(tmp_path / "voices"), output_root=tmp_path / "outputs")
+        client = client_for(host, rate_limit_per_min=0)
+        for body in ({}, {"stream": True}):
+            calls.clear()
+            response = speech(client, **body)
+            assert response.status_code == 413, response.text
+            assert calls == ["Hello there."], body
+            error = response.json()["error"]
+            assert error["param"] == "input" and error["code"] == "request_too_large"
+            assert f"memory budget is {format_bytes(1024)}" in error["message"]  # the budget it was checked against
+        calls.clear()
+        nothing = speech(client, input="!!!")
+        assert nothing.status_code == 400 and nothing.json()["error"]["param"] == "input"
+        assert "nothing to speak" in nothing.json()["error"]["message"] and len(calls) == 1
+    finally:
+        runtime.close()
 
 
 def test_unknown_voice_lists_the_voices_there_are(host):

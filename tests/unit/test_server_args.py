@@ -6,7 +6,7 @@ import pytest
 
 from tts_app.cli.args import server_address, server_config_from
 from tts_app.errors import InputError
-from tts_app.ui.launch import build_parser
+from tts_app.server.main import build_parser
 
 
 def parse(*flags):
@@ -51,7 +51,7 @@ def test_limits_and_cors_flags():
 
 
 def test_flags_from_tts_app_args_env_are_read_first(monkeypatch, capsys):
-    from tts_app.ui import launch
+    from tts_app.server import main as launch
 
     monkeypatch.setenv("TTS_APP_ARGS", "--max-batch-size 0")
     assert launch.main([]) == 2  # the env's flag is parsed (and refused) like a command-line one

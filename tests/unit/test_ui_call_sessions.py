@@ -1,6 +1,6 @@
 """No memory growth over the page's API calls (issue 25, Build 6): gradio keeps a session (a copy of every
 component's config, ~250 KB for this page) for each ``/gradio_api/call`` request, which names no session of its own,
-until 10,000 exist; the server drops it once the call's event stream has ended (``tts_app.ui.launch
+until 10,000 exist; the server drops it once the call's event stream has ended (``tts_app.ui.mount
 .CallSessionReaper``). RSS over 500 calls is measured by ``bench/jobs_soak.py``'s red-team phase."""
 
 from __future__ import annotations

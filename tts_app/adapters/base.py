@@ -206,7 +206,7 @@ class ModelFacts:
         reference_positions_per_second: sequence positions one second of reference audio occupies.
         max_segment_chars: the segment limit in characters: sentences are packed into one segment up to it (the
             whole text when it fits, as the family's upstream tool speaks it), derived from the checkpoint's decode
-            cap (``tts_app.engine.scheduler.max_chars_for_speech_s``) so a segment never hits that cap. A request's
+            cap (``tts_app.speaking_rate.max_chars_for_speech_s``) so a segment never hits that cap. A request's
             ``max_segment_chars`` caps it further.
         max_segment_tokens: the family's segment unit is its text tokens (IndexTTS 2: upstream's
             ``max_text_tokens_per_segment``): sentences are packed while their tokens (``TTSAdapter.count_text_tokens``)
@@ -217,7 +217,6 @@ class ModelFacts:
             ``("en",)``; text in another language gets a warning.
         supports_pinyin: whether the tokenizer understands pinyin tokens (else overrides become homophones).
         num_parameters: total parameter count.
-        kv_cache_exact: True when ``use_cache=False`` gives the same tokens as ``use_cache=True`` in this adapter.
         needs_reference_text: True when cloning from reference audio also needs its transcript (the UI marks the
             reference-text box as required).
         control_tags: the non-speech tags the model understands, each written in the model's own syntax (e.g.
@@ -252,7 +251,6 @@ class ModelFacts:
     languages: tuple[str, ...]
     supports_pinyin: bool = False
     num_parameters: int = 0
-    kv_cache_exact: bool = True
     needs_reference_text: bool = False
     control_tags: tuple[str, ...] = ()
     supports_emotion: bool = False

@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 
 from tts_app.adapters.base import AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter
-from tts_app.engine.scheduler import max_chars_for_speech_s
+from tts_app.speaking_rate import max_chars_for_speech_s
 from tts_app.errors import InputError, ReferenceAudioError
 from tts_app.request import StopReason, SynthesisParams
 

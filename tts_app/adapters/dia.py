@@ -39,7 +39,7 @@ import numpy as np
 
 from tts_app.adapters.base import (DTYPE_BYTES, AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter,
                                    cap_total_positions)
-from tts_app.engine.scheduler import max_chars_for_speech_s
+from tts_app.speaking_rate import max_chars_for_speech_s
 from tts_app.errors import ConfigError, InputError, ModelLoadError
 from tts_app.frontend.messages import Notice, register
 from tts_app.request import StopReason, SynthesisParams

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from tts_app.adapters.base import AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter, count_parameters
-from tts_app.engine.scheduler import max_chars_for_speech_s
+from tts_app.speaking_rate import max_chars_for_speech_s
 from tts_app.errors import InputError
 from tts_app.request import StopReason, SynthesisParams
 

@@ -1226,7 +1226,6 @@ class IndexTTS2Adapter(TTSAdapter):
             generation_defaults=defaults,
             languages=LANGUAGES,
             supports_pinyin=True,
-            kv_cache_exact=True,
             needs_reference_text=False,
             supports_emotion=True,
             supports_emotion_text=self.processor.qwen_emotion_dir is not None,

@@ -58,7 +58,7 @@ import numpy as np
 from tts_app.adapters.base import (AdapterRow, DecodeBatch, GenerationDefaults, ModelFacts, PrefixCache, RowStep,
                                    TTSAdapter)
 from tts_app.adapters.decode_stream import DecoderStream, pad_left
-from tts_app.engine.scheduler import max_chars_for_speech_s
+from tts_app.speaking_rate import max_chars_for_speech_s
 from tts_app.errors import InputError, ReferenceAudioError
 from tts_app.request import StopReason, SynthesisParams
 

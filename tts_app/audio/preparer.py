@@ -10,14 +10,12 @@ Without a model (the web app's quality report when loading failed) one is built 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from tts_app.audio.reference import ReferenceCache, ReferenceReport, ReferenceSource, prepare_reference
+from tts_app.audio.reference import (ReferenceCache, ReferenceReport, ReferenceSource, prepare_reference,
+                                     source_sha256)
 from tts_app.config import ReferenceConfig
 from tts_app.errors import ReferenceAudioError
 from tts_app.request import ReferenceAudio
@@ -59,31 +57,6 @@ class PreparedReference:
                 "cleaned_duration_s": round(self.audio.duration_s, 3), "sampling_rate": self.audio.sampling_rate,
                 "cropped": bool(self.report.cropped), "cleanup": self.report.cleanup,
                 "changes": list(self.report.changes), "warnings": self.warnings}
-
-
-def source_sha256(source: ReferenceSource) -> str:
-    """Hex SHA-256 of a reference source as given (see ``PreparedReference.sha256``).
-
-    Raises:
-        ReferenceAudioError: a file that cannot be read.
-    """
-    digest = hashlib.sha256()
-    if isinstance(source, tuple) and len(source) == 2:
-        samples, sampling_rate = source
-        array = np.ascontiguousarray(np.asarray(samples))
-        digest.update(f"array|{array.dtype.str}|{array.shape}|{sampling_rate}|".encode())
-        digest.update(array.tobytes())
-    elif isinstance(source, (bytes, bytearray, memoryview)):
-        digest.update(bytes(source))
-    else:
-        try:
-            with open(Path(source), "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-        except OSError as error:
-            raise ReferenceAudioError(f"reference audio {str(source)!r} cannot be read: {error.strerror or error}"
-                                      ) from None
-    return digest.hexdigest()
 
 
 def check_reference_cleanup(config: ReferenceConfig, cleanup: str) -> ReferenceConfig:
@@ -141,9 +114,11 @@ class ReferencePreparer:
         if cleanup is not None and cleanup != config.cleanup:
             config = check_reference_cleanup(config, cleanup)
         try:
+            sha256 = source_sha256(source, name)  # once: the cache key's content part and the result's sha256
             audio, report = prepare_reference(source, target_sampling_rate=self.sampling_rate, config=config,
-                                              reference_text=reference_text or None, cache=self.cache, name=name)
+                                              reference_text=reference_text or None, cache=self.cache, name=name,
+                                              sha256=sha256)
         except ReferenceAudioError as exc:
             count_reference_failure(exc.notice.code if exc.notice is not None else None)
             raise
-        return PreparedReference(audio=audio, report=report, name=report.name, sha256=source_sha256(source))
+        return PreparedReference(audio=audio, report=report, name=report.name, sha256=sha256)

@@ -265,7 +265,7 @@ class ReferenceCache:
 
 def prepare_reference(source: ReferenceSource, *, target_sampling_rate: int,
                       config: ReferenceConfig = ReferenceConfig(), reference_text: str | None = None,
-                      cache: ReferenceCache | None = None, name: str | None = None
+                      cache: ReferenceCache | None = None, name: str | None = None, sha256: str | None = None
                       ) -> tuple[ReferenceAudio, ReferenceReport]:
     """Decode and clean a reference clip for voice cloning, and report its quality.
 
@@ -287,6 +287,7 @@ def prepare_reference(source: ReferenceSource, *, target_sampling_rate: int,
             what was kept (None when no crop could be matched: the text is then dropped, with a warning).
         cache: optional ``ReferenceCache``; a hit skips all processing.
         name: label for messages (default: the file name, "<uploaded bytes>" or "<array>").
+        sha256: ``source_sha256(source)`` when the caller already has it (the source is then not hashed again).
 
     Returns:
         (ref, report): ``ReferenceAudio`` (float32 ``(num_samples,)`` at ``target_sampling_rate``, ``key`` = cache
@@ -301,7 +302,8 @@ def prepare_reference(source: ReferenceSource, *, target_sampling_rate: int,
     if not isinstance(target_sampling_rate, (int, np.integer)) or target_sampling_rate <= 0:
         raise InputError(f"target_sampling_rate={target_sampling_rate!r} must be a positive integer (Hz)")
     target_sampling_rate = int(target_sampling_rate)
-    label, content_hash = _label_and_hash(source, name)
+    label = source_label(source, name)
+    content_hash = sha256 if sha256 is not None else source_sha256(source, name)
     text = (reference_text or "").strip() or None
     settings = repr(dataclasses.astuple(config))
     key = hashlib.sha256(f"{content_hash}|{settings}|{target_sampling_rate}|{text}".encode()).hexdigest()[:32]
@@ -320,31 +322,50 @@ def prepare_reference(source: ReferenceSource, *, target_sampling_rate: int,
     return ref, report.renamed(label)
 
 
-def _label_and_hash(source: ReferenceSource, name: str | None) -> tuple[str, str]:
-    digest = hashlib.sha256()
+def source_label(source: ReferenceSource, name: str | None = None) -> str:
+    """The name messages use for ``source``: ``name``, else the file name, "<uploaded bytes>" or "<array>".
+
+    Raises:
+        ReferenceAudioError: ``source`` is not a path, bytes or ``(samples, sampling_rate)``.
+    """
     if isinstance(source, tuple):
         if len(source) != 2:
             raise ReferenceAudioError("reference audio array must be given as (samples, sampling_rate)")
+        return name or "<array>"
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return name or "<uploaded bytes>"
+    if isinstance(source, (str, Path)):
+        return name or Path(source).name
+    raise ReferenceAudioError(f"reference audio of type {type(source).__name__} is not supported; pass a path, "
+                              "bytes or (samples, sampling_rate)")
+
+
+def source_sha256(source: ReferenceSource, name: str | None = None) -> str:
+    """Hex SHA-256 of a reference source as given: the file's bytes, the uploaded bytes, or for an array its dtype,
+    shape, sampling rate and samples (``PreparedReference.sha256``; the content part of the cache key). Computed
+    once per prepare and passed on (``prepare_reference(sha256=...)``).
+
+    Raises:
+        ReferenceAudioError: an unsupported source (``source_label``), or a file that cannot be read ("unreadable",
+            named ``name`` or the file name).
+    """
+    label = source_label(source, name)
+    digest = hashlib.sha256()
+    if isinstance(source, tuple):
         samples, sampling_rate = source
         array = np.ascontiguousarray(np.asarray(samples))
         digest.update(f"array|{array.dtype.str}|{array.shape}|{sampling_rate}|".encode())
         digest.update(array.tobytes())
-        return (name or "<array>"), digest.hexdigest()
-    if isinstance(source, (bytes, bytearray, memoryview)):
+    elif isinstance(source, (bytes, bytearray, memoryview)):
         digest.update(bytes(source))
-        return (name or "<uploaded bytes>"), digest.hexdigest()
-    if isinstance(source, (str, Path)):
-        path = Path(source)
-        label = name or path.name
+    else:
         try:
-            with open(path, "rb") as handle:
+            with open(Path(source), "rb") as handle:
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(block)
         except OSError as error:
             raise refusal("unreadable", label, reason=error.strerror or str(error)) from None
-        return label, digest.hexdigest()
-    raise ReferenceAudioError(f"reference audio of type {type(source).__name__} is not supported; pass a path, "
-                              "bytes or (samples, sampling_rate)")
+    return digest.hexdigest()
 
 
 def _refuse(report: ReferenceReport, code: str, key: str | None = None, **values: Any) -> ReferenceAudioError:

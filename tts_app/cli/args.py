@@ -31,8 +31,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tts_app.config import (DEFAULT_MODEL_ID, DEVICES, DTYPES, REFERENCE_TRANSPORTS, ClusterConfig, EngineConfig,
-                            ModelConfig, check_device)
+from tts_app.config import (DEFAULT_MODEL_ID, DEVICES, DTYPES, REFERENCE_TRANSPORTS, ClusterConfig, EngineArgs,
+                            EngineConfig, ModelConfig, check_device)
 from tts_app.errors import ConfigError, InputError
 
 # "-5MB", "-0.5GiB", "-3": values that argparse would otherwise take for an unknown option (it only accepts plain
@@ -214,19 +214,6 @@ def device_arg(text: str) -> str:
 # --------------------------------------------------------------------------------------------- model and engine
 
 
-@dataclass(frozen=True)
-class EngineArgs:
-    """What the engine/model flags of every command resolve to.
-
-    Attributes:
-        model: which checkpoint, on which device, in which dtype.
-        engine: batching, memory budget and OOM testing aids.
-    """
-
-    model: ModelConfig = ModelConfig()
-    engine: EngineConfig = EngineConfig()
-
-
 #: flag of each config field set by ``add_engine_args`` (for messages naming the flag)
 ENGINE_FLAGS: dict[str, str] = {
     "model_id": "--model", "device": "--device", "dtype": "--dtype", "max_batch_size": "--max-batch-size",
@@ -294,25 +281,6 @@ def engine_args_from(args: argparse.Namespace, **engine_overrides) -> EngineArgs
     except ConfigError as exc:
         raise _usage_error(exc, ENGINE_FLAGS) from None
     return EngineArgs(model=model, engine=engine)
-
-
-def check_device_available(model: ModelConfig) -> None:
-    """Refuse a CUDA device on a machine without one before any model work (imports torch only then).
-
-    Raises:
-        InputError: ``--device cuda[:N]`` but torch sees no (such) CUDA device.
-    """
-    if not model.device.startswith("cuda"):
-        return
-    import torch
-
-    if not torch.cuda.is_available():
-        raise InputError(f"--device {model.device} was given but no CUDA device is available; use --device cpu or "
-                         "auto")
-    index = int(model.device.split(":")[1]) if ":" in model.device else 0
-    if index >= torch.cuda.device_count():
-        raise InputError(f"--device {model.device}: this machine has {torch.cuda.device_count()} CUDA device(s) "
-                         f"(cuda:0..cuda:{torch.cuda.device_count() - 1})")
 
 
 # --------------------------------------------------------------------------------------------- Ray cluster

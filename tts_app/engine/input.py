@@ -23,10 +23,11 @@ from tts_app.config import MIN_MAX_SEGMENT_CHARS, REQUEST_LIMITS
 from tts_app.dialogue import join_pieces
 from tts_app.engine import messages as _messages  # noqa: F401 - registers the refusals' zh/en texts
 from tts_app.engine.memory import MemoryEstimator, format_bytes, max_text_chars_for_budget
-from tts_app.engine.scheduler import SegmentWork, expected_speech_s
+from tts_app.engine.scheduler import SegmentWork
 from tts_app.errors import ConfigError, InputError, ReferenceAudioError
-from tts_app.frontend.messages import Notice
+from tts_app.frontend.messages import Notice, message_of
 from tts_app.request import SynthesisParams, SynthesisRequest
+from tts_app.speaking_rate import expected_speech_s
 
 if TYPE_CHECKING:
     from tts_app.engine.core import _RequestState
@@ -110,13 +111,23 @@ def _request_parts(request: SynthesisRequest) -> list[_Part]:
 def _prepare_text(text: str, *, supports_pinyin: bool, max_segment_chars: int, default_pause_ms: int,
                   control_tags: tuple[str, ...] = (), unencodable_characters=None, measure=None,
                   max_segment_units: int | None = None):
-    """The text front end (``tts_app.frontend.prepare_text``), sentences packed up to the segment limits."""
+    """The text front end (``tts_app.frontend.prepare_text``), sentences packed up to the segment limits.
+
+    Raises:
+        ConfigError: field "text" for the front end's refusals of the text (nothing to speak, ...), so the
+            request's finish names the field at fault (the API's ``param`` "input").
+    """
     from tts_app.frontend import prepare_text
 
-    return prepare_text(text, supports_pinyin=supports_pinyin, max_segment_chars=max_segment_chars,
-                        default_pause_ms=default_pause_ms, control_tags=control_tags,
-                        unencodable_characters=unencodable_characters, measure=measure,
-                        max_segment_units=max_segment_units)
+    try:
+        return prepare_text(text, supports_pinyin=supports_pinyin, max_segment_chars=max_segment_chars,
+                            default_pause_ms=default_pause_ms, control_tags=control_tags,
+                            unencodable_characters=unencodable_characters, measure=measure,
+                            max_segment_units=max_segment_units)
+    except ConfigError:
+        raise
+    except InputError as exc:
+        raise ConfigError("text", message_of(exc)) from exc
 
 
 # ISO 639-1 code -> language name in messages, for the languages the text front end tells apart.
@@ -368,7 +379,7 @@ class InputProcessor:
         emotion = request.emotion
         if emotion is None:
             return
-        check_emotion_support(self.facts, getattr(self.adapter, "display_name", self.facts.family),
+        check_emotion_support(self.facts, self.adapter.display_name,
                               from_text=emotion.from_text)
         clip = emotion.reference_audio
         if clip is not None and int(clip.sampling_rate) != self.facts.sampling_rate:

@@ -1,8 +1,8 @@
 """Plain data the engine and the scheduler exchange: a segment waiting for or in a batch (``SegmentWork``), the
 plans the scheduler returns (``SchedulePlan``, ``StepPlan``), the outcome of a batch, prefill or decode step the
 engine reports (``Outcome``) and the update the scheduler decides from it (``Update``), and the batch cap
-(``BatchCap``). Also the speaking rates that order segments by expected length. The policy that uses them is in
-``tts_app.engine.scheduler``.
+(``BatchCap``). The policy that uses them is in ``tts_app.engine.scheduler``; the speaking rates that order
+segments by expected length are in ``tts_app.speaking_rate``.
 
 No tensors, no torch import (the scheduler's test checks it for both modules).
 """
@@ -11,63 +11,17 @@ from __future__ import annotations
 
 import enum
 import math
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
-from tts_app.config import MIN_MAX_SEGMENT_CHARS
 from tts_app.finish import Finish
 from tts_app.request import Priority, StopReason
-
-# Typical read-speech rates used only to ORDER segments by expected duration (bucketing), never to cut audio.
-# Mandarin: ~4-5 syllables (characters) per second; English: ~150 words/min x ~6 characters per word incl. the
-# space = ~15 characters per second. Sources: common speaking-rate figures (e.g. Yuan, Liberman & Cieri 2006,
-# "Towards an integrated understanding of speaking rate in conversation").
-CJK_CHAR_S = 0.22
-OTHER_CHAR_S = 1.0 / 15.0
-
-
-# Share of a segment's decode-step cap that typical speech of ``max_chars_for_speech_s`` characters may fill: the
-# rates above are averages, and a slow reader (Mandarin ~3.5 characters/s, English ~11 characters/s) is about 1.3x
-# slower, so 0.7 x the cap leaves room for them before the cap cuts a sentence.
-SEGMENT_CAP_MARGIN = 0.7
-
-
-def max_chars_for_speech_s(speech_s: float, languages, margin: float = SEGMENT_CAP_MARGIN) -> int:
-    """Longest segment, in characters, whose typical speech fits in ``margin * speech_s`` seconds in every language
-    of ``languages`` (ISO codes; "zh" reads at ``CJK_CHAR_S`` per character, any other at ``OTHER_CHAR_S``).
-
-    Used to derive a family's default ``max_segment_chars`` from its decode-step cap, so an ordinary sentence never
-    hits the cap. At least ``tts_app.config.MIN_MAX_SEGMENT_CHARS``.
-
-    Raises:
-        ValueError: ``languages`` is empty or ``speech_s`` is negative.
-    """
-    languages = tuple(languages)
-    if not languages or speech_s < 0:
-        raise ValueError(f"need languages and speech_s >= 0, got {languages!r}, {speech_s}")
-    seconds_per_char = max(CJK_CHAR_S if lang == "zh" else OTHER_CHAR_S for lang in languages)
-    return max(MIN_MAX_SEGMENT_CHARS, int(speech_s * margin / seconds_per_char))
-
 
 # A streaming request's next segment is admitted ahead of its turn (and may take a row as in rule e) once its
 # client has less than this much audio left to play (``SegmentWork.deadline_s``): enough for a prefill and the first
 # decode steps of the new row, which take a fraction of a second on the tiny CPU models and the GPU models measured
 # (bench/engine_v2_bench.py prints the underruns that remain).
 STREAM_HEADROOM_S = 2.0
-
-
-def _is_wide(ch: str) -> bool:
-    return unicodedata.east_asian_width(ch) in ("W", "F") and ch.isalnum()
-
-
-def expected_speech_s(text: str) -> float:
-    """Rough spoken duration of ``text`` in seconds (CJK characters ~0.22 s each, other characters ~1/15 s).
-
-    Used for length bucketing only, so it need only order texts correctly.
-    """
-    wide = sum(1 for ch in text if _is_wide(ch))
-    return wide * CJK_CHAR_S + (len(text) - wide) * OTHER_CHAR_S
 
 
 @dataclass(eq=False)  # identity, not field equality: two segments are never "the same" segment

@@ -74,8 +74,8 @@ import itertools
 from typing import Callable, Sequence
 
 from tts_app.engine.plans import (  # noqa: F401 (the plain data of this module's API, re-exported)
-    CJK_CHAR_S, OTHER_CHAR_S, SEGMENT_CAP_MARGIN, STREAM_HEADROOM_S, BatchCap, Outcome, OutcomeKind, Phase,
-    SchedulePlan, SegmentWork, StepPlan, Update, expected_speech_s, max_chars_for_speech_s, oom_alone_message)
+    STREAM_HEADROOM_S, BatchCap, Outcome, OutcomeKind, Phase, SchedulePlan, SegmentWork, StepPlan, Update,
+    oom_alone_message)
 from tts_app.request import Priority
 
 def padded_steps(batch: Sequence[SegmentWork]) -> int:

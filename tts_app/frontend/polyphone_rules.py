@@ -83,10 +83,6 @@ def _tag_in(token: Token | None, prefixes: str) -> bool:
     return token is not None and bool(token.tag) and token.tag[0] in prefixes
 
 
-def _at(sentence: str, char: str, occurrence: int = 1) -> int:
-    return [i for i, c in enumerate(sentence) if c == char][occurrence - 1]
-
-
 # Degree adverbs: they modify adjectives (八百词 很: 很+形).
 _DEGREE = frozenset("很 太 挺 真 好 多 最 更 较 比较 非常 特别 十分 相当 越来越 那么 这么 这样 那样 不够 够 极 超 过 有多 "
                     "多么".split())
@@ -146,14 +142,6 @@ RULE_DE_LE = Rule(
 )
 
 # --- 地 ---------------------------------------------------------------------------------------------------------------
-
-
-def _is_reduplicated(word: str) -> bool:
-    """AA (慢慢), AABB (高高兴兴), ABAB (研究研究), 一AA (一步步)."""
-    n = len(word)
-    return ((n == 2 and word[0] == word[1]) or (n == 4 and word[0] == word[1] and word[2] == word[3])
-            or (n == 4 and word[:2] == word[2:]) or (n == 3 and word[0] == "一" and word[1] == word[2]))
-
 
 # Words after which a lone 地 is the noun dì: prepositions, demonstratives, measure words, 的, and the verbs that take
 # "ground, land" as their object (在地上 is one word, but 把地扫干净, 这块地, 他家的地 are not).

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from tts_app.config import ClusterConfig, EngineConfig, ModelConfig, ReferenceConfig
+from tts_app.config import ClusterConfig, EngineArgs, EngineConfig, ModelConfig, ReferenceConfig
 from tts_app.errors import ClusterError, ReferenceAudioError, TTSAppError
 from tts_app.jobs.messages import Notice
 from tts_app.jobs.executor import (AsrSetting, JobContext, LineOutcome, LocalExecutor, ReferenceInput,
@@ -58,7 +58,6 @@ from tts_app.jobs.executor import (AsrSetting, JobContext, LineOutcome, LocalExe
 
 if TYPE_CHECKING:
     from tts_app.audio.transcribe import Transcriber
-    from tts_app.cli.args import EngineArgs
     from tts_app.engine import EngineStats
     from tts_app.jobs.schema import JobLine
     from tts_app.monitor import MemoryReading

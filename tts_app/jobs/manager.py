@@ -298,7 +298,7 @@ class JobManager:
             remaining = max(0, total - done)
             state.eta_s = None if live.processed == 0 else remaining * elapsed / live.processed
             stats = self.runtime.engine.stats() if self.runtime is not None and self.pool is None else None
-            state.batch_size = getattr(stats, "last_batch_size", None) or state.batch_size
+            state.batch_size = (stats.last_batch_size if stats is not None else None) or state.batch_size
             due = now - live.last_save_s >= SAVE_EVERY_S
             if due:
                 live.last_save_s = now

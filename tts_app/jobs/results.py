@@ -41,10 +41,8 @@ from typing import Any
 from tts_app.audio.post import write_atomic
 from tts_app.errors import InputError
 from tts_app.frontend.messages import Notice, to_json
+from tts_app.output_layout import JOURNAL_NAME, RESULTS_NAME, ZIP_NAME
 
-RESULTS_NAME = "results.jsonl"
-JOURNAL_NAME = ".results.journal.jsonl"
-ZIP_NAME = "results.zip"
 STATUSES = ("ok", "failed", "cancelled")
 
 

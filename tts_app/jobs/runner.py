@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from tts_app.errors import InputError, TTSAppError
 from tts_app.jobs.messages import Notice
-from tts_app.jobs.results import (RESULTS_NAME, ZIP_NAME, ResultsWriter, audio_decodes, line_record,
+from tts_app.jobs.results import (ResultsWriter, audio_decodes, line_record,
                                   make_results_zip, read_results, remove_stale_temp_files, resumable)
 from tts_app.jobs.executor import AsrSetting, JobContext, LineExecutor, LineOutcome, LocalExecutor
-from tts_app.jobs.schema import (AudioSources, InvalidLine, JobConfig, JobLine, ValidationReport,
-                                 check_default_voice, extract_audio_zip, iter_job, make_sources, validate_lines,
-                                 zip_audio_members)
+from tts_app.jobs.safety import AudioSources, extract_audio_zip, zip_audio_members
+from tts_app.jobs.schema import (InvalidLine, JobConfig, JobLine, ValidationReport, check_default_voice, iter_job,
+                                 make_sources, validate_lines)
+from tts_app.output_layout import EXTRACTED_AUDIO_DIR, RESULTS_NAME
 from tts_app.request import SynthesisParams
 
 if TYPE_CHECKING:
@@ -46,10 +47,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["JobSummary", "RESULTS_NAME", "ZIP_NAME", "audio_decodes", "count_lines_to_run", "make_results_zip",
+__all__ = ["JobSummary", "audio_decodes", "count_lines_to_run", "make_results_zip",
            "read_results", "run_job", "validate_job"]
 
-EXTRACTED_AUDIO_DIR = ".reference_audio"  # where an uploaded audio ZIP is unpacked, inside out_dir
 _POLL_S = 0.2  # how often a waiting runner looks at cancel_event
 CANCELLED_BEFORE_START = Notice("job_cancelled_before_start")  # "cancelled before it ran"
 

@@ -29,17 +29,12 @@ from typing import Any
 
 from tts_app.audio.post import write_atomic
 from tts_app.errors import InputError
+from tts_app.output_layout import AUDIO_ZIP_NAME, INPUT_DIR, JOB_FILE_NAME, JOBS_DIR, OUT_DIR, STATE_NAME
 
 logger = logging.getLogger(__name__)
 #: ids of damaged jobs already logged by this process
 _WARNED_DAMAGED: set[str] = set()
 
-JOBS_DIR = "jobs"
-STATE_NAME = "job.json"
-INPUT_DIR = "input"
-OUT_DIR = "out"
-JOB_FILE_NAME = "tasks.jsonl"
-AUDIO_ZIP_NAME = "audio.zip"
 _JOB_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{8}$")
 
 #: Job statuses. "interrupted": the server stopped (or died) while the job was queued or running; resume it.

@@ -1,5 +1,5 @@
 """The one HTTP server of ``python app.py``: the OpenAI-compatible API (``/v1``), Prometheus metrics (``/metrics``)
-and, at ``/``, the web UI (gradio's app, mounted by ``tts_app.ui.launch`` once the model has loaded).
+and, at ``/``, the web UI (gradio's app, mounted by the composition root ``tts_app.server.main`` once the model has loaded).
 
     app, ui = build_app(ctx, server_config)   # ctx: an AppHost (the web app's AppContext)
     ... start uvicorn on ``app``; load the model; build the gradio app ...
@@ -184,7 +184,7 @@ def build_app(host: AppHost, config: ServerConfig, *, upload_folder: Path | None
     Args:
         host: the app state (runtime, voices); read per request, so a model that finishes loading is used at once.
         config: access control and limits.
-        upload_folder: gradio's upload folder, from the composition root (``tts_app.ui.launch``: only it imports
+        upload_folder: gradio's upload folder, from the composition root (``tts_app.server.main``, from ``tts_app.ui``: only it imports
             gradio); None = no web UI uploads (none is a file input, none counts in the quota).
         uploads: the per-kind upload limits and the per-owner disk quota (``tts_app.server.uploads``).
     """

@@ -426,9 +426,11 @@ class OpenAIRoutes:
         """The engine request for a checked speech request (runs in a worker thread: a voice may be cleaned here)
         and the API's own warnings.
 
+        Text with nothing to speak (400) and a segment over the memory budget (413) are the engine's to decide:
+        ``Engine.submit`` runs the front end once and its result's finish reason is mapped (``finish_error``).
+
         Raises:
-            APIError: 404 unknown voice (listing the voices); 400 unusable voice clip, text with nothing to speak;
-                413 text whose segments cannot fit the memory budget.
+            APIError: 404 unknown voice (listing the voices); 400 unusable voice clip.
         """
         from tts_app.voices import VoiceNotFoundError
 
@@ -456,14 +458,6 @@ class OpenAIRoutes:
         request = SynthesisRequest(text=body.input, reference_audio=prepared.audio,
                                    reference_text=transcript or prepared.text, params=params,
                                    priority=Priority.INTERACTIVE, emotion=emotion)
-        try:
-            need = runtime.engine.estimate_request_bytes(request)
-        except InputError as exc:
-            raise APIError(400, str(exc), param="input") from None
-        budget = runtime.engine.stats().memory_budget_bytes
-        if budget is not None and need > budget:
-            raise APIError(413, "input has a segment too long for the server's memory; split the text into shorter "
-                                "sentences", code="input_too_long", param="input")
         return request, warnings
 
     @staticmethod

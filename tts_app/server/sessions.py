@@ -21,7 +21,7 @@ visitor who learns another's file URL, from a shared screen, a log or a guess, s
 
 What a request may name as a file input (gradio takes a file input as a path, ``{"path": ..., "meta": ...}``, and
 reads whatever path it is given, even ``/etc/passwd``, unless the app was ``launch()``-ed, which a mounted app never
-is; see ``tts_app.ui.launch.compose_ui``): ``BrowserSessions`` reads the JSON body of every call to the gradio app
+is; see ``tts_app.ui.mount.compose_ui``): ``BrowserSessions`` reads the JSON body of every call to the gradio app
 (``/gradio_api/queue/join``, ``run/``, ``call/``, ``api/``, ``stream/``, ...) before gradio does, and answers 403 in
 words unless every ``path`` in it is
 
@@ -54,18 +54,13 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tts_app.metrics import HTTP_REJECTIONS
+from tts_app.output_layout import JOBS_DIR, LEGACY_REFERENCES_DIR, REFERENCES_DIR, SESSIONS_DIR
 
 logger = logging.getLogger(__name__)
 
 COOKIE_NAME = "tts_app_browser"
 #: How long a browser keeps its cookie, in s (400 days: the most browsers accept, RFC 6265bis §5.5).
 COOKIE_MAX_AGE_S = 400 * 86400
-#: The web UI's per-browser output area, under the output root.
-SESSIONS_DIR = "single"
-#: A browser's cleaned reference clips, inside its folder (``<output root>/single/<owner>/references/``).
-REFERENCES_DIR = "references"
-#: Where cleaned clips lay before (shared by everyone): refused.
-LEGACY_REFERENCES_DIR = "references"
 #: gradio's file routes (``gradio.routes``: ``API_PREFIX + "/file={path}"`` and the older ``"/file/{path}"``).
 FILE_ROUTE_PREFIXES = ("/gradio_api/file=", "/gradio_api/file/")
 #: gradio's upload route (answers a JSON list of the stored files' paths).
@@ -196,7 +191,7 @@ class BrowserSessions:
         output_root: the web UI's output folder.
         api_keys: the server's API keys (an API client sending one is that key's owner).
         upload_folder: gradio's upload folder (``GRADIO_TEMP_DIR``, else ``<temp dir>/gradio``), handed in by the
-            composition root (``tts_app.ui.launch``), which alone imports gradio; None = a server without the web
+            composition root (``tts_app.server.main``; only ``tts_app.ui`` imports gradio); None = a server without the web
             UI, where no upload can be a file input.
     """
 
@@ -212,7 +207,7 @@ class BrowserSessions:
         """Is ``<output root>/<parts>`` in an area guarded per owner, and ``owner``'s?"""
         if parts[0] == SESSIONS_DIR:
             return len(parts) > 1 and parts[1] == owner
-        if parts[0] == "jobs":
+        if parts[0] == JOBS_DIR:
             return len(parts) > 1 and _job_owner(self.root, parts[1]) == owner
         return False
 
@@ -225,7 +220,7 @@ class BrowserSessions:
         except ValueError:
             parts = None
         if parts is not None and parts:
-            if parts[0] in (SESSIONS_DIR, "jobs"):
+            if parts[0] in (SESSIONS_DIR, JOBS_DIR):
                 return self._owned_output(parts, owner)
             if parts[0] == LEGACY_REFERENCES_DIR:
                 return False

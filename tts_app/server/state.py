@@ -1,7 +1,8 @@
 """What the HTTP API serves from: the web app's shared state, seen through a typed interface (no gradio here).
 
-``tts_app.ui.context.AppContext`` is one (the launcher passes it), so the API and the web page use one runtime (one
-engine: their requests share batches), one voice library and one output folder.
+``tts_app.ui.context.AppContext`` is one (the composition root, ``tts_app.server.main``, passes it), so the API
+and the web page use one runtime (one engine: their requests share batches), one voice library and one output
+folder.
 """
 
 from __future__ import annotations

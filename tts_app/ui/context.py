@@ -1,4 +1,5 @@
-"""Server-wide state of the web app, built once in ``launch.main`` and passed to the handlers. No gradio import.
+"""Server-wide state of the web app, built once in ``tts_app.server.main.main`` and passed to the handlers. No
+gradio import.
 
 Everything here is shared by all users on purpose (one runtime: engine, reference preparer and cache; one memory
 history; one job manager, whose jobs each belong to the browser that started them); per-user state lives in gradio
@@ -14,13 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tts_app import output_layout
 from tts_app.audio.preparer import ReferencePreparer
 from tts_app.config import EngineConfig, FrontendConfig, ModelConfig, ReferenceConfig, UploadConfig
 from tts_app.jobs.manager import JobManager
 from tts_app.monitor import MEMORY_SAMPLE_PERIOD_S, MemoryHistory, MemorySampler
 from tts_app.runtime import Runtime
 from tts_app.audio.transcribe import Transcriber, transcriber_from
-from tts_app.history import DEFAULT_HISTORY_SIZE, HISTORY_DIR, HistoryStore
+from tts_app.history import DEFAULT_HISTORY_SIZE, HistoryStore
 from tts_app.voices import VoiceLibrary
 
 if TYPE_CHECKING:
@@ -63,7 +65,7 @@ class AppContext:
         jobs: the server's durable jobs (``tts_app.jobs.manager``); built by ``start_jobs`` once the model is loaded
             (or failed to load).
         pool: Ray workers that run the Batch tab's jobs (``app.py --ray``; ``tts_app.jobs.cluster.WorkerPool``),
-            or None (jobs run on ``runtime``). Stopped by ``launch.main``.
+            or None (jobs run on ``runtime``). Stopped by ``tts_app.server.main.main``.
         api_keys: the HTTP API's keys (``ServerConfig.api_keys``): a client sending one owns its files and jobs by
             that key (``owner``) rather than by its cookie.
     """
@@ -98,11 +100,10 @@ class AppContext:
         self.output_root = Path(self.output_root)
         self.output_root.mkdir(parents=True, exist_ok=True)
         if self.voices is None:
-            self.voices = VoiceLibrary(self.voices_dir if self.voices_dir is not None else self.output_root / "voices")
+            self.voices = VoiceLibrary(self.voices_dir if self.voices_dir is not None
+                                       else output_layout.voices_dir(self.output_root))
         if self.history_store is None:
-            from tts_app.server.sessions import SESSIONS_DIR
-
-            self.history_store = HistoryStore(self.output_root / SESSIONS_DIR, self.history_size)
+            self.history_store = HistoryStore(self.output_root / output_layout.SESSIONS_DIR, self.history_size)
 
     def start_jobs(self) -> None:
         """(Re)build the job manager for the current runtime, with the shared ``transcriber``: jobs a stopped server
@@ -135,19 +136,13 @@ class AppContext:
         """The folder of one owner's outputs: ``output_root/single/<owner(headers)>`` (``tts_app.server.sessions``:
         the server serves files there only to that owner). The cookie, not gradio's session id, names it: the
         session id changes at every page load."""
-        from tts_app.server.sessions import SESSIONS_DIR
-
-        return self.output_root / SESSIONS_DIR / self.owner(headers)
+        return output_layout.browser_dir(self.output_root, self.owner(headers))
 
     def session_dir(self, session_hash: str | None, headers=None) -> Path:
         """One browser session's (tab's) folder for single-synthesis outputs, inside its owner's folder:
-        ``browser_dir(headers) / <session>`` (removed when the session ends)."""
-        from tts_app.server.sessions import REFERENCES_DIR
-
-        safe = "".join(ch for ch in (session_hash or "anonymous") if ch.isalnum())[:32] or "anonymous"
-        if safe == REFERENCES_DIR:
-            safe = "session-" + safe  # never the browser's clip folder
-        return self.browser_dir(headers) / safe
+        ``browser_dir(headers) / <session>`` (``tts_app.output_layout.session_dir``; removed when the session
+        ends)."""
+        return output_layout.session_dir(self.output_root, self.owner(headers), session_hash)
 
     def end_session(self, session_hash: str | None, headers=None) -> None:
         """A browser session ended (tab closed): remove its single-synthesis outputs. Jobs stay."""
@@ -158,9 +153,9 @@ class AppContext:
         ``browser_dir(headers)/references/<clip key>.wav`` (written once per clip and model rate; touched at every
         use, so its age counts from its last use; older clips go, ``prune_reference_clips``)."""
         from tts_app.audio.post import write_wav_atomic
-        from tts_app.server.sessions import REFERENCES_DIR
 
-        path = self.browser_dir(headers) / REFERENCES_DIR / f"{prepared.audio.key or prepared.sha256[:32]}.wav"
+        folder = output_layout.references_dir(self.output_root, self.owner(headers))
+        path = folder / f"{prepared.audio.key or prepared.sha256[:32]}.wav"
         if path.is_file():
             os.utime(path)
         else:
@@ -175,12 +170,10 @@ class AppContext:
         files: a job cleans its references from its own folder's copies.)"""
         import time
 
-        from tts_app.server.sessions import LEGACY_REFERENCES_DIR, REFERENCES_DIR, SESSIONS_DIR
-
         cutoff = time.time() - self.upload_config.cache_max_age_s
         keep = self.voices.cleaned_keys() if self.voices is not None else set()
-        folders = [self.output_root / LEGACY_REFERENCES_DIR,
-                   *(self.output_root / SESSIONS_DIR).glob(f"*/{REFERENCES_DIR}")]
+        folders = [self.output_root / output_layout.LEGACY_REFERENCES_DIR,
+                   *(self.output_root / output_layout.SESSIONS_DIR).glob(f"*/{output_layout.REFERENCES_DIR}")]
         removed = 0
         for folder in folders:
             for clip in folder.glob("*.wav") if folder.is_dir() else ():
@@ -244,20 +237,18 @@ class AppContext:
         """Stop the memory sampler and the jobs (they end "interrupted" and resume after a restart), then the
         engine; remove the single-synthesis outputs of every session and the players' reference clips (job folders
         and each owner's history are kept)."""
-        from tts_app.server.sessions import SESSIONS_DIR
-
         if self._sampler is not None:
             self._sampler.stop()
         if self.jobs is not None:
             self.jobs.shutdown()
         if self.runtime is not None:
             self.runtime.close()  # joins the worker (see Engine.shutdown)
-        browsers = self.output_root / SESSIONS_DIR
+        browsers = self.output_root / output_layout.SESSIONS_DIR
         if not browsers.is_dir():
             return
         for browser in browsers.iterdir():
             for folder in (browser.iterdir() if browser.is_dir() else ()):
-                if folder.name == HISTORY_DIR:
+                if folder.name == output_layout.HISTORY_DIR:
                     continue
                 if folder.is_dir():
                     shutil.rmtree(folder, ignore_errors=True)

@@ -20,6 +20,7 @@ from typing import Callable
 import gradio as gr
 import numpy as np
 
+from tts_app import output_layout
 from tts_app.errors import TTSAppError
 from tts_app.monitor import GIB, read_memory
 from tts_app.request import Priority, SynthesisParams, SynthesisRequest, check_text
@@ -697,7 +698,8 @@ def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRe
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}_{words}_{result.request_id[:6]}"
     metadata = output_metadata(ctx.runtime, synthesis_request, result, entry_point="web", reference=reference,
                                speaker_references=speaker_references)
-    files = save_outputs(out_dir / f"{stem}.{fmt}", result, metadata, subtitles_path=out_dir / f"{stem}.srt")
+    audio_path = out_dir / f"{stem}.{fmt}"
+    files = save_outputs(audio_path, result, metadata, subtitles_path=output_layout.subtitles_path(audio_path))
     # a segment holding several turns (a family's own dialogue prompt) shows each turn with its speaker
     rows = [[s.index + 1, s.speaker or " / ".join(dict.fromkeys(name for name, _ in s.turns)),
              "\n".join(f"{name}: {t}" for name, t in s.turns) if s.turns else s.text,

@@ -488,7 +488,6 @@ SERVER["en"].update({
     "voice_error_name_taken": "The voice name {name!r} is already taken; choose another name.",
     "voice_error_bundled_rename": "{name!r} is a bundled example voice and cannot be renamed; save it under another "
                                   "name instead.",
-    "voice_error_bundled_change": "{name!r} is a bundled example voice and cannot be changed.",
     "voice_error_bundled_delete": "{name!r} is a bundled example voice and cannot be deleted.",
 })
 SERVER["zh"].update({
@@ -510,7 +509,6 @@ SERVER["zh"].update({
     "voice_error_name_taken_save": "声音名称 {name!r} 已被使用；请换一个名字，或先删除那个声音。",
     "voice_error_name_taken": "声音名称 {name!r} 已被使用；请换一个名字。",
     "voice_error_bundled_rename": "{name!r} 是内置示例声音，不能重命名；请以其他名字另存。",
-    "voice_error_bundled_change": "{name!r} 是内置示例声音，不能修改。",
     "voice_error_bundled_delete": "{name!r} 是内置示例声音，不能删除。",
 })
 # Table words, chart axes and the loading page (issue 23).

@@ -2,7 +2,9 @@
 [--max-upload-size SIZE] [--max-zip-size SIZE] [--ray [ADDRESS|auto|local] [--num-workers N] [--gpus-per-worker G]]``:
 start the one HTTP server (``tts_app.server``: the OpenAI-compatible API and ``/metrics``), load the model once, build
 the runtime (engine + reference preparer), the job manager and the UI, and mount the UI on that server, so the web
-page and the API share one engine (their requests batch together).
+page and the API share one engine (their requests batch together). This module is the composition root (vLLM's
+``entrypoints/``): it alone starts the server, the model, the jobs and the warm-up; ``tts_app.ui`` builds the page
+(``tts_app.ui.mount.compose_ui``) and nothing else.
 
 Order: the server listens first (API clients get 503 while the model loads, browsers a page that reloads itself),
 then the model loads, then the gradio app is built and mounted at ``/`` (``gradio.mount_gradio_app``; its log-in is
@@ -24,7 +26,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import socket
 import sys
@@ -34,9 +35,9 @@ from pathlib import Path
 
 from tts_app.cli.args import (DEFAULT_PORT, CliParser, EngineArgs, add_cluster_args, add_engine_args, add_lang_arg,
                               add_server_args,
-                              add_voice_args, check_device_available, check_output_dir, cluster_config_from,
+                              add_voice_args, check_output_dir, cluster_config_from,
                               engine_args_from, file_size, parse_cli, server_address, server_config_from, usage_error)
-from tts_app.config import ClusterConfig, ReferenceConfig, UploadConfig
+from tts_app.config import ClusterConfig, ReferenceConfig, UploadConfig, check_device_available
 from tts_app.errors import InputError, TTSAppError
 
 log = logging.getLogger("tts_app")
@@ -92,18 +93,17 @@ def start_pool(engine_args: EngineArgs, cluster: ClusterConfig, reference_config
 def build_context(args: argparse.Namespace, engine_args: EngineArgs, api_keys: tuple[str, ...] = ()):
     """The app state, without a model yet (``load_model`` fills it in); ``api_keys``: the HTTP API's keys (a
     client sending one owns its jobs by it)."""
-    import threading
-
-    from tts_app.frontend import warm_up
     from tts_app.ui.context import AppContext
+    from tts_app.warmup import warm_up_in_background
 
     ctx = AppContext(model_config=engine_args.model, engine_config=engine_args.engine, lang=args.lang,
                      output_root=Path(args.output_dir) if args.output_dir is not None else None,
                      voices_dir=Path(args.voices_dir) if args.voices_dir is not None else None,
                      asr_model=args.asr_model, upload_config=upload_config_from(args), api_keys=tuple(api_keys),
                      history_size=args.history_size)
-    # Load the front end's dictionaries in the background so the first keystroke's preview is fast.
-    threading.Thread(target=warm_up, name="frontend-warm-up", daemon=True).start()
+    # The front end's dictionaries, the effects' and encoders' imports, loaded while the model loads: the first
+    # keystroke's preview and the first request do not wait for them (the start-up log says how long it took).
+    warm_up_in_background(log)
     return ctx
 
 
@@ -198,98 +198,11 @@ class Server:
             self.thread.join(timeout=15)
 
 
-#: gradio's event stream of one ``/call`` API call: ``GET /gradio_api/call/<api name>/<event id>``
-_CALL_STREAM = re.compile(r"^/gradio_api/call/[^/]+/(?P<event_id>[0-9a-f]{32})/?$")
-
-
-class CallSessionReaper:
-    """ASGI middleware on the gradio app's parent: once the event stream of a ``/gradio_api/call`` API call has
-    ended, the session gradio made for that one call is dropped.
-
-    Why: gradio keeps a ``SessionState`` per session hash (a copy of every component's config: ~250 KB for this
-    page) until ``state_session_capacity`` (10,000) sessions exist, and a ``/call`` request without a session hash
-    of its own is a new session named by its event id (``gradio.queueing.Event``), used by nothing after its event.
-    So every API call kept ~0.25-0.65 MB (measured: RSS +660 KB per ``/call/synthesize`` over 150 calls, +31 KB
-    once the session is dropped, less once its emptied message queue goes too), up to gigabytes. Page sessions (a browser tab, a ``gradio_client.Client``) are not touched.
-
-    Args:
-        gradio_app: gradio's ``App`` (its ``state_holder``).
-    """
-
-    def __init__(self, app, gradio_app):
-        self.app = app
-        self.gradio_app = gradio_app
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            match = _CALL_STREAM.match(scope.get("path", "")) if scope.get("type") == "http" and \
-                scope.get("method") == "GET" else None
-            if match is not None:
-                session = match["event_id"]
-                holder = self.gradio_app.state_holder
-                with holder.lock:
-                    holder.session_data.pop(session, None)
-                    holder.time_last_used.pop(session, None)
-                queue = getattr(self.gradio_app.get_blocks(), "_queue", None)
-                if queue is not None and not queue.pending_event_ids_session.get(session):
-                    # the call's message queue, now read to its end
-                    queue.pending_event_ids_session.pop(session, None)
-                    queue.pending_messages_per_session.pop(session, None)
-
-
-def compose_ui(ctx, server_config, policy=None):
-    """The gradio app (a FastAPI app) for the loaded ``ctx``, ready to attach at ``/`` of the server
-    (``tts_app.server.app.LateMount``); its file inputs are checked as a launched gradio app checks them.
-
-    Args:
-        policy: the server's ``tts_app.server.security.AccessPolicy`` (its log-in is gradio's form; it learns the
-            gradio app's sessions here); None: one for ``server_config``.
-    """
-    import gradio as gr
-    from fastapi import FastAPI
-
-    from tts_app.jobs.store import JOBS_DIR
-    from tts_app.server.app import add_cors
-    from tts_app.server.security import AccessPolicy
-    from tts_app.server.sessions import SESSIONS_DIR
-    from tts_app.ui.layout import CSS, build_demo, page_js
-    from tts_app.voices import BUNDLED_VOICES_DIR
-
-    if policy is None:
-        policy = AccessPolicy(server_config.api_keys, server_config.ui_auth)
-
-    demo, i18n = build_demo(ctx)
-    demo.queue(default_concurrency_limit=8)
-    limits = ctx.upload_config
-    # The browsers' own output folders and the job folders are served from where they are (not copied into gradio's
-    # shared cache, whose files anyone with the URL could fetch), so ``tts_app.server.sessions.BrowserSessions`` can
-    # keep each owner's files its own. The bundled example voices are public.
-    gr.set_static_paths([str(ctx.output_root / SESSIONS_DIR), str(ctx.output_root / JOBS_DIR), str(BUNDLED_VOICES_DIR)])
-    parent = FastAPI()
-    add_cors(parent, server_config)  # gradio adds no CORS of its own under a parent that has Starlette's
-    holder = gr.mount_gradio_app(parent, demo, path="/", auth=policy.gradio_auth(),
-                                 i18n=i18n, css=CSS, js=page_js(ctx.lang),
-                                 # voices' files are served as copies from there
-                                 allowed_paths=[str(ctx.output_root), str(ctx.voices.root)],
-                                 # gradio refuses bigger uploads while they stream in (HTTP 413), before they fill a disk
-                                 max_file_size=max(limits.max_upload_bytes, limits.max_zip_upload_bytes),
-                                 show_error=True)
-    gradio_app = next(route.app for route in holder.routes if getattr(route, "app", None) is not None
-                      and hasattr(route.app, "tokens"))
-    holder.add_middleware(CallSessionReaper, gradio_app=gradio_app)
-    # gradio checks a request's file inputs (``processing_utils._check_allowed``: only files in its upload folder,
-    # never ``blocked_paths``) only once ``launch()`` has run; a mounted app never launches, so say it has. The
-    # owner of each input file is checked before gradio sees the request (``tts_app.server.sessions``).
-    demo.has_launched = True
-    policy.attach_gradio(gradio_app)
-    return holder
-
-
 def mount_ui(ctx, server_config, server: Server, ui) -> None:
-    """Build the gradio app for the loaded ``ctx`` (``compose_ui``) and attach it at ``/`` of the running server."""
+    """Build the web page's gradio app for the loaded ``ctx`` (``tts_app.ui.mount.compose_ui``) and attach it at
+    ``/`` of the running server."""
     from tts_app.server.app import attach_ui
+    from tts_app.ui.mount import compose_ui
 
     attach_ui(server.loop, ui, compose_ui(ctx, server_config, server.app.state.access_policy))
 
@@ -341,12 +254,11 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     from tts_app.server.app import build_app
-
-    from gradio.utils import get_upload_folder
+    from tts_app.ui.mount import upload_folder
 
     ctx = build_context(args, engine_args, server_config.api_keys)
-    # gradio's upload folder (its App reads the same function): file inputs and the disk quota look there
-    app, ui = build_app(ctx, server_config, upload_folder=Path(get_upload_folder()), uploads=ctx.upload_config)
+    # the page's upload folder: file inputs and the disk quota look there
+    app, ui = build_app(ctx, server_config, upload_folder=upload_folder(), uploads=ctx.upload_config)
     server = Server(app, sock, server_config.forwarded_allow_ips)
     # SIGTERM (e.g. from a service manager) ends like Ctrl-C: jobs stop "interrupted", the engine stops.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -376,6 +288,8 @@ def main(argv: list[str]) -> int:
         mount_ui(ctx, server_config, server, ui)
         print(f"Running on local URL:  {url}/", flush=True)
         if args.share:
+            from tts_app.ui.mount import share_tunnel
+
             share_tunnel(url_host, bound_port)
         server.wait()
     except KeyboardInterrupt:
@@ -386,18 +300,3 @@ def main(argv: list[str]) -> int:
         if ctx.pool is not None:
             ctx.pool.close()  # after the jobs stopped: the workers' engines, then the actors
     return 0
-
-
-def share_tunnel(host: str, port: int) -> None:
-    """``--share``: gradio's public-link tunnel (gradio.live) to ``host:port``; a failure is printed, the local
-    server goes on."""
-    import secrets
-
-    from gradio import networking
-
-    try:
-        link = networking.setup_tunnel(local_host=host, local_port=port, share_token=secrets.token_urlsafe(32),
-                                       share_server_address=None, share_server_tls_certificate=None)
-        print(f"Running on public URL: {link}", flush=True)
-    except Exception as exc:  # noqa: BLE001 - no network, blocked tunnel: the local server still works
-        print(f"warning: could not create a share link: {exc}", file=sys.stderr, flush=True)
