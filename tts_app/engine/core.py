@@ -7,17 +7,22 @@ made into what callers receive, on its own threads (chunks, progress, join, temp
 touch the adapter's device work (prefill, decode step, batch), the scheduler, the prefix cache and the memory probe;
 it posts everything else to the output processor. It never runs post-processing or a caller's callback.
 
-Two ways to run, picked from what the adapter offers (``TTSAdapter.supports_decode_steps``):
+One loop, ``schedule -> execute -> update`` (``Engine._serve``), for every family:
 
-* **continuous batching** (iteration-level scheduling; adapters with a step interface, e.g. VibeVoice): before every
-  decode step the scheduler admits waiting segments into the running batch (``Scheduler.schedule_step``), the
-  adapter's ``DecodeBatch`` prefills them and advances every live row one step, and a row that finishes leaves at
-  once, freeing its slot for the next waiting segment. Each row's audio arrives step by step (streaming).
-* **request-level batching** (every other adapter): the scheduler picks a batch (``Scheduler.schedule``: priority,
-  length bucketing, budget), the adapter runs it whole (``preprocess -> generate -> postprocess``).
+* **schedule** (``_schedule``, lock held): a family with a step interface (``TTSAdapter.supports_decode_steps``, e.g.
+  VibeVoice, IndexTTS 2) batches continuously (iteration-level scheduling): before every decode step the scheduler
+  admits waiting segments into the running batch (``Scheduler.schedule_step``). Any other family (Dia, CSM, Higgs;
+  every family on ZeroGPU) gets a whole batch at a time (``Scheduler.schedule``: priority, length bucketing, budget).
+* **execute** (``tts_app.engine.executor``, no lock): the admitted rows are prefilled into the running batch, then
+  the batch advances one decode step. A family without a step interface runs as a ``OneStepBatch``: its prefill only
+  gathers the rows, its one decode step runs ``preprocess -> generate -> postprocess`` and ends every row, so it goes
+  through the same step as a continuous batch (the seam; only the outcome's ``Phase`` differs).
+* **update** (``_update_locked``, the one place): a row's new audio is stored, the scheduler's
+  ``update_from_output`` decides from the plain-data ``Outcome`` what finished, failed or is requeued, and the core
+  carries that out; chunks, progress and finished requests go to the output processor.
 
-Either way the loop is vLLM's plan -> execute -> update (../shared/STYLE.md): the engine turns each batch, prefill
-or decode step into a plain-data ``Outcome`` (ok / out of memory / refused rows / crashed) and the scheduler's
+As in vLLM's plan -> execute -> update (../shared/STYLE.md), the engine turns each batch, prefill or decode step
+into a plain-data ``Outcome`` (ok / out of memory / refused rows / crashed) and the scheduler's
 ``update_from_output`` decides what finished, what fails, what is requeued and the batch cap; the engine only
 carries that out (stores audio, resolves futures, releases rows). Out of memory (``torch.OutOfMemoryError``, detected
 by type in ``memory.is_out_of_memory``) first frees the device cache and the prefix cache. Per-request failures are
@@ -35,7 +40,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import random
 import threading
 import time
 import weakref
@@ -45,7 +49,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tts_app.adapters.base import AdapterRow, DecodeBatch, ModelFacts, PrefixCache, TTSAdapter
+from tts_app.adapters.base import DecodeBatch, ModelFacts, PrefixCache, TTSAdapter
 from tts_app.config import EngineConfig
 from tts_app.errors import InputError, TTSAppError
 from tts_app.finish import Finish
@@ -54,13 +58,11 @@ from tts_app.engine.memory import (
     MemoryEstimator,
     MemoryProbe,
     format_bytes,
-    free_after_oom,
-    is_out_of_memory,
-    make_simulated_oom,
     memory_budget_bytes,
     probe_for_device,
 )
 from tts_app.engine.scheduler import BatchCap, Outcome, OutcomeKind, Phase, Scheduler, SegmentWork, Update
+from tts_app.engine.executor import Executor
 from tts_app.engine.handle import EngineStats, ProgressEvent, RequestHandle
 from tts_app.engine.input import InputProcessor, _Part, _RequestText, _TurnPiece
 from tts_app.engine.input import check_emotion_support  # noqa: F401 (its home before; tts_app.jobs.runner)
@@ -68,7 +70,7 @@ from tts_app.engine.output import OutputProcessor, assemble_result
 from tts_app.engine.streaming import AudioChunk, AudioStream
 from tts_app.request import (RequestStatus, StopReason, SynthesisParams,
                              SynthesisRequest, SynthesisResult)
-from tts_app.zerogpu import GpuCalls, ZeroGPUConfig, on_zero_gpu
+from tts_app.zerogpu import ZeroGPUConfig, on_zero_gpu
 
 logger = logging.getLogger(__name__)
 
@@ -129,15 +131,6 @@ class _RequestState:
         return len(self.texts)
 
 
-@dataclass(frozen=True)
-class _DeviceRow:
-    """One row of a batch's device work: the adapter's row and its expected decode steps (``SegmentWork``), from
-    which a ZeroGPU call's duration is sized."""
-
-    row: AdapterRow
-    expected_steps: int
-
-
 class Engine:
     """Batches segments of many requests on one model, sized from memory, surviving out-of-memory.
 
@@ -195,7 +188,6 @@ class Engine:
         self._stopping = False
         self._stopped_finish = Finish.shut_down()
         self._busy = False
-        self._rng = random.Random(0)  # simulated-OOM draws; seeded so a test run is repeatable
         self._budget_bytes = self._measure_budget()  # the one memory budget (``_remeasure_budget``)
         self._used_since_empty = False
         self._num_oom = 0
@@ -211,11 +203,9 @@ class Engine:
         self._num_underruns = 0
         self._max_underrun_s = 0.0
         self._outcomes = {RequestStatus.DONE: 0, RequestStatus.FAILED: 0, RequestStatus.CANCELLED: 0}
-        # On ZeroGPU every batch's device work (preprocess -> generate -> postprocess) runs inside spaces.GPU calls
-        # sized from the rows' expected decode steps; elsewhere ``wrap`` returns the function itself.
-        self.gpu_calls: GpuCalls[_DeviceRow, tuple[np.ndarray, StopReason]] = GpuCalls(
-            zero_gpu, lambda rows, _params: [row.expected_steps for row in rows])
-        self._rows_on_device = self.gpu_calls.wrap(self._run_rows)
+        # the device work of each step (a OneStepBatch for a family without a step interface, or on ZeroGPU)
+        self.executor = Executor(adapter, config, self.probe, step_mode=self.step_mode, zero_gpu=zero_gpu)
+        self.gpu_calls = self.executor.gpu_calls
 
     @property
     def batch_cap(self) -> BatchCap:
@@ -552,10 +542,7 @@ class Engine:
     # -- worker --------------------------------------------------------------------------------------------------
     def _worker(self) -> None:
         try:
-            if self.step_mode:
-                self._serve_steps()
-            else:
-                self._serve_batches()
+            self._serve()
         except BaseException as exc:  # a bug in the loop itself: fail everything rather than leave callers hanging
             logger.exception("engine worker crashed")
             reason = Finish.error(f"engine worker crashed: {type(exc).__name__}: {exc}", code="engine_crashed")
@@ -603,65 +590,6 @@ class Engine:
                 msg = self.inputs.too_large_message(state.request, work.index, work.text, budget or 0)
                 logger.warning("request %s: %s", work.request_id, msg)
                 self._finish_locked(state, RequestStatus.FAILED, Finish.too_large(msg), resolved)
-
-    def _simulated_oom(self, batch_size: int) -> BaseException | None:
-        """The testing aids: a real ``torch.OutOfMemoryError`` for batches above ``simulate_oom_above_batch`` rows,
-        or with ``simulate_oom_probability`` for batches of more than one row. None = no simulated OOM."""
-        cfg = self.config
-        if cfg.simulate_oom_above_batch is not None and batch_size > cfg.simulate_oom_above_batch:
-            return make_simulated_oom(batch_size, f"simulate_oom_above_batch={cfg.simulate_oom_above_batch}")
-        if cfg.simulate_oom_probability > 0 and batch_size > 1 and self._rng.random() < cfg.simulate_oom_probability:
-            return make_simulated_oom(batch_size, f"simulate_oom_probability={cfg.simulate_oom_probability}")
-        return None
-
-    def _probe_reading(self, name: str) -> int | None:
-        reader = getattr(self.probe, name, None)  # optional probe methods (older/custom probes may lack them)
-        return reader() if reader is not None else None
-
-    def _run_phase(self, phase: Phase, rows: list[SegmentWork], call: Callable[[], Any]) -> tuple[Outcome, Any]:
-        """Run ``call`` (a batch, a prefill or a decode step over ``rows``) and describe how it ended as a plain
-        ``Outcome`` (its ``finished`` is filled by the caller). Returns (outcome, what ``call`` returned or None).
-        After an out-of-memory error the device cache and the prefix cache are freed."""
-        ids = ", ".join(sorted({w.request_id for w in rows}))
-        allocated_before, peak_before = self._probe_reading("allocated_bytes"), self._probe_reading("peak_bytes")
-        kind, error, value = OutcomeKind.OK, None, None
-        try:
-            value = call()
-        except Exception as exc:  # noqa: BLE001 - the worker must survive any batch
-            if is_out_of_memory(exc):
-                kind = OutcomeKind.OOM
-                logger.warning("out of memory in %s of %d rows (requests %s): %s", phase.value, len(rows), ids, exc)
-            elif isinstance(exc, TTSAppError):  # the adapter refused these rows on purpose, with a message
-                kind, error = OutcomeKind.REFUSED, Finish.from_error(exc)
-                # INFO, not WARNING: the message reaches every request's result (the CLI prints it, the UI shows
-                # it), so a WARNING here would show the user the same error twice.
-                logger.info("%s of %d rows refused (requests %s): %s", phase.value, len(rows), ids, error.message)
-            else:
-                # The bare cause: every door frames it once in its user's language ("Synthesis failed (request
-                # ..., seed ...): <cause>" in the UI table, "request ... failed: <cause>" in the API, "error:
-                # <cause>" in the CLI), so it must not say "synthesis failed" itself.
-                kind, error = OutcomeKind.CRASHED, Finish.from_error(exc)
-                if len(rows) > 1:
-                    # one line, no traceback: each row now runs alone, and the request whose row still fails
-                    # logs its traceback then, once, under its own id
-                    logger.warning("%s of %d rows failed (requests %s): %s; running each row alone", phase.value,
-                                   len(rows), ids, error.message)
-                else:
-                    # the request's one traceback in the server log, under the id its user is shown
-                    logger.error("request %s failed (segment %d): %s", rows[0].request_id, rows[0].index + 1,
-                                 error.message, exc_info=exc)
-            del exc  # drop the traceback (and the tensors its frames hold) before freeing memory
-        if kind is OutcomeKind.OOM:
-            with self._cv:
-                self._num_oom += 1
-                self.prefix_cache.clear()
-            free_after_oom(self.probe)
-        measured = None
-        peak_after = self._probe_reading("peak_bytes")
-        if kind is OutcomeKind.OK and None not in (allocated_before, peak_before, peak_after) \
-                and peak_after > peak_before:
-            measured = peak_after - allocated_before  # a new high-water mark: this call's exact peak
-        return Outcome(phase=phase, kind=kind, rows=tuple(rows), error=error, measured_peak_bytes=measured), value
 
     def _apply_update(self, update: Update, resolved: list, events: list, *, batch_size: int,
                       generate_s: dict[int, float] | None = None) -> None:
@@ -789,141 +717,59 @@ class Engine:
         except Exception:  # noqa: BLE001 - a caller's callback must not stop the output of others
             logger.exception("progress callback of request %s raised", event.request_id)
 
-    # -- request-level batching -----------------------------------------------------------------------------------
-    def _serve_batches(self) -> None:
-        idle_since: float | None = None
-        while True:
-            empty_cache = False
-            resolved: list = []
-            batch = None
-            with self._cv:
-                if self._stopping:
-                    break
-                if not self._busy:
-                    self._remeasure_budget()
-                budget = self._budget_bytes
-                self._note_stream_deadlines()
-                now = time.monotonic()
-                plan = self.scheduler.schedule(now, None, budget, evictable_bytes=self._cache_bytes(),
-                                               urgent_at_s=now)
-                self._fail_too_large(plan.too_large, budget, resolved)
-                self._evict(plan.evict_bytes)
-                if plan.batch:
-                    idle_since = None
-                    batch = plan.batch
-                    states = [self._requests[w.request_id] for w in batch]
-                    for state in states:
-                        self._note_started(state)
-                    self._busy = True
-                elif not resolved:
-                    if plan.wait_s > 0:
-                        self._cv.wait(timeout=plan.wait_s)
-                    else:
-                        idle_since, empty_cache = self._idle_wait(idle_since)
-            self._resolve(resolved)
-            if empty_cache:
-                self.probe.empty_cache()
-            if batch is not None:
-                self._execute_batch(batch, states)
-
-    def _generate(self, inputs: Any, params: Any, batch_size: int) -> Any:
-        """``adapter.generate`` with the testing aids (``_simulated_oom``)."""
-        oom = self._simulated_oom(batch_size)
-        if oom is not None:
-            raise oom
-        return self.adapter.generate(inputs, params)
-
-    def _run_batch(self, batch: list[SegmentWork], states: list[_RequestState]
-                   ) -> tuple[list[np.ndarray], list[StopReason], float]:
-        """preprocess -> generate -> postprocess of one batch: (one waveform and one stop reason per row, seconds
-        of the generate call)."""
-        rows = [_DeviceRow(self.inputs.segment_row(state, work), work.expected_steps)
-                for work, state in zip(batch, states)]
-        params = states[0].params.with_seed(batch[0].seed)  # knobs equal across the batch (batch_key)
-        t0 = time.perf_counter()
-        # one call off ZeroGPU; on ZeroGPU as many spaces.GPU calls as the batch needs to fit their time limit
-        outputs = self.gpu_calls.run(self._rows_on_device, rows, params)
-        generate_s = time.perf_counter() - t0
-        return [wave for wave, _ in outputs], [reason for _, reason in outputs], generate_s
-
-    def _run_rows(self, rows: list["_DeviceRow"], params: SynthesisParams) -> list[tuple[np.ndarray, StopReason]]:
-        """The device work of one batch: preprocess -> generate -> postprocess -> (waveform float32
-        ``(num_samples,)``, stop reason) per row. On ZeroGPU this runs inside a ``spaces.GPU`` call (in ZeroGPU's GPU
-        worker: its arguments and result are pickled), so all of it, the codec's decode included, sees the GPU.
-
-        Raises:
-            RuntimeError: the adapter returned a different number of waveforms or stop reasons than rows.
-        """
-        adapter_rows = [row.row for row in rows]
-        inputs = self.adapter.preprocess(adapter_rows, params)
-        outputs = self._generate(inputs, params, len(adapter_rows))
-        waves = self.adapter.postprocess(outputs, inputs)
-        reasons = list(self.adapter.stop_reasons(outputs, inputs))
-        if len(waves) != len(rows) or len(reasons) != len(rows):
-            raise RuntimeError(f"adapter returned {len(waves)} waveforms and {len(reasons)} stop reasons for "
-                               f"{len(rows)} rows")
-        return [(np.asarray(w, dtype=np.float32).reshape(-1), r) for w, r in zip(waves, reasons)]
-
-    def _execute_batch(self, batch: list[SegmentWork], states: list[_RequestState]) -> None:
-        outcome, value = self._run_phase(Phase.BATCH, batch, lambda: self._run_batch(batch, states))
+    # -- the step loop: schedule -> execute -> update ---------------------------------------------------------------
+    def _schedule(self, batch: DecodeBatch | None
+                  ) -> tuple[list[tuple[SegmentWork, _RequestState]], list[SegmentWork], float, list]:
+        """The schedule part of a step (lock held): which waiting segments join the batch now. A step adapter's
+        running batch admits per decode step (``Scheduler.schedule_step``); a ``OneStepBatch`` takes a whole batch
+        (``Scheduler.schedule``: bucketing, wait window). Returns (admitted rows, rows to release from the running
+        batch, seconds to wait before scheduling again (0 = none), requests failed as too large); each admitted row
+        comes with its request's state, taken now (a cancel may drop it from ``_requests`` before the prefill)."""
         resolved: list = []
-        events: list = []
-        with self._cv:
-            self._busy = False
-            self._used_since_empty = True
-            generate_s: dict[int, float] = {}
-            if value is not None:
-                waves, reasons, seconds = value
-                outcome = Outcome(phase=outcome.phase, kind=outcome.kind, rows=outcome.rows,
-                                  finished=tuple(zip(batch, reasons)), measured_peak_bytes=outcome.measured_peak_bytes)
-                for work, state, wave in zip(batch, states, waves):
-                    if not state.finished:
-                        state.partial[work.index] = []
-                        self._add_audio(state, work.index, wave)
-                    generate_s[id(work)] = seconds
-                self._num_batches += 1
-                self._last_batch_size = len(batch)
-                BATCH_SIZE.observe(len(batch))
-            update = self.scheduler.update_from_output(outcome)
-            self._apply_update(update, resolved, events, batch_size=len(batch), generate_s=generate_s)
-            self._cv.notify_all()
-        self._deliver(resolved, events)
+        if batch is None:
+            self._remeasure_budget()  # no running batch: a clean reading
+        budget = self._budget_bytes
+        self._note_stream_deadlines()
+        now = time.monotonic()
+        if self.step_mode:
+            released = self.scheduler.take_released()
+            plan = self.scheduler.schedule_step(budget, evictable_bytes=self._cache_bytes(),
+                                                admit_only_when_empty=not self.continuous, now_s=now)
+            admit, wait_s = plan.admit, 0.0
+            self._restart_preempted(plan.preempted)
+            released += plan.preempted
+        else:
+            plan = self.scheduler.schedule(now, None, budget, evictable_bytes=self._cache_bytes(), urgent_at_s=now)
+            admit, wait_s, released = plan.batch, plan.wait_s, []
+        self._fail_too_large(plan.too_large, budget, resolved)
+        self._evict(plan.evict_bytes)  # before the prefill: rows come before cached voices
+        started = time.perf_counter()
+        admitted = [(work, self._requests[work.request_id]) for work in admit]
+        for work, state in admitted:
+            state.started_s[work.index] = started
+            self._note_started(state)
+        return admitted, released, wait_s, resolved
 
-    # -- continuous batching (step interface) ---------------------------------------------------------------------
-    def _serve_steps(self) -> None:
-        """Iteration-level loop: admit -> prefill -> one decode step -> update, until stopped (module docstring).
-        With ``continuous=False`` (request-level batching on a step adapter) a new batch starts only when the
-        running one has ended, and finished rows stay in it (padding) until then."""
+    def _serve(self) -> None:
+        """The engine core's one loop (module docstring): schedule -> prefill the admitted rows -> one decode step
+        of the running batch -> update, until stopped. With ``continuous=False`` (request-level batching on a step
+        adapter) a new batch starts only when the running one has ended, and finished rows stay in it (padding)
+        until then; a ``OneStepBatch`` ends in its one step."""
         batch: DecodeBatch | None = None
         idle_since: float | None = None
         while True:
             empty_cache = False
-            resolved: list = []
             with self._cv:
                 if self._stopping:
                     break
-                if batch is None:
-                    self._remeasure_budget()  # no running batch: a clean reading
-                released = self.scheduler.take_released()
-                budget = self._budget_bytes
-                self._note_stream_deadlines()
-                plan = self.scheduler.schedule_step(budget, evictable_bytes=self._cache_bytes(),
-                                                    admit_only_when_empty=not self.continuous,
-                                                    now_s=time.monotonic())
-                self._fail_too_large(plan.too_large, budget, resolved)
-                self._evict(plan.evict_bytes)  # before the prefill: rows come before cached voices
-                self._restart_preempted(plan.preempted)
-                released += plan.preempted
-                admit = [(w, self._requests[w.request_id]) for w in plan.admit]
-                now = time.perf_counter()
-                for work, state in admit:
-                    state.started_s[work.index] = now
-                    self._note_started(state)
-                running = self.scheduler.num_running
-                if running == 0 and not admit and not released:
+                admit, released, wait_s, resolved = self._schedule(batch)
+                if self.scheduler.num_running == 0 and not admit and not released:
                     if batch is not None and batch.num_rows == 0:
                         batch = None
                     if batch is None and not resolved:
+                        if wait_s > 0:
+                            self._cv.wait(timeout=wait_s)
+                            continue
                         idle_since, empty_cache = self._idle_wait(idle_since)
                         if not empty_cache:
                             continue
@@ -937,46 +783,52 @@ class Engine:
                 batch.release(released)
             if admit:
                 batch = self._prefill(batch if batch is not None and batch.num_rows else None, admit)
-            batch = self._step(batch)
+            batch = self._step(batch, admit)
+
+    def _note_oom(self) -> None:
+        """After an out-of-memory error (``Executor.run_phase``): count it, empty the prefix cache."""
+        with self._cv:
+            self._num_oom += 1
+            self.prefix_cache.clear()
 
     def _prefill(self, batch: DecodeBatch | None, admit: list[tuple[SegmentWork, _RequestState]]
                  ) -> DecodeBatch | None:
-        """Prefill the admitted rows into ``batch`` (a new one from ``adapter.start_decode`` when None) and apply
-        the outcome. Returns the running batch (None when there was none and it could not be made)."""
+        """Prefill the admitted rows into ``batch`` (a new one, ``Executor.start_batch``, when None) and apply the
+        outcome. Returns the running batch (None when there was none and it could not be made)."""
         works = [w for w, _ in admit]
         rows = [(w, self.inputs.segment_row(s, w)) for w, s in admit]
+        head, state = admit[0]
+        # a step adapter's rows carry their seeds; a whole batch runs with its head row's (``batch_key``: the knobs
+        # but the seed are equal across it)
+        params = state.params if self.step_mode else state.params.with_seed(head.seed)
+        if not self.step_mode:  # a OneStepBatch only gathers its rows: no device work, nothing to report
+            batch = batch or self.executor.start_batch(params, self.prefix_cache)
+            batch.prefill(rows)
+            return batch
         holder = {"batch": batch}
 
         def call():
             if holder["batch"] is None:
-                holder["batch"] = self.adapter.start_decode(admit[0][1].params, self.prefix_cache)
-            running = holder["batch"]
-            oom = self._simulated_oom(running.num_rows + len(rows))
-            if oom is not None:
-                raise oom
-            before = running.prefill_s
-            running.prefill(rows)
-            return running.prefill_s - before
+                holder["batch"] = self.executor.start_batch(params, self.prefix_cache)
+            return self.executor.prefill(holder["batch"], rows)
 
-        outcome, seconds = self._run_phase(Phase.PREFILL, works, call)
+        outcome, seconds = self.executor.run_phase(Phase.PREFILL, works, call, self._note_oom)
         batch = holder["batch"]
-        resolved: list = []
-        events: list = []
         with self._cv:
             self._prefill_s += seconds or 0.0
-            update = self.scheduler.update_from_output(outcome)
-            self._apply_update(update, resolved, events, batch_size=batch.num_rows if batch is not None else 0)
-            self._cv.notify_all()
+            update, resolved, events = self._update_locked(outcome, batch.num_rows if batch is not None else 0)
         if batch is not None:
             self._release(batch, update)
         self._deliver(resolved, events)
         return batch
 
-    def _step(self, batch: DecodeBatch | None) -> DecodeBatch | None:
+    def _step(self, batch: DecodeBatch | None, admit: list[tuple[SegmentWork, _RequestState]]
+              ) -> DecodeBatch | None:
         """One decode step of the running batch and its update. Returns the batch to go on with (None when it ended
         or was dropped)."""
+        phase = Phase.DECODE if batch is None else self.executor.phase_of(batch)
         with self._cv:
-            live = self.scheduler.running()
+            live = self.scheduler.running() if phase is Phase.DECODE else [w for w, _ in admit]
             if not live:
                 self._busy = False
         if batch is None:
@@ -985,17 +837,9 @@ class Engine:
             return self._end_if_done(batch)
         by_key = {id(w): w for w in live}
         num_rows = batch.num_rows
-
-        def call():
-            oom = self._simulated_oom(num_rows)
-            if oom is not None:
-                raise oom
-            if self.config.simulate_step_delay_ms:
-                time.sleep(self.config.simulate_step_delay_ms / 1000.0)
-            return batch.decode_step()
-
         row_steps_before, padded_before = batch.num_row_steps, batch.num_padded_row_steps
-        outcome, steps = self._run_phase(Phase.DECODE, live, call)
+        outcome, steps = self.executor.run_phase(phase, live, lambda: self.executor.decode_step(batch),
+                                                 self._note_oom)
         if outcome.kind is OutcomeKind.OOM and num_rows > len(live):
             # Request-level batching keeps finished rows as padding: out of memory then is not the live rows'
             # fault. Drop the padding and retry the step before the scheduler shrinks the batch or fails a row.
@@ -1003,8 +847,7 @@ class Engine:
             with self._cv:
                 self._busy = False
             return batch
-        resolved: list = []
-        events: list = []
+        generate_s = None
         with self._cv:
             self._busy = False
             self._used_since_empty = True
@@ -1022,6 +865,8 @@ class Engine:
                         continue
                     state = self._requests.get(work.request_id)
                     if state is not None and not state.finished:
+                        if phase is Phase.BATCH:
+                            state.partial[work.index] = []  # a whole batch's waveform replaces any partial one
                         self._add_audio(state, work.index, step.audio)
                     if step.stop_reason is not None:
                         finished.append((work, step.stop_reason))
@@ -1030,15 +875,26 @@ class Engine:
                 self._num_batches += 1
                 self._last_batch_size = num_rows
                 BATCH_SIZE.observe(len(live))  # rows that decoded this step (request-level padding rows excluded)
-            update = self.scheduler.update_from_output(outcome)
-            self._apply_update(update, resolved, events, batch_size=num_rows)
-            self._cv.notify_all()
-        if update.drop_running_batch:
-            batch = None
-        else:
-            self._release(batch, update)
+                if phase is Phase.BATCH:
+                    generate_s = {id(w): batch.generate_s for w in live}
+            update, resolved, events = self._update_locked(outcome, num_rows, generate_s)
         self._deliver(resolved, events)
-        return None if batch is None else self._end_if_done(batch)
+        if phase is Phase.BATCH or update.drop_running_batch:
+            return None  # a OneStepBatch ends in its step; a crashed step's batch state is unknown
+        self._release(batch, update)
+        return self._end_if_done(batch)
+
+    def _update_locked(self, outcome: Outcome, batch_size: int, generate_s: dict[int, float] | None = None
+                       ) -> tuple[Update, list, list]:
+        """The update part of a step, the one place it happens (lock held): the scheduler's ``update_from_output``
+        decides, ``_apply_update`` carries it out. Returns (the update, finished requests and progress events for
+        ``_deliver``, which the caller runs outside the lock)."""
+        resolved: list = []
+        events: list = []
+        update = self.scheduler.update_from_output(outcome)
+        self._apply_update(update, resolved, events, batch_size=batch_size, generate_s=generate_s)
+        self._cv.notify_all()
+        return update, resolved, events
 
     def _end_if_done(self, batch: DecodeBatch) -> DecodeBatch | None:
         """The batch to go on with: None once no row runs in it (request-level batching releases its finished
