@@ -44,10 +44,7 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any, Callable
-
-import numpy as np
 
 from tts_app.adapters.base import DecodeBatch, ModelFacts, PrefixCache, TTSAdapter
 from tts_app.config import EngineConfig
@@ -63,13 +60,13 @@ from tts_app.engine.memory import (
 )
 from tts_app.engine.scheduler import BatchCap, Outcome, OutcomeKind, Phase, Scheduler, SegmentWork, Update
 from tts_app.engine.executor import Executor
+from tts_app.engine.state import RequestState
 from tts_app.engine.handle import EngineStats, ProgressEvent, RequestHandle
-from tts_app.engine.input import InputProcessor, _Part, _RequestText, _TurnPiece
+from tts_app.engine.input import InputProcessor, _RequestText
 from tts_app.engine.input import check_emotion_support  # noqa: F401 (its home before; tts_app.jobs.runner)
 from tts_app.engine.output import OutputProcessor, assemble_result
 from tts_app.engine.streaming import AudioChunk, AudioStream
-from tts_app.request import (RequestStatus, StopReason, SynthesisParams,
-                             SynthesisRequest, SynthesisResult)
+from tts_app.request import RequestStatus, SynthesisRequest, SynthesisResult
 from tts_app.zerogpu import ZeroGPUConfig, on_zero_gpu
 
 logger = logging.getLogger(__name__)
@@ -93,42 +90,6 @@ _LIVE_ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 def _shutdown_live_engines() -> None:
     for engine in list(_LIVE_ENGINES):
         engine.shutdown(wait=True)
-
-
-@dataclass
-class _RequestState:
-    request: SynthesisRequest
-    handle: RequestHandle
-    texts: list[str]
-    pauses_after_ms: list[int]
-    on_progress: Callable[[ProgressEvent], None] | None
-    params: SynthesisParams  # the request's knobs with the checkpoint defaults filled in (what runs)
-    warnings: list[str] = field(default_factory=list)
-    waves: list[np.ndarray | None] = field(default_factory=list)
-    batch_sizes: list[int] = field(default_factory=list)
-    generate_s: list[float] = field(default_factory=list)
-    stop_reasons: list[StopReason] = field(default_factory=list)
-    num_done: int = 0
-    finished: bool = False
-    source_texts: list[str] = field(default_factory=list)  # what the user wrote, for timings and subtitles
-    segment_parts: list[int] = field(default_factory=list)  # per segment, its _Part index
-    parts: list[_Part] = field(default_factory=list)
-    normalized_text: str = ""
-    seeds: list[int] = field(default_factory=list)  # per segment, as the scheduler's SegmentWork carries them
-    segment_turns: list[tuple[_TurnPiece, ...]] = field(default_factory=list)  # per segment; () = not a dialogue row
-    audio_stream: AudioStream | None = None
-    # continuous batching, per segment: audio decoded so far, samples of a restarted run to skip (already streamed),
-    # when its row was admitted, and the most rows its batch held
-    partial: list[list[np.ndarray]] = field(default_factory=list)
-    skip_samples: list[int] = field(default_factory=list)
-    started_s: list[float] = field(default_factory=list)
-    works: list[SegmentWork] = field(default_factory=list)  # its segments as the scheduler holds them
-    submitted_s: float = 0.0  # time.monotonic() at submit
-    queue_wait_s: float | None = None  # submit -> its first row started (None before)
-
-    @property
-    def num_segments(self) -> int:
-        return len(self.texts)
 
 
 class Engine:
@@ -183,7 +144,7 @@ class Engine:
         self.prefix_cache = PrefixCache(config.prefix_cache_entries)
         self._output = OutputProcessor()  # chunks, progress, assembly and futures, off the worker's thread
         self._cv = threading.Condition()
-        self._requests: dict[str, _RequestState] = {}
+        self._requests: dict[str, RequestState] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._stopped_finish = Finish.shut_down()
@@ -397,23 +358,15 @@ class Engine:
             return handle
 
         prepared, params, warnings, works, now = ready.text, ready.params, ready.warnings, ready.works, ready.arrival_s
-        texts, pauses, source_texts = prepared.texts, prepared.pauses_after_ms, prepared.source_texts
+        pauses = prepared.pauses_after_ms
         audio_stream = None
         if stream or on_audio is not None:
             # settings that need the whole clip (tempo, duration, loudness): no partial chunks, only the final audio
             audio_stream = AudioStream(request.request_id, self.sampling_rate, pauses, on_audio,
                                        live=not params.needs_whole_clip)
             handle._audio_stream = audio_stream
-        n = len(texts)
-        state = _RequestState(request=request, handle=handle, texts=texts, pauses_after_ms=pauses,
-                              on_progress=on_progress, params=params, warnings=warnings, waves=[None] * n,
-                              batch_sizes=[0] * n, generate_s=[0.0] * n,
-                              stop_reasons=[StopReason.END_OF_SPEECH] * n, source_texts=source_texts,
-                              normalized_text=prepared.normalized_text, seeds=[w.seed for w in works],
-                              segment_parts=prepared.segment_parts, parts=prepared.parts,
-                              segment_turns=prepared.segment_turns,
-                              audio_stream=audio_stream, partial=[[] for _ in range(n)], skip_samples=[0] * n,
-                              started_s=[0.0] * n, works=works, submitted_s=now)
+        state = RequestState.of(request, handle, prepared, works, params, warnings=warnings, on_progress=on_progress,
+                                audio_stream=audio_stream, submitted_s=now)
         error: Finish | None = None
         with self._cv:
             budget = self._budget_bytes
@@ -437,7 +390,7 @@ class Engine:
             handle.future.set_result(self._failed_result(request, error, warnings))
         elif on_progress is not None:
             try:  # tell the caller the segment count at once (batch_size 0: nothing has run yet)
-                on_progress(ProgressEvent(request.request_id, 0, len(texts), 0))
+                on_progress(ProgressEvent(request.request_id, 0, state.num_segments, 0))
             except Exception:  # noqa: BLE001 - a caller's callback must not break submission
                 logger.exception("progress callback of request %s raised", request.request_id)
         return handle
@@ -447,7 +400,7 @@ class Engine:
         return SynthesisResult(request_id=request.request_id, status=status, sampling_rate=self.sampling_rate,
                                error=finish.message, warnings=list(warnings or []), finish=finish)
 
-    def _finish_locked(self, state: _RequestState, status: RequestStatus, error: Finish | None,
+    def _finish_locked(self, state: RequestState, status: RequestStatus, error: Finish | None,
                        resolved: list) -> None:
         """Mark a request finished (lock held); its future is resolved later, outside the lock."""
         if state.finished:
@@ -464,21 +417,21 @@ class Engine:
             result = self._failed_result(state.request, error or Finish.error(status.value), state.warnings, status)
             resolved.append((state.handle.future, result, state.audio_stream))
 
-    def _resolve(self, resolved: list[tuple[Future, SynthesisResult | _RequestState, AudioStream | None]]) -> None:
+    def _resolve(self, resolved: list[tuple[Future, SynthesisResult | RequestState, AudioStream | None]]) -> None:
         """Hand finished requests to the output processor (``tts_app.engine.output``), each after its own chunks and
         progress already posted: there it is assembled (join, tempo, loudness) if DONE, its last chunks delivered (a
         request that did not stream gets its final audio as one chunk), its stream ended and its future resolved (in
         that order, so a stream's consumer sees every chunk before ``result()`` returns)."""
         for future, result, audio_stream in resolved:
-            request_id = result.request.request_id if isinstance(result, _RequestState) else result.request_id
+            request_id = result.request.request_id if isinstance(result, RequestState) else result.request_id
             self._output.post(request_id, lambda f=future, r=result, a=audio_stream: self._finish_output(f, r, a))
 
-    def _finish_output(self, future: Future, result: SynthesisResult | _RequestState,
+    def _finish_output(self, future: Future, result: SynthesisResult | RequestState,
                        audio_stream: AudioStream | None) -> None:
         """A finished request's output (the output thread; see ``_resolve``). Whatever raises in it, the caller's
         future is resolved (FAILED with an ERROR finish naming the exception's type) and its stream ended, so no
         caller ever waits for a result that will not come."""
-        request = result.request if isinstance(result, _RequestState) else None
+        request = result.request if isinstance(result, RequestState) else None
         try:
             self._finish_output_unguarded(future, result, audio_stream)
         except Exception as exc:  # noqa: BLE001 - a bug here fails this request only, never hangs its caller
@@ -498,9 +451,9 @@ class Engine:
             if not future.done():
                 future.set_result(failed)
 
-    def _finish_output_unguarded(self, future: Future, result: SynthesisResult | _RequestState,
+    def _finish_output_unguarded(self, future: Future, result: SynthesisResult | RequestState,
                                  audio_stream: AudioStream | None) -> None:
-        if isinstance(result, _RequestState):
+        if isinstance(result, RequestState):
             result = assemble_result(result, self.sampling_rate, self.facts.frames_per_second, self._failed_result)
             if not result.ok:
                 with self._cv:
@@ -566,7 +519,7 @@ class Engine:
         self._cv.wait(timeout=timeout)
         return idle_since, False
 
-    def _note_started(self, state: _RequestState) -> None:
+    def _note_started(self, state: RequestState) -> None:
         """A row of ``state`` starts running: the first one ends its wait behind other requests (lock held)."""
         if state.queue_wait_s is None:
             state.queue_wait_s = time.monotonic() - state.submitted_s
@@ -607,7 +560,7 @@ class Engine:
         for work in update.requeued:
             state = self._requests.get(work.request_id)
             if state is not None and not state.finished:
-                self._restart_segment(state, work.index)
+                state.restart_segment(work.index)
         for work, finish in update.failed:
             state = self._requests.get(work.request_id)
             if state is not None and not state.finished:
@@ -615,24 +568,16 @@ class Engine:
                 # and _run_phase already logged the out-of-memory error or crash that caused it.
                 logger.info("request %s failed (%s): %s", work.request_id, finish.reason.value, finish.message)
                 self._finish_locked(state, RequestStatus.FAILED, finish, resolved)
-        touched: dict[str, _RequestState] = {}
+        touched: dict[str, RequestState] = {}
         now = time.perf_counter()
         for work, reason in update.finished:
             state = self._requests.get(work.request_id)
-            if state is None or state.finished or state.waves[work.index] is not None:
+            if state is None or state.finished:
                 continue
-            wave = np.concatenate(state.partial[work.index]) if state.partial[work.index] else \
-                np.zeros(0, dtype=np.float32)
-            state.partial[work.index] = []
-            state.waves[work.index] = wave
-            state.stop_reasons[work.index] = reason
-            state.batch_sizes[work.index] = max(state.batch_sizes[work.index], batch_size)
-            state.generate_s[work.index] = (generate_s or {}).get(id(work), now - state.started_s[work.index])
-            state.num_done += 1
-            self._num_segments_done += 1
-            if state.audio_stream is not None:
-                state.audio_stream.complete(work.index)
-            touched[work.request_id] = state
+            seconds = (generate_s or {}).get(id(work), now - state.segments[work.index].started_s)
+            if state.finish_segment(work.index, reason, batch_size, seconds):
+                self._num_segments_done += 1
+                touched[work.request_id] = state
         for state in touched.values():
             if state.on_progress is not None:
                 events.append((state.on_progress, ProgressEvent(state.request.request_id, state.num_done,
@@ -652,34 +597,7 @@ class Engine:
         for work in preempted:
             state = self._requests.get(work.request_id)
             if state is not None and not state.finished:
-                self._restart_segment(state, work.index)
-
-    def _restart_segment(self, state: _RequestState, index: int) -> None:
-        """A row requeued (after OOM, or preempted) restarts its segment: drop its decoded audio, except what was
-        already streamed (kept; the new run skips that many samples, see module docstring). Lock held."""
-        emitted = state.audio_stream.emitted_samples[index] if state.audio_stream is not None else 0
-        if emitted:
-            kept = np.concatenate(state.partial[index])[:emitted]
-            state.partial[index] = [kept]
-        else:
-            state.partial[index] = []
-        state.skip_samples[index] = emitted
-        if state.audio_stream is not None:
-            state.audio_stream.restart(index)
-
-    def _add_audio(self, state: _RequestState, index: int, samples: np.ndarray) -> None:
-        """New decoded samples of segment ``index`` (lock held): skip what a restarted run already streamed."""
-        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
-        skip = state.skip_samples[index]
-        if skip:
-            cut = min(skip, samples.size)
-            samples = samples[cut:]
-            state.skip_samples[index] = skip - cut
-        if samples.size == 0:
-            return
-        state.partial[index].append(samples)
-        if state.audio_stream is not None:
-            state.audio_stream.add(index, samples)
+                state.restart_segment(work.index)
 
     def _count_underruns(self, audio_stream: AudioStream) -> None:
         """An ended stream's underruns into the stats and ``tts_stream_underrun_seconds`` (output thread)."""
@@ -719,7 +637,7 @@ class Engine:
 
     # -- the step loop: schedule -> execute -> update ---------------------------------------------------------------
     def _schedule(self, batch: DecodeBatch | None
-                  ) -> tuple[list[tuple[SegmentWork, _RequestState]], list[SegmentWork], float, list]:
+                  ) -> tuple[list[tuple[SegmentWork, RequestState]], list[SegmentWork], float, list]:
         """The schedule part of a step (lock held): which waiting segments join the batch now. A step adapter's
         running batch admits per decode step (``Scheduler.schedule_step``); a ``OneStepBatch`` takes a whole batch
         (``Scheduler.schedule``: bucketing, wait window). Returns (admitted rows, rows to release from the running
@@ -746,7 +664,7 @@ class Engine:
         started = time.perf_counter()
         admitted = [(work, self._requests[work.request_id]) for work in admit]
         for work, state in admitted:
-            state.started_s[work.index] = started
+            state.segments[work.index].started_s = started
             self._note_started(state)
         return admitted, released, wait_s, resolved
 
@@ -791,7 +709,7 @@ class Engine:
             self._num_oom += 1
             self.prefix_cache.clear()
 
-    def _prefill(self, batch: DecodeBatch | None, admit: list[tuple[SegmentWork, _RequestState]]
+    def _prefill(self, batch: DecodeBatch | None, admit: list[tuple[SegmentWork, RequestState]]
                  ) -> DecodeBatch | None:
         """Prefill the admitted rows into ``batch`` (a new one, ``Executor.start_batch``, when None) and apply the
         outcome. Returns the running batch (None when there was none and it could not be made)."""
@@ -822,7 +740,7 @@ class Engine:
         self._deliver(resolved, events)
         return batch
 
-    def _step(self, batch: DecodeBatch | None, admit: list[tuple[SegmentWork, _RequestState]]
+    def _step(self, batch: DecodeBatch | None, admit: list[tuple[SegmentWork, RequestState]]
               ) -> DecodeBatch | None:
         """One decode step of the running batch and its update. Returns the batch to go on with (None when it ended
         or was dropped)."""
@@ -857,7 +775,8 @@ class Engine:
                 for work in live:  # a segment's batch size: the most rows it shared a decode step with
                     state = self._requests.get(work.request_id)
                     if state is not None and not state.finished:
-                        state.batch_sizes[work.index] = max(state.batch_sizes[work.index], num_rows)
+                        segment = state.segments[work.index]
+                        segment.batch_size = max(segment.batch_size, num_rows)
                 finished = []
                 for step in steps:
                     work = by_key.get(id(step.key))
@@ -866,8 +785,8 @@ class Engine:
                     state = self._requests.get(work.request_id)
                     if state is not None and not state.finished:
                         if phase is Phase.BATCH:
-                            state.partial[work.index] = []  # a whole batch's waveform replaces any partial one
-                        self._add_audio(state, work.index, step.audio)
+                            state.segments[work.index].partial = []  # a whole batch's waveform replaces it
+                        state.add_audio(work.index, step.audio)
                     if step.stop_reason is not None:
                         finished.append((work, step.stop_reason))
                 outcome = Outcome(phase=outcome.phase, kind=outcome.kind, rows=outcome.rows,
