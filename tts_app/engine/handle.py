@@ -15,7 +15,7 @@ from tts_app.metrics import count_finish
 from tts_app.request import SynthesisResult
 
 if TYPE_CHECKING:
-    from tts_app.engine.core import Engine
+    from tts_app.engine.front import Engine
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,18 @@
 """The output processor: turns what the model worker produced into what callers receive, off the worker's thread.
 
-Owns: delivering streamed ``AudioChunk``s (the handle's queue and ``on_audio`` callbacks), progress callbacks, and a
-finished request's assembly (segments joined with their pauses, per-line duration fitting, tempo, loudness:
-``assemble_result``), its stream's end and its future. vLLM v1's split (``vllm/v1/engine/output_processor.py``;
-../shared/STYLE.md): nothing that is not model work runs on the engine core's thread, so a 100 s request's tempo and
-loudness (seconds of CPU) never hold up the next decode step of everyone else.
+Owns: delivering streamed ``AudioChunk``s (the handle's queue and ``on_audio`` callbacks: ``deliver_chunks``),
+progress callbacks (``call_progress``), and a finished request's assembly (segments joined with their pauses, per-line
+duration fitting, tempo, loudness: ``assemble_result``), its stream's end and its future. vLLM v1's split
+(``vllm/v1/engine/output_processor.py``; ../shared/STYLE.md): nothing that is not model work runs on the engine
+core's thread, so a 100 s request's tempo and loudness (seconds of CPU) never hold up the next decode step of
+everyone else.
 
-May touch: a finished request's ``RequestState`` (``tts_app.engine.state``) (the worker has let go of it: it left ``Engine._requests`` under the
-engine lock before its finish task was posted), the ``AudioStream`` of a request (only ``deliver``/``finish``/
-``close``; the ordering bookkeeping ``add``/``complete``/``restart`` stays with the worker, under the engine lock,
-because a restarted row must know at once how many samples were already sent). Never the scheduler, the adapter or
-the engine lock.
+May touch: a finished request's ``RequestState`` (``tts_app.engine.state``; the core has let go of it: it left
+``EngineCore._requests`` under the engine lock before its finish task was posted), the ``AudioStream`` of a request
+(only ``deliver``/``finish``/``close``; the ordering bookkeeping ``add``/``complete``/``restart`` stays with the
+core, under the engine lock, because a restarted row must know at once how many samples were already sent). Never
+the scheduler, the adapter or the engine lock (``Engine._finish_output``, which runs these tasks, takes the lock only
+to count outcomes).
 
 Order: every task carries its request's id; tasks of one request run one at a time in the order they were posted
 (chunks, then progress, then the finish), so a stream's consumer sees every chunk before ``result()`` returns. Tasks
@@ -38,6 +40,7 @@ from tts_app.request import ChapterSpan, RequestStatus, SegmentTiming, StopReaso
 
 if TYPE_CHECKING:
     from tts_app.engine.state import RequestState
+    from tts_app.engine.streaming import AudioStream
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +143,23 @@ class OutputProcessor:
                 if request_id in self._tasks:
                     self._ready.append(request_id)
                 self._cv.notify_all()
+
+
+def deliver_chunks(audio_stream: "AudioStream", chunks: list) -> None:
+    """Hand streamed chunks to their consumer (an output task); a caller's callback that raises is logged, never
+    stops the output of others."""
+    try:
+        audio_stream.deliver(chunks)
+    except Exception:  # noqa: BLE001 - a caller's callback must not stop the output of others
+        logger.exception("audio callback of request %s raised", audio_stream.request_id)
+
+
+def call_progress(callback: Callable, event) -> None:
+    """Call a request's progress callback with ``event`` (an output task); one that raises is logged."""
+    try:
+        callback(event)
+    except Exception:  # noqa: BLE001 - a caller's callback must not stop the output of others
+        logger.exception("progress callback of request %s raised", event.request_id)
 
 
 def turn_lines(pieces, speakers) -> tuple[tuple[str, str], ...]:
