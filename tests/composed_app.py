@@ -5,6 +5,7 @@ middleware as in production, without a subprocess (a launch costs ~35 s; this ~1
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,28 +15,37 @@ from tts_app.server.sessions import COOKIE_NAME, new_browser_token, owner_key
 FILE_DATA_META = {"_type": "gradio.FileData"}
 
 
+def _context(output_root: Path, config, runtime, context_args: dict):
+    from tests.fakes import FakeAdapter
+    from tts_app.config import EngineConfig, ModelConfig
+    from tts_app.runtime import Runtime
+    from tts_app.ui.context import AppContext
+
+    engine = EngineConfig(wait_window_ms=1)
+    return AppContext(model_config=context_args.pop("model_config", ModelConfig()), engine_config=engine,
+                      output_root=output_root,
+                      runtime=runtime or Runtime.from_adapter(FakeAdapter(), "fake", engine),
+                      api_keys=config.api_keys, **context_args)
+
+
 @contextlib.contextmanager
-def composed_app(output_root: Path, server_config=None, **context_args):
+def composed_app(output_root: Path, server_config=None, runtime=None, **context_args):
     """Yields ``SimpleNamespace(client, ctx, config)``: a ``TestClient`` (lifespan running, gradio attached) on the
-    composed server. ``context_args``: extra ``AppContext`` fields."""
+    composed server. ``runtime``: the model's ``Runtime`` (default: a ``FakeAdapter``'s); ``context_args``: extra
+    ``AppContext`` fields."""
     from starlette.testclient import TestClient
 
-    from tests.fakes import FakeAdapter
-    from tts_app.config import EngineConfig, ModelConfig, ServerConfig
-    from tts_app.runtime import Runtime
+    from tts_app.config import ServerConfig
     from tts_app.server.app import build_app
-    from tts_app.ui.context import AppContext
     from tts_app.ui.launch import compose_ui
 
     config = server_config or ServerConfig()
-    engine = EngineConfig(wait_window_ms=1)
-    ctx = AppContext(model_config=context_args.pop("model_config", ModelConfig()), engine_config=engine,
-                     output_root=output_root,
-                     runtime=Runtime.from_adapter(FakeAdapter(), "fake", engine), api_keys=config.api_keys,
-                     **context_args)
+    ctx = _context(output_root, config, runtime, context_args)
     try:
         ctx.start_jobs()
-        app, ui = build_app(ctx, config)
+        from gradio.utils import get_upload_folder
+
+        app, ui = build_app(ctx, config, upload_folder=Path(get_upload_folder()), uploads=ctx.upload_config)
         gradio_app = compose_ui(ctx, config, app.state.access_policy)
         with TestClient(app) as client:
             client.portal.call(ui.attach, gradio_app)
@@ -44,6 +54,48 @@ def composed_app(output_root: Path, server_config=None, **context_args):
             finally:
                 client.portal.call(ui.close)
     finally:
+        ctx.close()
+
+
+@contextlib.contextmanager
+def composed_app_at(root: Path, server_config=None, runtime=None, **context_args):
+    """``composed_app`` whose gradio upload folder (``GRADIO_TEMP_DIR``) is ``root / "gradio"`` and outputs are under
+    ``root / "out"``: a test module's uploads in a folder of its own."""
+    import pytest
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRADIO_TEMP_DIR", str(root / "gradio"))
+        with composed_app(root / "out", server_config, runtime, **context_args) as composed:
+            yield composed
+
+
+@contextlib.contextmanager
+def served_app(output_root: Path, server_config=None, runtime=None, **context_args):
+    """The composed server behind a real socket (uvicorn in a thread of this process, as ``python app.py`` runs
+    it), for what ``TestClient`` cannot show (a client that closes its connection). Yields
+    ``SimpleNamespace(url, ctx, config, app)``; ``runtime`` and ``context_args`` as ``composed_app``."""
+    from gradio.utils import get_upload_folder
+
+    from tts_app.config import ServerConfig
+    from tts_app.server.app import attach_ui, build_app
+    from tts_app.ui.launch import Server, bind_socket, compose_ui
+
+    config = server_config or ServerConfig()
+    ctx = _context(output_root, config, runtime, context_args)
+    server = ui = None
+    try:
+        ctx.start_jobs()
+        app, ui = build_app(ctx, config, upload_folder=Path(get_upload_folder()), uploads=ctx.upload_config)
+        sock = bind_socket("127.0.0.1", 0)
+        server = Server(app, sock)
+        server.start()
+        attach_ui(server.loop, ui, compose_ui(ctx, config, app.state.access_policy))
+        yield SimpleNamespace(url=f"http://127.0.0.1:{sock.getsockname()[1]}", ctx=ctx, config=config, app=app)
+    finally:
+        if server is not None:
+            if ui is not None:  # gradio's lifespan shutdown, in the server's loop
+                asyncio.run_coroutine_threadsafe(ui.close(), server.loop).result(timeout=15)
+            server.stop()
         ctx.close()
 
 

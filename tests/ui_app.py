@@ -2,8 +2,8 @@
 
 ``start_app`` runs ``app.py`` in its own process: forked from a forkserver that imported the app once per test session
 (``tests/app_imports.py``; a fresh interpreter spends most of a start importing torch, transformers and gradio), or
-as a fresh ``python app.py`` when the test's environment must be seen at import. ``run_python_forked`` does the
-same for a ``python`` command whose run, not its start, is under test."""
+as a fresh ``python app.py`` when the test's environment must be seen at import. ``run_python_forked`` and
+``start_python_forked`` do the same for a ``python`` command whose run, not its start, is under test."""
 
 from __future__ import annotations
 
@@ -67,6 +67,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: ``PATH`` of a fresh machine: the folder of the Python running the tests, nothing else (apps are started by that
+#: interpreter's absolute path, so they need no other). The forkserver imports ``APP_IMPORTS`` with this ``PATH``, so an
+#: app forked with it has never seen another one: as a fresh ``python app.py`` started with it (the browser tests'
+#: ``fresh_machine_env``), without paying the imports again.
+FRESH_MACHINE_PATH = os.path.dirname(sys.executable)
+
 #: Preloaded by the forkserver ``start_app`` forks its apps from: what ``app.py`` imports before it serves (~85 % of a
 #: start; see the module). Imported when the tests run from the checkout's root, as ``scripts/test.sh`` does (else
 #: each app imports it itself: slower, the same app).
@@ -76,11 +82,23 @@ APP_IMPORTS = ("tests.app_imports",)
 def _read_at_start_up() -> frozenset[str]:
     """Environment variables the app reads when it starts (``tts_app.cli.args``, ``tts_app.ui.launch``), not while
     modules are imported: an app given only these is still forked. Any other variable starts a fresh
-    ``python app.py`` (gradio reads ``GRADIO_TEMP_DIR`` at import; a ``PATH`` test is about a fresh start)."""
+    ``python app.py``, except ``PATH`` = ``FRESH_MACHINE_PATH``, the one the forkserver imported with (see
+    ``_forks_as_started``)."""
     from tts_app.cli.args import API_KEY_ENV, HOST_ENV, PORT_ENV, UI_AUTH_ENV
     from tts_app.ui.launch import ARGS_ENV
 
-    return frozenset({API_KEY_ENV, HOST_ENV, PORT_ENV, UI_AUTH_ENV, ARGS_ENV})
+    # GRADIO_TEMP_DIR: gradio's server reads its upload folder when it starts (``gradio.utils.get_upload_folder``, in
+    # ``App.__init__`` and ``Blocks.__init__``); only its video / MCP helpers, which the app does not use, read it
+    # at import
+    return frozenset({API_KEY_ENV, HOST_ENV, PORT_ENV, UI_AUTH_ENV, ARGS_ENV, "GRADIO_TEMP_DIR"})
+
+
+def _forks_as_started(env: dict[str, str]) -> bool:
+    """Whether an app given the extra environment ``env`` is the same forked as started fresh: every variable is
+    read at start-up only, or is the ``PATH`` the forkserver imported with (``FRESH_MACHINE_PATH``; another ``PATH``
+    could change what was found on it at import)."""
+    others = set(env) - _read_at_start_up()
+    return not others or (others == {"PATH"} and env["PATH"] == FRESH_MACHINE_PATH)
 
 
 def _forkserver():
@@ -97,8 +115,9 @@ _forkserver_started = False
 
 def warm_up_app_imports() -> None:
     """Start the forkserver now, so it imports ``APP_IMPORTS`` on the second core while other tests run (the first
-    ``start_app`` would otherwise wait for it). Its own output (import warnings) goes to ``tts_app-forkserver.log``
-    in the system's temporary folder, not into the test report."""
+    ``start_app`` would otherwise wait for it). It runs with ``PATH`` = ``FRESH_MACHINE_PATH`` (each forked process
+    then sets its own environment, ``PATH`` included). Its own output (import warnings) goes to
+    ``tts_app-forkserver.log`` in the system's temporary folder, not into the test report."""
     import tempfile
     from multiprocessing import forkserver
 
@@ -109,12 +128,18 @@ def warm_up_app_imports() -> None:
     _forkserver()
     log_path = Path(tempfile.gettempdir()) / "tts_app-forkserver.log"
     saved = [os.dup(1), os.dup(2)]
+    saved_path = os.environ.get("PATH")
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
-        forkserver.ensure_running()  # the server inherits fds 1 and 2 as they are now
+        os.environ["PATH"] = FRESH_MACHINE_PATH
+        forkserver.ensure_running()  # the server inherits fds 1 and 2 and the environment as they are now
     finally:
+        if saved_path is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = saved_path
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         for fd in (*saved, log_fd):
@@ -164,39 +189,51 @@ def _run_python(args: list[str], env: dict[str, str], stdout_path: str, stderr_p
         runpy.run_path(args[0], run_name="__main__")
 
 
+def start_python_forked(*args: str, stdout_path: Path, stderr_path: Path,
+                        env: dict[str, str] | None = None) -> "ForkedApp":
+    """Start ``python ARGS`` (``"-m", MODULE, ...`` or ``SCRIPT, ...``) in a process forked from the apps'
+    forkserver (``APP_IMPORTS`` already imported), run from the checkout's root with its stdout and stderr written
+    to the two files; returns it as a ``ForkedApp`` (``poll``, ``send_signal``, ``wait``, ``returncode``: the exit
+    status, negative signal number when killed). For a command whose run, not its start, is under test: the output
+    lacks what a fresh interpreter prints while importing (warnings), and it exits without the interpreter's
+    finalisation. ``env``: variables added to this process's environment."""
+    child_env = dict(os.environ, **(env or {}))
+    warm_up_app_imports()
+    process = _forkserver().Process(target=_run_python, args=(list(args), child_env, str(stdout_path),
+                                                              str(stderr_path)),
+                                    name=f"python {' '.join(args)}", daemon=True)
+    process.start()
+    return ForkedApp(process)
+
+
 def run_python_forked(*args: str, env: dict[str, str] | None = None,
                       timeout_s: float = 600.0) -> subprocess.CompletedProcess:
-    """``python ARGS`` (``"-m", MODULE, ...`` or ``SCRIPT, ...``) in a process forked from the apps' forkserver
-    (``APP_IMPORTS`` already imported), like ``subprocess.run(..., capture_output=True, text=True)`` run from the
-    checkout's root: the exit status (negative signal number when killed), stdout and stderr. For a command whose
-    run is under test, not its start: the output lacks what a fresh interpreter prints while importing (warnings),
-    and it exits without the interpreter's finalisation. ``env``: variables added to this process's environment.
+    """``start_python_forked`` run to its end, like ``subprocess.run(..., capture_output=True, text=True)`` run
+    from the checkout's root: the exit status (negative signal number when killed), stdout and stderr.
 
     Raises:
         subprocess.TimeoutExpired: it ran longer than ``timeout_s`` (it is killed).
     """
     import tempfile
 
-    child_env = dict(os.environ, **(env or {}))
-    warm_up_app_imports()
     with tempfile.TemporaryDirectory(prefix="tts_app-run-") as folder:
         out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-        process = _forkserver().Process(target=_run_python, args=(list(args), child_env, str(out), str(err)),
-                                        name=f"python {' '.join(args)}", daemon=True)
-        process.start()
-        process.join(timeout_s)
-        if process.exitcode is None:
+        process = start_python_forked(*args, stdout_path=out, stderr_path=err, env=env)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
             process.kill()
-            process.join()
-            raise subprocess.TimeoutExpired(list(args), timeout_s)
-        return subprocess.CompletedProcess(list(args), process.exitcode,
+            process.wait()
+            raise
+        return subprocess.CompletedProcess(list(args), process.returncode,
                                            out.read_text(errors="replace") if out.exists() else "",
                                            err.read_text(errors="replace") if err.exists() else "")
 
 
 class ForkedApp:
-    """An app forked by ``start_app``: the part of ``subprocess.Popen`` the tests use (``pid``, ``poll``,
-    ``terminate`` = SIGTERM, ``kill``, ``wait``, ``returncode``: negative signal number when killed)."""
+    """An app forked by ``start_app`` (or a command by ``start_python_forked``): the part of ``subprocess.Popen``
+    the tests use (``pid``, ``poll``, ``terminate`` = SIGTERM, ``kill``, ``send_signal``, ``wait``, ``returncode``:
+    negative signal number when killed)."""
 
     def __init__(self, process):
         self.process = process
@@ -233,9 +270,9 @@ def start_app(model_dir: Path, *extra: str, lang: str | None = None, timeout_s: 
     ``url + ready_path`` answers 200 (the web page: the model has loaded and the UI is mounted).
 
     The app is forked from a forkserver that has imported ``APP_IMPORTS`` (a ``ForkedApp``), or, when ``env`` holds
-    a variable outside ``_read_at_start_up()``, run as a fresh ``python app.py`` (a ``subprocess.Popen``): some
-    variables are read when a module is imported (gradio's ``GRADIO_TEMP_DIR`` upload folder, for one), which a
-    forked app has done before it sees them.
+    a variable outside ``_read_at_start_up()`` (other than ``PATH`` = ``FRESH_MACHINE_PATH``), run as a fresh
+    ``python app.py`` (a ``subprocess.Popen``): some variables are read when a module is imported, which a forked
+    app has done before it sees them.
 
     Args:
         port: ``--port`` (None: a free one).
@@ -254,7 +291,7 @@ def start_app(model_dir: Path, *extra: str, lang: str | None = None, timeout_s: 
     if lang:
         argv += ["--lang", lang]
     log_path = model_dir.parent / f"app-{port}.log"  # a restart on the same port appends
-    if set(env or ()) - _read_at_start_up():
+    if not _forks_as_started(env or {}):
         log = open(log_path, "a")
         proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), *argv], cwd=ROOT, env=app_env, stdout=log,
                                 stderr=subprocess.STDOUT)

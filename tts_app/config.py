@@ -318,6 +318,12 @@ class UploadConfig:
             ``cache_check_every_s``), in s.
         cache_check_every_s: how often that clean-up runs, in s.
         keep_jobs_s: job folders that ended more than this long ago are removed when the app starts, in s.
+        keep_failed_inputs_s: the uploaded inputs (``input/``: job file, audio ZIP, default voice) of a job that
+            failed as a whole (unreadable file, bad ZIP, disk full) are removed this long after it ended, in s (2
+            days: long enough to read the error and resume; the folder and its records stay ``keep_jobs_s``).
+        max_owner_bytes: most disk one owner (a browser, or an API key) may hold in job folders and uploads
+            together, in bytes (10 GB: twenty long jobs of a few hundred lines at 24 kHz); a job or an upload that
+            would pass it is refused in words, naming the use and the limit.
     """
 
     max_upload_bytes: int = 100 * 1000**2
@@ -325,10 +331,12 @@ class UploadConfig:
     cache_max_age_s: int = 6 * 3600
     cache_check_every_s: int = 3600
     keep_jobs_s: float = 14 * 86400.0
+    keep_failed_inputs_s: float = 2 * 86400.0
+    max_owner_bytes: int = 10 * 1000**3
 
     def __post_init__(self) -> None:
         for name in ("max_upload_bytes", "max_zip_upload_bytes", "cache_max_age_s", "cache_check_every_s",
-                     "keep_jobs_s"):
+                     "keep_jobs_s", "keep_failed_inputs_s", "max_owner_bytes"):
             _check(name, getattr(self, name) > 0, f"{name}={getattr(self, name)} must be > 0")
 
 
@@ -370,6 +378,9 @@ class RequestLimits:
             prosodic pause).
         max_silence_s: most silence all of a request's pauses add up to, in s.
         max_duration_s: longest target duration (``duration_s``, the sum of ``segment_durations_s``), in s.
+        max_audio_s: most audio one request may generate, speech and pauses together, in s (``check_audio_s``: the
+            engine stops a request past it; 2 hours, a 20,000-character text spoken slowly with every pause is
+            under half of it, while a model that never stops at 16,384 steps per segment would make days).
         max_new_tokens: most decode steps a request may allow per segment (16,384: over 10 minutes of audio at the
             families' 7.5-25 frames per second, 3 minutes at Dia's 86).
         max_seed: largest seed (seeds are 0..max_seed; segment ``i`` uses ``seed + i``, which torch's generators
@@ -382,6 +393,7 @@ class RequestLimits:
     max_pause_ms: int = 10_000
     max_silence_s: float = 3600.0
     max_duration_s: float = 3600.0
+    max_audio_s: float = 7200.0
     max_new_tokens: int = 16_384
     max_seed: int = 2**32 - 1
     max_json_depth: int = 16

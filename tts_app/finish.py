@@ -32,6 +32,9 @@ class FinishReason(str, enum.Enum):
         CANCELLED: its caller cancelled it (Stop button, client gone).
         UNAVAILABLE: the engine was shutting down or shut down before the request finished; retry later.
         ERROR: anything else: a bug or an unexpected failure (logged with the request id).
+        NO_AUDIO: the request ran but the model ended speech at once, so it holds no audio (decided at the doors by
+            ``tts_app.outputs.no_audio_error``: a page error, ``synth`` exit 1, a failed JSONL line, /v1 422); the
+            same text and seed end the same way, so the user changes the seed or the text.
     """
 
     DONE = "done"
@@ -41,6 +44,7 @@ class FinishReason(str, enum.Enum):
     CANCELLED = "cancelled"
     UNAVAILABLE = "unavailable"
     ERROR = "error"
+    NO_AUDIO = "no_audio"
 
 
 #: Notice codes of the request limits (``tts_app.config.RequestLimits``): their refusal is TOO_LARGE, not REFUSED.

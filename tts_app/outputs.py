@@ -36,6 +36,8 @@ Sidecar fields (``schema_version`` 2; version 1 had no ``speakers``, ``post_proc
 - ``audio``: ``file`` (name, next to the sidecar), ``sha256`` of its bytes, ``sampling_rate``, ``num_samples``,
   ``duration_s``, ``format`` (by the file's ending: WAV / FLAC 16-bit, MP3, Ogg Opus; ``tts_app.audio.formats``).
 - ``warnings``: everything the user was told (reference, front end, engine, caller's own).
+- ``departures``: how this family is run differently from its upstream tool, one sentence each with its reason
+  (``tts_app.adapters.base.ModelFacts.departures``; the README's "How each model is run" table says the same).
 - plus the caller's ``extra`` block (a job line adds ``job``: file, line, output name).
 """
 
@@ -51,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from tts_app.audio.formats import encode_audio, format_for_path, format_label
 from tts_app.audio.post import to_srt, write_atomic
+from tts_app.frontend.messages import Notice, register
 from tts_app.request import SynthesisParams, SynthesisRequest, SynthesisResult
 
 if TYPE_CHECKING:
@@ -59,6 +62,38 @@ if TYPE_CHECKING:
     from tts_app.runtime import Runtime
 
 SCHEMA_VERSION = 2
+
+#: a finished request with no audio at all (``no_audio_error``), in the user's language at every door
+EN: dict[str, str] = {
+    "no_audio_sampling": "The model produced no audio for this text (seed {seed}): it ended speech at once. Try "
+                         "another seed",
+    "no_audio_greedy": "The model produced no audio for this text: it ended speech at once. Try sampling instead "
+                       "of greedy decoding",
+}
+ZH: dict[str, str] = {
+    "no_audio_sampling": "模型没有为这段文本生成音频（种子 {seed}）：它立即结束了。请换一个种子",
+    "no_audio_greedy": "模型没有为这段文本生成音频：它立即结束了。请改用采样解码",
+}
+register(__name__, EN, ZH)
+
+
+def no_audio_error(request: SynthesisRequest, result: SynthesisResult) -> Notice | None:
+    """Why a finished (DONE) request gives no clip, or None when its audio has samples.
+
+    Every door treats a request whose every segment ended at once (the model chose its end of speech as the first
+    code) as failed with this message, naming the seed to change: the page and its API raise it, ``synth`` exits 1
+    without writing a file, a JSONL line is recorded as failed with it. No file of 0 samples is written anywhere.
+    A trained model hardly ever does this; a checkpoint with random weights (the tiny test models) often does:
+    IndexTTS 2's default beam search (3 beams, ``length_penalty`` 0) keeps the empty hypothesis whenever the stop
+    code is among the first step's candidates, exactly as the package's own ``IndexTTS2.infer`` does (which then
+    fails inside s2mel on the empty code sequence).
+    """
+    if result.audio is not None and result.audio.size:
+        return None
+    effective = result.effective_params
+    if effective is not None and effective.greedy is not False:  # no draw to change: the seed would not help
+        return Notice("no_audio_greedy")
+    return Notice("no_audio_sampling", seed=request.params.seed)
 
 
 @dataclass(frozen=True)
@@ -201,6 +236,7 @@ def output_metadata(runtime: Runtime, request: SynthesisRequest, result: Synthes
         "chapters": [{"index": c.index, "title": c.title, "start_s": round(c.start_s, 4), "end_s": round(c.end_s, 4),
                       "segments": list(c.segments)} for c in result.chapters],
         "warnings": list(dict.fromkeys(all_warnings)),  # in order, each once
+        "departures": list(engine.facts.departures),
     }
     if extra:
         out.update(extra)

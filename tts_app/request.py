@@ -406,6 +406,24 @@ def check_text(text: str | None, field_name: str = "text") -> None:
         raise ConfigError(field_name, Notice("lone_surrogate", field=field_name, position=bad + 1))
 
 
+def check_audio_s(audio_s: float) -> None:
+    """Stop a request that has generated more than ``REQUEST_LIMITS.max_audio_s`` seconds of audio (speech and
+    pauses so far): call it as its segments finish, at the one place every door's requests pass (the engine).
+
+    Args:
+        audio_s: the request's audio so far, in s (samples / sampling rate).
+
+    Raises:
+        InputError: over the limit (a ``Notice`` naming the seconds, the limit and the fix; English, or
+            ``render("zh")``).
+    """
+    from tts_app.errors import InputError
+    from tts_app.frontend.messages import Notice
+
+    if audio_s > REQUEST_LIMITS.max_audio_s:
+        raise InputError(Notice("limit_audio", value_s=round(audio_s, 1), max_s=REQUEST_LIMITS.max_audio_s))
+
+
 def new_request_id() -> str:
     return uuid.uuid4().hex[:12]
 

@@ -10,7 +10,8 @@ name). No torch, no gradio: the web UI, ``synth``, JSONL jobs and an HTTP API al
 
 Layout (``root`` is ``<output folder>/voices`` in the web app)::
 
-    root/<voice_id>/voice.json              name, created_utc, reference_text, source sha256 + file name, report
+    root/<voice_id>/voice.json              name, created_utc, reference_text, source sha256 + file name, report,
+                                        reference_cleanup (the cleanup chosen when it was saved)
     root/<voice_id>/source.<ext>            the file as it was given (bytes unchanged)
     root/<voice_id>/cleaned/<rate>_<cfg>.wav   float32 cleaned clip for one model rate and one cleanup config
     root/<voice_id>/cleaned/<rate>_<cfg>.json  its cache key and quality report
@@ -66,6 +67,41 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"})
 VOICE_FILE = "voice.json"
 SCHEMA_VERSION = 1
+#: Scripts a voice name may be written in, alone (Unicode Script_Extensions values; characters of the Common and
+#: Inherited scripts, digits, spaces and punctuation, go with any of them).
+NAME_SCRIPTS = ("Latin", "Han", "Greek", "Cyrillic", "Armenian", "Georgian", "Hebrew", "Arabic", "Thai", "Devanagari",
+                "Bengali", "Tamil", "Hangul", "Hiragana", "Katakana", "Bopomofo")
+#: The script mixes a voice name may hold: Unicode TR39's "highly restrictive" level
+#: (https://www.unicode.org/reports/tr39/#Restriction_Level_Detection): Latin with Han and Japanese kana, with Han
+#: and Bopomofo, or with Han and Hangul. Any other mix ("en-fеmale" with a Cyrillic "е", "Αnna" with a Greek "Α")
+#: is how a look-alike of another voice's name is made.
+NAME_SCRIPT_MIXES = (("Latin", "Han", "Hiragana", "Katakana"), ("Latin", "Han", "Bopomofo"), ("Latin", "Han", "Hangul"))
+
+
+def _script_pattern(scripts) -> "regex.Pattern":
+    import regex
+
+    return regex.compile("[" + "".join(rf"\p{{scx={name}}}" for name in ("Common", "Inherited", *scripts)) + "]*")
+
+
+def _name_scripts(name: str) -> list[str]:
+    """The scripts of ``NAME_SCRIPTS`` the letters of ``name`` are written in ("other" for any other), in order."""
+    import regex
+
+    found: list[str] = []
+    for ch in name:
+        if not ch.isalpha():
+            continue
+        script = next((s for s in NAME_SCRIPTS if regex.match(rf"\p{{scx={s}}}", ch)), "other")
+        if script not in found:
+            found.append(script)
+    return found
+
+
+def _mixes_scripts(name: str) -> bool:
+    """Does ``name`` hold letters of scripts that no single script or allowed mix (``NAME_SCRIPT_MIXES``) covers?"""
+    return not any(_script_pattern(group).fullmatch(name)
+                   for group in [(script,) for script in NAME_SCRIPTS] + list(NAME_SCRIPT_MIXES))
 
 
 class VoiceError(InputError):
@@ -107,6 +143,9 @@ class Voice:
         report: the quality report of its first cleanup (``ReferenceReport.to_dict()``).
         folder: where its files are.
         bundled: shipped with the app (read-only).
+        reference_cleanup: the cleanup chosen when it was saved (``tts_app.config.REFERENCE_CLEANUPS``), used
+            whenever the voice is used unless a request names its own; None (voices saved before it was stored,
+            bundled voices) = the preparer's default.
     """
 
     name: str
@@ -118,6 +157,7 @@ class Voice:
     report: dict[str, Any]
     folder: Path
     bundled: bool = False
+    reference_cleanup: str | None = None
 
     @property
     def source_path(self) -> Path:
@@ -128,7 +168,7 @@ class Voice:
         """What an API returns for the voice (no server paths)."""
         return {"name": self.name, "created_utc": self.created_utc, "reference_text": self.reference_text,
                 "source_sha256": self.source_sha256, "source_name": self.source_name, "bundled": self.bundled,
-                "duration_s": self.report.get("output_duration_s"), "warnings": list(self.report.get("warnings", []))}
+                "reference_cleanup": self.reference_cleanup, "duration_s": self.report.get("output_duration_s"), "warnings": list(self.report.get("warnings", []))}
 
 
 def check_voice_name(name: Any) -> str:
@@ -138,7 +178,10 @@ def check_voice_name(name: Any) -> str:
         VoiceError: not a string, empty, longer than ``MAX_NAME_CHARS``, holding control characters, invisible
             or direction-changing ones (Unicode categories Cc, Cf, Co, Cs, Cn, Zl, Zp: a zero-width space or a
             right-to-left override makes a name look like another) or a "/" or "\\" (names are also written in
-            JSONL lines and on command lines), or only dots ("..").
+            JSONL lines and on command lines), or only dots (".."); a look-alike of plainer text: characters that
+            Unicode compatibility normalisation (NFKC) changes (full-width "ｅｎ", ligatures, mathematical letters
+            "𝐞𝐧"), or letters of scripts mixed as no language writes them (``NAME_SCRIPT_MIXES``: a Cyrillic "е" in
+            "en-fеmale").
     """
     if not isinstance(name, str):
         raise VoiceError(str(name), f"a voice name must be text, not {type(name).__name__}", code="name_not_text")
@@ -155,12 +198,41 @@ def check_voice_name(name: Any) -> str:
     if not clean.strip("."):
         raise VoiceError(clean, f"voice name {clean!r} is only dots; use letters or digits", code="name_dots",
                          name=clean)
+    plain = unicodedata.normalize("NFKC", clean)
+    if plain != clean:
+        raise VoiceError(clean, f"voice name {clean!r} looks like {plain!r} but is written with other characters; "
+                                f"write it as {plain!r}", code="name_lookalike", name=clean, plain=plain)
+    if _mixes_scripts(clean):
+        scripts = ", ".join(_name_scripts(clean))
+        raise VoiceError(clean, f"voice name {clean!r} mixes letters of {scripts}, as look-alikes of other names do; "
+                                "write it in one script (Latin may go with Chinese, Japanese or Korean)",
+                         code="name_mixed_scripts", name=clean, scripts=scripts)
     return clean
 
 
 def config_fingerprint(config: Any) -> str:
     """Short hex digest of a frozen config dataclass's values (which cleanup settings a stored clip was made with)."""
     return hashlib.sha256(repr(dataclasses.astuple(config)).encode()).hexdigest()[:12]
+
+
+def _stored_cleanup(value: Any) -> str | None:
+    """A voice.json's ``reference_cleanup`` if it is one of ``REFERENCE_CLEANUPS``, else None (the default)."""
+    from tts_app.config import REFERENCE_CLEANUPS
+
+    return value if value in REFERENCE_CLEANUPS else None
+
+
+def _cleaned_stem(preparer: ReferencePreparer, cleanup: str) -> str:
+    """File stem of a voice's cleaned clip for ``preparer``'s rate and its config with ``cleanup``.
+
+    Raises:
+        InputError: ``cleanup`` is not one of ``REFERENCE_CLEANUPS``.
+    """
+    from tts_app.audio.preparer import check_reference_cleanup
+
+    config = preparer.config if cleanup == preparer.config.cleanup else check_reference_cleanup(preparer.config,
+                                                                                                 cleanup)
+    return f"{preparer.sampling_rate}_{config_fingerprint(config)}"
 
 
 def _now_utc() -> str:
@@ -203,7 +275,8 @@ class VoiceLibrary:
             return Voice(name=str(data["name"]), voice_id=folder.name, created_utc=str(data.get("created_utc", "")),
                          reference_text=data.get("reference_text") or None,
                          source_sha256=str(data["source_sha256"]), source_name=str(data.get("source_name", "")),
-                         report=dict(data.get("report") or {}), folder=folder, bundled=bundled)
+                         report=dict(data.get("report") or {}), folder=folder, bundled=bundled,
+                         reference_cleanup=_stored_cleanup(data.get("reference_cleanup")))
         except (OSError, ValueError, KeyError, TypeError):  # a broken or foreign folder is not a voice
             return None
 
@@ -271,7 +344,7 @@ class VoiceLibrary:
 
     def save(self, name: str, source: ReferenceSource, preparer: ReferencePreparer, *,
              reference_text: str | None = None, source_name: str | None = None,
-             overwrite: bool = False) -> Voice:
+             overwrite: bool = False, cleanup: str | None = None) -> Voice:
         """Clean ``source`` with ``preparer`` (refusing an unusable clip before anything is written) and store it as
         voice ``name``.
 
@@ -282,6 +355,8 @@ class VoiceLibrary:
             reference_text: transcript of the clip, or None.
             source_name: the file name to show (default: the path's name).
             overwrite: replace a saved voice of the same name (a bundled voice is never replaced).
+            cleanup: what is done to the clip (``REFERENCE_CLEANUPS``; None = the preparer's default), stored
+                with the voice and used whenever it is used (``prepare``) unless a request names its own.
 
         Returns:
             The saved ``Voice``.
@@ -289,6 +364,7 @@ class VoiceLibrary:
         Raises:
             VoiceError: bad name, or the name is taken (and ``overwrite`` is False, or it is a bundled voice).
             ReferenceAudioError: the clip cannot be used (nothing is written).
+            InputError: ``cleanup`` is not one of ``REFERENCE_CLEANUPS`` (nothing is written).
             OSError: the files cannot be written (nothing half-written is left).
         """
         name = check_voice_name(name)
@@ -308,7 +384,8 @@ class VoiceLibrary:
             raise VoiceError(name, f"reference audio {source_name!r} does not exist; give an audio file",
                              code="no_source", source=source_name)
         text = (reference_text or "").strip() or None
-        prepared = preparer.prepare(data, reference_text=text, name=source_name)
+        cleanup = cleanup or preparer.config.cleanup
+        prepared = preparer.prepare(data, reference_text=text, name=source_name, cleanup=cleanup)
         with self._lock:
             existing = self.find(name)
             if existing is not None and (existing.bundled or not overwrite):
@@ -323,11 +400,11 @@ class VoiceLibrary:
             try:
                 suffix = suffix if suffix in _SOURCE_SUFFIXES else ".bin"
                 write_atomic(staging / f"source{suffix}", data)
-                self._store_cleaned(staging, prepared, preparer)
+                self._store_cleaned(staging, prepared, preparer, cleanup)
                 write_atomic(staging / VOICE_FILE, _json_bytes({
                     "schema_version": SCHEMA_VERSION, "name": name, "created_utc": _now_utc(),
                     "reference_text": text, "source_sha256": prepared.sha256, "source_name": source_name,
-                    "report": prepared.report.to_dict()}))
+                    "report": prepared.report.to_dict(), "reference_cleanup": cleanup}))
                 os.replace(staging, self.root / voice_id)
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -396,22 +473,28 @@ class VoiceLibrary:
 
     # ------------------------------------------------------------------ using
 
-    def prepare(self, name: str, preparer: ReferencePreparer) -> PreparedReference:
+    def prepare(self, name: str, preparer: ReferencePreparer, cleanup: str | None = None) -> PreparedReference:
         """Voice ``name`` as a ``PreparedReference`` for ``preparer``'s model: the stored cleaned clip when one was
         made at the preparer's rate with its settings (no cleanup runs), else the source cleaned now (and stored,
-        for a saved voice). The result equals ``preparer.prepare(voice's file)``: same samples, report, key and
-        source hash; its ``name`` is the voice's name.
+        for a saved voice). The result equals ``preparer.prepare(voice's file, cleanup=...)``: same samples,
+        report, key and source hash; its ``name`` is the voice's name.
+
+        Args:
+            cleanup: the request's own ``reference_cleanup``; None = the one stored with the voice
+                (``Voice.reference_cleanup``), else the preparer's default.
 
         Raises:
             VoiceNotFoundError: no such voice.
             ReferenceAudioError: the stored source cannot be used any more (e.g. edited by hand).
+            InputError: ``cleanup`` is not one of ``REFERENCE_CLEANUPS``.
         """
         from tts_app.audio.preparer import PreparedReference
         from tts_app.audio.reference import ReferenceReport
         from tts_app.request import ReferenceAudio
 
         voice = self.get(name)
-        stem = f"{preparer.sampling_rate}_{config_fingerprint(preparer.config)}"
+        cleanup = cleanup or voice.reference_cleanup or preparer.config.cleanup
+        stem = _cleaned_stem(preparer, cleanup)
         cleaned = voice.folder / "cleaned"
         stored = self._load_cleaned(cleaned / f"{stem}.wav", cleaned / f"{stem}.json")
         if stored is not None:
@@ -424,18 +507,19 @@ class VoiceLibrary:
                                      voice=voice.name)
         source = voice.source_path.read_bytes()
         prepared = dataclasses.replace(preparer.prepare(source, reference_text=voice.reference_text,
-                                                        name=voice.name), voice=voice.name)
+                                                        name=voice.name, cleanup=cleanup), voice=voice.name)
         if not voice.bundled:
             try:
-                self._store_cleaned(voice.folder, prepared, preparer)
+                self._store_cleaned(voice.folder, prepared, preparer, cleanup)
             except OSError:  # a read-only library still works, it just cleans again next time
                 pass
         return prepared
 
-    def prepare_source(self, name: str, preparer: ReferencePreparer) -> tuple[PreparedReference, str | None]:
-        """(``prepare(name, preparer)``, the voice's transcript): what a request needs from a voice."""
+    def prepare_source(self, name: str, preparer: ReferencePreparer, cleanup: str | None = None
+                       ) -> tuple[PreparedReference, str | None]:
+        """(``prepare(name, preparer, cleanup)``, the voice's transcript): what a request needs from a voice."""
         voice = self.get(name)
-        return self.prepare(voice.name, preparer), voice.reference_text
+        return self.prepare(voice.name, preparer, cleanup), voice.reference_text
 
     def check_voice_or_file(self, value: str) -> None:
         """Refuse ``value`` unless it is an audio file that exists or the name of a voice (command-line voices).
@@ -449,9 +533,11 @@ class VoiceLibrary:
         raise VoiceNotFoundError(value, f"{value!r} is neither an audio file nor a saved voice (voices: {names})",
                                  code="not_voice_or_file", name=value, voices=names)
 
-    def resolve(self, value: str, preparer: ReferencePreparer) -> tuple[PreparedReference, str | None]:
-        """(prepared reference, transcript or None) for ``value``: an audio file (cleaned by ``preparer``), else the
-        voice of that name (``prepare_source``).
+    def resolve(self, value: str, preparer: ReferencePreparer, cleanup: str | None = None
+                ) -> tuple[PreparedReference, str | None]:
+        """(prepared reference, transcript or None) for ``value``: an audio file (cleaned by ``preparer`` with
+        ``cleanup``, None = its default), else the voice of that name (``prepare_source``: ``cleanup``, None = the
+        voice's own).
 
         Raises:
             VoiceNotFoundError: neither a file nor a voice.
@@ -460,12 +546,12 @@ class VoiceLibrary:
         self.check_voice_or_file(value)
         path = Path(value).expanduser()
         if path.is_file():
-            return preparer.prepare(path), None
-        return self.prepare_source(value, preparer)
+            return preparer.prepare(path, cleanup=cleanup), None
+        return self.prepare_source(value, preparer, cleanup)
 
     @staticmethod
-    def _store_cleaned(folder: Path, prepared: PreparedReference, preparer: ReferencePreparer) -> None:
-        stem = f"{preparer.sampling_rate}_{config_fingerprint(preparer.config)}"
+    def _store_cleaned(folder: Path, prepared: PreparedReference, preparer: ReferencePreparer, cleanup: str) -> None:
+        stem = _cleaned_stem(preparer, cleanup)
         audio = prepared.audio
         write_atomic(folder / "cleaned" / f"{stem}.wav", _float_wav(audio.samples, audio.sampling_rate))
         write_atomic(folder / "cleaned" / f"{stem}.json", _json_bytes({

@@ -7,14 +7,12 @@ that a user's first start would fail."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.ui_app import launch_chromium, playwright_or_skip, start_app, stop_app
+from tests.ui_app import FRESH_MACHINE_PATH, launch_chromium, playwright_or_skip, start_app, stop_app
 
 
 @pytest.fixture(scope="session")
@@ -34,10 +32,11 @@ ABSENT_PROGRAMS = ("ffmpeg", "ffprobe")
 @pytest.fixture(scope="session")
 def fresh_machine_env() -> dict[str, str]:
     """Environment overrides for ``start_app``: ``PATH`` = the folder of the Python running the tests, nothing else
-    (the app is started by that interpreter's absolute path, so it needs no other). Fails the session's browser
+    (``tests.ui_app.FRESH_MACHINE_PATH``: the app is started by that interpreter's absolute path, so it needs no
+    other; the forkserver imported with it, so the app is forked, as if started fresh). Fails the session's browser
     tests when that folder itself holds ``ffmpeg`` or ``ffprobe`` (a conda environment may): then they could not
     show that the app works without them."""
-    path = os.path.dirname(sys.executable)
+    path = FRESH_MACHINE_PATH
     found = {name: shutil.which(name, path=path) for name in ABSENT_PROGRAMS}
     if any(found.values()):
         pytest.fail(f"cannot build a fresh machine's PATH: Python's own folder holds {found}; run the browser tests "

@@ -35,7 +35,7 @@ def test_single_synthesis_in_the_browser(page, data_dir):
     page.wait_for_function(
         "() => document.querySelector('#preview') && document.querySelector('#preview').innerText.includes('chong2')",
         timeout=30_000)
-    assert "override" in page.locator("#preview").inner_text()
+    assert "override" in page.locator("#preview").inner_text().lower()  # the span's category, in the page's language
     page.locator("#generate").click()
     page.wait_for_selector("#out-audio audio[src]", state="attached", timeout=120_000)
     # gradio's waveform player keeps its <audio> in a shadow root and loads lazily; playwright's locator pierces the
@@ -46,6 +46,22 @@ def test_single_synthesis_in_the_browser(page, data_dir):
         return a.duration; }""")
     assert duration > 0
     page.screenshot(path=str(SHOTS / "single.png"), full_page=True)
+
+
+def test_generate_with_no_text_is_a_pop_up_and_the_output_keeps_no_error_badge(page):
+    """After a result (the test above), Generate with the text cleared: our message in a pop-up; the Output player
+    shows no red "Error" badge next to the previous result's files (the refusal comes from a step without outputs)."""
+    had_audio = page.locator("#out-audio audio[src]").count() > 0
+    page.locator("#text textarea").fill("")
+    page.locator("#generate").click()
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=\"toast-text\"]')]"
+                           ".some(t => t.innerText.includes('Type some text to speak.'))", timeout=30_000)
+    page.wait_for_function("() => !document.querySelector('#generate')?.disabled", timeout=30_000)
+    badge = page.locator("#out-audio .error, #out-audio [data-testid='status-tracker'] .error")
+    assert badge.count() == 0, page.locator("#out-audio").inner_text()
+    assert "Error" not in page.locator("#out-audio").inner_text()
+    assert (page.locator("#out-audio audio[src]").count() > 0) == had_audio  # the previous result stays
+    page.locator('[data-testid="toast-close"]').first.click()
 
 
 def test_settings_start_at_the_model_defaults_and_reset_to_them(page):

@@ -1,6 +1,8 @@
-"""A zh-CN browser on the shared app, which runs WITHOUT --lang: after a refused reference upload (Single tab) and a
-job with bad lines (Batch tab: Validate, then Run), neither tab shows an English word beyond proper names, model
-names, units, file names and the JSON field names a user types."""
+"""A zh-CN browser on the shared app, which runs WITHOUT --lang: after a refused reference upload and a text with a
+pinyin override (Single tab), a job with bad lines (Batch tab: Validate, then Run), a dialogue script error
+(Dialogue tab) and with the memory chart drawn (Memory tab), no tab shows an English word (text, pop-ups, the
+placeholders of text boxes) beyond proper names, model names, units, file names and the JSON field names a user
+types."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 from tests.ui_app import screenshot_dir
 from tts_app.config import REFERENCE_CLEANUPS
 from tts_app.jobs.schema import KNOWN_FIELDS
+from tts_app.monitor import _cpu_name
 
 pytestmark = pytest.mark.e2e
 
@@ -26,12 +29,17 @@ ALLOWED = {
     "en", "zh", "s", "x", "b", "p", "k",  # language codes (the model's languages), seconds, the speed factor (1x), bytes
     "results",  # the results ZIP's file name, which gr.File shows apart from its ".zip"
     "tiny",  # the shared app's model is a folder named tiny-vibevoice-00: the page names the model by its folder
+    "cpu", "gpu", "cuda",  # the devices, written so in Chinese too
 }
 # ... and every field a task line may hold (the Batch tab's help lists them all) and the reference-cleanup choices
 ALLOWED |= KNOWN_FIELDS | set(REFERENCE_CLEANUPS)
+# ... and the words of this machine's device name (the Memory tab names it: "AMD EPYC", "NVIDIA H200")
+ALLOWED |= {w.lower() for w in re.findall(r"[A-Za-z]+", _cpu_name())}
 FILE_NAME = re.compile(r"[\w./\\-]+\.(?:wav|jsonl|json|zip|mp3|flac|ogg|m4a|opus|srt|txt)\b|\S*/\S*", re.IGNORECASE)
 
 
+#: pinyin, the notation of a reading: with a tone number (chong2, YIN2) or tone marks (zhòng)
+PINYIN = re.compile(r"(?<![A-Za-z])[A-Za-z]*[āáǎàēéěèīíǐìōóǒòūúǔùǖǘǚǜü][A-Za-z]*|\b[A-Za-z]+[1-5]\b")
 #: what the user typed, quoted back in a message ('text', "x"), and command-line flags (--audio-dir)
 QUOTED_OR_FLAG = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|--[\w-]+")
 
@@ -39,10 +47,10 @@ QUOTED_OR_FLAG = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|--[\w-]+")
 def english_words(text: str) -> list[str]:
     """Latin-letter words of ``text`` outside file names, quoted values, flags and the allow-list
     (case-insensitive)."""
-    text = QUOTED_OR_FLAG.sub(" ", FILE_NAME.sub(" ", text))
+    text = PINYIN.sub(" ", QUOTED_OR_FLAG.sub(" ", FILE_NAME.sub(" ", text)))
     words = re.findall(r"(?<![A-Za-z0-9_])[A-Za-z][A-Za-z0-9_]*(?:-[A-Za-z0-9]+)*", text)
     return sorted({w for w in words if w.lower() not in ALLOWED and not re.fullmatch(r"[a-z]?\d\w*", w.lower())
-                   and not re.fullmatch(r"[0-9a-f]*\d[0-9a-f]*", w.lower())  # an id's hex part (a job id)
+                   and not re.fullmatch(r"[0-9a-f]*\d[0-9a-f]*|[0-9a-f]{8}", w.lower())  # a job id's hex part
                    and not all(part.lower() in ALLOWED or part.isdigit() for part in re.split(r"[-_]", w))})
 
 
@@ -57,8 +65,11 @@ def zh_page(app_url, browser):
 
 
 def _visible_text(page) -> str:
-    """What the user can read on the page now (hidden tabs excluded), and the pop-ups."""
-    return page.locator("body").inner_text()
+    """What the user can read on the page now (hidden tabs excluded), the pop-ups, and the placeholders of the
+    visible text boxes."""
+    placeholders = page.evaluate("() => [...document.querySelectorAll('textarea[placeholder], input[placeholder]')]"
+                                 ".filter(e => e.offsetParent !== null).map(e => e.placeholder).join('\\n')")
+    return page.locator("body").inner_text() + "\n" + placeholders
 
 
 def test_single_tab_in_chinese_after_a_refused_reference(zh_page, data_dir):
@@ -67,6 +78,8 @@ def test_single_tab_in_chinese_after_a_refused_reference(zh_page, data_dir):
     report = page.locator("#ref-report")
     report.filter(has_text="✖").wait_for(timeout=60_000)
     assert "数字静音" in report.inner_text()
+    page.locator("#text textarea").fill("重(chong2)新开始，还是行。")  # the preview's categories, in Chinese
+    page.locator("#preview").filter(has_text="指定读音").wait_for(timeout=30_000)
     for accordion in ("#settings", "#voice-library"):  # a closed accordion hides its labels
         page.locator(f"{accordion} > button").first.click()
     page.get_by_text("每段最大字数", exact=False).last.wait_for()  # a label inside the opened Settings
@@ -98,4 +111,31 @@ def test_batch_tab_in_chinese_after_a_job_with_bad_lines(zh_page, tmp_path):
     text = _visible_text(page)
     assert "失败" in text
     words = english_words(text)
+    assert words == [], words
+
+
+def test_dialogue_tab_in_chinese_after_a_script_error(zh_page):
+    page = zh_page
+    page.get_by_role("tab", name="对话").click()
+    page.locator("#script textarea").wait_for()
+    words = english_words(_visible_text(page))  # the example script in the empty box too
+    assert words == [], words
+    page.locator("#script textarea").fill("大家好。\nSpeaker 1: 你好。")
+    page.locator("#generate-dialogue").click()
+    page.locator('[data-testid="toast-text"]').filter(has_text="没有指明说话人").first.wait_for(timeout=60_000)
+    page.locator(".toast-title").filter(has_text="错误").first.wait_for(timeout=10_000)  # gradio's "Error" title
+    page.screenshot(path=str(screenshot_dir() / "zh-dialogue-error.png"), full_page=True)
+    words = english_words(_visible_text(page))
+    assert words == [], words
+    for close in page.locator('[data-testid="toast-close"]').all():
+        close.click()
+
+
+def test_memory_tab_in_chinese_with_the_chart_drawn(zh_page):
+    page = zh_page
+    page.get_by_role("tab", name="内存 / 显存").click()
+    page.locator("#gauge").filter(has_text="GiB").wait_for(timeout=30_000)
+    page.locator("#gauge-plot canvas, #gauge-plot svg").first.wait_for(timeout=30_000)  # the chart is drawn
+    page.screenshot(path=str(screenshot_dir() / "zh-memory.png"), full_page=True)
+    words = english_words(_visible_text(page))
     assert words == [], words

@@ -311,3 +311,41 @@ def test_stop_reasons_tell_a_row_cut_at_the_cap_from_one_that_ended(adapter, row
     assert adapter.stop_reasons(outputs, inputs) == expected
     _, short, _ = run_batch(adapter, rows, SynthesisParams(greedy=True, max_new_tokens=3))
     assert adapter.stop_reasons(short, adapter.preprocess(rows, GREEDY)) == [StopReason.MAX_NEW_TOKENS] * 3
+
+
+def _to_end(adapter, frames):
+    """A row's frames up to its first all-stream-EOS frame (inclusive; after it a batch holds padding)."""
+    ended = (frames == adapter.processor.audio_stream_eos_id).all(-1).nonzero()
+    return frames[: int(ended[0, 0]) + 1] if len(ended) else frames
+
+
+def test_a_checkpoint_max_length_caps_each_rows_prompt_plus_frames(checkpoint, adapter, rows, tmp_path):
+    """Issue 24: a generation config with ``max_length`` (a total length, as transformers reads it) and no
+    ``max_new_tokens``: each row makes at most ``max_length`` less its own prompt frames, in a batch as alone, and
+    says it was cut; its frames and audio are those of the row run to that many frames."""
+    params = SynthesisParams()
+    prompt_lens = [int(adapter.preprocess([row], params)["batch"]["attention_mask"].sum()) for row in rows]
+    assert len(set(prompt_lens)) == len(rows)  # three different caps
+    shutil.copytree(checkpoint, tmp_path / "higgs")
+    path = tmp_path / "higgs" / "generation_config.json"
+    config = json.loads(path.read_text())
+    config.pop("max_new_tokens", None)
+    config["max_length"] = max_length = max(prompt_lens) + 6
+    path.write_text(json.dumps(config))
+    capped = HiggsAudioAdapter.from_pretrained(tmp_path / "higgs")
+    assert capped.facts.generation_defaults.max_length == max_length
+    inputs, outputs, waves = run_batch(capped, rows, params)
+    reasons = capped.stop_reasons(outputs, inputs)
+    assert reasons[prompt_lens.index(max(prompt_lens))] is StopReason.MAX_NEW_TOKENS  # the longest prompt is cut
+    for i, (row, prompt_len) in enumerate(zip(rows, prompt_lens)):
+        cap = max_length - prompt_len
+        assert inputs["row_max_new_tokens"][i] == cap
+        alone_inputs, alone, alone_waves = run_batch(capped, [row], params)
+        want_inputs, want, want_waves = run_batch(adapter, [row], SynthesisParams(max_new_tokens=cap))
+        want_frames = _to_end(adapter, adapter._row_frames(want, want_inputs)[0])
+        assert want_frames.shape[0] <= cap
+        assert torch.equal(_to_end(capped, capped._row_frames(outputs, inputs)[i]), want_frames), f"row {i}"
+        assert torch.equal(_to_end(capped, capped._row_frames(alone, alone_inputs)[0]), want_frames), f"row {i}"
+        assert reasons[i] is capped.stop_reasons(alone, alone_inputs)[0] is adapter.stop_reasons(want, want_inputs)[0]
+        np.testing.assert_allclose(waves[i], want_waves[0], atol=1e-5, rtol=0, err_msg=f"row {i}")
+        np.testing.assert_allclose(alone_waves[0], want_waves[0], atol=1e-5, rtol=0, err_msg=f"row {i}")

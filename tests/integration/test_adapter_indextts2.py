@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from tests.adapter_helpers import (REPO_ROOT, load_reference, run_batch, run_make_tiny_model,  # noqa: E402
+from tests.adapter_helpers import (load_reference, run_batch, run_make_tiny_model,  # noqa: E402
                                   skip_without)
 
 skip_without("indextts")
@@ -202,7 +199,9 @@ def test_load_failures_are_model_load_errors(tmp_path, tiny_idx):
         IndexTTS2Adapter.from_pretrained(tiny_idx, dtype="float64")
     broken = tmp_path / "broken"
     broken.mkdir()
-    (broken / "config.yaml").write_text((tiny_idx / "config.yaml").read_text())
+    for item in tiny_idx.iterdir():  # every file there, but a corrupt gpt.pth
+        if item.name != "gpt.pth":
+            (broken / item.name).symlink_to(item)
     (broken / "gpt.pth").write_bytes(b"not a checkpoint")
     with pytest.raises(ModelLoadError, match="cannot load IndexTTS 2 checkpoint"):
         IndexTTS2Adapter.from_pretrained(broken)
@@ -386,11 +385,13 @@ def test_a_code_the_codec_cannot_decode_is_never_picked(monkeypatch, adapter, th
     seeds, with the defaults (3 beams, sampled) and hotter sampling without beams in both decode paths, and with an
     emotion vector: every code is one the codec decodes; and without the mask hot sampling draws one (so the test can
     fail)."""
-    max_new = 12  # cheap: 50 rows x 12 codes; an undecodable draw is as likely at any step
+    # cheap per seed: the shortest prompt (the prefill of 50 rows, 150 with beams, is most of the cost) and 8 codes;
+    # an undecodable draw is as likely at any step
+    max_new = 8
     params = {"defaults": SynthesisParams(max_new_tokens=max_new),
               "sampling": SynthesisParams(max_new_tokens=max_new, num_beams=1, temperature=2.0, top_p=1.0, top_k=66),
               "emotion": SynthesisParams(max_new_tokens=max_new)}[settings]
-    row = three_rows[0]
+    row = three_rows[2]
     if settings == "emotion":
         row = AdapterRow(**{**row.__dict__, "emotion": RowEmotion(vector=(0.7, 0, 0, 0, 0, 0, 0.2, 0))})
     inputs = _fifty_seeds(adapter, row, params)
@@ -485,41 +486,76 @@ def test_emotion_from_text_asks_the_checkpoints_emotion_model(monkeypatch, adapt
 def run_upstream(tmp_path, tiny_idx, spec: list[dict]):
     """The package's own ``IndexTTS2.infer`` on ``spec``'s cases (tests/indextts2_upstream.py, in a child process
     with the checkpoint's hub cache, offline) -> its npz (``codes_i``, ``audio_i``)."""
-    (tmp_path / "cases.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-    env = dict(os.environ, HF_HUB_CACHE=str(tiny_idx / "hf_cache"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, "-m", "tests.indextts2_upstream", str(tiny_idx),
-                           str(tmp_path / "cases.json"), str(tmp_path / "upstream.npz")],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return np.load(tmp_path / "upstream.npz")
+    from tests.indextts2_upstream import run_infer
+
+    return run_infer(tmp_path, tiny_idx, spec)
 
 
 # Seeds for which the package's default beam search gives codes on the tiny checkpoint with BEAM_TEXT and the
 # voice below (for others its 3 beams end at once, and infer fails on the empty code sequence in s2mel's conv1d).
 BEAM_SEEDS = (1, 3, 19)
 BEAM_TEXT = "Hello there, how are you?"
+EMOTION_VECTOR = (0.6, 0.0, 0.3, 0.0, 0.0, 0.0, 0.0, 0.0)
+TEXT_ZH, TEXT_EN = "你好，世界。今天天气很好。", "Hello there, how are you?"
+
+
+@pytest.fixture(scope="module")
+def upstream_voices(tmp_path_factory, clip):
+    """(folder, clips): the voice, emotion and other-voice clips of the upstream tests, also written to
+    ``folder/{name}.wav`` (float32 WAV) for the package's ``infer``."""
+    import soundfile as sf
+
+    folder = tmp_path_factory.mktemp("indextts2-upstream")
+    clips = {"voice": clip("zh_female_1.wav", 1.6), "emotion": clip("en_male_1.wav", 1.2),
+             "other_voice": clip("en_female_1.wav", 1.0)}
+    for name, audio in clips.items():
+        sf.write(folder / f"{name}.wav", audio, 22050, subtype="FLOAT")
+    return folder, clips
+
+
+def _greedy_cases(folder: Path, clips: dict) -> list[tuple[dict, RowEmotion | None]]:
+    """(``infer`` keyword arguments, the same emotion for the adapter) per greedy case: plain, an emotion vector, an
+    emotion reference clip, another voice."""
+    from indextts.infer_v2 import IndexTTS2
+
+    return [
+        (dict(text=TEXT_ZH, seed=5), None),
+        (dict(text=TEXT_ZH, seed=6, emo_vector=IndexTTS2.normalize_emo_vec(None, list(EMOTION_VECTOR)),
+              emo_alpha=0.8), RowEmotion(vector=EMOTION_VECTOR, weight=0.8)),
+        (dict(text=TEXT_EN, seed=7, emo_audio_prompt=str(folder / "emotion.wav"), emo_alpha=0.6),
+         RowEmotion(reference_audio=clips["emotion"], weight=0.6)),
+        (dict(text="短句。", seed=8, reference=str(folder / "other_voice.wav")), None),
+    ]
+
+
+@pytest.fixture(scope="module")
+def upstream(tiny_idx, upstream_voices):
+    """The package's own ``infer`` on the cases of both upstream tests below, in one child process (its imports
+    and model load once): ``{"beam": [(codes, audio)] per BEAM_SEEDS, "greedy": [(codes, audio)] per greedy
+    case}`` (``codes`` with the stop code, shape (1, n))."""
+    folder, clips = upstream_voices
+    beam = [{"reference": str(folder / "voice.wav"), "text": BEAM_TEXT, "seed": seed, "max_mel_tokens": CODES,
+             "generation": {}} for seed in BEAM_SEEDS]
+    greedy = [{"reference": str(folder / "voice.wav"), "max_mel_tokens": CODES, **case}
+              for case, _ in _greedy_cases(folder, clips)]
+    npz = run_upstream(folder, tiny_idx, beam + greedy)
+    results = [(npz[f"codes_{i}"], npz[f"audio_{i}"]) for i in range(len(beam) + len(greedy))]
+    return {"beam": results[:len(beam)], "greedy": results[len(beam):]}
 
 
 @pytest.mark.slow
-def test_default_settings_equal_the_packages_own_infer_with_its_beam_sampling(tmp_path, tiny_idx, adapter, clip):
+def test_default_settings_equal_the_packages_own_infer_with_its_beam_sampling(adapter, upstream_voices, upstream):
     """Issue 24: default settings (3 beams sampled, length_penalty 0, temperature/top-p/top-k 0.8/0.8/30, repetition
     penalty 10) == ``IndexTTS2.infer(ref, text)`` with its defaults and the same seed: same codes, same audio; alone
     and as one batch of three requests (each request's beams are rows of the batch)."""
-    import soundfile as sf
-
-    voice = clip("zh_female_1.wav", 1.6)
-    sf.write(tmp_path / "voice.wav", voice, 22050, subtype="FLOAT")
-    spec = [{"reference": str(tmp_path / "voice.wav"), "text": BEAM_TEXT, "seed": seed, "max_mel_tokens": CODES,
-             "generation": {}} for seed in BEAM_SEEDS]
-    upstream = run_upstream(tmp_path, tiny_idx, spec)
+    voice = upstream_voices[1]["voice"]
     rows = [AdapterRow(BEAM_TEXT, voice, None, seed=seed) for seed in BEAM_SEEDS]
     params = SynthesisParams(max_new_tokens=CODES)
     assert adapter.resolve(params).num_beams == 3 and adapter.resolve(params).length_penalty == 0.0
     batch, batch_audio = run(adapter, rows, params)
     for i, row in enumerate(rows):
         outputs, (audio,) = run(adapter, [row], params)
-        want_codes, want_audio = upstream[f"codes_{i}"][0].tolist(), upstream[f"audio_{i}"]
+        want_codes, want_audio = upstream["beam"][i][0][0].tolist(), upstream["beam"][i][1]
         n = outputs.code_lengths[0]
         assert n > 0 and want_codes == outputs.codes[0, :n].tolist() + [adapter.model.gpt.stop_mel_token], f"seed {row.seed}"
         assert audio.shape == want_audio.shape and np.allclose(audio, want_audio, atol=1e-5), f"seed {row.seed}"
@@ -540,52 +576,33 @@ def test_default_settings_equal_the_packages_own_infer_with_its_beam_sampling(tm
     assert max(s.batch_size for r in results for s in r.segments) > 1
     for i, result in enumerate(results):
         assert result.ok and result.effective_params.num_beams == 3 and len(result.segments) == 1, result.error
-        want_audio = upstream[f"audio_{i}"]
+        want_audio = upstream["beam"][i][1]
         assert result.audio.shape == want_audio.shape and np.allclose(result.audio, want_audio, atol=1e-4), i
 
 
 @pytest.mark.slow
-def test_greedy_output_equals_the_packages_own_infer(tmp_path, tiny_idx, adapter, clip):
+def test_greedy_output_equals_the_packages_own_infer(adapter, upstream_voices, upstream):
     """adapter batch of 1 == ``IndexTTS2.infer(top_k=1, num_beams=1)`` of indextts2-inference on the same tiny
     checkpoint, its hub cache pointed at the tiny auxiliaries offline (tests/indextts2_upstream.py): same codes,
     same audio; plain, with an emotion vector, with an emotion reference clip, and another voice. Then the four
     cases as one batch (different texts, voices, emotions; left padding, per-row stops) == the package, row by row."""
-    import soundfile as sf
-    from indextts.infer_v2 import IndexTTS2
-
-    voice, emotion_clip = clip("zh_female_1.wav", 1.6), clip("en_male_1.wav", 1.2)
-    other_voice = clip("en_female_1.wav", 1.0)
-    sf.write(tmp_path / "voice.wav", voice, 22050, subtype="FLOAT")
-    sf.write(tmp_path / "emotion.wav", emotion_clip, 22050, subtype="FLOAT")
-    sf.write(tmp_path / "other_voice.wav", other_voice, 22050, subtype="FLOAT")
-    vector = (0.6, 0.0, 0.3, 0.0, 0.0, 0.0, 0.0, 0.0)
-    text_zh, text_en = "你好，世界。今天天气很好。", "Hello there, how are you?"
-    cases = [
-        (dict(text=text_zh, seed=5), None),
-        (dict(text=text_zh, seed=6, emo_vector=IndexTTS2.normalize_emo_vec(None, list(vector)), emo_alpha=0.8),
-         RowEmotion(vector=vector, weight=0.8)),
-        (dict(text=text_en, seed=7, emo_audio_prompt=str(tmp_path / "emotion.wav"), emo_alpha=0.6),
-         RowEmotion(reference_audio=emotion_clip, weight=0.6)),
-        (dict(text="短句。", seed=8, reference=str(tmp_path / "other_voice.wav")), None),
-    ]
-    voices = [other_voice if "reference" in case else voice for case, _ in cases]
-    spec = [{"reference": str(tmp_path / "voice.wav"), "max_mel_tokens": CODES, **case} for case, _ in cases]
-    upstream = run_upstream(tmp_path, tiny_idx, spec)
+    folder, clips = upstream_voices
+    cases = _greedy_cases(folder, clips)
+    voices = [clips["other_voice"] if "reference" in case else clips["voice"] for case, _ in cases]
     rows = [AdapterRow(case["text"], voices[i], None, seed=case["seed"], emotion=emotion)
             for i, (case, emotion) in enumerate(cases)]
     for i, row in enumerate(rows):
         outputs, (audio,) = run(adapter, [row], GREEDY)
-        want_codes = upstream[f"codes_{i}"]
+        want_codes, want_audio = upstream["greedy"][i]
         assert outputs.codes.numpy().tolist() == want_codes.tolist(), f"case {i}"
-        want_audio = upstream[f"audio_{i}"]
         assert audio.shape == want_audio.shape and np.allclose(audio, want_audio, atol=1e-5), f"case {i}"
     batch, batch_audio = run(adapter, rows, GREEDY)
-    lengths = [upstream[f"codes_{i}"].shape[1] for i in range(len(rows))]
+    lengths = [codes.shape[1] for codes, _ in upstream["greedy"]]
     assert len(set(lengths)) > 1  # rows of different lengths: padding and per-row stops are exercised
     for i, n in enumerate(lengths):
-        assert batch.codes[i, :n].numpy().tolist() == upstream[f"codes_{i}"][0].tolist(), f"batched case {i}"
+        want_codes, want_audio = upstream["greedy"][i]
+        assert batch.codes[i, :n].numpy().tolist() == want_codes[0].tolist(), f"batched case {i}"
         assert bool((batch.codes[i, n:] == adapter.model.gpt.stop_mel_token).all()), f"batched case {i}"
-        want_audio = upstream[f"audio_{i}"]
         assert batch_audio[i].shape == want_audio.shape, f"batched case {i}"
         assert np.allclose(batch_audio[i], want_audio, atol=1e-4), f"batched case {i}"
 
@@ -602,3 +619,38 @@ def test_english_contractions_are_expanded_as_the_package_does(adapter):
 def test_characters_outside_the_bpe_vocabulary_are_reported_to_the_front_end(adapter):
     # 囧 is not among the tiny vocabulary's GB2312 level-1 characters; 你, A and Chinese punctuation are
     assert adapter.unencodable_characters("你A，囧 ") == {"囧"}
+
+
+def test_a_plain_hf_download_folder_loads_and_a_missing_file_is_named(tmp_path, tiny_idx, adapter, three_rows,
+                                                                      monkeypatch):
+    """Issue 24: the folder ``hf download IndexTeam/IndexTTS-2 --local-dir DIR`` writes (config.yaml, gpt.pth,
+    s2mel.pth, bpe.model, wav2vec2bert_stats.pt, feat1.pt, feat2.pt, qwen0.6bemo4-merge/, README.md, .gitattributes
+    and the download tool's own .cache/huggingface/) loads; the auxiliary models the package fetches at load
+    (facebook/w2v-bert-2.0, amphion/MaskGCT, funasr/campplus, nvidia/bigvgan_v2_22khz_80band_256x) come from the
+    user's hub cache. Without one of the repository's own files, the error names it and the download command."""
+    import huggingface_hub
+
+    from tts_app.adapters.indextts2 import IndexTTS2Adapter
+
+    folder = tmp_path / "IndexTTS-2"
+    folder.mkdir()
+    for item in tiny_idx.iterdir():
+        if item.name != "hf_cache":
+            (folder / item.name).symlink_to(item)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "bpe.model", "config.yaml", "feat1.pt", "feat2.pt", "gpt.pth", "qwen0.6bemo4-merge", "s2mel.pth",
+        "wav2vec2bert_stats.pt"]
+    (folder / "README.md").write_text("---\nlicense: other\n---\n# IndexTTS-2\n")
+    (folder / ".gitattributes").write_text("*.pth filter=lfs diff=lfs merge=lfs -text\n")
+    (folder / ".cache" / "huggingface" / "download").mkdir(parents=True)
+    (folder / ".cache" / "huggingface" / ".gitignore").write_text("*\n")
+    (folder / ".cache" / "huggingface" / "download" / "gpt.pth.metadata").write_text("0\nsha\n0\n")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tiny_idx / "hf_cache"))  # the user's cache
+    loaded = IndexTTS2Adapter.from_pretrained(folder)
+    row = three_rows[2]
+    (mine,), (theirs,) = loaded.synthesize([row], GREEDY), adapter.synthesize([row], GREEDY)
+    assert mine.size > 0 and np.array_equal(mine, theirs)
+    (folder / "feat1.pt").unlink()
+    (folder / "s2mel.pth").unlink()
+    with pytest.raises(ModelLoadError, match=r"lacks s2mel\.pth, feat1\.pt .*hf download IndexTeam/IndexTTS-2"):
+        IndexTTS2Adapter.from_pretrained(folder)

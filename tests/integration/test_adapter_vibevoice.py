@@ -408,3 +408,36 @@ def test_sampling_knobs_do_not_change_the_tokens(adapter, rows):
     facts = adapter.facts.generation_defaults
     assert (facts.greedy, facts.temperature, facts.top_p, facts.top_k) == (None, None, None, None)
     assert "argmax" in facts.sources["temperature"]
+
+
+def test_a_checkpoint_max_length_caps_each_rows_prompt_plus_steps(tiny_checkpoint, rows, tmp_path):
+    """Issue 24: a generation config with ``max_length`` (a total length, as transformers reads it) and no
+    ``max_new_tokens``: each row decodes at most ``max_length`` less its own prompt, in a batch as alone: a row with
+    a long prompt is cut (and says so) where one with a shorter prompt ends by itself; the steps a row makes are
+    those it makes uncapped."""
+    import json
+    import shutil
+
+    from tts_app.adapters.vibevoice import VibeVoiceAdapter
+
+    uncapped = VibeVoiceAdapter.from_pretrained(tiny_checkpoint("vibevoice"))
+    params = SynthesisParams()
+    two = [rows[0], rows[2]]
+    prompt_lens = [int(uncapped.preprocess([row], params).attention_mask.sum()) for row in two]
+    free = run(uncapped, two, SynthesisParams(max_new_tokens=MAX_NEW_TOKENS))[0]
+    shutil.copytree(tiny_checkpoint("vibevoice"), tmp_path / "vv")
+    path = tmp_path / "vv" / "generation_config.json"
+    config = json.loads(path.read_text())
+    config.pop("max_new_tokens", None)
+    config["max_length"] = max_length = prompt_lens[0] + len(free[0]) // 2
+    path.write_text(json.dumps(config))
+    caps = [max_length - p for p in prompt_lens]
+    assert caps[0] < len(free[0]) and caps[1] > len(free[1]), (prompt_lens, [len(t) for t in free])
+    capped = VibeVoiceAdapter.from_pretrained(tmp_path / "vv")
+    assert capped.facts.generation_defaults.max_length == max_length
+    batch = capped.generate(capped.preprocess(two, params), params)
+    alone = [capped.generate(capped.preprocess([row], params), params) for row in two]
+    assert torch.equal(batch.token_ids[0], free[0][:caps[0]]) and torch.equal(alone[0].token_ids[0], free[0][:caps[0]])
+    assert batch.stop_reasons[0] is alone[0].stop_reasons[0] is StopReason.MAX_NEW_TOKENS
+    assert torch.equal(batch.token_ids[1], free[1]) and torch.equal(alone[1].token_ids[0], free[1])
+    assert batch.stop_reasons[1] is alone[1].stop_reasons[0] is StopReason.END_OF_SPEECH

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +13,6 @@ import soundfile as sf
 
 from tts_app.jobs.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
 TINY_FLAGS = ["--max-new-tokens", "12", "--device", "cpu", "--dtype", "float32"]
 
 
@@ -45,6 +41,17 @@ def records(out_dir: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.endswith("}")]
+
+
+def _start_batch(path: Path, out: Path, model: Path, job_dir: Path):
+    """``python -m tts_app batch PATH`` (batch size 1) started in its own process, forked from the tests' forkserver
+    (``tests.ui_app.start_python_forked``: what is under test is the run, not the imports); stdout and stderr go to
+    ``job_dir / "stdout"`` and ``job_dir / "stderr"``."""
+    from tests.ui_app import start_python_forked
+
+    return start_python_forked("-m", "tts_app", "batch", str(path), "--out-dir", str(out), "--model", str(model),
+                               *TINY_FLAGS, "--batch-size", "1", stdout_path=job_dir / "stdout",
+                               stderr_path=job_dir / "stderr", env={"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
 
 
 def test_mixed_file_exit_1_good_lines_have_audio_bad_lines_named(job_dir, tiny_model, capsys):
@@ -117,10 +124,7 @@ def test_sigkill_midway_then_resume_finishes_every_line_once(job_dir, tiny_model
             for i, w in enumerate("one two three four five six seven eight nine ten eleven twelve".split())]
     path = write_jsonl(job_dir / "tasks.jsonl", rows)
     out = job_dir / "out"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "tts_app", "batch", str(path), "--out-dir", str(out), "--model", str(tiny_model),
-           *TINY_FLAGS, "--batch-size", "1"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = _start_batch(path, out, tiny_model, job_dir)
     try:
         deadline = time.monotonic() + 240
         while not any(r["status"] == "ok" for r in records(out)):
@@ -155,10 +159,7 @@ def test_ctrl_c_cancels_records_every_line_and_exits_130_then_resume_finishes(jo
             for i in range(1, 13)]
     path = write_jsonl(job_dir / "tasks.jsonl", rows)
     out = job_dir / "out"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "tts_app", "batch", str(path), "--out-dir", str(out), "--model", str(tiny_model),
-           *TINY_FLAGS, "--batch-size", "1"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = _start_batch(path, out, tiny_model, job_dir)
     try:
         deadline = time.monotonic() + 240
         while not any(r["status"] == "ok" for r in records(out)):
@@ -166,10 +167,11 @@ def test_ctrl_c_cancels_records_every_line_and_exits_130_then_resume_finishes(jo
             assert time.monotonic() < deadline, "no results line appeared"
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
-        _, err = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+    err = (job_dir / "stderr").read_text(errors="replace")
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err and "cancelling" in err
     final = records(out)

@@ -227,3 +227,61 @@ def test_vibevoice_synthesis_equals_vibevoice_processor_and_generate(tiny_checkp
     upstream = out.audio[0].squeeze().numpy()
     assert result.audio.shape == upstream.shape and upstream.size > 0
     np.testing.assert_allclose(result.audio, upstream, rtol=0, atol=AUDIO_ATOL)
+
+
+# ---------------------------------------------------------------------------------------------------------- IndexTTS 2
+
+# Two sentences within infer()'s 120 text tokens: one segment on both sides. Two sentences over it (the tiny
+# tokenizer reads English letter by letter: 54 + 84 tokens): two segments, joined with 200 ms of silence on both sides;
+# with commas, infer() cuts the second segment's start at a comma inside the second sentence, and so do we.
+INDEXTTS2_TEXTS = {
+    "one segment": ("Hello there. How are you today?", 1, (1, 2)),
+    "two segments": ("The weather is lovely today so let us walk in the park. We can sit by the lake and watch the "
+                     "ducks swim around and then go home for dinner.", 2, (0, 1)),
+    "two segments, cut at a comma": ("The weather is lovely today, so let us walk in the park. We can sit by the "
+                                     "lake, watch the ducks swim around and then go home for dinner.", 2, (2,)),
+}
+
+
+@pytest.mark.slow
+def test_indextts2_synthesis_equals_the_packages_own_infer(tiny_checkpoint, tiny_adapter, tmp_path):
+    """IndexTTS 2: the package's ``IndexTTS2.infer(ref, text)`` with its defaults (beam sampling, 3 beams, length
+    penalty 0, temperature / top-p / top-k 0.8 / 0.8 / 30, repetition penalty 10, 120 text tokens per segment, 200 ms
+    between segments, max_mel_tokens 1500) vs our default synthesis of the same text and clip: the same number of
+    segments and the same audio, silences included, for a one-segment and a two-segment text (two seeds each) and a
+    two-segment text whose cut falls at a comma.
+    ``infer`` takes no seed: its draws are pinned per segment the way ours are seeded, segment ``k`` with
+    ``seed + k`` (tests/indextts2_upstream.py; the departure is named in the README). The tiny rows end by themselves
+    (stop-code bias) well before either side's cap (our 120 = the tiny config.yaml's gpt.max_mel_tokens)."""
+    import soundfile as sf
+
+    from tests.adapter_helpers import skip_without
+    from tests.indextts2_upstream import run_infer
+    from tts_app.config import EngineConfig
+    from tts_app.request import SynthesisParams, SynthesisRequest
+    from tts_app.runtime import Runtime
+
+    skip_without("indextts")
+    adapter = tiny_adapter("indextts2")
+    voice = load_reference("zh_female_1.wav", adapter.facts.sampling_rate, 1.6)[0]
+    sf.write(tmp_path / "voice.wav", voice, adapter.facts.sampling_rate, subtype="FLOAT")
+    cases = [(text, segments, seed) for text, segments, seeds in INDEXTTS2_TEXTS.values() for seed in seeds]
+    upstream = run_infer(tmp_path, tiny_checkpoint("indextts2"),
+                         [{"reference": str(tmp_path / "voice.wav"), "text": text, "seed": seed, "generation": {}}
+                          for text, _, seed in cases])
+    runtime = Runtime.from_adapter(adapter, "tiny", EngineConfig(wait_window_ms=0))
+    try:
+        prepared = runtime.references.prepare(tmp_path / "voice.wav")
+        assert np.array_equal(prepared.audio.samples, voice)  # the default cleanup gives the model the clip as is
+        results = [runtime.engine.submit(SynthesisRequest(text=text, reference_audio=prepared.audio,
+                                                          params=SynthesisParams(seed=seed))).result(timeout=900)
+                   for text, _, seed in cases]
+    finally:
+        runtime.close()
+    for i, (result, (text, segments, seed)) in enumerate(zip(results, cases)):
+        assert result.ok, result.error
+        assert int(upstream[f"segments_{i}"]) == len(result.segments) == segments, (text, seed)
+        assert [s.seed for s in result.segments] == [seed + k for k in range(segments)]
+        want = upstream[f"audio_{i}"]
+        assert result.audio.shape == want.shape and want.size > 0, (text, seed)
+        np.testing.assert_allclose(result.audio, want, rtol=0, atol=1e-4, err_msg=f"{text!r} seed {seed}")

@@ -104,12 +104,13 @@ def test_synth_emotion_flags_reach_the_model_and_the_sidecar(one_load, model, da
     assert json.loads((tmp_path / "plain.json").read_text(encoding="utf-8"))["emotion"] is None
 
 
-def test_emotion_flags_on_a_model_without_emotion_exit_1_saying_so(tiny_checkpoint, data_dir, tmp_path, capsys):
+def test_emotion_flags_on_a_model_without_emotion_exit_2_saying_so(tiny_checkpoint, data_dir, tmp_path, capsys):
     code = main(["--model", str(tiny_checkpoint("csm")), "--ref", str(data_dir / "en_female_1.wav"), "--text", "Hi.",
                  "--out", str(tmp_path / "x.wav"), "--emo-vector", "0.5,0,0,0,0,0,0,0", "--max-new-tokens", "4",
                  "--device", "cpu"])
     err = capsys.readouterr().err
-    assert code == 1 and "emotion control" in err and "CSM" in err and not (tmp_path / "x.wav").exists()
+    # a setting the model cannot honour is the user's (REFUSED): exit 2, as the help says
+    assert code == 2 and "emotion control" in err and "CSM" in err and not (tmp_path / "x.wav").exists()
     assert main(["--model", str(tiny_checkpoint("csm")), "--text", "Hi.", "--out", str(tmp_path / "x.wav"),
                  "--emo-weight", "0.5"]) == 2  # a weight without a source: usage error before any model load
     assert "needs a source" in capsys.readouterr().err
@@ -170,3 +171,29 @@ def test_segments_are_sentences_packed_up_to_120_text_tokens_of_its_own_tokenize
     counts = [adapter.count_text_tokens(t) for t in many]
     assert len(many) > 1 and all(n <= 120 for n in counts)
     assert all(a + b > 120 for a, b in zip(counts, counts[1:]))  # as few as fit: no two neighbours would
+
+
+def test_segments_are_cut_where_infer_cuts_them(tiny_adapter):
+    """Issue 24: the segments of a text over 120 text tokens are those of the package's own
+    ``TextTokenizer.split_segments`` (what ``infer()`` does): pieces end at sentence ends and at the punctuation its
+    normaliser maps to "," or "-" (Chinese and English commas, 、, ；, ：, —), then are packed while within 120 tokens,
+    so a boundary can fall at a comma inside a sentence."""
+    from tts_app.engine import Engine
+    from tts_app.request import SynthesisRequest
+
+    adapter = tiny_adapter("indextts2")
+    tokenizer = adapter.processor.tokenizer
+    texts = ["The weather is lovely today, so let us walk in the park. We can sit by the lake, watch the ducks swim "
+             "around and then go home for dinner.",
+             "今天天气很好，我们一起去公园散步吧。银行门口排起了长队；行长说：还得再等十分钟——才能办理业务，"
+             "大家只好在门外站着、聊天、看手机，一直等到中午。" * 2,
+             "First we walk; then we talk: about the river, the hills and the town. " * 3]
+    engine = Engine(adapter)
+    try:
+        for text in texts:
+            ours = engine._segments_of(SynthesisRequest(text=text)).texts
+            theirs = tokenizer.split_segments(tokenizer.tokenize(adapter.model_text(text)), 120)
+            assert len(theirs) > 1, text  # over 120 tokens
+            assert [tokenizer.tokenize(adapter.model_text(t)) for t in ours] == theirs, text
+    finally:
+        engine.shutdown()

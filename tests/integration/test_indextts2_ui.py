@@ -64,3 +64,21 @@ def test_batch_job_with_emotion_lines(app_url, data_dir, tmp_path):
     assert [row[2] for row in results["data"]] == ["ok", "ok"], results
     with zipfile.ZipFile(zip_path) as archive:
         assert json.loads(archive.read("happy.json"))["emotion"]["vector"][0] == 0.8
+
+
+def test_beam_settings_reach_the_model_through_the_page_api(app_url, data_dir):
+    """Issue 24: IndexTTS 2's num_beams / length_penalty are page settings (named API inputs of /synthesize): a
+    changed value runs and the sidecar says it came from the request; a bad one is refused naming the setting."""
+    client = gradio_client.Client(app_url, verbose=False)
+    api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/synthesize"]
+    assert {"num_beams", "length_penalty"} <= {p["parameter_name"] for p in api["parameters"]}
+    common = dict(reference_audio=gradio_client.handle_file(str(data_dir / "zh_female_1.wav")), text="今天天气很好。",
+                  seed=3, max_new_tokens=24, api_name="/synthesize")
+    _, _, meta, _, _ = client.predict(**common, num_beams=2, length_penalty=1.0)
+    sidecar = json.loads(open(meta, encoding="utf-8").read())
+    assert (sidecar["generation"]["num_beams"], sidecar["generation"]["length_penalty"]) == (2, 1.0)
+    assert sidecar["generation_sources"]["num_beams"] == "request"
+    _, _, meta, _, _ = client.predict(**common)
+    assert json.loads(open(meta, encoding="utf-8").read())["generation"]["num_beams"] == 3  # infer()'s default
+    with pytest.raises(Exception, match="maximum value 8"):  # the slider's own range (MAX_NUM_BEAMS)
+        client.predict(**common, num_beams=12)

@@ -20,14 +20,13 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.ui_app import start_python_forked
 from tts_app.cli.args import EngineArgs
 from tts_app.config import ClusterConfig, EngineConfig, ModelConfig
 from tts_app.jobs.results import RESULTS_NAME
@@ -36,7 +35,6 @@ from tts_app.request import SynthesisParams
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 PARAMS = SynthesisParams(seed=5, max_new_tokens=12)
 WORKER_CPUS = 0.5
 #: sidecar fields that differ between any two runs (time, random ids, timings) or name the engine's batch
@@ -233,22 +231,23 @@ def test_resume_after_driver_sigkill_with_another_worker_count(job, single_proce
     flags = ["--model", str(tiny_model), "--device", "cpu", "--dtype", "float32", "--max-batch-size", "1",
              "--seed", str(PARAMS.seed), "--max-new-tokens", str(PARAMS.max_new_tokens),
              "--default-voice", str(default_voice(job))]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    driver = subprocess.Popen([sys.executable, "-m", "tts_app", "batch", str(job), "--out-dir", str(out), *flags,
-                               "--ray", ray_cluster, "--num-workers", "1", "--cpus-per-worker", str(WORKER_CPUS),
-                               "--ray-references", "shared"],  # workers read the files (same machine)
-                              cwd=str(REPO), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # the driver in its own process, forked from the tests' forkserver (its run is under test, not its imports)
+    stderr = tmp_path / "driver-stderr"
+    driver = start_python_forked("-m", "tts_app", "batch", str(job), "--out-dir", str(out), *flags,
+                                 "--ray", ray_cluster, "--num-workers", "1", "--cpus-per-worker", str(WORKER_CPUS),
+                                 "--ray-references", "shared",  # workers read the files (same machine)
+                                 stdout_path=tmp_path / "driver-stdout", stderr_path=stderr,
+                                 env={"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and driver.poll() is None and len(_ok_lines(out)) < 2:
             time.sleep(0.1)
-        assert driver.poll() is None, driver.stderr.read().decode(errors="replace")[-3000:]
+        assert driver.poll() is None, stderr.read_text(errors="replace")[-3000:]
         driver.send_signal(signal.SIGKILL)
         driver.wait(30)
     finally:
         if driver.poll() is None:
             driver.kill()
-        driver.stderr.close()
     assert 2 <= len(_ok_lines(out)) < NUM_OK  # killed mid-job, after some lines had audio
 
     # resume on the module's two workers (the killed run had one): only the lines not done run

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 
+from tests.ui_app import run_python_forked
 from tts_app.cli.synth import main
 
 FAMILY = "csm"  # its tiny checkpoint speaks (non-empty audio) under greedy decoding
 TEXT = ("The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. "
         "How vexingly quick daft zebras jump. Sphinx of black quartz, judge my vow.")
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _synth(model: Path, ref: Path, out: Path, *extra: str) -> int:
@@ -84,11 +81,11 @@ def test_bad_reference_and_bad_sizes_are_one_line_errors(tiny_checkpoint, data_d
 
 
 def test_uncached_model_offline_exits_1_naming_model_dir(data_dir, tmp_path):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [sys.executable, "-m", "tts_app", "synth", "--model", "nobody-here/not-a-cached-model",
-         "--ref", str(data_dir / "en_female_1.wav"), "--text", "Hello.", "--out", str(tmp_path / "x.wav")],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    # its own process (forked: the run is under test, not the imports), so the user's stderr is what is checked
+    proc = run_python_forked("-m", "tts_app", "synth", "--model", "nobody-here/not-a-cached-model",
+                             "--ref", str(data_dir / "en_female_1.wav"), "--text", "Hello.", "--out",
+                             str(tmp_path / "x.wav"), env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+                             timeout_s=300)
     assert proc.returncode == 1, proc.stderr
     assert "--model" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "x.wav").exists()
@@ -129,14 +126,12 @@ def test_negative_or_zero_memory_budget_is_a_usage_error(data_dir, tmp_path, cap
 
 
 def test_dia_reference_without_its_text_is_one_clear_error_line(tiny_checkpoint, data_dir, tmp_path):
-    # a subprocess: the user's stderr, with the CLI's own logging set-up (pytest's log capture would hide a
-    # duplicate WARNING line)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [sys.executable, "-m", "tts_app", "synth", "--model", str(tiny_checkpoint("dia")),
-         "--ref", str(data_dir / "en_female_1.wav"), "--text", "Hi.", "--out", str(tmp_path / "x.wav"),
-         "--greedy", "--max-new-tokens", "20", "--device", "cpu"],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    # its own process: the user's stderr, with the CLI's own logging set-up (pytest's log capture would hide a
+    # duplicate WARNING line); forked, as the run is under test, not the imports
+    proc = run_python_forked("-m", "tts_app", "synth", "--model", str(tiny_checkpoint("dia")),
+                             "--ref", str(data_dir / "en_female_1.wav"), "--text", "Hi.", "--out",
+                             str(tmp_path / "x.wav"), "--greedy", "--max-new-tokens", "20", "--device", "cpu",
+                             env={"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}, timeout_s=300)
     lines = proc.stderr.replace("\r", "\n").splitlines()
     assert proc.returncode == 1, proc.stderr
     mentions = [line for line in lines if "transcript" in line]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 
@@ -108,3 +109,45 @@ def test_app_takes_the_batch_commands_ray_flags(capsys, monkeypatch):
     assert main(["--ray", "local", "--model", "no/such-model"]) == 2
     err = capsys.readouterr().err
     assert "pip install -r requirements-ray.txt" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("config, model, cpus, gpus, needle", [
+    (ClusterConfig(num_workers=3), AUTO, 32, 2, "3 个工作进程 x 1 个 GPU 共需 3 个 GPU，但集群只有 2 个"),
+    (ClusterConfig(gpus_per_worker=1), AUTO, 32, 0, "每个工作进程需要 1 个 GPU，但集群只有 0 个"),
+    (ClusterConfig(num_workers=4), CPU, 2, 0, "4 个工作进程 x 1 个 CPU 共需 4 个 CPU"),
+    (ClusterConfig(), ModelConfig("m", device="cuda:1"), 8, 2, "--device cuda:1 不能与 --ray 同用"),
+    (ClusterConfig(), ModelConfig("m", device="cuda"), 8, 0, "--device cuda 需要 --gpus-per-worker 大于 0"),
+    (ClusterConfig(gpus_per_worker=1), CPU, 8, 2, "GPU 会闲置"),
+])
+def test_a_refused_plan_reads_in_chinese(config, model, cpus, gpus, needle):
+    from tts_app.frontend.messages import localize
+
+    with pytest.raises(ClusterError) as info:
+        plan_workers(config, model, cpus, gpus)
+    zh = localize(info.value, "zh")
+    prose = re.sub(r"--[\w-]+|`[^`]*`", "", zh)  # flags and commands stay as typed
+    assert needle in zh and not any(w in prose for w in ("worker", "need", "cluster", "idle", "cannot")), zh
+
+
+def test_batch_says_ray_is_missing_in_chinese_with_lang_zh(one_line_job, tmp_path, capsys, monkeypatch):
+    from tts_app.jobs.cli import main
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    assert main([str(one_line_job), "--out-dir", str(tmp_path / "out"), "--ray", "local", "--lang", "zh"]) == 2
+    err = capsys.readouterr().err
+    assert "错误：--ray 需要 Ray，但它没有安装" in err and "requirements-ray.txt" in err and "install it" not in err
+
+
+def test_a_line_left_without_a_ray_worker_fails_in_words_of_both_languages():
+    """Every queued line fails at once when no worker is left: the record's message reads in zh too."""
+    from types import SimpleNamespace
+
+    from tts_app.frontend.messages import localize
+    from tts_app.jobs.cluster import RayExecutor, _Attempt
+
+    pool = SimpleNamespace(num_workers=2, any_alive=lambda: False)
+    executor = RayExecutor(pool)
+    executor._queue.append(_Attempt(SimpleNamespace(line_number=3, output_name="x", warnings=[]), None))
+    (outcome,) = executor._no_worker_outcomes()
+    assert outcome.status == "failed" and str(outcome.error).startswith("no Ray worker is left to run it (all 2")
+    assert localize(outcome.error, "zh") == "没有剩下的 Ray 工作进程来运行它（2 个全部停止）；集群恢复后请用 --resume 重新运行"

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.composed_app import Browser, composed_app, file_data
+from tests.composed_app import Browser, composed_app_at, file_data
 
 REFUSED_EN = "only a file you uploaded on this page"
 REFUSED_ZH = "只能使用你在本页面上传的文件"
@@ -16,11 +16,8 @@ REFUSED_ZH = "只能使用你在本页面上传的文件"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("file-inputs")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GRADIO_TEMP_DIR", str(root / "gradio"))
-        with composed_app(root / "out") as composed:
-            yield composed
+    with composed_app_at(tmp_path_factory.mktemp("file-inputs")) as composed:
+        yield composed
 
 
 def _file_inputs(server) -> list[tuple[str, int, list]]:

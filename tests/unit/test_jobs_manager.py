@@ -172,3 +172,50 @@ def test_a_jobs_settings_never_change_the_servers_batch_ceiling(tmp_path, inputs
     final = manager.wait(state.job_id, timeout_s=120)
     assert final.status == "done"
     assert engine.engine.stats().max_batch_size == 2 and engine.engine.batch_cap.max_batch_size == 2
+
+
+def test_a_jobs_beam_settings_and_reference_cleanup_reach_its_lines(tmp_path, data_dir):
+    """Issue 24: the Batch tab's job settings carry num_beams / length_penalty (a model with beams) and
+    reference_cleanup; the job's lines run with them (a line's own fields still override)."""
+    from dataclasses import replace
+
+    from tests.fakes import FAKE_GENERATION_DEFAULTS, fake_app_context, fake_facts
+    from tts_app.ui import batch
+
+    seen: list = []
+
+    class Beams(FakeAdapter):
+        def preprocess(self, rows, params):
+            seen.append((params.num_beams, params.length_penalty))
+            return super().preprocess(rows, params)
+
+    facts = fake_facts(generation_defaults=replace(FAKE_GENERATION_DEFAULTS, num_beams=3, length_penalty=0.0))
+    ctx = fake_app_context(tmp_path / "outputs", Beams(facts=facts))
+    runtime = ctx.runtime
+    try:
+        settings = batch._settings(ctx, None, True, None, 0, "wav", "en", num_beams=2, length_penalty=1.0,
+                                   reference_cleanup="full")
+        assert (settings["num_beams"], settings["length_penalty"], settings["reference_cleanup"]) == (2, 1.0, "full")
+        assert batch._settings(ctx, None, True, None, 0, "wav", "en", num_beams=3, length_penalty=0.0)["num_beams"] \
+            is None  # the model's own: stored as not given
+        with pytest.raises(Exception, match="num_beams=9 必须在 1..8 之间"):
+            batch._settings(ctx, None, True, None, 0, "wav", "zh", num_beams=9)
+        import zipfile
+
+        with zipfile.ZipFile(tmp_path / "voices.zip", "w") as zf:
+            zf.write(data_dir / "en_female_1.wav", "voice.wav")
+        jsonl = tmp_path / "job.jsonl"
+        jsonl.write_text(json.dumps({"input_text": "Hello there.", "prompt_audio": "voice.wav",
+                                     "output_name": "a"}) + "\n"
+                         + json.dumps({"input_text": "Hello again.", "prompt_audio": "voice.wav", "num_beams": 1,
+                                       "reference_cleanup": "off", "output_name": "b"}) + "\n", encoding="utf-8")
+        manager = JobManager(JobStore(tmp_path / "jobs"), runtime)
+        final = manager.wait(manager.submit(jsonl, audio_zip=tmp_path / "voices.zip", settings=settings).job_id,
+                             timeout_s=120)
+        assert final.status == "done" and final.num_ok == 2, final
+        out = manager.store.out_dir(final.job_id)
+        sidecars = [json.loads((out / f"{n}.json").read_text(encoding="utf-8")) for n in "ab"]
+    finally:
+        ctx.close()
+    assert sorted(seen) == [(1, 1.0), (2, 1.0)]
+    assert [s["reference"]["cleanup"] for s in sidecars] == ["full", "off"]

@@ -360,3 +360,23 @@ def test_a_lines_format_is_one_of_the_output_formats(job_dir):
         assert f"format {value} is unknown; use one of wav, flac, mp3, opus" in bad.message
     report = validate_job(path)
     assert any(line == 2 and "format 'ogg' is unknown" in message for line, _, message in report.as_table())
+
+
+def test_beam_settings_are_line_fields_checked_in_the_users_language(job_dir):
+    """Issue 24: ``num_beams`` / ``length_penalty`` are per-line settings (IndexTTS 2's beam search): typed, range
+    checked, the refusal naming the line and the field in English or Chinese."""
+    import json
+
+    from tts_app.frontend.messages import localize
+    from tts_app.jobs.runner import validate_job
+
+    lines = [{"input_text": "Hi.", "prompt_audio": "voices/a.wav", "num_beams": 0},
+             {"input_text": "Hi.", "prompt_audio": "voices/a.wav", "num_beams": "3"},
+             {"input_text": "Hi.", "prompt_audio": "voices/a.wav", "num_beams": 2, "length_penalty": 0.5}]
+    (job_dir / "beams.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    report = validate_job(job_dir / "beams.jsonl")
+    rows = {r.line: r for r in report.rows if r.line}
+    assert set(rows) == {1, 2} and all(r.status == "error" for r in rows.values())
+    assert localize(rows[1].message, "en").endswith("num_beams=0 must be in 1..8")
+    assert localize(rows[1].message, "zh").endswith("num_beams=0 必须在 1..8 之间")
+    assert "num_beams='3'" in localize(rows[2].message, "en")

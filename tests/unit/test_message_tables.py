@@ -17,7 +17,8 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 #: every module that registers a table with tts_app.frontend.messages
 REGISTERING = ["tts_app.frontend.messages", "tts_app.audio.notices", "tts_app.jobs.messages", "tts_app.dialogue",
                "tts_app.audio.transcribe", "tts_app.cli.messages", "tts_app.request", "tts_app.finish",
-               "tts_app.audio.effects", "tts_app.adapters.dia", "tts_app.engine.messages"]
+               "tts_app.audio.effects", "tts_app.adapters.dia", "tts_app.engine.messages",
+               "tts_app.outputs"]
 
 
 def _fields(template: str) -> set[str]:
@@ -119,3 +120,66 @@ def test_one_lang_flag_for_every_command():
     for build in (reference_parser, synth_parser, frontend_parser, batch_parser, app_parser):
         flag = next(a for a in build()._actions if "--lang" in a.option_strings)
         assert tuple(flag.choices) == ("zh", "en") and flag.default is None
+
+
+def test_what_reference_cleanup_changed_reads_in_chinese():
+    """The report's "changes" list (what the cleanup did to the clip) in the page's / command's language; the
+    sidecar keeps the English text."""
+    from tts_app.audio.reference import prepare_reference
+    from tts_app.config import ReferenceConfig
+
+    _, report = prepare_reference(DATA / "en_male_1__flac_48k_pinknoise_hum50.flac", target_sampling_rate=24000,
+                                  config=ReferenceConfig(cleanup="full"))
+    zh, en = report.to_dict("zh")["changes"], report.to_dict("en")["changes"]
+    assert len(zh) == len(en) >= 4 and any(c.startswith("resampled 48000 -> 24000 Hz") for c in en)
+    assert "重采样 48000 -> 24000 Hz" in zh and any(c.startswith("已裁到语音部分") for c in zh)
+    english = [c for c in zh if any(word in c for word in ("resampled", "trimmed", "loudness", "hum", "pass",
+                                                           "kept", "channel"))]
+    assert english == []
+    assert [str(c) for c in report.changes] == en  # the English text a sidecar stores
+
+
+@pytest.mark.parametrize("argv, zh", [
+    (["--text", "你好", "--script", "x.txt"], "请用 --text 给出要朗读的文本"),
+    (["--text", "你好", "--ref", "missing.wav"], "参考音频 'missing.wav' 不存在"),
+    (["--text", "你好", "--voice", "a", "--voice", "b"], "--voice 给了不止一次"),
+    (["--text", "你好", "--emo-vector", "1,x"], "--emo-vector '1,x' 必须是 8 个以逗号分隔的数"),
+    (["--script", "missing.txt", "--ref", "a.wav"], "--ref 只用于单个声音"),
+])
+def test_synths_own_usage_errors_read_in_chinese_with_lang_zh(tmp_path, capsys, argv, zh):
+    from tts_app.cli.synth import main
+
+    assert main([*argv, "--out", str(tmp_path / "out.wav"), "--lang", "zh"]) in (1, 2)
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("错误：") and zh in err, err
+    assert not any(w in err for w in ("give", "given", "must", "does not exist", "single voice")), err
+
+
+def test_synths_summary_names_decode_steps_for_a_continuous_engine(monkeypatch, tmp_path, capsys, data_dir):
+    """A continuous engine counts a batch per decode step: the summary says "decode steps", not "batches"."""
+    from tests.fakes import FakeAdapter, FakeStepAdapter
+    from tts_app.cli.synth import main
+    from tts_app.config import EngineConfig
+    from tts_app.runtime import Runtime
+
+    for adapter, en, zh in ((FakeStepAdapter(), "decode steps (largest", "个解码步（最大批"),
+                            (FakeAdapter(), "batches (largest", "，分 1 批（最大批")):
+        monkeypatch.setattr(Runtime, "load", classmethod(lambda cls, *a, _adapter=adapter, **k: Runtime.from_adapter(
+            _adapter, "fake", EngineConfig(wait_window_ms=0))))
+        for lang, words in (("en", en), ("zh", zh)):
+            assert main(["--ref", str(data_dir / "en_female_1.wav"), "--text", "Hello there.", "--out",
+                         str(tmp_path / f"{lang}.wav"), "--lang", lang]) == 0
+            out = capsys.readouterr().out
+            assert words in out, out
+
+
+def test_the_batch_commands_progress_and_notes_read_in_chinese(tmp_path, capsys, data_dir):
+    """``batch --lang zh``: the progress bar's unit and counters, and the note that no line needs the model."""
+    from tts_app.jobs.cli import main
+
+    job = tmp_path / "job.jsonl"
+    job.write_text(json.dumps({"input_text": "你好", "prompt_audio": "missing.wav"}) + "\n", encoding="utf-8")
+    assert main([str(job), "--out-dir", str(tmp_path / "out"), "--lang", "zh"]) == 1
+    err = capsys.readouterr().err
+    assert "没有需要模型的行" in err and "失败=1" in err and ("行/s" in err or "s/行" in err), err
+    assert not any(w in err for w in ("failed=", "skipped=", "not loading", "line/s", "s/line")), err

@@ -149,6 +149,10 @@ def test_a_lone_surrogate_is_a_clear_400_at_the_api_and_a_failed_line_in_a_job(t
     ("\u202eelamef-ne", "name_bad_characters"),  # a right-to-left override
     ("mei\ufeff", "name_bad_characters"),
     ("..", "name_dots"), (".", "name_dots"),
+    ("en-f\u0435male", "name_mixed_scripts"),  # a Cyrillic "е" in the bundled voice's name
+    ("\u0391nna", "name_mixed_scripts"),  # a Greek capital alpha
+    ("\uff45\uff4e-female", "name_lookalike"),  # full-width "ｅｎ"
+    ("\U0001d41e\U0001d427-female", "name_lookalike"),  # mathematical bold "𝐞𝐧"
 ])
 def test_voice_names_that_hide_or_reverse_characters_or_are_dots_are_refused(name, code):
     from tts_app.ui.texts import error_text
@@ -158,4 +162,19 @@ def test_voice_names_that_hide_or_reverse_characters_or_are_dots_are_refused(nam
         check_voice_name(name)
     assert err.value.code == code
     assert error_text(err.value, "zh") != error_text(err.value, "en")  # both tables have it
-    assert check_voice_name("小美 v2.1") == "小美 v2.1"
+    # names in one script, or Latin with Chinese, Japanese or Korean, stay fine
+    for fine in ("小美 v2.1", "Анна", "かな漢字 Kana", "김민지 v2", "Ελένη"):
+        assert check_voice_name(fine) == fine
+
+
+def test_a_request_past_the_total_audio_bound_is_stopped_in_words():
+    from tts_app.config import REQUEST_LIMITS
+    from tts_app.errors import InputError
+    from tts_app.frontend.messages import localize
+    from tts_app.request import check_audio_s
+
+    check_audio_s(REQUEST_LIMITS.max_audio_s)  # up to the bound is fine
+    with pytest.raises(InputError) as caught:
+        check_audio_s(REQUEST_LIMITS.max_audio_s + 0.5)
+    assert "more than the 7200 s one request may make" in localize(caught.value.args[0], "en")
+    assert "超过每个请求最多可生成的 7200 秒" in localize(caught.value.args[0], "zh")

@@ -390,3 +390,52 @@ def test_streamed_request_failing_before_any_audio_gets_a_500(tmp_path):
         assert error["request_id"] == response.headers["x-request-id"]
     finally:
         runtime.close()
+
+
+def test_beam_settings_and_reference_cleanup_are_extension_fields(host, tmp_path, data_dir, monkeypatch):
+    """Issue 24: ``num_beams``, ``length_penalty`` and ``reference_cleanup`` reach the request as every other door
+    sends them; a bad value is a 400 naming the field; beams on a model without beam search are a warning."""
+    import json
+    from dataclasses import replace
+
+    from tests.fakes import FAKE_FACTS, FAKE_GENERATION_DEFAULTS
+
+    for body, param in (({"num_beams": 0}, "num_beams"), ({"num_beams": 9}, "num_beams"),
+                        ({"reference_cleanup": "some"}, "reference_cleanup")):
+        response = speech(client_for(host, rate_limit_per_min=0), **body)
+        assert response.status_code == 400 and response.json()["error"]["param"] == param, (body, response.text)
+    ignored = speech(client_for(host, rate_limit_per_min=0), num_beams=2)
+    assert ignored.status_code == 200
+    assert any("num_beams was ignored" in w for w in json.loads(ignored.headers["x-tts-warnings"]))
+
+    seen: list = []
+
+    class Beams(FakeAdapter):
+        def preprocess(self, rows, params):
+            seen.append((params.num_beams, params.length_penalty))
+            return super().preprocess(rows, params)
+
+    facts = replace(FAKE_FACTS, generation_defaults=replace(FAKE_GENERATION_DEFAULTS, num_beams=3, length_penalty=0.0))
+    runtime = Runtime.from_adapter(Beams(facts=facts), "fake-beams", EngineConfig(max_batch_size=4, wait_window_ms=0))
+    try:
+        library = VoiceLibrary(tmp_path / "voices-beams")
+        library.save("anna", data_dir / "en_female_1.wav", runtime.references, cleanup="off")
+        beams = Host(runtime=runtime, voices=library, output_root=tmp_path / "out-beams")
+        cleanups: list = []
+        prepare = VoiceLibrary.prepare
+
+        def spy(self, name, preparer, cleanup=None):
+            prepared = prepare(self, name, preparer, cleanup)
+            cleanups.append(prepared.report.cleanup)
+            return prepared
+
+        monkeypatch.setattr(VoiceLibrary, "prepare", spy)
+        client = client_for(beams, rate_limit_per_min=0)
+        response = speech(client, voice="anna", num_beams=2, length_penalty=1.5, reference_cleanup="full")
+        assert response.status_code == 200, response.text
+        assert not json.loads(response.headers["x-tts-warnings"])
+        assert speech(client, voice="anna").status_code == 200
+    finally:
+        runtime.close()
+    assert seen == [(2, 1.5), (3, 0.0)]  # the model's own beams when not given
+    assert cleanups == ["full", "off"]  # the voice as saved when not given

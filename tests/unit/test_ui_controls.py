@@ -29,10 +29,11 @@ def test_controls_start_at_the_checkpoints_values_and_hide_what_the_family_lacks
     dia = generation_controls(DIA_LIKE)
     assert (dia["temperature"].default, dia["top_p"].default, dia["top_k"].default, dia["cfg_scale"].default,
             dia["max_new_tokens"].default, dia["greedy"].default) == (1.8, 0.9, 45, 3.0, 3072, False)
-    assert all(c.visible for c in dia.values())
+    assert {n for n, c in dia.items() if not c.visible} == {"num_beams", "length_penalty"}  # Dia has no beams
     assert dia["temperature"].source.startswith("checkpoint generation_config")
     vv = generation_controls(VIBEVOICE_LIKE)
-    assert {n for n, c in vv.items() if not c.visible} == {"greedy", "temperature", "top_p", "top_k"}
+    assert {n for n, c in vv.items() if not c.visible} == {"greedy", "temperature", "top_p", "top_k", "num_beams",
+                                                           "length_penalty"}
     assert vv["cfg_scale"].default == 1.3 and vv["max_new_tokens"].default == 600
     assert vv["max_segment_chars"].default == VIBEVOICE_LIKE.max_segment_chars
     assert not any(c.visible for c in generation_controls(None).values())  # no model: nothing to set
@@ -69,3 +70,29 @@ def test_every_widget_starts_inside_its_own_range(facts):
     for control in generation_controls(facts).values():
         if control.name != "greedy" and control.default is not None:
             assert control.minimum <= control.default <= control.maximum, control
+
+
+# IndexTTS 2: its package's infer() defaults, 3 beams sampled, length penalty 0
+BEAMS_LIKE = fake_facts(generation_defaults=replace(FAKE_GENERATION_DEFAULTS, num_beams=3, length_penalty=0.0))
+
+
+def test_beam_controls_only_for_a_family_with_beams_and_refusals_in_the_users_language():
+    """Issue 24: num_beams / length_penalty are page settings for IndexTTS 2 (shown, starting at its defaults, sent
+    only when changed) and hidden for the other families; a bad value is refused in zh or en."""
+    from tts_app.ui.texts import error_text
+
+    beams = generation_controls(BEAMS_LIKE)
+    assert beams["num_beams"].visible and beams["length_penalty"].visible
+    assert (beams["num_beams"].default, beams["length_penalty"].default) == (3, 0.0)
+    assert not generation_controls(DIA_LIKE)["num_beams"].visible
+    assert not generation_controls(DIA_LIKE)["length_penalty"].visible
+    assert params_from_controls(BEAMS_LIKE, seed=0, use_cache=True, values=_start_values(BEAMS_LIKE)) == \
+        SynthesisParams()
+    changed = params_from_controls(BEAMS_LIKE, seed=0, use_cache=True,
+                                   values={**_start_values(BEAMS_LIKE), "num_beams": 1, "length_penalty": 1.0})
+    assert (changed.num_beams, changed.length_penalty) == (1, 1.0)
+    assert params_from_controls(DIA_LIKE, seed=0, use_cache=True, values={"num_beams": 5}).num_beams is None
+    with pytest.raises(InputError) as refused:
+        params_from_controls(BEAMS_LIKE, seed=0, use_cache=True, values={"num_beams": 12})
+    assert error_text(refused.value, "en") == "num_beams=12 must be in 1..8"
+    assert error_text(refused.value, "zh") == "num_beams=12 必须在 1..8 之间"

@@ -46,7 +46,7 @@ def _settings(ctx) -> dict:
                 top_k=value["top_k"], cfg_scale=value["cfg_scale"], max_new_tokens=value["max_new_tokens"],
                 max_segment_chars=value["max_segment_chars"], pause_ms=value["pause_between_segments_ms"],
                 use_cache=True, speed=1.0, duration_s=0, loudness_lufs=0, audio_format="wav",
-                segment_durations_s="")
+                segment_durations_s="", num_beams=value["num_beams"], length_penalty=value["length_penalty"])
 
 
 def _generate_and_remember(ctx, browser, reference: str, text: str, emotion: dict) -> list[dict]:
@@ -125,3 +125,18 @@ def test_an_entry_lists_only_the_models_knobs_in_the_browsers_time_zone(tmp_path
         assert "**2026-12-01 23:30:00 UTC**" in history_ui.entry_summary(entry, "en", None, "Not/AZone")
     finally:
         ctx.close()
+
+
+def test_dialogue_tab_cleans_uploads_with_its_choice_and_saved_voices_as_saved(tmp_path, data_dir, browser):
+    """Issue 24: the Dialogue tab's reference_cleanup reaches its uploaded speakers' clips; a saved voice speaks as it
+    was saved (here with "off")."""
+    ctx = _ctx(tmp_path, fake_facts())
+    try:
+        ctx.voices.save("anna", data_dir / "en_female_1.wav", ctx.references, cleanup="off")
+        _, _, metadata, _, _ = handlers.synthesize_dialogue(
+            ctx, "Speaker 1: Hello Bob.\nSpeaker 2: Hi Anna.", voice_1="anna", audio_2=str(data_dir / "en_male_1.wav"),
+            reference_cleanup="full", request=browser, progress=lambda *a, **k: None)
+        sidecar = json.loads(Path(metadata).read_text(encoding="utf-8"))
+    finally:
+        ctx.close()
+    assert [s["reference"]["cleanup"] for s in sidecar["speakers"]] == ["off", "full"]

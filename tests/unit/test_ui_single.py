@@ -66,3 +66,21 @@ def test_a_bad_durations_box_is_refused_in_the_users_language(ctx, data_dir, lan
 def test_a_count_that_does_not_match_the_lines_names_them(ctx, data_dir):
     with pytest.raises(gr.Error, match="gives 3 duration"):
         _synthesize(ctx, data_dir, "\n".join(LINES), segment_durations_s="1, 1, 1")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-CN"])
+def test_a_clipped_share_reads_the_same_in_the_warning_and_the_report(ctx, tmp_path, lang):
+    """A noise clip clipped at full scale on ~0.2 % of its samples: the report's "clipped share" and the warning
+    about it show one number, rounded once (was "clipped share: 0.00" next to "clipped (0.2% ...)")."""
+    import re
+
+    import numpy as np
+    import soundfile as sf
+
+    noise = np.clip(np.random.default_rng(0).normal(0, 0.32, 16000 * 4), -1, 1).astype(np.float32)
+    sf.write(tmp_path / "noise.wav", noise, 16000, subtype="FLOAT")
+    _, report = handlers.reference_report(ctx, str(tmp_path / "noise.wav"), request=_request(lang))
+    in_table = re.search(r"(?:clipped share|削波比例): \*\*([\d.]+)%\*\*", report)
+    in_warning = re.search(r"(?:is clipped \(|有削波（)([\d.]+)%", report)
+    assert in_table and in_warning, report
+    assert in_table.group(1) == in_warning.group(1) and float(in_table.group(1)) > 0

@@ -59,3 +59,17 @@ def test_a_text_with_chapters_offers_one_file_per_chapter(ctx, data_dir):
     assert handlers.chapter_files(ctx, metadata, request=other)["visible"] is False  # not another browser's files
     _, _, plain, _, _ = handlers.synthesize(ctx, clip, "没有章节。", request=me, progress=lambda *a, **k: None)
     assert handlers.chapter_files(ctx, plain, request=me) == {"__type__": "update", "value": None, "visible": False}
+
+
+@pytest.mark.parametrize("lang, override, polyphone", [("zh-CN,zh;q=0.9", "指定读音", "多音字"),
+                                                       ("en-US", "override", "polyphone")])
+def test_the_preview_names_its_categories_in_the_pages_language(ctx, lang, override, polyphone):
+    """Without --lang (one page for every browser) each span's category is in its page's language (was "override /
+    指定读音" for everyone), and the widget's colours know the words of both."""
+    from tts_app.ui.texts import preview_colors
+
+    spans, _ = handlers.pronunciation_preview(ctx, "重(chong2)新开始，还是行。", request=_page(lang))
+    labels = {label for _, label in spans if label}
+    assert labels == {override, polyphone}, spans
+    assert preview_colors(None)[override] == "green" and preview_colors(None)[polyphone] == "orange"
+    assert set(preview_colors("zh")) == {"指定读音", "多音字"}  # with --lang: one language, as its legend shows

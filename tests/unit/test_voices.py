@@ -187,3 +187,50 @@ def test_jsonl_chapters_go_into_the_zip(tmp_path, data_dir, runtime):
     assert run_job(jsonl, tmp_path / "out", runtime).num_ok == 1
     with zipfile.ZipFile(make_results_zip(tmp_path / "out")) as zf:
         assert {"book.wav", "book.ch01_第一章.wav", "book.ch02_第二章.wav"} <= set(zf.namelist())
+
+
+def test_a_voice_keeps_the_reference_cleanup_it_was_saved_with(tmp_path, data_dir, runtime):
+    """Issue 24: the cleanup chosen when a voice is saved is stored with it and used wherever the voice is used;
+    a request that names its own cleanup gets that one."""
+    upload = data_dir / "en_female_1.wav"
+    refs = runtime.references
+    full, auto = refs.prepare(upload, cleanup="full"), refs.prepare(upload)
+    assert not np.array_equal(full.audio.samples, auto.audio.samples)  # the choice is audible
+    VoiceLibrary(tmp_path / "voices").save("anna", upload, refs, cleanup="full")
+    library = VoiceLibrary(tmp_path / "voices")  # a restart
+    assert library.get("anna").reference_cleanup == "full" and library.get("anna").to_dict()["reference_cleanup"] == "full"
+    stored = library.prepare("anna", refs)
+    assert np.array_equal(stored.audio.samples, full.audio.samples) and stored.report.cleanup == "full"
+    fresh = ReferencePreparer(refs.sampling_rate, refs.config)  # no cache: cleaned again from the source
+    assert np.array_equal(library.prepare("anna", fresh).audio.samples, full.audio.samples)
+    asked = library.prepare("anna", refs, cleanup="auto")
+    assert np.array_equal(asked.audio.samples, auto.audio.samples) and asked.report.cleanup == "auto"
+    assert np.array_equal(library.prepare("anna", refs).audio.samples, full.audio.samples)  # both stay stored
+
+
+def test_jsonl_voices_speakers_and_the_default_voice_use_the_chosen_cleanup(tmp_path, data_dir, runtime):
+    """A line's saved voice is cleaned as it was saved unless the line names a cleanup; a dialogue speaker's file
+    and the job's default voice take the line's / job's ``reference_cleanup``."""
+    voices = tmp_path / "voices"
+    VoiceLibrary(voices).save("anna", data_dir / "en_female_1.wav", runtime.references, cleanup="off")
+    shutil.copy(data_dir / "en_male_1.wav", tmp_path / "bob.wav")
+    lines = [{"input_text": "A saved voice.", "voice": "anna", "output_name": "as_saved"},
+             {"input_text": "A saved voice.", "voice": "anna", "reference_cleanup": "full", "output_name": "asked"},
+             {"input_text": "The default voice.", "output_name": "default"},
+             {"script": "Speaker 1: Hello Bob.\n[S2] Hi Anna.", "speakers": {"1": "anna", "2": "bob.wav"},
+              "reference_cleanup": "full", "output_name": "talk"}]
+    jsonl = tmp_path / "job.jsonl"
+    jsonl.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    summary = run_job(jsonl, tmp_path / "out", runtime, config=JobConfig(voices_dir=str(voices)),
+                      params=SynthesisParams(reference_cleanup="full"), default_voice=data_dir / "en_male_1.wav")
+    assert summary.num_ok == 4
+
+    def sidecar(name: str) -> dict:
+        return json.loads((tmp_path / "out" / f"{name}.json").read_text(encoding="utf-8"))
+
+    # the job's default "full" reaches files (the default voice), not a saved voice's own choice
+    assert sidecar("as_saved")["reference"]["cleanup"] == "off"
+    assert sidecar("as_saved")["generation"]["reference_cleanup"] == "off"  # the sidecar's settings say what ran
+    assert sidecar("asked")["reference"]["cleanup"] == "full"
+    assert sidecar("default")["reference"]["cleanup"] == "full"
+    assert [s["reference"]["cleanup"] for s in sidecar("talk")["speakers"]] == ["full", "full"]

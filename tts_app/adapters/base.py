@@ -38,6 +38,13 @@ _CONFIG_KEYS = {"greedy": "do_sample", "temperature": "temperature", "top_p": "t
                 "ras_win_max_num_repeat": "ras_win_max_num_repeat"}
 
 
+#: Departures from upstream shared by every family (``ModelFacts.departures``).
+COMMON_DEPARTURES: tuple[str, ...] = (
+    "segment i of a request draws from its own generator seeded with seed + i (upstream draws one random stream "
+    "across its calls), so the segments of a request batch together and each is reproducible alone",
+)
+
+
 def checkpoint_max_length(generation_config: Any) -> int | None:
     """The ``max_length`` a checkpoint's generation config sets (total length, prompt included), or None when it
     sets none: transformers' ``GenerationConfig`` always holds a ``max_length`` (20 when unset, its placeholder), so
@@ -225,6 +232,9 @@ class ModelFacts:
             A dialogue with at most that many speakers runs as dialogue rows (``AdapterRow.turns``: consecutive turns
             packed into one segment, every speaker's voice in each row's prompt); 0 (the default), or a dialogue
             with more speakers, runs each turn as its own segment(s) with its speaker's reference.
+        departures: how this app runs the family differently from its upstream tool, one sentence each with
+            its reason (``COMMON_DEPARTURES`` + ``TTSAdapter.departures``); written into every output's sidecar
+            (``departures``); the README's "How each model is run" table holds the same sentences (a test checks).
     """
 
     family: str
@@ -249,6 +259,7 @@ class ModelFacts:
     supports_emotion_text: bool = False
     max_dialogue_speakers: int = 0
     max_segment_tokens: int | None = None
+    departures: tuple[str, ...] = ()
 
     @property
     def default_max_new_tokens(self) -> int:
@@ -544,6 +555,9 @@ class TTSAdapter(abc.ABC):
     display_name: ClassVar[str]
     #: True when ``start_decode`` gives a ``DecodeBatch`` (the engine then batches continuously)
     supports_decode_steps: ClassVar[bool] = False
+    #: how this family is run differently from its upstream tool, one sentence each with its reason
+    #: (``ModelFacts.departures``, the sidecar, the README's "How each model is run" table)
+    departures: ClassVar[tuple[str, ...]] = ()
     #: hub ids of original-format releases (that transformers cannot load) -> the transformers conversion to use
     original_format_repos: ClassVar[Mapping[str, str]] = {}
     facts: ModelFacts
@@ -580,6 +594,7 @@ class TTSAdapter(abc.ABC):
         i.e. tied embeddings counted once; pass it when the family counts more, e.g. a codec outside the model)."""
         if num_parameters is None:
             num_parameters = count_parameters(self.model)
+        family_facts.setdefault("departures", COMMON_DEPARTURES + self.departures)
         return ModelFacts(family=self.family, dtype_bytes=DTYPE_BYTES[self.dtype], num_parameters=num_parameters,
                           **family_facts)
 
@@ -729,6 +744,14 @@ class TTSAdapter(abc.ABC):
         ``self.processor.tokenizer`` without special tokens. Families whose text tokenizer lives elsewhere override
         it."""
         return len(self.processor.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def segment_measure(self):
+        """The family's segment unit for the front end (``tts_app.frontend.segment.SegmentMeasure``), used when
+        ``facts.max_segment_tokens`` is set: ``count_text_tokens``, sentences as the pieces that are packed. A family
+        whose upstream also cuts inside sentences names those characters (``piece_ends``)."""
+        from tts_app.frontend.segment import SegmentMeasure
+
+        return SegmentMeasure(self.count_text_tokens)
 
     def max_new_tokens(self, params: SynthesisParams) -> int:
         """The request's decode-step cap, else the checkpoint default (``facts.generation_defaults``)."""

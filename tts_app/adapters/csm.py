@@ -160,6 +160,11 @@ class CsmAdapter(TTSAdapter):
 
     family = "csm"
     display_name = "CSM"
+    departures = (  # tts_app.adapters.base.ModelFacts.departures
+        "a request's temperature and top-k reach both the backbone and the depth decoder, as Sesame's own "
+        "generator samples every codebook alike (transformers' generate applies them to the backbone only)",
+        "ids of the codec vocabulary that are not audio codes are suppressed (a trained model never picks them)",
+    )
 
     # ------------------------------------------------------------------ loading
 

@@ -187,6 +187,13 @@ class DiaAdapter(TTSAdapter):
 
     family = "dia"
     display_name = "Dia"
+    departures = (  # tts_app.adapters.base.ModelFacts.departures
+        "max_length is the total decoder length (prompt + frames; transformers' conversion writes only it): each "
+        "row gets max_length less its own prompt steps",
+        "temperatures below 1 are honoured (transformers' Dia generate clamps them to 1)",
+        "sampling draws per-row seeded Gumbel noise (the distribution of transformers' multinomial, not the same "
+        "draws) so a row never depends on its batch-mates",
+    )
 
     def __init__(self, model, processor, device: str, dtype: str):
         self.config = model.config

@@ -211,6 +211,10 @@ class HiggsAudioAdapter(TTSAdapter):
 
     family = "higgs"
     display_name = "Higgs Audio v2"
+    departures = (  # tts_app.adapters.base.ModelFacts.departures
+        "sampling and repetition-aware redraws use per-row seeded generators (transformers' generate uses the "
+        "global RNG) so a row never depends on its batch-mates",
+    )
     # Boson AI's release is in its own boson_multimodal format (model_type "higgs_audio"); transformers loads the
     # conversion its docs use (convert_higgs_audio_v2_to_hf.py).
     original_format_repos = {"bosonai/higgs-audio-v2-generation-3B-base": TRANSFORMERS_REPO}
@@ -495,7 +499,10 @@ class HiggsAudioAdapter(TTSAdapter):
             batch = self._process([self._conversation(r) for r in rows])
         else:
             batch = self._merge([self._process([self._conversation(r)]) for r in rows])
-        return {"batch": batch, "seeds": [r.seed for r in rows]}
+        # each row's own frame cap: a checkpoint max_length counts the row's own (unpadded) prompt
+        caps = [self.row_max_new_tokens(params, int(n), row=i)
+                for i, n in enumerate(batch["attention_mask"].sum(dim=-1).tolist())]
+        return {"batch": batch, "seeds": [r.seed for r in rows], "row_max_new_tokens": caps}
 
     def _process(self, conversations: list[list[dict]]):
         batch = self.processor.apply_chat_template(
@@ -589,8 +596,10 @@ class HiggsAudioAdapter(TTSAdapter):
         # own path is left greedy with nothing to warp or redraw. These go as generate() kwargs: a None inside a
         # passed GenerationConfig means "not set" and is refilled from the checkpoint's config
         # (GenerationMixin._prepare_generation_config), which would leave upstream's global-RNG redraw on.
+        # The batch runs to its largest row cap; a row's frames past its own cap are dropped (``_row_frames``): rows
+        # are independent (per-row draws and redraw histories), so that is the row run to its own cap.
         kwargs: dict[str, Any] = dict(do_sample=False, temperature=None, top_k=None, top_p=None,
-                                      max_new_tokens=params.max_new_tokens, use_cache=params.use_cache)
+                                      max_new_tokens=max(inputs["row_max_new_tokens"]), use_cache=params.use_cache)
         for key in ("ras_win_len", "ras_win_max_num_repeat"):
             if getattr(self.model.generation_config, key, None) is not None:
                 kwargs[key] = None
@@ -610,10 +619,19 @@ class HiggsAudioAdapter(TTSAdapter):
     def stop_reasons(self, outputs, inputs: dict[str, Any]) -> list[StopReason]:
         """``MAX_NEW_TOKENS`` for a row without an all-stream-EOS frame among its generated frames (still speaking,
         or still flushing its delayed codebooks, at the cap), else ``END_OF_SPEECH``."""
+        eos = self.processor.audio_stream_eos_id
+        return [StopReason.END_OF_SPEECH if bool((row == eos).all(-1).any()) else StopReason.MAX_NEW_TOKENS
+                for row in self._row_frames(outputs, inputs)]
+
+    def _row_frames(self, outputs, inputs: dict[str, Any]) -> list:
+        """Per row its generated frames ``(num_steps, num_codebooks)`` up to its own cap (``preprocess``'s
+        ``row_max_new_tokens``; the first frame is the all-stream-BOS one, which counts as a step, as in
+        transformers' ``generate``)."""
         batch = inputs["batch"]
         num_ref_frames = batch["audio_input_ids"].shape[1] if "audio_input_ids" in batch else 0
-        ended = (outputs[:, num_ref_frames:] == self.processor.audio_stream_eos_id).all(-1).any(-1)
-        return [StopReason.END_OF_SPEECH if e else StopReason.MAX_NEW_TOKENS for e in ended.tolist()]
+        generated = outputs[:, num_ref_frames:]  # (batch_size, num_steps, num_codebooks)
+        caps = inputs.get("row_max_new_tokens") or [generated.shape[1]] * generated.shape[0]
+        return [row[:cap] for row, cap in zip(generated, caps)]
 
     def postprocess(self, outputs, inputs: dict[str, Any]) -> list[np.ndarray]:
         """Codec frames -> one float32 waveform ``(num_samples,)`` per row at ``facts.sampling_rate``.
@@ -624,14 +642,11 @@ class HiggsAudioAdapter(TTSAdapter):
         """
         import torch
 
-        batch = inputs["batch"]
-        num_ref_frames = batch["audio_input_ids"].shape[1] if "audio_input_ids" in batch else 0
         eos = self.processor.audio_stream_eos_id
         num_codebooks = self.model.config.num_codebooks
-        generated = outputs[:, num_ref_frames:]  # (batch_size, num_steps, num_codebooks)
         waves = []
         codec = self.processor.audio_tokenizer
-        for row in generated:
+        for row in self._row_frames(outputs, inputs):
             ended = (row == eos).all(-1).nonzero()
             end = int(ended[0, 0]) if len(ended) else row.shape[0]
             frames = row[1:end]  # skip the all-BOS frame

@@ -93,6 +93,13 @@ writes there: ``hf_cache/w2v-bert-2.0/``, ``semantic_codec_model.safetensors``, 
 own calls (``hf_hub_download`` / ``from_pretrained``) - so a checkpoint folder carrying its auxiliaries runs with no
 network at all.
 
+Length limits: an IndexTTS-2 checkpoint has no generation config and the package reads none; ``infer``'s
+``max_mel_tokens`` counts new codes (transformers' ``max_new_tokens``: ``SynthesisParams.max_new_tokens`` here), and
+text and codes have position embeddings of their own (``gpt.max_text_tokens``, ``gpt.max_mel_tokens``), so a row's
+cap never depends on its prompt length: there is no total ``max_length`` to enforce per row, as Dia, CSM, VibeVoice
+and Higgs do (``TTSAdapter.row_max_new_tokens``). Both capacities are checked (``preprocess``,
+``_check_max_new_tokens``).
+
 KV cache accounting (``ModelFacts``): the GPT-2 stack's ``layers x heads x (model_dim / heads)`` per position; a row
 holds ``34`` conditioning positions + its text tokens + 2 + 1 (``<start_mel>``) + its codes, whatever the reference
 length (the perceiver always gives 32 latents), so ``reference_positions_per_second`` is 0.
@@ -215,8 +222,9 @@ EMOTION_TEXT_MAX_NEW_TOKENS = 256
 NUM_SPEECH_LATENTS = 32
 NUM_CONDITIONING_POSITIONS = NUM_SPEECH_LATENTS + 2
 NUM_TEXT_FRAME_TOKENS = 2  # <start_text>, <stop_text>
-# Segments as upstream cuts them: sentences packed up to infer()'s max_text_tokens_per_segment=120 text tokens
-# (IndexTTS2.infer default), counted with the checkpoint's own tokenizer (``count_text_tokens``).
+# Segments as upstream cuts them (``segment_measure``): sentences, cut also at commas and dashes, packed up to
+# infer()'s max_text_tokens_per_segment=120 text tokens (IndexTTS2.infer default), counted with the checkpoint's own
+# tokenizer (``count_text_tokens``).
 MAX_TEXT_TOKENS_PER_SEGMENT = 120
 # A character ceiling above what 120 tokens hold (Chinese ~1 token per character, English ~3-5 characters per BPE
 # token), so the token limit decides, as upstream (which has no character limit). 120 tokens are ~30 s of speech,
@@ -400,6 +408,25 @@ def _resolve_file(aux: _Auxiliary, repo_id: str, filename: str, flat_name: str) 
 
     return hf_hub_download(repo_id, filename=filename, cache_dir=aux.cache_dir,
                            local_files_only=aux.local_files_only)
+
+
+def _check_checkpoint_files(folder: Path, cfg) -> None:
+    """Refuse, before any weights are read, a checkpoint folder that lacks a file its config.yaml names (the files
+    of ``IndexTeam/IndexTTS-2`` itself: ``gpt_checkpoint``, ``s2mel_checkpoint``, ``w2v_stat``, ``emo_matrix``,
+    ``spk_matrix``, ``dataset.bpe_model``; the emotion model ``qwen_emo_path`` is optional: only emotion from text
+    needs it). The auxiliary models of other repositories are looked up later (``_auxiliary``).
+
+    Raises:
+        ModelLoadError: naming every missing file and the command that downloads the whole repository.
+    """
+    names = [str(cfg.get(key)) for key in ("gpt_checkpoint", "s2mel_checkpoint", "w2v_stat", "emo_matrix",
+                                           "spk_matrix") if cfg.get(key) is not None]
+    names.append(str(cfg.dataset["bpe_model"]))
+    missing = [name for name in names if not (folder / name).is_file()]
+    if missing:
+        raise ModelLoadError(
+            f"IndexTTS-2 folder {str(folder)!r} lacks {', '.join(missing)} (named in its config.yaml); download the "
+            f"whole repository: `hf download {HUB_ID} --local-dir {folder}`")
 
 
 def _auxiliary_error(name: str, repo_id: str, checkpoint: Path, exc: Exception) -> ModelLoadError:
@@ -1020,6 +1047,17 @@ class IndexTTS2Adapter(TTSAdapter):
 
     family = "indextts2"
     display_name = "IndexTTS 2"
+    departures = (  # tts_app.adapters.base.ModelFacts.departures
+        "text is normalised by the front end (wetext) plus the package's punctuation map and English "
+        "contractions, not by NeMo",
+        "segments are cut as infer() cuts them (sentence ends and the punctuation its normaliser maps to a comma "
+        "or dash, packed into 120 text tokens), but a piece's tokens are counted alone, not as a slice of the "
+        "whole text's tokens: a BPE merge across a cut can move a boundary by a piece",
+        "codes the codec cannot decode (start_mel_token) are never drawn: infer() can draw them and then returns "
+        "no audio",
+        "the GPT decodes rows in batches with a KV cache and each row's own mel positions (as in training); s2mel"
+        " and the vocoder run row by row, the package's code",
+    )
     supports_decode_steps = True
 
     def __init__(self, model, processor: IndexTTS2Processor, device: str, dtype: str):
@@ -1095,6 +1133,7 @@ class IndexTTS2Adapter(TTSAdapter):
         from transformers import SeamlessM4TFeatureExtractor, Wav2Vec2BertModel
 
         cfg = OmegaConf.load(folder / "config.yaml")
+        _check_checkpoint_files(folder, cfg)
         gpt = UnifiedVoice(**cfg.gpt)
         load_checkpoint(gpt, str(folder / cfg.gpt_checkpoint))
         gpt.eval()
@@ -1262,6 +1301,17 @@ class IndexTTS2Adapter(TTSAdapter):
         """Text tokens of ``text`` as the GPT reads them (``_text_ids``): the segment unit, as upstream's
         ``max_text_tokens_per_segment`` counts them."""
         return len(self._text_ids(text))
+
+    def segment_measure(self):
+        """Text tokens (``count_text_tokens``), and pieces cut where ``infer()`` cuts before it packs them into
+        ``max_text_tokens_per_segment``: its ``TextTokenizer.split_segments`` ends a piece at "," and "-" (besides
+        sentence ends) after ``TextNormalizer.char_rep_map``, so at every character that map turns into one of them
+        ("，", "、", "；", "：", "—", "～", "·", ...)."""
+        from tts_app.frontend.segment import SegmentMeasure
+
+        rep_map = self.processor.normalizer.char_rep_map
+        ends = {",", "-"} | {k for k, v in rep_map.items() if v in (",", "-") and len(k) == 1}
+        return SegmentMeasure(self.count_text_tokens, piece_ends=frozenset(ends))
 
     def _text_ids(self, text: str) -> list[int]:
         """Token ids of ``text`` (``model_text`` then the package's ``TextTokenizer.encode``)."""

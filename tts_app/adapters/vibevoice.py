@@ -302,6 +302,8 @@ class _Row:
         key: the engine's key for it.
         row: the ``AdapterRow``.
         generator: its diffusion-noise stream (``torch.Generator`` seeded with ``row.seed``).
+        max_new_tokens: its own decode-step cap (``TTSAdapter.row_max_new_tokens``: the request's, bounded by a
+            checkpoint ``max_length`` less the row's own prompt).
         num_steps: tokens it has chosen so far.
         token_ids: those tokens.
         stop_reason: None while it decodes.
@@ -310,6 +312,7 @@ class _Row:
     key: object
     row: AdapterRow
     generator: object
+    max_new_tokens: int
     num_steps: int = 0
     token_ids: list = field(default_factory=list)
     stop_reason: StopReason | None = None
@@ -327,7 +330,8 @@ class VibeVoiceDecodeBatch(DecodeBatch):
     2. rows saying ``<audio>`` make a frame: the negative stream reads the row's step input, the diffusion head turns
        (positive, negative) hidden states into a latent with the row's own noise, the codec decodes it to 3200
        samples and the semantic encoder + connectors make the row's next LM input;
-    3. rows saying ``<eos>`` end (``END_OF_SPEECH``), rows at ``max_new_tokens`` end (``MAX_NEW_TOKENS``); the others
+    3. rows saying ``<eos>`` end (``END_OF_SPEECH``), rows at their own cap end (``MAX_NEW_TOKENS``: ``max_new_tokens``,
+       or fewer when the checkpoint's ``max_length`` less the row's prompt is lower); the others
        feed their next input to the positive stream, whose forward gives their next hidden state.
 
     Everything a step changes is committed only after its last forward succeeded; on an exception the streams are
@@ -489,6 +493,9 @@ class VibeVoiceDecodeBatch(DecodeBatch):
         import torch
 
         num_new = len(keys)
+        # each row's own cap: a checkpoint max_length counts its prompt (the positive stream's real positions)
+        caps = [self.adapter.row_max_new_tokens(self.params, int(n), row=i)
+                for i, n in enumerate(sub.attention_mask.sum(dim=1).tolist())]
         bos = self.embed(torch.full((num_new, 1), self.config.audio_bos_token_id, device=self.device))
         positive = self.positive.prepare_merge(sub)
         negative = self.negative.stream.prepare_add_empty_rows(num_new)
@@ -497,8 +504,8 @@ class VibeVoiceDecodeBatch(DecodeBatch):
         semantic = self.semantic_cache.prepare_add_rows(num_new)
         all_hidden = torch.cat([self.hidden, hidden.to(self.hidden.dtype)])
         step_inputs = torch.cat([self.step_inputs, bos.to(self.step_inputs.dtype)])
-        new_rows = [_Row(key=k, row=r, generator=torch.Generator(device=self.device).manual_seed(int(r.seed)))
-                    for k, r in zip(keys, adapter_rows)]
+        new_rows = [_Row(key=k, row=r, generator=torch.Generator(device=self.device).manual_seed(int(r.seed)),
+                         max_new_tokens=cap) for k, r, cap in zip(keys, adapter_rows, caps)]
         self.positive.commit(positive)
         self.negative.stream.commit(negative)
         self.negative.drop_history = drop
@@ -531,7 +538,7 @@ class VibeVoiceDecodeBatch(DecodeBatch):
         is_live[live_index] = True
         making = is_live & (tokens == config.audio_token_id)
         ends = is_live & (tokens == config.eos_token_id)
-        capped = torch.tensor([r.stop_reason is None and r.num_steps + 1 >= self.params.max_new_tokens
+        capped = torch.tensor([r.stop_reason is None and r.num_steps + 1 >= r.max_new_tokens
                                for r in self.rows], device=self.device)
         continuing = is_live & ~ends & ~capped
         drop_history = self.negative.reset(self.negative.drop_history, is_live & (tokens == config.audio_bos_token_id))
@@ -622,6 +629,12 @@ class VibeVoiceAdapter(TTSAdapter):
 
     family = "vibevoice"
     display_name = "VibeVoice"
+    departures = (  # tts_app.adapters.base.ModelFacts.departures
+        "CFG on the diffusion head only, as Microsoft's original code: transformers' generate also applies CFG to"
+        " the LM logits (UnbatchedClassifierFreeGuidanceLogitsProcessor)",
+        "a per-segment cap of 600 frames (80 s) keeps KV-cache estimates and batching sane: the converted "
+        "config's max_new_tokens 40500 covers a 90-minute podcast",
+    )
     supports_decode_steps = True
     # Original releases (microsoft/VibeVoice format: decoder_config / acoustic_tokenizer_config) -> their transformers
     # conversions (transformers convert_vibevoice_to_hf.py; model_doc/vibevoice.md names the 7B one).

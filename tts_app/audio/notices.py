@@ -79,6 +79,17 @@ EN: dict[str, str] = {
     "ref_text_dropped": "the reference text of {name} is not used: the audio was cropped to {kept_s:.1f} s and no "
                         "sentence end of the text matches the crop. Give the transcript of only the kept part, or a "
                         "clip with at most {max_s:g} s of speech",
+    # what reference cleanup changed (``ReferenceReport.changes``)
+    "ref_change_nonfinite": "{count} NaN/Inf samples zeroed",
+    "ref_change_mixed": "{channels} channels mixed to mono",
+    "ref_change_channel": "channel {channel} of {channels} used alone",
+    "ref_change_highpass": "{cutoff_hz:g} Hz high-pass",
+    "ref_change_hum": "mains hum notched out at {notches} Hz",
+    "ref_change_resampled": "resampled {source_hz} -> {target_hz} Hz",
+    "ref_change_trimmed": "trimmed to the speech: {start_s:.2f}-{end_s:.2f} s kept{cropped}",
+    "ref_change_cropped": " (cropped to {max_s:g} s of speech)",
+    "ref_change_pauses": "{count} pause(s) shortened to {max_ms} ms",
+    "ref_change_loudness": "speech loudness {gain_db:+.1f} dB (to {target_dbfs:g} dBFS)",
 }
 
 ZH: dict[str, str] = {
@@ -126,6 +137,16 @@ ZH: dict[str, str] = {
     "ref_text_shortened": "参考文本已缩短为前 {count} 句，与参考音频 {name} 保留的 {kept_s:.1f} 秒相符",
     "ref_text_dropped": "{name} 的参考文本未被使用：音频已裁剪为 {kept_s:.1f} 秒，而文本中没有与裁剪处对应的句末。"
                         "请只给出保留部分的文字，或使用语音不超过 {max_s:g} 秒的音频",
+    "ref_change_nonfinite": "{count} 个 NaN/无穷大样本已置零",
+    "ref_change_mixed": "{channels} 个声道已混为单声道",
+    "ref_change_channel": "只使用了 {channels} 个声道中的第 {channel} 个",
+    "ref_change_highpass": "{cutoff_hz:g} Hz 高通滤波",
+    "ref_change_hum": "已滤除 {notches} Hz 的电源嗡声",
+    "ref_change_resampled": "重采样 {source_hz} -> {target_hz} Hz",
+    "ref_change_trimmed": "已裁到语音部分：保留 {start_s:.2f}-{end_s:.2f} 秒{cropped}",
+    "ref_change_cropped": "（裁剪为 {max_s:g} 秒语音）",
+    "ref_change_pauses": "{count} 处停顿缩短为 {max_ms} 毫秒",
+    "ref_change_loudness": "语音响度 {gain_db:+.1f} dB（到 {target_dbfs:g} dBFS）",
 }
 
 messages.register(__name__, EN, ZH)

@@ -102,8 +102,9 @@ class ReferenceReport:
         reference_text_status: None (no transcript given), "kept", "shortened" or "dropped".
         key: cache key (content hash + settings + target rate + transcript).
         cleanup: the ``ReferenceConfig.cleanup`` mode that ran ("auto", "full" or "off").
-        changes: what was changed in the clip, in order, in words (e.g. "resampled 44100 -> 24000 Hz",
-            "trimmed to the speech: 0.31-5.93 s kept"); empty when it went to the model as it was.
+        changes: what was changed in the clip, in order, as ``tts_app.frontend.messages.Notice`` s (English
+            ``str`` s, e.g. "resampled 44100 -> 24000 Hz", "trimmed to the speech: 0.31-5.93 s kept", that render in
+            either language: ``to_dict(lang)``); empty when it went to the model as it was.
         notices: warnings as ``Notice`` s; refusals: why the clip was refused (on the report a
             ``ReferenceAudioError`` carries). ``warnings`` / ``errors`` render them with ``name``.
     """
@@ -163,8 +164,8 @@ class ReferenceReport:
         self.notices.append(Notice(code, values, key))
 
     def to_dict(self, lang: str = "en") -> dict[str, Any]:
-        """JSON-able dict (floats rounded to 4 decimals); ``warnings`` / ``errors`` as text in ``lang`` ("en" or
-        "zh"), plus ``warning_codes``."""
+        """JSON-able dict (floats rounded to 4 decimals); ``changes``, ``warnings`` / ``errors`` as text in ``lang``
+        ("en" or "zh"), plus ``warning_codes``."""
         out: dict[str, Any] = {}
         for item in dataclasses.fields(self):
             if item.name in ("notices", "refusals"):
@@ -175,6 +176,7 @@ class ReferenceReport:
             elif isinstance(value, list):
                 value = list(value)
             out[item.name] = value
+        out["changes"] = [messages.localize(change, lang) for change in self.changes]
         out["warnings"] = [message.render(lang) for message in self.warnings]
         out["errors"] = [message.render(lang) for message in self.errors]
         out["warning_codes"] = [notice.code for notice in self.notices]
@@ -372,17 +374,18 @@ def _prepare_uncached(source: ReferenceSource, label: str, key: str, target_samp
     report.cleanup = config.cleanup
     samples = _repair_nonfinite(samples, report, config)
     if report.nonfinite_samples:
-        report.changes.append(f"{report.nonfinite_samples} NaN/Inf samples zeroed")
+        report.changes.append(messages.Notice("ref_change_nonfinite", count=report.nonfinite_samples))
     _measure_clipping(samples, report, config)
     mono = _downmix(samples, report)
     if samples.shape[1] > 1:
-        report.changes.append(f"{samples.shape[1]} channels mixed to mono" if report.channel_used is None
-                              else f"channel {report.channel_used} of {samples.shape[1]} used alone")
+        report.changes.append(
+            messages.Notice("ref_change_mixed", channels=samples.shape[1]) if report.channel_used is None
+            else messages.Notice("ref_change_channel", channel=report.channel_used, channels=samples.shape[1]))
     if config.cleanup == "off":
         return _as_given(mono, sampling_rate, target_sampling_rate, report, key)
     wave = _highpass(mono, sampling_rate, report, config)
     if config.cleanup == "full" and 0 < config.highpass_cutoff_hz < sampling_rate / 2:
-        report.changes.append(f"{config.highpass_cutoff_hz:g} Hz high-pass")
+        report.changes.append(messages.Notice("ref_change_highpass", cutoff_hz=config.highpass_cutoff_hz))
     wave, samples_16k = _remove_hum(wave, sampling_rate, report, remove=config.cleanup == "full")
     segments = _detect_speech(samples_16k, config)
     levels = _measure_levels(wave, sampling_rate, samples_16k, segments, report, config)
@@ -398,13 +401,17 @@ def _prepare_uncached(source: ReferenceSource, label: str, key: str, target_samp
     out, kept, stretches = _cut(wave, sampling_rate, target_sampling_rate, segments, plan, start_s, end_s,
                                 report, config)
     if sampling_rate != target_sampling_rate:
-        report.changes.append(f"resampled {sampling_rate} -> {target_sampling_rate} Hz")
-    report.changes.append(f"trimmed to the speech: {report.kept_start_s:.2f}-{report.kept_end_s:.2f} s kept"
-                          + (f" (cropped to {config.max_speech_s:g} s of speech)" if plan.cropped else ""))
+        report.changes.append(messages.Notice("ref_change_resampled", source_hz=sampling_rate,
+                                              target_hz=target_sampling_rate))
+    report.changes.append(messages.Notice(
+        "ref_change_trimmed", start_s=report.kept_start_s, end_s=report.kept_end_s,
+        cropped=messages.Notice("ref_change_cropped", max_s=config.max_speech_s) if plan.cropped else ""))
     if report.pauses_shortened:
-        report.changes.append(f"{report.pauses_shortened} pause(s) shortened to {config.max_internal_pause_ms} ms")
+        report.changes.append(messages.Notice("ref_change_pauses", count=report.pauses_shortened,
+                                              max_ms=config.max_internal_pause_ms))
     out = _normalise_loudness(out, target_sampling_rate, kept, stretches, report, config)
-    report.changes.append(f"speech loudness {report.gain_db:+.1f} dB (to {config.target_loudness_dbfs:g} dBFS)")
+    report.changes.append(messages.Notice("ref_change_loudness", gain_db=report.gain_db,
+                                          target_dbfs=config.target_loudness_dbfs))
     return ReferenceAudio(samples=out, sampling_rate=target_sampling_rate, key=key), report
 
 
@@ -418,7 +425,8 @@ def _as_given(mono: np.ndarray, sampling_rate: int, target_sampling_rate: int, r
     out = mono.astype(np.float32)
     if sampling_rate != target_sampling_rate:
         out = AF.resample(torch.from_numpy(out), sampling_rate, target_sampling_rate).numpy().astype(np.float32)
-        report.changes.append(f"resampled {sampling_rate} -> {target_sampling_rate} Hz")
+        report.changes.append(messages.Notice("ref_change_resampled", source_hz=sampling_rate,
+                                              target_hz=target_sampling_rate))
     report.kept_start_s, report.kept_end_s = 0.0, report.duration_s
     report.output_duration_s = len(out) / target_sampling_rate
     peak = float(np.max(np.abs(out))) if out.size else 0.0
@@ -477,8 +485,9 @@ def _repair_nonfinite(samples: np.ndarray, report: ReferenceReport, config: Refe
 
 
 def _measure_clipping(samples: np.ndarray, report: ReferenceReport, config: ReferenceConfig) -> None:
-    """Clipped share of the input over all channels, measured after removing DC (``analysis.clipping_share``)."""
-    report.clipping_share = analysis.clipping_share(samples)
+    """Clipped share of the input over all channels, measured after removing DC (``analysis.clipping_share``),
+    kept to the report's 4 decimals: the warning and the report's table then show one and the same number."""
+    report.clipping_share = round(analysis.clipping_share(samples), 4)
     if report.clipping_share > config.max_clipping_share:
         report.warn("clipped", share=report.clipping_share)
 
@@ -531,7 +540,7 @@ def _remove_hum(wave, sampling_rate: int, report: ReferenceReport, remove: bool 
         notches = ", ".join(f"{hz:g}" for hz in report.hum_hz)
         if remove:
             report.warn("hum", hz=report.hum_hz[0], notches=notches)
-            report.changes.append(f"mains hum notched out at {notches} Hz")
+            report.changes.append(messages.Notice("ref_change_hum", notches=notches))
         else:
             report.warn("hum_kept", hz=report.hum_hz[0])
     return wave, wave_16k.numpy()

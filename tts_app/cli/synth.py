@@ -18,8 +18,10 @@ each speaker a voice (an audio file or a saved voice's name).
 
 Generation flags not given take the checkpoint's own defaults. Exit status: 0 written; 1 the model, the reference
 audio (or its transcript) or the synthesis failed, a text too large for the memory budget or out of memory
-included; 2 bad command-line values, also when the engine refuses the text or a setting (e.g. a --duration the
-speech cannot meet). Errors print one line (no traceback). ``--text -`` reads the text from standard input.
+included, or the model produced no audio at all (it ended speech at once; nothing is written, as on the page:
+``tts_app.outputs.no_audio_error``); 2 bad command-line values, also when the engine refuses the text or a setting
+(e.g. a --duration the speech cannot meet). Errors print one line (no traceback). ``--text -`` reads the text from
+standard input.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from tts_app.cli.args import (CliParser, add_engine_args, add_generation_args, a
                               check_output_file, engine_args_from, lang_of, params_from_args, parse_cli,
                               voice_library_from)
 from tts_app.cli.messages import say
-from tts_app.frontend.messages import message_of
+from tts_app.frontend.messages import Notice, message_of
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError, TTSAppError
 
 PROG = "python -m tts_app synth"
@@ -76,8 +78,7 @@ def _emotion_vector(args: argparse.Namespace) -> tuple[float, ...] | None:
     try:
         return tuple(float(v) for v in args.emo_vector.split(","))
     except ValueError:
-        raise InputError(f"--emo-vector {args.emo_vector!r} must be 8 comma-separated numbers, e.g. "
-                         "0.8,0,0,0,0,0,0,0") from None
+        raise InputError(Notice("cli_emo_vector", value=args.emo_vector)) from None
 
 
 def _check_emotion_args(args: argparse.Namespace) -> bool:
@@ -93,7 +94,7 @@ def _check_emotion_args(args: argparse.Namespace) -> bool:
     if not args.emo_from_text and all(getattr(args, name) is None for name in _EMOTION_FLAGS):
         return False
     if args.emo_ref is not None and not Path(args.emo_ref).is_file():
-        raise ReferenceAudioError(f"emotion clip {args.emo_ref!r} does not exist; give --emo-ref an audio file")
+        raise ReferenceAudioError(Notice("cli_emo_ref_missing", path=args.emo_ref))
     check_emotion(has_reference_audio=args.emo_ref is not None, vector=_emotion_vector(args),
                   weight=1.0 if args.emo_weight is None else args.emo_weight, from_text=args.emo_from_text,
                   text=args.emo_text)
@@ -147,7 +148,7 @@ def _run(args: argparse.Namespace) -> int:
     from tts_app.audio.transcribe import fill_transcript, transcriber_from
     from tts_app.dialogue import check_voices, dialogue_request, parse_script, parse_voice_assignments
     from tts_app.engine.memory import format_bytes
-    from tts_app.outputs import metadata_path, output_metadata, save_outputs
+    from tts_app.outputs import metadata_path, no_audio_error, output_metadata, save_outputs
     from tts_app.request import SynthesisRequest
     from tts_app.runtime import Runtime
 
@@ -159,18 +160,18 @@ def _run(args: argparse.Namespace) -> int:
     if args.srt:
         check_output_file(args.srt, "--srt", "out.srt")
     if args.srt and Path(args.srt).absolute() in (Path(args.out).absolute(), metadata_path(args.out).absolute()):
-        raise InputError(f"--srt {args.srt!r} would overwrite the audio or its metadata sidecar; give another name")
+        raise InputError(Notice("cli_srt_clash", path=args.srt))
     if (args.text is None) == (args.script is None):
-        raise InputError("give the text to speak with --text, or a dialogue script with --script (one of them)")
+        raise InputError(Notice("cli_text_or_script"))
     library = voice_library_from(args)
     script = assignments = None
     if args.script is not None:
         if args.ref is not None:
-            raise InputError("--ref is for a single voice; with --script give each speaker --voice N=FILE_OR_NAME")
+            raise InputError(Notice("cli_ref_with_script"))
         try:
             script_text = Path(args.script).read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"--script {args.script!r} cannot be read as UTF-8 text: {exc}") from None
+            raise InputError(Notice("cli_script_unreadable", path=args.script, reason=str(exc))) from None
         script = parse_script(script_text)
         assignments = check_voices(script, parse_voice_assignments(args.voice))
         for value in assignments:
@@ -179,12 +180,12 @@ def _run(args: argparse.Namespace) -> int:
     else:
         text = sys.stdin.read() if args.text == "-" else args.text
     if script is None and args.ref is not None and not Path(args.ref).is_file():
-        raise ReferenceAudioError(f"reference audio {args.ref!r} does not exist; give --ref an audio file")
+        raise ReferenceAudioError(Notice("cli_ref_missing", path=args.ref))
     _check_emotion_args(args)
     if script is None and len(args.voice) > 1:
-        raise InputError("--voice was given more than once; one voice speaks a text (dialogue scripts: --script)")
+        raise InputError(Notice("cli_voice_twice"))
     if script is None and args.voice and args.ref is not None:
-        raise InputError("--voice and --ref were both given; give one of them")
+        raise InputError(Notice("cli_voice_and_ref"))
     voice_name = args.voice[0] if args.voice and script is None else None
     reference_text = args.ref_text
     if voice_name is not None:
@@ -204,14 +205,16 @@ def _run(args: argparse.Namespace) -> int:
 
         reference, speaker_refs = None, None
         if script is not None:
-            voices = [library.resolve(value, runtime.references) for value in assignments]
+            # files with --reference-cleanup (or the default); saved voices as saved unless it is given
+            voices = [library.resolve(value, runtime.references, args.reference_cleanup)
+                      for value in assignments]
             voices = [(ref, transcript(ref, known)) for ref, known in voices]
             speaker_refs = [ref for ref, _ in voices]
             request = dialogue_request(script, voices, text=text, params=params,
                                        emotion=_emotion_from_args(args, runtime))
         else:
             if voice_name is not None:
-                reference = library.prepare(voice_name, runtime.references)
+                reference = library.prepare(voice_name, runtime.references, args.reference_cleanup)
             elif args.ref:
                 reference = runtime.references.prepare(args.ref, reference_text=args.ref_text,
                                                        cleanup=params.reference_cleanup)
@@ -230,14 +233,20 @@ def _run(args: argparse.Namespace) -> int:
         if not result.ok:
             print(say(lang, "cli_error", message=result.finish.message), file=sys.stderr)
             return exit_status(result.finish)
+        no_audio = no_audio_error(request, result)  # the page's words for it; no file of 0 samples is written
+        if no_audio is not None:
+            print(say(lang, "cli_error", message=no_audio), file=sys.stderr)
+            return 1
         metadata = output_metadata(runtime, request, result, entry_point="synth", reference=reference,
                                    speaker_references=speaker_refs, warnings=notes)
         files = save_outputs(args.out, result, metadata, subtitles_path=args.srt)
     finally:
         runtime.close()
     chapters = say(lang, "cli_chapters", count=len(files.chapters)) if files.chapters else ""
+    # a continuous engine counts a batch per decode step (EngineStats.num_batches): say which it is
+    runs = Notice("cli_runs_decode_steps" if stats.continuous else "cli_runs_batches", count=stats.num_batches)
     print(say(lang, "cli_synth_wrote", path=str(files.audio), duration_s=result.duration_s,
-              sampling_rate=result.sampling_rate, num_segments=len(result.segments), num_batches=stats.num_batches,
+              sampling_rate=result.sampling_rate, num_segments=len(result.segments), runs=runs,
               largest=max(s.batch_size for s in result.segments), num_oom=stats.num_oom,
               budget=format_bytes(stats.memory_budget_bytes), metadata=str(files.metadata), chapters=chapters))
     return 0

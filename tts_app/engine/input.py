@@ -259,7 +259,7 @@ class InputProcessor:
         # request's max_segment_chars is the user's own character limit instead of the model's (0 or None = none;
         # a token limit still applies).
         max_chars = params.max_segment_chars or self.facts.max_segment_chars
-        measure = self.adapter.count_text_tokens if self.facts.max_segment_tokens else None
+        measure = self.adapter.segment_measure() if self.facts.max_segment_tokens else None
         parts = _request_parts(request)
         segments, warnings, normalized, owners = [], [], [], []
         for index, part in enumerate(parts):

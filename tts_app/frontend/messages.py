@@ -92,6 +92,9 @@ EN: dict[str, str] = {
     "limit_duration": "{name} asks for {value_s:g} s of audio; at most {max_s:g} s per request",
     "limit_silence": "the text's pauses add up to {value_s:g} s of silence; at most {max_s:g} s per request. Use "
                      "fewer or shorter pauses",
+    "limit_audio": "the request has generated {value_s:g} s of audio, more than the {max_s:g} s one request may "
+                   "make; it was stopped. Split the text into several requests (or JSONL lines), or lower "
+                   "max_new_tokens",
 }
 
 ZH: dict[str, str] = {
@@ -149,6 +152,8 @@ ZH: dict[str, str] = {
     "limit_pause": "{name}={value} 毫秒超过 {max_ms} 毫秒的上限",
     "limit_duration": "{name} 要求 {value_s:g} 秒音频；每个请求最多 {max_s:g} 秒",
     "limit_silence": "文本中的停顿共 {value_s:g} 秒静音；每个请求最多 {max_s:g} 秒。请减少或缩短停顿",
+    "limit_audio": "该请求已生成 {value_s:g} 秒音频，超过每个请求最多可生成的 {max_s:g} 秒，已被停止。请把文本拆成多个请求"
+                   "（或多行 JSONL），或调低 max_new_tokens",
 }
 
 assert EN.keys() == ZH.keys()  # a missing translation is a programming error, caught at import

@@ -22,7 +22,10 @@ in a fixed order this gives the fewest segments that fit. A text within the limi
 it in one pass, keeping the prosody across its sentences. The limit is ``max_segment_chars`` and, when the caller
 passes a ``measure`` (a model counting its own units, e.g. IndexTTS 2's text tokens, upstream's
 ``max_text_tokens_per_segment``), ``max_segment_units`` of it; pieces' units are summed, as upstream IndexTTS sums its
-sentences' token counts. The front end stays pure: the measure is a plain function handed in by the caller.
+pieces' token counts. A ``SegmentMeasure`` may also name characters that end a piece inside a sentence
+(``piece_ends``): IndexTTS 2's ``infer()`` cuts at commas and dashes too before it packs, so a long text's segment
+boundary may fall at a comma, as there. The front end stays pure: the measure is a plain function handed in by the
+caller.
 
 Works on character offsets only: the spans returned cover the text exactly, so nothing is dropped or repeated.
 """
@@ -43,6 +46,24 @@ CLOSERS = frozenset("”’」』）)]】》〉\"'")
 # What a pause marker's cut moves past: punctuation that closes what came before. Straight quotes are left out (after
 # a pause they usually open a quotation), and so is the line break (a boundary of its own).
 TRAILING_PUNCTUATION = (SENTENCE_END | CLAUSE_END | CLOSERS | {"."}) - {"\n", '"', "'"}
+
+
+@dataclass(frozen=True)
+class SegmentMeasure:
+    """A model's own segment unit, handed in by the caller (``split_spans``'s ``measure``).
+
+    Attributes:
+        count: units of a piece of text (e.g. IndexTTS 2's text tokens, with its own tokenizer).
+        piece_ends: characters that end a piece inside a sentence before pieces are packed (empty: the sentences are
+            the pieces). IndexTTS 2: the characters its package maps to "," or "-" (``TextNormalizer.char_rep_map``),
+            where its ``TextTokenizer.split_segments`` cuts.
+    """
+
+    count: Callable[[str], int]
+    piece_ends: frozenset[str] = frozenset()
+
+    def __call__(self, text: str) -> int:
+        return self.count(text)
 
 
 @dataclass(frozen=True)
@@ -100,13 +121,14 @@ def _ends_sentence(text: str, i: int, end: int) -> bool:
     return not rest or not rest[0].islower()
 
 
-def _clause_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
+def _clause_spans(text: str, start: int, end: int, ends: frozenset[str] = CLAUSE_END) -> list[tuple[int, int]]:
+    """``text[start:end]`` cut after each character of ``ends`` (with the closers and punctuation right after it)."""
     spans, s, i = [], start, start
     while i < end:
-        if text[i] in CLAUSE_END and not (text[i] in ",:" and 0 < i < end - 1 and text[i - 1].isdigit()
-                                          and text[i + 1].isdigit()):  # 1,000 / 3:30 left by the normaliser
+        if text[i] in ends and not (text[i] in ",:" and 0 < i < end - 1 and text[i - 1].isdigit()
+                                    and text[i + 1].isdigit()):  # 1,000 / 3:30 left by the normaliser
             j = i + 1
-            while j < end and (text[j] in CLOSERS or text[j] in CLAUSE_END):  # "，，" and "：”" stay together
+            while j < end and (text[j] in CLOSERS or text[j] in ends):  # "，，" and "：”" stay together
                 j += 1
             j = _attach_trailing_punctuation(text, j, end)
             if j > s:
@@ -297,7 +319,8 @@ def split_spans(text: str, boundaries: list[tuple[int, int]], *, max_segment_cha
         protected: ``(start, end)`` spans never cut (control tags passed to the model).
         pack_sentences: join consecutive sentences of a block into one segment while it stays within the limits
             (module docstring); False = every sentence ends a segment.
-        measure: the model's own count of a piece of text (e.g. its text tokens), or None (characters only).
+        measure: the model's own count of a piece of text (e.g. its text tokens; a ``SegmentMeasure`` may name
+            ``piece_ends`` too), or None (characters only).
         max_segment_units: most ``measure`` units per segment (with ``measure``); a sentence above it is cut at
             clauses, then hard, at the share of ``max_segment_chars`` its units allow.
 
@@ -318,12 +341,14 @@ def split_spans(text: str, boundaries: list[tuple[int, int]], *, max_segment_cha
     def units(s: int, e: int) -> int:
         return 0 if measure is None else measure(text[s:e])
 
+    piece_ends = getattr(measure, "piece_ends", frozenset())
+
     for block, (bs, be) in enumerate(zip(cuts, cuts[1:])):
         pieces: list[tuple[int, int]] = []
         for ss, se in _sentence_spans(text, bs, be):
             spoken, sentence_units = spoken_len(text, ss, se), units(ss, se)
             if spoken <= max_segment_chars and (measure is None or sentence_units <= max_segment_units):
-                pieces.append((ss, se))
+                pieces.extend(_clause_spans(text, ss, se, piece_ends) if piece_ends else [(ss, se)])
                 continue
             max_chars = max_segment_chars
             if measure is not None and sentence_units > max_segment_units:

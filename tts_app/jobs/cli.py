@@ -25,7 +25,7 @@ from tts_app.cli.args import (CliParser, add_cluster_args, add_engine_args, add_
 from tts_app.audio.formats import AUDIO_FORMATS
 from tts_app.cli.messages import say
 from tts_app.errors import TTSAppError
-from tts_app.frontend.messages import message_of
+from tts_app.frontend.messages import CATALOGUE, localize, message_of
 from tts_app.jobs.messages import Notice
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ job file (JSONL): one JSON object per line, UTF-8; blank lines are skipped.
   output_name     uttid          output file name without .wav (default: the zero-padded line number and the
                                  text's first words, e.g. 00003_今天天气很好)
   format                         this line's audio format: wav, flac, mp3 or opus (default: --format)
-  seed, greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars,
+  seed, greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, num_beams, length_penalty, max_segment_chars,
   pause_between_segments_ms, speed, duration_s, loudness_lufs, chapter_pause_ms,
   segment_durations_s            per-line generation settings (optional; override --seed etc.;
                                  segment_durations_s: a list, seconds per line of the text)
@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         from tts_app.jobs.cluster import RayExecutor, WorkerPool
 
         try:
-            pool = WorkerPool.start(engine_args, config=cluster, on_status=lambda line: print(line, file=sys.stderr))
+            pool = WorkerPool.start(engine_args, config=cluster,
+                                    on_status=lambda line: print(localize(line, lang), file=sys.stderr))
         except TTSAppError as exc:
             print(say(lang, "cli_error", message=message_of(exc)), file=sys.stderr)
             return 2
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             print(say(lang, "cli_error", message=message_of(exc)), file=sys.stderr)
             return 2
     else:
-        print("no line needs the model (every line is invalid or already done); not loading it", file=sys.stderr)
+        print(Notice("job_no_model_needed").render(lang), file=sys.stderr)
 
     # automatic reference transcripts: the local engine's device; with --ray only the setting is used here (each
     # worker builds its own Transcriber on its device from it, JobContext.asr), nothing loads on this machine
@@ -154,12 +155,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from tqdm import tqdm
 
-    bar = tqdm(total=report.num_lines, unit="line", file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(total=report.num_lines, unit=Notice("job_progress_unit").render(lang), file=sys.stderr,
+               dynamic_ncols=True)
     counts = {"ok": 0, "failed": 0, "cancelled": 0, "skipped": 0}
 
     def progress(done: int, total: int, info: dict) -> None:
         counts[info["status"]] = counts.get(info["status"], 0) + 1
-        bar.set_postfix(counts, refresh=False)
+        bar.set_postfix({Notice(f"job_count_{status}").render(lang) if f"job_count_{status}" in CATALOGUE["en"]
+                         else status: count for status, count in counts.items()}, refresh=False)
         bar.update(done - bar.n)
 
     cancel = threading.Event()
@@ -168,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         if cancel.is_set():
             raise KeyboardInterrupt
         cancel.set()
-        print("\ncancelling: lines already running finish, the rest are recorded as cancelled "
-              "(Ctrl-C again to stop at once)", file=sys.stderr)
+        print("\n" + Notice("job_cancelling").render(lang), file=sys.stderr)
 
     in_main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live only there
     previous_handler = signal.signal(signal.SIGINT, on_interrupt) if in_main_thread else None
@@ -184,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         bar.close()
-        print("interrupted; finished lines are kept, rerun with --resume to continue", file=sys.stderr)
+        print(Notice("job_interrupted").render(lang), file=sys.stderr)
         return 130
     finally:
         if in_main_thread:
@@ -196,17 +198,17 @@ def main(argv: list[str] | None = None) -> int:
     bar.close()
     print(summary.format_text(lang).splitlines()[0])
     if pool is not None:
-        print(f"ran on {pool.num_workers} Ray worker(s)"
-              + (f"; {executor.num_retried} line(s) sent to another worker after theirs stopped"
-                 if executor.num_retried else ""), file=sys.stderr)
+        print(Notice("job_ray_ran_on", count=pool.num_workers).render(lang)
+              + (Notice("job_ray_retried", count=executor.num_retried).render(lang) if executor.num_retried else ""),
+              file=sys.stderr)
         for event in pool.events:
-            print(f"  {event}", file=sys.stderr)
+            print(f"  {localize(event, lang)}", file=sys.stderr)
     if summary.failed:
         print(say(lang, "cli_failed_lines"), file=sys.stderr)
         for line, error in sorted(summary.failed):
             print(Notice("job_failed_line", line=line, message=error).render(lang), file=sys.stderr)
     if cancel.is_set():
-        print("cancelled; rerun with --resume to finish the lines not done", file=sys.stderr)
+        print(Notice("job_cancelled_resume").render(lang), file=sys.stderr)
         return 130
     return 0 if summary.all_ok else 1
 

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tts_app.config import ClusterConfig, EngineConfig, ModelConfig, ReferenceConfig
 from tts_app.errors import ClusterError, ReferenceAudioError, TTSAppError
+from tts_app.jobs.messages import Notice
 from tts_app.jobs.executor import (AsrSetting, JobContext, LineOutcome, LocalExecutor, ReferenceInput,
                                    outcome_from_exception, outcome_from_result, prepare_default_voice, prepare_line)
 
@@ -96,8 +97,7 @@ def require_ray(*, loopback: bool = False):
     try:
         import ray
     except ImportError:
-        raise ClusterError(f"--ray needs Ray, which is not installed; install it with `python3 -m pip install -r "
-                           f"{RAY_REQUIREMENTS}` (the version tested with this app), or run without --ray") from None
+        raise ClusterError(Notice("job_ray_missing", requirements=str(RAY_REQUIREMENTS))) from None
     return ray
 
 
@@ -145,17 +145,15 @@ def connect(config: ClusterConfig, *, num_cpus_needed: float = 0.0) -> bool:
                      object_store_memory=config.object_store_memory_bytes, _temp_dir=config.temp_dir,
                      runtime_env=job_runtime_env())
         except Exception as exc:  # noqa: BLE001 - Ray raises several types when its processes cannot start
-            raise ClusterError(f"could not start a Ray cluster on this machine: {exc}") from None
+            raise ClusterError(Notice("job_ray_start_failed", error=str(exc))) from None
         return True
     try:
         ray.init(address=address, logging_level=logging.WARNING, runtime_env=job_runtime_env())
     except ConnectionError as exc:
-        hint = ("start one with `ray start --head` on this machine" if address == "auto" else
-                f"check that `ray start --head` runs there and that {address} is its address (`ray status` on the head "
-                "node prints it)")
-        raise ClusterError(f"cannot reach a Ray cluster at {address!r}: {exc}; {hint}, or use --ray local") from None
+        hint = Notice("job_ray_hint_auto") if address == "auto" else Notice("job_ray_hint_address", address=address)
+        raise ClusterError(Notice("job_ray_unreachable", address=address, error=str(exc), hint=hint)) from None
     except Exception as exc:  # noqa: BLE001 - e.g. a version mismatch between this Ray and the cluster's
-        raise ClusterError(f"cannot join the Ray cluster at {address!r}: {exc}") from None
+        raise ClusterError(Notice("job_ray_join_failed", address=address, error=str(exc))) from None
     return False
 
 
@@ -369,31 +367,25 @@ def plan_workers(config: ClusterConfig, model: ModelConfig, cluster_cpus: float,
         ClusterError: the plan does not fit the cluster, or ``--device`` contradicts it.
     """
     if model.device.startswith("cuda:"):
-        raise ClusterError(f"--device {model.device} cannot be used with --ray: Ray gives each worker its own GPUs "
-                           "(--gpus-per-worker); use --device auto or cuda")
+        raise ClusterError(Notice("job_ray_device_index", device=model.device))
     gpus = config.gpus_per_worker
     if gpus is None:
         gpus = 1.0 if cluster_gpus >= 1 and model.device != "cpu" else 0.0
     if model.device == "cuda" and gpus == 0:
-        raise ClusterError("--device cuda needs --gpus-per-worker above 0 (the cluster has "
-                           f"{cluster_gpus:g} GPUs)")
+        raise ClusterError(Notice("job_ray_cuda_no_gpus", cluster_gpus=cluster_gpus))
     if gpus > 0 and model.device == "cpu":
-        raise ClusterError(f"--device cpu with --gpus-per-worker {gpus:g}: the GPUs would sit idle; drop one of them")
+        raise ClusterError(Notice("job_ray_cpu_with_gpus", gpus=gpus))
     workers = config.num_workers
     if workers is None:
         workers = int(cluster_gpus // gpus) if gpus > 0 else 1
     if workers < 1:
-        raise ClusterError(f"each worker needs {gpus:g} GPU but the cluster has {cluster_gpus:g}; use "
-                           "--gpus-per-worker 0 (or --device cpu) to run on CPUs, or add GPU machines with "
-                           "`ray start --address=HEAD:6379`")
+        raise ClusterError(Notice("job_ray_no_gpu_worker", gpus=gpus, cluster_gpus=cluster_gpus))
     if workers * gpus > cluster_gpus + 1e-9:
-        raise ClusterError(f"{workers} worker(s) x {gpus:g} GPU need {workers * gpus:g} GPUs but the cluster has "
-                           f"{cluster_gpus:g}; lower --num-workers or --gpus-per-worker (fractions share a GPU), or "
-                           "add GPU machines with `ray start --address=HEAD:6379`")
+        raise ClusterError(Notice("job_ray_too_few_gpus", workers=workers, gpus=gpus, needed=workers * gpus,
+                                  cluster_gpus=cluster_gpus))
     if workers * config.cpus_per_worker > cluster_cpus + 1e-9:
-        raise ClusterError(f"{workers} worker(s) x {config.cpus_per_worker:g} CPU need "
-                           f"{workers * config.cpus_per_worker:g} CPUs but the cluster has {cluster_cpus:g}; lower "
-                           "--num-workers or --cpus-per-worker")
+        raise ClusterError(Notice("job_ray_too_few_cpus", workers=workers, cpus=config.cpus_per_worker,
+                                  needed=workers * config.cpus_per_worker, cluster_cpus=cluster_cpus))
     return PoolPlan(num_workers=workers, gpus_per_worker=gpus, cpus_per_worker=config.cpus_per_worker)
 
 
@@ -439,9 +431,9 @@ class WorkerPool:
             resources = ray.cluster_resources()
             plan = plan_workers(config, engine_args.model, float(resources.get("CPU", 0)),
                                 float(resources.get("GPU", 0)))
-            say(f"Ray cluster: {len(ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, "
-                f"{resources.get('GPU', 0):g} GPUs; starting {plan.num_workers} worker(s) with "
-                f"{plan.gpus_per_worker:g} GPU and {plan.cpus_per_worker:g} CPU each")
+            say(Notice("job_ray_cluster", nodes=len(ray.nodes()), cpus=resources.get("CPU", 0),
+                       gpus=resources.get("GPU", 0), workers=plan.num_workers, gpus_per_worker=plan.gpus_per_worker,
+                       cpus_per_worker=plan.cpus_per_worker))
             lines_per_worker = LocalExecutor.IN_FLIGHT_PER_BATCH_ROW * engine_args.engine.max_batch_size
             actor_class = ray.remote(concurrency_groups={CONTROL_GROUP: 2})(LineWorker)
             env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
@@ -477,20 +469,19 @@ class WorkerPool:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 waiting = sorted(pending.values())
-                raise ClusterError(f"worker(s) {', '.join(str(i + 1) for i in waiting)} did not get ready within "
-                                   f"{self.config.worker_start_timeout_s:g} s (placed and model loaded); check "
-                                   "`ray status` for free resources, or raise the timeout")
+                raise ClusterError(Notice("job_ray_not_ready", workers=", ".join(str(i + 1) for i in waiting),
+                                          timeout_s=self.config.worker_start_timeout_s))
             index = pending.pop(ready[0])
             try:
                 info = ray.get(ready[0])
             except ray_error as exc:
-                raise ClusterError(f"worker {index + 1} failed to start: {_short(exc)}") from None
+                raise ClusterError(Notice("job_ray_worker_start_failed", n=index + 1, error=_short(exc))) from None
             if info.load_error is not None:
-                raise ClusterError(f"worker {index + 1} could not load the model: {info.load_error}")
+                raise ClusterError(Notice("job_ray_worker_load_failed", n=index + 1, error=info.load_error))
             infos[index] = info
-            say(f"worker {index + 1} ready: {info.family} on {info.device}"
-                + (f" (GPU {','.join(map(str, info.gpu_ids))})" if info.gpu_ids else "")
-                + f", node {info.node_ip}, pid {info.pid}")
+            gpu_ids = Notice("job_ray_gpu_ids", ids=",".join(map(str, info.gpu_ids))) if info.gpu_ids else ""
+            say(Notice("job_ray_worker_ready", n=index + 1, family=info.family, device=info.device, gpu_ids=gpu_ids,
+                       node=info.node_ip, pid=info.pid))
         return [_Slot(index=i, handle=h, info=infos[i]) for i, h in enumerate(handles)]
 
     def close(self) -> None:
@@ -562,8 +553,8 @@ class WorkerPool:
             slot.error = _short(exc)
             slot.probe = slot.handle.info.options(concurrency_group=CONTROL_GROUP).remote()
             slot.probe_started_s = time.monotonic()
-            message = (f"worker {slot.index + 1} (pid {slot.info.pid} on {slot.info.node_ip}) stopped: {slot.error}; "
-                       "its lines go to the other workers")
+            message = Notice("job_ray_worker_stopped", n=slot.index + 1, pid=slot.info.pid, node=slot.info.node_ip,
+                             error=slot.error)
         self.events.append(message)
         logger.warning("%s", message)
 
@@ -597,14 +588,14 @@ class WorkerPool:
                 except ray_error as exc:
                     verdict, error = "dead", _short(exc)
             if verdict is None and time.monotonic() - slot.probe_started_s > self.config.worker_start_timeout_s:
-                verdict, error = "dead", f"not back within {self.config.worker_start_timeout_s:g} s"
+                verdict, error = "dead", Notice("job_ray_not_back", timeout_s=self.config.worker_start_timeout_s)
             if verdict is None:
                 continue
             with self._lock:
                 slot.state, slot.probe = verdict, None
                 slot.error = error if verdict == "dead" else None
-            message = (f"worker {slot.index + 1} is back" if verdict == "up" else
-                       f"worker {slot.index + 1} is gone ({error})")
+            message = (Notice("job_ray_worker_back", n=slot.index + 1) if verdict == "up" else
+                       Notice("job_ray_worker_gone", n=slot.index + 1, error=error))
             self.events.append(message)
             logger.warning("%s", message)
 
@@ -649,7 +640,7 @@ class WorkerPool:
                 try:
                     engine, memory = ray.get(ref, timeout=0)
                 except ray.exceptions.GetTimeoutError:
-                    error = f"no answer within {timeout_s:g} s (busy loading or swapping?)"
+                    error = Notice("job_ray_no_answer", timeout_s=timeout_s)
                 except ray_error as exc:
                     error = _short(exc)
             out.append(WorkerStats(info=slot.info, state=slot.state, lines_done=slot.lines_done,
@@ -719,7 +710,7 @@ class RayExecutor:
             return
         slot = self.pool.first_up()
         if slot is None:
-            raise ClusterError("no Ray worker is up to check the default voice")
+            raise ClusterError(Notice("job_ray_no_worker_for_voice"))
         message = ray.get(slot.handle.check_default_voice.options(concurrency_group=CONTROL_GROUP).remote(
             self._job_ref))
         if message is not None:
@@ -770,8 +761,8 @@ class RayExecutor:
         if not self._queue or self.pool.any_alive():
             return []
         outcomes = [LineOutcome(a.line.line_number, a.line.output_name, "failed",
-                                error=f"no Ray worker is left to run it (all {self.pool.num_workers} stopped); "
-                                      "rerun with --resume once the cluster is back", warnings=list(a.line.warnings),
+                                error=Notice("job_ray_no_worker_left", count=self.pool.num_workers),
+                                warnings=list(a.line.warnings),
                                 finish_reason="unavailable")
                     for a in self._queue]
         self._queue.clear()
@@ -791,7 +782,7 @@ class RayExecutor:
                 logger.error("job line %d raised on worker %d: %s", attempt.line.line_number,
                              attempt.slot.index + 1, exc)
                 outcome = LineOutcome(attempt.line.line_number, attempt.line.output_name, "failed",
-                                      error=f"internal error on a Ray worker: {_short(exc)}")
+                                      error=Notice("job_ray_internal_error", error=_short(exc)))
             except ray_error as exc:  # the worker died (or its node): the line goes to another worker
                 self.pool.release(attempt.slot, done=False)
                 self.pool.report_failure(attempt.slot, exc)
@@ -802,8 +793,8 @@ class RayExecutor:
                     continue
                 outcome = LineOutcome(
                     attempt.line.line_number, attempt.line.output_name, "failed" if retry else "cancelled",
-                    error=(f"the Ray worker running it stopped {attempt.tries + 1} time(s) (last: {_short(exc)})"
-                           if retry else "cancelled"), warnings=list(attempt.line.warnings),
+                    error=(Notice("job_ray_line_worker_stopped", count=attempt.tries + 1, error=_short(exc))
+                           if retry else Notice("job_cancelled")), warnings=list(attempt.line.warnings),
                     finish_reason="unavailable" if retry else "cancelled")
             else:
                 self.pool.release(attempt.slot, done=True)
@@ -834,7 +825,7 @@ class RayExecutor:
     def cancel(self, grace_s: float) -> list[LineOutcome]:
         import ray
 
-        outcomes = [LineOutcome(a.line.line_number, a.line.output_name, "cancelled", error="cancelled")
+        outcomes = [LineOutcome(a.line.line_number, a.line.output_name, "cancelled", error=Notice("job_cancelled"))
                     for a in self._queue]
         self._queue.clear()
         self._cancel_on_workers()
@@ -846,7 +837,7 @@ class RayExecutor:
         for attempt in self._refs.values():
             self.pool.release(attempt.slot, done=False)
             outcomes.append(LineOutcome(attempt.line.line_number, attempt.line.output_name, "cancelled",
-                                        error="cancelled"))
+                                        error=Notice("job_cancelled")))
         self._refs.clear()
         return outcomes
 

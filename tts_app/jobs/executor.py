@@ -22,13 +22,13 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from tts_app.audio.transcribe import Transcriber, fill_transcript
 from tts_app.errors import RequestCancelledError, TTSAppError
-from tts_app.finish import Finish
+from tts_app.finish import Finish, FinishReason
 from tts_app.frontend.messages import message_of
 from tts_app.jobs.messages import Notice
 from tts_app.request import (EmotionControl, Priority, RequestStatus, SynthesisParams, SynthesisRequest,
@@ -175,13 +175,14 @@ def unsupported_knobs(facts: ModelFacts, given: list[str] | tuple[str, ...]) -> 
     an error), with the reason (``GenerationDefaults.sources``)."""
     defaults = facts.generation_defaults
     return [Notice("job_ignored_knob", name=name, family=facts.family, source=defaults.sources.get(name, "absent"))
-            for name in ("greedy", "temperature", "top_p", "top_k", "cfg_scale")
+            for name in ("greedy", "temperature", "top_p", "top_k", "cfg_scale", "num_beams", "length_penalty")
             if name in given and getattr(defaults, name) is None]
 
 
 def prepare_default_voice(runtime: Runtime, context: JobContext, source: ReferenceInput = None
                           ) -> PreparedReference | None:
-    """The job's default voice cleaned by ``runtime``'s reference preparer, or None when the job has none.
+    """The job's default voice cleaned by ``runtime``'s reference preparer with the job's ``reference_cleanup``
+    (``context.params``), or None when the job has none.
 
     Args:
         source: where to read it (``ReferenceInput``); None = ``context.default_voice`` on this machine.
@@ -192,7 +193,7 @@ def prepare_default_voice(runtime: Runtime, context: JobContext, source: Referen
     if context.default_voice is None:
         return None
     return _prepare_reference(runtime, source if source is not None else context.default_voice,
-                              context.default_voice_text)
+                              context.default_voice_text, context.params.reference_cleanup)
 
 
 def _prepare_reference(runtime: Runtime, source: Path | tuple[bytes, str], reference_text: str | None,
@@ -242,8 +243,11 @@ def prepare_line(runtime: Runtime, line: JobLine, context: JobContext, default_r
         TTSAppError: the line's settings are invalid, or its reference audio or emotion clip is unusable.
     """
     line_params = line.synthesis_params(context.params)
+    # a saved voice is cleaned as it was saved (``Voice.reference_cleanup``) unless the line names a cleanup itself
+    voice_cleanup = line.params.get("reference_cleanup")
     if line.voice is not None:
-        prepared, voice_text = context.voices.prepare_source(line.voice, runtime.references)
+        prepared, voice_text = context.voices.prepare_source(line.voice, runtime.references, voice_cleanup)
+        line_params = replace(line_params, reference_cleanup=prepared.report.cleanup)  # what ran on the voice
         reference_text = line.prompt_text or prepared.text or voice_text
     elif line.prompt_audio is None:
         prepared = default_reference
@@ -264,8 +268,9 @@ def prepare_line(runtime: Runtime, line: JobLine, context: JobContext, default_r
     if line.script is not None:
         from tts_app.dialogue import dialogue_request
 
-        voices = [context.voices.prepare_source(value, runtime.references) if kind == "voice"
-                  else (runtime.references.prepare(value), None) for kind, value in line.speaker_voices]
+        voices = [context.voices.prepare_source(value, runtime.references, voice_cleanup) if kind == "voice"
+                  else (runtime.references.prepare(value, cleanup=line_params.reference_cleanup), None)
+                  for kind, value in line.speaker_voices]
         voices = [(ref, transcript(ref, known)) for ref, known in voices]
         request = dialogue_request(line.script, voices, text=line.input_text, params=line_params,
                                    priority=Priority.JOB, emotion=line_emotion(runtime, line, emotion_clip))
@@ -288,11 +293,16 @@ def outcome_from_result(runtime: Runtime, context: JobContext, line: JobLine, pr
         return LineOutcome(line.line_number, line.output_name, "cancelled", error=result.error or Notice("job_cancelled"),
                            warnings=warnings, elapsed_s=elapsed_s, request_id=request_id,
                            finish_reason=result.finish.reason.value)
-    if not result.ok or len(result.audio) == 0:
+    from tts_app.outputs import no_audio_error, output_metadata
+
+    if not result.ok:
         return LineOutcome(line.line_number, line.output_name, "failed", error=result.error or Notice("job_no_audio"),
                            warnings=warnings, elapsed_s=elapsed_s, request_id=request_id,
                            finish_reason=result.finish.reason.value)
-    from tts_app.outputs import output_metadata
+    no_audio = no_audio_error(prepared.request, result)  # the page's and synth's words for it
+    if no_audio is not None:
+        return LineOutcome(line.line_number, line.output_name, "failed", error=no_audio, warnings=warnings,
+                           elapsed_s=elapsed_s, request_id=request_id, finish_reason=FinishReason.NO_AUDIO.value)
 
     job = {"job": {"file": context.job_file_name, "line": line.line_number, "output_name": line.output_name}}
     metadata = output_metadata(runtime, prepared.request, result, entry_point="job", reference=prepared.reference,

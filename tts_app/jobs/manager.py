@@ -233,8 +233,11 @@ class JobManager:
         settings = state.settings
         try:
             # greedy None (not given) = the checkpoint's own choice, as everywhere else
+            cleanup = settings.get("reference_cleanup")
             params = SynthesisParams(seed=int(settings.get("seed") or 0), greedy=settings.get("greedy"),
-                                     use_cache=bool(settings.get("use_cache", True)))
+                                     use_cache=bool(settings.get("use_cache", True)),
+                                     num_beams=settings.get("num_beams"), length_penalty=settings.get("length_penalty"),
+                                     **({"reference_cleanup": cleanup} if cleanup else {}))
             executor = None
             if self.pool is not None:
                 from tts_app.jobs.cluster import RayExecutor

@@ -62,6 +62,8 @@ EN: dict[str, str] = {
     "job_zip_symlink": "audio ZIP member {member!r} is a symbolic link; refusing the ZIP",
     "job_zip_unreadable_file": "audio archive {name!r} is not a readable ZIP file: {reason}",
     "job_zip_grew": "audio ZIP unpacks to more than {limit} bytes; refusing it",
+    "job_zip_ratio": "audio ZIP member {member!r} would unpack to {ratio:.0f} times its packed size (at most {limit:.0f} "
+                     "times is accepted: audio barely compresses, so this looks like a ZIP bomb); refusing the ZIP",
     # output_name
     "job_name_type": "output_name must be a string, not {type}",
     "job_name_path": "output_name {value!r} contains a path; outputs always go in the output folder, give a plain "
@@ -137,6 +139,11 @@ EN: dict[str, str] = {
     "job_no_audio": "no audio produced",
     "job_internal_error": "internal error: {error}",
     "job_failed": "failed",
+    "job_write_failed": "its audio could not be written ({name}: {reason}); free disk space and resume the job to "
+                        "run this line again",
+    "job_stopped_write": "the job stopped: its results could not be written ({reason}); {num_recorded} of "
+                         "{num_lines} lines are recorded. Free disk space and resume the job: lines done are kept, "
+                         "the rest run again",
     # texts of the validation report and the run summary (CLI)
     "job_validation_head": "{path}: {num_lines} lines, {num_valid} valid, {num_invalid} invalid, {num_warnings} "
                            "warnings (encoding {encoding})",
@@ -149,6 +156,56 @@ EN: dict[str, str] = {
                    "{cancelled} in {elapsed_s:.1f} s; results in {path}",
     "job_summary_cancelled": ", {count} cancelled",
     "job_failed_line": "  line {line}: {message}",
+    # Ray workers (tts_app.jobs.cluster): errors, progress lines, worker events, a line's failure
+    "job_ray_missing": "--ray needs Ray, which is not installed; install it with `python3 -m pip install -r "
+                       "{requirements}` (the version tested with this app), or run without --ray",
+    "job_ray_start_failed": "could not start a Ray cluster on this machine: {error}",
+    "job_ray_unreachable": "cannot reach a Ray cluster at {address!r}: {error}; {hint}, or use --ray local",
+    "job_ray_hint_auto": "start one with `ray start --head` on this machine",
+    "job_ray_hint_address": "check that `ray start --head` runs there and that {address} is its address (`ray "
+                            "status` on the head node prints it)",
+    "job_ray_join_failed": "cannot join the Ray cluster at {address!r}: {error}",
+    "job_ray_device_index": "--device {device} cannot be used with --ray: Ray gives each worker its own GPUs "
+                            "(--gpus-per-worker); use --device auto or cuda",
+    "job_ray_cuda_no_gpus": "--device cuda needs --gpus-per-worker above 0 (the cluster has {cluster_gpus:g} GPUs)",
+    "job_ray_cpu_with_gpus": "--device cpu with --gpus-per-worker {gpus:g}: the GPUs would sit idle; drop one of them",
+    "job_ray_no_gpu_worker": "each worker needs {gpus:g} GPU but the cluster has {cluster_gpus:g}; use "
+                             "--gpus-per-worker 0 (or --device cpu) to run on CPUs, or add GPU machines with "
+                             "`ray start --address=HEAD:6379`",
+    "job_ray_too_few_gpus": "{workers} worker(s) x {gpus:g} GPU need {needed:g} GPUs but the cluster has "
+                            "{cluster_gpus:g}; lower --num-workers or --gpus-per-worker (fractions share a GPU), or "
+                            "add GPU machines with `ray start --address=HEAD:6379`",
+    "job_ray_too_few_cpus": "{workers} worker(s) x {cpus:g} CPU need {needed:g} CPUs but the cluster has "
+                            "{cluster_cpus:g}; lower --num-workers or --cpus-per-worker",
+    "job_ray_not_ready": "worker(s) {workers} did not get ready within {timeout_s:g} s (placed and model loaded); "
+                         "check `ray status` for free resources, or raise the timeout",
+    "job_ray_worker_start_failed": "worker {n} failed to start: {error}",
+    "job_ray_worker_load_failed": "worker {n} could not load the model: {error}",
+    "job_ray_cluster": "Ray cluster: {nodes} node(s), {cpus:g} CPUs, {gpus:g} GPUs; starting {workers} worker(s) "
+                       "with {gpus_per_worker:g} GPU and {cpus_per_worker:g} CPU each",
+    "job_ray_worker_ready": "worker {n} ready: {family} on {device}{gpu_ids}, node {node}, pid {pid}",
+    "job_ray_gpu_ids": " (GPU {ids})",
+    "job_ray_worker_stopped": "worker {n} (pid {pid} on {node}) stopped: {error}; its lines go to the other workers",
+    "job_ray_worker_back": "worker {n} is back",
+    "job_ray_worker_gone": "worker {n} is gone ({error})",
+    "job_ray_not_back": "not back within {timeout_s:g} s",
+    "job_ray_no_answer": "no answer within {timeout_s:g} s (busy loading or swapping?)",
+    "job_ray_no_worker_for_voice": "no Ray worker is up to check the default voice",
+    "job_ray_no_worker_left": "no Ray worker is left to run it (all {count} stopped); rerun with --resume once the "
+                              "cluster is back",
+    "job_ray_internal_error": "internal error on a Ray worker: {error}",
+    "job_ray_line_worker_stopped": "the Ray worker running it stopped {count} time(s) (last: {error})",
+    "job_ray_ran_on": "ran on {count} Ray worker(s)",
+    "job_ray_retried": "; {count} line(s) sent to another worker after theirs stopped",
+    # the batch command's progress and its Ctrl-C
+    "job_progress_unit": "line",
+    "job_count_ok": "ok", "job_count_failed": "failed", "job_count_cancelled": "cancelled",
+    "job_count_skipped": "skipped",
+    "job_no_model_needed": "no line needs the model (every line is invalid or already done); not loading it",
+    "job_cancelling": "cancelling: lines already running finish, the rest are recorded as cancelled (Ctrl-C again "
+                      "to stop at once)",
+    "job_interrupted": "interrupted; finished lines are kept, rerun with --resume to continue",
+    "job_cancelled_resume": "cancelled; rerun with --resume to finish the lines not done",
 }
 
 ZH: dict[str, str] = {
@@ -188,6 +245,8 @@ ZH: dict[str, str] = {
     "job_zip_symlink": "音频 ZIP 中的 {member!r} 是符号链接；拒绝该 ZIP",
     "job_zip_unreadable_file": "音频压缩包 {name!r} 不是可读取的 ZIP 文件：{reason}",
     "job_zip_grew": "音频 ZIP 解压后超过 {limit} 字节；拒绝该 ZIP",
+    "job_zip_ratio": "音频 ZIP 中的 {member!r} 解压后是压缩大小的 {ratio:.0f} 倍（最多接受 {limit:.0f} 倍：音频几乎无法压缩，"
+                     "这看起来像 ZIP 炸弹）；拒绝该 ZIP",
     "job_name_type": "output_name 必须是字符串，而不是 {type}",
     "job_name_path": "output_name {value!r} 含有路径；输出总是放在输出文件夹中，请给出普通文件名，例如 {plain!r}",
     "job_name_empty_after": "output_name {value!r} 去掉不安全字符后为空",
@@ -249,6 +308,9 @@ ZH: dict[str, str] = {
     "job_no_audio": "没有生成音频",
     "job_internal_error": "内部错误：{error}",
     "job_failed": "失败",
+    "job_write_failed": "无法写入该行的音频（{name}：{reason}）；请释放磁盘空间后继续该任务，以重新运行这一行",
+    "job_stopped_write": "任务已停止：无法写入结果（{reason}）；{num_lines} 行中已记录 {num_recorded} 行。请释放磁盘空间后继续该任务："
+                         "已完成的行会保留，其余的行重新运行",
     "job_validation_head": "{path}：共 {num_lines} 行，{num_valid} 行有效，{num_invalid} 行无效，{num_warnings} 条提示"
                            "（编码 {encoding}）",
     "job_validation_row": "  {where}：{status}：{message}",
@@ -260,6 +322,50 @@ ZH: dict[str, str] = {
                    "{elapsed_s:.1f} 秒；结果在 {path}",
     "job_summary_cancelled": "，取消 {count}",
     "job_failed_line": "  第 {line} 行：{message}",
+    "job_ray_missing": "--ray 需要 Ray，但它没有安装；请用 `python3 -m pip install -r {requirements}` 安装（本应用测试过的版本），"
+                       "或不用 --ray 运行",
+    "job_ray_start_failed": "无法在本机启动 Ray 集群：{error}",
+    "job_ray_unreachable": "无法连接 {address!r} 处的 Ray 集群：{error}；{hint}，或使用 --ray local",
+    "job_ray_hint_auto": "请在本机用 `ray start --head` 启动一个",
+    "job_ray_hint_address": "请确认那里运行着 `ray start --head`，且 {address} 是它的地址（在头节点上运行 `ray status` 可看到）",
+    "job_ray_join_failed": "无法加入 {address!r} 处的 Ray 集群：{error}",
+    "job_ray_device_index": "--device {device} 不能与 --ray 同用：Ray 为每个工作进程分配自己的 GPU（--gpus-per-worker）；"
+                            "请用 --device auto 或 cuda",
+    "job_ray_cuda_no_gpus": "--device cuda 需要 --gpus-per-worker 大于 0（集群有 {cluster_gpus:g} 个 GPU）",
+    "job_ray_cpu_with_gpus": "--device cpu 与 --gpus-per-worker {gpus:g} 同用：GPU 会闲置；请去掉其中一个",
+    "job_ray_no_gpu_worker": "每个工作进程需要 {gpus:g} 个 GPU，但集群只有 {cluster_gpus:g} 个；请用 --gpus-per-worker 0"
+                             "（或 --device cpu）在 CPU 上运行，或用 `ray start --address=HEAD:6379` 加入 GPU 机器",
+    "job_ray_too_few_gpus": "{workers} 个工作进程 x {gpus:g} 个 GPU 共需 {needed:g} 个 GPU，但集群只有 {cluster_gpus:g} 个；"
+                            "请减小 --num-workers 或 --gpus-per-worker（小数可共享 GPU），或用 "
+                            "`ray start --address=HEAD:6379` 加入 GPU 机器",
+    "job_ray_too_few_cpus": "{workers} 个工作进程 x {cpus:g} 个 CPU 共需 {needed:g} 个 CPU，但集群只有 {cluster_cpus:g} 个；"
+                            "请减小 --num-workers 或 --cpus-per-worker",
+    "job_ray_not_ready": "工作进程 {workers} 在 {timeout_s:g} 秒内没有就绪（分配资源并加载模型）；请用 `ray status` 查看空闲资源，"
+                         "或调大超时",
+    "job_ray_worker_start_failed": "工作进程 {n} 启动失败：{error}",
+    "job_ray_worker_load_failed": "工作进程 {n} 无法加载模型：{error}",
+    "job_ray_cluster": "Ray 集群：{nodes} 个节点，{cpus:g} 个 CPU，{gpus:g} 个 GPU；启动 {workers} 个工作进程，每个 "
+                       "{gpus_per_worker:g} 个 GPU、{cpus_per_worker:g} 个 CPU",
+    "job_ray_worker_ready": "工作进程 {n} 已就绪：{family}，设备 {device}{gpu_ids}，节点 {node}，pid {pid}",
+    "job_ray_gpu_ids": "（GPU {ids}）",
+    "job_ray_worker_stopped": "工作进程 {n}（{node} 上的 pid {pid}）已停止：{error}；它的行交给其他工作进程",
+    "job_ray_worker_back": "工作进程 {n} 已恢复",
+    "job_ray_worker_gone": "工作进程 {n} 已不可用（{error}）",
+    "job_ray_not_back": "{timeout_s:g} 秒内没有恢复",
+    "job_ray_no_answer": "{timeout_s:g} 秒内没有应答（正在加载或换页？）",
+    "job_ray_no_worker_for_voice": "没有在线的 Ray 工作进程来检查默认声音",
+    "job_ray_no_worker_left": "没有剩下的 Ray 工作进程来运行它（{count} 个全部停止）；集群恢复后请用 --resume 重新运行",
+    "job_ray_internal_error": "Ray 工作进程上的内部错误：{error}",
+    "job_ray_line_worker_stopped": "运行它的 Ray 工作进程停止了 {count} 次（最后一次：{error}）",
+    "job_ray_ran_on": "在 {count} 个 Ray 工作进程上运行",
+    "job_ray_retried": "；{count} 行在其工作进程停止后交给了另一个工作进程",
+    "job_progress_unit": "行",
+    "job_count_ok": "成功", "job_count_failed": "失败", "job_count_cancelled": "取消",
+    "job_count_skipped": "跳过",
+    "job_no_model_needed": "没有需要模型的行（每行都无效或已完成）；不加载模型",
+    "job_cancelling": "正在取消：正在运行的行会完成，其余记为已取消（再按一次 Ctrl-C 立即停止）",
+    "job_interrupted": "已中断；已完成的行会保留，用 --resume 继续",
+    "job_cancelled_resume": "已取消；用 --resume 完成未做的行",
 }
 
 register(__name__, EN, ZH)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from tts_app.errors import InputError
+from tts_app.errors import InputError, TTSAppError
 from tts_app.jobs.messages import Notice
 from tts_app.jobs.results import (RESULTS_NAME, ZIP_NAME, ResultsWriter, audio_decodes, line_record,
                                   make_results_zip, read_results, remove_stale_temp_files, resumable)
@@ -101,8 +101,10 @@ class JobSummary:
 
 
 @contextlib.contextmanager
-def _audio_root(audio_dir: str | Path | None, scratch_dir: Path, config: JobConfig) -> Iterator[Path | None]:
-    """The folder to look for reference audio in: ``audio_dir`` itself, or a ZIP unpacked into ``scratch_dir``."""
+def _audio_root(audio_dir: str | Path | None, scratch_dir: Path, config: JobConfig,
+                only: frozenset[str] | None = None) -> Iterator[Path | None]:
+    """The folder to look for reference audio in: ``audio_dir`` itself, or a ZIP unpacked into ``scratch_dir``
+    (only the members in ``only`` when given: those the job's lines name)."""
     if audio_dir is None:
         yield None
         return
@@ -111,7 +113,7 @@ def _audio_root(audio_dir: str | Path | None, scratch_dir: Path, config: JobConf
         yield audio_dir
         return
     root = extract_audio_zip(_zip_file(audio_dir), scratch_dir, max_total_bytes=config.max_zip_bytes,
-                             max_members=config.max_zip_members)
+                             max_members=config.max_zip_members, max_ratio=config.max_zip_ratio, only=only)
     try:
         yield root
     finally:  # only needed while the job runs; a resumed job unpacks it again
@@ -133,7 +135,7 @@ def _validation_sources(jsonl_path: str | Path, audio_dir: str | Path | None, co
     unpacked), an audio folder directly."""
     if audio_dir is not None and Path(audio_dir).is_file():
         members = zip_audio_members(_zip_file(audio_dir), max_total_bytes=config.max_zip_bytes,
-                                    max_members=config.max_zip_members)
+                                    max_members=config.max_zip_members, max_ratio=config.max_zip_ratio)
         with AudioSources([Path(jsonl_path).parent], [Path(r) for r in config.extra_allowed_roots],
                           zip_members=members, zip_path=Path(audio_dir), voices=config.voice_library(),
                           root_labels={Path(jsonl_path).parent: "the job file's folder"}) as sources:
@@ -172,6 +174,18 @@ def model_line_checks(facts, name: str):
         return problems
 
     return check
+
+
+def _zip_members_used(jsonl_path: Path, audio_dir: str | Path | None, has_default_voice: bool,
+                      config: JobConfig) -> frozenset[str] | None:
+    """The members of an audio ZIP the job's lines name (read from the ZIP's listing, nothing unpacked), or None
+    when ``audio_dir`` is not a ZIP file."""
+    if audio_dir is None or not Path(audio_dir).is_file():
+        return None
+    with _validation_sources(jsonl_path, audio_dir, config) as sources:
+        for _ in iter_job(jsonl_path, sources, has_default_voice=has_default_voice, config=config):
+            pass
+        return frozenset(sources.zip_used)
 
 
 def validate_job(jsonl_path: str | Path, *, audio_dir: str | Path | None = None,
@@ -282,7 +296,15 @@ class _JobRun:
 
         result = outcome.result
         fmt = outcome.audio_format or self.audio_format  # the line's ``format`` field, else the job's
-        files = save_outputs(self.out_dir / f"{outcome.output_name}.{fmt}", result, outcome.metadata)
+        try:
+            files = save_outputs(self.out_dir / f"{outcome.output_name}.{fmt}", result, outcome.metadata)
+        except OSError as exc:  # disk full, quota, permissions: this line fails in words, the job goes on
+            logger.warning("line %d: its audio could not be written: %s", outcome.line_number, exc)
+            self.record(outcome.line_number, outcome.output_name, "failed",
+                        error=Notice("job_write_failed", name=f"{outcome.output_name}.{fmt}",
+                                     reason=exc.strerror or str(exc)),
+                        elapsed_s=outcome.elapsed_s, warnings=outcome.warnings, request_id=outcome.request_id)
+            return
         self.record(outcome.line_number, outcome.output_name, "ok", audio_path=files.audio.name,
                     metadata_path=files.metadata.name, duration_s=round(result.duration_s, 3),
                     num_segments=len(result.segments), elapsed_s=outcome.elapsed_s, warnings=outcome.warnings,
@@ -334,8 +356,8 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
         runtime: a ``tts_app.runtime.Runtime`` (its engine runs the lines, its reference preparer cleans their
             references); None when an ``executor`` is given or when no line needs the model (every line invalid
             or, with ``resume``, already done; see ``count_lines_to_run``).
-        audio_dir: folder or ZIP of reference audio; a ZIP is unpacked (safely) into ``out_dir/.reference_audio``
-            for the duration of the job.
+        audio_dir: folder or ZIP of reference audio; a ZIP's members the lines name are unpacked (safely) into
+            ``out_dir/.reference_audio`` for the duration of the job.
         resume: keep lines whose earlier record is ok and whose audio decodes; otherwise every line runs again.
         progress: called as ``progress(done, total, info)`` after every line; ``info`` has ``line``,
             ``output_name``, ``status`` ("ok" | "failed" | "cancelled", or "skipped" for a line kept from an
@@ -361,7 +383,9 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
         InputError: job file unreadable/undecodable, audio folder/ZIP unusable or unsafe, default voice missing.
         ValueError: neither ``runtime`` nor ``executor`` is given but a line needs the model.
         ReferenceAudioError: the default voice cannot be used.
-        OSError: an output cannot be written (disk full, permissions); finished lines are kept for ``resume``.
+        TTSAppError: a record cannot be written (disk full): the job stops, its message says how many lines are
+            recorded; finished lines are kept for ``resume``. (A line whose audio cannot be written is that line's
+            failed record, and the job goes on.)
     """
     started = time.monotonic()
     jsonl_path, out_dir = Path(jsonl_path), Path(out_dir)
@@ -375,7 +399,9 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
     if executor is None and runtime is not None:
         executor = LocalExecutor(runtime, transcriber=transcriber)
 
-    with _audio_root(audio_dir, out_dir / EXTRACTED_AUDIO_DIR, config) as root:
+    # a ZIP's members that no line names are never unpacked (a small job cannot make a large ZIP fill the disk)
+    used = _zip_members_used(jsonl_path, audio_dir, default_voice_path is not None, config)
+    with _audio_root(audio_dir, out_dir / EXTRACTED_AUDIO_DIR, config, only=used) as root:
         sources = make_sources(jsonl_path, root, config, audio_label=audio_label)
         report = validate_lines(jsonl_path, sources, has_default_voice=default_voice_path is not None,
                                 config=config)
@@ -423,9 +449,15 @@ def run_job(jsonl_path: str | Path, out_dir: str | Path, runtime: Runtime | None
                 run.wait(executor, cancel_event, until_below=1)
                 if executor.num_in_flight:  # cancelled while draining
                     run.cancel_all(executor)
+        except OSError as exc:  # a record could not be written (disk full): stop, resumably, and say so
+            raise TTSAppError(Notice("job_stopped_write", reason=exc.strerror or str(exc),
+                                     num_recorded=writer.num_written, num_lines=summary.num_lines)) from exc
         finally:
             if executor is not None and executor.num_in_flight:  # an exception (disk full, Ctrl-C): stop this job
                 executor.abort()
-            writer.close()
+            try:
+                writer.close()
+            except OSError as exc:  # the disk is full: the journal keeps what was recorded, for the resume
+                logger.warning("results of %s could not be closed: %s", out_dir, exc)
     summary.elapsed_s = time.monotonic() - started
     return summary

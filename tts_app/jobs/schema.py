@@ -19,10 +19,11 @@ field               alias                  meaning
                                            the text's first words, ``00003_今天天气很好``)
 ``format``                                 this line's audio format, ``wav``, ``flac``, ``mp3`` or ``opus``
                                            (default: the job's, ``batch --format`` / the Batch tab's choice)
-``seed`` ``greedy`` ``temperature`` ``top_p`` ``top_k`` ``cfg_scale`` ``max_new_tokens`` ``max_segment_chars``
-``pause_between_segments_ms`` ``speed`` ``duration_s`` ``loudness_lufs`` ``chapter_pause_ms``
+``seed`` ``greedy`` ``temperature`` ``top_p`` ``top_k`` ``cfg_scale`` ``max_new_tokens`` ``num_beams``
+``length_penalty`` ``max_segment_chars`` ``pause_between_segments_ms`` ``speed`` ``duration_s`` ``loudness_lufs`` ``chapter_pause_ms``
 ``segment_durations_s`` (a list: seconds per line of the text, for dubbing) ``reference_cleanup`` (``auto``,
-``full`` or ``off``: what is done to the line's reference audio)
+``full`` or ``off``: what is done to the line's reference audio; a saved voice is
+cleaned as it was saved unless the line gives one)
                                            per-line ``SynthesisParams`` overrides (optional)
 ``emo_audio_prompt`` ``emo_audio``         emotion clip (a path, resolved like ``prompt_audio``), IndexTTS 2 only
 ``emo_vector``                             8 emotion weights in [0, 1]: a list in the order happy, angry, sad,
@@ -73,6 +74,10 @@ class JobConfig:
             folder (absolute paths and ``..`` are refused unless they stay inside one of the allowed roots).
         max_zip_bytes: largest total uncompressed size of an uploaded audio ZIP, in bytes (zip-bomb guard).
         max_zip_members: most files in an uploaded audio ZIP.
+        max_zip_ratio: most a ZIP member may unpack to, as a multiple of its packed size (zip-bomb guard; 100:
+            audio barely deflates, a WAV of pure silence about 300-1000 times, so members under
+            ``MIN_RATIO_CHECKED_BYTES`` unpacked are not held to it). A job unpacks only the members its lines
+            name.
         max_in_flight_lines: most lines submitted to the engine and not yet finished (bounds memory: reference
             audio of at most this many lines is loaded at once); None = 4 x the engine's max batch size.
         output_name_digits: zero-padding of the default output name (the 1-based line number).
@@ -84,6 +89,7 @@ class JobConfig:
     extra_allowed_roots: tuple[str, ...] = ()
     max_zip_bytes: int = 2 * 1024**3
     max_zip_members: int = 10_000
+    max_zip_ratio: float = 100.0
     max_in_flight_lines: int | None = None
     output_name_digits: int = 5
     voices_dir: str | None = None
@@ -125,6 +131,8 @@ PARAM_TYPES: dict[str, type] = {
     "top_k": int,
     "cfg_scale": float,
     "max_new_tokens": int,
+    "num_beams": int,  # beam search, for models that have it (IndexTTS 2)
+    "length_penalty": float,
     "max_segment_chars": int,
     "pause_between_segments_ms": int,
     "speed": float,
@@ -378,7 +386,8 @@ class AudioSources:
     Args:
         search_roots, allowed_roots: folders to look in / that paths may point into.
         zip_members, zip_path: an audio ZIP searched first, by member name, without unpacking it (validation
-            only; paths returned for it are ``zip_path / member`` and are not files).
+            only; paths returned for it are ``zip_path / member`` and are not files). The members lines named
+            are collected in ``zip_used`` (a job unpacks only those).
         min_reference_s: shortest reference the header may declare, in s (``ReferenceConfig.min_speech_s``).
         has_audio_source: an audio folder or ZIP was given (when not, "not found" says to give one).
         root_labels: how messages name a root folder (e.g. "the job file's folder"), so messages hold no server
@@ -402,6 +411,7 @@ class AudioSources:
         self.allowed_roots = [Path(r).resolve() for r in dict.fromkeys([*search_roots, *allowed_roots])]
         self.zip_members = zip_members
         self.zip_path = zip_path
+        self.zip_used: set[str] = set()
         self.min_reference_s = float(min_reference_s)
         self.has_audio_source = has_audio_source or zip_members is not None
         self._memo: dict[str, Path | JobLineError] = {}  # value -> resolved path, or the refusal
@@ -468,6 +478,7 @@ class AudioSources:
             if member == ".." or member.startswith("../"):
                 raise JobLineError(line_number, Notice("job_leaves_zip", value=value))
             if member in self.zip_members:
+                self.zip_used.add(member)  # named by a line, usable or not: the run says why not, as here
                 self._probe_zip_member(value, member, line_number)
                 return Path(self.zip_path or "audio.zip") / member
         for root in self.search_roots:
@@ -551,7 +562,13 @@ class AudioSources:
         self._check_audio(value, head, duration_s, line_number)
 
 
-def _checked_zip_members(archive: zipfile.ZipFile, *, max_total_bytes: int, max_members: int
+#: ZIP members that unpack to fewer bytes than this are not held to ``JobConfig.max_zip_ratio`` (a second of
+#: silent 24 kHz WAV is 48 KB and deflates ~500-fold; so small a member cannot fill a disk).
+MIN_RATIO_CHECKED_BYTES = 1024**2
+
+
+def _checked_zip_members(archive: zipfile.ZipFile, *, max_total_bytes: int, max_members: int,
+                         max_ratio: float = JobConfig.max_zip_ratio
                          ) -> list[tuple[zipfile.ZipInfo, PurePosixPath]]:
     """Files of an audio ZIP with their safe relative names, or an ``InputError`` naming the unsafe member."""
     members = [m for m in archive.infolist() if not m.is_dir()]
@@ -562,6 +579,9 @@ def _checked_zip_members(archive: zipfile.ZipFile, *, max_total_bytes: int, max_
         raise InputError(Notice("job_zip_too_big", size=declared, limit=max_total_bytes))
     targets: list[tuple[zipfile.ZipInfo, PurePosixPath]] = []
     for m in members:
+        ratio = m.file_size / max(1, m.compress_size)
+        if m.file_size >= MIN_RATIO_CHECKED_BYTES and ratio > max_ratio:
+            raise InputError(Notice("job_zip_ratio", member=m.filename, ratio=ratio, limit=max_ratio))
         name = m.filename.replace("\\", "/")
         rel = PurePosixPath(name)
         if rel.is_absolute() or re.match(r"^[A-Za-z]:", name) or ".." in rel.parts:
@@ -579,7 +599,8 @@ def _open_zip(zip_path: Path) -> zipfile.ZipFile:
         raise InputError(Notice("job_zip_unreadable_file", name=Path(zip_path).name, reason=str(exc))) from exc
 
 
-def zip_audio_members(zip_path: Path, *, max_total_bytes: int, max_members: int) -> frozenset[str]:
+def zip_audio_members(zip_path: Path, *, max_total_bytes: int, max_members: int,
+                      max_ratio: float = JobConfig.max_zip_ratio) -> frozenset[str]:
     """Relative names of the files in an audio ZIP, after the same safety checks as ``extract_audio_zip``;
     nothing is unpacked (validation of an uploaded ZIP costs no disk).
 
@@ -588,15 +609,21 @@ def zip_audio_members(zip_path: Path, *, max_total_bytes: int, max_members: int)
     """
     with _open_zip(zip_path) as archive:
         return frozenset(str(rel) for _, rel in _checked_zip_members(
-            archive, max_total_bytes=max_total_bytes, max_members=max_members))
+            archive, max_total_bytes=max_total_bytes, max_members=max_members, max_ratio=max_ratio))
 
 
-def extract_audio_zip(zip_path: Path, dest_dir: Path, *, max_total_bytes: int, max_members: int) -> Path:
+def extract_audio_zip(zip_path: Path, dest_dir: Path, *, max_total_bytes: int, max_members: int,
+                      max_ratio: float = JobConfig.max_zip_ratio, only: frozenset[str] | None = None) -> Path:
     """Extract an uploaded audio ZIP into ``dest_dir`` (recreated empty), refusing anything unsafe.
 
     Refused, before anything is written: members whose name is absolute, has a drive letter or a ``..``
-    component (zip-slip), symbolic links, more than ``max_members`` files, or a declared total size over
-    ``max_total_bytes``. While extracting, actual bytes are counted too (declared sizes can lie).
+    component (zip-slip), symbolic links, more than ``max_members`` files, a declared total size over
+    ``max_total_bytes``, or a member over ``MIN_RATIO_CHECKED_BYTES`` that unpacks to more than ``max_ratio`` times
+    its packed size. While extracting, actual bytes are counted too (declared sizes can lie).
+
+    Args:
+        only: the members to unpack (relative names, as ``zip_audio_members`` gives them; the ones a job's lines
+            name: ``AudioSources.zip_used``); None = all.
 
     Returns:
         ``dest_dir``.
@@ -605,7 +632,10 @@ def extract_audio_zip(zip_path: Path, dest_dir: Path, *, max_total_bytes: int, m
         InputError: not a ZIP, or one of the refusals above (the message names the member and the limit).
     """
     with _open_zip(zip_path) as archive:
-        targets = _checked_zip_members(archive, max_total_bytes=max_total_bytes, max_members=max_members)
+        targets = _checked_zip_members(archive, max_total_bytes=max_total_bytes, max_members=max_members,
+                                       max_ratio=max_ratio)
+        if only is not None:
+            targets = [(m, rel) for m, rel in targets if str(rel) in only]
         if dest_dir.exists():
             shutil.rmtree(dest_dir)
         dest_dir.mkdir(parents=True)

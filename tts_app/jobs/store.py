@@ -306,13 +306,21 @@ class JobStore:
                 found.append(state)
         return found
 
-    def prune(self, max_age_s: float) -> int:
-        """Remove the folders of jobs that ended more than ``max_age_s`` ago; returns how many."""
+    def prune(self, max_age_s: float, failed_inputs_max_age_s: float | None = None) -> int:
+        """Remove the folders of jobs that ended more than ``max_age_s`` ago, and the uploaded inputs (``input/``)
+        of jobs that failed as a whole more than ``failed_inputs_max_age_s`` ago (their records, outputs and error
+        stay until ``max_age_s``; None = kept as long); returns how many folders were removed."""
         removed = 0
-        cutoff = time.time() - max_age_s
+        now = time.time()
+        cutoff = now - max_age_s
         for state in self.list(limit=10**9):
             ended = state.finished_s or state.updated_s
-            if not state.active and ended and ended < cutoff:
+            if state.active or not ended:
+                continue
+            if ended < cutoff:
                 shutil.rmtree(self.folder(state.job_id), ignore_errors=True)
                 removed += 1
+            elif (state.status == "failed" and failed_inputs_max_age_s is not None
+                  and ended < now - failed_inputs_max_age_s):
+                shutil.rmtree(self.folder(state.job_id) / INPUT_DIR, ignore_errors=True)
         return removed

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -29,11 +30,12 @@ from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tts_app import metrics
-from tts_app.config import ServerConfig
+from tts_app.config import ServerConfig, UploadConfig
 from tts_app.server.errors import APIError, api_error_handler, validation_error_handler
 from tts_app.server.openai_api import CLIENT_GONE_SCOPE_KEY, OpenAIRoutes
 from tts_app.server.security import AccessGuard, AccessPolicy
-from tts_app.server.sessions import BrowserSessions
+from tts_app.server.sessions import UPLOAD_ROUTE, BrowserSessions
+from tts_app.server.uploads import DiskQuota, UploadLimits, UploadRoute, page_upload_limit
 from tts_app.server.state import AppHost
 
 logger = logging.getLogger(__name__)
@@ -135,6 +137,8 @@ class LateMount:
         await response(scope, receive, send)
 
 
+#: the HTTP API's upload route (``POST``: a voice clip, multipart)
+VOICES_ROUTE = "/v1/audio/voices"
 #: path prefix -> the ``endpoint`` label of ``tts_request_duration_seconds`` (the UI's own paths are not timed here)
 _TIMED_PREFIXES = ("/v1/", "/metrics")
 
@@ -173,12 +177,16 @@ class RequestTimer:
             metrics.REQUEST_DURATION.labels(endpoint=endpoint, outcome=outcome).observe(time.perf_counter() - started)
 
 
-def build_app(host: AppHost, config: ServerConfig) -> tuple[FastAPI, LateMount]:
+def build_app(host: AppHost, config: ServerConfig, *, upload_folder: Path | None = None,
+              uploads: UploadConfig = UploadConfig()) -> tuple[FastAPI, LateMount]:
     """The server app and the ``LateMount`` where the web UI goes (see the module docstring).
 
     Args:
         host: the app state (runtime, voices); read per request, so a model that finishes loading is used at once.
         config: access control and limits.
+        upload_folder: gradio's upload folder, from the composition root (``tts_app.ui.launch``: only it imports
+            gradio); None = no web UI uploads (none is a file input, none counts in the quota).
+        uploads: the per-kind upload limits and the per-owner disk quota (``tts_app.server.uploads``).
     """
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -186,8 +194,15 @@ def build_app(host: AppHost, config: ServerConfig) -> tuple[FastAPI, LateMount]:
     app.add_exception_handler(APIError, api_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     policy = AccessPolicy(config.api_keys, config.ui_auth)
-    # Starlette runs the middleware added last first: CORS (answers preflights) -> timer -> access -> sessions.
-    app.add_middleware(BrowserSessions, output_root=host.output_root, api_keys=tuple(config.api_keys))
+    # Starlette runs the middleware added last first: CORS (answers preflights) -> timer -> access -> sessions ->
+    # upload limits (they need the owner the sessions' cookie names).
+    voice_limit = (config.max_voice_upload_bytes, "kind_voice")
+    app.add_middleware(UploadLimits, routes=(
+        UploadRoute(UPLOAD_ROUTE, page_upload_limit(uploads.max_upload_bytes, uploads.max_zip_upload_bytes)),
+        UploadRoute(VOICES_ROUTE, lambda _name: voice_limit, api_param="audio_sample")),
+        quota=DiskQuota(host.output_root, upload_folder, uploads.max_owner_bytes), api_keys=tuple(config.api_keys))
+    app.add_middleware(BrowserSessions, output_root=host.output_root, api_keys=tuple(config.api_keys),
+                       upload_folder=upload_folder)
     app.add_middleware(AccessGuard, policy=policy)
     app.add_middleware(RequestTimer)
     if config.cors_origins:

@@ -21,7 +21,8 @@ class APIError(Exception):
 
     Attributes:
         status: HTTP status code (400 bad input, 401 no/wrong key, 404 unknown model/voice, 413 too large, 429 rate
-            or queue limit, 500 synthesis failed, 503 no model loaded yet).
+            or queue limit, 422 the model produced no audio for the text (``no_audio``), 500 synthesis failed, 503 no
+            model loaded yet).
         message: what is wrong and how to fix it (shown to the API user as is).
         code: short machine-readable code ("voice_not_found", "input_too_long", ...), or None.
         param: the request field at fault, or None.

@@ -36,6 +36,7 @@ the duration header and error statuses for clients that do not read as a stream)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import struct
@@ -85,8 +86,9 @@ class VoiceId(BaseModel):
 
 
 class SpeechRequest(BaseModel):
-    """The body of ``POST /v1/audio/speech`` (OpenAI's fields plus ``seed``). Unknown fields are ignored, as
-    OpenAI's own clients send some that other servers lack."""
+    """The body of ``POST /v1/audio/speech`` (OpenAI's fields plus ours: ``seed``, ``stream``, ``num_beams``,
+    ``length_penalty``, ``reference_cleanup``). Unknown fields are ignored, as OpenAI's own clients send some that
+    other servers lack."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -100,6 +102,12 @@ class SpeechRequest(BaseModel):
         "audio", description="'audio' given explicitly: stream pcm / wav as it is decoded ('sse' is not supported)")
     stream: bool | None = Field(None, description="ours: true = stream (as stream_format 'audio'), false = not")
     seed: int | None = Field(None, description="base seed (default 0): the same request gives the same audio")
+    # extension fields (not OpenAI's): settings every other door has too; None = the model's / voice's own
+    num_beams: int | None = Field(None, description="ours: beam search width, for models with beams (IndexTTS 2: "
+                                                    "3, sampled); 1 = no beams")
+    length_penalty: float | None = Field(None, description="ours: beam search length penalty (IndexTTS 2: 0)")
+    reference_cleanup: str | None = Field(None, description="ours: auto, full or off: what is done to the voice's "
+                                                            "clip (default: as the voice was saved)")
 
     @property
     def wants_stream(self) -> bool:
@@ -153,6 +161,21 @@ def encode_speech(audio, sampling_rate: int, fmt: str) -> bytes:
     from tts_app.audio.formats import encode_audio
 
     return encode_audio(audio, sampling_rate, fmt)
+
+
+def _refuse_no_audio(synthesis: SynthesisRequest, result) -> None:
+    """A finished request with no audio at all (``tts_app.outputs.no_audio_error``: the model ended speech at once)
+    is refused with the page's and ``synth``'s words, 422 ``no_audio``: the same request and seed would end the
+    same way, so a client must not retry it unchanged (and no encoder is given 0 samples: MP3/Opus fail on them).
+
+    Raises:
+        APIError: 422 when ``result`` has no samples.
+    """
+    from tts_app.outputs import no_audio_error
+
+    no_audio = no_audio_error(synthesis, result)
+    if no_audio is not None:
+        raise APIError(422, str(no_audio), code="no_audio", param="input", request_id=result.request_id)
 
 
 def wav_stream_header(sampling_rate: int) -> bytes:
@@ -382,9 +405,11 @@ class OpenAIRoutes:
         if body.stream_format != "audio":
             raise APIError(400, "stream_format 'sse' is not supported; leave it out (the audio comes as the "
                                 "response body)", code="unsupported_stream_format", param="stream_format")
+        cleanup = {} if body.reference_cleanup is None else {"reference_cleanup": body.reference_cleanup}
         try:
             params = SynthesisParams(seed=0 if body.seed is None else int(body.seed),
-                                     speed=None if body.speed == 1.0 else float(body.speed))
+                                     speed=None if body.speed == 1.0 else float(body.speed),
+                                     num_beams=body.num_beams, length_penalty=body.length_penalty, **cleanup)
         except InputError as exc:
             raise APIError(400, str(exc), param=getattr(exc, "field", None) or "speed") from None
         stats = runtime.engine.stats()
@@ -407,8 +432,9 @@ class OpenAIRoutes:
         """
         from tts_app.voices import VoiceNotFoundError
 
-        try:
-            prepared, transcript = self.host.voices.prepare_source(voice_name, runtime.references)
+        try:  # the voice's own cleanup unless the request names one (``reference_cleanup``)
+            prepared, transcript = self.host.voices.prepare_source(voice_name, runtime.references,
+                                                                   body.reference_cleanup)
         except VoiceNotFoundError as exc:
             raise APIError(404, str(exc), code="voice_not_found", param="voice") from None
         except ReferenceAudioError as exc:
@@ -423,6 +449,10 @@ class OpenAIRoutes:
         elif instructions:
             warnings.append(f"instructions were ignored: {runtime.model.family} takes no style or emotion "
                             "instructions")
+        defaults = runtime.engine.facts.generation_defaults
+        warnings += [f"{name} was ignored: {runtime.model.family} has no beam search" for name in
+                     ("num_beams", "length_penalty") if getattr(body, name) is not None and getattr(defaults, name) is None]
+        params = dataclasses.replace(params, reference_cleanup=prepared.report.cleanup)  # what ran on the voice
         request = SynthesisRequest(text=body.input, reference_audio=prepared.audio,
                                    reference_text=transcript or prepared.text, params=params,
                                    priority=Priority.INTERACTIVE, emotion=emotion)
@@ -464,6 +494,7 @@ class OpenAIRoutes:
         result = await self._wait(handle, request)
         if not result.ok:
             raise finish_error(result)
+        _refuse_no_audio(synthesis, result)
         body_bytes = await run_in_threadpool(encode_speech, result.audio, result.sampling_rate, fmt)
         wall_s = time.perf_counter() - started
         metrics.observe_synthesis("api", wall_s=wall_s, audio_s=result.duration_s, first_audio_s=wall_s)
@@ -491,6 +522,7 @@ class OpenAIRoutes:
             result = await done
             if not result.ok:
                 raise finish_error(result)
+            _refuse_no_audio(synthesis, result)
         first_audio_s = time.perf_counter() - started
         rate = runtime.engine.sampling_rate
 

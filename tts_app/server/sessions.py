@@ -118,13 +118,6 @@ def file_paths_in(value) -> list[str]:
     return found
 
 
-def gradio_upload_folder() -> Path:
-    """gradio's upload folder (``GRADIO_TEMP_DIR``, else ``<temp dir>/gradio``), as gradio itself finds it."""
-    from gradio.utils import get_upload_folder
-
-    return Path(os.path.realpath(get_upload_folder()))
-
-
 def new_browser_token() -> str:
     """A fresh cookie value (128 random bits, URL-safe)."""
     return secrets.token_urlsafe(16)
@@ -202,12 +195,16 @@ class BrowserSessions:
         app: the app behind it (the whole server).
         output_root: the web UI's output folder.
         api_keys: the server's API keys (an API client sending one is that key's owner).
+        upload_folder: gradio's upload folder (``GRADIO_TEMP_DIR``, else ``<temp dir>/gradio``), handed in by the
+            composition root (``tts_app.ui.launch``), which alone imports gradio; None = a server without the web
+            UI, where no upload can be a file input.
     """
 
     def __init__(self, app: ASGIApp, output_root: Path, api_keys: tuple[str, ...] = (),
-                 max_body_bytes: int = MAX_CALL_BODY_BYTES):
+                 max_body_bytes: int = MAX_CALL_BODY_BYTES, upload_folder: Path | None = None):
         self.app = app
         self.root = Path(os.path.realpath(output_root))
+        self.uploads = None if upload_folder is None else Path(os.path.realpath(upload_folder))
         self.api_keys = tuple(api_keys)
         self.max_body_bytes = int(max_body_bytes)
 
@@ -244,8 +241,8 @@ class BrowserSessions:
         if not path_text or _URL.match(path_text) or "\0" in path_text:
             return False
         target = Path(os.path.realpath(path_text))
-        uploads = gradio_upload_folder()
-        if target.is_relative_to(uploads):
+        uploads = self.uploads
+        if uploads is not None and target.is_relative_to(uploads):
             owners = read_upload_owners(target.parent)
             return target.parent.parent == uploads and owners is not None and owner in owners
         if target.is_relative_to(self.root) and target != self.root:

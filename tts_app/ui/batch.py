@@ -25,6 +25,7 @@ from typing import Any
 
 import gradio as gr
 
+from tts_app.config import DEFAULT_REFERENCE_CLEANUP, REFERENCE_CLEANUPS
 from tts_app.errors import TTSAppError
 from tts_app.frontend.messages import localize, localize_record
 from tts_app.jobs.store import JobState
@@ -112,6 +113,25 @@ def _check_uploads(ctx: AppContext, jsonl, audio_zip, default_voice, lang: str) 
         check_upload(audio_zip, ctx.upload_config.max_zip_upload_bytes, message)
     except TTSAppError as exc:
         raise _user_error(error_text(exc, lang)) from exc
+
+
+def _check_quota(ctx: AppContext, owner: str | None, uploads, lang: str) -> None:
+    """Refuse a job whose copies of ``uploads`` would take ``owner`` past ``UploadConfig.max_owner_bytes`` (their
+    jobs and uploads together: ``tts_app.server.uploads.DiskQuota``), in words naming the use and the limit."""
+    from gradio.utils import get_upload_folder
+
+    from tts_app.server.uploads import DiskQuota
+
+    more_bytes = 0
+    for path in uploads:
+        try:
+            more_bytes += Path(path).stat().st_size if path else 0
+        except OSError:
+            continue  # a missing upload is refused by the job's own checks
+    quota = DiskQuota(ctx.output_root, Path(get_upload_folder()), ctx.upload_config.max_owner_bytes)
+    refusal = quota.refusal(owner or "anonymous", more_bytes, lang)
+    if refusal is not None:
+        raise _user_error(refusal)
 
 
 def _duration(seconds: float | None) -> str:
@@ -307,23 +327,40 @@ def validate_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None
     return _table(rows, lang, "col_validation"), summary
 
 
-def _settings(ctx: AppContext, max_batch_size, use_cache, greedy, seed, audio_format=None, lang: str = "en"
-              ) -> dict:
-    """The job's own settings; ``greedy`` equal to the model's default (or not given) is stored as None = "the
-    model's choice", as the Single tab and the command line send it. ``audio_format`` ("wav", "flac", "mp3",
-    "opus"; None / "" = wav) is every line's format unless a line has its own ``format``.
+def _settings(ctx: AppContext, max_batch_size, use_cache, greedy, seed, audio_format=None, lang: str = "en", *,
+              num_beams=None, length_penalty=None, reference_cleanup=None) -> dict:
+    """The job's own settings; ``greedy``, ``num_beams`` and ``length_penalty`` equal to the model's default (or
+    not given, or a knob the family lacks) are stored as None = "the model's choice", as the Single tab and the
+    command line send them. ``audio_format`` ("wav", "flac", "mp3", "opus"; None / "" = wav) is every line's format
+    unless a line has its own ``format``. ``reference_cleanup`` ("auto", "full", "off"; None = the default) is what
+    is done to the job's default voice and to the lines' reference files (a line's own field overrides it).
 
     Raises:
-        gr.Error: an unknown ``audio_format``, naming the allowed ones."""
+        gr.Error: an unknown ``audio_format``, naming the allowed ones; a beam setting or cleanup that
+            ``SynthesisParams`` refuses (its message in ``lang``)."""
     from tts_app.audio.formats import AUDIO_FORMATS
-    from tts_app.ui.controls import generation_controls
+    from tts_app.request import SynthesisParams
+    from tts_app.ui.controls import generation_controls, params_from_controls
 
     control = generation_controls(ctx.engine.facts if ctx.engine is not None else None)["greedy"]
     greedy = None if greedy is None or not control.visible or bool(greedy) == bool(control.default) else bool(greedy)
     if audio_format and audio_format not in AUDIO_FORMATS:
         raise _user_error(server_text(lang, "bad_audio_format", value=audio_format, allowed=", ".join(AUDIO_FORMATS)))
+    beams = {}
+    try:
+        facts = ctx.engine.facts if ctx.engine is not None else None
+        if facts is not None:
+            beams = params_from_controls(facts, seed=0, use_cache=True, values={
+                "num_beams": num_beams, "length_penalty": length_penalty})
+            beams = {name: getattr(beams, name) for name in ("num_beams", "length_penalty")}
+        if reference_cleanup:
+            SynthesisParams(reference_cleanup=reference_cleanup)
+    except TTSAppError as exc:
+        raise _user_error(error_text(exc, lang)) from exc
     return {"max_batch_size": int(max_batch_size) if max_batch_size else None, "use_cache": bool(use_cache),
-            "greedy": greedy, "seed": int(seed or 0), "audio_format": audio_format or "wav"}
+            "greedy": greedy, "seed": int(seed or 0), "audio_format": audio_format or "wav",
+            "num_beams": beams.get("num_beams"), "length_penalty": beams.get("length_penalty"),
+            "reference_cleanup": reference_cleanup or None}
 
 
 def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dict, owner: str | None, lang: str
@@ -331,6 +368,7 @@ def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dic
     if not jsonl_file:
         raise _user_error(server_text(lang, "need_jsonl"))
     _check_uploads(ctx, jsonl_file, audio_zip, default_voice, lang)
+    _check_quota(ctx, owner, (jsonl_file, audio_zip, default_voice), lang)
     try:
         return ctx.jobs.submit(jsonl_file, audio_zip=audio_zip or None, default_voice=default_voice or None,
                                settings=settings, owner=owner,
@@ -342,8 +380,8 @@ def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dic
 
 
 def submit_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None, use_cache=True,
-               greedy=None, seed=0, browser=None, status_filter="all", audio_format="wav",
-               request: gr.Request = None):
+               greedy=None, seed=0, browser=None, status_filter="all", audio_format="wav", num_beams=None,
+               length_penalty=None, reference_cleanup=None, request: gr.Request = None):
     """Run clicked -> the job starts on the server; the page follows it by id (also after a reload) -> (browser
     state, job id, the tab's view). ``audio_format``: the lines' format ("wav", "flac", "mp3", "opus"; a line's
     ``format`` field overrides it). Scripts use ``submit_job_api``."""
@@ -351,7 +389,8 @@ def submit_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, 
     browser = _browser(browser)
     owner = _owner(ctx, request)
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
-                    _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang), owner, lang)
+                    _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang, num_beams=num_beams,
+                              length_penalty=length_penalty, reference_cleanup=reference_cleanup), owner, lang)
     browser["job_id"] = state.job_id
     return (browser, state.job_id, *_view(ctx, browser, status_filter, lang, owner))
 
@@ -416,16 +455,18 @@ def resume_job(ctx: AppContext, browser, status_filter="all", request: gr.Reques
 
 
 def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None,
-                     use_cache=True, greedy=None, seed=0, audio_format="wav", request: gr.Request = None):
+                     use_cache=True, greedy=None, seed=0, audio_format="wav", num_beams=None, length_penalty=None,
+                     reference_cleanup=None, request: gr.Request = None):
     """API: submit a job and wait for it -> (summary text, results table, ZIP path). The job keeps running if
-    the caller disconnects; ``/job_status`` with the id in the summary follows it. ``audio_format`` as in
-    ``submit_job``."""
+    the caller disconnects; ``/job_status`` with the id in the summary follows it. ``audio_format``,
+    ``num_beams``, ``length_penalty`` and ``reference_cleanup`` as in ``submit_job_api``."""
     from tts_app.ui.handlers import _table
 
     lang = _lang(ctx, request)
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
-                    _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang), _owner(ctx, request),
-                    lang)
+                    _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang, num_beams=num_beams,
+                              length_penalty=length_penalty, reference_cleanup=reference_cleanup),
+                    _owner(ctx, request), lang)
     state = ctx.jobs.wait(state.job_id)
     records = ctx.jobs.results(state.job_id)
     rows = [[r["line"], r.get("output_name"), r.get("status"), localize_record(r, "error", lang) or "",
@@ -458,16 +499,19 @@ def job_status(ctx: AppContext, job_id: str, request: gr.Request = None) -> dict
 
 
 def submit_job_api(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None,
-                   use_cache=True, greedy=None, seed=0, audio_format="wav", request: gr.Request = None
-                   ) -> tuple[str, dict]:
+                   use_cache=True, greedy=None, seed=0, audio_format="wav", num_beams=None, length_penalty=None,
+                   reference_cleanup=None, request: gr.Request = None) -> tuple[str, dict]:
     """API ``/submit_job``: start a job on the server -> (its id, its state as ``/job_status`` gives it), at once.
     Only ``jsonl_file`` is needed; the other inputs are the Batch tab's job settings (``audio_format``: the lines'
-    format, "wav", "flac", "mp3" or "opus"; a line's ``format`` field overrides it). Follow the job with
-    ``/job_status`` and fetch it with ``/job_results``."""
+    format, "wav", "flac", "mp3" or "opus"; a line's ``format`` field overrides it; ``num_beams`` /
+    ``length_penalty``: beam search, for a model that has it (IndexTTS 2); ``reference_cleanup``: "auto", "full"
+    or "off" for the default voice and the lines' files). Follow the job with ``/job_status`` and fetch it with
+    ``/job_results``."""
     lang = _lang(ctx, request)
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
-                    _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang), _owner(ctx, request),
-                    lang)
+                    _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang, num_beams=num_beams,
+                              length_penalty=length_penalty, reference_cleanup=reference_cleanup),
+                    _owner(ctx, request), lang)
     return state.job_id, _public(state)
 
 
@@ -543,6 +587,14 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
             job_seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="job-seed")
             job_format = gr.Dropdown(choices=list(AUDIO_FORMATS), value="wav", label=i18n("audio_format"),
                                      elem_id="job-format")  # a line's own "format" field overrides it
+        with gr.Row():  # a line's own fields override these; the beam knobs only for a model with beams
+            job_controls = generation_controls(ctx.engine.facts if ctx.engine is not None else None)
+            job_beams = [gr.Slider(c.minimum, c.maximum, value=c.default if c.default is not None else c.minimum,
+                                   step=c.step, label=i18n(c.name), visible=c.visible,
+                                   elem_id="job-" + c.name.replace("_", "-"))
+                         for c in (job_controls["num_beams"], job_controls["length_penalty"])]
+            job_cleanup = gr.Radio(choices=list(REFERENCE_CLEANUPS), value=DEFAULT_REFERENCE_CLEANUP,
+                                   label=i18n("reference_cleanup"), elem_id="job-reference-cleanup")
     can_run = ctx.engine is not None
     with gr.Row():
         validate_btn = gr.Button(i18n("validate"), elem_id="validate")
@@ -579,14 +631,16 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
     validate_btn.click(wrap(validate_job), [jsonl, audio_zip, default_voice], [validation, validation_summary],
                        api_name="validate_job", show_progress_on=[validation_summary])
     run_btn.click(wrap(submit_job), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy, job_seed,
-                                     browser, status_filter, job_format], [browser, job_id, *view],
+                                     browser, status_filter, job_format, *job_beams, job_cleanup],
+                  [browser, job_id, *view],
                   api_name="page_submit_job", api_visibility="private", show_progress_on=[progress])
     cancel_btn.click(wrap(cancel_job), [browser], [validation_summary], api_name="page_cancel_job",
                      api_visibility="private", queue=False)
     resume_btn.click(wrap(resume_job), [browser, status_filter], [browser, *view], api_name="page_resume_job",
                      api_visibility="private", show_progress_on=[progress])
     api_submit.click(wrap(submit_job_api), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy,
-                                            job_seed, job_format], [api_job_id, api_job], api_name="submit_job")
+                                            job_seed, job_format, *job_beams, job_cleanup], [api_job_id, api_job],
+                     api_name="submit_job")
     api_cancel.click(wrap(cancel_job_api), [api_job_id], [api_job], api_name="cancel_job", queue=False)
     api_resume.click(wrap(resume_job_api), [api_job_id], [api_job], api_name="resume_job")
     open_btn.click(wrap(open_job), [job_id, browser, status_filter], [browser, job_id, *view],
@@ -598,7 +652,8 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
     timer.tick(wrap(poll), [browser, status_filter, shown], [shown, *view], show_progress="hidden",
                api_visibility="private", queue=False)
     api_run.click(wrap(run_job_blocking), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy,
-                                           job_seed, job_format], [api_summary, api_table, results_zip],
+                                           job_seed, job_format, *job_beams, job_cleanup],
+                  [api_summary, api_table, results_zip],
                   api_name="run_job",
                   **model_concurrency)
     gr.api(wrap(job_status), api_name="job_status")

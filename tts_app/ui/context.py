@@ -107,11 +107,12 @@ class AppContext:
     def start_jobs(self) -> None:
         """(Re)build the job manager for the current runtime, with the shared ``transcriber``: jobs a stopped server
         left running come back "interrupted"; jobs that ended more than ``upload_config.keep_jobs_s`` ago are
-        removed, and so are reference clips unused for longer than ``upload_config.cache_max_age_s``."""
+        removed, the inputs of failed ones after ``upload_config.keep_failed_inputs_s``, and so are reference
+        clips unused for longer than ``upload_config.cache_max_age_s``."""
         from tts_app.jobs.store import JobStore
 
         store = JobStore(self.output_root)
-        store.prune(self.upload_config.keep_jobs_s)
+        store.prune(self.upload_config.keep_jobs_s, self.upload_config.keep_failed_inputs_s)
         self._prune_references_when_due()
         # the same automatic transcripts as the Single tab and ``batch``: a line with a reference clip and no
         # transcript gets one (``fill_transcript``; on Ray workers each builds its own); nothing loads until a line

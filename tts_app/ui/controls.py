@@ -17,7 +17,8 @@ from typing import Any
 
 from tts_app.config import DEFAULT_MAX_SEGMENT_CHARS, MIN_MAX_SEGMENT_CHARS, FrontendConfig
 from tts_app.errors import ConfigError, InputError
-from tts_app.request import SynthesisParams
+from tts_app.frontend.messages import message_of
+from tts_app.request import MAX_NUM_BEAMS, SynthesisParams
 
 #: knobs that only matter when sampling (dropped from a greedy request)
 SAMPLING_KNOBS = ("temperature", "top_p", "top_k")
@@ -53,7 +54,8 @@ def generation_controls(facts) -> dict[str, Control]:
     if facts is None:
         return {name: Control(name, default, visible=False, maximum=max(1, default), integer=isinstance(default, int))
                 for name, default in (("greedy", False), ("temperature", 1.0), ("top_p", 1.0), ("top_k", 50),
-                                      ("cfg_scale", 1.0), ("max_new_tokens", 1),
+                                      ("cfg_scale", 1.0), ("max_new_tokens", 1), ("num_beams", 1),
+                                      ("length_penalty", 0.0),
                                       ("max_segment_chars", DEFAULT_MAX_SEGMENT_CHARS),
                                       ("pause_between_segments_ms", pause))}
     d = facts.generation_defaults
@@ -72,6 +74,9 @@ def generation_controls(facts) -> dict[str, Control]:
         "top_k": knob("top_k", 1, 200, 1, integer=True),
         "cfg_scale": knob("cfg_scale", 1.0, 5.0, 0.05),
         "max_new_tokens": knob("max_new_tokens", 1, 4 * d.max_new_tokens, 1, integer=True),
+        # beam search: only families whose defaults name it (IndexTTS 2: 3 beams, length penalty 0)
+        "num_beams": knob("num_beams", 1, MAX_NUM_BEAMS, 1, integer=True),
+        "length_penalty": knob("length_penalty", -2.0, 2.0, 0.1),
         # 0 = no cap of the user's own: sentences packed up to the model's own limit (its unit, e.g. tokens)
         "max_segment_chars": Control("max_segment_chars", facts.max_segment_chars, True, 0,
                                      max(1000, facts.max_segment_chars), 1, True,
@@ -116,5 +121,5 @@ def params_from_controls(facts, *, seed: int, use_cache: bool, values: dict[str,
             given.pop(name, None)
     try:
         return SynthesisParams(seed=int(seed), use_cache=bool(use_cache), **given)
-    except ConfigError as exc:
-        raise InputError(str(exc)) from None
+    except ConfigError as exc:  # its message stays a Notice: the page shows it in the user's language
+        raise InputError(message_of(exc)) from None

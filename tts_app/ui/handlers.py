@@ -15,6 +15,7 @@ import logging
 import random
 import time
 from pathlib import Path
+from typing import Callable
 
 import gradio as gr
 import numpy as np
@@ -55,28 +56,44 @@ def warn_grouped(messages: list[str], lang: str) -> None:
 
 class RunningRequests:
     """The engine requests each page session is generating, by tab (``"single"``: Generate and the history's
-    Re-run; ``"dialogue"``), so that a tab's Stop button cancels its own request and nobody else's.
+    Re-run; ``"dialogue"``), so that a tab's Stop button cancels its own request and nobody else's; and a request
+    whose client went away (its gradio event marked dead: ``client_liveness``) is cancelled within
+    ``WATCH_EVERY_S``, as the HTTP API cancels one whose connection closed, so its engine rows are freed.
 
     Keyed by gradio's session hash (one per page load; a ``gradio_client.Client`` has its own). Per-user state in a
     dict keyed by session, as the gradio guides advise for module-level state; entries leave when their request
-    ends. Thread-safe: handlers run in gradio's worker threads."""
+    ends. Thread-safe: handlers run in gradio's worker threads; one daemon thread watches the clients."""
+
+    #: how often the watcher looks at the running requests' clients, in s
+    WATCH_EVERY_S = 0.25
 
     def __init__(self) -> None:
         import threading
 
         self._lock = threading.Lock()
         self._handles: dict[tuple[str, str], set] = {}
+        self._watched: dict[object, Callable[[], bool]] = {}  # handle -> is its client still there?
+        self._watcher: threading.Thread | None = None
 
-    def add(self, session: str | None, kind: str, handle) -> None:
+    def add(self, session: str | None, kind: str, handle, client_alive: Callable[[], bool] | None = None) -> None:
         """Remember ``handle`` (``engine.RequestHandle``) as session ``session``'s running ``kind`` request (a
-        caller with no session is not tracked: nothing could stop it but itself)."""
-        if session:
-            with self._lock:
+        caller with no session is not tracked: nothing could stop it but itself); with ``client_alive``, it is
+        cancelled once that says the client left."""
+        import threading
+
+        with self._lock:
+            if session:
                 self._handles.setdefault((session, kind), set()).add(handle)
+            if client_alive is not None:
+                self._watched[handle] = client_alive
+                if self._watcher is None or not self._watcher.is_alive():
+                    self._watcher = threading.Thread(target=self._watch, name="page-client-watcher", daemon=True)
+                    self._watcher.start()
 
     def discard(self, session: str | None, kind: str, handle) -> None:
         """``handle`` has ended."""
         with self._lock:
+            self._watched.pop(handle, None)
             handles = self._handles.get((session or "", kind))
             if handles is not None:
                 handles.discard(handle)
@@ -96,6 +113,47 @@ class RunningRequests:
         with self._lock:
             handles = list(self._handles.pop((session, kind), ()))
         return sum(1 for handle in handles if handle.cancel())
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self.WATCH_EVERY_S)
+            with self._lock:
+                watched = list(self._watched.items())
+                if not watched:
+                    self._watcher = None
+                    return
+            for handle, client_alive in watched:
+                if handle.done():
+                    gone = True
+                elif not client_alive():
+                    gone = handle.cancel()
+                    log.info("request %s cancelled: its page client went away", handle.request_id)
+                else:
+                    gone = False
+                if gone:
+                    with self._lock:
+                        self._watched.pop(handle, None)
+
+
+def client_liveness() -> Callable[[], bool] | None:
+    """Inside a gradio event handler: a check "is this event's client still there?", or None outside one.
+
+    gradio marks a queued event dead (``Event.alive = False``, ``Queue.clean_events``) when the event stream of
+    its client closes (a closed tab, a ``gradio_client`` that stopped listening), but a running handler is not told
+    (a generator is simply not resumed again); gradio has no public hook for it, so this finds the handler's event
+    among the queue's active jobs (``gradio.context.LocalContext`` names the event) and reads its flag."""
+    from gradio.context import LocalContext
+
+    blocks = LocalContext.blocks.get(None)
+    event_id = LocalContext.event_id.get(None)
+    queue = getattr(blocks, "_queue", None)
+    if queue is None or event_id is None:
+        return None
+    for job_set in list(getattr(queue, "active_jobs", ()) or ()):
+        for event in list(job_set or ()):
+            if getattr(event, "_id", None) == event_id:
+                return lambda: bool(event.alive)
+    return None
 
 
 #: the page's running generations (``RunningRequests``), for the Stop buttons
@@ -176,7 +234,7 @@ def _reference(ctx: AppContext, audio_path: str | None, reference_text: str | No
 
 REPORT_FIELDS = (  # (report key, unit) shown in the UI; the CLI's --json has everything
     ("format", ""), ("sampling_rate", "Hz"), ("channels", ""), ("duration_s", "s"), ("speech_start_s", "s"),
-    ("speech_end_s", "s"), ("speech_s", "s"), ("speech_kept_s", "s"), ("snr_db", "dB"), ("clipping_share", ""),
+    ("speech_end_s", "s"), ("speech_s", "s"), ("speech_kept_s", "s"), ("snr_db", "dB"), ("clipping_share", "%"),
     ("speech_level_dbfs", "dBFS"), ("bandwidth_hz", "Hz"), ("cropped", ""),
 )
 
@@ -189,6 +247,8 @@ def _report_markdown(report: dict, lang: str) -> str:
             continue
         if isinstance(value, bool):
             value = server_text(lang, "yes" if value else "no")
+        elif unit == "%":  # a share, rounded as the warning about it rounds it ("clipped (0.1% of samples ...)")
+            value, unit = f"{value:.1%}", ""
         elif isinstance(value, float):
             value = f"{value:.0f}" if unit == "Hz" else f"{value:.2f}"
         cells.append(f"{server_text(lang, key)}: **{value}**{' ' + unit if unit else ''}")
@@ -259,9 +319,9 @@ def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None
         r = by_pos.get(i)
         label = None
         if r is not None and r.source == "override":
-            label = preview_label(ctx.lang, "override")
+            label = preview_label(lang, "override")
         elif r is not None and r.ambiguous:
-            label = preview_label(ctx.lang, "polyphone")
+            label = preview_label(lang, "polyphone")
         if label is None:
             plain += ch
             continue
@@ -285,7 +345,8 @@ STREAM_POLL_S = 0.25
 def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, reference_text, seed, randomize_seed,
                      greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars, pause_ms,
                      use_cache, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text, voice,
-                     speed, duration_s, loudness_lufs, segment_durations_s=None, reference_cleanup=None):
+                     speed, duration_s, loudness_lufs, segment_durations_s=None, reference_cleanup=None,
+                     num_beams=None, length_penalty=None):
     """Validate the widgets' values -> (prepared reference, ``SynthesisRequest``). Raises ``gr.Error`` for a missing
     model, text or usable reference (uploaded or a saved ``voice``), or a bad setting or emotion."""
     from tts_app.ui.controls import params_from_controls
@@ -315,11 +376,14 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
                                               "top_k": top_k,
                                               "cfg_scale": cfg_scale, "max_new_tokens": max_new_tokens,
                                               "max_segment_chars": max_segment_chars,
-                                              "pause_between_segments_ms": pause_ms})
+                                              "pause_between_segments_ms": pause_ms, "num_beams": num_beams,
+                                              "length_penalty": length_penalty})
     except TTSAppError as exc:
         raise user_error(error_text(exc, lang)) from exc
     params = tempo_params(params, speed, duration_s, loudness_lufs, segment_durations_s, lang)
-    if reference_cleanup:
+    if voice:  # the sidecar's reference_cleanup says what ran: the saved voice's own
+        params = dataclasses.replace(params, reference_cleanup=reference.report.cleanup)
+    elif reference_cleanup:
         params = dataclasses.replace(params, reference_cleanup=reference_cleanup)
     reference_text = _fill_transcript(ctx, reference, reference_text, lang)
     emotion = _emotion(ctx, lang, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text)
@@ -341,7 +405,8 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                emotion_weight: float | None = 1.0, emotion_text: str | None = None, voice: str | None = None,
                speed: float | None = None, duration_s: float | None = None, loudness_lufs: float | None = None,
                audio_format: str | None = "wav", segment_durations_s: str | None = None,
-               reference_cleanup: str | None = None, request: gr.Request = None, progress=gr.Progress()):
+               reference_cleanup: str | None = None, num_beams: int | None = None,
+               length_penalty: float | None = None, request: gr.Request = None, progress=gr.Progress()):
     """Generate speech in the reference voice -> (audio, subtitles, metadata, segments, seed used).
 
     ``speed`` (1 = as generated), ``duration_s`` (0 = as generated), ``loudness_lufs`` (0 = not normalised) and
@@ -355,7 +420,10 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     ``tts_app.ui.emotion``): ``emotion_mode`` "none" (the voice reference's own), "clip" (``emotion_audio``),
     "vector" (the eight weights ``happy`` ... ``calm``, each in [0, 1]) or "text" (``emotion_text``, empty = the
     text to speak), with ``emotion_weight`` in [0, 1]. ``reference_cleanup`` ("auto", "full", "off"; None = the
-    default "auto") is what is done to the reference clip (``tts_app.config.REFERENCE_CLEANUPS``).
+    default "auto") is what is done to the uploaded reference clip (``tts_app.config.REFERENCE_CLEANUPS``; a saved
+    ``voice`` is cleaned as it was saved). ``num_beams`` (1..8) and ``length_penalty``: beam search, for a model
+    that has it (IndexTTS 2: 3 beams sampled, penalty 0; refused with a message when out of range, ignored by
+    other models).
 
     Returns:
         audio: the audio file (WAV: 16-bit PCM; the player plays these samples as they are); subtitles: SubRip
@@ -368,9 +436,18 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
         ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
-        speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup)
+        speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty)
     return run_web_request(ctx, synthesis_request, lang, progress, reference=reference, audio_format=audio_format,
                            request=request)
+
+
+def check_text_given(ctx: AppContext, text: str | None, request: gr.Request = None) -> None:
+    """Generate's first step, before ``synthesize_stream`` (the page only; it has no outputs): an empty text (or
+    only spaces) is refused here, as a pop-up in the page's language. Raised by the generation itself, the refusal
+    would also mark the Output player with gradio's red "Error" badge next to the previous result's files; this
+    step has no output to mark. API calls get the same refusal from ``synthesize`` / ``synthesize_stream``."""
+    if not (text or "").strip():
+        raise user_error(server_text(_lang(ctx, request), "need_text"))  # the generation's own words for it
 
 
 def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, reference_text: str | None = None,
@@ -386,6 +463,7 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
                       speed: float | None = None, duration_s: float | None = None,
                       loudness_lufs: float | None = None, audio_format: str | None = "wav",
                       segment_durations_s: str | None = None, reference_cleanup: str | None = None,
+                      num_beams: int | None = None, length_penalty: float | None = None,
                       request: gr.Request = None, progress=gr.Progress()):
     """``synthesize`` that plays while it generates: yields (live audio piece, then skip) while the engine decodes
     (16-bit WAV bytes of the next samples, in order; the first as soon as any audio exists), then (skip, audio,
@@ -402,7 +480,7 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
         ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
-        speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup)
+        speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty)
     if synthesis_request.params.needs_whole_clip:
         gr.Info(server_text(lang, "stream_off_whole_clip"))
     engine = _engine(ctx)
@@ -415,7 +493,9 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
     first_audio_s = None
     handle = engine.submit(synthesis_request, on_progress=on_progress, stream=True)
     session = getattr(request, "session_hash", None)
-    RUNNING.add(session, "single", handle)  # the tab's Stop button cancels it (``stop_generation``)
+    # the tab's Stop button cancels it (``stop_generation``), and so does its client leaving (gradio then never
+    # resumes this generator, so its ``finally`` cannot)
+    RUNNING.add(session, "single", handle, client_liveness())
     rate = engine.sampling_rate
     skip = [gr.skip()] * 5
     pieces: list = []
@@ -553,7 +633,7 @@ def run_web_request(ctx: AppContext, synthesis_request: SynthesisRequest, lang: 
     started = time.perf_counter()
     handle = engine.submit(synthesis_request, on_progress=on_progress)
     session = getattr(request, "session_hash", None)
-    RUNNING.add(session, kind, handle)  # its tab's Stop button cancels it
+    RUNNING.add(session, kind, handle, client_liveness())  # its tab's Stop button cancels it, so does leaving
     try:
         progress(0.0, desc=server_text(lang, "queued"))
         while True:
@@ -586,7 +666,7 @@ def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRe
     failed request raises ``gr.Error`` with its ``finish`` in the page's language (a bug: naming the request id and
     seed), a silent one naming the seed."""
     from tts_app.longform import name_from_text
-    from tts_app.outputs import output_metadata, save_outputs
+    from tts_app.outputs import no_audio_error, output_metadata, save_outputs
 
     seed = synthesis_request.params.seed
     fmt = audio_format if audio_format in AUDIO_FORMATS else "wav"
@@ -602,9 +682,9 @@ def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRe
                                      error=localize(finish.message, lang)))
     if not result.ok:  # the user's input, too large, out of memory, shut down: what happened and the fix
         raise user_error(finish.render(lang))
-    if result.audio.size == 0:
-        ran_greedy = result.effective_params is not None and result.effective_params.greedy is not False
-        raise user_error(server_text(lang, "no_audio_greedy" if ran_greedy else "no_audio_sampling", seed=seed))
+    no_audio = no_audio_error(synthesis_request, result)
+    if no_audio is not None:
+        raise user_error(no_audio.render(lang))
     from tts_app.frontend.messages import localize
 
     # notices already shown with the references (report box, or one grouped warning for a saved voice) are not
@@ -645,6 +725,8 @@ def _emotion(ctx: AppContext, lang: str, mode, clip_path, vector, weight, text):
 def worker_lines(pool, lang: str) -> list[str]:
     """Markdown lines for the Memory tab about the Ray workers of ``app.py --ray`` (``WorkerPool``): each one's
     state, node, device, lines done / in flight, engine batch cap and OOM count, and its device memory."""
+    from tts_app.frontend.messages import localize
+
     workers = pool.stats(timeout_s=1.0, max_age_s=2.0)
     up = sum(1 for w in workers if w.state == "up")
     lines = ["", server_text(lang, "workers_title", up=up, total=len(workers))]
@@ -660,7 +742,7 @@ def worker_lines(pool, lang: str) -> list[str]:
             text += " · " + server_text(lang, "worker_engine", cap=w.engine.batch_cap, max=w.engine.max_batch_size,
                                         oom=w.engine.num_oom)
         if w.error:
-            text += f" · {w.error}"
+            text += f" · {localize(w.error, lang)}"
         lines.append("- " + text)
     return lines
 
@@ -719,10 +801,11 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
                         audio_2: str | None = None, audio_3: str | None = None, audio_4: str | None = None,
                         seed: int | None = 0, speed: float | None = None, duration_s: float | None = None,
                         loudness_lufs: float | None = None, audio_format: str | None = "wav",
-                        request: gr.Request = None, progress=gr.Progress()):
+                        reference_cleanup: str | None = None, request: gr.Request = None, progress=gr.Progress()):
     """A dialogue script (``Speaker 1:`` / ``[S1]`` / ``Name:`` lines, up to 4 speakers) -> (audio, subtitles,
-    metadata, segments with their speaker, seed used). Speaker N speaks with ``voice_N`` (a saved voice) or, when
-    that is empty, ``audio_N`` (an uploaded clip)."""
+    metadata, segments with their speaker, seed used). Speaker N speaks with ``voice_N`` (a saved voice, cleaned as
+    it was saved) or, when that is empty, ``audio_N`` (an uploaded clip, cleaned with ``reference_cleanup``:
+    "auto", "full" or "off"; None = the default)."""
     from tts_app.dialogue import dialogue_request, parse_script
 
     lang = _lang(ctx, request)
@@ -742,7 +825,7 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
                 ref, text = ctx.voices.prepare_source(voices_given[slot], ctx.references)
             elif audios[slot]:
                 _check_reference_upload(ctx, audios[slot], lang)
-                ref, text = _prepare_reference(ctx, audios[slot], None), None
+                ref, text = _prepare_reference(ctx, audios[slot], None, reference_cleanup), None
             else:
                 raise user_error(server_text(lang, "need_speaker_voice", number=speaker.number, name=speaker.label))
         except TTSAppError as exc:
@@ -750,6 +833,8 @@ def synthesize_dialogue(ctx: AppContext, script: str, voice_1: str | None = None
         voices.append((ref, _fill_transcript(ctx, ref, text, lang)))
         refs.append(ref)
     params = tempo_params(SynthesisParams(seed=int(seed or 0)), speed, duration_s, loudness_lufs)
+    if reference_cleanup:
+        params = dataclasses.replace(params, reference_cleanup=reference_cleanup)
     synthesis_request = dialogue_request(parsed, voices, text=script, params=params, priority=Priority.INTERACTIVE)
     return run_web_request(ctx, synthesis_request, lang, progress, speaker_references=refs,
                            audio_format=audio_format, request=request, kind="dialogue")

@@ -24,7 +24,8 @@ from tts_app.ui.texts import server_text
 #: Settings inputs of the Single tab a history entry keeps, in the order ``remember`` receives them after the
 #: text / reference inputs (the same names as ``handlers.synthesize``'s parameters).
 SETTINGS = ("seed", "greedy", "temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens", "max_segment_chars",
-            "pause_ms", "use_cache", "speed", "duration_s", "loudness_lufs", "audio_format", "segment_durations_s")
+            "pause_ms", "use_cache", "speed", "duration_s", "loudness_lufs", "audio_format", "segment_durations_s",
+            "num_beams", "length_penalty")
 
 
 def _lang(ctx: AppContext, request: gr.Request | None) -> str:
@@ -86,7 +87,7 @@ def remember(ctx: AppContext, metadata: str | None, used_seed: float | None, ref
              max_segment_chars: float | None = None, pause_ms: float | None = None, use_cache: bool = True,
              speed: float | None = None, duration_s: float | None = None, loudness_lufs: float | None = None,
              audio_format: str | None = None, segment_durations_s: str | None = None,
-             emotion_mode: str | None = None, emotion_audio: str | None = None, happy: float | None = None,
+             num_beams: float | None = None, length_penalty: float | None = None, emotion_mode: str | None = None, emotion_audio: str | None = None, happy: float | None = None,
              angry: float | None = None, sad: float | None = None, afraid: float | None = None,
              disgusted: float | None = None, melancholic: float | None = None, surprised: float | None = None,
              calm: float | None = None, emotion_weight: float | None = None, emotion_text: str | None = None,
@@ -111,7 +112,8 @@ def remember(ctx: AppContext, metadata: str | None, used_seed: float | None, ref
                   top_p=top_p, top_k=top_k, cfg_scale=cfg_scale, max_new_tokens=max_new_tokens,
                   max_segment_chars=max_segment_chars, pause_ms=pause_ms, use_cache=use_cache, speed=speed,
                   duration_s=duration_s, loudness_lufs=loudness_lufs, audio_format=audio_format,
-                  segment_durations_s=segment_durations_s or None)
+                  segment_durations_s=segment_durations_s or None, num_beams=num_beams,
+                  length_penalty=length_penalty)
     emotion = None
     if emotion_mode and emotion_mode != "none":
         emotion = dict(emotion_mode=emotion_mode, happy=happy, angry=angry, sad=sad, afraid=afraid,
@@ -161,7 +163,7 @@ def page_defaults(ctx: AppContext) -> dict:
     controls = generation_controls(ctx.engine.facts if ctx.engine is not None else None)
     knobs = {name: controls[name].default if controls[name].visible else NOT_A_KNOB
              for name in ("greedy", "temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens",
-                          "max_segment_chars")}
+                          "max_segment_chars", "num_beams", "length_penalty")}
     return {**knobs, "pause_ms": controls["pause_between_segments_ms"].default, "use_cache": True, "speed": 1.0,
             "duration_s": 0, "loudness_lufs": 0, "audio_format": "wav", "segment_durations_s": None}
 

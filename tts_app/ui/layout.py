@@ -20,7 +20,8 @@ from tts_app.ui import history as history_handlers
 from tts_app.ui import voices as voice_handlers
 from tts_app.ui.context import AppContext
 from tts_app.ui.controls import Control, generation_controls
-from tts_app.ui.texts import SERVER, preview_label, server_text, translations
+from tts_app.ui.ranges import defer_range_checks, range_error
+from tts_app.ui.texts import SERVER, preview_colors, server_text, translations
 
 MODEL_CONCURRENCY = dict(concurrency_id="model", concurrency_limit=32)
 
@@ -33,23 +34,36 @@ CSS = """
 
 # Gradio's audio upload refuses a file that is not audio with its own English text listing a dozen MIME types
 # ("Invalid file type: notes.txt. Only audio/aac,audio/midi,... allowed."), which it cannot translate. This page
-# script rewrites that one toast (only when the list is of audio types) into the user's words and language.
+# script rewrites that one toast (only when the list is of audio types) into the user's words and language. It also
+# gives a Chinese page's pop-ups their titles in Chinese: gradio 6 writes the message type ("Error", "Warning",
+# "Info") as the title whatever ``gr.Error(title=...)`` says, past its translations.
 _NOT_AUDIO_JS = """() => {
   const lang = __LANG__ || (navigator.language || "en").toLowerCase();
   const say = (name) => lang.startsWith("zh")
     ? `“${name}”不是音频文件：请上传一段录音（WAV、MP3、FLAC、OGG 或 M4A）。`
     : `“${name}” is not an audio file: upload a recording (WAV, MP3, FLAC, OGG or M4A).`;
-  const fix = () => document.querySelectorAll('[data-testid="toast-text"]').forEach((el) => {
-    const m = /^Invalid file types?: (.+?)\\. Only (.*) allowed\\.$/s.exec(el.textContent.trim());
-    if (m && m[2].includes("audio/")) el.textContent = say(m[1]);
-  });
+  const titles = lang.startsWith("zh") ? __ZH_TITLES__ : null;
+  const fix = () => {
+    document.querySelectorAll('[data-testid="toast-text"]').forEach((el) => {
+      const m = /^Invalid file types?: (.+?)\\. Only (.*) allowed\\.$/s.exec(el.textContent.trim());
+      if (m && m[2].includes("audio/")) el.textContent = say(m[1]);
+    });
+    if (titles) document.querySelectorAll('.toast-title').forEach((el) => {
+      const node = [...el.childNodes].find((n) => n.nodeType === 3 && titles[n.nodeValue.trim()]);
+      if (node) node.nodeValue = titles[node.nodeValue.trim()] + " ";
+    });
+  };
   new MutationObserver(fix).observe(document.body, {childList: true, subtree: true, characterData: true});
 }"""
 
 
 def page_js(lang: str | None) -> str:
     """The page script (``demo.launch(js=...)``): see ``_NOT_AUDIO_JS``; ``lang`` is --lang (None: the browser's)."""
-    return _NOT_AUDIO_JS.replace("__LANG__", "null" if lang is None else f'"{lang}"')
+    import json
+
+    titles = {kind: SERVER["zh"][f"toast_{kind.lower()}"] for kind in ("Error", "Warning", "Info")}
+    return (_NOT_AUDIO_JS.replace("__LANG__", "null" if lang is None else f'"{lang}"')
+            .replace("__ZH_TITLES__", json.dumps(titles, ensure_ascii=False)))
 
 
 def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
@@ -102,10 +116,12 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                 with gr.Column():
                     text = gr.Textbox(label=i18n("text"), placeholder=i18n("text_placeholder"), lines=5,
                                       elem_id="text")
+                    # one legend needs one language: with --lang a legend; else each span's category in its
+                    # page's language (handlers.pronunciation_preview)
                     preview = gr.HighlightedText(label=i18n("preview"), combine_adjacent=False,
-                                                 color_map={preview_label(ctx.lang, "override"): "green",
-                                                            preview_label(ctx.lang, "polyphone"): "orange"},
-                                                 show_legend=True, elem_id="preview")
+                                                 color_map=preview_colors(ctx.lang),
+                                                 show_legend=ctx.lang is not None,
+                                                 elem_id="preview")
                     preview_notes = gr.Markdown(label=i18n("preview_warnings"), elem_id="preview-notes")
             controls = generation_controls(facts)
             with gr.Accordion(i18n("settings"), open=False, elem_id="settings"):
@@ -122,6 +138,9 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                 with gr.Row():
                     knobs.update({name: _control_widget(c, i18n) for name, c in controls.items()
                                   if name in ("max_new_tokens", "max_segment_chars", "pause_between_segments_ms")})
+                with gr.Row():  # IndexTTS 2's beam search; hidden for families without beams
+                    knobs.update({name: _control_widget(c, i18n) for name, c in controls.items()
+                                  if name in ("num_beams", "length_penalty")})
                 with gr.Row():
                     speed, duration_s, loudness, audio_format = _output_controls(i18n, "")
                     # dubbing cues: one target length per line of the text (handlers.segment_durations_from_text)
@@ -159,7 +178,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         with gr.Tab(i18n("tab_dialogue"), id="dialogue"):
             gr.Markdown(i18n("dialogue_intro"))
             script = gr.Textbox(label=i18n("script"), lines=6, elem_id="script",
-                                placeholder="Speaker 1: 你好，欢迎收听。\nSpeaker 2: Thanks, glad to be here.")
+                                placeholder=i18n("script_placeholder"))
             speaker_voices, speaker_audios = [], []
             with gr.Row():
                 for n in range(1, 5):
@@ -173,6 +192,8 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             with gr.Row():
                 d_seed = gr.Number(value=0, precision=0, minimum=0, label=i18n("seed"), elem_id="dialogue-seed")
                 d_speed, d_duration, d_loudness, d_format = _output_controls(i18n, "dialogue-")
+                d_cleanup = gr.Radio(choices=list(REFERENCE_CLEANUPS), value=DEFAULT_REFERENCE_CLEANUP,
+                                     label=i18n("reference_cleanup"), elem_id="dialogue-reference-cleanup")
             with gr.Row():
                 generate_dialogue = gr.Button(i18n("generate_dialogue"), variant="primary",
                                               elem_id="generate-dialogue", scale=4)
@@ -204,20 +225,26 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                       "pause_between_segments_ms"]
         knob_widgets = [knobs[n] for n in knob_order]
         synthesis_inputs = [ref_audio, text, ref_text, seed, randomize, greedy, *knob_widgets, use_cache, *emotion,
-                            voice, speed, duration_s, loudness, audio_format, segment_durations, reference_cleanup]
+                            voice, speed, duration_s, loudness, audio_format, segment_durations, reference_cleanup,
+                            knobs["num_beams"], knobs["length_penalty"]]  # after the older inputs: API order kept
         # history_handlers.remember's inputs: the sidecar written, the seed used, what was asked, then SETTINGS
+        beam_widgets = [knobs["num_beams"], knobs["length_penalty"]]
         remember_inputs = [metadata_file, used_seed, ref_audio, text, ref_text, voice, seed, greedy, *knob_widgets,
-                           use_cache, speed, duration_s, loudness, audio_format, segment_durations, *emotion]
+                           use_cache, speed, duration_s, loudness, audio_format, segment_durations, *beam_widgets,
+                           *emotion]
         # Queued, as every event that sets history_state must be: gradio's unqueued route reports no changed
         # state, so the State's change (what re-draws the list below) would never fire.
         remember = dict(fn=_wrap(history_handlers.remember, ctx), inputs=remember_inputs, outputs=[history_state],
                         api_visibility="private")
         # history_handlers.rerun_values's outputs
         rerun_outputs = [ref_audio, text, ref_text, seed, randomize, voice, greedy, *knob_widgets, use_cache, speed,
-                         duration_s, loudness, audio_format, segment_durations, *emotion]
-        single_run = generate.click(_wrap(handlers.synthesize_stream, ctx), synthesis_inputs,
-                                    [live_audio, *synthesis_outputs], api_name="synthesize_stream",
-                                    show_progress_on=[out_audio], **MODEL_CONCURRENCY)
+                         duration_s, loudness, audio_format, segment_durations, *beam_widgets, *emotion]
+        # an empty text is refused by a first step without outputs: a pop-up, and the Output player keeps no
+        # "Error" badge next to the previous result
+        single_run = generate.click(_wrap(handlers.check_text_given, ctx), [text], None,
+                                    api_visibility="private", show_progress="hidden").success(
+            _wrap(handlers.synthesize_stream, ctx), synthesis_inputs, [live_audio, *synthesis_outputs],
+            api_name="synthesize_stream", show_progress_on=[out_audio], **MODEL_CONCURRENCY)
         single_run.success(**remember)  # the page's generations go to its history, API calls do not
         show_chapters = dict(fn=_wrap(handlers.chapter_files, ctx), inputs=[metadata_file], outputs=[chapters_box],
                              api_visibility="private", queue=False, show_progress="hidden")
@@ -256,7 +283,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
 
         dialogue_run = generate_dialogue.click(
             _wrap(handlers.synthesize_dialogue, ctx),
-            [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness, d_format],
+            [script, *speaker_voices, *speaker_audios, d_seed, d_speed, d_duration, d_loudness, d_format, d_cleanup],
             dialogue_outputs, api_name="synthesize_dialogue", show_progress_on=[dialogue_outputs[0]],
             **MODEL_CONCURRENCY)
         stop_dialogue.click(_stop_fn(ctx, "dialogue"), None, None, cancels=[dialogue_run], queue=False,
@@ -270,7 +297,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         # A refusal is a toast and a line in the library's status box, never a status badge over the Voice
         # dropdown (gradio draws an event's "Error" over its output boxes; a badge there would hide the dropdown).
         library_event = dict(show_progress_on=[voice_status])
-        save_voice.click(_wrap(voice_handlers.save_voice, ctx), [ref_audio, ref_text, voice_name],
+        save_voice.click(_wrap(voice_handlers.save_voice, ctx), [ref_audio, ref_text, voice_name, reference_cleanup],
                          [voice, voice_status], api_name="save_voice", **library_event, **MODEL_CONCURRENCY)
         rename_voice.click(_wrap(voice_handlers.rename_voice, ctx), [voice, new_voice_name], [voice, voice_status],
                            api_name="rename_voice", queue=False, **library_event)
@@ -281,8 +308,9 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         for dropdown in (voice, *speaker_voices):
             demo.load(_wrap(voice_handlers.refresh_voices, ctx), None, [dropdown], queue=False,
                       api_visibility="private")
-        reset.click(lambda: [bool(controls["greedy"].default)] + [controls[n].default for n in knob_order], None,
-                    [greedy] + [knobs[n] for n in knob_order], queue=False, api_visibility="private")
+        reset_order = [*knob_order, "num_beams", "length_penalty"]
+        reset.click(lambda: [bool(controls["greedy"].default)] + [controls[n].default for n in reset_order], None,
+                    [greedy] + [knobs[n] for n in reset_order], queue=False, api_visibility="private")
         timer.tick(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], api_name="memory", queue=False,
                    show_progress="hidden")
         demo.load(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], queue=False, show_progress="hidden",
@@ -293,6 +321,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             ctx.end_session(getattr(request, "session_hash", None), handlers._headers(request))
 
         demo.unload(end_session)
+    defer_range_checks(demo)  # out-of-range numbers refused by _wrap in the caller's language
     return demo, i18n
 
 
@@ -352,19 +381,29 @@ def _stop_fn(ctx: AppContext, kind: str):
 
 def _wrap(fn, ctx: AppContext):
     """Bind ``ctx`` as the first argument while keeping ``fn``'s signature (minus ctx) visible to gradio, so that
-    ``gr.Progress`` / ``gr.Request`` parameters are injected and the API shows the right inputs."""
+    ``gr.Progress`` / ``gr.Request`` parameters are injected and the API shows the right inputs. A number outside
+    its widget's range is refused before ``fn`` runs, naming the parameter (``tts_app.ui.ranges``)."""
     import inspect
 
     sig = inspect.signature(fn)
     params = list(sig.parameters.values())[1:]
+    names = [p.name for p in params]
+
+    def check_ranges(args, kwargs) -> None:  # a number outside its widget's range (tts_app.ui.ranges)
+        request = next((a for a in (*args, *kwargs.values()) if isinstance(a, gr.Request)), None)
+        refusal = range_error(names, args, kwargs, handlers._lang(ctx, request))
+        if refusal is not None:
+            raise refusal
 
     if inspect.isgeneratorfunction(fn):  # gradio streams a handler's yields only when it sees a generator
         @functools.wraps(fn)
         def bound(*args, **kwargs):
+            check_ranges(args, kwargs)
             yield from fn(ctx, *args, **kwargs)
     else:
         @functools.wraps(fn)
         def bound(*args, **kwargs):
+            check_ranges(args, kwargs)
             return fn(ctx, *args, **kwargs)
 
     bound.__signature__ = sig.replace(parameters=params)

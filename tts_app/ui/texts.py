@@ -27,6 +27,8 @@ EN: dict[str, str] = {
     "top_p": "Top-p",
     "top_k": "Top-k",
     "cfg_scale": "CFG scale",
+    "num_beams": "Beams (1 = no beam search)",
+    "length_penalty": "Beam length penalty",
     "seed": "Seed",
     "randomize_seed": "Randomize seed",
     "max_segment_chars": "Max characters per segment (0 = the model's own)",
@@ -79,7 +81,7 @@ EN: dict[str, str] = {
                   "`[S1] …` or `张三：…` lines) and per speaker (number or name) a saved voice or an audio file in "
                   "the ZIP, e.g. `{\"1\": \"voices/mei.wav\", \"李四\": \"en-male\"}` |\n"
                   "| `seed`, `greedy`, `temperature`, `top_p`, `top_k`, `cfg_scale`, `max_new_tokens`, "
-                  "`max_segment_chars`, `pause_between_segments_ms`, `chapter_pause_ms` | | per-line settings "
+                  "`num_beams`, `length_penalty`, `max_segment_chars`, `pause_between_segments_ms`, `chapter_pause_ms` | | per-line settings "
                   "(optional) |\n"
                   "| `reference_cleanup` | | `auto` (only what the model's own tool does), `full` (trim, high-pass, "
                   "loudness, pauses shortened) or `off` (optional) |\n"
@@ -138,6 +140,8 @@ ZH: dict[str, str] = {
     "top_p": "Top-p",
     "top_k": "Top-k",
     "cfg_scale": "CFG 强度",
+    "num_beams": "束搜索宽度（1 = 不用束搜索）",
+    "length_penalty": "束搜索长度惩罚",
     "seed": "种子",
     "randomize_seed": "随机生成种子",
     "max_segment_chars": "每段最大字数（0 = 模型自身的分段）",
@@ -184,7 +188,7 @@ ZH: dict[str, str] = {
                   "以及每位说话人（编号或名字）的已保存声音或 ZIP 中的音频文件，例如 "
                   "`{\"1\": \"voices/mei.wav\", \"李四\": \"en-male\"}` |\n"
                   "| `seed`、`greedy`、`temperature`、`top_p`、`top_k`、`cfg_scale`、`max_new_tokens`、"
-                  "`max_segment_chars`、`pause_between_segments_ms`、`chapter_pause_ms` | | 每行的生成设置（可选） |\n"
+                  "`num_beams`、`length_penalty`、`max_segment_chars`、`pause_between_segments_ms`、`chapter_pause_ms` | | 每行的生成设置（可选） |\n"
                   "| `reference_cleanup` | | `auto`（只做模型自己的工具会做的处理）、`full`（裁剪静音、高通、响度、缩短停顿）"
                   "或 `off`（可选） |\n"
                   "| `speed`、`duration_s`、`loudness_lufs`、`segment_durations_s` | | 输出的语速（相对模型原速）、目标时长（秒）、"
@@ -236,6 +240,7 @@ EN.update({
     "dialogue_intro": "One turn per line: `Speaker 1: …`, `[S1] …` or `张三：…` (up to 4 speakers; names take "
                       "speaker numbers in order of appearance). Give each speaker a saved voice or a clip.",
     "script": "Dialogue script",
+    "script_placeholder": "Speaker 1: 你好，欢迎收听。\nSpeaker 2: Thanks, glad to be here.",
     "speaker_voice": "Saved voice",
     "speaker_audio": "or upload a clip",
     "generate_dialogue": "Generate dialogue",
@@ -263,6 +268,7 @@ ZH.update({
     "dialogue_intro": "每行一句：`Speaker 1: …`、`[S1] …` 或 `张三：…`（最多 4 位说话人；名字按出现顺序编号）。"
                       "为每位说话人选择已保存的声音或上传音频。",
     "script": "对话脚本",
+    "script_placeholder": "Speaker 1: 你好，欢迎收听。\nSpeaker 2: 谢谢，很高兴来到这里。",
     "speaker_voice": "已保存的声音",
     "speaker_audio": "或上传音频",
     "generate_dialogue": "生成对话",
@@ -312,10 +318,6 @@ SERVER: dict[str, dict[str, str]] = {
         "stream_off_whole_clip": "streaming is off for this request: speed/duration/loudness need the whole clip",
         "synthesis_failed": "Synthesis failed (request {request_id}, seed {seed}): {error}. Quote the request id "
                             "when you report it: the server log has the details under it.",
-        "no_audio_sampling": "The model produced no audio for this text (seed {seed}): it ended speech at once. "
-                             "Try another seed or a larger max new tokens.",
-        "no_audio_greedy": "The model produced no audio for this text: it ended speech at once. Try sampling "
-                           "instead of greedy decoding, or a larger max new tokens.",
         "col_timings": "#|speaker|text|start (s)|end (s)|batch size|generate (s)",
         "col_validation": "line|status|message",
         "col_results": "line|output name|status|error|duration (s)",
@@ -387,8 +389,6 @@ SERVER: dict[str, dict[str, str]] = {
         "stream_off_whole_clip": "此请求不流式播放：语速/时长/响度需要完整音频",
         "synthesis_failed": "合成失败（请求 {request_id}，种子 {seed}）：{error}。报告问题时请附上请求 ID：服务器日志中"
                             "以它记录了详细信息。",
-        "no_audio_sampling": "模型没有为这段文本生成音频（种子 {seed}）：它立即结束了。请换一个种子，或调大最大新 token 数。",
-        "no_audio_greedy": "模型没有为这段文本生成音频：它立即结束了。请改用采样解码，或调大最大新 token 数。",
         "col_timings": "#|说话人|文本|开始（秒）|结束（秒）|批大小|生成（秒）",
         "col_validation": "行|状态|说明",
         "col_results": "行|输出名|状态|错误|时长（秒）",
@@ -470,6 +470,11 @@ SERVER["en"].update({
     "voice_error_name_bad_characters": "The voice name {name!r} holds a control, invisible or direction character or "
                                        "a slash; use letters, digits, spaces, '-' or '_'.",
     "voice_error_name_dots": "The voice name {name!r} is only dots; use letters or digits.",
+    "voice_error_name_lookalike": "The voice name {name!r} looks like {plain!r} but is written with other "
+                                  "characters; write it as {plain!r}.",
+    "voice_error_name_mixed_scripts": "The voice name {name!r} mixes letters of {scripts}, as look-alikes of other "
+                                      "names do; write it in one script (Latin may go with Chinese, Japanese or "
+                                      "Korean).",
     "voice_error_not_found": "There is no voice named {name!r} (voices: {voices}); save it first or check the "
                              "spelling.",
     "voice_error_not_found_none": "There is no voice named {name!r}, and no voice is saved yet; save it first.",
@@ -492,6 +497,9 @@ SERVER["zh"].update({
     "voice_error_name_too_long": "声音名称 {head!r}… 有 {length} 个字符；最多 {limit} 个。",
     "voice_error_name_bad_characters": "声音名称 {name!r} 含有控制字符、不可见字符、方向字符或斜杠；请使用字母、数字、空格、“-”或“_”。",
     "voice_error_name_dots": "声音名称 {name!r} 只有点号；请使用字母或数字。",
+    "voice_error_name_lookalike": "声音名称 {name!r} 看起来像 {plain!r}，但用的是其他字符；请写成 {plain!r}。",
+    "voice_error_name_mixed_scripts": "声音名称 {name!r} 混用了 {scripts} 的字母，仿冒其他名称时常这样做；请只用一种文字书写"
+                                      "（拉丁字母可以与中文、日文或韩文一起使用）。",
     "voice_error_not_found": "没有名为 {name!r} 的声音（现有声音：{voices}）；请先保存它，或检查拼写。",
     "voice_error_not_found_none": "没有名为 {name!r} 的声音，也还没有保存任何声音；请先保存它。",
     "voice_error_not_voice_or_file": "{name!r} 既不是音频文件，也不是已保存的声音（现有声音：{voices}）。",
@@ -514,6 +522,12 @@ SERVER["en"].update({
     "loading_wait": "The web page appears when the model has loaded.",
     "loading_failed": "The model could not be loaded: {error}",
     "loading_reload": "This page reloads itself every 5 seconds.",
+    # a number input outside its widget's range (an API call; tts_app.ui.ranges)
+    "out_of_range": "{field} = {value} is outside its range {minimum} to {maximum}; send a value in it",
+    "below_minimum": "{field} = {value} is below its minimum {minimum}; send {minimum} or more",
+    # the titles of the page's pop-ups (gradio writes them in English: tts_app.ui.layout.page_js)
+    "toast_error": "Error", "toast_warning": "Warning", "toast_info": "Info",
+    "above_maximum": "{field} = {value} is above its maximum {maximum}; send {maximum} or less",
 })
 SERVER["zh"].update({
     "row_error": "错误", "row_warning": "提示",
@@ -523,6 +537,10 @@ SERVER["zh"].update({
     "loading_wait": "模型加载完成后即显示网页。",
     "loading_failed": "模型无法加载：{error}",
     "loading_reload": "页面每 5 秒自动刷新。",
+    "out_of_range": "{field} = {value} 超出范围 {minimum} 到 {maximum}；请给出此范围内的值",
+    "below_minimum": "{field} = {value} 低于最小值 {minimum}；请给出不小于 {minimum} 的值",
+    "toast_error": "错误", "toast_warning": "提示", "toast_info": "信息",
+    "above_maximum": "{field} = {value} 高于最大值 {maximum}；请给出不大于 {maximum} 的值",
 })
 assert SERVER["en"].keys() == SERVER["zh"].keys()
 #: server strings that also label widgets built once for every browser (radio choices), so ``gr.I18n`` carries
@@ -575,9 +593,14 @@ def server_text(lang: str, key: str, **values) -> str:
     return SERVER.get(lang, SERVER["en"])[key].format(**values)
 
 
-def preview_label(forced: str | None, kind: str) -> str:
-    """Category of a highlighted preview span ("override" or "polyphone"). The legend is built once for all
-    users, so without ``--lang`` the label is bilingual ("override / 指定读音")."""
-    if forced in ("zh", "en"):
-        return SERVER[forced][kind]
-    return f"{SERVER['en'][kind]} / {SERVER['zh'][kind]}"
+def preview_label(lang: str, kind: str) -> str:
+    """Category of a highlighted preview span ("override" or "polyphone") in the page's language ``lang``."""
+    return server_text(lang, kind)
+
+
+def preview_colors(forced: str | None) -> dict[str, str]:
+    """The preview's colour of each category: in ``forced`` (``--lang``) only, else in every language (the widget is
+    built once for all browsers; each page labels its spans in its own language, ``preview_label``)."""
+    codes = [forced] if forced in SERVER else list(SERVER)
+    return {SERVER[code][kind]: color for code in codes for kind, color in (("override", "green"),
+                                                                            ("polyphone", "orange"))}

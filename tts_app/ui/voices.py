@@ -69,9 +69,11 @@ def select_voice(ctx: AppContext, voice: str | None, reference_text: str | None 
 
 
 def save_voice(ctx: AppContext, reference_audio: str | None, reference_text: str | None, name: str | None,
-               request: gr.Request = None):
+               reference_cleanup: str | None = None, request: gr.Request = None):
     """Save the uploaded / recorded clip (and its transcript) as voice ``name`` -> (dropdown with it selected,
-    status line). An empty transcript is filled by automatic transcription when an ASR model is available."""
+    status line). An empty transcript is filled by automatic transcription when an ASR model is available. The
+    page's ``reference_cleanup`` ("auto", "full", "off"; None = the default) is stored with the voice and used
+    whenever the voice is used."""
     lang = _lang(ctx, request)
     if not reference_audio:
         raise _say(server_text(lang, "need_reference"))
@@ -80,7 +82,7 @@ def save_voice(ctx: AppContext, reference_audio: str | None, reference_text: str
         text = _auto_transcript(ctx, reference_audio, lang)
     try:
         voice = ctx.voices.save(name or "", Path(reference_audio), ctx.references, reference_text=text,
-                                source_name=Path(reference_audio).name)
+                                source_name=Path(reference_audio).name, cleanup=reference_cleanup or None)
     except TTSAppError as exc:
         raise _refused(exc, lang) from exc
     gr.Info(server_text(lang, "voice_saved", name=voice.name))
