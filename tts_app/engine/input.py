@@ -3,8 +3,8 @@
 Owns: the request front end (chapters, dialogue turns and dialogue rows, dubbing cues; ``tts_app.frontend``),
 language and emotion checks, the reference clips' sampling rate, resolving the effective generation settings once
 (``TTSAdapter.resolve``), the memory estimate of each segment and the message of a segment too large for the budget,
-and, when a row runs, turning a segment into the adapter's ``AdapterRow``. vLLM v1's ``processor.py``
-(../shared/STYLE.md): the engine core then only schedules and runs rows.
+and, when a row runs, turning a segment (``tts_app.engine.state.SegmentState``) into the adapter's ``AdapterRow``.
+vLLM v1's ``processor.py`` (../shared/STYLE.md): the engine core then only schedules and runs rows.
 
 May touch: the adapter's pure methods (``resolve``, ``estimate_positions``, ``max_new_tokens``,
 ``count_text_tokens``, ``unencodable_characters``, facts) and the memory estimator. Never the scheduler, the running
