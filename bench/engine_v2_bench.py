@@ -226,7 +226,7 @@ def measure_fairness_tiny(quick: bool) -> Table:
                 time.sleep(0.005)
             time.sleep(3.0)  # the case: sent 3 s after the other client's request
             behind = first(engine, "你好。", 50)
-            segments = len(engine._requests[long.request_id].texts) if long.request_id in engine._requests else 0
+            segments = engine._requests[long.request_id].num_segments if long.request_id in engine._requests else 0
             long.cancel()
             engine.shutdown()
             table.rows.append({"order": label, "alone_first_s": alone, "behind_long_first_s": behind,

@@ -225,15 +225,13 @@ def test_facts_come_from_config_yaml(adapter, three_rows):
 
 def test_kv_estimate_covers_the_cache_the_decode_loop_really_holds(adapter, three_rows):
     inputs = adapter.preprocess(three_rows, GREEDY)
-    from tts_app.adapters.indextts2 import _CodeSelector
-
-    selector = _CodeSelector(GREEDY, inputs.seeds, adapter.repetition_penalty, adapter.undecodable_codes)
-    with torch.no_grad():
-        state = adapter.prefill(inputs, use_cache=True)
-        for _ in range(5):
-            adapter.decode_one_token(state, selector, use_cache=True)
-    held = sum(t.numel() * t.element_size() for layer in state.cache.layers for t in (layer.keys, layer.values))
-    positions = state.mask.shape[1]  # every row holds the longest row's positions (left padding)
+    batch = adapter.start_decode(GREEDY)  # the one decode loop (generate runs through it too)
+    batch.prefill(list(enumerate(three_rows)))
+    for _ in range(5):
+        batch.decode_step()
+    cache = batch.stream.cache
+    held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    positions = batch.stream.num_columns  # every row holds the longest row's positions (left padding)
     assert held == adapter.facts.kv_bytes_per_position * positions * len(three_rows)
     beams = adapter.facts.generation_defaults.num_beams  # the estimate covers the default beams (3 rows)
     assert beams == 3

@@ -318,18 +318,18 @@ def test_shutdown_cancels_unfinished_requests():
 
 
 def test_shutdown_returns_after_the_worker_thread_has_ended_and_exit_joins_forgotten_engines():
-    from tts_app.engine import core
+    from tts_app.engine import front
 
     engine = Engine(FakeAdapter(), EngineConfig(max_batch_size=2, wait_window_ms=0)).start()
     assert engine.submit(make_requests(["Hello."])[0]).result(timeout=30).ok
     thread = engine._thread
     engine.shutdown()
-    assert not thread.is_alive() and engine not in core._LIVE_ENGINES
+    assert not thread.is_alive() and engine not in front._LIVE_ENGINES
     # An engine its caller never shut down is joined by the atexit hook, before the interpreter finalises.
     forgotten = Engine(FakeAdapter(), EngineConfig(wait_window_ms=0)).start()
-    assert forgotten in core._LIVE_ENGINES
-    core._shutdown_live_engines()
-    assert not forgotten._thread.is_alive() and forgotten not in core._LIVE_ENGINES
+    assert forgotten in front._LIVE_ENGINES
+    front._shutdown_live_engines()
+    assert not forgotten._thread.is_alive() and forgotten not in front._LIVE_ENGINES
 
 
 def test_concurrent_submitters_each_get_their_own_audio():

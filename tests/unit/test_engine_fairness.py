@@ -40,7 +40,7 @@ def test_a_short_request_gets_a_row_while_another_users_long_request_fills_the_b
     long = engine.submit(request(long_text, seed=1), on_progress=lambda e: done.append(e.segments_done))
     assert adapter.entered.wait(timeout=30)  # its first decode step, held: the long request holds every row
     assert adapter.steps == [3]
-    total = len(engine._requests[long.request_id].texts)
+    total = engine._requests[long.request_id].num_segments
     assert total > 6
     short = engine.submit(request("Hi there.", seed=2))
     gate.set()

@@ -34,8 +34,9 @@ Differences from the package's own ``infer``, on purpose:
   audio with its batch-mates. Its share of the time: ``bench/indextts2_stages.py``.
 * Step interface (``IndexTTS2DecodeBatch``, ``supports_decode_steps``): the engine batches IndexTTS 2 continuously:
   rows join the running GPT batch (their prefix prefilled apart, then merged with the shorter side left-padded) and
-  leave it at any decode step; a row's s2mel + vocoder run in the step that ends it. Same per-row computation as
-  ``generate`` (the continuous-batching tests compare them row by row).
+  leave it at any decode step; a row's s2mel + vocoder run in the step that ends it. It is the family's one decode
+  loop: ``generate`` prefills its whole batch into one and steps it until every row ends (``make_audio=False``;
+  ``postprocess`` then makes the audio), so the two paths cannot drift apart.
 * Decoding: as ``infer`` by default, beam sampling with ``num_beams=3`` and ``length_penalty=0``
   (``SynthesisParams.num_beams`` / ``length_penalty``, defaults from ``infer_generator``'s fallbacks): ``_BeamSearch``
   follows transformers' ``_beam_search`` step for step, and each request's beams are rows of the running GPT batch
@@ -553,36 +554,6 @@ class IndexTTS2Outputs:
     hit_max_new_tokens: list[bool]
 
 
-@dataclass
-class _DecodeState:
-    """A batch being decoded (gpt-fast style: ``prefill`` makes it, ``decode_one_token`` advances it one code).
-
-    Rows are independent except for sharing forwards: each has its own count of generated codes (its mel-position
-    index), its own stop flag and its own sampling stream (``IndexTTS2DecodeBatch`` keeps the same per row, for rows
-    that join and leave).
-
-    Attributes:
-        mask: ``(batch_size, num_positions)`` int64 attention mask of every position fed so far.
-        cache: transformers ``DynamicCache`` (cache on) or None.
-        embeds: ``(batch_size, num_positions, model_dim)`` every input embedding so far (kept only with the cache off,
-            which re-reads them all each step).
-        next_logits: ``(batch_size, number_mel_codes)`` float32 logits of each row's next code.
-        history: ``(batch_size, 2 + num_steps)`` int64 ids the repetition penalty sees (see the module docstring).
-        num_generated: ``(batch_size,)`` int64 codes generated per row (stop code included).
-        finished: ``(batch_size,)`` bool, the row produced its stop code.
-        codes: generated codes, one ``(batch_size,)`` tensor per step.
-    """
-
-    mask: Any
-    cache: Any
-    embeds: Any
-    next_logits: Any
-    history: Any
-    num_generated: Any
-    finished: Any
-    codes: list = field(default_factory=list)
-
-
 class _CodeSelector:
     """Next-code choice for a batch: the checkpoint's repetition penalty (transformers
     ``RepetitionPenaltyLogitsProcessor``), then argmax (greedy) or ``RowSampler`` (temperature, top-k, top-p; one
@@ -806,9 +777,12 @@ class IndexTTS2DecodeBatch(DecodeBatch):
 
     A step changes nothing until its last computation succeeded: on an exception (``torch.OutOfMemoryError``) the
     stream is rolled back and the rows' sampling generators restored, so the engine can retry with fewer rows.
+
+    This is IndexTTS 2's one decode loop: ``IndexTTS2Adapter.generate`` runs its batch through it too
+    (``make_audio=False``: rows end with their codes, ``postprocess`` makes the audio).
     """
 
-    def __init__(self, adapter: "IndexTTS2Adapter", params: SynthesisParams):
+    def __init__(self, adapter: "IndexTTS2Adapter", params: SynthesisParams, make_audio: bool = True):
         import torch
 
         super().__init__(params)
@@ -817,6 +791,7 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         self.gpt = gpt
         self.device = torch.device(adapter.device)
         self.max_new_tokens = adapter.max_new_tokens(params)
+        self.make_audio = make_audio
         self.num_beams = int(params.num_beams or 1)
         dim = int(adapter.processor.config.gpt.model_dim)
         self.stream = DecoderStream(gpt.gpt, dim, self.device, next(gpt.parameters()).dtype, params.use_cache)
@@ -830,7 +805,7 @@ class IndexTTS2DecodeBatch(DecodeBatch):
 
     def _logits(self, hidden):
         """Last hidden states ``(rows, dim)`` -> float32 code logits ``(rows, number_mel_codes)`` (``final_norm`` +
-        ``mel_head``, as ``IndexTTS2Adapter._forward``; called under its ``_gpt_autocast``)."""
+        ``mel_head``, the package's ``lm_head``; called under the adapter's ``_gpt_autocast``)."""
         return self.gpt.mel_head(self.gpt.final_norm(hidden)).float()
 
     def _block(self, i: int) -> slice:
@@ -844,15 +819,25 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         then."""
         import time
 
-        import torch
-
         t0 = time.perf_counter()
         keys = [k for k, _ in rows]
         if len(set(keys)) != len(keys) or set(keys) & set(self.keys):
             raise ValueError("prefill got a key already in the batch")
+        import torch
+
+        with torch.no_grad():
+            inputs = self.adapter.preprocess([r for _, r in rows], self.params)
+        self.join(keys, inputs)
+        self.prefill_s += time.perf_counter() - t0
+
+    def join(self, keys: list, inputs: IndexTTS2Inputs) -> None:
+        """Prefill the rows of preprocessed ``inputs`` (``IndexTTS2Adapter.preprocess``; row ``i`` under
+        ``keys[i]``, each key new to the batch) into the running batch. Raises ``torch.OutOfMemoryError``; nothing
+        joins then."""
+        import torch
+
         adapter, gpt, beams = self.adapter, self.gpt, self.num_beams
         with torch.no_grad():
-            inputs = adapter.preprocess([r for _, r in rows], self.params)
             num_new = len(keys) * beams
             start = torch.full((num_new,), gpt.start_mel_token, dtype=torch.long, device=self.device)
             zero = torch.zeros(num_new, dtype=torch.long, device=self.device)
@@ -882,7 +867,6 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         self.stream.commit(merged)
         self.next_logits = next_logits
         self.rows += new_rows
-        self.prefill_s += time.perf_counter() - t0
 
     def _generators(self, live: list[int]) -> list:
         out = []
@@ -1018,7 +1002,7 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         (``IndexTTS2Adapter.postprocess`` per row)."""
         import torch
 
-        if not codes:
+        if not codes or not self.make_audio:
             return np.zeros(0, dtype=np.float32)
         adapter = self.adapter
         codes = torch.tensor([codes], dtype=torch.long, device=self.device)
@@ -1599,8 +1583,9 @@ class IndexTTS2Adapter(TTSAdapter):
         return max_new
 
     def generate(self, inputs: IndexTTS2Inputs, params: SynthesisParams) -> IndexTTS2Outputs:
-        """Decode up to ``self.max_new_tokens(params)`` semantic codes per row, the whole batch in one GPT forward per
-        step (``prefill`` then ``decode_one_token``); a row stops at its own stop code, the loop when every row has.
+        """Decode up to ``self.max_new_tokens(params)`` semantic codes per row with the one decode loop
+        (``IndexTTS2DecodeBatch``: the whole batch prefilled together, one GPT forward per step; with ``num_beams``
+        > 1 each row's beam search); a row stops at its own stop code, the loop when every row has.
         ``params.cfg_scale`` is ignored (no guidance in the GPT stage).
 
         Raises:
@@ -1609,79 +1594,26 @@ class IndexTTS2Adapter(TTSAdapter):
         """
         import torch
 
-        max_new = self._check_max_new_tokens(params)
-        params = self.resolve(params)
-        if params.num_beams > 1:
-            return self._generate_beams(inputs, params, max_new)
-        selector = _CodeSelector(params, inputs.seeds, self.repetition_penalty, self.undecodable_codes)
-        with torch.no_grad():
-            state = self.prefill(inputs, params.use_cache)
-            for _ in range(max_new):
-                self.decode_one_token(state, selector, params.use_cache)
-                if bool(state.finished.all()):
-                    break
-        stop = self.model.gpt.stop_mel_token
-        codes = torch.stack(state.codes, dim=1)  # (batch, steps)
-        lengths, hit = [], []
-        for row in codes:
-            ends = (row == stop).nonzero()
-            lengths.append(int(ends[0, 0]) if ends.numel() else row.shape[0])
-            hit.append(not ends.numel())
-        return IndexTTS2Outputs(codes=codes, code_lengths=lengths, hit_max_new_tokens=hit)
+        self._check_max_new_tokens(params)
+        batch = IndexTTS2DecodeBatch(self, self.resolve(params), make_audio=False)
+        num_rows = inputs.prefix_embeds.shape[0]
+        batch.join(list(range(num_rows)), inputs)
+        while any(row.stop_reason is None for row in batch.rows):
+            batch.decode_step()
+        stop = int(self.model.gpt.stop_mel_token)
+        hit = [row.stop_reason is StopReason.MAX_NEW_TOKENS for row in batch.rows]
+        # (batch, steps): each row's codes, then its stop code (a row cut at the cap has none), padded with stop codes
+        width = max(1, max(len(row.codes) + (0 if h else 1) for row, h in zip(batch.rows, hit)))
+        codes = torch.full((num_rows, width), stop, dtype=torch.long)
+        for r, row in enumerate(batch.rows):
+            codes[r, :len(row.codes)] = torch.tensor(row.codes, dtype=torch.long)
+        return IndexTTS2Outputs(codes=codes.to(inputs.prefix_embeds.device),
+                                code_lengths=[len(row.codes) for row in batch.rows], hit_max_new_tokens=hit)
 
     def _beam_search(self, params: SynthesisParams, seed: int, max_new_tokens: int) -> _BeamSearch:
         gpt = self.model.gpt
         return _BeamSearch(params, seed, self.repetition_penalty, self.undecodable_codes, gpt.start_mel_token,
                            gpt.stop_mel_token, max_new_tokens)
-
-    def _generate_beams(self, inputs: IndexTTS2Inputs, params: SynthesisParams, max_new: int) -> IndexTTS2Outputs:
-        """``generate`` with ``params.num_beams`` > 1: each row's beams are ``num_beams`` rows of the GPT batch
-        (``_BeamSearch`` per row, its own generator seeded with the row's seed); after each step every row's beams
-        are reordered (KV cache rows gathered) to the beams they continue. A row's answer is its best finished
-        beam."""
-        import torch
-
-        beams = int(params.num_beams)
-        num_rows = inputs.prefix_embeds.shape[0]
-        expanded = copy.copy(inputs)
-        expanded.prefix_embeds = inputs.prefix_embeds.repeat_interleave(beams, dim=0)
-        expanded.prefix_mask = inputs.prefix_mask.repeat_interleave(beams, dim=0)
-        searches = [self._beam_search(params, seed, max_new) for seed in inputs.seeds]
-        states = [search.initial_state() for search in searches]
-        stop = int(self.model.gpt.stop_mel_token)
-        with torch.no_grad():
-            state = self.prefill(expanded, params.use_cache)
-            for step in range(max_new):
-                order = torch.arange(num_rows * beams)
-                codes = torch.full((num_rows * beams,), stop, dtype=torch.long)
-                for r, search in enumerate(searches):
-                    if states[r].done:
-                        continue
-                    block = slice(r * beams, (r + 1) * beams)
-                    states[r], source, picked = search.step(states[r], state.next_logits[block])
-                    order[block], codes[block] = r * beams + source, picked
-                if all(s.done for s in states):
-                    break
-                device = state.mask.device
-                order, codes = order.to(device), codes.to(device)
-                if params.use_cache:
-                    state.cache.reorder_cache(order)
-                else:
-                    state.embeds = state.embeds[order]
-                state.mask = torch.cat([state.mask[order], torch.ones_like(state.mask[:, :1])], dim=1)
-                new = self._mel_embeddings(codes, torch.full_like(codes, step + 1))
-                if params.use_cache:
-                    state.next_logits = self._forward(new, state.mask, state.cache)
-                else:
-                    state.embeds = torch.cat([state.embeds, new], dim=1)
-                    state.next_logits = self._forward(state.embeds, state.mask, None)
-        results = [search.result(s) for search, s in zip(searches, states)]
-        width = max(1, max(len(c) + (0 if hit else 1) for c, hit in results))
-        codes = torch.full((num_rows, width), stop, dtype=torch.long)
-        for r, (row_codes, _) in enumerate(results):
-            codes[r, :len(row_codes)] = torch.tensor(row_codes, dtype=torch.long)
-        return IndexTTS2Outputs(codes=codes.to(inputs.prefix_embeds.device),
-                                code_lengths=[len(c) for c, _ in results], hit_max_new_tokens=[h for _, h in results])
 
     def _mel_embeddings(self, codes, positions):
         """codes ``(batch,)`` int64 at mel positions ``(batch,)`` -> ``(batch, 1, model_dim)`` GPT input."""
@@ -1696,59 +1628,6 @@ class IndexTTS2Adapter(TTSAdapter):
         dtype = getattr(torch, self.dtype)
         return torch.autocast(device_type=torch.device(self.device).type, dtype=dtype,
                               enabled=dtype != torch.float32)
-
-    def _forward(self, embeds, mask, cache):
-        """GPT-2 stack over ``embeds`` ``(batch, new_positions, dim)`` -> float32 logits of the last position
-        ``(batch, number_mel_codes)`` (``final_norm`` + ``mel_head``, the package's ``lm_head``)."""
-        gpt = self.model.gpt
-        with self._gpt_autocast():
-            out = gpt.gpt(inputs_embeds=embeds, attention_mask=mask, cache=cache, use_cache=cache is not None)
-            return gpt.mel_head(gpt.final_norm(out.last_hidden_state[:, -1])).float()
-
-    def prefill(self, inputs: IndexTTS2Inputs, use_cache: bool) -> _DecodeState:
-        """Run every row's prefix + ``<start_mel>`` (mel position 0) through the GPT; returns the decode state with
-        the logits of each row's first code."""
-        import torch
-        from transformers import DynamicCache
-
-        gpt = self.model.gpt
-        batch = inputs.prefix_embeds.shape[0]
-        device = inputs.prefix_embeds.device
-        start = torch.full((batch,), gpt.start_mel_token, dtype=torch.long, device=device)
-        zero = torch.zeros(batch, dtype=torch.long, device=device)
-        embeds = torch.cat([inputs.prefix_embeds, self._mel_embeddings(start, zero)], dim=1)
-        mask = torch.cat([inputs.prefix_mask, torch.ones(batch, 1, dtype=torch.long, device=device)], dim=1)
-        cache = DynamicCache(config=gpt.gpt.config) if use_cache else None
-        logits = self._forward(embeds, mask, cache)
-        # The package's repetition penalty sees its placeholder ids (all 1) and <start_mel>.
-        history = torch.tensor([[1, gpt.start_mel_token]], dtype=torch.long, device=device).repeat(batch, 1)
-        return _DecodeState(mask=mask, cache=cache, embeds=None if use_cache else embeds, next_logits=logits,
-                            history=history, num_generated=zero.clone(),
-                            finished=torch.zeros(batch, dtype=torch.bool, device=device))
-
-    def decode_one_token(self, state: _DecodeState, selector: _CodeSelector, use_cache: bool):
-        """Pick each row's next code from ``state.next_logits`` (finished rows get the stop code), record it, and
-        unless every row has finished, feed it (mel position = the row's own count of codes, see the module
-        docstring) to get the next logits. Returns the codes ``(batch,)`` int64."""
-        import torch
-
-        gpt = self.model.gpt
-        codes = selector.pick(state.history, state.next_logits)
-        codes = codes.masked_fill(state.finished, gpt.stop_mel_token)
-        state.codes.append(codes)
-        state.history = torch.cat([state.history, codes[:, None]], dim=1)
-        state.num_generated = state.num_generated + 1
-        state.finished = state.finished | (codes == gpt.stop_mel_token)
-        if bool(state.finished.all()):
-            return codes
-        new = self._mel_embeddings(codes, state.num_generated)
-        state.mask = torch.cat([state.mask, torch.ones_like(state.mask[:, :1])], dim=1)
-        if use_cache:
-            state.next_logits = self._forward(new, state.mask, state.cache)
-        else:
-            state.embeds = torch.cat([state.embeds, new], dim=1)
-            state.next_logits = self._forward(state.embeds, state.mask, None)
-        return codes
 
     def stop_reasons(self, outputs: IndexTTS2Outputs, inputs: IndexTTS2Inputs) -> list[StopReason]:
         """``MAX_NEW_TOKENS`` for a row that never produced its stop code, else ``END_OF_SPEECH``."""

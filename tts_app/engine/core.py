@@ -1,23 +1,35 @@
-"""The engine core: one model worker thread, many callers; requests -> segments -> rows -> audio.
+"""The engine core: the only owner of the scheduler, the running batch and the per-request state; runs the model
+worker's one step loop. One model worker thread, many callers; requests -> segments -> rows -> audio.
 
-The shape (vLLM v1's split, ../shared/STYLE.md): ``tts_app.engine.input`` turns a request into segments in the
-caller's thread (``InputProcessor.prepare``); this module, the core, is the only owner of the scheduler, the running
-batch and the per-request state, and runs the model worker's loop; ``tts_app.engine.output`` turns what the loop
-made into what callers receive, on its own threads (chunks, progress, join, tempo, loudness, futures). The core may
-touch the adapter's device work (prefill, decode step, batch), the scheduler, the prefix cache and the memory probe;
-it posts everything else to the output processor. It never runs post-processing or a caller's callback.
+The shape (vLLM v1's split, ../shared/STYLE.md), one module each:
 
-Two ways to run, picked from what the adapter offers (``TTSAdapter.supports_decode_steps``):
+* ``tts_app.engine.input``: a request -> checked segments, in the caller's thread (``InputProcessor.prepare``).
+* ``tts_app.engine.front``: ``Engine``, what callers use (``submit``, cancel, ``stats``, start/shutdown) on top of this
+  core; it admits a prepared request (budget check, ``Scheduler.add``) and runs a finished request's output task.
+* this module, ``EngineCore``: the scheduler, the running batch, the request table (``tts_app.engine.state``) and the
+  loop below. It may touch the scheduler, the prefix cache, the memory probe and the per-request state (under its
+  lock, ``_cv``); device work goes through the executor; everything else is posted to the output processor. It never
+  runs post-processing or a caller's callback.
+* ``tts_app.engine.executor``: the device work of a step (prefill, decode step, a whole batch) -> a plain ``Outcome``.
+* ``tts_app.engine.scheduler`` / ``plans``: the policy, plain data, no torch.
+* ``tts_app.engine.output``: chunks, progress, join, tempo, loudness, futures, on its own threads.
 
-* **continuous batching** (iteration-level scheduling; adapters with a step interface, e.g. VibeVoice): before every
-  decode step the scheduler admits waiting segments into the running batch (``Scheduler.schedule_step``), the
-  adapter's ``DecodeBatch`` prefills them and advances every live row one step, and a row that finishes leaves at
-  once, freeing its slot for the next waiting segment. Each row's audio arrives step by step (streaming).
-* **request-level batching** (every other adapter): the scheduler picks a batch (``Scheduler.schedule``: priority,
-  length bucketing, budget), the adapter runs it whole (``preprocess -> generate -> postprocess``).
+One loop, ``schedule -> execute -> update`` (``EngineCore._serve``), for every family:
 
-Either way the loop is vLLM's plan -> execute -> update (../shared/STYLE.md): the engine turns each batch, prefill
-or decode step into a plain-data ``Outcome`` (ok / out of memory / refused rows / crashed) and the scheduler's
+* **schedule** (``_schedule``, lock held): a family with a step interface (``TTSAdapter.supports_decode_steps``, e.g.
+  VibeVoice, IndexTTS 2) batches continuously (iteration-level scheduling): before every decode step the scheduler
+  admits waiting segments into the running batch (``Scheduler.schedule_step``). Any other family (Dia, CSM, Higgs;
+  every family on ZeroGPU) gets a whole batch at a time (``Scheduler.schedule``: priority, length bucketing, budget).
+* **execute** (``tts_app.engine.executor``, no lock): the admitted rows are prefilled into the running batch, then
+  the batch advances one decode step. A family without a step interface runs as a ``OneStepBatch``: its prefill only
+  gathers the rows, its one decode step runs ``preprocess -> generate -> postprocess`` and ends every row, so it goes
+  through the same step as a continuous batch (the seam; only the outcome's ``Phase`` differs).
+* **update** (``_update_locked``, the one place): a row's new audio is stored, the scheduler's
+  ``update_from_output`` decides from the plain-data ``Outcome`` what finished, failed or is requeued, and the core
+  carries that out; chunks, progress and finished requests go to the output processor.
+
+As in vLLM's plan -> execute -> update (../shared/STYLE.md), the engine turns each batch, prefill or decode step
+into a plain-data ``Outcome`` (ok / out of memory / refused rows / crashed) and the scheduler's
 ``update_from_output`` decides what finished, what fails, what is requeued and the batch cap; the engine only
 carries that out (stores audio, resolves futures, releases rows). Out of memory (``torch.OutOfMemoryError``, detected
 by type in ``memory.is_out_of_memory``) first frees the device cache and the prefix cache. Per-request failures are
@@ -33,113 +45,43 @@ after OOM or preemption keeps the samples already sent and skips them in the new
 
 from __future__ import annotations
 
-import atexit
 import logging
-import random
 import threading
 import time
-import weakref
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any, Callable
 
-import numpy as np
-
-from tts_app.adapters.base import AdapterRow, DecodeBatch, ModelFacts, PrefixCache, TTSAdapter
+from tts_app.adapters.base import DecodeBatch, ModelFacts, PrefixCache, TTSAdapter
 from tts_app.config import EngineConfig
-from tts_app.errors import InputError, TTSAppError
 from tts_app.finish import Finish
-from tts_app.metrics import BATCH_SIZE, QUEUE_WAIT, STREAM_UNDERRUN
+from tts_app.metrics import BATCH_SIZE, QUEUE_WAIT
 from tts_app.engine.memory import (
     MemoryEstimator,
     MemoryProbe,
     format_bytes,
-    free_after_oom,
-    is_out_of_memory,
-    make_simulated_oom,
     memory_budget_bytes,
     probe_for_device,
 )
 from tts_app.engine.scheduler import BatchCap, Outcome, OutcomeKind, Phase, Scheduler, SegmentWork, Update
-from tts_app.engine.handle import EngineStats, ProgressEvent, RequestHandle
-from tts_app.engine.input import InputProcessor, _Part, _RequestText, _TurnPiece
+from tts_app.engine.executor import Executor
+from tts_app.engine.state import RequestState
+from tts_app.engine.handle import ProgressEvent
+from tts_app.engine.input import InputProcessor
 from tts_app.engine.input import check_emotion_support  # noqa: F401 (its home before; tts_app.jobs.runner)
-from tts_app.engine.output import OutputProcessor, assemble_result
-from tts_app.engine.streaming import AudioChunk, AudioStream
-from tts_app.request import (RequestStatus, StopReason, SynthesisParams,
-                             SynthesisRequest, SynthesisResult)
-from tts_app.zerogpu import GpuCalls, ZeroGPUConfig, on_zero_gpu
+from tts_app.engine.output import OutputProcessor, call_progress, deliver_chunks
+from tts_app.engine.streaming import AudioStream
+from tts_app.request import RequestStatus, SynthesisRequest, SynthesisResult
+from tts_app.zerogpu import ZeroGPUConfig, on_zero_gpu
 
 logger = logging.getLogger(__name__)
 
-# Reference length assumed by ``EngineStats.default_row_bytes`` (a typical cleaned reference clip), in seconds.
-DEFAULT_REFERENCE_S = 10.0
 # Share of the memory budget the prefix cache may hold (shared voices' prefilled prompt prefixes). An eighth leaves
 # the running rows most of the budget while still holding a few voices' prefixes (a 10 s reference is ~90 positions,
 # ~5 MiB of KV for VibeVoice-1.5B in bfloat16).
 PREFIX_CACHE_BUDGET_SHARE = 1 / 8
 
-# Engines whose worker thread is running. A worker still alive when the interpreter finalises can abort the
-# process ("terminate called without an active exception", exit status 134): when the thread ends it drops its
-# reference to the engine, torch frees tensors from that thread, and freeing a tensor takes the GIL, which a
-# finalising interpreter answers with pthread_exit *inside* a noexcept C++ destructor. ``shutdown(wait=True)``
-# joins the worker; this atexit hook (run before finalisation) does it for any engine a caller left running.
-_LIVE_ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
-
-
-@atexit.register
-def _shutdown_live_engines() -> None:
-    for engine in list(_LIVE_ENGINES):
-        engine.shutdown(wait=True)
-
-
-@dataclass
-class _RequestState:
-    request: SynthesisRequest
-    handle: RequestHandle
-    texts: list[str]
-    pauses_after_ms: list[int]
-    on_progress: Callable[[ProgressEvent], None] | None
-    params: SynthesisParams  # the request's knobs with the checkpoint defaults filled in (what runs)
-    warnings: list[str] = field(default_factory=list)
-    waves: list[np.ndarray | None] = field(default_factory=list)
-    batch_sizes: list[int] = field(default_factory=list)
-    generate_s: list[float] = field(default_factory=list)
-    stop_reasons: list[StopReason] = field(default_factory=list)
-    num_done: int = 0
-    finished: bool = False
-    source_texts: list[str] = field(default_factory=list)  # what the user wrote, for timings and subtitles
-    segment_parts: list[int] = field(default_factory=list)  # per segment, its _Part index
-    parts: list[_Part] = field(default_factory=list)
-    normalized_text: str = ""
-    seeds: list[int] = field(default_factory=list)  # per segment, as the scheduler's SegmentWork carries them
-    segment_turns: list[tuple[_TurnPiece, ...]] = field(default_factory=list)  # per segment; () = not a dialogue row
-    audio_stream: AudioStream | None = None
-    # continuous batching, per segment: audio decoded so far, samples of a restarted run to skip (already streamed),
-    # when its row was admitted, and the most rows its batch held
-    partial: list[list[np.ndarray]] = field(default_factory=list)
-    skip_samples: list[int] = field(default_factory=list)
-    started_s: list[float] = field(default_factory=list)
-    works: list[SegmentWork] = field(default_factory=list)  # its segments as the scheduler holds them
-    submitted_s: float = 0.0  # time.monotonic() at submit
-    queue_wait_s: float | None = None  # submit -> its first row started (None before)
-
-    @property
-    def num_segments(self) -> int:
-        return len(self.texts)
-
-
-@dataclass(frozen=True)
-class _DeviceRow:
-    """One row of a batch's device work: the adapter's row and its expected decode steps (``SegmentWork``), from
-    which a ZeroGPU call's duration is sized."""
-
-    row: AdapterRow
-    expected_steps: int
-
-
-class Engine:
-    """Batches segments of many requests on one model, sized from memory, surviving out-of-memory.
+class EngineCore:
+    """The engine core (module docstring): the scheduler, the running batch, the per-request state and the one
+    step loop. ``tts_app.engine.front.Engine`` builds on it (submit, cancel, stats, lifecycle); use that.
 
     Args:
         adapter: a loaded ``TTSAdapter`` (its ``device`` attribute, when present, picks the memory probe).
@@ -190,12 +132,11 @@ class Engine:
         self.prefix_cache = PrefixCache(config.prefix_cache_entries)
         self._output = OutputProcessor()  # chunks, progress, assembly and futures, off the worker's thread
         self._cv = threading.Condition()
-        self._requests: dict[str, _RequestState] = {}
+        self._requests: dict[str, RequestState] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._stopped_finish = Finish.shut_down()
         self._busy = False
-        self._rng = random.Random(0)  # simulated-OOM draws; seeded so a test run is repeatable
         self._budget_bytes = self._measure_budget()  # the one memory budget (``_remeasure_budget``)
         self._used_since_empty = False
         self._num_oom = 0
@@ -211,11 +152,9 @@ class Engine:
         self._num_underruns = 0
         self._max_underrun_s = 0.0
         self._outcomes = {RequestStatus.DONE: 0, RequestStatus.FAILED: 0, RequestStatus.CANCELLED: 0}
-        # On ZeroGPU every batch's device work (preprocess -> generate -> postprocess) runs inside spaces.GPU calls
-        # sized from the rows' expected decode steps; elsewhere ``wrap`` returns the function itself.
-        self.gpu_calls: GpuCalls[_DeviceRow, tuple[np.ndarray, StopReason]] = GpuCalls(
-            zero_gpu, lambda rows, _params: [row.expected_steps for row in rows])
-        self._rows_on_device = self.gpu_calls.wrap(self._run_rows)
+        # the device work of each step (a OneStepBatch for a family without a step interface, or on ZeroGPU)
+        self.executor = Executor(adapter, config, self.probe, step_mode=self.step_mode, zero_gpu=zero_gpu)
+        self.gpu_calls = self.executor.gpu_calls
 
     @property
     def batch_cap(self) -> BatchCap:
@@ -242,63 +181,7 @@ class Engine:
         """Hz of every result's audio (and of the reference audio requests must carry)."""
         return self.adapter.facts.sampling_rate
 
-    # -- lifecycle -----------------------------------------------------------------------------------------------
-    def start(self) -> "Engine":
-        """Start the model worker thread (idempotent). Returns self."""
-        with self._cv:
-            if self._stopping:
-                raise RuntimeError("engine was shut down; build a new Engine")
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._worker, name="tts-engine-worker", daemon=True)
-                self._thread.start()
-                _LIVE_ENGINES.add(self)
-        return self
-
-    def shutdown(self, wait: bool = True) -> None:
-        """Stop the worker after the batch in flight; unfinished requests end CANCELLED ("engine shut down").
-
-        ``wait=True`` (what every command line and the web app use) returns once the worker thread has ended, so
-        no thread holding model tensors outlives the caller (see ``_LIVE_ENGINES``); it waits for the batch in
-        flight. ``wait=False`` only signals the worker; an atexit hook joins it before the interpreter exits.
-        """
-        with self._cv:
-            self._stopping = True
-            self._cv.notify_all()
-            thread = self._thread
-        if thread is not None and wait and thread is not threading.current_thread():
-            thread.join()
-        if thread is None or wait:
-            self._cancel_all(Finish.shut_down())
-            if thread is not threading.current_thread():
-                self._output.join()  # every result resolved, every stream ended (at once from an output callback)
-            _LIVE_ENGINES.discard(self)
-
-    def __enter__(self) -> "Engine":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown(wait=True)
-
-    def set_max_batch_size(self, max_batch_size: int) -> None:
-        """Change the server-wide ceiling on rows per batch (the operator's ``--max-batch-size``; see
-        ``BatchCap.set_max``: setting the same value again keeps a cap that OOM shrank). The web UI never calls it:
-        one user must not change the ceiling for everyone.
-
-        Raises:
-            InputError: ``max_batch_size`` < 1.
-        """
-        if int(max_batch_size) < 1:
-            raise InputError(f"max batch size {max_batch_size} must be >= 1")
-        with self._cv:
-            self.batch_cap.set_max(int(max_batch_size))
-            self._cv.notify_all()
-
     # -- estimates -----------------------------------------------------------------------------------------------
-    def _default_row_bytes(self) -> int:
-        f = self.facts
-        return self.estimator.row_bytes(self.inputs.positions(f.max_segment_chars, DEFAULT_REFERENCE_S, 0,
-                                                        f.default_max_new_tokens))
-
     def _measure_budget(self) -> int | None:
         return memory_budget_bytes(self.probe, memory_budget_bytes=self.config.memory_budget_bytes,
                                    memory_utilization=self.config.memory_utilization,
@@ -329,135 +212,13 @@ class Engine:
             freed = self.prefix_cache.evict(num_bytes)
             logger.info("evicted %s of voice prefixes from the cache to make room for rows", format_bytes(freed))
 
-    def estimate_request_bytes(self, request: SynthesisRequest) -> int:
-        """Estimated bytes (KV cache + activations) the request's longest segment needs as a batch of one: the
-        least memory that can serve it. Weights are not included (already resident).
-
-        Raises:
-            InputError: the text is empty or unspeakable (from the front end).
-        """
-        return self.inputs.estimate_request_bytes(request)
-
-    def stats(self) -> EngineStats:
-        with self._cv:
-            default_row = self._default_row_bytes()
-            budget = self._budget_bytes
-            return EngineStats(
-                batch_cap=self.batch_cap.cap,
-                max_batch_size=self.batch_cap.max_batch_size,
-                num_oom=self._num_oom,
-                num_batches=self._num_batches,
-                queue_depth=self.scheduler.num_waiting,
-                num_requests_active=len(self._requests),
-                num_requests_done=self._outcomes[RequestStatus.DONE],
-                num_requests_failed=self._outcomes[RequestStatus.FAILED],
-                num_requests_cancelled=self._outcomes[RequestStatus.CANCELLED],
-                num_segments_done=self._num_segments_done,
-                last_batch_size=self._last_batch_size,
-                busy=self._busy,
-                memory_budget_bytes=budget,
-                device=self.device,
-                device_total_bytes=self.probe.total_bytes(),
-                default_row_bytes=default_row,
-                max_rows_in_budget=None if budget is None else budget // max(1, default_row),
-                num_cap_shrinks=self.batch_cap.num_shrinks,
-                num_cap_grows=self.batch_cap.num_grows,
-                continuous=self.continuous,
-                num_row_steps=self._num_row_steps,
-                num_padded_row_steps=self._num_padded_row_steps,
-                prefill_s=self._prefill_s,
-                num_requeued=self._num_requeued, num_preempted=self._num_preempted,
-                prefix_cache_bytes=self.prefix_cache.num_bytes,
-                prefix_cache_hits=self.prefix_cache.num_hits,
-                prefix_cache_misses=self.prefix_cache.num_misses,
-                num_streams=self._num_streams, num_stream_underruns=self._num_underruns,
-                max_stream_underrun_s=self._max_underrun_s,
-            )
-
-    # -- submit / cancel -----------------------------------------------------------------------------------------
-    def _segments_of(self, request: SynthesisRequest) -> _RequestText:
-        """The front end's output for the request (``InputProcessor.segments_of``)."""
-        return self.inputs.segments_of(request)
-
-    def submit(self, request: SynthesisRequest,
-               on_progress: Callable[[ProgressEvent], None] | None = None, *, stream: bool = False,
-               on_audio: Callable[[AudioChunk], None] | None = None) -> RequestHandle:
-        """Queue a request (runs the text front end here, in the caller's thread). Work queued before ``start()``
-        waits for it. Never raises for a bad request: the handle's result is FAILED with ``error`` instead.
-
-        Args:
-            request: the synthesis; ``reference_audio`` must be at ``engine.sampling_rate``.
-            on_progress: called once here (``segments_done=0, batch_size=0``, in the caller's thread), then from
-                the output thread after each batch or step that finished a segment of this request.
-            stream: deliver the audio while it is decoded: iterate ``handle.stream()`` (``AudioChunk``s in order,
-                concatenating to the final audio; see ``tts_app.engine.streaming``).
-            on_audio: called with each ``AudioChunk`` from the output thread (implies ``stream``), in order.
-        """
-        handle = RequestHandle(request.request_id, self)
-        try:
-            ready = self.inputs.prepare(request)
-        except TTSAppError as exc:
-            finish = Finish.from_error(exc)
-            if stream or on_audio is not None:
-                handle._audio_stream = AudioStream(request.request_id, self.sampling_rate, [], on_audio)
-                handle._audio_stream.close(finish)
-            handle.future.set_result(self._failed_result(request, finish))
-            with self._cv:
-                self._outcomes[RequestStatus.FAILED] += 1
-            return handle
-
-        prepared, params, warnings, works, now = ready.text, ready.params, ready.warnings, ready.works, ready.arrival_s
-        texts, pauses, source_texts = prepared.texts, prepared.pauses_after_ms, prepared.source_texts
-        audio_stream = None
-        if stream or on_audio is not None:
-            # settings that need the whole clip (tempo, duration, loudness): no partial chunks, only the final audio
-            audio_stream = AudioStream(request.request_id, self.sampling_rate, pauses, on_audio,
-                                       live=not params.needs_whole_clip)
-            handle._audio_stream = audio_stream
-        n = len(texts)
-        state = _RequestState(request=request, handle=handle, texts=texts, pauses_after_ms=pauses,
-                              on_progress=on_progress, params=params, warnings=warnings, waves=[None] * n,
-                              batch_sizes=[0] * n, generate_s=[0.0] * n,
-                              stop_reasons=[StopReason.END_OF_SPEECH] * n, source_texts=source_texts,
-                              normalized_text=prepared.normalized_text, seeds=[w.seed for w in works],
-                              segment_parts=prepared.segment_parts, parts=prepared.parts,
-                              segment_turns=prepared.segment_turns,
-                              audio_stream=audio_stream, partial=[[] for _ in range(n)], skip_samples=[0] * n,
-                              started_s=[0.0] * n, works=works, submitted_s=now)
-        error: Finish | None = None
-        with self._cv:
-            budget = self._budget_bytes
-            if self._stopping:
-                error = self._stopped_finish
-            elif budget is not None:
-                for w in works:
-                    if self.estimator.batch_bytes([w.row_positions]) > budget:
-                        error = Finish.too_large(self.inputs.too_large_message(request, w.index, w.text, budget))
-                        break
-            if error is None:
-                self._requests[request.request_id] = state
-                self.scheduler.add(works)
-                self._cv.notify_all()
-            else:
-                self._outcomes[RequestStatus.FAILED] += 1
-        if error is not None:
-            logger.info("request %s rejected: %s", request.request_id, error.message)
-            if audio_stream is not None:
-                audio_stream.close(error)
-            handle.future.set_result(self._failed_result(request, error, warnings))
-        elif on_progress is not None:
-            try:  # tell the caller the segment count at once (batch_size 0: nothing has run yet)
-                on_progress(ProgressEvent(request.request_id, 0, len(texts), 0))
-            except Exception:  # noqa: BLE001 - a caller's callback must not break submission
-                logger.exception("progress callback of request %s raised", request.request_id)
-        return handle
-
+    # -- requests: finish, cancel ----------------------------------------------------------------------------
     def _failed_result(self, request: SynthesisRequest, finish: Finish, warnings: list[str] | None = None,
                        status: RequestStatus = RequestStatus.FAILED) -> SynthesisResult:
         return SynthesisResult(request_id=request.request_id, status=status, sampling_rate=self.sampling_rate,
                                error=finish.message, warnings=list(warnings or []), finish=finish)
 
-    def _finish_locked(self, state: _RequestState, status: RequestStatus, error: Finish | None,
+    def _finish_locked(self, state: RequestState, status: RequestStatus, error: Finish | None,
                        resolved: list) -> None:
         """Mark a request finished (lock held); its future is resolved later, outside the lock."""
         if state.finished:
@@ -474,70 +235,20 @@ class Engine:
             result = self._failed_result(state.request, error or Finish.error(status.value), state.warnings, status)
             resolved.append((state.handle.future, result, state.audio_stream))
 
-    def _resolve(self, resolved: list[tuple[Future, SynthesisResult | _RequestState, AudioStream | None]]) -> None:
+    def _resolve(self, resolved: list[tuple[Future, SynthesisResult | RequestState, AudioStream | None]]) -> None:
         """Hand finished requests to the output processor (``tts_app.engine.output``), each after its own chunks and
         progress already posted: there it is assembled (join, tempo, loudness) if DONE, its last chunks delivered (a
         request that did not stream gets its final audio as one chunk), its stream ended and its future resolved (in
         that order, so a stream's consumer sees every chunk before ``result()`` returns)."""
         for future, result, audio_stream in resolved:
-            request_id = result.request.request_id if isinstance(result, _RequestState) else result.request_id
+            request_id = result.request.request_id if isinstance(result, RequestState) else result.request_id
             self._output.post(request_id, lambda f=future, r=result, a=audio_stream: self._finish_output(f, r, a))
 
-    def _finish_output(self, future: Future, result: SynthesisResult | _RequestState,
+    def _finish_output(self, future: Future, result: SynthesisResult | RequestState,
                        audio_stream: AudioStream | None) -> None:
-        """A finished request's output (the output thread; see ``_resolve``). Whatever raises in it, the caller's
-        future is resolved (FAILED with an ERROR finish naming the exception's type) and its stream ended, so no
-        caller ever waits for a result that will not come."""
-        request = result.request if isinstance(result, _RequestState) else None
-        try:
-            self._finish_output_unguarded(future, result, audio_stream)
-        except Exception as exc:  # noqa: BLE001 - a bug here fails this request only, never hangs its caller
-            request_id = request.request_id if request is not None else result.request_id
-            logger.exception("request %s: output failed", request_id)
-            if request is not None:
-                failed = self._failed_result(request, Finish.from_error(exc))
-            else:
-                failed = SynthesisResult(request_id=request_id, status=RequestStatus.FAILED,
-                                         sampling_rate=self.sampling_rate, finish=Finish.from_error(exc),
-                                         error=Finish.from_error(exc).message)
-            if audio_stream is not None:
-                try:
-                    audio_stream.close(failed.finish)
-                except Exception:  # noqa: BLE001 - already failing; the future below is what the caller waits on
-                    logger.exception("request %s: stream could not be closed", request_id)
-            if not future.done():
-                future.set_result(failed)
-
-    def _finish_output_unguarded(self, future: Future, result: SynthesisResult | _RequestState,
-                                 audio_stream: AudioStream | None) -> None:
-        if isinstance(result, _RequestState):
-            result = assemble_result(result, self.sampling_rate, self.facts.frames_per_second, self._failed_result)
-            if not result.ok:
-                with self._cv:
-                    self._outcomes[RequestStatus.DONE] -= 1
-                    self._outcomes[RequestStatus.FAILED] += 1
-            elif audio_stream is not None:
-                audio_stream.finish(result.audio)
-        if audio_stream is not None:
-            try:
-                audio_stream.flush()
-            except Exception:  # noqa: BLE001 - a caller's callback must not stop the output of others
-                logger.exception("audio callback of request %s raised", result.request_id)
-            audio_stream.close(result.finish)
-            self._count_underruns(audio_stream)
-        if not future.done():
-            future.set_result(result)
-
-    def _cancel(self, request_id: str) -> bool:
-        resolved: list = []
-        with self._cv:
-            state = self._requests.get(request_id)
-            if state is None or state.finished:
-                return False
-            self._finish_locked(state, RequestStatus.CANCELLED, Finish.cancelled(), resolved)
-            self._cv.notify_all()
-        self._resolve(resolved)
-        return True
+        """A finished request's output task, run on the output thread (``Engine._finish_output``: assembly, the
+        stream's end, the future)."""
+        raise NotImplementedError
 
     def _cancel_all(self, reason: Finish, status: RequestStatus = RequestStatus.CANCELLED) -> None:
         resolved: list = []
@@ -552,10 +263,7 @@ class Engine:
     # -- worker --------------------------------------------------------------------------------------------------
     def _worker(self) -> None:
         try:
-            if self.step_mode:
-                self._serve_steps()
-            else:
-                self._serve_batches()
+            self._serve()
         except BaseException as exc:  # a bug in the loop itself: fail everything rather than leave callers hanging
             logger.exception("engine worker crashed")
             reason = Finish.error(f"engine worker crashed: {type(exc).__name__}: {exc}", code="engine_crashed")
@@ -579,7 +287,7 @@ class Engine:
         self._cv.wait(timeout=timeout)
         return idle_since, False
 
-    def _note_started(self, state: _RequestState) -> None:
+    def _note_started(self, state: RequestState) -> None:
         """A row of ``state`` starts running: the first one ends its wait behind other requests (lock held)."""
         if state.queue_wait_s is None:
             state.queue_wait_s = time.monotonic() - state.submitted_s
@@ -604,65 +312,6 @@ class Engine:
                 logger.warning("request %s: %s", work.request_id, msg)
                 self._finish_locked(state, RequestStatus.FAILED, Finish.too_large(msg), resolved)
 
-    def _simulated_oom(self, batch_size: int) -> BaseException | None:
-        """The testing aids: a real ``torch.OutOfMemoryError`` for batches above ``simulate_oom_above_batch`` rows,
-        or with ``simulate_oom_probability`` for batches of more than one row. None = no simulated OOM."""
-        cfg = self.config
-        if cfg.simulate_oom_above_batch is not None and batch_size > cfg.simulate_oom_above_batch:
-            return make_simulated_oom(batch_size, f"simulate_oom_above_batch={cfg.simulate_oom_above_batch}")
-        if cfg.simulate_oom_probability > 0 and batch_size > 1 and self._rng.random() < cfg.simulate_oom_probability:
-            return make_simulated_oom(batch_size, f"simulate_oom_probability={cfg.simulate_oom_probability}")
-        return None
-
-    def _probe_reading(self, name: str) -> int | None:
-        reader = getattr(self.probe, name, None)  # optional probe methods (older/custom probes may lack them)
-        return reader() if reader is not None else None
-
-    def _run_phase(self, phase: Phase, rows: list[SegmentWork], call: Callable[[], Any]) -> tuple[Outcome, Any]:
-        """Run ``call`` (a batch, a prefill or a decode step over ``rows``) and describe how it ended as a plain
-        ``Outcome`` (its ``finished`` is filled by the caller). Returns (outcome, what ``call`` returned or None).
-        After an out-of-memory error the device cache and the prefix cache are freed."""
-        ids = ", ".join(sorted({w.request_id for w in rows}))
-        allocated_before, peak_before = self._probe_reading("allocated_bytes"), self._probe_reading("peak_bytes")
-        kind, error, value = OutcomeKind.OK, None, None
-        try:
-            value = call()
-        except Exception as exc:  # noqa: BLE001 - the worker must survive any batch
-            if is_out_of_memory(exc):
-                kind = OutcomeKind.OOM
-                logger.warning("out of memory in %s of %d rows (requests %s): %s", phase.value, len(rows), ids, exc)
-            elif isinstance(exc, TTSAppError):  # the adapter refused these rows on purpose, with a message
-                kind, error = OutcomeKind.REFUSED, Finish.from_error(exc)
-                # INFO, not WARNING: the message reaches every request's result (the CLI prints it, the UI shows
-                # it), so a WARNING here would show the user the same error twice.
-                logger.info("%s of %d rows refused (requests %s): %s", phase.value, len(rows), ids, error.message)
-            else:
-                # The bare cause: every door frames it once in its user's language ("Synthesis failed (request
-                # ..., seed ...): <cause>" in the UI table, "request ... failed: <cause>" in the API, "error:
-                # <cause>" in the CLI), so it must not say "synthesis failed" itself.
-                kind, error = OutcomeKind.CRASHED, Finish.from_error(exc)
-                if len(rows) > 1:
-                    # one line, no traceback: each row now runs alone, and the request whose row still fails
-                    # logs its traceback then, once, under its own id
-                    logger.warning("%s of %d rows failed (requests %s): %s; running each row alone", phase.value,
-                                   len(rows), ids, error.message)
-                else:
-                    # the request's one traceback in the server log, under the id its user is shown
-                    logger.error("request %s failed (segment %d): %s", rows[0].request_id, rows[0].index + 1,
-                                 error.message, exc_info=exc)
-            del exc  # drop the traceback (and the tensors its frames hold) before freeing memory
-        if kind is OutcomeKind.OOM:
-            with self._cv:
-                self._num_oom += 1
-                self.prefix_cache.clear()
-            free_after_oom(self.probe)
-        measured = None
-        peak_after = self._probe_reading("peak_bytes")
-        if kind is OutcomeKind.OK and None not in (allocated_before, peak_before, peak_after) \
-                and peak_after > peak_before:
-            measured = peak_after - allocated_before  # a new high-water mark: this call's exact peak
-        return Outcome(phase=phase, kind=kind, rows=tuple(rows), error=error, measured_peak_bytes=measured), value
-
     def _apply_update(self, update: Update, resolved: list, events: list, *, batch_size: int,
                       generate_s: dict[int, float] | None = None) -> None:
         """Carry out the scheduler's ``Update`` (lock held): store finished rows' audio, fail failed rows, note
@@ -679,7 +328,7 @@ class Engine:
         for work in update.requeued:
             state = self._requests.get(work.request_id)
             if state is not None and not state.finished:
-                self._restart_segment(state, work.index)
+                state.restart_segment(work.index)
         for work, finish in update.failed:
             state = self._requests.get(work.request_id)
             if state is not None and not state.finished:
@@ -687,24 +336,16 @@ class Engine:
                 # and _run_phase already logged the out-of-memory error or crash that caused it.
                 logger.info("request %s failed (%s): %s", work.request_id, finish.reason.value, finish.message)
                 self._finish_locked(state, RequestStatus.FAILED, finish, resolved)
-        touched: dict[str, _RequestState] = {}
+        touched: dict[str, RequestState] = {}
         now = time.perf_counter()
         for work, reason in update.finished:
             state = self._requests.get(work.request_id)
-            if state is None or state.finished or state.waves[work.index] is not None:
+            if state is None or state.finished:
                 continue
-            wave = np.concatenate(state.partial[work.index]) if state.partial[work.index] else \
-                np.zeros(0, dtype=np.float32)
-            state.partial[work.index] = []
-            state.waves[work.index] = wave
-            state.stop_reasons[work.index] = reason
-            state.batch_sizes[work.index] = max(state.batch_sizes[work.index], batch_size)
-            state.generate_s[work.index] = (generate_s or {}).get(id(work), now - state.started_s[work.index])
-            state.num_done += 1
-            self._num_segments_done += 1
-            if state.audio_stream is not None:
-                state.audio_stream.complete(work.index)
-            touched[work.request_id] = state
+            seconds = (generate_s or {}).get(id(work), now - state.segments[work.index].started_s)
+            if state.finish_segment(work.index, reason, batch_size, seconds):
+                self._num_segments_done += 1
+                touched[work.request_id] = state
         for state in touched.values():
             if state.on_progress is not None:
                 events.append((state.on_progress, ProgressEvent(state.request.request_id, state.num_done,
@@ -724,43 +365,7 @@ class Engine:
         for work in preempted:
             state = self._requests.get(work.request_id)
             if state is not None and not state.finished:
-                self._restart_segment(state, work.index)
-
-    def _restart_segment(self, state: _RequestState, index: int) -> None:
-        """A row requeued (after OOM, or preempted) restarts its segment: drop its decoded audio, except what was
-        already streamed (kept; the new run skips that many samples, see module docstring). Lock held."""
-        emitted = state.audio_stream.emitted_samples[index] if state.audio_stream is not None else 0
-        if emitted:
-            kept = np.concatenate(state.partial[index])[:emitted]
-            state.partial[index] = [kept]
-        else:
-            state.partial[index] = []
-        state.skip_samples[index] = emitted
-        if state.audio_stream is not None:
-            state.audio_stream.restart(index)
-
-    def _add_audio(self, state: _RequestState, index: int, samples: np.ndarray) -> None:
-        """New decoded samples of segment ``index`` (lock held): skip what a restarted run already streamed."""
-        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
-        skip = state.skip_samples[index]
-        if skip:
-            cut = min(skip, samples.size)
-            samples = samples[cut:]
-            state.skip_samples[index] = skip - cut
-        if samples.size == 0:
-            return
-        state.partial[index].append(samples)
-        if state.audio_stream is not None:
-            state.audio_stream.add(index, samples)
-
-    def _count_underruns(self, audio_stream: AudioStream) -> None:
-        """An ended stream's underruns into the stats and ``tts_stream_underrun_seconds`` (output thread)."""
-        for silence_s in audio_stream.underruns_s:
-            STREAM_UNDERRUN.observe(silence_s)
-        with self._cv:
-            self._num_streams += 1 if audio_stream.first_audio_s is not None else 0
-            self._num_underruns += len(audio_stream.underruns_s)
-            self._max_underrun_s = max([self._max_underrun_s, *audio_stream.underruns_s])
+                state.restart_segment(work.index)
 
     def _deliver(self, resolved: list, events: list) -> None:
         """Outside the lock: post to the output processor the stream chunks of live requests, progress callbacks,
@@ -770,160 +375,64 @@ class Engine:
                       if s.audio_stream is not None and s.audio_stream.pending]
         for audio_stream, pending in chunks:
             self._output.post(audio_stream.request_id,
-                              lambda a=audio_stream, c=pending: self._deliver_chunks(a, c))
+                              lambda a=audio_stream, c=pending: deliver_chunks(a, c))
         for callback, event in events:
-            self._output.post(event.request_id, lambda f=callback, e=event: self._call_progress(f, e))
+            self._output.post(event.request_id, lambda f=callback, e=event: call_progress(f, e))
         self._resolve(resolved)
 
-    @staticmethod
-    def _deliver_chunks(audio_stream: AudioStream, chunks: list[AudioChunk]) -> None:
-        try:
-            audio_stream.deliver(chunks)
-        except Exception:  # noqa: BLE001 - a caller's callback must not stop the output of others
-            logger.exception("audio callback of request %s raised", audio_stream.request_id)
-
-    @staticmethod
-    def _call_progress(callback: Callable[[ProgressEvent], None], event: ProgressEvent) -> None:
-        try:
-            callback(event)
-        except Exception:  # noqa: BLE001 - a caller's callback must not stop the output of others
-            logger.exception("progress callback of request %s raised", event.request_id)
-
-    # -- request-level batching -----------------------------------------------------------------------------------
-    def _serve_batches(self) -> None:
-        idle_since: float | None = None
-        while True:
-            empty_cache = False
-            resolved: list = []
-            batch = None
-            with self._cv:
-                if self._stopping:
-                    break
-                if not self._busy:
-                    self._remeasure_budget()
-                budget = self._budget_bytes
-                self._note_stream_deadlines()
-                now = time.monotonic()
-                plan = self.scheduler.schedule(now, None, budget, evictable_bytes=self._cache_bytes(),
-                                               urgent_at_s=now)
-                self._fail_too_large(plan.too_large, budget, resolved)
-                self._evict(plan.evict_bytes)
-                if plan.batch:
-                    idle_since = None
-                    batch = plan.batch
-                    states = [self._requests[w.request_id] for w in batch]
-                    for state in states:
-                        self._note_started(state)
-                    self._busy = True
-                elif not resolved:
-                    if plan.wait_s > 0:
-                        self._cv.wait(timeout=plan.wait_s)
-                    else:
-                        idle_since, empty_cache = self._idle_wait(idle_since)
-            self._resolve(resolved)
-            if empty_cache:
-                self.probe.empty_cache()
-            if batch is not None:
-                self._execute_batch(batch, states)
-
-    def _generate(self, inputs: Any, params: Any, batch_size: int) -> Any:
-        """``adapter.generate`` with the testing aids (``_simulated_oom``)."""
-        oom = self._simulated_oom(batch_size)
-        if oom is not None:
-            raise oom
-        return self.adapter.generate(inputs, params)
-
-    def _run_batch(self, batch: list[SegmentWork], states: list[_RequestState]
-                   ) -> tuple[list[np.ndarray], list[StopReason], float]:
-        """preprocess -> generate -> postprocess of one batch: (one waveform and one stop reason per row, seconds
-        of the generate call)."""
-        rows = [_DeviceRow(self.inputs.segment_row(state, work), work.expected_steps)
-                for work, state in zip(batch, states)]
-        params = states[0].params.with_seed(batch[0].seed)  # knobs equal across the batch (batch_key)
-        t0 = time.perf_counter()
-        # one call off ZeroGPU; on ZeroGPU as many spaces.GPU calls as the batch needs to fit their time limit
-        outputs = self.gpu_calls.run(self._rows_on_device, rows, params)
-        generate_s = time.perf_counter() - t0
-        return [wave for wave, _ in outputs], [reason for _, reason in outputs], generate_s
-
-    def _run_rows(self, rows: list["_DeviceRow"], params: SynthesisParams) -> list[tuple[np.ndarray, StopReason]]:
-        """The device work of one batch: preprocess -> generate -> postprocess -> (waveform float32
-        ``(num_samples,)``, stop reason) per row. On ZeroGPU this runs inside a ``spaces.GPU`` call (in ZeroGPU's GPU
-        worker: its arguments and result are pickled), so all of it, the codec's decode included, sees the GPU.
-
-        Raises:
-            RuntimeError: the adapter returned a different number of waveforms or stop reasons than rows.
-        """
-        adapter_rows = [row.row for row in rows]
-        inputs = self.adapter.preprocess(adapter_rows, params)
-        outputs = self._generate(inputs, params, len(adapter_rows))
-        waves = self.adapter.postprocess(outputs, inputs)
-        reasons = list(self.adapter.stop_reasons(outputs, inputs))
-        if len(waves) != len(rows) or len(reasons) != len(rows):
-            raise RuntimeError(f"adapter returned {len(waves)} waveforms and {len(reasons)} stop reasons for "
-                               f"{len(rows)} rows")
-        return [(np.asarray(w, dtype=np.float32).reshape(-1), r) for w, r in zip(waves, reasons)]
-
-    def _execute_batch(self, batch: list[SegmentWork], states: list[_RequestState]) -> None:
-        outcome, value = self._run_phase(Phase.BATCH, batch, lambda: self._run_batch(batch, states))
+    # -- the step loop: schedule -> execute -> update ---------------------------------------------------------------
+    def _schedule(self, batch: DecodeBatch | None
+                  ) -> tuple[list[tuple[SegmentWork, RequestState]], list[SegmentWork], float, list]:
+        """The schedule part of a step (lock held): which waiting segments join the batch now. A step adapter's
+        running batch admits per decode step (``Scheduler.schedule_step``); a ``OneStepBatch`` takes a whole batch
+        (``Scheduler.schedule``: bucketing, wait window). Returns (admitted rows, rows to release from the running
+        batch, seconds to wait before scheduling again (0 = none), requests failed as too large); each admitted row
+        comes with its request's state, taken now (a cancel may drop it from ``_requests`` before the prefill)."""
         resolved: list = []
-        events: list = []
-        with self._cv:
-            self._busy = False
-            self._used_since_empty = True
-            generate_s: dict[int, float] = {}
-            if value is not None:
-                waves, reasons, seconds = value
-                outcome = Outcome(phase=outcome.phase, kind=outcome.kind, rows=outcome.rows,
-                                  finished=tuple(zip(batch, reasons)), measured_peak_bytes=outcome.measured_peak_bytes)
-                for work, state, wave in zip(batch, states, waves):
-                    if not state.finished:
-                        state.partial[work.index] = []
-                        self._add_audio(state, work.index, wave)
-                    generate_s[id(work)] = seconds
-                self._num_batches += 1
-                self._last_batch_size = len(batch)
-                BATCH_SIZE.observe(len(batch))
-            update = self.scheduler.update_from_output(outcome)
-            self._apply_update(update, resolved, events, batch_size=len(batch), generate_s=generate_s)
-            self._cv.notify_all()
-        self._deliver(resolved, events)
+        if batch is None:
+            self._remeasure_budget()  # no running batch: a clean reading
+        budget = self._budget_bytes
+        self._note_stream_deadlines()
+        now = time.monotonic()
+        if self.step_mode:
+            released = self.scheduler.take_released()
+            plan = self.scheduler.schedule_step(budget, evictable_bytes=self._cache_bytes(),
+                                                admit_only_when_empty=not self.continuous, now_s=now)
+            admit, wait_s = plan.admit, 0.0
+            self._restart_preempted(plan.preempted)
+            released += plan.preempted
+        else:
+            plan = self.scheduler.schedule(now, None, budget, evictable_bytes=self._cache_bytes(), urgent_at_s=now)
+            admit, wait_s, released = plan.batch, plan.wait_s, []
+        self._fail_too_large(plan.too_large, budget, resolved)
+        self._evict(plan.evict_bytes)  # before the prefill: rows come before cached voices
+        started = time.perf_counter()
+        admitted = [(work, self._requests[work.request_id]) for work in admit]
+        for work, state in admitted:
+            state.segments[work.index].started_s = started
+            self._note_started(state)
+        return admitted, released, wait_s, resolved
 
-    # -- continuous batching (step interface) ---------------------------------------------------------------------
-    def _serve_steps(self) -> None:
-        """Iteration-level loop: admit -> prefill -> one decode step -> update, until stopped (module docstring).
-        With ``continuous=False`` (request-level batching on a step adapter) a new batch starts only when the
-        running one has ended, and finished rows stay in it (padding) until then."""
+    def _serve(self) -> None:
+        """The engine core's one loop (module docstring): schedule -> prefill the admitted rows -> one decode step
+        of the running batch -> update, until stopped. With ``continuous=False`` (request-level batching on a step
+        adapter) a new batch starts only when the running one has ended, and finished rows stay in it (padding)
+        until then; a ``OneStepBatch`` ends in its one step."""
         batch: DecodeBatch | None = None
         idle_since: float | None = None
         while True:
             empty_cache = False
-            resolved: list = []
             with self._cv:
                 if self._stopping:
                     break
-                if batch is None:
-                    self._remeasure_budget()  # no running batch: a clean reading
-                released = self.scheduler.take_released()
-                budget = self._budget_bytes
-                self._note_stream_deadlines()
-                plan = self.scheduler.schedule_step(budget, evictable_bytes=self._cache_bytes(),
-                                                    admit_only_when_empty=not self.continuous,
-                                                    now_s=time.monotonic())
-                self._fail_too_large(plan.too_large, budget, resolved)
-                self._evict(plan.evict_bytes)  # before the prefill: rows come before cached voices
-                self._restart_preempted(plan.preempted)
-                released += plan.preempted
-                admit = [(w, self._requests[w.request_id]) for w in plan.admit]
-                now = time.perf_counter()
-                for work, state in admit:
-                    state.started_s[work.index] = now
-                    self._note_started(state)
-                running = self.scheduler.num_running
-                if running == 0 and not admit and not released:
+                admit, released, wait_s, resolved = self._schedule(batch)
+                if self.scheduler.num_running == 0 and not admit and not released:
                     if batch is not None and batch.num_rows == 0:
                         batch = None
                     if batch is None and not resolved:
+                        if wait_s > 0:
+                            self._cv.wait(timeout=wait_s)
+                            continue
                         idle_since, empty_cache = self._idle_wait(idle_since)
                         if not empty_cache:
                             continue
@@ -937,46 +446,52 @@ class Engine:
                 batch.release(released)
             if admit:
                 batch = self._prefill(batch if batch is not None and batch.num_rows else None, admit)
-            batch = self._step(batch)
+            batch = self._step(batch, admit)
 
-    def _prefill(self, batch: DecodeBatch | None, admit: list[tuple[SegmentWork, _RequestState]]
+    def _note_oom(self) -> None:
+        """After an out-of-memory error (``Executor.run_phase``): count it, empty the prefix cache."""
+        with self._cv:
+            self._num_oom += 1
+            self.prefix_cache.clear()
+
+    def _prefill(self, batch: DecodeBatch | None, admit: list[tuple[SegmentWork, RequestState]]
                  ) -> DecodeBatch | None:
-        """Prefill the admitted rows into ``batch`` (a new one from ``adapter.start_decode`` when None) and apply
-        the outcome. Returns the running batch (None when there was none and it could not be made)."""
+        """Prefill the admitted rows into ``batch`` (a new one, ``Executor.start_batch``, when None) and apply the
+        outcome. Returns the running batch (None when there was none and it could not be made)."""
         works = [w for w, _ in admit]
         rows = [(w, self.inputs.segment_row(s, w)) for w, s in admit]
+        head, state = admit[0]
+        # a step adapter's rows carry their seeds; a whole batch runs with its head row's (``batch_key``: the knobs
+        # but the seed are equal across it)
+        params = state.params if self.step_mode else state.params.with_seed(head.seed)
+        if not self.step_mode:  # a OneStepBatch only gathers its rows: no device work, nothing to report
+            batch = batch or self.executor.start_batch(params, self.prefix_cache)
+            batch.prefill(rows)
+            return batch
         holder = {"batch": batch}
 
         def call():
             if holder["batch"] is None:
-                holder["batch"] = self.adapter.start_decode(admit[0][1].params, self.prefix_cache)
-            running = holder["batch"]
-            oom = self._simulated_oom(running.num_rows + len(rows))
-            if oom is not None:
-                raise oom
-            before = running.prefill_s
-            running.prefill(rows)
-            return running.prefill_s - before
+                holder["batch"] = self.executor.start_batch(params, self.prefix_cache)
+            return self.executor.prefill(holder["batch"], rows)
 
-        outcome, seconds = self._run_phase(Phase.PREFILL, works, call)
+        outcome, seconds = self.executor.run_phase(Phase.PREFILL, works, call, self._note_oom)
         batch = holder["batch"]
-        resolved: list = []
-        events: list = []
         with self._cv:
             self._prefill_s += seconds or 0.0
-            update = self.scheduler.update_from_output(outcome)
-            self._apply_update(update, resolved, events, batch_size=batch.num_rows if batch is not None else 0)
-            self._cv.notify_all()
+            update, resolved, events = self._update_locked(outcome, batch.num_rows if batch is not None else 0)
         if batch is not None:
             self._release(batch, update)
         self._deliver(resolved, events)
         return batch
 
-    def _step(self, batch: DecodeBatch | None) -> DecodeBatch | None:
+    def _step(self, batch: DecodeBatch | None, admit: list[tuple[SegmentWork, RequestState]]
+              ) -> DecodeBatch | None:
         """One decode step of the running batch and its update. Returns the batch to go on with (None when it ended
         or was dropped)."""
+        phase = Phase.DECODE if batch is None else self.executor.phase_of(batch)
         with self._cv:
-            live = self.scheduler.running()
+            live = self.scheduler.running() if phase is Phase.DECODE else [w for w, _ in admit]
             if not live:
                 self._busy = False
         if batch is None:
@@ -985,17 +500,9 @@ class Engine:
             return self._end_if_done(batch)
         by_key = {id(w): w for w in live}
         num_rows = batch.num_rows
-
-        def call():
-            oom = self._simulated_oom(num_rows)
-            if oom is not None:
-                raise oom
-            if self.config.simulate_step_delay_ms:
-                time.sleep(self.config.simulate_step_delay_ms / 1000.0)
-            return batch.decode_step()
-
         row_steps_before, padded_before = batch.num_row_steps, batch.num_padded_row_steps
-        outcome, steps = self._run_phase(Phase.DECODE, live, call)
+        outcome, steps = self.executor.run_phase(phase, live, lambda: self.executor.decode_step(batch),
+                                                 self._note_oom)
         if outcome.kind is OutcomeKind.OOM and num_rows > len(live):
             # Request-level batching keeps finished rows as padding: out of memory then is not the live rows'
             # fault. Drop the padding and retry the step before the scheduler shrinks the batch or fails a row.
@@ -1003,8 +510,7 @@ class Engine:
             with self._cv:
                 self._busy = False
             return batch
-        resolved: list = []
-        events: list = []
+        generate_s = None
         with self._cv:
             self._busy = False
             self._used_since_empty = True
@@ -1014,7 +520,8 @@ class Engine:
                 for work in live:  # a segment's batch size: the most rows it shared a decode step with
                     state = self._requests.get(work.request_id)
                     if state is not None and not state.finished:
-                        state.batch_sizes[work.index] = max(state.batch_sizes[work.index], num_rows)
+                        segment = state.segments[work.index]
+                        segment.batch_size = max(segment.batch_size, num_rows)
                 finished = []
                 for step in steps:
                     work = by_key.get(id(step.key))
@@ -1022,7 +529,9 @@ class Engine:
                         continue
                     state = self._requests.get(work.request_id)
                     if state is not None and not state.finished:
-                        self._add_audio(state, work.index, step.audio)
+                        if phase is Phase.BATCH:
+                            state.segments[work.index].partial = []  # a whole batch's waveform replaces it
+                        state.add_audio(work.index, step.audio)
                     if step.stop_reason is not None:
                         finished.append((work, step.stop_reason))
                 outcome = Outcome(phase=outcome.phase, kind=outcome.kind, rows=outcome.rows,
@@ -1030,15 +539,26 @@ class Engine:
                 self._num_batches += 1
                 self._last_batch_size = num_rows
                 BATCH_SIZE.observe(len(live))  # rows that decoded this step (request-level padding rows excluded)
-            update = self.scheduler.update_from_output(outcome)
-            self._apply_update(update, resolved, events, batch_size=num_rows)
-            self._cv.notify_all()
-        if update.drop_running_batch:
-            batch = None
-        else:
-            self._release(batch, update)
+                if phase is Phase.BATCH:
+                    generate_s = {id(w): batch.generate_s for w in live}
+            update, resolved, events = self._update_locked(outcome, num_rows, generate_s)
         self._deliver(resolved, events)
-        return None if batch is None else self._end_if_done(batch)
+        if phase is Phase.BATCH or update.drop_running_batch:
+            return None  # a OneStepBatch ends in its step; a crashed step's batch state is unknown
+        self._release(batch, update)
+        return self._end_if_done(batch)
+
+    def _update_locked(self, outcome: Outcome, batch_size: int, generate_s: dict[int, float] | None = None
+                       ) -> tuple[Update, list, list]:
+        """The update part of a step, the one place it happens (lock held): the scheduler's ``update_from_output``
+        decides, ``_apply_update`` carries it out. Returns (the update, finished requests and progress events for
+        ``_deliver``, which the caller runs outside the lock)."""
+        resolved: list = []
+        events: list = []
+        update = self.scheduler.update_from_output(outcome)
+        self._apply_update(update, resolved, events, batch_size=batch_size, generate_s=generate_s)
+        self._cv.notify_all()
+        return update, resolved, events
 
     def _end_if_done(self, batch: DecodeBatch) -> DecodeBatch | None:
         """The batch to go on with: None once no row runs in it (request-level batching releases its finished

@@ -1,7 +1,8 @@
 """What callers of the engine hold and read: the ``RequestHandle`` ``Engine.submit`` returns (future, stream,
 cancel), the ``ProgressEvent``s its ``on_progress`` callback gets, and the ``EngineStats`` snapshot gauges read.
 
-Plain data and a thin handle; no torch. The engine that fills them is ``tts_app.engine.core``.
+Plain data and a thin handle; no torch. The engine that fills them: ``tts_app.engine.front`` (``Engine``) on
+``tts_app.engine.core`` (``EngineCore``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from tts_app.metrics import count_finish
 from tts_app.request import SynthesisResult
 
 if TYPE_CHECKING:
-    from tts_app.engine.core import Engine
+    from tts_app.engine.front import Engine
 
 
 @dataclass(frozen=True)

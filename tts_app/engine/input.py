@@ -3,8 +3,8 @@
 Owns: the request front end (chapters, dialogue turns and dialogue rows, dubbing cues; ``tts_app.frontend``),
 language and emotion checks, the reference clips' sampling rate, resolving the effective generation settings once
 (``TTSAdapter.resolve``), the memory estimate of each segment and the message of a segment too large for the budget,
-and, when a row runs, turning a segment into the adapter's ``AdapterRow``. vLLM v1's ``processor.py``
-(../shared/STYLE.md): the engine core then only schedules and runs rows.
+and, when a row runs, turning a segment (``tts_app.engine.state.SegmentState``) into the adapter's ``AdapterRow``.
+vLLM v1's ``processor.py`` (../shared/STYLE.md): the engine core then only schedules and runs rows.
 
 May touch: the adapter's pure methods (``resolve``, ``estimate_positions``, ``max_new_tokens``,
 ``count_text_tokens``, ``unencodable_characters``, facts) and the memory estimator. Never the scheduler, the running
@@ -30,7 +30,7 @@ from tts_app.request import SynthesisParams, SynthesisRequest
 from tts_app.speaking_rate import expected_speech_s
 
 if TYPE_CHECKING:
-    from tts_app.engine.core import _RequestState
+    from tts_app.engine.state import RequestState
 
 
 def check_emotion_support(facts: ModelFacts, name: str, *, from_text: bool) -> None:
@@ -404,11 +404,12 @@ class InputProcessor:
         return RowEmotion(reference_audio=None if clip is None else clip.samples, vector=emotion.vector,
                           weight=emotion.weight, text=text)
 
-    def segment_row(self, state: "_RequestState", work: SegmentWork) -> AdapterRow:
+    def segment_row(self, state: "RequestState", work: SegmentWork) -> AdapterRow:
         """The adapter row of segment ``work.index``: a dialogue row (every speaker's voice and the turns it
         speaks), else the text with its dialogue speaker's reference, else with the request's."""
         request = state.request
-        turns = state.segment_turns[work.index] if state.segment_turns else ()
+        segment = state.segments[work.index]
+        turns = segment.turns
         if turns:
             voices = tuple(RowVoice(None if s.reference_audio is None else s.reference_audio.samples,
                                     s.reference_text) for s in request.speakers)
@@ -421,7 +422,7 @@ class InputProcessor:
             return AdapterRow(text=work.text, reference_audio=None, reference_text=None, seed=work.seed,
                               emotion=self.row_emotion(request), voices=voices,
                               turns=tuple(RowTurn(k, join_pieces(texts)) for k, texts in runs))
-        part = state.parts[state.segment_parts[work.index]] if state.parts else None
+        part = state.parts[segment.part] if state.parts else None
         if part is not None and part.speaker is not None:
             speaker = request.speakers[part.speaker]
             ref, ref_text = speaker.reference_audio, speaker.reference_text

@@ -1,16 +1,18 @@
 """The output processor: turns what the model worker produced into what callers receive, off the worker's thread.
 
-Owns: delivering streamed ``AudioChunk``s (the handle's queue and ``on_audio`` callbacks), progress callbacks, and a
-finished request's assembly (segments joined with their pauses, per-line duration fitting, tempo, loudness:
-``assemble_result``), its stream's end and its future. vLLM v1's split (``vllm/v1/engine/output_processor.py``;
-../shared/STYLE.md): nothing that is not model work runs on the engine core's thread, so a 100 s request's tempo and
-loudness (seconds of CPU) never hold up the next decode step of everyone else.
+Owns: delivering streamed ``AudioChunk``s (the handle's queue and ``on_audio`` callbacks: ``deliver_chunks``),
+progress callbacks (``call_progress``), and a finished request's assembly (segments joined with their pauses, per-line
+duration fitting, tempo, loudness: ``assemble_result``), its stream's end and its future. vLLM v1's split
+(``vllm/v1/engine/output_processor.py``; ../shared/STYLE.md): nothing that is not model work runs on the engine
+core's thread, so a 100 s request's tempo and loudness (seconds of CPU) never hold up the next decode step of
+everyone else.
 
-May touch: a finished request's ``_RequestState`` (the worker has let go of it: it left ``Engine._requests`` under the
-engine lock before its finish task was posted), the ``AudioStream`` of a request (only ``deliver``/``finish``/
-``close``; the ordering bookkeeping ``add``/``complete``/``restart`` stays with the worker, under the engine lock,
-because a restarted row must know at once how many samples were already sent). Never the scheduler, the adapter or
-the engine lock.
+May touch: a finished request's ``RequestState`` (``tts_app.engine.state``; the core has let go of it: it left
+``EngineCore._requests`` under the engine lock before its finish task was posted), the ``AudioStream`` of a request
+(only ``deliver``/``finish``/``close``; the ordering bookkeeping ``add``/``complete``/``restart`` stays with the
+core, under the engine lock, because a restarted row must know at once how many samples were already sent). Never
+the scheduler, the adapter or the engine lock (``Engine._finish_output``, which runs these tasks, takes the lock only
+to count outcomes).
 
 Order: every task carries its request's id; tasks of one request run one at a time in the order they were posted
 (chunks, then progress, then the finish), so a stream's consumer sees every chunk before ``result()`` returns. Tasks
@@ -37,7 +39,8 @@ from tts_app.frontend.messages import Notice
 from tts_app.request import ChapterSpan, RequestStatus, SegmentTiming, StopReason, SynthesisResult
 
 if TYPE_CHECKING:
-    from tts_app.engine.core import _RequestState
+    from tts_app.engine.state import RequestState
+    from tts_app.engine.streaming import AudioStream
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +145,23 @@ class OutputProcessor:
                 self._cv.notify_all()
 
 
+def deliver_chunks(audio_stream: "AudioStream", chunks: list) -> None:
+    """Hand streamed chunks to their consumer (an output task); a caller's callback that raises is logged, never
+    stops the output of others."""
+    try:
+        audio_stream.deliver(chunks)
+    except Exception:  # noqa: BLE001 - a caller's callback must not stop the output of others
+        logger.exception("audio callback of request %s raised", audio_stream.request_id)
+
+
+def call_progress(callback: Callable, event) -> None:
+    """Call a request's progress callback with ``event`` (an output task); one that raises is logged."""
+    try:
+        callback(event)
+    except Exception:  # noqa: BLE001 - a caller's callback must not stop the output of others
+        logger.exception("progress callback of request %s raised", event.request_id)
+
+
 def turn_lines(pieces, speakers) -> tuple[tuple[str, str], ...]:
     """(speaker name, source text) per turn of a dialogue row, consecutive pieces of one speaker joined."""
     lines: list[tuple[int, list[str]]] = []
@@ -159,7 +179,7 @@ def cap_warning(index: int, text: str, audio_s: float, max_new_tokens: int) -> s
             f"{max_new_tokens}) and was cut off; shorten it (max_segment_chars) or raise max_new_tokens")
 
 
-def assemble_result(state: "_RequestState", sampling_rate: int, frames_per_second: float,
+def assemble_result(state: "RequestState", sampling_rate: int, frames_per_second: float,
                     failed_result: Callable[..., SynthesisResult]) -> SynthesisResult:
     """The DONE result of a request whose segments are all made: segments joined with their pauses, then the
     request's tempo and loudness (``tts_app.audio.effects``); FAILED (``failed_result(request, error, warnings)``)
@@ -173,7 +193,8 @@ def assemble_result(state: "_RequestState", sampling_rate: int, frames_per_secon
     """
     from tts_app.audio.effects import apply_request_effects
 
-    waves = [w for w in state.waves if w is not None]
+    segments = state.segments
+    waves = [s.wave for s in segments if s.wave is not None]
     params = state.params
     try:
         waves, cues = fit_segment_durations(state, waves, sampling_rate)
@@ -192,30 +213,30 @@ def assemble_result(state: "_RequestState", sampling_rate: int, frames_per_secon
     max_new_tokens = state.params.max_new_tokens
     speakers = state.request.speakers
     timings = []
-    for i, (t, (a, b)) in enumerate(zip(state.source_texts, spans)):
-        part = state.parts[state.segment_parts[i]]
+    for i, (segment, (a, b)) in enumerate(zip(segments, spans)):
+        part = state.parts[segment.part]
         speaker = speakers[part.speaker].name if part.speaker is not None else None
-        turns = turn_lines(state.segment_turns[i], speakers)
+        turns = turn_lines(segment.turns, speakers)
         if len({name for name, _ in turns}) > 1:
             speaker = None  # a dialogue row with several speakers: ``turns`` names each
         timings.append(SegmentTiming(
-            index=i, text=t, start_s=a, end_s=b, batch_size=state.batch_sizes[i], generate_s=state.generate_s[i],
-            seed=state.seeds[i], model_text=state.texts[i], stop_reason=state.stop_reasons[i],
+            index=i, text=segment.source_text, start_s=a, end_s=b, batch_size=segment.batch_size,
+            generate_s=segment.generate_s, seed=segment.seed, model_text=segment.text, stop_reason=segment.stop_reason,
             max_new_tokens=max_new_tokens, chapter=part.chapter, speaker=speaker, turns=turns))
     chapters = []
     if len({t.chapter for t in timings}) > 1:
         for chapter in sorted({t.chapter for t in timings}):
             members = [t for t in timings if t.chapter == chapter]
             chapters.append(ChapterSpan(index=len(chapters), title=state.parts[
-                state.segment_parts[members[0].index]].title, start_s=members[0].start_s,
+                segments[members[0].index].part].title, start_s=members[0].start_s,
                 end_s=members[-1].end_s, segments=tuple(t.index for t in members)))
     warnings = list(state.warnings) + list(effects.warnings)
     for i, wave in enumerate(waves):
-        if state.stop_reasons[i] is StopReason.MAX_NEW_TOKENS:
+        if segments[i].stop_reason is StopReason.MAX_NEW_TOKENS:
             audio_s = wave.size / sampling_rate if wave.size else max_new_tokens / frames_per_second
-            warnings.append(cap_warning(i, state.source_texts[i], audio_s, max_new_tokens))
+            warnings.append(cap_warning(i, segments[i].source_text, audio_s, max_new_tokens))
         elif wave.size == 0:
-            warnings.append(f"segment {i + 1} ({state.source_texts[i][:40]!r}) produced no audio: the model ended "
+            warnings.append(f"segment {i + 1} ({segments[i].source_text[:40]!r}) produced no audio: the model ended "
                             "speech at once; try another seed, sampling instead of greedy, or a longer segment")
     return SynthesisResult(request_id=state.request.request_id, status=RequestStatus.DONE, audio=audio,
                            sampling_rate=sampling_rate, segments=timings, warnings=warnings,
@@ -223,7 +244,7 @@ def assemble_result(state: "_RequestState", sampling_rate: int, frames_per_secon
                            post_processing=effects.applied, chapters=chapters)
 
 
-def fit_segment_durations(state: "_RequestState", waves: list[np.ndarray], sampling_rate: int
+def fit_segment_durations(state: "RequestState", waves: list[np.ndarray], sampling_rate: int
                           ) -> tuple[list[np.ndarray], list[dict]]:
     """Each segment of a line with a target duration (``SynthesisParams.segment_durations_s``) stretched to
     exactly that length, pitch kept (``tts_app.audio.effects.apply_tempo``) -> (waves, per such segment a record
@@ -238,7 +259,7 @@ def fit_segment_durations(state: "_RequestState", waves: list[np.ndarray], sampl
         return waves, []
     out, cues = [], []
     for i, wave in enumerate(waves):
-        target = state.parts[state.segment_parts[i]].target_s
+        target = state.parts[state.segments[i].part].target_s
         if target is None:
             out.append(wave)
             continue
@@ -248,7 +269,7 @@ def fit_segment_durations(state: "_RequestState", waves: list[np.ndarray], sampl
             from tts_app.frontend.messages import message_of
 
             raise ConfigError("segment_durations_s", Notice(
-                "tempo_line", line=i + 1, text=state.source_texts[i][:40], problem=message_of(exc))) from None
+                "tempo_line", line=i + 1, text=state.segments[i].source_text[:40], problem=message_of(exc))) from None
         out.append(tempo.audio)
         cues.append({"segment": i + 1, "target_s": target, "speed": round(tempo.speed, 4),
                      "duration_before_s": round(tempo.duration_before_s, 4)})
