@@ -48,7 +48,7 @@ class FinishReason(str, enum.Enum):
 
 
 #: Notice codes of the request limits (``tts_app.config.RequestLimits``): their refusal is TOO_LARGE, not REFUSED.
-LIMIT_CODES = frozenset({"limit_text", "limit_duration", "limit_silence"})
+LIMIT_CODES = frozenset({"limit_text", "limit_duration", "limit_silence", "limit_audio"})
 
 # How each reason reads for a person, around its cause (the key is ``finish_<reason>``), and the engine's own causes.
 FINISH_EN: dict[str, str] = {

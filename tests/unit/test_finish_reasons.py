@@ -307,3 +307,32 @@ def test_job_records_carry_the_finish_reason(tmp_path, data_dir):
     records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert [r["finish_reason"] for r in records] == ["done", "refused", "refused"]
     assert records[1]["error_i18n"]["code"] == "tempo_duration_range"  # the page renders it in Chinese too
+
+
+@pytest.mark.parametrize("adapter_class", ["FakeAdapter", "FakeStepAdapter"])
+def test_a_request_past_the_total_audio_bound_is_stopped_too_large_and_the_engine_goes_on(adapter_class, monkeypatch):
+    """Issue 25: ``RequestLimits.max_audio_s`` bounds the audio one request may make (speech and pauses). A request
+    that passes it mid-generation ends FAILED, finish TOO_LARGE with the ``limit_audio`` notice (zh too), and the
+    next request is served; before, nothing stopped a model that never ends speech."""
+    import dataclasses
+
+    import tests.fakes as fakes
+    import tts_app.request as request_module
+
+    monkeypatch.setattr(request_module, "REQUEST_LIMITS",
+                        dataclasses.replace(request_module.REQUEST_LIMITS, max_audio_s=0.5))
+    adapter = getattr(fakes, adapter_class)(fake_facts(max_segment_chars=30))
+    engine = Engine(adapter, EngineConfig(wait_window_ms=0)).start()
+    try:
+        long = engine.submit(SynthesisRequest(text=" ".join(f"Sentence {i} of a long text." for i in range(20)),
+                                              reference_audio=REF, params=SynthesisParams(seed=1, greedy=True)))
+        result = long.result(timeout=60)
+        assert result.status is RequestStatus.FAILED and result.finish.reason is FinishReason.TOO_LARGE
+        assert result.finish.code == "limit_audio" and "0.5" in result.finish.render("en")
+        assert "秒" in result.finish.render("zh")
+        monkeypatch.setattr(request_module, "REQUEST_LIMITS",
+                            dataclasses.replace(request_module.REQUEST_LIMITS, max_audio_s=7200.0))
+        assert engine.submit(SynthesisRequest(text="Hi.", reference_audio=REF,
+                                              params=SynthesisParams(seed=2))).result(timeout=60).ok
+    finally:
+        engine.shutdown()

@@ -52,6 +52,7 @@ from concurrent.futures import Future
 
 from tts_app.adapters.base import DecodeBatch, ModelFacts, PrefixCache, TTSAdapter
 from tts_app.config import EngineConfig
+from tts_app.errors import InputError
 from tts_app.finish import Finish
 from tts_app.metrics import BATCH_SIZE, QUEUE_WAIT
 from tts_app.engine.memory import (
@@ -69,7 +70,7 @@ from tts_app.engine.input import InputProcessor
 from tts_app.engine.input import check_emotion_support  # noqa: F401 (its home before; tts_app.jobs.runner)
 from tts_app.engine.output import OutputProcessor, call_progress, deliver_chunks
 from tts_app.engine.streaming import AudioStream
-from tts_app.request import RequestStatus, SynthesisRequest, SynthesisResult
+from tts_app.request import RequestStatus, SynthesisRequest, SynthesisResult, check_audio_s
 from tts_app.zerogpu import ZeroGPUConfig, on_zero_gpu
 
 logger = logging.getLogger(__name__)
@@ -511,6 +512,7 @@ class EngineCore:
                 self._busy = False
             return batch
         generate_s = None
+        over_limit: list[tuple[RequestState, InputError]] = []
         with self._cv:
             self._busy = False
             self._used_since_empty = True
@@ -530,8 +532,14 @@ class EngineCore:
                     state = self._requests.get(work.request_id)
                     if state is not None and not state.finished:
                         if phase is Phase.BATCH:
-                            state.segments[work.index].partial = []  # a whole batch's waveform replaces it
+                            segment = state.segments[work.index]
+                            state.num_audio_samples -= sum(p.size for p in segment.partial)
+                            segment.partial = []  # a whole batch's waveform replaces it
                         state.add_audio(work.index, step.audio)
+                        try:  # RequestLimits.max_audio_s: a model that never stops cannot fill memory or disk
+                            check_audio_s(state.audio_so_far_s(self.sampling_rate))
+                        except InputError as exc:
+                            over_limit.append((state, exc))
                     if step.stop_reason is not None:
                         finished.append((work, step.stop_reason))
                 outcome = Outcome(phase=outcome.phase, kind=outcome.kind, rows=outcome.rows,
@@ -542,6 +550,10 @@ class EngineCore:
                 if phase is Phase.BATCH:
                     generate_s = {id(w): batch.generate_s for w in live}
             update, resolved, events = self._update_locked(outcome, num_rows, generate_s)
+            for state, exc in over_limit:
+                if not state.finished:
+                    logger.info("request %s stopped: %s", state.request.request_id, exc)
+                    self._finish_locked(state, RequestStatus.FAILED, Finish.from_error(exc), resolved)
         self._deliver(resolved, events)
         if phase is Phase.BATCH or update.drop_running_batch:
             return None  # a OneStepBatch ends in its step; a crashed step's batch state is unknown

@@ -86,6 +86,9 @@ class RequestState:
         finished: the request ended (done, failed or cancelled).
         submitted_s: ``time.monotonic()`` at submit.
         queue_wait_s: submit -> its first row started (None before).
+        num_audio_samples: samples of speech decoded so far over all its segments (a restarted row's dropped audio
+            taken off), for the request's total-audio bound (``tts_app.request.check_audio_s``).
+        num_pause_ms_done: the pauses after its finished segments, in ms (the same bound counts them).
     """
 
     request: SynthesisRequest
@@ -101,6 +104,8 @@ class RequestState:
     finished: bool = False
     submitted_s: float = 0.0
     queue_wait_s: float | None = None
+    num_audio_samples: int = 0
+    num_pause_ms_done: int = 0
 
     @classmethod
     def of(cls, request: SynthesisRequest, handle: "RequestHandle", prepared: "_RequestText",
@@ -138,14 +143,22 @@ class RequestState:
         if samples.size == 0:
             return
         segment.partial.append(samples)
+        self.num_audio_samples += samples.size
         if self.audio_stream is not None:
             self.audio_stream.add(index, samples)
+
+    def audio_so_far_s(self, sampling_rate: int) -> float:
+        """Seconds of audio the request has made so far: its speech decoded plus the pauses after its finished
+        segments (what ``check_audio_s`` bounds)."""
+        return self.num_audio_samples / float(sampling_rate) + self.num_pause_ms_done / 1000.0
 
     def restart_segment(self, index: int) -> None:
         """A row requeued (after OOM, or preempted) restarts its segment: drop its decoded audio, except what was
         already streamed (kept; the new run skips that many samples)."""
         segment = self.segments[index]
         emitted = self.audio_stream.emitted_samples[index] if self.audio_stream is not None else 0
+        decoded = sum(p.size for p in segment.partial)
+        self.num_audio_samples -= decoded - min(emitted, decoded)
         segment.partial = [np.concatenate(segment.partial)[:emitted]] if emitted else []
         segment.skip_samples = emitted
         if self.audio_stream is not None:
@@ -163,6 +176,7 @@ class RequestState:
         segment.batch_size = max(segment.batch_size, batch_size)
         segment.generate_s = generate_s
         self.num_done += 1
+        self.num_pause_ms_done += segment.pause_after_ms
         if self.audio_stream is not None:
             self.audio_stream.complete(index)
         return True
