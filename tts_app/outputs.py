@@ -225,7 +225,8 @@ def output_metadata(runtime: Runtime, request: SynthesisRequest, result: Synthes
                       "start_s": round(s.start_s, 4), "end_s": round(s.end_s, 4), "batch_size": s.batch_size,
                       "generate_s": round(s.generate_s, 4), "max_new_tokens": s.max_new_tokens,
                       "stop_reason": s.stop_reason.value, "speaker": s.speaker, "chapter": s.chapter,
-                      "turns": [{"speaker": name, "text": text} for name, text in s.turns]}
+                      "turns": [{"speaker": name, "text": text} for name, text in s.turns],
+                      "retaken_seeds": list(s.retaken_seeds)}
                      for s in result.segments],
         "speakers": speakers_block,
         "post_processing": result.post_processing,

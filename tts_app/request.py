@@ -473,7 +473,8 @@ class SegmentTiming:
         batch_size: number of rows in the batch that produced it (continuous batching: the most rows it shared a
             decode step with).
         generate_s: wall-clock seconds of that batch's generate call.
-        seed: the seed this segment was generated with (the request's seed + ``index``).
+        seed: the seed this segment was generated with (the request's seed + ``index``; a later take's seed when
+            earlier takes ended speech at once, see ``retaken_seeds``).
         model_text: the text as the model received it (front-end rendering: homophone stand-ins, pinyin tokens).
         stop_reason: why its decoding stopped (``StopReason.MAX_NEW_TOKENS``: cut at the cap, a warning in
             ``SynthesisResult.warnings`` names the segment).
@@ -484,6 +485,8 @@ class SegmentTiming:
         turns: for a segment spoken in one generation from a family's multi-speaker prompt
             (``ModelFacts.max_dialogue_speakers``), per turn piece it holds ``(speaker name, source text)`` in order;
             ``text`` is then their texts joined by newlines. Empty for any other segment.
+        retaken_seeds: seeds of earlier takes that ended speech at once and were taken again with another seed
+            (``tts_app.engine.core.EngineCore._retake_empty``), in order; empty for most segments.
     """
 
     index: int
@@ -499,6 +502,7 @@ class SegmentTiming:
     speaker: str | None = None
     chapter: int = 0
     turns: tuple[tuple[str, str], ...] = ()
+    retaken_seeds: tuple[int, ...] = ()
 
     @property
     def hit_max_new_tokens(self) -> bool:

@@ -45,6 +45,7 @@ after OOM or preemption keeps the samples already sent and skips them in the new
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -70,7 +71,7 @@ from tts_app.engine.input import InputProcessor
 from tts_app.engine.input import check_emotion_support  # noqa: F401 (its home before; tts_app.jobs.runner)
 from tts_app.engine.output import OutputProcessor, call_progress, deliver_chunks
 from tts_app.engine.streaming import AudioStream
-from tts_app.request import RequestStatus, SynthesisRequest, SynthesisResult, check_audio_s
+from tts_app.request import RequestStatus, StopReason, SynthesisRequest, SynthesisResult, check_audio_s
 from tts_app.zerogpu import ZeroGPUConfig, on_zero_gpu
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,12 @@ logger = logging.getLogger(__name__)
 # the running rows most of the budget while still holding a few voices' prefixes (a 10 s reference is ~90 positions,
 # ~5 MiB of KV for VibeVoice-1.5B in bfloat16).
 PREFIX_CACHE_BUDGET_SHARE = 1 / 8
+# A sampled segment that ends speech at once is taken again with another seed at most this many times
+# (``EngineCore._retake_empty``; our choice: on the tiny IndexTTS 2 ~1 seed in 6 ends at once, so 3 retakes leave
+# well under 1 in 1,000 segments empty if draws are independent). Take k's seed: seed + k * RETAKE_SEED_STRIDE, a
+# prime far from the seed + i of a request's other segments.
+MAX_EMPTY_RETAKES = 3
+RETAKE_SEED_STRIDE = 1_000_003
 
 class EngineCore:
     """The engine core (module docstring): the scheduler, the running batch, the per-request state and the one
@@ -343,6 +350,8 @@ class EngineCore:
             state = self._requests.get(work.request_id)
             if state is None or state.finished:
                 continue
+            if self._retake_empty(state, work, reason):
+                continue
             seconds = (generate_s or {}).get(id(work), now - state.segments[work.index].started_s)
             if state.finish_segment(work.index, reason, batch_size, seconds):
                 self._num_segments_done += 1
@@ -353,6 +362,29 @@ class EngineCore:
                                                                 state.num_segments, batch_size)))
             if state.num_done == state.num_segments:
                 self._finish_locked(state, RequestStatus.DONE, None, resolved)
+
+    def _retake_empty(self, state: RequestState, work: SegmentWork, reason: StopReason) -> bool:
+        """A sampled segment that ended speech at once (no audio, the model's own end, not a cap) is generated
+        again with another seed, up to ``MAX_EMPTY_RETAKES`` times (lock held); True when it was requeued.
+
+        Why: a model can pick its end-of-speech token first (IndexTTS 2 on the tiny checkpoint does for ~1 seed in
+        6 with upstream's 3 sampled beams and length_penalty 0, where upstream's ``infer()`` then fails in s2mel);
+        a take with no audio is never what the user wants. Take ``k`` uses ``seed + k * RETAKE_SEED_STRIDE`` (the
+        seed a result's segment reports is the one that spoke; the retakes are in its ``retaken_seeds``), so it is
+        deterministic: the same request gives the same audio alone or in any batch. A greedy segment is not
+        retaken (another seed changes nothing): it finishes empty and the doors say so (``no_audio_error``)."""
+        segment = state.segments[work.index]
+        if (reason is not StopReason.END_OF_SPEECH or segment.partial or segment.wave is not None
+                or state.params.greedy is not False or len(segment.retaken_seeds) >= MAX_EMPTY_RETAKES):
+            return False
+        retake = dataclasses.replace(work, seed=work.seed + RETAKE_SEED_STRIDE, steps_done=0, admitted=-1,
+                                     num_restarts=0, isolate=False)
+        segment.retaken_seeds.append(work.seed)
+        segment.work = retake
+        self.scheduler.requeue([retake])
+        logger.info("request %s: segment %d ended speech at once with seed %d; taken again with seed %d",
+                    work.request_id, work.index + 1, work.seed, retake.seed)
+        return True
 
     def _restart_preempted(self, preempted: list[SegmentWork]) -> None:
         """Running rows the scheduler took out for a more urgent segment or a fair share (``Scheduler`` rules d, e;

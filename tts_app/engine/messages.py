@@ -19,6 +19,8 @@ ENGINE_EN: dict[str, str] = {
     "eng_line_target_split": "line {line} ({text!r}) has a target duration but would be split into {num_segments} "
                              "segments (longer than {max_chars} characters); shorten it, split it into lines with a "
                              "duration each, or raise max_segment_chars",
+    "eng_retaken": "segment {segment}: the model ended speech at once with seed {seeds}; it was generated again "
+                   "with seed {seed}",
 }
 ENGINE_ZH: dict[str, str] = {
     "eng_nothing_to_speak": "文本中没有可朗读的内容；请输入文字",
@@ -29,5 +31,6 @@ ENGINE_ZH: dict[str, str] = {
     "eng_line_target_empty": "第 {line} 行（{text!r}）有目标时长，但没有可朗读的内容；请写上文字，或删去这一行及其时长",
     "eng_line_target_split": "第 {line} 行（{text!r}）有目标时长，但会被分成 {num_segments} 段（超过 {max_chars} 个字符）；"
                              "请缩短它、拆成每行一个时长，或调大 max_segment_chars",
+    "eng_retaken": "第 {segment} 段：模型在种子 {seeds} 下立即结束了语音，已改用种子 {seed} 重新生成",
 }
 register(__name__, ENGINE_EN, ENGINE_ZH)

@@ -36,6 +36,7 @@ from tts_app.dialogue import join_pieces
 from tts_app.errors import ConfigError, InputError, TTSAppError
 from tts_app.finish import Finish
 from tts_app.frontend.messages import Notice
+from tts_app.engine import messages as _messages  # noqa: F401 - registers the retake notice's zh/en texts
 from tts_app.request import ChapterSpan, RequestStatus, SegmentTiming, StopReason, SynthesisResult
 
 if TYPE_CHECKING:
@@ -222,7 +223,8 @@ def assemble_result(state: "RequestState", sampling_rate: int, frames_per_second
         timings.append(SegmentTiming(
             index=i, text=segment.source_text, start_s=a, end_s=b, batch_size=segment.batch_size,
             generate_s=segment.generate_s, seed=segment.seed, model_text=segment.text, stop_reason=segment.stop_reason,
-            max_new_tokens=max_new_tokens, chapter=part.chapter, speaker=speaker, turns=turns))
+            max_new_tokens=max_new_tokens, chapter=part.chapter, speaker=speaker, turns=turns,
+            retaken_seeds=tuple(segment.retaken_seeds)))
     chapters = []
     if len({t.chapter for t in timings}) > 1:
         for chapter in sorted({t.chapter for t in timings}):
@@ -231,6 +233,10 @@ def assemble_result(state: "RequestState", sampling_rate: int, frames_per_second
                 segments[members[0].index].part].title, start_s=members[0].start_s,
                 end_s=members[-1].end_s, segments=tuple(t.index for t in members)))
     warnings = list(state.warnings) + list(effects.warnings)
+    for i, segment in enumerate(segments):
+        if segment.retaken_seeds and waves[i].size:
+            warnings.append(Notice("eng_retaken", segment=i + 1, seeds=", ".join(map(str, segment.retaken_seeds)),
+                                   seed=segment.seed))
     for i, wave in enumerate(waves):
         if segments[i].stop_reason is StopReason.MAX_NEW_TOKENS:
             audio_s = wave.size / sampling_rate if wave.size else max_new_tokens / frames_per_second

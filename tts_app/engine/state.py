@@ -47,6 +47,8 @@ class SegmentState:
         partial: audio decoded so far (continuous batching), concatenated when it finishes.
         skip_samples: samples of a restarted run to skip (already streamed).
         started_s: ``time.perf_counter()`` when its row was admitted.
+        retaken_seeds: the seeds of its takes that ended speech at once and were taken again (``work.seed`` is
+            the one that ran last), in order; empty for most segments.
     """
 
     work: SegmentWork
@@ -62,6 +64,7 @@ class SegmentState:
     partial: list[np.ndarray] = field(default_factory=list)
     skip_samples: int = 0
     started_s: float = 0.0
+    retaken_seeds: list[int] = field(default_factory=list)
 
     @property
     def seed(self) -> int:
