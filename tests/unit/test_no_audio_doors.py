@@ -58,6 +58,19 @@ def test_synth_says_the_same_and_writes_nothing(monkeypatch, tmp_path, data_dir,
     assert list(tmp_path.iterdir()) == []  # no 0-sample WAV, no sidecar
 
 
+def test_synth_with_a_target_duration_says_no_audio_not_a_duration_problem(monkeypatch, tmp_path, data_dir, capsys):
+    """A --duration (or speed, loudness) on a request the model spoke nothing for is not the user's mistake: the
+    same no-audio words and exit 1 (was: 'there is no audio to fit into the target duration', exit 2)."""
+    from tts_app.cli.synth import main
+
+    monkeypatch.setattr(Runtime, "load", classmethod(lambda cls, *a, **k: Runtime.from_adapter(
+        Mute(), "mute", EngineConfig(wait_window_ms=0))))
+    status = main(["--ref", str(data_dir / "en_female_1.wav"), "--text", TEXT, "--out", str(tmp_path / "o.wav"),
+                   "--seed", str(SEED), "--duration-s", "2", "--loudness", "-16"])
+    err = capsys.readouterr().err
+    assert status == 1 and err.strip().endswith(EN), err
+
+
 def test_a_job_line_fails_with_the_same_words(tmp_path, data_dir):
     from tts_app.frontend.messages import localize_record
     from tts_app.jobs.runner import run_job
@@ -103,3 +116,4 @@ def test_the_openai_endpoint_refuses_it_with_the_same_words(tmp_path, stream):
         runtime.close()
     assert response.status_code == 422, response.text
     assert response.json()["error"]["message"] == EN and response.json()["error"]["code"] == "no_audio"
+    assert response.json()["error"]["param"] == "seed"  # what to change, not the text

@@ -197,11 +197,13 @@ def assemble_result(state: "RequestState", sampling_rate: int, frames_per_second
     segments = state.segments
     waves = [s.wave for s in segments if s.wave is not None]
     params = state.params
+    spoke = any(w.size for w in waves)  # no speech at all: nothing to fit or level; the doors say "no audio"
     try:
-        waves, cues = fit_segment_durations(state, waves, sampling_rate)
+        waves, cues = fit_segment_durations(state, waves, sampling_rate) if spoke else (waves, [])
         audio, spans = join_segments(waves, state.pauses_after_ms, sampling_rate)
-        effects = apply_request_effects(audio, spans, sampling_rate, speed=params.speed,
-                                        duration_s=params.duration_s, loudness_lufs=params.loudness_lufs)
+        effects = apply_request_effects(audio, spans, sampling_rate, speed=params.speed if spoke else None,
+                                        duration_s=params.duration_s if spoke else None,
+                                        loudness_lufs=params.loudness_lufs if spoke else None)
         if cues:
             effects.applied["segment_durations"] = cues
     except TTSAppError as exc:  # e.g. a target duration the speech cannot meet: the user's input (REFUSED)

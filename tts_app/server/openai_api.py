@@ -175,7 +175,8 @@ def _refuse_no_audio(synthesis: SynthesisRequest, result) -> None:
 
     no_audio = no_audio_error(synthesis, result)
     if no_audio is not None:
-        raise APIError(422, str(no_audio), code="no_audio", param="input", request_id=result.request_id)
+        # ``param``: what to change is the seed (an extension field; the text is fine as it is)
+        raise APIError(422, str(no_audio), code="no_audio", param="seed", request_id=result.request_id)
 
 
 def wav_stream_header(sampling_rate: int) -> bytes:
