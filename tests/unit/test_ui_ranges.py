@@ -59,3 +59,21 @@ def test_every_bounded_number_is_refused_in_the_callers_words(server, capfd):
             text = json.loads(outcome.split("data: ", 1)[1].splitlines()[0])["error"]
             assert f"({param}) = {value:g}" in text and any(w in text for w in words), (api, param, text)
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_value_that_is_not_one_of_a_choice_inputs_choices_is_refused_in_the_callers_words(server, capfd):
+    """A radio's value outside its choices from an API caller (reference_cleanup="bogus") gets our message naming
+    the field and the choices, en and zh, no traceback (was gradio's "Value: 'bogus' (type: <class 'str'>) is not in
+    the list of choices: ['auto', 'full', 'off']")."""
+    info = server.client.get("/gradio_api/info").json()["named_endpoints"]["/synthesize"]["parameters"]
+    names = [p["parameter_name"] for p in info]
+    data = [p.get("parameter_default") for p in info]
+    data[names.index("reference_cleanup")] = "bogus"
+    capfd.readouterr()
+    for browser, words in ((Browser(server.client), "is not one of its choices (auto, full, off)"),
+                           (Browser(server.client, **{"accept-language": "zh-CN"}), "不是可选值之一（auto, full, off）")):
+        outcome = browser.result("synthesize", browser.call("synthesize", data).json()["event_id"])
+        assert "event: error" in outcome, outcome
+        text = json.loads(outcome.split("data: ", 1)[1].splitlines()[0])["error"]
+        assert "(reference_cleanup) = 'bogus'" in text and words in text, text
+    assert "Traceback" not in capfd.readouterr().err

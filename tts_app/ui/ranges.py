@@ -10,6 +10,8 @@ value through as an ``OutOfRange`` (a ``float`` that remembers the bounds and th
 raising; the page's handler wrapper (``tts_app.ui.layout._wrap``) then refuses the call before the handler runs,
 with ``range_error``: the field's label and API parameter name, the value and the allowed range, in the caller's
 language, as a ``gr.Error`` without traceback. A value inside the range is preprocessed by gradio as before.
+A radio or single-choice dropdown does the same with a value that is not one of its choices (``NotAChoice``; was
+gradio's "Value: 'bogus' (type: <class 'str'>) is not in the list of choices: [...]").
 """
 
 from __future__ import annotations
@@ -40,6 +42,32 @@ class OutOfRange(float):
         return self
 
 
+class NotAChoice(str):
+    """A choice input's value that is not one of its choices, as ``defer_range_checks`` hands it on.
+
+    Attributes:
+        choices: the values the component accepts, in order.
+        label_key: as ``OutOfRange.label_key``.
+    """
+
+    choices: tuple
+    label_key: str | None
+
+    def __new__(cls, value: str, choices: tuple, label_key: str | None):
+        self = super().__new__(cls, value)
+        self.choices, self.label_key = choices, label_key
+        return self
+
+
+def _checked_choice(component, payload):
+    """gradio's own ``preprocess`` for one of the component's choices (or None); a ``NotAChoice`` otherwise."""
+    values = tuple(value for _, value in component.choices)
+    if isinstance(payload, str) and payload not in values:
+        label = getattr(component, "label", None)
+        return NotAChoice(payload, values, getattr(label, "key", None))
+    return type(component).preprocess(component, payload)
+
+
 def _checked_preprocess(component, payload):
     """gradio's own ``preprocess`` for a value in range; an ``OutOfRange`` for a number outside it."""
     if isinstance(payload, (int, float)) and not isinstance(payload, bool) and (
@@ -57,6 +85,9 @@ def defer_range_checks(blocks: gr.Blocks) -> None:
     for block in blocks.blocks.values():
         if isinstance(block, (gr.Slider, gr.Number)):
             block.preprocess = types.MethodType(_checked_preprocess, block)
+        elif isinstance(block, gr.Radio) or (isinstance(block, gr.Dropdown) and not block.multiselect
+                                             and not block.allow_custom_value):
+            block.preprocess = types.MethodType(_checked_choice, block)
 
 
 def _number(value: float | None) -> str:
@@ -64,20 +95,25 @@ def _number(value: float | None) -> str:
 
 
 def range_error(names: list[str], args: tuple, kwargs: dict[str, Any], lang: str) -> gr.Error | None:
-    """The refusal of a handler call one of whose values is an ``OutOfRange``, or None.
+    """The refusal of a handler call one of whose values is an ``OutOfRange`` or a ``NotAChoice``, or None.
 
     Args:
         names: the handler's parameter names, in order (the API's parameter names).
         args, kwargs: the call's arguments as gradio passes them.
         lang: "en" or "zh".
     """
-    found = [(names[i] if i < len(names) else "?", v) for i, v in enumerate(args) if isinstance(v, OutOfRange)]
-    found += [(k, v) for k, v in kwargs.items() if isinstance(v, OutOfRange)]
+    refused = (OutOfRange, NotAChoice)
+    found = [(names[i] if i < len(names) else "?", v) for i, v in enumerate(args) if isinstance(v, refused)]
+    found += [(k, v) for k, v in kwargs.items() if isinstance(v, refused)]
     if not found:
         return None
     name, value = found[0]
     label = (texts.ZH if lang == "zh" else texts.EN).get(value.label_key) if value.label_key else None
     field = f"{label} ({name})" if label and label != name else name
+    if isinstance(value, NotAChoice):
+        message = texts.server_text(lang, "not_a_choice", field=field, value=repr(str(value)),
+                                    choices=", ".join(map(str, value.choices)))
+        return gr.Error(message, duration=None, print_exception=False)
     if value.minimum is not None and value.maximum is not None:
         key = "out_of_range"
     else:

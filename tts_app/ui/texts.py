@@ -526,6 +526,7 @@ SERVER["en"].update({
     # the titles of the page's pop-ups (gradio writes them in English: tts_app.ui.layout.page_js)
     "toast_error": "Error", "toast_warning": "Warning", "toast_info": "Info",
     "above_maximum": "{field} = {value} is above its maximum {maximum}; send {maximum} or less",
+    "not_a_choice": "{field} = {value} is not one of its choices ({choices}); send one of them",
 })
 SERVER["zh"].update({
     "row_error": "错误", "row_warning": "提示",
@@ -539,6 +540,7 @@ SERVER["zh"].update({
     "below_minimum": "{field} = {value} 低于最小值 {minimum}；请给出不小于 {minimum} 的值",
     "toast_error": "错误", "toast_warning": "提示", "toast_info": "信息",
     "above_maximum": "{field} = {value} 高于最大值 {maximum}；请给出不大于 {maximum} 的值",
+    "not_a_choice": "{field} = {value} 不是可选值之一（{choices}）；请从中选一个",
 })
 assert SERVER["en"].keys() == SERVER["zh"].keys()
 #: server strings that also label widgets built once for every browser (radio choices), so ``gr.I18n`` carries
