@@ -19,20 +19,19 @@ def _context(output_root: Path, config, runtime, context_args: dict):
     from tests.fakes import FakeAdapter
     from tts_app.config import EngineConfig, ModelConfig
     from tts_app.runtime import Runtime
-    from tts_app.ui.context import AppContext
+    from tts_app.ui.context import AppContext, AppSettings
 
     engine = EngineConfig(wait_window_ms=1)
-    return AppContext(model_config=context_args.pop("model_config", ModelConfig()), engine_config=engine,
-                      output_root=output_root,
-                      runtime=runtime or Runtime.from_adapter(FakeAdapter(), "fake", engine),
-                      api_keys=config.api_keys, **context_args)
+    settings = AppSettings(model_config=context_args.pop("model_config", ModelConfig()), engine_config=engine,
+                           output_root=output_root, api_keys=config.api_keys, **context_args)
+    return AppContext(settings, runtime=runtime or Runtime.from_adapter(FakeAdapter(), "fake", engine))
 
 
 @contextlib.contextmanager
 def composed_app(output_root: Path, server_config=None, runtime=None, **context_args):
     """Yields ``SimpleNamespace(client, ctx, config)``: a ``TestClient`` (lifespan running, gradio attached) on the
     composed server. ``runtime``: the model's ``Runtime`` (default: a ``FakeAdapter``'s); ``context_args``: extra
-    ``AppContext`` fields."""
+    ``AppSettings`` fields (``upload_config``, ``lang``...)."""
     from starlette.testclient import TestClient
 
     from tts_app.config import ServerConfig

@@ -283,11 +283,11 @@ def fake_app_context(output_root, adapter: TTSAdapter | None = None, *, start_jo
     window, writing under ``output_root``; its job manager started when ``start_jobs``. Close it after use."""
     from tts_app.config import EngineConfig, ModelConfig
     from tts_app.runtime import Runtime
-    from tts_app.ui.context import AppContext
+    from tts_app.ui.context import AppContext, AppSettings
 
     config = EngineConfig(wait_window_ms=1)
-    ctx = AppContext(model_config=ModelConfig(), engine_config=config,
-                     runtime=Runtime.from_adapter(adapter or FakeAdapter(), "fake", config), output_root=output_root)
+    ctx = AppContext(AppSettings(model_config=ModelConfig(), engine_config=config, output_root=output_root),
+                     runtime=Runtime.from_adapter(adapter or FakeAdapter(), "fake", config))
     if start_jobs:
         ctx.start_jobs()
     return ctx

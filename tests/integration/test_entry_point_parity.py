@@ -38,11 +38,11 @@ def _ui_handler_audio(model, ref, ref_text, max_new_tokens, out_dir):
     from tts_app.config import EngineConfig, ModelConfig
     from tts_app.runtime import Runtime
     from tts_app.ui import handlers
-    from tts_app.ui.context import AppContext
+    from tts_app.ui.context import AppContext, AppSettings
     from tts_app.ui.controls import generation_controls
 
-    ctx = AppContext(model_config=ModelConfig(str(model), device="cpu"), engine_config=EngineConfig(),
-                     output_root=out_dir)
+    ctx = AppContext(AppSettings(model_config=ModelConfig(str(model), device="cpu"), engine_config=EngineConfig(),
+                                 output_root=out_dir))
     ctx.runtime = Runtime.load(ctx.model_config, ctx.engine_config)
     try:
         controls = generation_controls(ctx.engine.facts)

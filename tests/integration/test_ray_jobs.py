@@ -299,13 +299,14 @@ def test_the_batch_tab_runs_its_job_on_the_workers(job, single_process, pool, ti
 
     from tts_app.runtime import Runtime
     from tts_app.ui import batch
-    from tts_app.ui.context import AppContext
+    from tts_app.ui.context import AppContext, AppSettings
 
     args = engine_args(tiny_model, 1)
     runtime = Runtime.load(args.model, args.engine)
     done_before = sum(s.lines_done for s in pool.stats())
-    ctx = AppContext(model_config=args.model, engine_config=args.engine, runtime=runtime, lang="en",
-                     output_root=tmp_path / "app", voices_dir=tmp_path / "voices", pool=pool)
+    ctx = AppContext(AppSettings(model_config=args.model, engine_config=args.engine, lang="en",
+                                 output_root=tmp_path / "app", voices_dir=tmp_path / "voices"),
+                     runtime=runtime, pool=pool)
     try:
         ctx.start_jobs()
         rows = [r if isinstance(r, str) else {**r, "max_new_tokens": PARAMS.max_new_tokens} for r in MIXED]
@@ -328,11 +329,11 @@ def test_the_memory_tab_lists_the_workers_with_their_memory(pool, tiny_model, tm
     """``app.py --ray``: the Memory tab names each worker, its state, node, lines and its device memory (zh too)."""
     from tts_app.config import EngineConfig, ModelConfig
     from tts_app.ui import handlers
-    from tts_app.ui.context import AppContext
+    from tts_app.ui.context import AppContext, AppSettings
 
     for lang, row, up in (("en", "worker {}: up", "2 of 2 up"), ("zh", "工作进程 {}：在线", "2 个在线")):
-        ctx = AppContext(model_config=ModelConfig(str(tiny_model)), engine_config=EngineConfig(), lang=lang,
-                         output_root=tmp_path / lang, pool=pool)
+        ctx = AppContext(AppSettings(model_config=ModelConfig(str(tiny_model)), engine_config=EngineConfig(),
+                                     lang=lang, output_root=tmp_path / lang), pool=pool)
         text, _ = handlers.gauge(ctx)
         assert up in text
         for worker in pool.stats():

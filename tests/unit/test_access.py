@@ -151,12 +151,12 @@ def test_cleaned_clips_unused_for_the_upload_age_go_except_a_saved_voices(tmp_pa
     from tests.fakes import FakeAdapter
     from tts_app.config import EngineConfig, ModelConfig, UploadConfig
     from tts_app.runtime import Runtime
-    from tts_app.ui.context import AppContext
+    from tts_app.ui.context import AppContext, AppSettings
 
     runtime = Runtime.from_adapter(FakeAdapter(), "fake", EngineConfig(wait_window_ms=0))
     try:
-        ctx = AppContext(model_config=ModelConfig(), engine_config=EngineConfig(), runtime=runtime,
-                         output_root=tmp_path, upload_config=UploadConfig(cache_max_age_s=3600))
+        ctx = AppContext(AppSettings(model_config=ModelConfig(), engine_config=EngineConfig(), output_root=tmp_path,
+                                     upload_config=UploadConfig(cache_max_age_s=3600)), runtime=runtime)
         voice = ctx.voices.save("mei", data_dir / "en_female_1.wav", runtime.references)
         me = _cookie(new_browser_token())
         kept_voice = ctx.reference_clip(ctx.voices.prepare(voice.name, runtime.references), me)

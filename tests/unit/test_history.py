@@ -128,9 +128,10 @@ class Browser:
 @pytest.fixture()
 def ctx(tmp_path):
     from tts_app.config import EngineConfig, ModelConfig
-    from tts_app.ui.context import AppContext
+    from tts_app.ui.context import AppContext, AppSettings
 
-    return AppContext(model_config=ModelConfig(), engine_config=EngineConfig(), output_root=tmp_path / "out")
+    return AppContext(AppSettings(model_config=ModelConfig(), engine_config=EngineConfig(),
+                                  output_root=tmp_path / "out"))
 
 
 def _generation(ctx, browser: Browser, name: str = "20261201-120000_hello_abc123") -> Path:

@@ -43,11 +43,11 @@ def _damaged_job(tmp_path, how: str, owner: str = "owner-1") -> tuple[JobStore, 
 def test_the_server_starts_and_lists_the_job_as_damaged_with_its_outputs(tmp_path, how, caplog):
     from tests.fakes import FakeAdapter
     from tts_app.runtime import Runtime
-    from tts_app.ui.context import AppContext
+    from tts_app.ui.context import AppContext, AppSettings
 
     store, job_id = _damaged_job(tmp_path, how)
     engine = EngineConfig(wait_window_ms=0)
-    ctx = AppContext(model_config=ModelConfig(), engine_config=engine, output_root=tmp_path / "out",
+    ctx = AppContext(AppSettings(model_config=ModelConfig(), engine_config=engine, output_root=tmp_path / "out"),
                      runtime=Runtime.from_adapter(FakeAdapter(), "fake", engine))
     with caplog.at_level(logging.WARNING, logger="tts_app.jobs.store"):
         ctx.start_jobs()  # what the server runs at start-up: prune, then recover

@@ -99,9 +99,10 @@ def test_the_pages_handlers_refuse_a_long_text_before_any_work(tmp_path):
 
     from tts_app.config import EngineConfig, ModelConfig
     from tts_app.ui import handlers
-    from tts_app.ui.context import AppContext
+    from tts_app.ui.context import AppContext, AppSettings
 
-    ctx = AppContext(model_config=ModelConfig(), engine_config=EngineConfig(), output_root=tmp_path / "out")
+    ctx = AppContext(AppSettings(model_config=ModelConfig(), engine_config=EngineConfig(),
+                                 output_root=tmp_path / "out"))
     ctx.runtime = SimpleNamespace(engine=SimpleNamespace(facts=None))  # any work past the check would fail
     zh = SimpleNamespace(headers={"accept-language": "zh-CN"}, session_hash="tab")
     megabyte = "字" * 1_000_000

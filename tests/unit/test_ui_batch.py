@@ -101,11 +101,11 @@ def test_the_no_model_messages_name_the_installed_hub_clients_commands():
 
 def test_a_finished_browser_session_takes_its_single_outputs_along_and_leaves_jobs(tmp_path):
     from tts_app.config import EngineConfig, ModelConfig
-    from tts_app.ui.context import AppContext
+    from tts_app.ui.context import AppContext, AppSettings
 
     from tts_app.server.sessions import COOKIE_NAME, new_browser_token, owner_key
 
-    ctx = AppContext(model_config=ModelConfig(), engine_config=EngineConfig(), output_root=tmp_path)
+    ctx = AppContext(AppSettings(model_config=ModelConfig(), engine_config=EngineConfig(), output_root=tmp_path))
     token = new_browser_token()
     cookie = {"cookie": f"{COOKIE_NAME}={token}"}
     mine, my_other_tab = ctx.session_dir("abc123", cookie), ctx.session_dir("abc999", cookie)
@@ -125,7 +125,7 @@ def test_a_batch_tab_line_with_a_clip_and_no_transcript_gets_one_from_the_asr_mo
                                                                                     tiny_whisper):
     """The web app's jobs transcribe a reference the same way ``batch --asr-model`` does (AppContext.start_jobs)."""
     from tts_app.config import ModelConfig
-    from tts_app.ui.context import AppContext
+    from tts_app.ui.context import AppContext, AppSettings
 
     with zipfile.ZipFile(tmp_path / "voices.zip", "w") as zf:
         zf.write(data_dir / "en_female_1.wav", "v.wav")
@@ -133,8 +133,8 @@ def test_a_batch_tab_line_with_a_clip_and_no_transcript_gets_one_from_the_asr_mo
             {"input_text": "Again.", "prompt_audio": "v.wav", "prompt_text": "My own words.", "output_name": "own"}]
     (tmp_path / "job.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
     runtime = Runtime.from_adapter(FakeAdapter(), "fake", EngineConfig(wait_window_ms=1))
-    ctx = AppContext(model_config=ModelConfig(), engine_config=EngineConfig(), runtime=runtime,
-                     output_root=tmp_path / "out", asr_model=str(tiny_whisper))
+    ctx = AppContext(AppSettings(model_config=ModelConfig(), engine_config=EngineConfig(), output_root=tmp_path / "out",
+                                 asr_model=str(tiny_whisper)), runtime=runtime)
     try:
         ctx.start_jobs()
         summary, _, _ = batch.run_job_blocking(ctx, str(tmp_path / "job.jsonl"), str(tmp_path / "voices.zip"))
@@ -153,7 +153,7 @@ def test_a_batch_tab_line_with_a_clip_and_no_transcript_gets_one_from_the_asr_mo
 def test_the_batch_tabs_output_format_applies_to_lines_without_their_own(tmp_path, data_dir):
     from tts_app.audio.formats import decode_audio
     from tts_app.config import ModelConfig
-    from tts_app.ui.context import AppContext
+    from tts_app.ui.context import AppContext, AppSettings
 
     with zipfile.ZipFile(tmp_path / "voices.zip", "w") as zf:
         zf.write(data_dir / "en_female_1.wav", "v.wav")
@@ -161,8 +161,8 @@ def test_the_batch_tabs_output_format_applies_to_lines_without_their_own(tmp_pat
             {"input_text": "Again.", "prompt_audio": "v.wav", "output_name": "own", "format": "opus"}]
     (tmp_path / "job.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
     runtime = Runtime.from_adapter(FakeAdapter(), "fake", EngineConfig(wait_window_ms=1))
-    ctx = AppContext(model_config=ModelConfig(), engine_config=EngineConfig(), runtime=runtime,
-                     output_root=tmp_path / "out")
+    ctx = AppContext(AppSettings(model_config=ModelConfig(), engine_config=EngineConfig(),
+                                 output_root=tmp_path / "out"), runtime=runtime)
     try:
         ctx.start_jobs()
         summary, table, found_zip = batch.run_job_blocking(ctx, str(tmp_path / "job.jsonl"),

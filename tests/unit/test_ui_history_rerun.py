@@ -19,15 +19,15 @@ from tts_app.runtime import Runtime  # noqa: E402
 from tts_app.server.sessions import COOKIE_NAME, new_browser_token  # noqa: E402
 from tts_app.ui import handlers  # noqa: E402
 from tts_app.ui import history as history_ui  # noqa: E402
-from tts_app.ui.context import AppContext  # noqa: E402
+from tts_app.ui.context import AppContext, AppSettings  # noqa: E402
 
 VECTOR = dict(happy=0.6, angry=0.0, sad=0.0, afraid=0.0, disgusted=0.0, melancholic=0.0, surprised=0.25, calm=0.0)
 
 
 def _ctx(tmp_path, facts):
     config = EngineConfig(wait_window_ms=1)
-    return AppContext(model_config=ModelConfig(), engine_config=config,
-                      runtime=Runtime.from_adapter(FakeAdapter(facts), "fake", config), output_root=tmp_path / "out")
+    return AppContext(AppSettings(model_config=ModelConfig(), engine_config=config, output_root=tmp_path / "out"),
+                      runtime=Runtime.from_adapter(FakeAdapter(facts), "fake", config))
 
 
 @pytest.fixture()

@@ -14,7 +14,7 @@ from tests.fakes import FakeAdapter  # noqa: E402
 from tts_app.config import EngineConfig, ModelConfig  # noqa: E402
 from tts_app.runtime import Runtime  # noqa: E402
 from tts_app.ui import handlers  # noqa: E402
-from tts_app.ui.context import AppContext  # noqa: E402
+from tts_app.ui.context import AppContext, AppSettings  # noqa: E402
 
 SAMPLES_PER_CHAR = 40  # FakeAdapter: 40 samples per character at 16 kHz
 LINES = ["Good morning, everyone here.", "今天天气很好，我们去公园散步吧。"]
@@ -22,9 +22,9 @@ LINES = ["Good morning, everyone here.", "今天天气很好，我们去公园�
 
 @pytest.fixture()
 def ctx(tmp_path):
-    ctx = AppContext(model_config=ModelConfig(), engine_config=EngineConfig(wait_window_ms=1),
-                     runtime=Runtime.from_adapter(FakeAdapter(), "fake", EngineConfig(wait_window_ms=1)),
-                     output_root=tmp_path / "out")
+    ctx = AppContext(AppSettings(model_config=ModelConfig(), engine_config=EngineConfig(wait_window_ms=1),
+                                 output_root=tmp_path / "out"),
+                     runtime=Runtime.from_adapter(FakeAdapter(), "fake", EngineConfig(wait_window_ms=1)))
     yield ctx
     ctx.close()
 

@@ -16,7 +16,7 @@ from tests.fakes import FakeAdapter  # noqa: E402
 from tts_app.config import EngineConfig, ModelConfig  # noqa: E402
 from tts_app.runtime import Runtime  # noqa: E402
 from tts_app.ui import handlers  # noqa: E402
-from tts_app.ui.context import AppContext  # noqa: E402
+from tts_app.ui.context import AppContext, AppSettings  # noqa: E402
 
 # three segments each (max_segment_chars below): one runs in the held batch, two wait in the queue
 ALPHA = "Alpha one is here now. Alpha two is here now. Alpha three is here now."
@@ -28,8 +28,8 @@ def gated(tmp_path):
     gate = threading.Event()
     adapter = FakeAdapter(gate=gate)
     config = EngineConfig(max_batch_size=2, wait_window_ms=200)
-    ctx = AppContext(model_config=ModelConfig(), engine_config=config,
-                     runtime=Runtime.from_adapter(adapter, "fake", config), output_root=tmp_path / "out")
+    ctx = AppContext(AppSettings(model_config=ModelConfig(), engine_config=config, output_root=tmp_path / "out"),
+                     runtime=Runtime.from_adapter(adapter, "fake", config))
     yield ctx, adapter, gate
     gate.set()
     ctx.close()

@@ -16,12 +16,12 @@ from tts_app.runtime import Runtime
 
 @pytest.fixture()
 def ctx(tmp_path):
-    from tts_app.ui.context import AppContext
+    from tts_app.ui.context import AppContext, AppSettings
 
     runtime = Runtime.from_adapter(FakeStepAdapter(fake_facts(max_segment_chars=30), step_delay_s=0.001),
                                    "fake-model", EngineConfig(wait_window_ms=0.0))
-    context = AppContext(model_config=ModelConfig("fake-model"), engine_config=EngineConfig(), runtime=runtime,
-                         output_root=tmp_path)
+    context = AppContext(AppSettings(model_config=ModelConfig("fake-model"), engine_config=EngineConfig(),
+                                     output_root=tmp_path), runtime=runtime)
     yield context
     context.close()
 

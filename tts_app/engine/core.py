@@ -113,7 +113,7 @@ class EngineCore:
                  preempt: bool = True, fair: bool = True, zero_gpu: ZeroGPUConfig = ZeroGPUConfig()):
         self.adapter = adapter
         self.config = config = config or EngineConfig()  # EngineConfig checks its own values
-        self.device = str(getattr(adapter, "device", "cpu"))
+        self.device = str(adapter.device)
         self.probe = memory_probe if memory_probe is not None else probe_for_device(self.device)
         self.estimator = MemoryEstimator(
             kv_bytes_per_position=adapter.facts.kv_bytes_per_position,

@@ -175,10 +175,6 @@ class Executor:
             return make_simulated_oom(batch_size, f"simulate_oom_probability={cfg.simulate_oom_probability}")
         return None
 
-    def _probe_reading(self, name: str) -> int | None:
-        reader = getattr(self.probe, name, None)  # optional probe methods (older/custom probes may lack them)
-        return reader() if reader is not None else None
-
     def run_phase(self, phase: Phase, rows: Sequence[SegmentWork], call: Callable[[], Any],
                   on_oom: Callable[[], None]) -> tuple[Outcome, Any]:
         """Run ``call`` (a prefill or a decode step over ``rows``) and describe how it ended as a plain ``Outcome``
@@ -186,7 +182,7 @@ class Executor:
         out-of-memory error ``on_oom`` runs (the core counts it and empties its caches), then the device cache is
         freed."""
         ids = ", ".join(sorted({w.request_id for w in rows}))
-        allocated_before, peak_before = self._probe_reading("allocated_bytes"), self._probe_reading("peak_bytes")
+        allocated_before, peak_before = self.probe.allocated_bytes(), self.probe.peak_bytes()
         kind, error, value = OutcomeKind.OK, None, None
         try:
             value = call()
@@ -218,7 +214,7 @@ class Executor:
             on_oom()
             free_after_oom(self.probe)
         measured = None
-        peak_after = self._probe_reading("peak_bytes")
+        peak_after = self.probe.peak_bytes()
         if kind is OutcomeKind.OK and None not in (allocated_before, peak_before, peak_after) \
                 and peak_after > peak_before:
             measured = peak_after - allocated_before  # a new high-water mark: this call's exact peak

@@ -93,14 +93,15 @@ def start_pool(engine_args: EngineArgs, cluster: ClusterConfig, reference_config
 def build_context(args: argparse.Namespace, engine_args: EngineArgs, api_keys: tuple[str, ...] = ()):
     """The app state, without a model yet (``load_model`` fills it in); ``api_keys``: the HTTP API's keys (a
     client sending one owns its jobs by it)."""
-    from tts_app.ui.context import AppContext
+    from tts_app.ui.context import AppContext, AppSettings
     from tts_app.warmup import warm_up_in_background
 
-    ctx = AppContext(model_config=engine_args.model, engine_config=engine_args.engine, lang=args.lang,
-                     output_root=Path(args.output_dir) if args.output_dir is not None else None,
-                     voices_dir=Path(args.voices_dir) if args.voices_dir is not None else None,
-                     asr_model=args.asr_model, upload_config=upload_config_from(args), api_keys=tuple(api_keys),
-                     history_size=args.history_size)
+    ctx = AppContext(AppSettings(
+        model_config=engine_args.model, engine_config=engine_args.engine, lang=args.lang,
+        output_root=Path(args.output_dir) if args.output_dir is not None else None,
+        voices_dir=Path(args.voices_dir) if args.voices_dir is not None else None,
+        asr_model=args.asr_model, upload_config=upload_config_from(args), api_keys=tuple(api_keys),
+        history_size=args.history_size))
     # The front end's dictionaries, the effects' and encoders' imports, loaded while the model loads: the first
     # keystroke's preview and the first request do not wait for them (the start-up log says how long it took).
     warm_up_in_background(log)

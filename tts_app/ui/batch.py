@@ -312,8 +312,7 @@ def validate_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None
         raise _user_error(server_text(lang, "need_jsonl"))
     _check_uploads(ctx, jsonl_file, audio_zip, default_voice, lang)
     engine = ctx.engine
-    check_line = None if engine is None else model_line_checks(
-        engine.facts, getattr(getattr(engine, "adapter", None), "display_name", engine.facts.family))
+    check_line = None if engine is None else model_line_checks(engine.facts, engine.adapter.display_name)
     try:
         report = _validate(Path(jsonl_file), audio_dir=audio_zip or None, default_voice=default_voice or None,
                            check_line=check_line)

@@ -43,67 +43,96 @@ def default_output_root() -> Path:
     return Path(base) / "tts_app"
 
 
-@dataclass
-class AppContext:
-    """What every handler needs.
+@dataclass(frozen=True)
+class AppSettings:
+    """What the command line sets (``tts_app.server.main.build_context``); fixed while the server runs.
 
     Attributes:
-        model_config, engine_config: what was asked for on the command line.
-        runtime: the loaded model's runtime (engine, reference preparer, model info), or None when the model could
-            not be loaded (``load_error`` says why).
-        load_error: the message shown in the UI when the model is missing.
+        model_config, engine_config: the model and engine asked for.
+        reference_config, frontend_config: reference-audio cleanup and text front-end settings.
         output_root: folder for per-request and per-job outputs (WAV, SRT, sidecar JSON, ZIP, job folders);
             ``default_output_root()`` when None.
         lang: "zh", "en" or None (browser decides).
         voices_dir: folder of the voice library; None = ``output_root / "voices"``.
-        voices: the ``VoiceLibrary`` (saved voices + bundled examples), shared by all users.
         asr_model: Whisper checkpoint for automatic reference transcripts (None = the default, "none" = off).
         upload_config: per-kind upload size limits.
         history_size: generations kept per owner in the Single tab's history (``--history-size``; 0 = off).
+        api_keys: the HTTP API's keys (``ServerConfig.api_keys``): a client sending one owns its files and jobs by
+            that key (``AppContext.owner``) rather than by its cookie.
+    """
+
+    model_config: ModelConfig
+    engine_config: EngineConfig
+    reference_config: ReferenceConfig = field(default_factory=ReferenceConfig)
+    frontend_config: FrontendConfig = field(default_factory=FrontendConfig)
+    output_root: Path | None = None
+    lang: str | None = None
+    voices_dir: Path | None = None
+    asr_model: str | None = None
+    upload_config: UploadConfig = field(default_factory=UploadConfig)
+    history_size: int = DEFAULT_HISTORY_SIZE
+    api_keys: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        root = default_output_root() if self.output_root is None else Path(self.output_root)
+        object.__setattr__(self, "output_root", root)  # frozen: resolved once, here
+
+
+@dataclass
+class AppContext:
+    """What every handler needs: the command line's ``settings`` and the server's live state.
+
+    Attributes:
+        settings: what the command line set (``AppSettings``); its fields read as ``ctx.<name>`` too
+            (``ctx.output_root``, ``ctx.lang``...), read-only.
+        runtime: the loaded model's runtime (engine, reference preparer, model info), or None when the model could
+            not be loaded (``load_error`` says why).
+        load_error: the message shown in the UI when the model is missing.
+        voices: the ``VoiceLibrary`` (saved voices + bundled examples), shared by all users; built from
+            ``settings.voices_dir`` when None.
         history_store: the ``HistoryStore`` of every owner, under ``output_root / "single"`` (each owner's in its
             own folder, ``browser_dir(headers) / "_history"``).
         jobs: the server's durable jobs (``tts_app.jobs.manager``); built by ``start_jobs`` once the model is loaded
             (or failed to load).
         pool: Ray workers that run the Batch tab's jobs (``app.py --ray``; ``tts_app.jobs.cluster.WorkerPool``),
             or None (jobs run on ``runtime``). Stopped by ``tts_app.server.main.main``.
-        api_keys: the HTTP API's keys (``ServerConfig.api_keys``): a client sending one owns its files and jobs by
-            that key (``owner``) rather than by its cookie.
+        history: the memory gauge's history (fed by ``memory_sampler``).
     """
 
-    model_config: ModelConfig
-    engine_config: EngineConfig
+    settings: AppSettings
     runtime: Runtime | None = None
     load_error: str | None = None
-    reference_config: ReferenceConfig = field(default_factory=ReferenceConfig)
-    frontend_config: FrontendConfig = field(default_factory=FrontendConfig)
-    output_root: Path | None = None
-    lang: str | None = None
-    voices_dir: Path | None = None
     voices: VoiceLibrary | None = None
-    asr_model: str | None = None
-    _transcriber: Transcriber | None = None
-    upload_config: UploadConfig = field(default_factory=UploadConfig)
-    history_size: int = DEFAULT_HISTORY_SIZE
     history_store: HistoryStore | None = None
     pool: WorkerPool | None = None
     history: MemoryHistory = field(default_factory=MemoryHistory)
     jobs: JobManager | None = None
+    _transcriber: Transcriber | None = None
     _sampler: MemorySampler | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _no_model_references: ReferencePreparer | None = None
-    api_keys: tuple[str, ...] = ()
     _references_pruned_s: float | None = None
 
     def __post_init__(self) -> None:
-        if self.output_root is None:
-            self.output_root = default_output_root()
-        self.output_root = Path(self.output_root)
         self.output_root.mkdir(parents=True, exist_ok=True)
         if self.voices is None:
             self.voices = VoiceLibrary(self.voices_dir if self.voices_dir is not None
                                        else output_layout.voices_dir(self.output_root))
         if self.history_store is None:
             self.history_store = HistoryStore(self.output_root / output_layout.SESSIONS_DIR, self.history_size)
+
+    # -- the command line's settings, read-only under their old names (one source: ``settings``) ------------------
+    model_config = property(lambda self: self.settings.model_config)
+    engine_config = property(lambda self: self.settings.engine_config)
+    reference_config = property(lambda self: self.settings.reference_config)
+    frontend_config = property(lambda self: self.settings.frontend_config)
+    output_root = property(lambda self: self.settings.output_root)
+    lang = property(lambda self: self.settings.lang)
+    voices_dir = property(lambda self: self.settings.voices_dir)
+    asr_model = property(lambda self: self.settings.asr_model)
+    upload_config = property(lambda self: self.settings.upload_config)
+    history_size = property(lambda self: self.settings.history_size)
+    api_keys = property(lambda self: self.settings.api_keys)
 
     def start_jobs(self) -> None:
         """(Re)build the job manager for the current runtime, with the shared ``transcriber``: jobs a stopped server
