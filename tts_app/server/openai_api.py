@@ -412,7 +412,10 @@ class OpenAIRoutes:
                                      speed=None if body.speed == 1.0 else float(body.speed),
                                      num_beams=body.num_beams, length_penalty=body.length_penalty, **cleanup)
         except InputError as exc:
-            raise APIError(400, str(exc), param=getattr(exc, "field", None) or "speed") from None
+            # the same code as a schema-level refusal of a value (tts_app.server.errors: "invalid_value")
+            raise APIError(400, str(exc), code="invalid_value",
+                           param=API_PARAMS.get(getattr(exc, "field", None), getattr(exc, "field", None)) or "speed"
+                           ) from None
         stats = runtime.engine.stats()
         if stats.num_requests_active >= self.config.max_queue_depth:
             metrics.HTTP_REJECTIONS.labels(reason="queue_full").inc()
