@@ -126,7 +126,29 @@ from tts_app.adapters.base import (DTYPE_BYTES, AdapterRow, DecodeBatch, Generat
                                    RowEmotion, RowStep, TTSAdapter, count_parameters)
 from tts_app.adapters.decode_stream import DecoderStream
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
+from tts_app.frontend.messages import Notice, register
 from tts_app.request import EMOTION_NAMES, StopReason, SynthesisParams
+
+# IndexTTS 2's refusals of a request, in English and Chinese (``tts_app.frontend.messages``).
+INDEXTTS2_EN = {
+    "ix2_no_emotion_model": "this IndexTTS 2 checkpoint has no emotion model (qwen0.6bemo4-merge/), so it cannot "
+                            "read the emotion from text; give an emotion vector or an emotion reference clip",
+    "ix2_nothing_readable": "row {row}: {text!r} has nothing the model can read",
+    "ix2_too_many_tokens": "row {row}: {num_tokens} text tokens; the model reads at most {max_tokens} per segment; "
+                           "split the text (max_segment_chars)",
+    "ix2_max_new_tokens": "max_new_tokens={max_new_tokens} exceeds the {capacity} codes this checkpoint can "
+                          "generate (gpt.max_mel_tokens); lower it",
+}
+INDEXTTS2_ZH = {
+    "ix2_no_emotion_model": "这个 IndexTTS 2 检查点没有情感模型（qwen0.6bemo4-merge/），无法从文本读取情感；"
+                            "请给出情感向量或情感参考音频",
+    "ix2_nothing_readable": "第 {row} 行：{text!r} 中没有模型能读的内容",
+    "ix2_too_many_tokens": "第 {row} 行：文本有 {num_tokens} 个词元；模型每段最多读 {max_tokens} 个；"
+                           "请拆分文本（max_segment_chars）",
+    "ix2_max_new_tokens": "max_new_tokens={max_new_tokens} 超过了这个检查点能生成的 {capacity} 个编码"
+                          "（gpt.max_mel_tokens）；请调小它",
+}
+register(__name__, INDEXTTS2_EN, INDEXTTS2_ZH)
 
 HUB_ID = "IndexTeam/IndexTTS-2"
 INSTALL_HINT = "python3 -m pip install --no-deps -r requirements-indextts2.txt"
@@ -1395,8 +1417,7 @@ class IndexTTS2Adapter(TTSAdapter):
 
     def _load_qwen_emotion(self):
         if self.processor.qwen_emotion_dir is None:
-            raise InputError("this IndexTTS 2 checkpoint has no emotion model (qwen0.6bemo4-merge/), so it cannot "
-                             "read the emotion from text; give an emotion vector or an emotion reference clip")
+            raise InputError(Notice("ix2_no_emotion_model"))
         with self._qwen_lock:
             if self._qwen_emotion is None:
                 from indextts.emotion import QwenEmotion
@@ -1512,10 +1533,10 @@ class IndexTTS2Adapter(TTSAdapter):
                 self._check_audio(i, row.emotion.reference_audio, "emotion reference audio")
             ids = self._text_ids(row.text)
             if not ids:
-                raise InputError(f"row {i}: {row.text!r} has nothing the model can read")
+                raise InputError(Notice("ix2_nothing_readable", row=i, text=row.text))
             if len(ids) > int(cfg.max_text_tokens):
-                raise InputError(f"row {i}: {len(ids)} text tokens; the model reads at most {cfg.max_text_tokens} "
-                                 "per segment; split the text (max_segment_chars)")
+                raise InputError(Notice("ix2_too_many_tokens", row=i, num_tokens=len(ids),
+                                        max_tokens=int(cfg.max_text_tokens)))
             cond = self.speaker_conditioning(row.reference_audio)
             emovec, emo_emb = self.emotion_vector(cond, row.emotion)
             tokens = torch.tensor([ids], dtype=torch.int32, device=self.device)
@@ -1578,8 +1599,7 @@ class IndexTTS2Adapter(TTSAdapter):
         max_new = self.max_new_tokens(params)
         capacity = int(self.processor.config.gpt.max_mel_tokens)
         if max_new > capacity:
-            raise InputError(f"max_new_tokens={max_new} exceeds the {capacity} codes this checkpoint can generate "
-                             "(gpt.max_mel_tokens); lower it")
+            raise InputError(Notice("ix2_max_new_tokens", max_new_tokens=max_new, capacity=capacity))
         return max_new
 
     def generate(self, inputs: IndexTTS2Inputs, params: SynthesisParams) -> IndexTTS2Outputs:
