@@ -378,11 +378,8 @@ class InputProcessor:
                               from_text=emotion.from_text)
         clip = emotion.reference_audio
         if clip is not None and int(clip.sampling_rate) != self.facts.sampling_rate:
-            raise ReferenceAudioError(
-                f"emotion reference audio is at {clip.sampling_rate} Hz but the model needs "
-                f"{self.facts.sampling_rate} Hz; "
-                f"clean it with tts_app.audio.reference.prepare_reference(path, "
-                f"target_sampling_rate={self.facts.sampling_rate})")
+            raise ReferenceAudioError(Notice("eng_emotion_reference_rate", rate_hz=int(clip.sampling_rate),
+                                             model_rate_hz=self.facts.sampling_rate))
 
     @staticmethod
     def row_emotion(request: SynthesisRequest) -> RowEmotion | None:

@@ -28,6 +28,9 @@ ENGINE_EN: dict[str, str] = {
                                     "an emotion vector or an emotion clip instead",
     "eng_reference_rate": "reference audio is at {rate_hz} Hz but the model needs {model_rate_hz} Hz; clean it with "
                           "tts_app.audio.reference.prepare_reference(path, target_sampling_rate={model_rate_hz})",
+    "eng_emotion_reference_rate": "emotion reference audio is at {rate_hz} Hz but the model needs {model_rate_hz} Hz; "
+                                  "clean it with tts_app.audio.reference.prepare_reference(path, "
+                                  "target_sampling_rate={model_rate_hz})",
 }
 ENGINE_ZH: dict[str, str] = {
     "eng_nothing_to_speak": "文本中没有可朗读的内容；请输入文字",
@@ -44,5 +47,8 @@ ENGINE_ZH: dict[str, str] = {
     "eng_emotion_text_unsupported": "这个 {name} 检查点没有可从文本读取情感的情感模型；请改为给出情感向量或情感参考音频",
     "eng_reference_rate": "参考音频的采样率是 {rate_hz} Hz，但模型需要 {model_rate_hz} Hz；请用 "
                           "tts_app.audio.reference.prepare_reference(path, target_sampling_rate={model_rate_hz}) 处理",
+    "eng_emotion_reference_rate": "情感参考音频的采样率是 {rate_hz} Hz，但模型需要 {model_rate_hz} Hz；请用 "
+                                  "tts_app.audio.reference.prepare_reference(path, "
+                                  "target_sampling_rate={model_rate_hz}) 处理",
 }
 register(__name__, ENGINE_EN, ENGINE_ZH)
