@@ -138,6 +138,12 @@ INDEXTTS2_EN = {
                            "split the text (max_segment_chars)",
     "ix2_max_new_tokens": "max_new_tokens={max_new_tokens} exceeds the {capacity} codes this checkpoint can "
                           "generate (gpt.max_mel_tokens); lower it",
+    "ix2_reference_audio": "reference audio",
+    "ix2_emotion_reference_audio": "emotion reference audio",
+    "ix2_needs_audio": "row {row}: IndexTTS 2 clones a voice and needs {what}; give a reference clip",
+    "ix2_audio_shape": "row {row}: {what} has shape {shape}; a non-empty mono array (num_samples,) at {rate_hz} Hz "
+                       "is needed",
+    "ix2_audio_not_finite": "row {row}: {what} contains NaN/inf samples; clean it first",
 }
 INDEXTTS2_ZH = {
     "ix2_no_emotion_model": "这个 IndexTTS 2 检查点没有情感模型（qwen0.6bemo4-merge/），无法从文本读取情感；"
@@ -147,6 +153,11 @@ INDEXTTS2_ZH = {
                            "请拆分文本（max_segment_chars）",
     "ix2_max_new_tokens": "max_new_tokens={max_new_tokens} 超过了这个检查点能生成的 {capacity} 个编码"
                           "（gpt.max_mel_tokens）；请调小它",
+    "ix2_reference_audio": "参考音频",
+    "ix2_emotion_reference_audio": "情感参考音频",
+    "ix2_needs_audio": "第 {row} 行：IndexTTS 2 克隆声音需要{what}；请给出参考音频",
+    "ix2_audio_shape": "第 {row} 行：{what}的形状是 {shape}；需要采样率 {rate_hz} Hz 的非空单声道数组 (num_samples,)",
+    "ix2_audio_not_finite": "第 {row} 行：{what}含有 NaN/inf 样本；请先清理",
 }
 register(__name__, INDEXTTS2_EN, INDEXTTS2_ZH)
 
@@ -1528,9 +1539,9 @@ class IndexTTS2Adapter(TTSAdapter):
         for i, row in enumerate(rows):
             if not row.text or not row.text.strip():
                 raise InputError(f"row {i}: text is empty; give the text to speak")
-            self._check_audio(i, row.reference_audio, "reference audio")
+            self._check_audio(i, row.reference_audio, Notice("ix2_reference_audio"))
             if row.emotion is not None and row.emotion.reference_audio is not None:
-                self._check_audio(i, row.emotion.reference_audio, "emotion reference audio")
+                self._check_audio(i, row.emotion.reference_audio, Notice("ix2_emotion_reference_audio"))
             ids = self._text_ids(row.text)
             if not ids:
                 raise InputError(Notice("ix2_nothing_readable", row=i, text=row.text))
@@ -1556,16 +1567,15 @@ class IndexTTS2Adapter(TTSAdapter):
                                conditioning=conditioning, emovecs=emovecs, emo_cond_embs=emo_embs,
                                seeds=[row.seed for row in rows])
 
-    def _check_audio(self, index: int, audio, what: str) -> None:
+    def _check_audio(self, index: int, audio, what: Notice) -> None:
         if audio is None:
-            raise ReferenceAudioError(f"row {index}: IndexTTS 2 clones a voice and needs {what}; give a reference "
-                                      "clip")
+            raise ReferenceAudioError(Notice("ix2_needs_audio", row=index, what=what))
         audio = np.asarray(audio)
         if audio.ndim != 1 or audio.size == 0:
-            raise ReferenceAudioError(f"row {index}: {what} has shape {audio.shape}; a non-empty mono array "
-                                      f"(num_samples,) at {self.facts.sampling_rate} Hz is needed")
+            raise ReferenceAudioError(Notice("ix2_audio_shape", row=index, what=what, shape=tuple(audio.shape),
+                                             rate_hz=self.facts.sampling_rate))
         if not np.isfinite(audio).all():
-            raise ReferenceAudioError(f"row {index}: {what} contains NaN/inf samples; clean it first")
+            raise ReferenceAudioError(Notice("ix2_audio_not_finite", row=index, what=what))
 
     def _prefix(self, speech_latent, emovec, text_tokens):
         """One row's GPT prefix ``(34 + num_text_tokens + 2, model_dim)``, as ``UnifiedVoice.inference_speech`` +
