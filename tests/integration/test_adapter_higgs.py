@@ -213,8 +213,10 @@ def test_bad_rows_raise_input_error(adapter, rows):
         adapter.preprocess([], GREEDY)
     with pytest.raises(InputError, match="row 0: text is empty"):
         adapter.preprocess([AdapterRow("  ", None, None)], GREEDY)
-    with pytest.raises(InputError, match="row 1: text is empty"):
+    with pytest.raises(InputError, match="row 1: text is empty") as only_markup:
         adapter.preprocess([rows[0], AdapterRow("<|AUDIO_OUT|>", None, None)], GREEDY)
+    # a user can type only special tokens: a Chinese page reads that cause in Chinese
+    assert "第 1 行：文本为空（或只有特殊标记）" in only_markup.value.args[0].render("zh")
     stereo = np.zeros((2, 24000), dtype=np.float32)
     with pytest.raises(InputError, match="mono"):
         adapter.preprocess([AdapterRow("Hi there.", stereo, "x")], GREEDY)

@@ -19,6 +19,7 @@ skip_without("indextts")
 
 from tts_app.adapters.base import AdapterRow, RowEmotion  # noqa: E402
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError  # noqa: E402
+from tts_app.finish import Finish  # noqa: E402
 from tts_app.request import SynthesisParams  # noqa: E402
 
 CODES = 40  # decode-step cap per test: the tiny model's rows stop by themselves after ~10-35 codes
@@ -315,16 +316,19 @@ def test_a_row_that_hits_the_cap_is_flagged_and_keeps_its_codes(adapter, three_r
 
 def test_bad_rows_raise_project_errors(adapter, clip):
     wave = clip("en_female_1.wav", 1.0)
-    with pytest.raises(ReferenceAudioError, match="row 0: IndexTTS 2 clones a voice"):
+    with pytest.raises(ReferenceAudioError, match="row 0: IndexTTS 2 clones a voice") as no_voice:
         adapter.preprocess([AdapterRow("Hello.", None, None)], GREEDY)
+    # a Chinese page reads the cause in Chinese, not English inside a Chinese frame
+    assert Finish.from_error(no_voice.value).render("zh").endswith("第 0 行：IndexTTS 2 克隆声音需要参考音频；请给出参考音频")
     with pytest.raises(InputError, match="row 0: text is empty"):
         adapter.preprocess([AdapterRow("  ", wave, None)], GREEDY)
     with pytest.raises(ReferenceAudioError, match="row 1"):
         adapter.preprocess([AdapterRow("ok", wave, None), AdapterRow("ok", np.stack([wave, wave]), None)], GREEDY)
     with pytest.raises(ReferenceAudioError, match="NaN"):
         adapter.preprocess([AdapterRow("ok", np.full(2205, np.nan, dtype=np.float32), None)], GREEDY)
-    with pytest.raises(InputError, match="at most 600"):
+    with pytest.raises(InputError, match="at most 600") as too_long:
         adapter.preprocess([AdapterRow("好" * 700, wave, None)], GREEDY)
+    assert "模型每段最多读 600 个" in Finish.from_error(too_long.value).render("zh")
     inputs = adapter.preprocess([AdapterRow("ok", wave, None)], GREEDY)
     with pytest.raises(InputError, match="max_new_tokens=500 exceeds the 120 codes"):
         adapter.generate(inputs, SynthesisParams(greedy=True, num_beams=1, max_new_tokens=500))

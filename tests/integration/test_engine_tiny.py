@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -153,3 +154,17 @@ def test_a_segment_cut_at_max_new_tokens_is_reported(tiny_checkpoint):
     cap = [w for w in result.warnings if "cap" in w]
     assert cap == ["segment 1 ('Hello there.') hit the 0.2 s cap (max_new_tokens=3) and was cut off; shorten it "
                    "(max_segment_chars) or raise max_new_tokens"]
+
+
+def test_an_adapters_refusal_reads_wholly_in_chinese(tiny_checkpoint):
+    """Dia refuses cfg_scale < 1 in its preprocess; a Chinese page shows that cause in Chinese, not English inside a
+    Chinese frame (the English wording stays as it was)."""
+    adapter = load_adapter(tiny_checkpoint("dia"), device="cpu", dtype="float32")
+    with Engine(adapter, EngineConfig(wait_window_ms=0)) as engine:
+        result = engine.submit(SynthesisRequest(text="Hello there.", params=SynthesisParams(
+            cfg_scale=0.5, max_new_tokens=20))).result(timeout=300)
+    assert result.status == RequestStatus.FAILED and result.finish.is_users_mistake
+    assert result.finish.render("en").endswith("cfg_scale=0.5 must be >= 1 for Dia (1 turns guidance off, 3 is "
+                                               "the default)")
+    chinese = result.finish.render("zh")
+    assert "0.5" in chinese and set(re.findall(r"[A-Za-z]+", chinese)) <= {"Dia", "cfg", "scale"}, chinese

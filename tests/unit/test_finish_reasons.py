@@ -6,6 +6,7 @@ so the official ``openai`` client does not send it again), the page's pop-up in 
 from __future__ import annotations
 
 import io
+import re
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -336,3 +337,18 @@ def test_a_request_past_the_total_audio_bound_is_stopped_too_large_and_the_engin
                                               params=SynthesisParams(seed=2))).result(timeout=60).ok
     finally:
         engine.shutdown()
+
+
+def test_the_engines_emotion_refusal_reads_wholly_in_chinese():
+    """A model without emotion control refuses an emotion vector; the Chinese page shows that cause in Chinese (the
+    model's name aside), the English door the same English words as before."""
+    from tts_app.request import EmotionControl
+
+    with Engine(FakeAdapter(), EngineConfig(wait_window_ms=0)) as engine:
+        result = engine.submit(SynthesisRequest(text="Hello.", reference_audio=REF, emotion=EmotionControl(
+            vector=(0.5, 0, 0, 0, 0, 0, 0, 0)))).result(timeout=5)
+    assert result.finish.reason is FinishReason.REFUSED
+    english = "emotion control (emotion clip, emotion vector, emotion from text) needs a model that has it"
+    assert english in result.finish.render("en")
+    chinese = result.finish.render("zh").replace(FakeAdapter().display_name, "")
+    assert "情感控制" in chinese and not re.search(r"[A-Za-z]{3,}", chinese.replace("IndexTTS", "")), chinese

@@ -18,7 +18,8 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 REGISTERING = ["tts_app.frontend.messages", "tts_app.audio.notices", "tts_app.jobs.messages", "tts_app.dialogue",
                "tts_app.audio.transcribe", "tts_app.cli.messages", "tts_app.request", "tts_app.finish",
                "tts_app.audio.effects", "tts_app.adapters.dia", "tts_app.engine.messages",
-               "tts_app.outputs"]
+               "tts_app.outputs", "tts_app.adapters.base", "tts_app.adapters.indextts2", "tts_app.adapters.vibevoice",
+               "tts_app.adapters.higgs"]
 
 
 def _fields(template: str) -> set[str]:

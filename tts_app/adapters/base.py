@@ -25,7 +25,22 @@ from typing import Any, ClassVar, Iterable
 
 import numpy as np
 
+from tts_app.frontend.messages import Notice, register
 from tts_app.request import StopReason, SynthesisParams
+
+# The refusals every adapter shares, in English and Chinese (``tts_app.frontend.messages``).
+BASE_EN = {
+    "adapter_row": "row {row}: ",
+    "adapter_prompt_positions": "{where}the prompt (reference audio + text) takes {prompt_positions} positions, but "
+                                "the checkpoint's max_length (total length) is {max_length}; use a shorter reference "
+                                "clip or shorter text",
+}
+BASE_ZH = {
+    "adapter_row": "第 {row} 行：",
+    "adapter_prompt_positions": "{where}提示（参考音频 + 文本）占用 {prompt_positions} 个位置，但检查点的 max_length"
+                                "（总长度）是 {max_length}；请用更短的参考音频或更短的文本",
+}
+register(__name__, BASE_EN, BASE_ZH)
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -780,10 +795,9 @@ class TTSAdapter(abc.ABC):
             return cap
         left = max_length + extra_steps - prompt_positions
         if left <= extra_steps:
-            where = f"row {row}: " if row is not None else ""
-            raise InputError(f"{where}the prompt (reference audio + text) takes {prompt_positions} positions, but the "
-                             f"checkpoint's max_length (total length) is {max_length}; use a shorter reference clip "
-                             "or shorter text")
+            where = Notice("adapter_row", row=row) if row is not None else ""
+            raise InputError(Notice("adapter_prompt_positions", where=where, prompt_positions=prompt_positions,
+                                    max_length=max_length))
         return min(cap, left)
 
     def resolve(self, params: SynthesisParams) -> SynthesisParams:

@@ -50,11 +50,29 @@ DIA_EN = {
                             "(the UI's 'Reference text' box, or prompt_text in a JSONL line; --transcribe fills it), "
                             "or leave out the reference audio",
     "dia_of_speaker": " of {speaker}",
+    "dia_text_bytes": "row {row}: text plus reference text is {num_bytes} bytes; Dia reads at most {max_bytes}; "
+                      "shorten the segment",
+    "dia_reference_positions": "row {row}: the reference audio takes {prompt_positions} of the checkpoint's "
+                               "{max_length} decoder positions (max_length), leaving none for new audio; use a "
+                               "shorter reference clip",
+    "dia_decoder_positions": "row {row}: reference audio + max_new_tokens need {num_positions} decoder positions; Dia "
+                             "has {max_positions}; use a shorter reference or lower max_new_tokens",
+    "dia_speakers": "Dia's dialogue prompt takes {max_speakers} speakers ([S1], [S2]); this one has {num_speakers}",
+    "dia_voice_every": "Dia's two-speaker prompt needs a voice for every speaker or for none; {missing} has none",
+    "dia_cfg_scale": "cfg_scale={cfg_scale} must be >= 1 for Dia (1 turns guidance off, 3 is the default)",
 }
 DIA_ZH = {
     "dia_needs_transcript": "Dia 只有在提供参考音频的文字稿时才能克隆声音{whose}：请传入 --ref-text（界面上的“参考文本”框，"
                             "或 JSONL 行中的 prompt_text；--transcribe 可自动填写），或不使用参考音频",
     "dia_of_speaker": "（{speaker}）",
+    "dia_text_bytes": "第 {row} 行：文本加参考文本共 {num_bytes} 字节；Dia 最多读取 {max_bytes} 字节；请缩短这一段",
+    "dia_reference_positions": "第 {row} 行：参考音频占用了检查点 {max_length} 个解码器位置（max_length）中的 "
+                               "{prompt_positions} 个，没有留给新音频的位置；请用更短的参考音频",
+    "dia_decoder_positions": "第 {row} 行：参考音频加 max_new_tokens 需要 {num_positions} 个解码器位置；Dia 只有 "
+                             "{max_positions} 个；请用更短的参考音频或调小 max_new_tokens",
+    "dia_speakers": "Dia 的对话提示最多 {max_speakers} 个说话人（[S1]、[S2]）；这段对话有 {num_speakers} 个",
+    "dia_voice_every": "Dia 的双人提示要么每个说话人都有声音，要么都没有；{missing} 没有声音",
+    "dia_cfg_scale": "Dia 的 cfg_scale={cfg_scale} 必须 >= 1（1 表示关闭引导，默认为 3）",
 }
 register(__name__, DIA_EN, DIA_ZH)
 
@@ -387,8 +405,8 @@ class DiaAdapter(TTSAdapter):
             # DiaProcessor silently truncates the text to the tokenizer's max_length, so check before it runs.
             text_len = len(self.processor.tokenizer(text, add_special_tokens=False)["input_ids"])
             if text_len > self.config.encoder_config.max_position_embeddings:
-                raise InputError(f"row {i}: text plus reference text is {text_len} bytes; Dia reads at most "
-                                 f"{self.config.encoder_config.max_position_embeddings}; shorten the segment")
+                raise InputError(Notice("dia_text_bytes", row=i, num_bytes=text_len,
+                                        max_bytes=self.config.encoder_config.max_position_embeddings))
             if audio is not None:
                 out = self.processor(text=[text], audio=[audio], sampling_rate=sampling_rate,
                                      text_kwargs=_NO_TEXT_PADDING, return_tensors="pt")
@@ -400,15 +418,12 @@ class DiaAdapter(TTSAdapter):
             prompt_len = out["decoder_attention_mask"].shape[1] - self.max_delay
             cap = self.row_max_new_tokens(params, prompt_len, row=i, extra_steps=self.max_delay)
             if cap <= self.max_delay + 1:
-                raise InputError(f"row {i}: the reference audio takes {prompt_len} of the checkpoint's "
-                                 f"{self.facts.generation_defaults.max_length} decoder positions (max_length), "
-                                 "leaving none for new audio; use a shorter reference clip")
+                raise InputError(Notice("dia_reference_positions", row=i, prompt_positions=prompt_len,
+                                        max_length=self.facts.generation_defaults.max_length))
             frames_len = prompt_len + cap - self.max_delay  # positions holding audio frames (flush steps excluded)
             if frames_len > self.config.decoder_config.max_position_embeddings:
-                raise InputError(
-                    f"row {i}: reference audio + max_new_tokens need {frames_len} decoder positions; Dia has "
-                    f"{self.config.decoder_config.max_position_embeddings}; use a shorter reference or lower "
-                    "max_new_tokens")
+                raise InputError(Notice("dia_decoder_positions", row=i, num_positions=frames_len,
+                                        max_positions=self.config.decoder_config.max_position_embeddings))
             per_row.append(out)
             caps.append(cap)
 
@@ -474,16 +489,14 @@ class DiaAdapter(TTSAdapter):
             audio = self._check_reference(i, row.reference_audio, row.reference_text)
             return dialogue(row.reference_text, row.text), audio
         if len(row.voices) > len(SPEAKER_TAGS):
-            raise InputError(f"Dia's dialogue prompt takes {len(SPEAKER_TAGS)} speakers ([S1], [S2]); this one has "
-                             f"{len(row.voices)}")
+            raise InputError(Notice("dia_speakers", max_speakers=len(SPEAKER_TAGS), num_speakers=len(row.voices)))
         script = [f"{SPEAKER_TAGS[t.speaker]} {t.text.strip()}" for t in row.turns]
         voiced = [v.reference_audio is not None for v in row.voices]
         if not any(voiced):
             return dialogue(*script), None
         if not all(voiced):
             missing = ", ".join(SPEAKER_TAGS[k] for k, has in enumerate(voiced) if not has)
-            raise InputError(f"Dia's two-speaker prompt needs a voice for every speaker or for none; {missing} has "
-                             "none")
+            raise InputError(Notice("dia_voice_every", missing=missing))
         clips = [self._check_reference(i, v.reference_audio, v.reference_text, SPEAKER_TAGS[k])
                  for k, v in enumerate(row.voices)]
         transcripts = [f"{SPEAKER_TAGS[k]} {v.reference_text.strip()}" for k, v in enumerate(row.voices)]
@@ -499,8 +512,7 @@ class DiaAdapter(TTSAdapter):
         """
         resolved = self.resolve(params)
         if resolved.cfg_scale < 1:
-            raise InputError(f"cfg_scale={resolved.cfg_scale} must be >= 1 for Dia (1 turns guidance off, 3 is the "
-                             "default)")
+            raise InputError(Notice("dia_cfg_scale", cfg_scale=resolved.cfg_scale))
         return resolved
 
     @contextmanager

@@ -48,7 +48,18 @@ import numpy as np
 from tts_app.adapters.base import AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter, count_parameters
 from tts_app.speaking_rate import max_chars_for_speech_s
 from tts_app.errors import InputError
+from tts_app.frontend.messages import Notice, register
 from tts_app.request import StopReason, SynthesisParams
+
+# Higgs Audio's refusal of a text its chat template strips to nothing, in English and Chinese
+# (``tts_app.frontend.messages``).
+HIGGS_EN = {
+    "higgs_text_empty": "row {row}: text is empty (or only special tokens); give the segment text to speak",
+}
+HIGGS_ZH = {
+    "higgs_text_empty": "第 {row} 行：文本为空（或只有特殊标记）；请给这一段写上要朗读的文字",
+}
+register(__name__, HIGGS_EN, HIGGS_ZH)
 
 # Prompt wording from the transformers docs' voice-cloning example (model_doc/higgs_audio_v2.md).
 # The transformers-format Higgs Audio v2 checkpoint (transformers docs and docstrings).
@@ -490,7 +501,7 @@ class HiggsAudioAdapter(TTSAdapter):
             raise InputError("the batch is empty; pass at least one row")
         for i, row in enumerate(rows):
             if not row.text or not self._strip_markup(row.text).strip():
-                raise InputError(f"row {i}: text is empty (or only special tokens); give the segment text to speak")
+                raise InputError(Notice("higgs_text_empty", row=i))
             if row.reference_audio is not None and np.asarray(row.reference_audio).ndim != 1:
                 raise InputError(f"row {i}: reference audio must be mono (num_samples,), got shape "
                                  f"{np.asarray(row.reference_audio).shape}")

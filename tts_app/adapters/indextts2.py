@@ -126,7 +126,40 @@ from tts_app.adapters.base import (DTYPE_BYTES, AdapterRow, DecodeBatch, Generat
                                    RowEmotion, RowStep, TTSAdapter, count_parameters)
 from tts_app.adapters.decode_stream import DecoderStream
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
+from tts_app.frontend.messages import Notice, register
 from tts_app.request import EMOTION_NAMES, StopReason, SynthesisParams
+
+# IndexTTS 2's refusals of a request, in English and Chinese (``tts_app.frontend.messages``).
+INDEXTTS2_EN = {
+    "ix2_no_emotion_model": "this IndexTTS 2 checkpoint has no emotion model (qwen0.6bemo4-merge/), so it cannot "
+                            "read the emotion from text; give an emotion vector or an emotion reference clip",
+    "ix2_nothing_readable": "row {row}: {text!r} has nothing the model can read",
+    "ix2_too_many_tokens": "row {row}: {num_tokens} text tokens; the model reads at most {max_tokens} per segment; "
+                           "split the text (max_segment_chars)",
+    "ix2_max_new_tokens": "max_new_tokens={max_new_tokens} exceeds the {capacity} codes this checkpoint can "
+                          "generate (gpt.max_mel_tokens); lower it",
+    "ix2_reference_audio": "reference audio",
+    "ix2_emotion_reference_audio": "emotion reference audio",
+    "ix2_needs_audio": "row {row}: IndexTTS 2 clones a voice and needs {what}; give a reference clip",
+    "ix2_audio_shape": "row {row}: {what} has shape {shape}; a non-empty mono array (num_samples,) at {rate_hz} Hz "
+                       "is needed",
+    "ix2_audio_not_finite": "row {row}: {what} contains NaN/inf samples; clean it first",
+}
+INDEXTTS2_ZH = {
+    "ix2_no_emotion_model": "这个 IndexTTS 2 检查点没有情感模型（qwen0.6bemo4-merge/），无法从文本读取情感；"
+                            "请给出情感向量或情感参考音频",
+    "ix2_nothing_readable": "第 {row} 行：{text!r} 中没有模型能读的内容",
+    "ix2_too_many_tokens": "第 {row} 行：文本有 {num_tokens} 个词元；模型每段最多读 {max_tokens} 个；"
+                           "请拆分文本（max_segment_chars）",
+    "ix2_max_new_tokens": "max_new_tokens={max_new_tokens} 超过了这个检查点能生成的 {capacity} 个编码"
+                          "（gpt.max_mel_tokens）；请调小它",
+    "ix2_reference_audio": "参考音频",
+    "ix2_emotion_reference_audio": "情感参考音频",
+    "ix2_needs_audio": "第 {row} 行：IndexTTS 2 克隆声音需要{what}；请给出参考音频",
+    "ix2_audio_shape": "第 {row} 行：{what}的形状是 {shape}；需要采样率 {rate_hz} Hz 的非空单声道数组 (num_samples,)",
+    "ix2_audio_not_finite": "第 {row} 行：{what}含有 NaN/inf 样本；请先清理",
+}
+register(__name__, INDEXTTS2_EN, INDEXTTS2_ZH)
 
 HUB_ID = "IndexTeam/IndexTTS-2"
 INSTALL_HINT = "python3 -m pip install --no-deps -r requirements-indextts2.txt"
@@ -1395,8 +1428,7 @@ class IndexTTS2Adapter(TTSAdapter):
 
     def _load_qwen_emotion(self):
         if self.processor.qwen_emotion_dir is None:
-            raise InputError("this IndexTTS 2 checkpoint has no emotion model (qwen0.6bemo4-merge/), so it cannot "
-                             "read the emotion from text; give an emotion vector or an emotion reference clip")
+            raise InputError(Notice("ix2_no_emotion_model"))
         with self._qwen_lock:
             if self._qwen_emotion is None:
                 from indextts.emotion import QwenEmotion
@@ -1507,15 +1539,15 @@ class IndexTTS2Adapter(TTSAdapter):
         for i, row in enumerate(rows):
             if not row.text or not row.text.strip():
                 raise InputError(f"row {i}: text is empty; give the text to speak")
-            self._check_audio(i, row.reference_audio, "reference audio")
+            self._check_audio(i, row.reference_audio, Notice("ix2_reference_audio"))
             if row.emotion is not None and row.emotion.reference_audio is not None:
-                self._check_audio(i, row.emotion.reference_audio, "emotion reference audio")
+                self._check_audio(i, row.emotion.reference_audio, Notice("ix2_emotion_reference_audio"))
             ids = self._text_ids(row.text)
             if not ids:
-                raise InputError(f"row {i}: {row.text!r} has nothing the model can read")
+                raise InputError(Notice("ix2_nothing_readable", row=i, text=row.text))
             if len(ids) > int(cfg.max_text_tokens):
-                raise InputError(f"row {i}: {len(ids)} text tokens; the model reads at most {cfg.max_text_tokens} "
-                                 "per segment; split the text (max_segment_chars)")
+                raise InputError(Notice("ix2_too_many_tokens", row=i, num_tokens=len(ids),
+                                        max_tokens=int(cfg.max_text_tokens)))
             cond = self.speaker_conditioning(row.reference_audio)
             emovec, emo_emb = self.emotion_vector(cond, row.emotion)
             tokens = torch.tensor([ids], dtype=torch.int32, device=self.device)
@@ -1535,16 +1567,15 @@ class IndexTTS2Adapter(TTSAdapter):
                                conditioning=conditioning, emovecs=emovecs, emo_cond_embs=emo_embs,
                                seeds=[row.seed for row in rows])
 
-    def _check_audio(self, index: int, audio, what: str) -> None:
+    def _check_audio(self, index: int, audio, what: Notice) -> None:
         if audio is None:
-            raise ReferenceAudioError(f"row {index}: IndexTTS 2 clones a voice and needs {what}; give a reference "
-                                      "clip")
+            raise ReferenceAudioError(Notice("ix2_needs_audio", row=index, what=what))
         audio = np.asarray(audio)
         if audio.ndim != 1 or audio.size == 0:
-            raise ReferenceAudioError(f"row {index}: {what} has shape {audio.shape}; a non-empty mono array "
-                                      f"(num_samples,) at {self.facts.sampling_rate} Hz is needed")
+            raise ReferenceAudioError(Notice("ix2_audio_shape", row=index, what=what, shape=tuple(audio.shape),
+                                             rate_hz=self.facts.sampling_rate))
         if not np.isfinite(audio).all():
-            raise ReferenceAudioError(f"row {index}: {what} contains NaN/inf samples; clean it first")
+            raise ReferenceAudioError(Notice("ix2_audio_not_finite", row=index, what=what))
 
     def _prefix(self, speech_latent, emovec, text_tokens):
         """One row's GPT prefix ``(34 + num_text_tokens + 2, model_dim)``, as ``UnifiedVoice.inference_speech`` +
@@ -1578,8 +1609,7 @@ class IndexTTS2Adapter(TTSAdapter):
         max_new = self.max_new_tokens(params)
         capacity = int(self.processor.config.gpt.max_mel_tokens)
         if max_new > capacity:
-            raise InputError(f"max_new_tokens={max_new} exceeds the {capacity} codes this checkpoint can generate "
-                             "(gpt.max_mel_tokens); lower it")
+            raise InputError(Notice("ix2_max_new_tokens", max_new_tokens=max_new, capacity=capacity))
         return max_new
 
     def generate(self, inputs: IndexTTS2Inputs, params: SynthesisParams) -> IndexTTS2Outputs:

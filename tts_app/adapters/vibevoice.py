@@ -60,7 +60,17 @@ from tts_app.adapters.base import (AdapterRow, DecodeBatch, GenerationDefaults, 
 from tts_app.adapters.decode_stream import DecoderStream, pad_left
 from tts_app.speaking_rate import max_chars_for_speech_s
 from tts_app.errors import InputError, ReferenceAudioError
+from tts_app.frontend.messages import Notice, register
 from tts_app.request import StopReason, SynthesisParams
+
+# VibeVoice's refusals of a request, in English and Chinese (``tts_app.frontend.messages``).
+VIBEVOICE_EN = {
+    "vv_speakers": "VibeVoice takes at most {max_speakers} speakers in one prompt; this dialogue has {num_speakers}",
+}
+VIBEVOICE_ZH = {
+    "vv_speakers": "VibeVoice 一个提示最多 {max_speakers} 个说话人；这段对话有 {num_speakers} 个",
+}
+register(__name__, VIBEVOICE_EN, VIBEVOICE_ZH)
 
 # Published architecture of vibevoice/VibeVoice-1.5B-hf, for building the full-size model with random weights on a
 # GPU benchmark (no download). Sources: the defaults of transformers 5.24.0 ``VibeVoiceConfig`` /
@@ -837,8 +847,7 @@ class VibeVoiceAdapter(TTSAdapter):
         its turns in the text section, as VibeVoice's processor does for a script; any other row is speaker 0."""
         if row.is_dialogue:
             if len(row.voices) > MAX_SPEAKERS:
-                raise InputError(f"VibeVoice takes at most {MAX_SPEAKERS} speakers in one prompt; this dialogue has "
-                                 f"{len(row.voices)}")
+                raise InputError(Notice("vv_speakers", max_speakers=MAX_SPEAKERS, num_speakers=len(row.voices)))
             voiced = [(k, v.reference_audio) for k, v in enumerate(row.voices) if v.reference_audio is not None]
             turns = [(t.speaker, t.text.strip()) for t in row.turns]
             return self._build_prompt(turns, [(k, 1) for k, _ in voiced]), [a for _, a in voiced]

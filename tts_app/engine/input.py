@@ -46,12 +46,9 @@ def check_emotion_support(facts: ModelFacts, name: str, *, from_text: bool) -> N
         InputError: emotion control on a family without it, or emotion from text without an emotion model.
     """
     if not facts.supports_emotion:
-        raise InputError(f"emotion control (emotion clip, emotion vector, emotion from text) needs a model that "
-                         f"has it, such as IndexTTS 2; the loaded model ({name}) has none: remove the emotion "
-                         "settings")
+        raise InputError(Notice("eng_emotion_unsupported", name=name))
     if from_text and not facts.supports_emotion_text:
-        raise InputError(f"this {name} checkpoint has no emotion model to read the emotion from text; give an "
-                         "emotion vector or an emotion clip instead")
+        raise InputError(Notice("eng_emotion_text_unsupported", name=name))
 
 
 @dataclass(frozen=True)
@@ -224,10 +221,8 @@ class InputProcessor:
         for ref in [request.reference_audio] + [speaker.reference_audio for speaker in request.speakers]:
             if ref is None or int(ref.sampling_rate) == self.facts.sampling_rate:
                 continue
-            raise ReferenceAudioError(
-                f"reference audio is at {ref.sampling_rate} Hz but the model needs {self.facts.sampling_rate} Hz; "
-                "clean it with tts_app.audio.reference.prepare_reference(path, "
-                f"target_sampling_rate={self.facts.sampling_rate})")
+            raise ReferenceAudioError(Notice("eng_reference_rate", rate_hz=int(ref.sampling_rate),
+                                             model_rate_hz=self.facts.sampling_rate))
         self.check_emotion(request)
         params = self.adapter.resolve(request.params)
         warnings += language_warnings(prepared.source_texts, self.facts.languages, self.adapter.display_name)
@@ -383,11 +378,8 @@ class InputProcessor:
                               from_text=emotion.from_text)
         clip = emotion.reference_audio
         if clip is not None and int(clip.sampling_rate) != self.facts.sampling_rate:
-            raise ReferenceAudioError(
-                f"emotion reference audio is at {clip.sampling_rate} Hz but the model needs "
-                f"{self.facts.sampling_rate} Hz; "
-                f"clean it with tts_app.audio.reference.prepare_reference(path, "
-                f"target_sampling_rate={self.facts.sampling_rate})")
+            raise ReferenceAudioError(Notice("eng_emotion_reference_rate", rate_hz=int(clip.sampling_rate),
+                                             model_rate_hz=self.facts.sampling_rate))
 
     @staticmethod
     def row_emotion(request: SynthesisRequest) -> RowEmotion | None:

@@ -21,6 +21,16 @@ ENGINE_EN: dict[str, str] = {
                              "duration each, or raise max_segment_chars",
     "eng_retaken": "segment {segment}: the model ended speech at once with seed {seeds}; it was generated again "
                    "with seed {seed}",
+    "eng_emotion_unsupported": "emotion control (emotion clip, emotion vector, emotion from text) needs a model that "
+                               "has it, such as IndexTTS 2; the loaded model ({name}) has none: remove the emotion "
+                               "settings",
+    "eng_emotion_text_unsupported": "this {name} checkpoint has no emotion model to read the emotion from text; give "
+                                    "an emotion vector or an emotion clip instead",
+    "eng_reference_rate": "reference audio is at {rate_hz} Hz but the model needs {model_rate_hz} Hz; clean it with "
+                          "tts_app.audio.reference.prepare_reference(path, target_sampling_rate={model_rate_hz})",
+    "eng_emotion_reference_rate": "emotion reference audio is at {rate_hz} Hz but the model needs {model_rate_hz} Hz; "
+                                  "clean it with tts_app.audio.reference.prepare_reference(path, "
+                                  "target_sampling_rate={model_rate_hz})",
 }
 ENGINE_ZH: dict[str, str] = {
     "eng_nothing_to_speak": "文本中没有可朗读的内容；请输入文字",
@@ -32,5 +42,13 @@ ENGINE_ZH: dict[str, str] = {
     "eng_line_target_split": "第 {line} 行（{text!r}）有目标时长，但会被分成 {num_segments} 段（超过 {max_chars} 个字符）；"
                              "请缩短它、拆成每行一个时长，或调大 max_segment_chars",
     "eng_retaken": "第 {segment} 段：模型在种子 {seeds} 下立即结束了语音，已改用种子 {seed} 重新生成",
+    "eng_emotion_unsupported": "情感控制（情感参考音频、情感向量、从文本读取情感）需要支持它的模型，例如 IndexTTS 2；"
+                               "当前加载的模型（{name}）不支持：请去掉情感设置",
+    "eng_emotion_text_unsupported": "这个 {name} 检查点没有可从文本读取情感的情感模型；请改为给出情感向量或情感参考音频",
+    "eng_reference_rate": "参考音频的采样率是 {rate_hz} Hz，但模型需要 {model_rate_hz} Hz；请用 "
+                          "tts_app.audio.reference.prepare_reference(path, target_sampling_rate={model_rate_hz}) 处理",
+    "eng_emotion_reference_rate": "情感参考音频的采样率是 {rate_hz} Hz，但模型需要 {model_rate_hz} Hz；请用 "
+                                  "tts_app.audio.reference.prepare_reference(path, "
+                                  "target_sampling_rate={model_rate_hz}) 处理",
 }
 register(__name__, ENGINE_EN, ENGINE_ZH)
