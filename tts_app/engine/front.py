@@ -231,18 +231,14 @@ class Engine(EngineCore):
         """A finished request's output (the output thread; see ``_resolve``). Whatever raises in it, the caller's
         future is resolved (FAILED with an ERROR finish naming the exception's type) and its stream ended, so no
         caller ever waits for a result that will not come."""
-        request = result.request if isinstance(result, RequestState) else None
+        request_id = result.request.request_id if isinstance(result, RequestState) else result.request_id
         try:
             self._finish_output_unguarded(future, result, audio_stream)
         except Exception as exc:  # noqa: BLE001 - a bug here fails this request only, never hangs its caller
-            request_id = request.request_id if request is not None else result.request_id
             logger.exception("request %s: output failed", request_id)
-            if request is not None:
-                failed = self._failed_result(request, Finish.from_error(exc))
-            else:
-                failed = SynthesisResult(request_id=request_id, status=RequestStatus.FAILED,
-                                         sampling_rate=self.sampling_rate, finish=Finish.from_error(exc),
-                                         error=Finish.from_error(exc).message)
+            finish = Finish.from_error(exc)
+            failed = SynthesisResult(request_id=request_id, status=RequestStatus.FAILED,
+                                     sampling_rate=self.sampling_rate, error=finish.message, finish=finish)
             if audio_stream is not None:
                 try:
                     audio_stream.close(failed.finish)
