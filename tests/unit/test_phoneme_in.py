@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from tts_app.frontend import prepare_text
-from tts_app.frontend.phoneme_in import PhonemeTable, load_phoneme_table, phoneme_input, phoneme_inputs
+from tts_app.frontend.phoneme_in import (PhonemeTable, load_phoneme_table, phoneme_input, phoneme_input_from_rendered,
+                                          phoneme_inputs)
 
 GOLDEN = json.loads((Path(__file__).resolve().parents[1] / "data" / "glmtts" / "phoneme_in_golden.json")
                     .read_text(encoding="utf-8"))
@@ -96,3 +97,14 @@ def test_the_table_is_read_from_upstreams_configs_folder(tmp_path):
     table = load_phoneme_table(tmp_path)
     assert table == PhonemeTable(frozenset("我很"), {"弦": "<|X|><|IAN2|>", "弈": "<|I4|>"})
     assert phoneme_input("我很好弦", table=table) == "我很<|H|><|AO3|><|X|><|IAN2|>"
+
+
+def test_an_adapter_given_the_rendered_pinyin_tokens_builds_the_same_input():
+    """The engine hands a pinyin-reading adapter ``他很{zhong4}要``: the same hybrid as from the prepared text."""
+    case = CASES["长城很长，他长大了，重复了重量。"]
+    prepared = prepare_text("长城很长(cháng)，他长大了，重复了重(zhòng)量。", supports_pinyin=True,
+                            max_segment_chars=200)
+    (segment,) = prepared.segments
+    assert "{chang2}" in segment.text and "{zhong4}" in segment.text
+    assert phoneme_input_from_rendered(segment.text, _table(case)) == phoneme_inputs(prepared, _table(case))[0] == \
+        case["hybrid"].replace("很<|ZH|><|ANG3|>", "很<|CH|><|ANG2|>")

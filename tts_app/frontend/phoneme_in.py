@@ -42,7 +42,8 @@ from typing import Mapping
 
 from tts_app.frontend.types import PreparedText
 
-__all__ = ["PhonemeTable", "load_phoneme_table", "syllable_phonemes", "phoneme_input", "phoneme_inputs"]
+__all__ = ["PhonemeTable", "load_phoneme_table", "syllable_phonemes", "phoneme_input", "phoneme_inputs",
+           "phoneme_input_from_rendered"]
 
 # The characters upstream's G2P treats as Chinese (utils/glm_g2p.is_chinese): CJK unified ideographs and
 # extensions A-H, compatibility ideographs and their supplement, CJK radicals supplement. Not 〇 (U+3007).
@@ -241,3 +242,38 @@ def phoneme_inputs(prepared: PreparedText, table: PhonemeTable = PhonemeTable(),
                                  table))
         cursor = end
     return out
+
+
+# A reading as the front end renders it for a model that reads pinyin (tts_app.frontend.render.pinyin_token).
+_RENDERED_READING = re.compile(r"\{([a-z]+[1-5])\}")
+
+
+def phoneme_input_from_rendered(rendered: str, table: PhonemeTable = PhonemeTable()) -> str:
+    """``phoneme_input`` of a segment as the engine hands it to an adapter whose ``ModelFacts.supports_pinyin`` is
+    True: each overridden character already replaced by its ``{zhong4}`` token (``tts_app.frontend.render``).
+
+    The token becomes its phonemes. The character it stood for is gone, so for upstream's G2P of its neighbours a
+    character with that one reading (``g2p.stand_in``) takes its place: their words can differ from those of the
+    original text (``phoneme_inputs`` on the ``PreparedText`` keeps them exactly; prefer it where it is at hand).
+
+    Args:
+        rendered: ``TextSegment.text`` rendered with ``supports_pinyin=True``.
+        table: as ``phoneme_input``.
+
+    Returns:
+        The hybrid string (``"他很{zhong4}要"`` -> ``"他很<|ZH|><|ONG4|>要"`` with no table).
+    """
+    from tts_app.frontend.g2p import stand_in
+
+    parts: list[str] = []
+    readings: dict[int, str] = {}
+    length, pos = 0, 0
+    for m in _RENDERED_READING.finditer(rendered):
+        parts.append(rendered[pos:m.start()])
+        length += m.start() - pos
+        readings[length] = m.group(1)
+        parts.append(stand_in(m.group(1)) or "字")  # any Chinese character: its reading is forced
+        length += 1
+        pos = m.end()
+    parts.append(rendered[pos:])
+    return phoneme_input("".join(parts), readings, table)
