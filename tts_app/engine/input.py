@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tts_app.adapters.base import AdapterRow, ModelFacts, RowContext, RowEmotion, RowTurn, RowVoice, TTSAdapter
@@ -239,8 +239,10 @@ class InputProcessor:
                 row_positions=self.positions(len(text), ref_s, ref_chars, max_new), arrival_s=now,
                 max_steps=max_new,
             ))
+        context = self.segment_context(request, warnings)
+        params = replace(params, segment_context=context)  # what runs (False when ignored)
         return PreparedRequest(text=prepared, params=params, warnings=warnings, works=works, arrival_s=now,
-                               segment_context=self.segment_context(request, warnings))
+                               segment_context=context)
 
     def segment_context(self, request: SynthesisRequest, warnings: list) -> bool:
         """Whether the request's segments run with segment context (``SynthesisParams.segment_context``): asked
