@@ -21,6 +21,8 @@ EN: dict[str, str] = {
     "settings": "Settings",
     "max_batch_size": "Max batch size (server-wide, set by the operator: --max-batch-size)",
     "use_cache": "KV cache (faster; same output on or off)",
+    "segment_context": "Segment context: each segment hears the earlier ones (long text in one voice; segments run "
+                       "one after another)",
     "max_new_tokens": "Max new tokens per segment",
     "greedy": "Greedy decoding (deterministic)",
     "temperature": "Temperature",
@@ -134,6 +136,7 @@ ZH: dict[str, str] = {
     "settings": "设置",
     "max_batch_size": "最大批大小（全服务器统一，由运维设定：--max-batch-size）",
     "use_cache": "KV 缓存（更快；开关输出相同）",
+    "segment_context": "段落上下文：每段参考前面已生成的段落（长文本保持同一个声音；各段依次生成）",
     "max_new_tokens": "每段最大新 token 数",
     "greedy": "贪心解码（结果确定）",
     "temperature": "温度",
