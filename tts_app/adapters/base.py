@@ -46,7 +46,8 @@ register(__name__, BASE_EN, BASE_ZH)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 #: Framing positions of one context turn when a family does not measure its own (``TTSAdapter.context_positions``):
-#: role headers, begin/end tokens, audio stream markers; our bound (CSM's turn framing measures 5, Higgs' ~12).
+#: role headers, begin/end tokens, audio stream markers. Our bound; the families that offer segment context measure
+#: theirs at load (CSM: 6 on the tiny checkpoint; Higgs: its ``reference_overhead_positions``).
 CONTEXT_TURN_POSITIONS = 16
 
 #: ``GenerationDefaults.sources`` value of a knob read from the loaded checkpoint's ``generation_config.json``.

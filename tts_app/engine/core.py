@@ -36,6 +36,12 @@ by type in ``memory.is_out_of_memory``) first frees the device cache and the pre
 never raised to callers: they come back as ``SynthesisResult`` with status FAILED / CANCELLED and a typed ``finish``
 (``tts_app.finish``: the reason is decided here, where the error is caught, from its type).
 
+Segment context (``SynthesisParams.segment_context``, on a family that offers it): a request's segments run in
+order; only its next segment is in the scheduler, queued by the update when its predecessor finished
+(``_queue_next``), with the earlier segments it hears counted in its row's positions. Until then it is not a
+candidate, so fairness, preemption (a preempted row restarts the same segment), retakes and streaming are as for any
+row; other requests' rows still share its batches.
+
 Determinism: a row's audio depends only on its text, reference, seed and knobs (adapters draw every random number
 from the row's own seed), so batching, joining a running batch, OOM retries, preemption (a job row giving its slot to an
 interactive one, or a row of a request holding several to a request with none: ``Scheduler`` rules d, e) and cancels
