@@ -103,3 +103,17 @@ def test_the_context_is_the_latest_segments_that_fit_the_input_limit():
     assert result.status is RequestStatus.DONE
     last = adapter.rows_seen[-1][0]
     assert last.text == "And a third to end." and [c.text for c in last.context] == ["Second one follows."]
+
+
+def test_a_dialogue_warns_and_each_turn_runs_on_its_own():
+    from tts_app.request import Speaker, Turn
+
+    adapter = RecordingAdapter()
+    request = SynthesisRequest(text="x", speakers=(Speaker("A", REF), Speaker("B", REF)),
+                               turns=(Turn(0, "Hello there."), Turn(1, "Hi to you.")),
+                               params=SynthesisParams(segment_context=True))
+    result, = _run(adapter, request)
+    assert result.status is RequestStatus.DONE
+    assert len(adapter.rows_seen) == 1 and all(r.context == () for r in adapter.rows_seen[0])
+    notice = next(w for w in result.warnings if getattr(w, "code", "") == "eng_segment_context_dialogue")
+    assert "not a dialogue" in notice and "不用于对话" in notice.render("zh")
