@@ -132,7 +132,7 @@ def generation_settings(facts: ModelFacts, requested: SynthesisParams, effective
     for name in ("seed", "greedy", "temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens", "num_beams",
                  "length_penalty", "ras_win_len", "ras_win_max_num_repeat", "use_cache", "max_segment_chars",
                  "pause_between_segments_ms", "speed", "duration_s", "loudness_lufs", "chapter_pause_ms",
-                 "reference_cleanup"):
+                 "reference_cleanup", "segment_context"):
         if name in ("ras_win_len", "ras_win_max_num_repeat"):  # not request knobs: the checkpoint's, if any
             settings[name] = getattr(defaults, name)
             sources[name] = defaults.sources.get(name, "not used by this model")
@@ -148,6 +148,9 @@ def generation_settings(facts: ModelFacts, requested: SynthesisParams, effective
             source = SOURCE_REQUEST  # always set by the caller (dataclass defaults: seed 0, cache on, 200 ms)
         elif name in ("speed", "duration_s", "loudness_lufs"):
             source = SOURCE_REQUEST if value is not None else "not given (audio as generated)"
+        elif name == "segment_context":  # what ran: False when the model or a dialogue ignored it
+            source = (SOURCE_REQUEST if value else "ignored: this model has no segment context, or a dialogue"
+                      if given else "not given (each segment generated on its own)")
         elif value is None:
             source = defaults.sources.get(name, "not used by this model")
         elif given is not None:

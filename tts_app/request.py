@@ -159,6 +159,14 @@ class SynthesisParams:
             non-blank line is then one segment, stretched on its own to its target, pitch kept; the lines are
             joined with ``pause_between_segments_ms``). The factor each line needs must lie in the speed range;
             not with ``speed`` / ``duration_s``, nor with a dialogue. None = no per-line targets.
+        segment_context: long text in one voice: each segment of the request hears the earlier segments' text and
+            generated audio as context, by the family's own mechanism (``ModelFacts.supports_segment_context``: CSM's
+            earlier conversation turns, Higgs Audio's earlier chat turns as Boson AI's long-form generation builds
+            them); the segments then run one after another (segment i+1 starts once segment i's audio exists), still
+            batched with other requests' rows. Only the most recent segments that fit the model's input limit are
+            carried (``tts_app.engine.input.InputProcessor.context_window``). Ignored, with a warning, by a family
+            without such a mechanism and by a dialogue. False (the default) = every segment generated on its own, as
+            before.
 
     Tempo, loudness and chapter pauses act after generation: they never change which segments share a batch.
     """
@@ -181,6 +189,7 @@ class SynthesisParams:
     loudness_lufs: float | None = None
     chapter_pause_ms: int = DEFAULT_CHAPTER_PAUSE_MS
     segment_durations_s: tuple[float, ...] | None = None
+    segment_context: bool = False
 
     @property
     def needs_whole_clip(self) -> bool:

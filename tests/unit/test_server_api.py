@@ -479,3 +479,35 @@ def test_beam_settings_and_reference_cleanup_are_extension_fields(host, tmp_path
         runtime.close()
     assert seen == [(2, 1.5), (3, 0.0)]  # the model's own beams when not given
     assert cleanups == ["full", "off"]  # the voice as saved when not given
+
+
+def test_segment_context_is_an_extension_field(host, tmp_path):
+    """Issue 29: ``segment_context`` reaches the request; on a model without it the response warns (header) that it
+    was ignored, once."""
+    import json
+    from dataclasses import replace
+
+    from tests.fakes import FAKE_FACTS
+
+    ignored = speech(client_for(host, rate_limit_per_min=0), segment_context=True, stream=True)
+    assert ignored.status_code == 200
+    warnings = [w for w in json.loads(ignored.headers["x-tts-warnings"]) if "segment_context was ignored" in w]
+    assert len(warnings) == 1
+    seen: list = []
+
+    class Context(FakeAdapter):
+        def preprocess(self, rows, params):
+            seen.append(params.segment_context)
+            return super().preprocess(rows, params)
+
+    runtime = Runtime.from_adapter(Context(facts=replace(FAKE_FACTS, supports_segment_context=True)), "fake-context",
+                                   EngineConfig(wait_window_ms=0))
+    try:
+        client = client_for(Host(runtime=runtime, voices=VoiceLibrary(tmp_path / "v"), output_root=tmp_path / "o"),
+                            rate_limit_per_min=0)
+        response = speech(client, segment_context=True)
+        assert response.status_code == 200 and not json.loads(response.headers["x-tts-warnings"])
+        assert speech(client).status_code == 200
+    finally:
+        runtime.close()
+    assert seen == [True, False]

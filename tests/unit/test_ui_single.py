@@ -84,3 +84,13 @@ def test_a_clipped_share_reads_the_same_in_the_warning_and_the_report(ctx, tmp_p
     in_warning = re.search(r"(?:is clipped \(|有削波（)([\d.]+)%", report)
     assert in_table and in_warning, report
     assert in_table.group(1) == in_warning.group(1) and float(in_table.group(1)) > 0
+
+
+def test_the_segment_context_box_reaches_the_request_and_the_sidecar_says_it_was_ignored_here(ctx, data_dir):
+    """Issue 29: the Single tab's "Segment context" box reaches the request; the fake model has none, so the
+    sidecar records that it did not run (the engine's warning says why)."""
+    *_, metadata, _, _ = _synthesize(ctx, data_dir, "\n".join(LINES), segment_context=True)
+    sidecar = json.loads(open(metadata, encoding="utf-8").read())
+    assert sidecar["requested"]["segment_context"] is True
+    assert sidecar["generation"]["segment_context"] is False
+    assert any("segment_context was ignored" in w for w in sidecar["warnings"])

@@ -16,6 +16,7 @@ row's new audio and whether it finished) and lets rows go (``release``). The eng
 from __future__ import annotations
 
 import abc
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
@@ -43,6 +44,11 @@ BASE_ZH = {
 register(__name__, BASE_EN, BASE_ZH)
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+#: Framing positions of one context turn when a family does not measure its own (``TTSAdapter.context_positions``):
+#: role headers, begin/end tokens, audio stream markers. Our bound; the families that offer segment context measure
+#: theirs at load (CSM: 6 on the tiny checkpoint; Higgs: its ``reference_overhead_positions``).
+CONTEXT_TURN_POSITIONS = 16
 
 #: ``GenerationDefaults.sources`` value of a knob read from the loaded checkpoint's ``generation_config.json``.
 SOURCE_CHECKPOINT = "checkpoint generation_config"
@@ -246,6 +252,10 @@ class ModelFacts:
             A dialogue with at most that many speakers runs as dialogue rows (``AdapterRow.turns``: consecutive turns
             packed into one segment, every speaker's voice in each row's prompt); 0 (the default), or a dialogue
             with more speakers, runs each turn as its own segment(s) with its speaker's reference.
+        supports_segment_context: the family takes earlier segments' text and generated audio as context for the
+            next segment by a mechanism of its own (CSM's conversation turns, Higgs Audio's chat turns;
+            ``AdapterRow.context``), so a request's ``segment_context`` setting applies; False = it is ignored with a
+            warning.
         departures: how this app runs the family differently from its upstream tool, one sentence each with
             its reason (``COMMON_DEPARTURES`` + ``TTSAdapter.departures``); written into every output's sidecar
             (``departures``); the README's "How each model is run" table holds the same sentences (a test checks).
@@ -272,6 +282,7 @@ class ModelFacts:
     supports_emotion_text: bool = False
     max_dialogue_speakers: int = 0
     max_segment_tokens: int | None = None
+    supports_segment_context: bool = False
     departures: tuple[str, ...] = ()
 
     @property
@@ -337,6 +348,23 @@ class RowTurn:
 
 
 @dataclass(frozen=True)
+class RowContext:
+    """One earlier segment of the same request, carried as context into a row (``AdapterRow.context``; a request's
+    ``segment_context`` setting, for a family with ``ModelFacts.supports_segment_context``).
+
+    Attributes:
+        text: the segment's text as the model read it (front-end output).
+        audio: its generated audio, float32 ``(num_samples,)`` at ``ModelFacts.sampling_rate`` (non-empty).
+        tokens: what the adapter handed back for it (``RowStep.context``, e.g. Higgs Audio's generated codec
+            frames), or None when the family re-encodes ``audio`` (CSM).
+    """
+
+    text: str
+    audio: np.ndarray
+    tokens: Any = None
+
+
+@dataclass(frozen=True)
 class AdapterRow:
     """One row of a batch.
 
@@ -351,6 +379,9 @@ class AdapterRow:
         voices, turns: a dialogue row (only for a family with ``ModelFacts.max_dialogue_speakers``): every
             speaker's voice, in the dialogue's speaker order, and the turns to speak in one generation;
             ``reference_audio``/``reference_text`` are then None. Empty for an ordinary row.
+        context: the earlier segments of the request this row hears before its text, oldest first (segment
+            context; only for a family with ``ModelFacts.supports_segment_context``); empty = none, the row as
+            without the setting.
     """
 
     text: str
@@ -360,6 +391,7 @@ class AdapterRow:
     emotion: RowEmotion | None = None
     voices: tuple[RowVoice, ...] = ()
     turns: tuple[RowTurn, ...] = ()
+    context: tuple[RowContext, ...] = ()
 
     @property
     def is_dialogue(self) -> bool:
@@ -377,11 +409,14 @@ class RowStep:
             when the step made none, e.g. a span marker or the end token). A row's audio is the concatenation of
             its steps' audio, in order.
         stop_reason: None while the row goes on; ``END_OF_SPEECH`` / ``MAX_NEW_TOKENS`` when this step ended it.
+        context: with ``stop_reason`` set, what the row hands to its request's next segment as segment context
+            (``TTSAdapter.segment_contexts``; ``RowContext.tokens``), or None.
     """
 
     key: Hashable
     audio: np.ndarray
     stop_reason: StopReason | None = None
+    context: Any = None
 
 
 class PrefixCache:
@@ -703,6 +738,27 @@ class TTSAdapter(abc.ABC):
         """Why each row's decoding stopped, one ``StopReason`` per row of ``outputs`` (of ``generate``):
         ``MAX_NEW_TOKENS`` when the row was still speaking at its cap, else ``END_OF_SPEECH``. The engine turns
         ``MAX_NEW_TOKENS`` into a per-segment warning."""
+
+    def segment_contexts(self, outputs: Any, inputs: Any) -> list[Any] | None:
+        """Per row of a finished batch, what its next segment takes as segment context besides the row's audio
+        (``RowContext.tokens``; e.g. Higgs Audio's generated codec frames), or None when the family needs only the
+        audio (it re-encodes it, as CSM does) or offers no segment context. Must be picklable (ZeroGPU)."""
+        return None
+
+    def max_input_positions(self) -> int | None:
+        """The model's input limit in sequence positions (prompt and new steps together), as the adapter enforces
+        it, or None when it sets none; segment context is carried only within it
+        (``tts_app.engine.input.InputProcessor.context_window``)."""
+        return self.facts.generation_defaults.max_length
+
+    def context_positions(self, text_chars: int, audio_s: float) -> int:
+        """Prompt positions one earlier segment takes as segment context: its text at
+        ``facts.text_positions_per_char``, its audio at ``facts.reference_positions_per_second`` (both the
+        reference's rates, an upper bound), plus ``CONTEXT_TURN_POSITIONS`` for the turn's framing tokens. Families
+        that measure their framing override it."""
+        f = self.facts
+        return int(math.ceil(text_chars * f.text_positions_per_char + audio_s * f.reference_positions_per_second)) \
+            + CONTEXT_TURN_POSITIONS
 
     def start_decode(self, params: SynthesisParams, prefix_cache: PrefixCache | None = None) -> DecodeBatch:
         """An empty running batch for rows with these knobs (step interface; see ``DecodeBatch``).

@@ -14,6 +14,13 @@ reference turn sets the voice of the target turn)::
 
 ``<|AUDIO|>`` is expanded by the processor to one position per codec frame of the reference audio.
 
+Segment context (a request's ``segment_context``; ``AdapterRow.context``): the earlier segments of the request come
+as more turns of the same speaker between the reference turn and the target, each with its generated audio
+(``<bos>[0]{earlier text}<eos><|AUDIO|><|audio_eos|>``), re-encoded by the codec as every context audio is: the
+conversation context of Sesame's generator (``generate(text, speaker, context=[Segment(text, speaker, audio),
+...])``, whose README feeds the segments it generated back as context), and of transformers' CSM chat template
+(earlier turns with their audio).
+
 Why a decode loop of our own (``generate``) instead of ``model.generate``: transformers' CSM generation is wrong with
 ``use_cache=False``. In ``CsmGenerationMixin._sample`` (transformers/models/csm/generation_csm.py) the first decode
 step replaces the 2-D text prompt by the generated frames (``if input_ids.ndim == 2: input_ids = next_tokens[:, None,
@@ -91,9 +98,11 @@ class CsmInputs:
         input_ids: ``(batch_size, prompt_len)`` int64 text token ids, left-padded; ``<|AUDIO|>`` repeated once per
             reference codec frame.
         attention_mask: ``(batch_size, prompt_len)`` int64, 0 on left padding.
-        input_values: ``(batch_size, 1, max_samples)`` reference audio in the model dtype (right-padded by the
-            processor; each clip is cut out by ``input_values_cutoffs`` before encoding), or None.
-        input_values_cutoffs: ``(batch_size, 1)`` int64 end sample of each row's clip, -1 for rows without one; or None.
+        input_values: ``(batch_size, 1, max_samples)`` reference audio in the model dtype, followed by the row's
+            segment-context audio (right-padded by the processor; each clip is cut out by ``input_values_cutoffs``
+            before encoding), or None.
+        input_values_cutoffs: ``(batch_size, max_clips)`` int64 end sample of each of a row's clips, -1 past its
+            last (a row without any: all -1); or None.
         seeds: one seed per row.
     """
 
@@ -207,6 +216,11 @@ class CsmAdapter(TTSAdapter):
         # Fixed positions per row: both turns' <bos>, "[0]", <eos> and <|audio_eos|> (prompt with empty texts).
         empty_prompt = self._prompt("", "", with_reference=True).replace(self.processor.audio_token, "")
         self._fixed_positions = len(tokenizer(empty_prompt, add_special_tokens=False)["input_ids"])
+        # One context turn's framing: <bos>, "[0]", <eos>, <|audio_eos|> (its text and audio frames aside)
+        turn = self._prompt("", None, with_reference=False, context_texts=("",))
+        self._context_turn_positions = len(tokenizer(turn.replace(self.processor.audio_token, ""),
+                                                     add_special_tokens=False)["input_ids"]) - len(
+            tokenizer(self._prompt("", None, with_reference=False), add_special_tokens=False)["input_ids"])
         # Depth decoder: per frame at most num_codebooks cached positions (fresh cache each frame), expressed in
         # backbone-position equivalents. Both are 2 x layers x KV heads x head dim x dtype bytes per position.
         depth_elems = depth.num_hidden_layers * depth.num_key_value_heads * depth.head_dim * config.num_codebooks
@@ -237,7 +251,20 @@ class CsmAdapter(TTSAdapter):
                 defaults.max_new_tokens / frames_per_second, LANGUAGES)),
             generation_defaults=defaults,
             languages=LANGUAGES,
+            supports_segment_context=True,
         )
+
+    def max_input_positions(self) -> int:
+        """The backbone's ``max_position_embeddings``: ``preprocess`` refuses a prompt that with its frame cap
+        exceeds it (segment context is carried only within it)."""
+        return int(self.model.config.max_position_embeddings)
+
+    def context_positions(self, text_chars: int, audio_s: float) -> int:
+        """Backbone positions of one context turn: its text tokens, its audio's codec frames and the turn's framing
+        tokens (measured at load)."""
+        f = self.facts
+        return int(math.ceil(text_chars * f.text_positions_per_char + audio_s * f.reference_positions_per_second)
+                   ) + self._context_turn_positions
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
                            max_new_tokens: int) -> int:
@@ -314,14 +341,19 @@ class CsmAdapter(TTSAdapter):
 
     # ------------------------------------------------------------------ batch pipeline
 
-    def _prompt(self, text: str, reference_text: str | None, with_reference: bool) -> str:
+    def _prompt(self, text: str, reference_text: str | None, with_reference: bool,
+                context_texts: tuple[str, ...] = ()) -> str:
+        """The row's prompt: the reference turn (when ``with_reference``), one turn per segment-context text (each
+        followed by its audio), then the target turn."""
         tok = self.processor.tokenizer
-        target = f"{tok.bos_token}[{SPEAKER_ID}]{text}{tok.eos_token}"
-        if not with_reference:
-            return target
-        reference = (f"{tok.bos_token}[{SPEAKER_ID}]{reference_text or ''}{tok.eos_token}"
-                     f"{self.processor.audio_token}{self.processor.audio_eos_token}")
-        return reference + target
+
+        def turn_with_audio(turn_text: str) -> str:
+            return (f"{tok.bos_token}[{SPEAKER_ID}]{turn_text}{tok.eos_token}"
+                    f"{self.processor.audio_token}{self.processor.audio_eos_token}")
+
+        turns = ([turn_with_audio(reference_text or "")] if with_reference else []) + [
+            turn_with_audio(t) for t in context_texts]
+        return "".join(turns) + f"{tok.bos_token}[{SPEAKER_ID}]{text}{tok.eos_token}"
 
     def preprocess(self, rows: list[AdapterRow], params: SynthesisParams) -> CsmInputs:
         """Rows -> left-padded prompt token ids + reference audio (``CsmProcessor``), on the adapter's device.
@@ -352,7 +384,10 @@ class CsmAdapter(TTSAdapter):
                 if not np.isfinite(audio).all():
                     raise ReferenceAudioError(f"row {i}: reference audio contains NaN/inf samples; clean it first")
                 audios.append(audio)
-            texts.append(self._prompt(row.text, row.reference_text, with_reference=audio is not None))
+            # segment context: earlier segments' audio, in prompt order after the reference's
+            audios += [np.asarray(c.audio, dtype=np.float32) for c in row.context]
+            texts.append(self._prompt(row.text, row.reference_text, with_reference=audio is not None,
+                                      context_texts=tuple(c.text for c in row.context)))
         encoded = self.processor(text=texts, audio=audios or None,
                                  sampling_rate=self.facts.sampling_rate, padding=True, padding_side="left")
         input_ids = encoded["input_ids"].to(self.device)

@@ -17,6 +17,14 @@ Checkpoint: the transformers-format conversion ``eustlb/higgs-audio-v2-generatio
 docs and docstrings use). The official ``bosonai/higgs-audio-v2-generation-3B-base`` is the original boson_multimodal
 format and does not load in transformers (``tts_app.adapters`` says so and names the conversion).
 
+Segment context (a request's ``segment_context``; ``AdapterRow.context``) follows Boson AI's own long-form
+generation (higgs-audio ``examples/generation.py``, ``HiggsAudioModelClient.generate``): after the reference turns,
+each earlier segment is a user turn with its text and an assistant turn with the audio tokens generated for it
+(the delay pattern reverted, stream BOS/EOS dropped and ids clipped to the codebook, as ``generation.py`` keeps
+them), not a re-encoding of the decoded audio; those tokens are framed as every prompt audio is (stream BOS/EOS
+added, delay pattern applied: ``HiggsAudioV2Processor``, and Boson's collator). Upstream keeps every earlier chunk
+unless given ``--generation_chunk_buffer_size``; the engine keeps the most recent ones that fit the input limit.
+
 Quirks handled here (all verified by tests/integration/test_adapter_higgs.py):
 
 * ``use_cache=False``: transformers' ``prepare_inputs_for_generation`` switches to "decode mode" (last audio frame
@@ -45,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from tts_app.adapters.base import AdapterRow, GenerationDefaults, ModelFacts, TTSAdapter, count_parameters
+from tts_app.adapters.base import AdapterRow, GenerationDefaults, ModelFacts, RowContext, TTSAdapter, count_parameters
 from tts_app.speaking_rate import max_chars_for_speech_s
 from tts_app.errors import InputError
 from tts_app.frontend.messages import Notice, register
@@ -354,7 +362,21 @@ class HiggsAudioAdapter(TTSAdapter):
                 defaults.max_new_tokens / float(codec_cfg.frame_rate), LANGUAGES)),
             generation_defaults=defaults,
             languages=LANGUAGES,
+            supports_segment_context=True,
         )
+
+    def max_input_positions(self) -> int:
+        """The checkpoint's ``max_length`` when it sets one (``row_max_new_tokens`` refuses a prompt that reaches
+        it), else the language model's ``max_position_embeddings``."""
+        max_length = self.facts.generation_defaults.max_length
+        return int(max_length if max_length is not None else self.model.config.max_position_embeddings)
+
+    def context_positions(self, text_chars: int, audio_s: float) -> int:
+        """Positions of one context segment: its user turn's text, its audio frames and what a reference adds
+        besides its frames (``reference_overhead_positions``: turn headers, stream BOS/EOS, the delay tail)."""
+        f = self.facts
+        return int(math.ceil(text_chars * f.text_positions_per_char + audio_s * f.reference_positions_per_second
+                             + self.reference_overhead_positions))
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
                            max_new_tokens: int) -> int:
@@ -458,19 +480,26 @@ class HiggsAudioAdapter(TTSAdapter):
 
         system = {"role": "system", "content": [text(SYSTEM_PROMPT)]}
         scene = {"role": "scene", "content": [text(SCENE_PROMPT)]}
-        target = {"role": "user", "content": [text(self._strip_markup(row.text))]}
-        if row.reference_audio is None:
-            return [system, scene, target]
-        audio = {"type": "audio", "audio": np.asarray(row.reference_audio, dtype=np.float32)}
-        reference_text = self._strip_markup(row.reference_text or "")
-        if not reference_text.strip():
-            # The docs' multi-speaker voice cloning layout: the clip under a speaker label in the scene, the text
-            # tagged with that speaker.
-            scene["content"] += [text(f"{SPEAKER_LABEL}:"), audio]
-            target["content"] = [text(f"[{SPEAKER_LABEL}] {self._strip_markup(row.text).strip()}")]
-            return [system, scene, target]
-        return [system, scene, {"role": "user", "content": [text(reference_text)]},
-                {"role": "assistant", "content": [audio]}, target]
+        tagged = False
+        turns = []
+        if row.reference_audio is not None:
+            audio = {"type": "audio", "audio": np.asarray(row.reference_audio, dtype=np.float32)}
+            reference_text = self._strip_markup(row.reference_text or "")
+            if not reference_text.strip():
+                # The docs' multi-speaker voice cloning layout: the clip under a speaker label in the scene, the text
+                # tagged with that speaker.
+                scene["content"] += [text(f"{SPEAKER_LABEL}:"), audio]
+                tagged = True
+            else:
+                turns = [{"role": "user", "content": [text(reference_text)]}, {"role": "assistant", "content": [audio]}]
+
+        def user(t: str) -> dict:
+            spoken = self._strip_markup(t)
+            return {"role": "user", "content": [text(f"[{SPEAKER_LABEL}] {spoken.strip()}" if tagged else spoken)]}
+
+        for earlier in row.context:  # segment context: Boson's long-form chat (module docstring)
+            turns += [user(earlier.text), {"role": "assistant", "content": [{"type": "audio", "audio": earlier}]}]
+        return [system, scene, *turns, user(row.text)]
 
     def _strip_markup(self, text: str) -> str:
         """Remove the tokenizer's special-token strings (e.g. ``<|AUDIO_OUT|>``, ``<|eot_id|>``) from user text:
@@ -506,7 +535,9 @@ class HiggsAudioAdapter(TTSAdapter):
                 raise InputError(f"row {i}: reference audio must be mono (num_samples,), got shape "
                                  f"{np.asarray(row.reference_audio).shape}")
         with_ref = [r.reference_audio is not None for r in rows]
-        if all(with_ref) or not any(with_ref):
+        if any(r.context for r in rows):  # segment context: audio given as tokens, each row on its own
+            batch = self._merge([self._process_with_tokens(self._conversation(r)) for r in rows])
+        elif all(with_ref) or not any(with_ref):
             batch = self._process([self._conversation(r) for r in rows])
         else:
             batch = self._merge([self._process([self._conversation(r)]) for r in rows])
@@ -520,6 +551,42 @@ class HiggsAudioAdapter(TTSAdapter):
             conversations, add_generation_prompt=True, tokenize=True, return_dict=True, sanitize_control_tokens=True,
             processor_kwargs=self._processor_kwargs())
         return batch.to(self.device)
+
+    def _process_with_tokens(self, conversation: list[dict]):
+        """One row's processor inputs when some of its audio is given as generated tokens (a ``RowContext`` in
+        place of a clip): what ``HiggsAudioV2Processor`` makes of the conversation (its chat template, then each
+        audio's frames with stream BOS/EOS and the delay pattern, its placeholder expanded to as many audio
+        positions), with a context segment's tokens standing for what the codec would have made of a clip. A clip
+        (the reference) is encoded by the processor itself."""
+        import torch
+
+        processor = self.processor
+        audios = [item["audio"] for message in conversation for item in message["content"]
+                  if item.get("type") == "audio"]
+        # no sanitize_control_tokens here (it needs tokenize=True): the texts are already stripped of every
+        # special-token string (``_strip_markup``), which is all it would guard against
+        text = processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+        frames = []  # per audio, in prompt order: (num_positions, num_codebooks) int64, delay pattern applied
+        for audio in audios:
+            if isinstance(audio, RowContext):
+                codes = torch.as_tensor(np.asarray(audio.tokens), dtype=torch.long, device=self.device)
+                codes = codes.transpose(0, 1)[None]  # (1, num_codebooks, num_frames)
+                bos = codes.new_full((*codes.shape[:2], 1), processor.audio_stream_bos_id)
+                eos = codes.new_full((*codes.shape[:2], 1), processor.audio_stream_eos_id)
+                frames.append(processor.build_delay_pattern(torch.cat([bos, codes, eos], dim=2))[0].transpose(0, 1))
+            else:
+                encoded = processor(text=[processor.audio_token], audio=[audio], **self._processor_kwargs())
+                frames.append(encoded["audio_input_ids"][0].to(self.device))
+        pieces = text.split(processor.audio_token)
+        text = pieces[0] + "".join(processor.get_audio_tokens(f.shape[0]) + rest for f, rest in zip(frames, pieces[1:]))
+        batch = processor.tokenizer([text], add_special_tokens=False, padding=True, padding_side="left",
+                                    return_tensors="pt").to(self.device)
+        out = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        if frames:
+            ids = torch.cat(frames)[None]
+            out["audio_input_ids"] = ids
+            out["audio_input_ids_mask"] = torch.ones(ids.shape[:2], dtype=torch.bool, device=self.device)
+        return out
 
     def _merge(self, singles: list) -> dict:
         """Join one-row processor outputs into one batch the way the processor pads: text left-padded with the pad
@@ -653,19 +720,35 @@ class HiggsAudioAdapter(TTSAdapter):
         """
         import torch
 
-        eos = self.processor.audio_stream_eos_id
-        num_codebooks = self.model.config.num_codebooks
         waves = []
         codec = self.processor.audio_tokenizer
         for row in self._row_frames(outputs, inputs):
-            ended = (row == eos).all(-1).nonzero()
-            end = int(ended[0, 0]) if len(ended) else row.shape[0]
-            frames = row[1:end]  # skip the all-BOS frame
-            if frames.shape[0] < num_codebooks:
+            codes = self._row_codes(row)
+            if codes is None:
                 waves.append(np.zeros(0, dtype=np.float32))
                 continue
-            codes = self.processor.revert_delay_pattern(frames).clip(0, self.processor.audio_stream_bos_id - 1)
             with torch.inference_mode():
                 audio = codec.decode(codes.transpose(0, 1).unsqueeze(0).to(codec.device)).audio_values
             waves.append(audio.reshape(-1).float().cpu().numpy().astype(np.float32))
         return waves
+
+    def _row_codes(self, row):
+        """A row's generated codec codes ``(num_frames, num_codebooks)`` int64: its frames from the stream-BOS frame
+        (exclusive) to its first all-stream-EOS frame (exclusive), the delay pattern reverted, ids clipped to the
+        codebook; None when it made fewer frames than the delay pattern needs."""
+        eos = self.processor.audio_stream_eos_id
+        ended = (row == eos).all(-1).nonzero()
+        end = int(ended[0, 0]) if len(ended) else row.shape[0]
+        frames = row[1:end]  # skip the all-BOS frame
+        if frames.shape[0] < self.model.config.num_codebooks:
+            return None
+        return self.processor.revert_delay_pattern(frames).clip(0, self.processor.audio_stream_bos_id - 1)
+
+    def segment_contexts(self, outputs, inputs: dict[str, Any]) -> list:
+        """Per row its generated codes (``_row_codes``, as numpy int64 ``(num_frames, num_codebooks)``), what
+        Boson AI's long-form generation carries into the next chunk's prompt; None for a row without audio."""
+        contexts = []
+        for row in self._row_frames(outputs, inputs):
+            codes = self._row_codes(row)
+            contexts.append(None if codes is None else codes.cpu().numpy().astype(np.int64))
+        return contexts

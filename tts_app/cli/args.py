@@ -367,7 +367,7 @@ GENERATION_FLAGS: dict[str, str] = {
     "num_beams": "--num-beams", "length_penalty": "--length-penalty", "max_segment_chars": "--max-segment-chars", "pause_between_segments_ms": "--pause-ms",
     "speed": "--speed", "duration_s": "--duration-s", "loudness_lufs": "--loudness",
     "chapter_pause_ms": "--chapter-pause-ms", "segment_durations_s": "--segment-durations-s",
-    "reference_cleanup": "--reference-cleanup",
+    "reference_cleanup": "--reference-cleanup", "segment_context": "--segment-context",
 }
 
 
@@ -424,6 +424,10 @@ def add_generation_args(parser: argparse.ArgumentParser, title: str = "generatio
                         "segment, stretched to fit, pitch kept); not with --speed / --duration-s")
     g.add_argument("--chapter-pause-ms", type=non_negative_int, default=None,
                    help=f"silence after each chapter ('# Title' lines) in ms (default {defaults.chapter_pause_ms})")
+    g.add_argument("--segment-context", action="store_const", const=True, default=None,
+                   help="long text in one voice: each segment hears the earlier segments' text and audio as context "
+                        "(CSM, Higgs Audio v2; the segments then run one after another; other models ignore it with "
+                        "a warning)")
 
 
 def params_from_args(args: argparse.Namespace):

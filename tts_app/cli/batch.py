@@ -43,8 +43,10 @@ job file (JSONL): one JSON object per line, UTF-8; blank lines are skipped.
   format                         this line's audio format: wav, flac, mp3 or opus (default: --format)
   seed, greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, num_beams, length_penalty, max_segment_chars,
   pause_between_segments_ms, speed, duration_s, loudness_lufs, chapter_pause_ms,
-  segment_durations_s            per-line generation settings (optional; override --seed etc.;
-                                 segment_durations_s: a list, seconds per line of the text)
+  segment_durations_s, segment_context
+                                 per-line generation settings (optional; override --seed etc.;
+                                 segment_durations_s: a list, seconds per line of the text;
+                                 segment_context: true = each segment hears the earlier ones)
   GLM-TTS's own files (uttid, prompt_text, prompt_speech, syn_text) run unchanged; a prompt_speech path written
   from the folder above the JSONL (examples/prompt/a.wav) is also found as prompt/a.wav next to it. One line, one
   format: a line mixing GLM-TTS's names and ours fails.

@@ -36,6 +36,12 @@ by type in ``memory.is_out_of_memory``) first frees the device cache and the pre
 never raised to callers: they come back as ``SynthesisResult`` with status FAILED / CANCELLED and a typed ``finish``
 (``tts_app.finish``: the reason is decided here, where the error is caught, from its type).
 
+Segment context (``SynthesisParams.segment_context``, on a family that offers it): a request's segments run in
+order; only its next segment is in the scheduler, queued by the update when its predecessor finished
+(``_queue_next``), with the earlier segments it hears counted in its row's positions. Until then it is not a
+candidate, so fairness, preemption (a preempted row restarts the same segment), retakes and streaming are as for any
+row; other requests' rows still share its batches.
+
 Determinism: a row's audio depends only on its text, reference, seed and knobs (adapters draw every random number
 from the row's own seed), so batching, joining a running batch, OOM retries, preemption (a job row giving its slot to an
 interactive one, or a row of a request holding several to a request with none: ``Scheduler`` rules d, e) and cancels
@@ -356,12 +362,26 @@ class EngineCore:
             if state.finish_segment(work.index, reason, batch_size, seconds):
                 self._num_segments_done += 1
                 touched[work.request_id] = state
+                self._queue_next(state, work.index)
         for state in touched.values():
             if state.on_progress is not None:
                 events.append((state.on_progress, ProgressEvent(state.request.request_id, state.num_done,
                                                                 state.num_segments, batch_size)))
             if state.num_done == state.num_segments:
                 self._finish_locked(state, RequestStatus.DONE, None, resolved)
+
+    def _queue_next(self, state: RequestState, index: int) -> None:
+        """Segment context (``RequestState.segment_context``; lock held): segment ``index`` finished, so the next
+        segment of its request can hear it: choose the earlier segments it hears (``InputProcessor.context_window``,
+        within the model's input limit and the memory budget), count them in its row's positions and queue it. It
+        keeps its request's arrival time, so it takes its turn among other requests' rows as if queued at submit."""
+        following = index + 1
+        if not state.segment_context or following >= state.num_segments:
+            return
+        segment = state.segments[following]
+        segment.context_from, segment.work.row_positions = self.inputs.context_window(state, following,
+                                                                                      self._budget_bytes)
+        self.scheduler.add([segment.work])
 
     def _retake_empty(self, state: RequestState, work: SegmentWork, reason: StopReason) -> bool:
         """A sampled segment that ended speech at once (no audio, the model's own end, not a cap) is generated
@@ -568,6 +588,8 @@ class EngineCore:
                             state.num_audio_samples -= sum(p.size for p in segment.partial)
                             segment.partial = []  # a whole batch's waveform replaces it
                         state.add_audio(work.index, step.audio)
+                        if step.context is not None:  # the family's carrier of segment context (codec frames)
+                            state.segments[work.index].context_tokens = step.context
                         try:  # RequestLimits.max_audio_s: a model that never stops cannot fill memory or disk
                             check_audio_s(state.audio_so_far_s(self.sampling_rate))
                         except InputError as exc:

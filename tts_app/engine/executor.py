@@ -51,13 +51,14 @@ class OneStepBatch(DecodeBatch):
     """A family without a step interface as a running batch of one decode step (module docstring).
 
     ``prefill`` gathers rows (no device work, never raises); ``decode_step`` runs them all through ``run_rows``
-    (``preprocess -> generate -> postprocess``) and returns one ``RowStep`` per row with its whole waveform and its
-    stop reason, so every row ends in that step. ``generate_s`` is the seconds of that call.
+    (``preprocess -> generate -> postprocess``) and returns one ``RowStep`` per row with its whole waveform, its
+    stop reason and its segment context (``TTSAdapter.segment_contexts``), so every row ends in that step.
+    ``generate_s`` is the seconds of that call.
     """
 
     def __init__(self, params: SynthesisParams,
                  run_rows: Callable[[list[tuple[Hashable, AdapterRow]], SynthesisParams],
-                                    list[tuple[np.ndarray, StopReason]]]):
+                                    list[tuple[np.ndarray, StopReason, Any]]]):
         super().__init__(params)
         self._run_rows = run_rows
         self._rows: list[tuple[Hashable, AdapterRow]] = []
@@ -74,7 +75,7 @@ class OneStepBatch(DecodeBatch):
         t0 = time.perf_counter()
         outputs = self._run_rows(self._rows, self.params)
         self.generate_s = time.perf_counter() - t0
-        return [RowStep(key, wave, reason) for (key, _), (wave, reason) in zip(self._rows, outputs)]
+        return [RowStep(key, wave, reason, context) for (key, _), (wave, reason, context) in zip(self._rows, outputs)]
 
     def release(self, keys: Iterable[Hashable]) -> None:
         gone = {id(k) for k in keys}
@@ -101,7 +102,7 @@ class Executor:
         self._rng = random.Random(0)  # simulated-OOM draws; seeded so a test run is repeatable
         # On ZeroGPU every batch's device work (preprocess -> generate -> postprocess) runs inside spaces.GPU calls
         # sized from the rows' expected decode steps; elsewhere ``wrap`` returns the function itself.
-        self.gpu_calls: GpuCalls[DeviceRow, tuple[np.ndarray, StopReason]] = GpuCalls(
+        self.gpu_calls: GpuCalls[DeviceRow, tuple[np.ndarray, StopReason, Any]] = GpuCalls(
             zero_gpu, lambda rows, _params: [row.expected_steps for row in rows])
         self._rows_on_device = self.gpu_calls.wrap(self.run_rows)
 
@@ -138,14 +139,15 @@ class Executor:
         return batch.decode_step()
 
     def _run_one_step(self, rows: list[tuple[Hashable, AdapterRow]], params: SynthesisParams
-                      ) -> list[tuple[np.ndarray, StopReason]]:
+                      ) -> list[tuple[np.ndarray, StopReason, Any]]:
         device_rows = [DeviceRow(row, key.expected_steps) for key, row in rows]
         # one call off ZeroGPU; on ZeroGPU as many spaces.GPU calls as the batch needs to fit their time limit
         return self.gpu_calls.run(self._rows_on_device, device_rows, params)
 
-    def run_rows(self, rows: list[DeviceRow], params: SynthesisParams) -> list[tuple[np.ndarray, StopReason]]:
+    def run_rows(self, rows: list[DeviceRow], params: SynthesisParams
+                 ) -> list[tuple[np.ndarray, StopReason, Any]]:
         """The device work of one batch: preprocess -> generate -> postprocess -> (waveform float32
-        ``(num_samples,)``, stop reason) per row. On ZeroGPU this runs inside a ``spaces.GPU`` call (in ZeroGPU's GPU
+        ``(num_samples,)``, stop reason, segment context or None: ``TTSAdapter.segment_contexts``) per row. On ZeroGPU this runs inside a ``spaces.GPU`` call (in ZeroGPU's GPU
         worker: its arguments and result are pickled), so all of it, the codec's decode included, sees the GPU.
 
         Raises:
@@ -162,7 +164,11 @@ class Executor:
         if len(waves) != len(rows) or len(reasons) != len(rows):
             raise RuntimeError(f"adapter returned {len(waves)} waveforms and {len(reasons)} stop reasons for "
                                f"{len(rows)} rows")
-        return [(np.asarray(w, dtype=np.float32).reshape(-1), r) for w, r in zip(waves, reasons)]
+        # only rows that carry context to a next segment need it (the adapter's own carrier, e.g. codec frames)
+        contexts = self.adapter.segment_contexts(outputs, inputs) if self.adapter.facts.supports_segment_context \
+            else None
+        contexts = contexts if contexts is not None else [None] * len(rows)
+        return [(np.asarray(w, dtype=np.float32).reshape(-1), r, c) for w, r, c in zip(waves, reasons, contexts)]
 
     # -- outcomes ------------------------------------------------------------------------------------------------
     def simulated_oom(self, batch_size: int) -> BaseException | None:

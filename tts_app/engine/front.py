@@ -197,7 +197,7 @@ class Engine(EngineCore):
                                        live=not params.needs_whole_clip)
             handle._audio_stream = audio_stream
         state = RequestState.of(request, handle, prepared, works, params, warnings=warnings, on_progress=on_progress,
-                                audio_stream=audio_stream, submitted_s=now)
+                                audio_stream=audio_stream, submitted_s=now, segment_context=ready.segment_context)
         error: Finish | None = None
         with self._cv:
             budget = self._budget_bytes
@@ -210,7 +210,9 @@ class Engine(EngineCore):
                         break
             if error is None:
                 self._requests[request.request_id] = state
-                self.scheduler.add(works)
+                # with segment context only the first segment now; each next one once its predecessor's audio
+                # exists (``EngineCore._queue_next``)
+                self.scheduler.add(works[:1] if state.segment_context else works)
                 self._cv.notify_all()
             else:
                 self._outcomes[RequestStatus.FAILED] += 1

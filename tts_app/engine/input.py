@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from tts_app.adapters.base import AdapterRow, ModelFacts, RowEmotion, RowTurn, RowVoice, TTSAdapter
+from tts_app.adapters.base import AdapterRow, ModelFacts, RowContext, RowEmotion, RowTurn, RowVoice, TTSAdapter
 from tts_app.config import MIN_MAX_SEGMENT_CHARS, REQUEST_LIMITS
 from tts_app.dialogue import join_pieces
 from tts_app.engine import messages as _messages  # noqa: F401 - registers the refusals' zh/en texts
@@ -180,6 +180,7 @@ class PreparedRequest:
         warnings: front-end and language warnings, for the result.
         works: one ``SegmentWork`` per segment, for the scheduler (arrival ``time.monotonic()`` now).
         arrival_s: that arrival time.
+        segment_context: the segments run in order, each hearing the earlier ones (``RequestState.segment_context``).
     """
 
     text: _RequestText
@@ -187,6 +188,7 @@ class PreparedRequest:
     warnings: list[str]
     works: list[SegmentWork]
     arrival_s: float
+    segment_context: bool = False
 
 
 class InputProcessor:
@@ -237,7 +239,62 @@ class InputProcessor:
                 row_positions=self.positions(len(text), ref_s, ref_chars, max_new), arrival_s=now,
                 max_steps=max_new,
             ))
-        return PreparedRequest(text=prepared, params=params, warnings=warnings, works=works, arrival_s=now)
+        context = self.segment_context(request, warnings)
+        params = replace(params, segment_context=context)  # what runs (False when ignored)
+        return PreparedRequest(text=prepared, params=params, warnings=warnings, works=works, arrival_s=now,
+                               segment_context=context)
+
+    def segment_context(self, request: SynthesisRequest, warnings: list) -> bool:
+        """Whether the request's segments run with segment context (``SynthesisParams.segment_context``): asked
+        for, on a family that offers it (``ModelFacts.supports_segment_context``), and not a dialogue (its turns are
+        other voices). Otherwise a warning is appended to ``warnings`` when it was asked for: a warning, not a
+        refusal, because the setting is a quality hint (a job file's lines run on whatever model is loaded, as
+        ``num_beams`` on a model without beams) and the audio without it is what every other setting promised."""
+        if not request.params.segment_context:
+            return False
+        if not self.facts.supports_segment_context:
+            warnings.append(Notice("eng_segment_context_unsupported", name=self.adapter.display_name))
+            return False
+        if request.turns:
+            warnings.append(Notice("eng_segment_context_dialogue"))
+            return False
+        return True
+
+    def context_window(self, state: "RequestState", index: int, budget_bytes: int | None = None
+                       ) -> tuple[int | None, int]:
+        """The earlier segments segment ``index`` hears as segment context, and its row's positions with them.
+
+        Rule: the most recent earlier segments, newest first, as long as the row's estimated positions (its own
+        ``estimate_positions`` plus ``TTSAdapter.context_positions`` of each context segment, all upper bounds)
+        stay within the model's input limit (``TTSAdapter.max_input_positions``, the limit the adapter enforces)
+        and the row's bytes within ``budget_bytes`` (the memory budget; None = none). The first earlier segment
+        that does not fit ends the window, so the context is always the latest stretch of speech. A segment that
+        made no audio adds nothing (it is skipped in ``segment_row``). Boson AI's long-form generation keeps every
+        earlier chunk unless told a buffer size (``generation_chunk_buffer_size``); a bound by the input limit
+        keeps the same chunks until they no longer fit.
+
+        Returns:
+            (index of the oldest earlier segment heard, or None when none fits or there is none; the row's
+            estimated positions, ``SegmentWork.row_positions``).
+        """
+        segments = state.segments
+        ref_s, ref_chars, max_new = self.row_context(state.request)
+        positions = self.positions(len(segments[index].text), ref_s, ref_chars, max_new)
+        limit = self.adapter.max_input_positions()
+        oldest = None
+        for j in range(index - 1, -1, -1):
+            earlier = segments[j]
+            if earlier.wave is None:
+                break  # not finished: nothing before it is heard either (never the case when run in order)
+            if earlier.wave.size == 0:
+                continue
+            more = positions + self.adapter.context_positions(len(earlier.text),
+                                                              earlier.wave.size / self.facts.sampling_rate)
+            if (limit is not None and more > limit) or (
+                    budget_bytes is not None and self.estimator.row_bytes(more) > budget_bytes):
+                break
+            positions, oldest = more, j
+        return oldest, positions
 
     def estimate_request_bytes(self, request: SynthesisRequest) -> int:
         """See ``Engine.estimate_request_bytes``."""
@@ -398,7 +455,8 @@ class InputProcessor:
 
     def segment_row(self, state: "RequestState", work: SegmentWork) -> AdapterRow:
         """The adapter row of segment ``work.index``: a dialogue row (every speaker's voice and the turns it
-        speaks), else the text with its dialogue speaker's reference, else with the request's."""
+        speaks), else the text with its dialogue speaker's reference, else with the request's, and with segment
+        context the earlier segments ``context_window`` chose (``SegmentState.context_from``)."""
         request = state.request
         segment = state.segments[work.index]
         turns = segment.turns
@@ -420,6 +478,11 @@ class InputProcessor:
             ref, ref_text = speaker.reference_audio, speaker.reference_text
         else:
             ref, ref_text = request.reference_audio, request.reference_text
+        context = ()
+        if segment.context_from is not None:  # segment context: the earlier segments that made audio, oldest first
+            context = tuple(RowContext(earlier.text, earlier.wave, earlier.context_tokens)
+                            for earlier in state.segments[segment.context_from:work.index]
+                            if earlier.wave is not None and earlier.wave.size)
         return AdapterRow(text=work.text, reference_audio=None if ref is None else ref.samples,
-                          reference_text=ref_text, seed=work.seed, emotion=self.row_emotion(request))
+                          reference_text=ref_text, seed=work.seed, emotion=self.row_emotion(request), context=context)
 

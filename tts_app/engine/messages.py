@@ -26,6 +26,11 @@ ENGINE_EN: dict[str, str] = {
                                "settings",
     "eng_emotion_text_unsupported": "this {name} checkpoint has no emotion model to read the emotion from text; give "
                                     "an emotion vector or an emotion clip instead",
+    "eng_segment_context_unsupported": "segment_context was ignored: {name} has no way to hear earlier segments as "
+                                       "context (CSM and Higgs Audio v2 have one); each segment is generated on its "
+                                       "own",
+    "eng_segment_context_dialogue": "segment_context was ignored: it is for text in one voice, not a dialogue; "
+                                    "each turn is generated on its own",
     "eng_reference_rate": "reference audio is at {rate_hz} Hz but the model needs {model_rate_hz} Hz; clean it with "
                           "tts_app.audio.reference.prepare_reference(path, target_sampling_rate={model_rate_hz})",
     "eng_emotion_reference_rate": "emotion reference audio is at {rate_hz} Hz but the model needs {model_rate_hz} Hz; "
@@ -45,6 +50,9 @@ ENGINE_ZH: dict[str, str] = {
     "eng_emotion_unsupported": "情感控制（情感参考音频、情感向量、从文本读取情感）需要支持它的模型，例如 IndexTTS 2；"
                                "当前加载的模型（{name}）不支持：请去掉情感设置",
     "eng_emotion_text_unsupported": "这个 {name} 检查点没有可从文本读取情感的情感模型；请改为给出情感向量或情感参考音频",
+    "eng_segment_context_unsupported": "已忽略 segment_context：{name} 无法把前面的段落作为上下文（CSM 和 "
+                                       "Higgs Audio v2 可以）；每段单独生成",
+    "eng_segment_context_dialogue": "已忽略 segment_context：它用于同一个声音朗读的长文本，不用于对话；每一轮单独生成",
     "eng_reference_rate": "参考音频的采样率是 {rate_hz} Hz，但模型需要 {model_rate_hz} Hz；请用 "
                           "tts_app.audio.reference.prepare_reference(path, target_sampling_rate={model_rate_hz}) 处理",
     "eng_emotion_reference_rate": "情感参考音频的采样率是 {rate_hz} Hz，但模型需要 {model_rate_hz} Hz；请用 "

@@ -16,7 +16,7 @@ No torch here: arrays are numpy float32 ``(num_samples,)`` at the model's sampli
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -49,6 +49,9 @@ class SegmentState:
         started_s: ``time.perf_counter()`` when its row was admitted.
         retaken_seeds: the seeds of its takes that ended speech at once and were taken again (``work.seed`` is
             the one that ran last), in order; empty for most segments.
+        context_tokens: what its finished row handed back as segment context (``RowStep.context``), or None.
+        context_from: with segment context, the index of the oldest earlier segment its row hears (it hears
+            segments ``context_from .. index - 1``; ``InputProcessor.context_window``); None = none.
     """
 
     work: SegmentWork
@@ -65,6 +68,8 @@ class SegmentState:
     skip_samples: int = 0
     started_s: float = 0.0
     retaken_seeds: list[int] = field(default_factory=list)
+    context_tokens: Any = None
+    context_from: int | None = None
 
     @property
     def seed(self) -> int:
@@ -92,6 +97,9 @@ class RequestState:
         num_audio_samples: samples of speech decoded so far over all its segments (a restarted row's dropped audio
             taken off), for the request's total-audio bound (``tts_app.request.check_audio_s``).
         num_pause_ms_done: the pauses after its finished segments, in ms (the same bound counts them).
+        segment_context: its segments run one after another, each hearing the earlier ones as context (the
+            request's ``segment_context`` on a family that offers it, not a dialogue): only the next segment to run
+            is in the scheduler; the core queues segment i+1 when segment i finished (``EngineCore._queue_next``).
     """
 
     request: SynthesisRequest
@@ -109,6 +117,7 @@ class RequestState:
     queue_wait_s: float | None = None
     num_audio_samples: int = 0
     num_pause_ms_done: int = 0
+    segment_context: bool = False
 
     @classmethod
     def of(cls, request: SynthesisRequest, handle: "RequestHandle", prepared: "_RequestText",

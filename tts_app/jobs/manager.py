@@ -237,6 +237,7 @@ class JobManager:
             params = SynthesisParams(seed=int(settings.get("seed") or 0), greedy=settings.get("greedy"),
                                      use_cache=bool(settings.get("use_cache", True)),
                                      num_beams=settings.get("num_beams"), length_penalty=settings.get("length_penalty"),
+                                     segment_context=bool(settings.get("segment_context")),
                                      **({"reference_cleanup": cleanup} if cleanup else {}))
             executor = None
             if self.pool is not None:

@@ -87,7 +87,7 @@ class VoiceId(BaseModel):
 
 class SpeechRequest(BaseModel):
     """The body of ``POST /v1/audio/speech`` (OpenAI's fields plus ours: ``seed``, ``stream``, ``num_beams``,
-    ``length_penalty``, ``reference_cleanup``). Unknown fields are ignored, as OpenAI's own clients send some that
+    ``length_penalty``, ``reference_cleanup``, ``segment_context``). Unknown fields are ignored, as OpenAI's own clients send some that
     other servers lack."""
 
     model_config = ConfigDict(extra="ignore")
@@ -108,6 +108,9 @@ class SpeechRequest(BaseModel):
     length_penalty: float | None = Field(None, description="ours: beam search length penalty (IndexTTS 2: 0)")
     reference_cleanup: str | None = Field(None, description="ours: auto, full or off: what is done to the voice's "
                                                             "clip (default: as the voice was saved)")
+    segment_context: bool | None = Field(None, description="ours: long text in one voice: each segment hears the "
+                                                           "earlier segments as context (CSM, Higgs Audio v2; "
+                                                           "ignored with a warning by other models)")
 
     @property
     def wants_stream(self) -> bool:
@@ -410,7 +413,8 @@ class OpenAIRoutes:
         try:
             params = SynthesisParams(seed=0 if body.seed is None else int(body.seed),
                                      speed=None if body.speed == 1.0 else float(body.speed),
-                                     num_beams=body.num_beams, length_penalty=body.length_penalty, **cleanup)
+                                     num_beams=body.num_beams, length_penalty=body.length_penalty,
+                                     segment_context=bool(body.segment_context), **cleanup)
         except InputError as exc:
             # the same code as a schema-level refusal of a value (tts_app.server.errors: "invalid_value")
             raise APIError(400, str(exc), code="invalid_value",
@@ -458,6 +462,11 @@ class OpenAIRoutes:
         defaults = runtime.engine.facts.generation_defaults
         warnings += [f"{name} was ignored: {runtime.model.family} has no beam search" for name in
                      ("num_beams", "length_penalty") if getattr(body, name) is not None and getattr(defaults, name) is None]
+        if body.segment_context and not runtime.engine.facts.supports_segment_context:
+            # the engine's own warning (the same text, so the header holds it once), known before the first audio
+            from tts_app.frontend.messages import Notice
+
+            warnings.append(Notice("eng_segment_context_unsupported", name=runtime.engine.adapter.display_name))
         params = dataclasses.replace(params, reference_cleanup=prepared.report.cleanup)  # what ran on the voice
         request = SynthesisRequest(text=body.input, reference_audio=prepared.audio,
                                    reference_text=transcript or prepared.text, params=params,

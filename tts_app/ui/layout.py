@@ -132,6 +132,10 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     greedy = gr.Checkbox(value=bool(controls["greedy"].default), label=i18n("greedy"),
                                          visible=controls["greedy"].visible, elem_id="greedy")
                     use_cache = gr.Checkbox(value=True, label=i18n("use_cache"))
+                    # long text in one voice (issue 29): only for a family that hears earlier segments as context
+                    segment_context = gr.Checkbox(value=False, label=i18n("segment_context"),
+                                                  visible=bool(facts is not None and facts.supports_segment_context),
+                                                  elem_id="segment-context")
                 with gr.Row():
                     knobs = {name: _control_widget(c, i18n) for name, c in controls.items()
                              if name in ("temperature", "top_p", "top_k", "cfg_scale")}
@@ -226,7 +230,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         knob_widgets = [knobs[n] for n in knob_order]
         synthesis_inputs = [ref_audio, text, ref_text, seed, randomize, greedy, *knob_widgets, use_cache, *emotion,
                             voice, speed, duration_s, loudness, audio_format, segment_durations, reference_cleanup,
-                            knobs["num_beams"], knobs["length_penalty"]]  # after the older inputs: API order kept
+                            knobs["num_beams"], knobs["length_penalty"], segment_context]  # API order kept
         # history_handlers.remember's inputs: the sidecar written, the seed used, what was asked, then SETTINGS
         beam_widgets = [knobs["num_beams"], knobs["length_penalty"]]
         remember_inputs = [metadata_file, used_seed, ref_audio, text, ref_text, voice, seed, greedy, *knob_widgets,

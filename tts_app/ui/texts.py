@@ -21,6 +21,8 @@ EN: dict[str, str] = {
     "settings": "Settings",
     "max_batch_size": "Max batch size (server-wide, set by the operator: --max-batch-size)",
     "use_cache": "KV cache (faster; same output on or off)",
+    "segment_context": "Segment context: each segment hears the earlier ones (long text in one voice; segments run "
+                       "one after another)",
     "max_new_tokens": "Max new tokens per segment",
     "greedy": "Greedy decoding (deterministic)",
     "temperature": "Temperature",
@@ -86,6 +88,8 @@ EN: dict[str, str] = {
                   "(optional) |\n"
                   "| `reference_cleanup` | | `auto` (only what the model's own tool does), `full` (trim, high-pass, "
                   "loudness, pauses shortened) or `off` (optional) |\n"
+                  "| `segment_context` | | `true`: each segment hears the earlier ones as context, long text in one "
+                  "voice (CSM, Higgs Audio v2; optional) |\n"
                   "| `speed`, `duration_s`, `loudness_lufs`, `segment_durations_s` | | the output's pace (x the "
                   "model's), target length in seconds, loudness in LUFS, or a list of seconds per line of the text "
                   "(optional) |\n"
@@ -135,6 +139,7 @@ ZH: dict[str, str] = {
     "settings": "设置",
     "max_batch_size": "最大批大小（全服务器统一，由运维设定：--max-batch-size）",
     "use_cache": "KV 缓存（更快；开关输出相同）",
+    "segment_context": "段落上下文：每段参考前面已生成的段落（长文本保持同一个声音；各段依次生成）",
     "max_new_tokens": "每段最大新 token 数",
     "greedy": "贪心解码（结果确定）",
     "temperature": "温度",
@@ -193,6 +198,7 @@ ZH: dict[str, str] = {
                   "`num_beams`、`length_penalty`、`max_segment_chars`、`pause_between_segments_ms`、`chapter_pause_ms` | | 每行的生成设置（可选） |\n"
                   "| `reference_cleanup` | | `auto`（只做模型自己的工具会做的处理）、`full`（裁剪静音、高通、响度、缩短停顿）"
                   "或 `off`（可选） |\n"
+                  "| `segment_context` | | `true`：每段参考前面已生成的段落，长文本保持同一个声音（CSM、Higgs Audio v2；可选） |\n"
                   "| `speed`、`duration_s`、`loudness_lufs`、`segment_durations_s` | | 输出的语速（相对模型原速）、目标时长（秒）、"
                   "响度（LUFS），或文本每一行的秒数列表（可选） |\n"
                   "| `emo_audio_prompt`、`emo_vector`、`emo_alpha`、`use_emo_text`、`emo_text` | `emo_audio`、`emo_weight` | "
