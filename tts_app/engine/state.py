@@ -49,6 +49,7 @@ class SegmentState:
         started_s: ``time.perf_counter()`` when its row was admitted.
         retaken_seeds: the seeds of its takes that ended speech at once and were taken again (``work.seed`` is
             the one that ran last), in order; empty for most segments.
+        takes: the take policy's scored takes of it, in order (``tts_app.engine.takes.Take``); empty without one.
     """
 
     work: SegmentWork
@@ -65,6 +66,7 @@ class SegmentState:
     skip_samples: int = 0
     started_s: float = 0.0
     retaken_seeds: list[int] = field(default_factory=list)
+    takes: list = field(default_factory=list)
 
     @property
     def seed(self) -> int:
@@ -166,6 +168,22 @@ class RequestState:
         segment.skip_samples = emitted
         if self.audio_stream is not None:
             self.audio_stream.restart(index)
+
+    def hold_take(self, index: int) -> np.ndarray:
+        """Segment ``index``'s take ended and goes to the take checker: its audio so far, taken out of the
+        segment and of the request's audio total until a take is kept (``keep_take``)."""
+        segment = self.segments[index]
+        wave = np.concatenate(segment.partial) if segment.partial else np.zeros(0, dtype=np.float32)
+        segment.partial = []
+        self.num_audio_samples -= wave.size
+        return wave
+
+    def keep_take(self, index: int, wave: np.ndarray) -> None:
+        """The take checker kept ``wave`` for segment ``index``: it becomes the segment's audio so far (then
+        ``finish_segment``)."""
+        segment = self.segments[index]
+        segment.partial = [wave] if wave.size else []
+        self.num_audio_samples += wave.size
 
     def finish_segment(self, index: int, reason: StopReason, batch_size: int, generate_s: float) -> bool:
         """Segment ``index`` ended: its audio so far becomes its waveform. Returns False when it had already

@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from tts_app.config import DEFAULT_QUALITY_ASR  # noqa: F401 - the default, defined once there
 from tts_app.audio.transcribe import WHISPER_SAMPLING_RATE, AsrUnavailableError, Transcriber
 from tts_app.frontend.messages import Notice
 
@@ -27,9 +28,6 @@ from tts_app.frontend.messages import Notice
 TRANSFORMERS = "transformers"
 FASTER_WHISPER = "faster-whisper"
 BACKENDS = (TRANSFORMERS, FASTER_WHISPER)
-# Default scoring model: Whisper large-v3-turbo through the transformers pipeline, the checkpoint the app already
-# loads for reference transcripts (``tts_app.audio.transcribe.DEFAULT_ASR_MODEL``; one load serves both).
-DEFAULT_QUALITY_ASR = f"{TRANSFORMERS}:openai/whisper-large-v3-turbo"
 # Decoded tokens per take: a segment is at most ~30 s (Whisper's window); 30 s of fast English is ~120 words.
 MAX_ASR_TOKENS = 224
 
