@@ -178,7 +178,7 @@ class SynthesisParams:
         take_check: the take policy (``tts_app.quality.policy``), one of ``TAKE_CHECKS``: "off" (no scoring);
             "score" (every segment's take scored off the engine's worker thread, the scores recorded); "reroll"
             (scored, and a segment below a threshold generated again with a new seed, up to ``take_max_rerolls``
-            times, the best take kept; a streamed request's audio is already out, so it is only scored).
+            times, the best take kept; a stream then sends only the final audio, ``needs_whole_clip``).
         take_max_rerolls: most re-generations of one segment under "reroll", in 0..MAX_TAKE_REROLLS.
         take_max_error_rate: a take whose ASR CER (Chinese) / WER (other) is above this is below threshold.
         take_min_similarity: a take whose speaker similarity to the reference is below this is below threshold
@@ -214,10 +214,11 @@ class SynthesisParams:
     def needs_whole_clip(self) -> bool:
         """True when the request's post-processing changes audio after decoding (a tempo other than 1, a target
         duration, loudness normalisation: ``tts_app.audio.effects.apply_request_effects`` on the whole joined clip;
-        per-line target durations, each segment stretched once complete): such a request streams no partial audio,
-        only its final audio once done (``tts_app.engine.streaming``)."""
+        per-line target durations, each segment stretched once complete), or a segment's take may be replaced by a
+        re-roll (``take_check`` "reroll"): such a request streams no partial audio, only its final audio once done
+        (``tts_app.engine.streaming``)."""
         return (self.speed is not None and self.speed != 1.0) or self.duration_s is not None \
-            or self.loudness_lufs is not None or self.segment_durations_s is not None
+            or self.loudness_lufs is not None or self.segment_durations_s is not None or self.take_check == "reroll"
 
     def __post_init__(self) -> None:
         if self.segment_durations_s is not None:

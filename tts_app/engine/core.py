@@ -477,7 +477,7 @@ class EngineCore:
 
     def _take_scored(self, state: RequestState, work: SegmentWork, take: Take) -> None:
         """A take's verdict (the take checker's thread; takes the engine lock): below a threshold under "reroll"
-        with re-rolls left, and not streamed (its audio is out already): generate the segment again with the next
+        with re-rolls left, and none of it streamed yet (a live stream sent it already): generate the segment again with the next
         seed; else keep the best of its takes (``tts_app.quality.policy.best_take``) and finish the segment."""
         from tts_app.quality.policy import best_take
 
@@ -490,7 +490,8 @@ class EngineCore:
             segment = state.segments[work.index]
             segment.takes.append(take)
             reroll = (take.problems and take.problems != ("unscored",) and params.take_check == "reroll"
-                      and len(segment.takes) <= params.take_max_rerolls and state.audio_stream is None)
+                      and len(segment.takes) <= params.take_max_rerolls
+                      and (state.audio_stream is None or not state.audio_stream.live))  # none of it sent yet
             if reroll:
                 retake = self._take_again(state, work)
                 TAKES_REROLLED.inc()

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 BROWSER_SECRET = "tts_app-batch-jobs-v1"
 # Rows shown in the results table at once (each has an audio player); the ZIP always has every line.
 MAX_SHOWN_ROWS = 200
-FILTERS = ("all", "ok", "failed", "cancelled")
+FILTERS = ("all", "ok", "failed", "cancelled", "needs_listening")
 # Written next to the outputs at start-up and offered for download: one line per common case.
 TEMPLATE_LINES = [
     {"input_text": "你好，欢迎收听今天的节目。", "prompt_audio": "voices/mei.wav", "prompt_text": "大家好，我是小美。",
@@ -69,7 +69,7 @@ CSS = """
 #job-results th, #job-results td { padding: 0.25em 0.4em; border-bottom: 1px solid var(--neutral-200);
                                    overflow-wrap: anywhere; vertical-align: middle; text-align: left; }
 #job-results col.c-line { width: 4em; } #job-results col.c-status { width: 6em; }
-#job-results col.c-dur { width: 6em; } #job-results col.c-audio { width: 16em; }
+#job-results col.c-dur { width: 6em; } #job-results col.c-quality { width: 12em; } #job-results col.c-audio { width: 16em; }
 #job-results audio { width: 100%; height: 2em; }
 @media (max-width: 640px) {
   #job-results thead, #job-results colgroup { display: none; }
@@ -184,12 +184,32 @@ def progress_html(state: JobState | None, lang: str) -> str:
     return f'<div data-status="{state.status}" data-done="{finished}">{"".join(lines)}</div>'
 
 
+def quality_text(record: dict, lang: str) -> str:
+    """A results record's quality cell (``tts_app.jobs.results.take_fields``): "needs listening: ..." with the
+    thresholds its segments still miss, else its worst error rate and speaker similarity and its re-rolls; "" for a
+    line run without a take policy."""
+    scores = [s for s in record.get("scores") or [] if s]
+    if not scores:
+        return ""
+    problems = sorted({p for s in scores for p in s.get("problems") or []})
+    if problems:
+        return server_text(lang, "quality_needs_listening", problems=", ".join(problems))
+    rates = [s["error_rate"] for s in scores if s.get("error_rate") is not None]
+    similarities = [s["similarity"] for s in scores if s.get("similarity") is not None]
+    return server_text(lang, "quality_scores", metric=(scores[0].get("metric") or "").upper() or "—",
+                       error_rate=f"{max(rates):.2f}" if rates else "—",
+                       similarity=f"{min(similarities):.2f}" if similarities else "—",
+                       rerolled=record.get("rerolled", 0))
+
+
 def results_html(ctx: AppContext, job_id: str | None, status_filter: str, lang: str) -> str:
     """The results table: line, output name, status, duration, a player for ok lines, error / warnings."""
     if not job_id:
         return ""
     records = ctx.jobs.results(job_id)
-    if status_filter in FILTERS[1:]:
+    if status_filter == "needs_listening":  # a take policy left a segment below a threshold (``take_fields``)
+        records = [r for r in records if r.get("needs_listening")]
+    elif status_filter in FILTERS[1:]:
         records = [r for r in records if r.get("status") == status_filter]
     out_dir = ctx.jobs.store.out_dir(job_id)
     head = server_text(lang, "col_job_results").split("|")
@@ -205,9 +225,11 @@ def results_html(ctx: AppContext, job_id: str | None, status_filter: str, lang: 
         rows.append("<tr>" + "".join([
             f"<td>{record['line']}</td>", f"<td>{html.escape(str(record.get('output_name') or '—'))}</td>",
             f"<td>{html.escape(server_text(lang, 'line_' + str(record.get('status'))))}</td>",
-            f"<td>{'' if duration is None else f'{duration:.2f}'}</td>", f"<td>{player}</td>",
+            f"<td>{'' if duration is None else f'{duration:.2f}'}</td>",
+            f"<td>{html.escape(quality_text(record, lang))}</td>", f"<td>{player}</td>",
             f"<td>{'<br>'.join(html.escape(n) for n in notes if n)}</td>"]) + "</tr>")
-    cols = "".join(f'<col class="{c}">' for c in ("c-line", "c-name", "c-status", "c-dur", "c-audio", "c-notes"))
+    cols = "".join(f'<col class="{c}">' for c in ("c-line", "c-name", "c-status", "c-dur", "c-quality", "c-audio",
+                                                    "c-notes"))
     table = (f'<div class="job-rows"><table><colgroup>{cols}</colgroup><thead><tr>'
              f"{''.join(f'<th>{html.escape(h)}</th>' for h in head)}</tr></thead><tbody>{''.join(rows)}</tbody>"
              f"</table></div>")
