@@ -69,3 +69,31 @@ def test_policy_thresholds_and_best_take():
     assert best_take([(s, take_problems(s)) for s in equal]) == 0  # a tie keeps the first take
     unscored = TakeScores(None, None, None, None, _scores().signal, error="no model")
     assert take_problems(unscored) == ("unscored",)
+
+
+def test_asr_backends_by_name_and_the_transformers_pipeline_scores_a_take(tiny_whisper, data_dir):
+    """``--quality-asr`` values pick the backend; the transformers pipeline (a tiny random Whisper: its transcript is
+    random letters) goes through the scorer end to end."""
+    from tts_app.quality.asr import FasterWhisperAsr, PipelineAsr, asr_backend
+    from tts_app.quality.scorer import TakeScorer
+
+    assert isinstance(asr_backend("faster-whisper:base"), FasterWhisperAsr)
+    assert isinstance(asr_backend("openai/whisper-small"), PipelineAsr)
+    with pytest.raises(ValueError, match="BACKEND:ID_OR_DIR"):
+        asr_backend("faster-whisper:")
+    backend = asr_backend(f"transformers:{tiny_whisper}")
+    samples, sr = sf.read(data_dir / "en_male_1.wav", dtype="float32")
+    scores = TakeScorer(backend, None).score(samples[: 2 * sr], sr, "Before you leave the office tonight")
+    assert scores.error is None and scores.metric == "wer" and isinstance(scores.transcript, str)
+    assert scores.error_rate is not None and scores.similarity is None  # no speaker encoder, no reference
+    assert scores.asr_model == f"transformers:{tiny_whisper}"
+
+
+def test_a_recogniser_that_cannot_load_leaves_the_take_unscored(tmp_path):
+    from tts_app.quality.asr import asr_backend
+    from tts_app.quality.scorer import TakeScorer
+
+    scores = TakeScorer(asr_backend(f"faster-whisper:{tmp_path / 'missing'}"), None).score(
+        np.full(16000, 0.1, np.float32), 16000, "hello")
+    assert scores.error is not None and "faster-whisper" in scores.error
+    assert take_problems(scores) == ("unscored",) and scores.signal.duration_s == 1.0

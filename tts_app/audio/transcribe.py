@@ -110,7 +110,8 @@ class Transcriber:
             samples: float32 mono ``(num_samples,)``; resampled to 16 kHz (torchaudio) for Whisper.
             sampling_rate: Hz of ``samples``.
             max_new_tokens: cap on decoded tokens (a reference clip is at most ~15 s, well under it).
-            language: decode in this language ("zh", "en"; Whisper's ``generate(language=...)``); None = detect.
+            language: decode in this language ("zh", "en"; Whisper's ``generate(language=...)``) when the checkpoint
+                knows it; None = detect.
 
         Raises:
             AsrUnavailableError: transcription is off or the checkpoint cannot be loaded.
@@ -130,7 +131,9 @@ class Transcriber:
             audio = F.resample(audio, int(sampling_rate), WHISPER_SAMPLING_RATE)
         try:
             generate_kwargs = {"max_new_tokens": max_new_tokens}
-            if language is not None:
+            # only a multilingual checkpoint knows languages (an English-only one, *.en, has no lang_to_id)
+            lang_to_id = getattr(getattr(asr.model, "generation_config", None), "lang_to_id", None) or {}
+            if language is not None and f"<|{language}|>" in lang_to_id:
                 generate_kwargs["language"] = language
             out = asr({"raw": audio.numpy(), "sampling_rate": WHISPER_SAMPLING_RATE}, generate_kwargs=generate_kwargs)
         except Exception:
