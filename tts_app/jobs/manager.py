@@ -237,7 +237,8 @@ class JobManager:
             params = SynthesisParams(seed=int(settings.get("seed") or 0), greedy=settings.get("greedy"),
                                      use_cache=bool(settings.get("use_cache", True)),
                                      num_beams=settings.get("num_beams"), length_penalty=settings.get("length_penalty"),
-                                     **({"reference_cleanup": cleanup} if cleanup else {}))
+                                     **({"reference_cleanup": cleanup} if cleanup else {}),
+                                     **({"take_check": settings["take_check"]} if settings.get("take_check") else {}))
             executor = None
             if self.pool is not None:
                 from tts_app.jobs.cluster import RayExecutor

@@ -26,6 +26,7 @@ from typing import Any
 import gradio as gr
 
 from tts_app.config import DEFAULT_REFERENCE_CLEANUP, REFERENCE_CLEANUPS
+from tts_app.quality.policy import DEFAULT_TAKE_CHECK, TAKE_CHECKS
 from tts_app.errors import TTSAppError
 from tts_app.frontend.messages import localize, localize_record
 from tts_app.jobs.store import JobState
@@ -349,12 +350,13 @@ def validate_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None
 
 
 def _settings(ctx: AppContext, max_batch_size, use_cache, greedy, seed, audio_format=None, lang: str = "en", *,
-              num_beams=None, length_penalty=None, reference_cleanup=None) -> dict:
+              num_beams=None, length_penalty=None, reference_cleanup=None, take_check=None) -> dict:
     """The job's own settings; ``greedy``, ``num_beams`` and ``length_penalty`` equal to the model's default (or
     not given, or a knob the family lacks) are stored as None = "the model's choice", as the Single tab and the
     command line send them. ``audio_format`` ("wav", "flac", "mp3", "opus"; None / "" = wav) is every line's format
     unless a line has its own ``format``. ``reference_cleanup`` ("auto", "full", "off"; None = the default) is what
     is done to the job's default voice and to the lines' reference files (a line's own field overrides it).
+    ``take_check`` ("off", "score", "reroll"; None = off): the lines' take policy (a line's own field overrides it).
 
     Raises:
         gr.Error: an unknown ``audio_format``, naming the allowed ones; a beam setting or cleanup that
@@ -376,12 +378,14 @@ def _settings(ctx: AppContext, max_batch_size, use_cache, greedy, seed, audio_fo
             beams = {name: getattr(beams, name) for name in ("num_beams", "length_penalty")}
         if reference_cleanup:
             SynthesisParams(reference_cleanup=reference_cleanup)
+        if take_check:
+            SynthesisParams(take_check=take_check)
     except TTSAppError as exc:
         raise _user_error(error_text(exc, lang)) from exc
     return {"max_batch_size": int(max_batch_size) if max_batch_size else None, "use_cache": bool(use_cache),
             "greedy": greedy, "seed": int(seed or 0), "audio_format": audio_format or "wav",
             "num_beams": beams.get("num_beams"), "length_penalty": beams.get("length_penalty"),
-            "reference_cleanup": reference_cleanup or None}
+            "reference_cleanup": reference_cleanup or None, "take_check": take_check or None}
 
 
 def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dict, owner: str | None, lang: str
@@ -402,7 +406,7 @@ def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dic
 
 def submit_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None, use_cache=True,
                greedy=None, seed=0, browser=None, status_filter="all", audio_format="wav", num_beams=None,
-               length_penalty=None, reference_cleanup=None, request: gr.Request = None):
+               length_penalty=None, reference_cleanup=None, take_check=None, request: gr.Request = None):
     """Run clicked -> the job starts on the server; the page follows it by id (also after a reload) -> (browser
     state, job id, the tab's view). ``audio_format``: the lines' format ("wav", "flac", "mp3", "opus"; a line's
     ``format`` field overrides it). Scripts use ``submit_job_api``."""
@@ -411,7 +415,8 @@ def submit_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, 
     owner = _owner(ctx, request)
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
                     _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang, num_beams=num_beams,
-                              length_penalty=length_penalty, reference_cleanup=reference_cleanup), owner, lang)
+                              length_penalty=length_penalty, reference_cleanup=reference_cleanup,
+                              take_check=take_check), owner, lang)
     browser["job_id"] = state.job_id
     return (browser, state.job_id, *_view(ctx, browser, status_filter, lang, owner))
 
@@ -477,7 +482,7 @@ def resume_job(ctx: AppContext, browser, status_filter="all", request: gr.Reques
 
 def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None,
                      use_cache=True, greedy=None, seed=0, audio_format="wav", num_beams=None, length_penalty=None,
-                     reference_cleanup=None, request: gr.Request = None):
+                     reference_cleanup=None, take_check=None, request: gr.Request = None):
     """API: submit a job and wait for it -> (summary text, results table, ZIP path). The job keeps running if
     the caller disconnects; ``/job_status`` with the id in the summary follows it. ``audio_format``,
     ``num_beams``, ``length_penalty`` and ``reference_cleanup`` as in ``submit_job_api``."""
@@ -486,7 +491,8 @@ def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=
     lang = _lang(ctx, request)
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
                     _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang, num_beams=num_beams,
-                              length_penalty=length_penalty, reference_cleanup=reference_cleanup),
+                              length_penalty=length_penalty, reference_cleanup=reference_cleanup,
+                              take_check=take_check),
                     _owner(ctx, request), lang)
     state = ctx.jobs.wait(state.job_id)
     records = ctx.jobs.results(state.job_id)
@@ -521,7 +527,7 @@ def job_status(ctx: AppContext, job_id: str, request: gr.Request = None) -> dict
 
 def submit_job_api(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None,
                    use_cache=True, greedy=None, seed=0, audio_format="wav", num_beams=None, length_penalty=None,
-                   reference_cleanup=None, request: gr.Request = None) -> tuple[str, dict]:
+                   reference_cleanup=None, take_check=None, request: gr.Request = None) -> tuple[str, dict]:
     """API ``/submit_job``: start a job on the server -> (its id, its state as ``/job_status`` gives it), at once.
     Only ``jsonl_file`` is needed; the other inputs are the Batch tab's job settings (``audio_format``: the lines'
     format, "wav", "flac", "mp3" or "opus"; a line's ``format`` field overrides it; ``num_beams`` /
@@ -531,7 +537,8 @@ def submit_job_api(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=No
     lang = _lang(ctx, request)
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
                     _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang, num_beams=num_beams,
-                              length_penalty=length_penalty, reference_cleanup=reference_cleanup),
+                              length_penalty=length_penalty, reference_cleanup=reference_cleanup,
+                              take_check=take_check),
                     _owner(ctx, request), lang)
     return state.job_id, _public(state)
 
@@ -616,6 +623,8 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
                          for c in (job_controls["num_beams"], job_controls["length_penalty"])]
             job_cleanup = gr.Radio(choices=list(REFERENCE_CLEANUPS), value=DEFAULT_REFERENCE_CLEANUP,
                                    label=i18n("reference_cleanup"), elem_id="job-reference-cleanup")
+            job_take_check = gr.Radio(choices=list(TAKE_CHECKS), value=DEFAULT_TAKE_CHECK, label=i18n("take_check"),
+                                      elem_id="job-take-check")
     can_run = ctx.engine is not None
     with gr.Row():
         validate_btn = gr.Button(i18n("validate"), elem_id="validate")
@@ -652,7 +661,7 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
     validate_btn.click(wrap(validate_job), [jsonl, audio_zip, default_voice], [validation, validation_summary],
                        api_name="validate_job", show_progress_on=[validation_summary])
     run_btn.click(wrap(submit_job), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy, job_seed,
-                                     browser, status_filter, job_format, *job_beams, job_cleanup],
+                                     browser, status_filter, job_format, *job_beams, job_cleanup, job_take_check],
                   [browser, job_id, *view],
                   api_name="page_submit_job", api_visibility="private", show_progress_on=[progress])
     cancel_btn.click(wrap(cancel_job), [browser], [validation_summary], api_name="page_cancel_job",
@@ -660,7 +669,8 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
     resume_btn.click(wrap(resume_job), [browser, status_filter], [browser, *view], api_name="page_resume_job",
                      api_visibility="private", show_progress_on=[progress])
     api_submit.click(wrap(submit_job_api), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy,
-                                            job_seed, job_format, *job_beams, job_cleanup], [api_job_id, api_job],
+                                            job_seed, job_format, *job_beams, job_cleanup, job_take_check],
+                     [api_job_id, api_job],
                      api_name="submit_job")
     api_cancel.click(wrap(cancel_job_api), [api_job_id], [api_job], api_name="cancel_job", queue=False)
     api_resume.click(wrap(resume_job_api), [api_job_id], [api_job], api_name="resume_job")
@@ -673,7 +683,7 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
     timer.tick(wrap(poll), [browser, status_filter, shown], [shown, *view], show_progress="hidden",
                api_visibility="private", queue=False)
     api_run.click(wrap(run_job_blocking), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy,
-                                           job_seed, job_format, *job_beams, job_cleanup],
+                                           job_seed, job_format, *job_beams, job_cleanup, job_take_check],
                   [api_summary, api_table, results_zip],
                   api_name="run_job",
                   **model_concurrency)
