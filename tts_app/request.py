@@ -178,7 +178,8 @@ class SynthesisParams:
         take_check: the take policy (``tts_app.quality.policy``), one of ``TAKE_CHECKS``: "off" (no scoring);
             "score" (every segment's take scored off the engine's worker thread, the scores recorded); "reroll"
             (scored, and a segment below a threshold generated again with a new seed, up to ``take_max_rerolls``
-            times, the best take kept; a stream then sends only the final audio, ``needs_whole_clip``).
+            times, the best take kept; sampled decoding only, a greedy take is the same with any seed; a stream
+            then sends only the final audio, ``needs_whole_clip``).
         take_max_rerolls: most re-generations of one segment under "reroll", in 0..MAX_TAKE_REROLLS.
         take_max_error_rate: a take whose ASR CER (Chinese) / WER (other) is above this is below threshold.
         take_min_similarity: a take whose speaker similarity to the reference is below this is below threshold

@@ -477,7 +477,8 @@ class EngineCore:
 
     def _take_scored(self, state: RequestState, work: SegmentWork, take: Take) -> None:
         """A take's verdict (the take checker's thread; takes the engine lock): below a threshold under "reroll"
-        with re-rolls left, and none of it streamed yet (a live stream sent it already): generate the segment again with the next
+        with re-rolls left, sampled (a greedy take is the same with any seed), and none of it streamed yet (a live
+        stream sent it already): generate the segment again with the next
         seed; else keep the best of its takes (``tts_app.quality.policy.best_take``) and finish the segment."""
         from tts_app.quality.policy import best_take
 
@@ -491,6 +492,7 @@ class EngineCore:
             segment.takes.append(take)
             reroll = (take.problems and take.problems != ("unscored",) and params.take_check == "reroll"
                       and len(segment.takes) <= params.take_max_rerolls
+                      and params.greedy is False  # greedy decoding: another seed gives the same take
                       and (state.audio_stream is None or not state.audio_stream.live))  # none of it sent yet
             if reroll:
                 retake = self._take_again(state, work)
