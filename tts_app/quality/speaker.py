@@ -7,9 +7,9 @@ offline, and it runs in real time on a CPU. The clip is prepared as the library 
 (``resemblyzer.preprocess_wav``: 16 kHz, long silences trimmed by WebRTC VAD, volume normalised), then embedded
 (``VoiceEncoder.embed_utterance``: 1.6 s partial windows averaged, L2-normed).
 
-Embeddings are non-negative and L2-normed (the encoder ends in a ReLU), so the cosine lies in [0, 1]: the library's
-demos put the same speaker around 0.8-0.9 and different speakers around 0.5-0.75; ``TakePolicy.min_similarity``
-is our threshold on it (``tts_app.quality.policy``).
+Embeddings are non-negative and L2-normed (the encoder ends in a ReLU), so the cosine lies in [0, 1]: measured on
+tests/data, the same voice in another recording 0.94-0.95, different voices 0.44-0.75;
+``SynthesisParams.take_min_similarity`` is the threshold on it (default in ``tts_app.quality.policy``).
 """
 
 from __future__ import annotations
