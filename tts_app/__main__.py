@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "batch": ("tts_app.cli.batch", "run a JSONL job: one audio file per line, results.jsonl, resume"),
     "frontend": ("tts_app.frontend.cli", "show normalised text, segments and per-character pinyin"),
     "reference": ("tts_app.audio.cli", "clean a reference audio file and print its quality report"),
+    "score": ("tts_app.cli.score", "score a clip: ASR CER/WER against its text, speaker similarity, signal checks"),
     "make-tiny-model": ("tts_app.adapters.tiny", "write a tiny random checkpoint of a real architecture"),
 }
 

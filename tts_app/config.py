@@ -88,6 +88,12 @@ class ModelConfig:
         check_dtype(self.dtype)
 
 
+# The speech recogniser that scores takes (``EngineConfig.quality_asr``, ``--quality-asr``; ``tts_app.quality.asr``):
+# Whisper large-v3-turbo through the transformers pipeline, the checkpoint the app already loads for reference
+# transcripts (``tts_app.audio.transcribe.DEFAULT_ASR_MODEL``), so one load can serve both.
+DEFAULT_QUALITY_ASR = "transformers:openai/whisper-large-v3-turbo"
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Batching, memory and out-of-memory behaviour of the engine.
@@ -112,6 +118,9 @@ class EngineConfig:
         prefix_cache_entries: prefilled prompt prefixes (one per reference voice) kept for reuse by later rows of the
             same voice (adapters with a step interface); 0 = off. Their bytes count in the memory budget, bounded to
             an eighth of it.
+        quality_asr: the speech recogniser that scores takes under a take policy (``SynthesisParams.take_check``;
+            ``tts_app.quality.asr.asr_backend``): ``transformers:ID_OR_DIR`` or ``faster-whisper:ID_OR_DIR``; loaded
+            on the model's device on the first request that asks for take checking.
     """
 
     max_batch_size: int = 8
@@ -126,8 +135,11 @@ class EngineConfig:
     empty_cache_when_idle_s: float = 5.0
     prefix_cache_entries: int = 16
     simulate_step_delay_ms: float = 0.0
+    quality_asr: str = DEFAULT_QUALITY_ASR
 
     def __post_init__(self) -> None:
+        _check("quality_asr", isinstance(self.quality_asr, str) and bool(self.quality_asr.strip()),
+               f"quality ASR {self.quality_asr!r} is empty; give BACKEND:ID_OR_DIR (default {DEFAULT_QUALITY_ASR})")
         _check("max_batch_size", self.max_batch_size >= 1, f"max batch size {self.max_batch_size} must be >= 1")
         _check("memory_budget_bytes", self.memory_budget_bytes is None or self.memory_budget_bytes > 0,
                f"memory budget {self.memory_budget_bytes} bytes must be positive; write e.g. 2GiB or 512MB")

@@ -17,6 +17,10 @@ Events (this module):
     tts_asr_transcriptions_total{outcome}              automatic reference transcripts
     tts_jobs_total{status} / tts_job_lines_total{status}   JSONL jobs finished / job lines finished
     tts_http_rejections_total{reason}                  API requests refused before any work (auth, rate, queue)
+    tts_takes_scored_total{outcome}                    segment takes scored by the take policy: pass, below
+                                                       (a threshold missed), unscored (no scoring model)
+    tts_takes_rerolled_total                           takes generated again with a new seed (below threshold)
+    tts_take_score_seconds                             seconds scoring one take took (histogram)
     tts_requests_finished_total{reason}                engine requests finished, by ``tts_app.finish.FinishReason``
                                                        (done, refused, too_large, out_of_memory, cancelled, ...)
     tts_batch_size_rows                                rows of each batch the engine ran, or of each decode step
@@ -66,6 +70,14 @@ JOBS = Counter("tts_jobs", "JSONL jobs that ended, by final status", ["status"])
 JOB_LINES = Counter("tts_job_lines", "JSONL job lines that ended, by status", ["status"])
 HTTP_REJECTIONS = Counter(
     "tts_http_rejections", "HTTP API requests refused before any work, by reason", ["reason"])
+TAKES_SCORED = Counter(
+    "tts_takes_scored", "Segment takes the take policy scored, by outcome (pass, below: under a threshold, "
+    "unscored: the scoring models could not run)", ["outcome"])
+TAKES_REROLLED = Counter(
+    "tts_takes_rerolled", "Segment takes the take policy generated again with a new seed (below a threshold)")
+TAKE_SCORE_SECONDS = Histogram(
+    "tts_take_score_seconds", "Seconds the take checker spent scoring one take (ASR, speaker embedding, signal "
+    "checks), off the engine's worker thread")
 REQUESTS_FINISHED = Counter(
     "tts_requests_finished", "Engine requests finished, by finish reason (done, refused, too_large, out_of_memory, "
     "cancelled, unavailable, error)", ["reason"])

@@ -229,7 +229,8 @@ def output_metadata(runtime: Runtime, request: SynthesisRequest, result: Synthes
                       "generate_s": round(s.generate_s, 4), "max_new_tokens": s.max_new_tokens,
                       "stop_reason": s.stop_reason.value, "speaker": s.speaker, "chapter": s.chapter,
                       "turns": [{"speaker": name, "text": text} for name, text in s.turns],
-                      "retaken_seeds": list(s.retaken_seeds)}
+                      "retaken_seeds": list(s.retaken_seeds),
+                      **({"takes": list(s.takes), "scores": s.scores, "rerolled": s.rerolled} if s.takes else {})}
                      for s in result.segments],
         "speakers": speakers_block,
         "post_processing": result.post_processing,

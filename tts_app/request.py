@@ -21,6 +21,8 @@ from tts_app.config import (DEFAULT_CHAPTER_PAUSE_MS, DEFAULT_REFERENCE_CLEANUP,
 from tts_app.errors import ConfigError
 from tts_app.finish import Finish, FinishReason
 from tts_app.frontend.messages import Notice, register
+from tts_app.quality.policy import (DEFAULT_TAKE_CHECK, DEFAULT_TAKE_MAX_ERROR_RATE, DEFAULT_TAKE_MAX_REROLLS,
+                                    DEFAULT_TAKE_MIN_SIMILARITY, MAX_TAKE_REROLLS, TAKE_CHECKS)
 
 # Upper bound of ``SynthesisParams.num_beams``: each beam is a row of the running batch (its own KV cache), so a
 # request with n beams costs n rows; 8 is far above what beam-searching TTS models use (IndexTTS 2: 3).
@@ -39,6 +41,12 @@ PARAM_EN: dict[str, str] = {
     "param_length_penalty": "length_penalty={value} must be a finite number",
     "param_max_segment_chars": "max_segment_chars={value} must be >= {minimum} (or 0: the model's own segment length)",
     "param_reference_cleanup": "reference_cleanup={value!r} is not one of {choices}",
+    "param_take_check": "take_check={value!r} is not one of {choices}",
+    "param_take_max_rerolls": "take_max_rerolls={value} must be a whole number in 0..{maximum}",
+    "param_take_max_error_rate": "take_max_error_rate={value} must be a number >= 0 (the CER / WER above which a take "
+                                 "is re-generated, e.g. 0.3)",
+    "param_take_min_similarity": "take_min_similarity={value} must be in [0, 1] (the speaker similarity below which "
+                                 "a take is re-generated, e.g. 0.7)",
     "param_pause": "pause_between_segments_ms={value} must be >= 0",
     "param_speed": "speed={value} is outside {low}-{high} (x the model's own pace); beyond that speech stops "
                    "sounding natural",
@@ -69,6 +77,10 @@ PARAM_ZH: dict[str, str] = {
     "param_length_penalty": "length_penalty={value} 必须是有限的数",
     "param_max_segment_chars": "max_segment_chars={value} 必须 >= {minimum}（或 0：使用模型自己的分段长度）",
     "param_reference_cleanup": "reference_cleanup={value!r} 不是以下之一：{choices}",
+    "param_take_check": "take_check={value!r} 不是以下之一：{choices}",
+    "param_take_max_rerolls": "take_max_rerolls={value} 必须是 0..{maximum} 之间的整数",
+    "param_take_max_error_rate": "take_max_error_rate={value} 必须是 >= 0 的数（CER / WER 高于它的音频会重新生成，例如 0.3）",
+    "param_take_min_similarity": "take_min_similarity={value} 必须在 [0, 1] 之间（说话人相似度低于它的音频会重新生成，例如 0.7）",
     "param_pause": "pause_between_segments_ms={value} 必须 >= 0",
     "param_speed": "speed={value} 超出 {low}-{high}（相对模型原速的倍数）；超出后语音不再自然",
     "param_duration": "duration_s={value} 必须大于 0 秒",
@@ -88,6 +100,10 @@ PARAM_ZH: dict[str, str] = {
     "param_emo_text": "情感文本只在从文本判断情感时使用；请设置 from_text，或删去该文本",
 }
 register(__name__, PARAM_EN, PARAM_ZH)
+
+def _finite_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
 
 class RequestStatus(str, enum.Enum):
     """How a request ended (coarse; ``SynthesisResult.finish`` says why)."""
@@ -167,6 +183,15 @@ class SynthesisParams:
             carried (``tts_app.engine.input.InputProcessor.context_window``). Ignored, with a warning, by a family
             without such a mechanism and by a dialogue. False (the default) = every segment generated on its own, as
             before.
+        take_check: the take policy (``tts_app.quality.policy``), one of ``TAKE_CHECKS``: "off" (no scoring);
+            "score" (every segment's take scored off the engine's worker thread, the scores recorded); "reroll"
+            (scored, and a segment below a threshold generated again with a new seed, up to ``take_max_rerolls``
+            times, the best take kept; sampled decoding only, a greedy take is the same with any seed; a stream
+            then sends only the final audio, ``needs_whole_clip``).
+        take_max_rerolls: most re-generations of one segment under "reroll", in 0..MAX_TAKE_REROLLS.
+        take_max_error_rate: a take whose ASR CER (Chinese) / WER (other) is above this is below threshold.
+        take_min_similarity: a take whose speaker similarity to the reference is below this is below threshold
+            (Resemblyzer cosine, in [0, 1]).
 
     Tempo, loudness and chapter pauses act after generation: they never change which segments share a batch.
     """
@@ -190,15 +215,20 @@ class SynthesisParams:
     chapter_pause_ms: int = DEFAULT_CHAPTER_PAUSE_MS
     segment_durations_s: tuple[float, ...] | None = None
     segment_context: bool = False
+    take_check: str = DEFAULT_TAKE_CHECK
+    take_max_rerolls: int = DEFAULT_TAKE_MAX_REROLLS
+    take_max_error_rate: float = DEFAULT_TAKE_MAX_ERROR_RATE
+    take_min_similarity: float = DEFAULT_TAKE_MIN_SIMILARITY
 
     @property
     def needs_whole_clip(self) -> bool:
         """True when the request's post-processing changes audio after decoding (a tempo other than 1, a target
         duration, loudness normalisation: ``tts_app.audio.effects.apply_request_effects`` on the whole joined clip;
-        per-line target durations, each segment stretched once complete): such a request streams no partial audio,
-        only its final audio once done (``tts_app.engine.streaming``)."""
+        per-line target durations, each segment stretched once complete), or a segment's take may be replaced by a
+        re-roll (``take_check`` "reroll"): such a request streams no partial audio, only its final audio once done
+        (``tts_app.engine.streaming``)."""
         return (self.speed is not None and self.speed != 1.0) or self.duration_s is not None \
-            or self.loudness_lufs is not None or self.segment_durations_s is not None
+            or self.loudness_lufs is not None or self.segment_durations_s is not None or self.take_check == "reroll"
 
     def __post_init__(self) -> None:
         if self.segment_durations_s is not None:
@@ -227,6 +257,15 @@ class SynthesisParams:
              "param_max_segment_chars", dict(value=self.max_segment_chars, minimum=MIN_MAX_SEGMENT_CHARS)),
             ("reference_cleanup", self.reference_cleanup in REFERENCE_CLEANUPS, "param_reference_cleanup",
              dict(value=self.reference_cleanup, choices=", ".join(REFERENCE_CLEANUPS))),
+            ("take_check", self.take_check in TAKE_CHECKS, "param_take_check",
+             dict(value=self.take_check, choices=", ".join(TAKE_CHECKS))),
+            ("take_max_rerolls", isinstance(self.take_max_rerolls, numbers.Integral)
+             and not isinstance(self.take_max_rerolls, bool) and 0 <= self.take_max_rerolls <= MAX_TAKE_REROLLS,
+             "param_take_max_rerolls", dict(value=self.take_max_rerolls, maximum=MAX_TAKE_REROLLS)),
+            ("take_max_error_rate", _finite_number(self.take_max_error_rate) and self.take_max_error_rate >= 0,
+             "param_take_max_error_rate", dict(value=self.take_max_error_rate)),
+            ("take_min_similarity", _finite_number(self.take_min_similarity) and 0 <= self.take_min_similarity <= 1,
+             "param_take_min_similarity", dict(value=self.take_min_similarity)),
             ("pause_between_segments_ms", self.pause_between_segments_ms >= 0, "param_pause",
              dict(value=self.pause_between_segments_ms)),
             ("speed", speed is None or MIN_SPEED <= speed <= MAX_SPEED, "param_speed",
@@ -496,6 +535,12 @@ class SegmentTiming:
             ``text`` is then their texts joined by newlines. Empty for any other segment.
         retaken_seeds: seeds of earlier takes that ended speech at once and were taken again with another seed
             (``tts_app.engine.core.EngineCore._retake_empty``), in order; empty for most segments.
+        takes: with a take policy (``SynthesisParams.take_check`` not "off"), every scored take of the segment in
+            the order it was made: ``{"seed", "scores"`` (``TakeScores.to_dict``), ``"problems"`` (the thresholds
+            it missed, ``tts_app.quality.policy.PROBLEMS``), ``"kept"}``; empty without one.
+        scores: the kept take's scores with its ``problems`` (None without a take policy); ``problems`` non-empty
+            = below threshold even after the re-rolls: a line that needs listening.
+        rerolled: how many times the take policy generated the segment again (``len(takes) - 1``).
     """
 
     index: int
@@ -512,6 +557,14 @@ class SegmentTiming:
     chapter: int = 0
     turns: tuple[tuple[str, str], ...] = ()
     retaken_seeds: tuple[int, ...] = ()
+    takes: tuple[dict, ...] = ()
+    scores: dict | None = None
+    rerolled: int = 0
+
+    @property
+    def needs_listening(self) -> bool:
+        """The take policy left this segment below a threshold (or could not score it)."""
+        return bool(self.scores and self.scores.get("problems"))
 
     @property
     def hit_max_new_tokens(self) -> bool:

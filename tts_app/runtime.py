@@ -162,11 +162,14 @@ class Runtime:
 
     @classmethod
     def from_adapter(cls, adapter, model_id: str, engine_config: EngineConfig = EngineConfig(),
-                     reference_config: ReferenceConfig = ReferenceConfig(), *, memory_probe=None) -> "Runtime":
-        """A runtime around an already loaded adapter (tests and benches build fakes or tiny models this way)."""
+                     reference_config: ReferenceConfig = ReferenceConfig(), *, memory_probe=None,
+                     take_scorer=None) -> "Runtime":
+        """A runtime around an already loaded adapter (tests and benches build fakes or tiny models this way).
+        ``take_scorer``: the engine's take scorer (``EngineCore``; None = built from ``engine_config.quality_asr``
+        on first use)."""
         from tts_app.engine import Engine
 
-        engine = Engine(adapter, engine_config, memory_probe).start()
+        engine = Engine(adapter, engine_config, memory_probe, take_scorer=take_scorer).start()
         info = ModelInfo(model_id, family=adapter.facts.family, device=engine.device, dtype=adapter.dtype,
                          num_parameters=adapter.facts.num_parameters)
         return cls(engine, ReferencePreparer(engine.sampling_rate, reference_config), info)

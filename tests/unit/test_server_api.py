@@ -511,3 +511,26 @@ def test_segment_context_is_an_extension_field(host, tmp_path):
     finally:
         runtime.close()
     assert seen == [True, False]
+def test_the_take_policy_is_an_extension_field_with_its_scores_in_a_header(tmp_path, data_dir):
+    """Issue 29: ``take_check`` and its thresholds reach the request; a bad value is a 400 naming the field; the
+    kept takes' scores come back in ``X-TTS-Take-Scores`` (one entry per segment)."""
+    import json
+
+    from tests.unit.test_engine_takes import FakeScorer
+
+    runtime = Runtime.from_adapter(FakeAdapter(), "fake", EngineConfig(wait_window_ms=0), take_scorer=FakeScorer())
+    try:
+        host = Host(runtime=runtime, voices=VoiceLibrary(tmp_path / "voices"), output_root=tmp_path / "out")
+        client = client_for(host, rate_limit_per_min=0)
+        for body, param in (({"take_check": "maybe"}, "take_check"), ({"take_max_rerolls": 99}, "take_max_rerolls"),
+                            ({"take_min_similarity": 2}, "take_min_similarity")):
+            response = speech(client, **body)
+            assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+        plain = speech(client)
+        assert plain.status_code == 200 and "x-tts-take-scores" not in plain.headers
+        checked = speech(client, take_check="score", take_max_error_rate=0.5)
+        assert checked.status_code == 200, checked.text
+        scores = json.loads(checked.headers["x-tts-take-scores"])
+        assert scores == [{"error_rate": 0.05, "similarity": 0.9, "problems": [], "rerolled": 0}]
+    finally:
+        runtime.close()

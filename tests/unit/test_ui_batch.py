@@ -182,3 +182,36 @@ def test_the_batch_tabs_output_format_applies_to_lines_without_their_own(tmp_pat
                                        audio_format="aac", request=request)
     finally:
         ctx.close()
+
+
+def test_a_job_with_a_take_check_shows_quality_and_filters_lines_that_need_listening(tmp_path, data_dir):
+    """The Batch tab's take-check setting reaches every line; the quality column shows each line's verdict and the
+    "needs listening" filter keeps the lines a take policy left below a threshold (here: a scorer that fails the
+    line whose text says so)."""
+    from tests.unit.test_engine_takes import FakeScorer
+    from tts_app.quality.scorer import TakeScores
+
+    class TextScorer(FakeScorer):
+        def score(self, samples, sampling_rate, text, **kwargs):
+            scores = super().score(samples, sampling_rate, text, **kwargs)
+            return TakeScores(**{**scores.__dict__, "error_rate": 0.8 if "bad" in text else 0.05})
+
+    shutil.copy(data_dir / "en_female_1.wav", tmp_path / "v.wav")
+    with zipfile.ZipFile(tmp_path / "v.zip", "w") as zf:
+        zf.write(tmp_path / "v.wav", "v.wav")
+    rows = [{"input_text": "A good line.", "prompt_audio": "v.wav", "output_name": "a"},
+            {"input_text": "A bad line.", "prompt_audio": "v.wav", "output_name": "b"}]
+    (tmp_path / "job.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    runtime = Runtime.from_adapter(FakeAdapter(), "fake", EngineConfig(wait_window_ms=1), take_scorer=TextScorer())
+    try:
+        manager = JobManager(JobStore(tmp_path / "out"), runtime)
+        ctx = SimpleNamespace(jobs=manager, engine=runtime.engine, upload_config=UploadConfig())
+        settings = batch._settings(ctx, None, True, None, 0, "wav", "en", take_check="reroll")
+        state = manager.submit(tmp_path / "job.jsonl", audio_zip=tmp_path / "v.zip", settings=settings)
+        manager.wait(state.job_id, timeout_s=60)
+        table = batch.results_html(ctx, state.job_id, "all", "en")
+        assert "WER 0.05 · voice 0.90 · 0 re-roll(s)" in table and "needs listening: intelligibility" in table
+        listen = batch.results_html(ctx, state.job_id, "needs_listening", "zh")
+        assert listen.count("<tr>") == 2 and "需要试听" in listen and ">b<" in listen
+    finally:
+        runtime.close()

@@ -102,13 +102,16 @@ class Transcriber:
                 raise AsrUnavailableError(self._error) from exc
             return self._pipeline
 
-    def transcribe(self, samples: np.ndarray, sampling_rate: int, *, max_new_tokens: int = 128) -> str:
+    def transcribe(self, samples: np.ndarray, sampling_rate: int, *, max_new_tokens: int = 128,
+                   language: str | None = None) -> str:
         """The transcript of a clip (whitespace trimmed).
 
         Args:
             samples: float32 mono ``(num_samples,)``; resampled to 16 kHz (torchaudio) for Whisper.
             sampling_rate: Hz of ``samples``.
             max_new_tokens: cap on decoded tokens (a reference clip is at most ~15 s, well under it).
+            language: decode in this language ("zh", "en"; Whisper's ``generate(language=...)``) when the checkpoint
+                knows it; None = detect.
 
         Raises:
             AsrUnavailableError: transcription is off or the checkpoint cannot be loaded.
@@ -127,8 +130,12 @@ class Transcriber:
         if int(sampling_rate) != WHISPER_SAMPLING_RATE:
             audio = F.resample(audio, int(sampling_rate), WHISPER_SAMPLING_RATE)
         try:
-            out = asr({"raw": audio.numpy(), "sampling_rate": WHISPER_SAMPLING_RATE},
-                      generate_kwargs={"max_new_tokens": max_new_tokens})
+            generate_kwargs = {"max_new_tokens": max_new_tokens}
+            # only a multilingual checkpoint knows languages (an English-only one, *.en, has no lang_to_id)
+            lang_to_id = getattr(getattr(asr.model, "generation_config", None), "lang_to_id", None) or {}
+            if language is not None and f"<|{language}|>" in lang_to_id:
+                generate_kwargs["language"] = language
+            out = asr({"raw": audio.numpy(), "sampling_rate": WHISPER_SAMPLING_RATE}, generate_kwargs=generate_kwargs)
         except Exception:
             ASR_TRANSCRIPTIONS.labels(outcome="failed").inc()
             raise

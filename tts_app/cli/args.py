@@ -218,7 +218,7 @@ def device_arg(text: str) -> str:
 ENGINE_FLAGS: dict[str, str] = {
     "model_id": "--model", "device": "--device", "dtype": "--dtype", "max_batch_size": "--max-batch-size",
     "memory_budget_bytes": "--memory-budget", "simulate_oom_above_batch": "--simulate-oom-above-batch",
-    "simulate_step_delay_ms": "--simulate-step-delay-ms",
+    "simulate_step_delay_ms": "--simulate-step-delay-ms", "quality_asr": "--quality-asr",
 }
 
 
@@ -243,6 +243,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--simulate-step-delay-ms", type=float, default=None, metavar="MS",
                    help="testing aid: wait MS milliseconds before each decode step (watch streaming on a fast "
                         "machine; models with step-wise decoding only)")
+    g.add_argument("--quality-asr", default=None, metavar="BACKEND:ID_OR_DIR",
+                   help="speech recogniser that scores takes under --take-check: transformers:ID_OR_DIR (a Whisper "
+                        "checkpoint) or faster-whisper:ID_OR_DIR (CTranslate2 files, several times faster on a CPU) "
+                        f"(default {engine.quality_asr}; loaded on first use, on the model's device)")
 
 
 def _given(args: argparse.Namespace, names: dict[str, str]) -> dict:
@@ -276,7 +280,8 @@ def engine_args_from(args: argparse.Namespace, **engine_overrides) -> EngineArgs
         engine = EngineConfig(**{**_given(args, {"max_batch_size": "max_batch_size",
                                                  "memory_budget": "memory_budget_bytes",
                                                  "simulate_oom_above_batch": "simulate_oom_above_batch",
-                                                 "simulate_step_delay_ms": "simulate_step_delay_ms"}),
+                                                 "simulate_step_delay_ms": "simulate_step_delay_ms",
+                                                 "quality_asr": "quality_asr"}),
                                  **engine_overrides})
     except ConfigError as exc:
         raise _usage_error(exc, ENGINE_FLAGS) from None
@@ -368,6 +373,9 @@ GENERATION_FLAGS: dict[str, str] = {
     "speed": "--speed", "duration_s": "--duration-s", "loudness_lufs": "--loudness",
     "chapter_pause_ms": "--chapter-pause-ms", "segment_durations_s": "--segment-durations-s",
     "reference_cleanup": "--reference-cleanup", "segment_context": "--segment-context",
+    "take_check": "--take-check",
+    "take_max_rerolls": "--take-max-rerolls", "take_max_error_rate": "--take-max-error-rate",
+    "take_min_similarity": "--take-min-similarity",
 }
 
 
@@ -428,6 +436,22 @@ def add_generation_args(parser: argparse.ArgumentParser, title: str = "generatio
                    help="long text in one voice: each segment hears the earlier segments' text and audio as context "
                         "(CSM, Higgs Audio v2; the segments then run one after another; other models ignore it with "
                         "a warning)")
+    from tts_app.quality.policy import TAKE_CHECKS
+
+    g.add_argument("--take-check", choices=TAKE_CHECKS, default=None,
+                   help="check every segment's take (ASR CER/WER, speaker similarity, silence, clipping, length): "
+                        "score = record the scores; reroll = also generate a segment below a threshold again with "
+                        f"a new seed, keeping the best take; off = neither (default {defaults.take_check}; models: "
+                        "--quality-asr)")
+    g.add_argument("--take-max-rerolls", type=non_negative_int, default=None,
+                   help=f"most re-generations of one segment under --take-check reroll "
+                        f"(default {defaults.take_max_rerolls})")
+    g.add_argument("--take-max-error-rate", type=number, default=None,
+                   help=f"a take whose CER (Chinese) / WER is above this is below threshold "
+                        f"(default {defaults.take_max_error_rate})")
+    g.add_argument("--take-min-similarity", type=number, default=None,
+                   help=f"a take whose speaker similarity to the reference is below this is below threshold "
+                        f"(default {defaults.take_min_similarity})")
 
 
 def params_from_args(args: argparse.Namespace):

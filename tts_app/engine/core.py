@@ -61,7 +61,7 @@ from tts_app.adapters.base import DecodeBatch, ModelFacts, PrefixCache, TTSAdapt
 from tts_app.config import EngineConfig
 from tts_app.errors import InputError
 from tts_app.finish import Finish
-from tts_app.metrics import BATCH_SIZE, QUEUE_WAIT
+from tts_app.metrics import BATCH_SIZE, QUEUE_WAIT, TAKE_SCORE_SECONDS, TAKES_REROLLED, TAKES_SCORED
 from tts_app.engine.memory import (
     MemoryEstimator,
     MemoryProbe,
@@ -72,6 +72,7 @@ from tts_app.engine.memory import (
 from tts_app.engine.scheduler import BatchCap, Outcome, OutcomeKind, Phase, Scheduler, SegmentWork, Update
 from tts_app.engine.executor import Executor
 from tts_app.engine.state import RequestState
+from tts_app.engine.takes import Take, TakeChecker
 from tts_app.engine.handle import ProgressEvent
 from tts_app.engine.input import InputProcessor
 from tts_app.engine.input import check_emotion_support  # noqa: F401 (its home before; tts_app.jobs.runner)
@@ -112,14 +113,20 @@ class EngineCore:
             (``Scheduler``'s ``fair``); False = oldest segment first (for comparisons).
         zero_gpu: how a batch's device work is sized into ``spaces.GPU`` calls on a ZeroGPU Space
             (``tts_app.zerogpu``); used only there (``SPACES_ZERO_GPU``), a no-op elsewhere.
+        take_scorer: the ``tts_app.quality.scorer.TakeScorer`` that scores takes under a take policy
+            (``SynthesisParams.take_check``); None = built on first use from ``config.quality_asr`` and Resemblyzer,
+            on the adapter's device (``tts_app.engine.takes``).
     """
 
     def __init__(self, adapter: TTSAdapter, config: EngineConfig | None = None,
                  memory_probe: MemoryProbe | None = None, *, bucketing: bool = True, continuous: bool | None = None,
-                 preempt: bool = True, fair: bool = True, zero_gpu: ZeroGPUConfig = ZeroGPUConfig()):
+                 preempt: bool = True, fair: bool = True, zero_gpu: ZeroGPUConfig = ZeroGPUConfig(),
+                 take_scorer=None):
         self.adapter = adapter
         self.config = config = config or EngineConfig()  # EngineConfig checks its own values
         self.device = str(adapter.device)
+        # scores takes under a take policy, on its own thread (its models count in the budget: ``_measure_budget``)
+        self.takes = TakeChecker((lambda: take_scorer) if take_scorer is not None else self._build_take_scorer)
         self.probe = memory_probe if memory_probe is not None else probe_for_device(self.device)
         self.estimator = MemoryEstimator(
             kv_bytes_per_position=adapter.facts.kv_bytes_per_position,
@@ -197,9 +204,24 @@ class EngineCore:
 
     # -- estimates -----------------------------------------------------------------------------------------------
     def _measure_budget(self) -> int | None:
-        return memory_budget_bytes(self.probe, memory_budget_bytes=self.config.memory_budget_bytes,
-                                   memory_utilization=self.config.memory_utilization,
-                                   safety_margin_bytes=self.config.safety_margin_bytes)
+        """The memory budget for rows. An explicit budget (``--memory-budget``) is shared with the take checker's
+        models once they loaded (their bytes are taken off it); a budget measured from free device memory already
+        leaves them out."""
+        budget = memory_budget_bytes(self.probe, memory_budget_bytes=self.config.memory_budget_bytes,
+                                     memory_utilization=self.config.memory_utilization,
+                                     safety_margin_bytes=self.config.safety_margin_bytes)
+        if budget is not None and self.config.memory_budget_bytes is not None:
+            budget = max(0, budget - self.takes.num_bytes())
+        return budget
+
+    def _build_take_scorer(self):
+        """The default take scorer (``config.quality_asr`` + Resemblyzer, on the adapter's device)."""
+        from tts_app.quality.asr import asr_backend
+        from tts_app.quality.scorer import TakeScorer
+        from tts_app.quality.speaker import SpeakerEncoder
+
+        device = self.device if self.device.startswith("cuda") else "cpu"
+        return TakeScorer(asr_backend(self.config.quality_asr, device), SpeakerEncoder(device))
 
     def _cache_bytes(self) -> int:
         """Bytes of the memory budget the prefix cache holds (it is evictable: the scheduler admits rows against
@@ -359,6 +381,8 @@ class EngineCore:
             if self._retake_empty(state, work, reason):
                 continue
             seconds = (generate_s or {}).get(id(work), now - state.segments[work.index].started_s)
+            if self._check_take(state, work, reason, batch_size, seconds):
+                continue
             if state.finish_segment(work.index, reason, batch_size, seconds):
                 self._num_segments_done += 1
                 touched[work.request_id] = state
@@ -397,14 +421,117 @@ class EngineCore:
         if (reason is not StopReason.END_OF_SPEECH or segment.partial or segment.wave is not None
                 or state.params.greedy is not False or len(segment.retaken_seeds) >= MAX_EMPTY_RETAKES):
             return False
-        retake = dataclasses.replace(work, seed=work.seed + RETAKE_SEED_STRIDE, steps_done=0, admitted=-1,
-                                     num_restarts=0, isolate=False)
         segment.retaken_seeds.append(work.seed)
-        segment.work = retake
-        self.scheduler.requeue([retake])
+        retake = self._take_again(state, work)
         logger.info("request %s: segment %d ended speech at once with seed %d; taken again with seed %d",
                     work.request_id, work.index + 1, work.seed, retake.seed)
         return True
+
+    def _take_again(self, state: RequestState, work: SegmentWork) -> SegmentWork:
+        """Generate segment ``work`` again with the next take's seed (``seed + RETAKE_SEED_STRIDE``): the one retake
+        mechanism, for an empty take (``_retake_empty``) and a take below the take policy's thresholds
+        (``_take_scored``). Lock held. Returns the new work, queued."""
+        retake = dataclasses.replace(work, seed=work.seed + RETAKE_SEED_STRIDE, steps_done=0, admitted=-1,
+                                     num_restarts=0, isolate=False)
+        state.segments[work.index].work = retake
+        self.scheduler.requeue([retake])
+        self._cv.notify_all()
+        return retake
+
+    # -- the take policy (``SynthesisParams.take_check``; ``tts_app.engine.takes``) -------------------------------
+    def _check_take(self, state: RequestState, work: SegmentWork, reason: StopReason, batch_size: int,
+                    generate_s: float) -> bool:
+        """A segment's take ended under a take policy: hold it aside and post it to the take checker (lock held);
+        True when it went there (the segment finishes when its verdict comes back, ``_take_scored``)."""
+        params = state.params
+        segment = state.segments[work.index]
+        if params.take_check == "off" or segment.wave is not None:
+            return False
+        take = Take(seed=work.seed, wave=state.hold_take(work.index), stop_reason=reason, batch_size=batch_size,
+                    generate_s=generate_s)
+        reference = self._take_reference(state, segment)
+        text = segment.source_text
+        self.takes.post(lambda: self._score_take(state, work, take, text, reference))
+        return True
+
+    @staticmethod
+    def _take_reference(state: RequestState, segment) -> tuple | None:
+        """(samples, sampling rate, cache key) of the voice a segment's take should have: the request's reference,
+        or its dialogue speaker's; None when it has none or holds several speakers' turns."""
+        request = state.request
+        if request.speakers:
+            part = state.parts[segment.part]
+            if part.speaker is None or len({piece.speaker for piece in segment.turns}) > 1:
+                return None
+            ref = request.speakers[part.speaker].reference_audio
+        else:
+            ref = request.reference_audio
+        return None if ref is None else (ref.samples, ref.sampling_rate, ref.key)
+
+    def _score_take(self, state: RequestState, work: SegmentWork, take: Take, text: str, reference) -> None:
+        """On the take checker's thread: score ``take``, then hand the verdict to ``_take_scored``."""
+        from tts_app.quality.policy import take_problems
+        from tts_app.quality.scorer import TakeScores
+        from tts_app.quality.signal import check_signal
+
+        if state.finished:  # cancelled or failed while it waited: nothing to score for
+            return
+        params = state.params
+        try:
+            scorer = self.takes.scorer
+            scores = scorer.score(take.wave, self.sampling_rate, text,
+                                  reference=None if reference is None else reference[:2],
+                                  reference_key=reference[2] if reference is not None else "",
+                                  truncated=take.stop_reason is StopReason.MAX_NEW_TOKENS)
+        except Exception as exc:  # noqa: BLE001 - a scoring failure never fails the request: the take is kept
+            logger.exception("request %s: scoring segment %d failed", work.request_id, work.index + 1)
+            scores = TakeScores(None, None, None, None, check_signal(take.wave, self.sampling_rate, text),
+                                error=f"{type(exc).__name__}: {exc}")
+        take.scores = scores
+        take.problems = take_problems(scores, max_error_rate=params.take_max_error_rate,
+                                      min_similarity=params.take_min_similarity)
+        TAKE_SCORE_SECONDS.observe(scores.score_s)
+        TAKES_SCORED.labels(outcome="unscored" if scores.error is not None else
+                            "below" if take.problems else "pass").inc()
+        self._take_scored(state, work, take)
+
+    def _take_scored(self, state: RequestState, work: SegmentWork, take: Take) -> None:
+        """A take's verdict (the take checker's thread; takes the engine lock): below a threshold under "reroll"
+        with re-rolls left, sampled (a greedy take is the same with any seed), and none of it streamed yet (a live
+        stream sent it already): generate the segment again with the next
+        seed; else keep the best of its takes (``tts_app.quality.policy.best_take``) and finish the segment."""
+        from tts_app.quality.policy import best_take
+
+        resolved: list = []
+        events: list = []
+        with self._cv:
+            if state.finished or self._stopping:
+                return
+            params = state.params
+            segment = state.segments[work.index]
+            segment.takes.append(take)
+            reroll = (take.problems and take.problems != ("unscored",) and params.take_check == "reroll"
+                      and len(segment.takes) <= params.take_max_rerolls
+                      and params.greedy is False  # greedy decoding: another seed gives the same take
+                      and (state.audio_stream is None or not state.audio_stream.live))  # none of it sent yet
+            if reroll:
+                retake = self._take_again(state, work)
+                TAKES_REROLLED.inc()
+                logger.info("request %s: segment %d below threshold with seed %d (%s); taken again with seed %d",
+                            work.request_id, work.index + 1, take.seed, ", ".join(take.problems), retake.seed)
+                return
+            kept = segment.takes[best_take([(t.scores, t.problems) for t in segment.takes])]
+            state.keep_take(work.index, kept.wave)
+            segment.work = dataclasses.replace(segment.work, seed=kept.seed)
+            if state.finish_segment(work.index, kept.stop_reason, kept.batch_size, kept.generate_s):
+                self._num_segments_done += 1
+                if state.on_progress is not None:
+                    events.append((state.on_progress, ProgressEvent(state.request.request_id, state.num_done,
+                                                                    state.num_segments, kept.batch_size)))
+                if state.num_done == state.num_segments:
+                    self._finish_locked(state, RequestStatus.DONE, None, resolved)
+            self._cv.notify_all()
+        self._deliver(resolved, events)
 
     def _restart_preempted(self, preempted: list[SegmentWork]) -> None:
         """Running rows the scheduler took out for a more urgent segment or a fair share (``Scheduler`` rules d, e;

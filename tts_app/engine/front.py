@@ -83,6 +83,7 @@ class Engine(EngineCore):
             thread.join()
         if thread is None or wait:
             self._cancel_all(Finish.shut_down())
+            self.takes.shutdown(wait=wait)  # a take still being scored finds its request cancelled
             if thread is not threading.current_thread():
                 self._output.join()  # every result resolved, every stream ended (at once from an output callback)
             _LIVE_ENGINES.discard(self)

@@ -21,6 +21,8 @@ ENGINE_EN: dict[str, str] = {
                              "duration each, or raise max_segment_chars",
     "eng_retaken": "segment {segment}: the model ended speech at once with seed {seeds}; it was generated again "
                    "with seed {seed}",
+    "eng_take_below": "segment {segment} ({text!r}) is still below the quality thresholds after {num_takes} take(s) "
+                      "({problems}); listen to it, or run it again with another seed",
     "eng_emotion_unsupported": "emotion control (emotion clip, emotion vector, emotion from text) needs a model that "
                                "has it, such as IndexTTS 2; the loaded model ({name}) has none: remove the emotion "
                                "settings",
@@ -47,6 +49,7 @@ ENGINE_ZH: dict[str, str] = {
     "eng_line_target_split": "第 {line} 行（{text!r}）有目标时长，但会被分成 {num_segments} 段（超过 {max_chars} 个字符）；"
                              "请缩短它、拆成每行一个时长，或调大 max_segment_chars",
     "eng_retaken": "第 {segment} 段：模型在种子 {seeds} 下立即结束了语音，已改用种子 {seed} 重新生成",
+    "eng_take_below": "第 {segment} 段（{text!r}）生成 {num_takes} 次后仍低于质量阈值（{problems}）；请试听，或换个种子重新生成",
     "eng_emotion_unsupported": "情感控制（情感参考音频、情感向量、从文本读取情感）需要支持它的模型，例如 IndexTTS 2；"
                                "当前加载的模型（{name}）不支持：请去掉情感设置",
     "eng_emotion_text_unsupported": "这个 {name} 检查点没有可从文本读取情感的情感模型；请改为给出情感向量或情感参考音频",

@@ -180,6 +180,17 @@ def cap_warning(index: int, text: str, audio_s: float, max_new_tokens: int) -> s
             f"{max_new_tokens}) and was cut off; shorten it (max_segment_chars) or raise max_new_tokens")
 
 
+def take_records(segment) -> dict:
+    """``SegmentTiming``'s take fields of a segment the take policy scored (``takes``, ``scores``, ``rerolled``);
+    {} for one it did not."""
+    if not segment.takes:
+        return {}
+    kept = next((t for t in segment.takes if t.seed == segment.seed), segment.takes[-1])
+    records = tuple(t.record(kept=t is kept) for t in segment.takes)
+    scores = dict(kept.scores.to_dict(), problems=list(kept.problems)) if kept.scores is not None else None
+    return {"takes": records, "scores": scores, "rerolled": len(segment.takes) - 1}
+
+
 def assemble_result(state: "RequestState", sampling_rate: int, frames_per_second: float,
                     failed_result: Callable[..., SynthesisResult]) -> SynthesisResult:
     """The DONE result of a request whose segments are all made: segments joined with their pauses, then the
@@ -226,7 +237,7 @@ def assemble_result(state: "RequestState", sampling_rate: int, frames_per_second
             index=i, text=segment.source_text, start_s=a, end_s=b, batch_size=segment.batch_size,
             generate_s=segment.generate_s, seed=segment.seed, model_text=segment.text, stop_reason=segment.stop_reason,
             max_new_tokens=max_new_tokens, chapter=part.chapter, speaker=speaker, turns=turns,
-            retaken_seeds=tuple(segment.retaken_seeds)))
+            retaken_seeds=tuple(segment.retaken_seeds), **take_records(segment)))
     chapters = []
     if len({t.chapter for t in timings}) > 1:
         for chapter in sorted({t.chapter for t in timings}):
@@ -239,6 +250,10 @@ def assemble_result(state: "RequestState", sampling_rate: int, frames_per_second
         if segment.retaken_seeds and waves[i].size:
             warnings.append(Notice("eng_retaken", segment=i + 1, seeds=", ".join(map(str, segment.retaken_seeds)),
                                    seed=segment.seed))
+    for i, timing in enumerate(timings):
+        if timing.needs_listening:
+            warnings.append(Notice("eng_take_below", segment=i + 1, text=timing.text[:40], num_takes=len(timing.takes),
+                                   problems=", ".join(timing.scores["problems"])))
     for i, wave in enumerate(waves):
         if segments[i].stop_reason is StopReason.MAX_NEW_TOKENS:
             audio_s = wave.size / sampling_rate if wave.size else max_new_tokens / frames_per_second

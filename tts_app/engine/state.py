@@ -52,6 +52,7 @@ class SegmentState:
         context_tokens: what its finished row handed back as segment context (``RowStep.context``), or None.
         context_from: with segment context, the index of the oldest earlier segment its row hears (it hears
             segments ``context_from .. index - 1``; ``InputProcessor.context_window``); None = none.
+        takes: the take policy's scored takes of it, in order (``tts_app.engine.takes.Take``); empty without one.
     """
 
     work: SegmentWork
@@ -70,6 +71,7 @@ class SegmentState:
     retaken_seeds: list[int] = field(default_factory=list)
     context_tokens: Any = None
     context_from: int | None = None
+    takes: list = field(default_factory=list)
 
     @property
     def seed(self) -> int:
@@ -175,6 +177,22 @@ class RequestState:
         segment.skip_samples = emitted
         if self.audio_stream is not None:
             self.audio_stream.restart(index)
+
+    def hold_take(self, index: int) -> np.ndarray:
+        """Segment ``index``'s take ended and goes to the take checker: its audio so far, taken out of the
+        segment and of the request's audio total until a take is kept (``keep_take``)."""
+        segment = self.segments[index]
+        wave = np.concatenate(segment.partial) if segment.partial else np.zeros(0, dtype=np.float32)
+        segment.partial = []
+        self.num_audio_samples -= wave.size
+        return wave
+
+    def keep_take(self, index: int, wave: np.ndarray) -> None:
+        """The take checker kept ``wave`` for segment ``index``: it becomes the segment's audio so far (then
+        ``finish_segment``)."""
+        segment = self.segments[index]
+        segment.partial = [wave] if wave.size else []
+        self.num_audio_samples += wave.size
 
     def finish_segment(self, index: int, reason: StopReason, batch_size: int, generate_s: float) -> bool:
         """Segment ``index`` ended: its audio so far becomes its waveform. Returns False when it had already

@@ -238,7 +238,8 @@ class JobManager:
                                      use_cache=bool(settings.get("use_cache", True)),
                                      num_beams=settings.get("num_beams"), length_penalty=settings.get("length_penalty"),
                                      segment_context=bool(settings.get("segment_context")),
-                                     **({"reference_cleanup": cleanup} if cleanup else {}))
+                                     **({"reference_cleanup": cleanup} if cleanup else {}),
+                                     **({"take_check": settings["take_check"]} if settings.get("take_check") else {}))
             executor = None
             if self.pool is not None:
                 from tts_app.jobs.cluster import RayExecutor

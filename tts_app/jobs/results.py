@@ -22,7 +22,8 @@ that ran the line: the id a failure's traceback is logged under and its sidecar'
 that never reached the engine: invalid, cancelled before it started, or on a Ray worker that stopped before
 answering), ``finish_reason`` (why the line ended, ``tts_app.finish.FinishReason``'s value: "done", "refused" for
 a line the user must fix, "too_large", "out_of_memory", "cancelled", "unavailable", "error" for a bug; the status
-says what was written, the reason says who can fix it). ``error`` and ``warnings`` are English; when they come from the message tables the record also has
+says what was written, the reason says who can fix it). A line run with a take policy (``take_check``) also has
+``takes``, ``scores``, ``rerolled`` and ``needs_listening`` (``take_fields``). ``error`` and ``warnings`` are English; when they come from the message tables the record also has
 ``error_i18n`` / ``warnings_i18n`` (``{"code", "params"}`` per message, null for a plain one), from which the page
 and the CLI render them in their user's language (``tts_app.frontend.messages.localize_record``).
 """
@@ -50,9 +51,10 @@ def line_record(line: int, output_name: str | None, status: str, *, error: str |
                 audio_path: str | None = None, metadata_path: str | None = None, duration_s: float | None = None,
                 num_segments: int | None = None, elapsed_s: float = 0.0,
                 warnings: list[str] | tuple[str, ...] = (), request_id: str | None = None,
-                finish_reason: str | None = None) -> dict[str, Any]:
+                finish_reason: str | None = None, quality: dict[str, Any] | None = None) -> dict[str, Any]:
     """One ``results.jsonl`` record (see the module docstring for the fields). ``finish_reason`` None: "done" for
-    an ok line, "cancelled" for a cancelled one, "error" for a failed one.
+    an ok line, "cancelled" for a cancelled one, "error" for a failed one. ``quality``: an ok line's take-policy
+    fields (``take_fields``), added as they are.
 
     Raises:
         ValueError: ``status`` is not one of ``STATUSES``, or a path is not a plain file name.
@@ -67,12 +69,29 @@ def line_record(line: int, output_name: str | None, status: str, *, error: str |
               "num_segments": num_segments, "elapsed_s": round(float(elapsed_s), 3), "warnings": list(warnings),
               "request_id": request_id,
               "finish_reason": finish_reason or {"ok": "done", "cancelled": "cancelled"}.get(status, "error")}
+    record.update(quality or {})
     # Twins of the messages, for a door that shows them in another language (``localize_record``).
     if isinstance(error, Notice):
         record["error_i18n"] = error.to_json()
     if any(isinstance(w, Notice) for w in warnings):
         record["warnings_i18n"] = [to_json(w) for w in warnings]
     return record
+
+
+def take_fields(segments) -> dict[str, Any]:
+    """The take-policy fields of an ok line whose request had one (``SynthesisParams.take_check``; {} otherwise):
+    ``takes`` (per segment, every take made: seed, scores, problems, kept), ``scores`` (per segment, the kept
+    take's scores and the thresholds it still misses), ``rerolled`` (re-generations over all its segments) and
+    ``needs_listening`` (a segment is still below a threshold: the Batch tab's filter).
+
+    Args:
+        segments: the result's ``SegmentTiming`` list.
+    """
+    if not any(s.takes for s in segments):
+        return {}
+    return {"takes": [list(s.takes) for s in segments], "scores": [s.scores for s in segments],
+            "rerolled": sum(s.rerolled for s in segments),
+            "needs_listening": any(s.needs_listening for s in segments)}
 
 
 def _dumps(record: dict) -> str:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from tts_app.errors import InputError, TTSAppError
 from tts_app.jobs.messages import Notice
 from tts_app.jobs.results import (ResultsWriter, audio_decodes, line_record,
-                                  make_results_zip, read_results, remove_stale_temp_files, resumable)
+                                  make_results_zip, read_results, remove_stale_temp_files, resumable, take_fields)
 from tts_app.jobs.executor import AsrSetting, JobContext, LineExecutor, LineOutcome, LocalExecutor
 from tts_app.jobs.safety import AudioSources, extract_audio_zip, zip_audio_members
 from tts_app.jobs.schema import (InvalidLine, JobConfig, JobLine, ValidationReport, check_default_voice, iter_job,
@@ -259,11 +259,11 @@ class _JobRun:
                audio_path: str | None = None, metadata_path: str | None = None, duration_s: float | None = None,
                num_segments: int | None = None, elapsed_s: float = 0.0,
                warnings: list[str] | tuple[str, ...] = (), request_id: str | None = None,
-               finish_reason: str | None = None) -> None:
+               finish_reason: str | None = None, quality: dict | None = None) -> None:
         self.writer.put(line_record(line, output_name, status, error=error, audio_path=audio_path,
                                     metadata_path=metadata_path, duration_s=duration_s, num_segments=num_segments,
                                     elapsed_s=elapsed_s, warnings=warnings, request_id=request_id,
-                                    finish_reason=finish_reason))
+                                    finish_reason=finish_reason, quality=quality))
         if status == "ok":
             self.summary.num_ok += 1
         elif status == "failed":
@@ -308,7 +308,7 @@ class _JobRun:
         self.record(outcome.line_number, outcome.output_name, "ok", audio_path=files.audio.name,
                     metadata_path=files.metadata.name, duration_s=round(result.duration_s, 3),
                     num_segments=len(result.segments), elapsed_s=outcome.elapsed_s, warnings=outcome.warnings,
-                    request_id=outcome.request_id)
+                    request_id=outcome.request_id, quality=take_fields(result.segments))
         from tts_app import metrics
 
         # a line's audio is first available when its file is written: its time to first audio is its wall time

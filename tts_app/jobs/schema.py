@@ -28,6 +28,9 @@ field               alias                  meaning
 ``segment_durations_s`` (a list: seconds per line of the text, for dubbing) ``reference_cleanup`` (``auto``,
 ``full`` or ``off``: what is done to the line's reference audio; a saved voice is
 cleaned as it was saved unless the line gives one) ``segment_context`` (true: each segment hears the earlier ones)
+``take_check`` (``off``, ``score`` or ``reroll``: score each
+segment's take, and generate one below the thresholds again) ``take_max_rerolls`` ``take_max_error_rate``
+``take_min_similarity``
                                            per-line ``SynthesisParams`` overrides (optional)
 ``emo_audio_prompt`` ``emo_audio``         emotion clip (a path, resolved like ``prompt_audio``), IndexTTS 2 only
 ``emo_vector``                             8 emotion weights in [0, 1]: a list in the order happy, angry, sad,
@@ -152,6 +155,11 @@ PARAM_TYPES: dict[str, type] = {
     "segment_durations_s": list,  # of numbers: seconds per line of the text
     "reference_cleanup": str,  # "auto" / "full" / "off" (tts_app.config.REFERENCE_CLEANUPS)
     "segment_context": bool,  # long text in one voice (CSM, Higgs Audio v2; others warn)
+    # the take policy (tts_app.quality.policy): "off" / "score" / "reroll" and its thresholds
+    "take_check": str,
+    "take_max_rerolls": int,
+    "take_max_error_rate": float,
+    "take_min_similarity": float,
 }
 
 #: fields that are neither aliased nor generation settings

@@ -111,6 +111,13 @@ class SpeechRequest(BaseModel):
     segment_context: bool | None = Field(None, description="ours: long text in one voice: each segment hears the "
                                                            "earlier segments as context (CSM, Higgs Audio v2; "
                                                            "ignored with a warning by other models)")
+    take_check: str | None = Field(None, description="ours: off, score or reroll: score each segment's take (ASR "
+                                                     "CER/WER, speaker similarity, signal checks) and, with reroll, "
+                                                     "generate one below a threshold again with a new seed (default "
+                                                     "off); the scores come back in X-TTS-Take-Scores")
+    take_max_rerolls: int | None = Field(None, description="ours: most re-generations of one segment (default 2)")
+    take_max_error_rate: float | None = Field(None, description="ours: CER/WER threshold of a take (default 0.3)")
+    take_min_similarity: float | None = Field(None, description="ours: speaker similarity threshold (default 0.7)")
 
     @property
     def wants_stream(self) -> bool:
@@ -118,6 +125,8 @@ class SpeechRequest(BaseModel):
         return self.stream if self.stream is not None else "stream_format" in self.model_fields_set
 
 
+#: the take policy's extension fields (``SynthesisParams``' names)
+TAKE_FIELDS = ("take_check", "take_max_rerolls", "take_max_error_rate", "take_min_similarity")
 #: ``SynthesisRequest`` fields -> the ``/v1/audio/speech`` parameter a client sends them as (``error.param``)
 API_PARAMS = {"text": "input", "reference_audio": "voice", "reference_text": "voice", "emotion": "instructions",
               "emotion_text": "instructions"}
@@ -410,6 +419,7 @@ class OpenAIRoutes:
             raise APIError(400, "stream_format 'sse' is not supported; leave it out (the audio comes as the "
                                 "response body)", code="unsupported_stream_format", param="stream_format")
         cleanup = {} if body.reference_cleanup is None else {"reference_cleanup": body.reference_cleanup}
+        cleanup.update({name: getattr(body, name) for name in TAKE_FIELDS if getattr(body, name) is not None})
         try:
             params = SynthesisParams(seed=0 if body.seed is None else int(body.seed),
                                      speed=None if body.speed == 1.0 else float(body.speed),
@@ -507,6 +517,11 @@ class OpenAIRoutes:
         metrics.observe_synthesis("api", wall_s=wall_s, audio_s=result.duration_s, first_audio_s=wall_s)
         headers.update({"X-Audio-Duration-S": f"{result.duration_s:.3f}",
                         "X-TTS-Warnings": warnings_header(warnings + list(result.warnings))})
+        if any(s.takes for s in result.segments):  # the take policy's verdict, per segment (compact JSON)
+            headers["X-TTS-Take-Scores"] = json.dumps(
+                [{"error_rate": (s.scores or {}).get("error_rate"), "similarity": (s.scores or {}).get("similarity"),
+                  "problems": (s.scores or {}).get("problems"), "rerolled": s.rerolled} for s in result.segments],
+                separators=(",", ":"))
         return Response(body_bytes, media_type=CONTENT_TYPES[fmt], headers=headers)
 
     async def _stream(self, runtime: Runtime, synthesis: SynthesisRequest, fmt: str, headers: dict[str, str],

@@ -26,6 +26,7 @@ from typing import Any
 import gradio as gr
 
 from tts_app.config import DEFAULT_REFERENCE_CLEANUP, REFERENCE_CLEANUPS
+from tts_app.quality.policy import DEFAULT_TAKE_CHECK, TAKE_CHECKS
 from tts_app.errors import TTSAppError
 from tts_app.frontend.messages import localize, localize_record
 from tts_app.jobs.store import JobState
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 BROWSER_SECRET = "tts_app-batch-jobs-v1"
 # Rows shown in the results table at once (each has an audio player); the ZIP always has every line.
 MAX_SHOWN_ROWS = 200
-FILTERS = ("all", "ok", "failed", "cancelled")
+FILTERS = ("all", "ok", "failed", "cancelled", "needs_listening")
 # Written next to the outputs at start-up and offered for download: one line per common case.
 TEMPLATE_LINES = [
     {"input_text": "你好，欢迎收听今天的节目。", "prompt_audio": "voices/mei.wav", "prompt_text": "大家好，我是小美。",
@@ -69,7 +70,7 @@ CSS = """
 #job-results th, #job-results td { padding: 0.25em 0.4em; border-bottom: 1px solid var(--neutral-200);
                                    overflow-wrap: anywhere; vertical-align: middle; text-align: left; }
 #job-results col.c-line { width: 4em; } #job-results col.c-status { width: 6em; }
-#job-results col.c-dur { width: 6em; } #job-results col.c-audio { width: 16em; }
+#job-results col.c-dur { width: 6em; } #job-results col.c-quality { width: 12em; } #job-results col.c-audio { width: 16em; }
 #job-results audio { width: 100%; height: 2em; }
 @media (max-width: 640px) {
   #job-results thead, #job-results colgroup { display: none; }
@@ -184,12 +185,32 @@ def progress_html(state: JobState | None, lang: str) -> str:
     return f'<div data-status="{state.status}" data-done="{finished}">{"".join(lines)}</div>'
 
 
+def quality_text(record: dict, lang: str) -> str:
+    """A results record's quality cell (``tts_app.jobs.results.take_fields``): "needs listening: ..." with the
+    thresholds its segments still miss, else its worst error rate and speaker similarity and its re-rolls; "" for a
+    line run without a take policy."""
+    scores = [s for s in record.get("scores") or [] if s]
+    if not scores:
+        return ""
+    problems = sorted({p for s in scores for p in s.get("problems") or []})
+    if problems:
+        return server_text(lang, "quality_needs_listening", problems=", ".join(problems))
+    rates = [s["error_rate"] for s in scores if s.get("error_rate") is not None]
+    similarities = [s["similarity"] for s in scores if s.get("similarity") is not None]
+    return server_text(lang, "quality_scores", metric=(scores[0].get("metric") or "").upper() or "—",
+                       error_rate=f"{max(rates):.2f}" if rates else "—",
+                       similarity=f"{min(similarities):.2f}" if similarities else "—",
+                       rerolled=record.get("rerolled", 0))
+
+
 def results_html(ctx: AppContext, job_id: str | None, status_filter: str, lang: str) -> str:
     """The results table: line, output name, status, duration, a player for ok lines, error / warnings."""
     if not job_id:
         return ""
     records = ctx.jobs.results(job_id)
-    if status_filter in FILTERS[1:]:
+    if status_filter == "needs_listening":  # a take policy left a segment below a threshold (``take_fields``)
+        records = [r for r in records if r.get("needs_listening")]
+    elif status_filter in FILTERS[1:]:
         records = [r for r in records if r.get("status") == status_filter]
     out_dir = ctx.jobs.store.out_dir(job_id)
     head = server_text(lang, "col_job_results").split("|")
@@ -205,9 +226,11 @@ def results_html(ctx: AppContext, job_id: str | None, status_filter: str, lang: 
         rows.append("<tr>" + "".join([
             f"<td>{record['line']}</td>", f"<td>{html.escape(str(record.get('output_name') or '—'))}</td>",
             f"<td>{html.escape(server_text(lang, 'line_' + str(record.get('status'))))}</td>",
-            f"<td>{'' if duration is None else f'{duration:.2f}'}</td>", f"<td>{player}</td>",
+            f"<td>{'' if duration is None else f'{duration:.2f}'}</td>",
+            f"<td>{html.escape(quality_text(record, lang))}</td>", f"<td>{player}</td>",
             f"<td>{'<br>'.join(html.escape(n) for n in notes if n)}</td>"]) + "</tr>")
-    cols = "".join(f'<col class="{c}">' for c in ("c-line", "c-name", "c-status", "c-dur", "c-audio", "c-notes"))
+    cols = "".join(f'<col class="{c}">' for c in ("c-line", "c-name", "c-status", "c-dur", "c-quality", "c-audio",
+                                                    "c-notes"))
     table = (f'<div class="job-rows"><table><colgroup>{cols}</colgroup><thead><tr>'
              f"{''.join(f'<th>{html.escape(h)}</th>' for h in head)}</tr></thead><tbody>{''.join(rows)}</tbody>"
              f"</table></div>")
@@ -327,7 +350,8 @@ def validate_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None
 
 
 def _settings(ctx: AppContext, max_batch_size, use_cache, greedy, seed, audio_format=None, lang: str = "en", *,
-              num_beams=None, length_penalty=None, reference_cleanup=None, segment_context=None) -> dict:
+              num_beams=None, length_penalty=None, reference_cleanup=None, segment_context=None,
+              take_check=None) -> dict:
     """The job's own settings; ``greedy``, ``num_beams`` and ``length_penalty`` equal to the model's default (or
     not given, or a knob the family lacks) are stored as None = "the model's choice", as the Single tab and the
     command line send them. ``audio_format`` ("wav", "flac", "mp3", "opus"; None / "" = wav) is every line's format
@@ -335,6 +359,7 @@ def _settings(ctx: AppContext, max_batch_size, use_cache, greedy, seed, audio_fo
     is done to the job's default voice and to the lines' reference files (a line's own field overrides it).
     ``segment_context``: every line's segments hear the earlier ones (``SynthesisParams.segment_context``; a line's
     own field overrides it).
+    ``take_check`` ("off", "score", "reroll"; None = off): the lines' take policy (a line's own field overrides it).
 
     Raises:
         gr.Error: an unknown ``audio_format``, naming the allowed ones; a beam setting or cleanup that
@@ -356,12 +381,15 @@ def _settings(ctx: AppContext, max_batch_size, use_cache, greedy, seed, audio_fo
             beams = {name: getattr(beams, name) for name in ("num_beams", "length_penalty")}
         if reference_cleanup:
             SynthesisParams(reference_cleanup=reference_cleanup)
+        if take_check:
+            SynthesisParams(take_check=take_check)
     except TTSAppError as exc:
         raise _user_error(error_text(exc, lang)) from exc
     return {"max_batch_size": int(max_batch_size) if max_batch_size else None, "use_cache": bool(use_cache),
             "greedy": greedy, "seed": int(seed or 0), "audio_format": audio_format or "wav",
             "num_beams": beams.get("num_beams"), "length_penalty": beams.get("length_penalty"),
-            "reference_cleanup": reference_cleanup or None, "segment_context": bool(segment_context)}
+            "reference_cleanup": reference_cleanup or None, "segment_context": bool(segment_context),
+            "take_check": take_check or None}
 
 
 def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dict, owner: str | None, lang: str
@@ -382,7 +410,7 @@ def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dic
 
 def submit_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None, use_cache=True,
                greedy=None, seed=0, browser=None, status_filter="all", audio_format="wav", num_beams=None,
-               length_penalty=None, reference_cleanup=None, segment_context=None, request: gr.Request = None):
+               length_penalty=None, reference_cleanup=None, segment_context=None, take_check=None, request: gr.Request = None):
     """Run clicked -> the job starts on the server; the page follows it by id (also after a reload) -> (browser
     state, job id, the tab's view). ``audio_format``: the lines' format ("wav", "flac", "mp3", "opus"; a line's
     ``format`` field overrides it). Scripts use ``submit_job_api``."""
@@ -392,7 +420,7 @@ def submit_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, 
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
                     _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang, num_beams=num_beams,
                               length_penalty=length_penalty, reference_cleanup=reference_cleanup,
-                              segment_context=segment_context), owner, lang)
+                              segment_context=segment_context, take_check=take_check), owner, lang)
     browser["job_id"] = state.job_id
     return (browser, state.job_id, *_view(ctx, browser, status_filter, lang, owner))
 
@@ -458,7 +486,7 @@ def resume_job(ctx: AppContext, browser, status_filter="all", request: gr.Reques
 
 def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None,
                      use_cache=True, greedy=None, seed=0, audio_format="wav", num_beams=None, length_penalty=None,
-                     reference_cleanup=None, segment_context=None, request: gr.Request = None):
+                     reference_cleanup=None, segment_context=None, take_check=None, request: gr.Request = None):
     """API: submit a job and wait for it -> (summary text, results table, ZIP path). The job keeps running if
     the caller disconnects; ``/job_status`` with the id in the summary follows it. ``audio_format``,
     ``num_beams``, ``length_penalty`` and ``reference_cleanup`` as in ``submit_job_api``."""
@@ -468,7 +496,7 @@ def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
                     _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang, num_beams=num_beams,
                               length_penalty=length_penalty, reference_cleanup=reference_cleanup,
-                              segment_context=segment_context),
+                              segment_context=segment_context, take_check=take_check),
                     _owner(ctx, request), lang)
     state = ctx.jobs.wait(state.job_id)
     records = ctx.jobs.results(state.job_id)
@@ -503,7 +531,7 @@ def job_status(ctx: AppContext, job_id: str, request: gr.Request = None) -> dict
 
 def submit_job_api(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None,
                    use_cache=True, greedy=None, seed=0, audio_format="wav", num_beams=None, length_penalty=None,
-                   reference_cleanup=None, segment_context=None, request: gr.Request = None) -> tuple[str, dict]:
+                   reference_cleanup=None, segment_context=None, take_check=None, request: gr.Request = None) -> tuple[str, dict]:
     """API ``/submit_job``: start a job on the server -> (its id, its state as ``/job_status`` gives it), at once.
     Only ``jsonl_file`` is needed; the other inputs are the Batch tab's job settings (``audio_format``: the lines'
     format, "wav", "flac", "mp3" or "opus"; a line's ``format`` field overrides it; ``num_beams`` /
@@ -514,7 +542,7 @@ def submit_job_api(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=No
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
                     _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang, num_beams=num_beams,
                               length_penalty=length_penalty, reference_cleanup=reference_cleanup,
-                              segment_context=segment_context),
+                              segment_context=segment_context, take_check=take_check),
                     _owner(ctx, request), lang)
     return state.job_id, _public(state)
 
@@ -602,6 +630,8 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
             facts = ctx.engine.facts if ctx.engine is not None else None
             job_context = gr.Checkbox(value=False, label=i18n("segment_context"), elem_id="job-segment-context",
                                       visible=bool(facts is not None and facts.supports_segment_context))
+            job_take_check = gr.Radio(choices=list(TAKE_CHECKS), value=DEFAULT_TAKE_CHECK, label=i18n("take_check"),
+                                      elem_id="job-take-check")
     can_run = ctx.engine is not None
     with gr.Row():
         validate_btn = gr.Button(i18n("validate"), elem_id="validate")
@@ -638,7 +668,8 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
     validate_btn.click(wrap(validate_job), [jsonl, audio_zip, default_voice], [validation, validation_summary],
                        api_name="validate_job", show_progress_on=[validation_summary])
     run_btn.click(wrap(submit_job), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy, job_seed,
-                                     browser, status_filter, job_format, *job_beams, job_cleanup, job_context],
+                                     browser, status_filter, job_format, *job_beams, job_cleanup, job_context,
+                                     job_take_check],
                   [browser, job_id, *view],
                   api_name="page_submit_job", api_visibility="private", show_progress_on=[progress])
     cancel_btn.click(wrap(cancel_job), [browser], [validation_summary], api_name="page_cancel_job",
@@ -646,7 +677,8 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
     resume_btn.click(wrap(resume_job), [browser, status_filter], [browser, *view], api_name="page_resume_job",
                      api_visibility="private", show_progress_on=[progress])
     api_submit.click(wrap(submit_job_api), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy,
-                                            job_seed, job_format, *job_beams, job_cleanup, job_context], [api_job_id, api_job],
+                                            job_seed, job_format, *job_beams, job_cleanup, job_context,
+                                            job_take_check], [api_job_id, api_job],
                      api_name="submit_job")
     api_cancel.click(wrap(cancel_job_api), [api_job_id], [api_job], api_name="cancel_job", queue=False)
     api_resume.click(wrap(resume_job_api), [api_job_id], [api_job], api_name="resume_job")
@@ -659,7 +691,7 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
     timer.tick(wrap(poll), [browser, status_filter, shown], [shown, *view], show_progress="hidden",
                api_visibility="private", queue=False)
     api_run.click(wrap(run_job_blocking), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy,
-                                           job_seed, job_format, *job_beams, job_cleanup, job_context],
+                                           job_seed, job_format, *job_beams, job_cleanup, job_context, job_take_check],
                   [api_summary, api_table, results_zip],
                   api_name="run_job",
                   **model_concurrency)

@@ -343,11 +343,21 @@ STREAM_GROUP_S = 0.5
 STREAM_POLL_S = 0.25
 
 
+def segment_quality(segment, lang: str) -> str:
+    """A segment's quality cell (the take policy's kept scores, ``SegmentTiming.scores``): "" without a take policy
+    (the same words as the Batch tab's column, ``tts_app.ui.batch.quality_text``)."""
+    if segment.scores is None:
+        return ""
+    from tts_app.ui.batch import quality_text
+
+    return quality_text({"scores": [segment.scores], "rerolled": segment.rerolled}, lang)
+
+
 def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, reference_text, seed, randomize_seed,
                      greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars, pause_ms,
                      use_cache, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text, voice,
                      speed, duration_s, loudness_lufs, segment_durations_s=None, reference_cleanup=None,
-                     num_beams=None, length_penalty=None, segment_context=None):
+                     num_beams=None, length_penalty=None, segment_context=None, take_check=None):
     """Validate the widgets' values -> (prepared reference, ``SynthesisRequest``). Raises ``gr.Error`` for a missing
     model, text or usable reference (uploaded or a saved ``voice``), or a bad setting or emotion."""
     from tts_app.ui.controls import params_from_controls
@@ -387,6 +397,11 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
     elif reference_cleanup:
         params = dataclasses.replace(params, reference_cleanup=reference_cleanup)
     params = dataclasses.replace(params, segment_context=bool(segment_context))
+    if take_check:
+        try:
+            params = dataclasses.replace(params, take_check=take_check)
+        except TTSAppError as exc:
+            raise user_error(error_text(exc, lang)) from exc
     reference_text = _fill_transcript(ctx, reference, reference_text, lang)
     emotion = _emotion(ctx, lang, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text)
     synthesis_request = SynthesisRequest(text=text, reference_audio=reference.audio,
@@ -409,6 +424,7 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                audio_format: str | None = "wav", segment_durations_s: str | None = None,
                reference_cleanup: str | None = None, num_beams: int | None = None,
                length_penalty: float | None = None, segment_context: bool | None = None,
+               take_check: str | None = None,
                request: gr.Request = None, progress=gr.Progress()):
     """Generate speech in the reference voice -> (audio, subtitles, metadata, segments, seed used).
 
@@ -427,7 +443,9 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     ``voice`` is cleaned as it was saved). ``num_beams`` (1..8) and ``length_penalty``: beam search, for a model
     that has it (IndexTTS 2: 3 beams sampled, penalty 0; refused with a message when out of range, ignored by
     other models). ``segment_context``: each segment hears the earlier ones as context (CSM, Higgs Audio v2; other
-    models ignore it with a warning; ``SynthesisParams.segment_context``).
+    models ignore it with a warning; ``SynthesisParams.segment_context``). ``take_check`` ("off", "score",
+    "reroll"; None = off): the take policy (``tts_app.quality.policy``); each segment's scores show in the segments
+    table.
 
     Returns:
         audio: the audio file (WAV: 16-bit PCM; the player plays these samples as they are); subtitles: SubRip
@@ -441,7 +459,7 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
         speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty,
-        segment_context)
+        segment_context, take_check)
     return run_web_request(ctx, synthesis_request, lang, progress, reference=reference, audio_format=audio_format,
                            request=request)
 
@@ -469,7 +487,8 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
                       loudness_lufs: float | None = None, audio_format: str | None = "wav",
                       segment_durations_s: str | None = None, reference_cleanup: str | None = None,
                       num_beams: int | None = None, length_penalty: float | None = None,
-                      segment_context: bool | None = None, request: gr.Request = None, progress=gr.Progress()):
+                      segment_context: bool | None = None, take_check: str | None = None,
+                      request: gr.Request = None, progress=gr.Progress()):
     """``synthesize`` that plays while it generates: yields (live audio piece, then skip) while the engine decodes
     (16-bit WAV bytes of the next samples, in order; the first as soon as any audio exists), then (skip, audio,
     subtitles, metadata, segments, seed used) as ``synthesize`` returns them. The pieces together are the same
@@ -486,7 +505,7 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
         speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty,
-        segment_context)
+        segment_context, take_check)
     if synthesis_request.params.needs_whole_clip:
         gr.Info(server_text(lang, "stream_off_whole_clip"))
     engine = _engine(ctx)
@@ -708,7 +727,8 @@ def _finish_synthesis(ctx: AppContext, lang: str, synthesis_request: SynthesisRe
     # a segment holding several turns (a family's own dialogue prompt) shows each turn with its speaker
     rows = [[s.index + 1, s.speaker or " / ".join(dict.fromkeys(name for name, _ in s.turns)),
              "\n".join(f"{name}: {t}" for name, t in s.turns) if s.turns else s.text,
-             round(s.start_s, 2), round(s.end_s, 2), s.batch_size, round(s.generate_s, 2)] for s in result.segments]
+             round(s.start_s, 2), round(s.end_s, 2), s.batch_size, round(s.generate_s, 2),
+             segment_quality(s, lang)] for s in result.segments]
     return str(files.audio), str(files.subtitles), str(files.metadata), _table(rows, lang, "col_timings"), seed
 
 

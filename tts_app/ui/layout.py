@@ -13,6 +13,7 @@ import gradio as gr
 from gradio.i18n import I18nData
 
 from tts_app.config import DEFAULT_REFERENCE_CLEANUP, REFERENCE_CLEANUPS, public_model_id
+from tts_app.quality.policy import DEFAULT_TAKE_CHECK, TAKE_CHECKS
 from tts_app.monitor import MEMORY_SAMPLE_PERIOD_S
 from tts_app.ui import batch, handlers
 from tts_app.ui.audio import Audio  # gr.Audio without the ffmpeg program
@@ -99,6 +100,8 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     transcribe = gr.Button(i18n("transcribe"), size="sm", elem_id="transcribe")
                     reference_cleanup = gr.Radio(choices=list(REFERENCE_CLEANUPS), value=DEFAULT_REFERENCE_CLEANUP,
                                                  label=i18n("reference_cleanup"), elem_id="reference-cleanup")
+                    take_check = gr.Radio(choices=list(TAKE_CHECKS), value=DEFAULT_TAKE_CHECK,
+                                          label=i18n("take_check"), elem_id="take-check")
                     ref_report = gr.Markdown(label=i18n("reference_report"), elem_id="ref-report")
                     ref_clean = Audio(label=i18n("cleaned_reference"), interactive=False, elem_id="ref-clean")
                     with gr.Accordion(i18n("voice_library"), open=False, elem_id="voice-library"):
@@ -230,7 +233,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         knob_widgets = [knobs[n] for n in knob_order]
         synthesis_inputs = [ref_audio, text, ref_text, seed, randomize, greedy, *knob_widgets, use_cache, *emotion,
                             voice, speed, duration_s, loudness, audio_format, segment_durations, reference_cleanup,
-                            knobs["num_beams"], knobs["length_penalty"], segment_context]  # API order kept
+                            knobs["num_beams"], knobs["length_penalty"], segment_context, take_check]  # newer inputs last: API order kept
         # history_handlers.remember's inputs: the sidecar written, the seed used, what was asked, then SETTINGS
         beam_widgets = [knobs["num_beams"], knobs["length_penalty"]]
         remember_inputs = [metadata_file, used_seed, ref_audio, text, ref_text, voice, seed, greedy, *knob_widgets,

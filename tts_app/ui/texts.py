@@ -37,6 +37,9 @@ EN: dict[str, str] = {
     "reference_cleanup": "Reference cleanup: auto = only what the model's own tool does (mono, resample; checks "
                          "and report); full = trim, filter, level; off = as uploaded, no checks",
     "pause_between_segments_ms": "Pause between segments (ms)",
+    "take_check": "Check every take: score = transcribe each segment and score it (CER/WER, voice similarity, "
+                  "silence, clipping), shown in the segments table; reroll = also generate a segment below the "
+                  "thresholds again with a new seed and keep the best take (slower); off = no checks",
     "settings_note": "Every setting starts at the loaded model's own default (from its generation config); a "
                      "setting left at its default runs exactly as the command line and JSONL jobs do. The text is "
                      "spoken in as few segments as the model takes (the whole text when it fits; IndexTTS 2: up to "
@@ -90,6 +93,9 @@ EN: dict[str, str] = {
                   "loudness, pauses shortened) or `off` (optional) |\n"
                   "| `segment_context` | | `true`: each segment hears the earlier ones as context, long text in one "
                   "voice (CSM, Higgs Audio v2; optional) |\n"
+                  "| `take_check`, `take_max_rerolls`, `take_max_error_rate`, `take_min_similarity` | | check each "
+                  "segment's take: `score` (record its scores) or `reroll` (generate a take below the thresholds "
+                  "again with a new seed, keep the best), thresholds (optional) |\n"
                   "| `speed`, `duration_s`, `loudness_lufs`, `segment_durations_s` | | the output's pace (x the "
                   "model's), target length in seconds, loudness in LUFS, or a list of seconds per line of the text "
                   "(optional) |\n"
@@ -154,6 +160,8 @@ ZH: dict[str, str] = {
     "reference_cleanup": "参考音频处理：auto = 只做模型原版工具会做的（单声道、重采样；照常检查并报告）；full = 裁剪、滤波、"
                          "统一响度；off = 原样使用，不检查",
     "pause_between_segments_ms": "段间停顿（毫秒）",
+    "take_check": "逐段检查：score = 识别每一段并打分（字/词错误率、音色相似度、静音、削波），显示在分段表中；reroll = "
+                  "另外把低于阈值的段换个种子重新生成，保留最好的一次（更慢）；off = 不检查",
     "settings_note": "各项设置的初始值都是当前模型自己的默认值（来自其生成配置）；保持默认的设置与命令行和 JSONL 任务的运行方式完全相同。"
                      "文本按模型能接受的长度分成尽量少的段（能一次说完就整段一次生成；IndexTTS 2 每段最多 120 个文本 token），"
                      "只在句末切分；“每段最大字数”可改用你自己的上限（0 = 用模型自身的）。",
@@ -199,6 +207,8 @@ ZH: dict[str, str] = {
                   "| `reference_cleanup` | | `auto`（只做模型自己的工具会做的处理）、`full`（裁剪静音、高通、响度、缩短停顿）"
                   "或 `off`（可选） |\n"
                   "| `segment_context` | | `true`：每段参考前面已生成的段落，长文本保持同一个声音（CSM、Higgs Audio v2；可选） |\n"
+                  "| `take_check`、`take_max_rerolls`、`take_max_error_rate`、`take_min_similarity` | | 逐段检查："
+                  "`score`（记录分数）或 `reroll`（低于阈值的段换种子重新生成，保留最好的一次），以及阈值（可选） |\n"
                   "| `speed`、`duration_s`、`loudness_lufs`、`segment_durations_s` | | 输出的语速（相对模型原速）、目标时长（秒）、"
                   "响度（LUFS），或文本每一行的秒数列表（可选） |\n"
                   "| `emo_audio_prompt`、`emo_vector`、`emo_alpha`、`use_emo_text`、`emo_text` | `emo_audio`、`emo_weight` | "
@@ -326,7 +336,7 @@ SERVER: dict[str, dict[str, str]] = {
         "stream_off_whole_clip": "streaming is off for this request: speed/duration/loudness need the whole clip",
         "synthesis_failed": "Synthesis failed (request {request_id}, seed {seed}): {error}. Quote the request id "
                             "when you report it: the server log has the details under it.",
-        "col_timings": "#|speaker|text|start (s)|end (s)|batch size|generate (s)",
+        "col_timings": "#|speaker|text|start (s)|end (s)|batch size|generate (s)|quality",
         "col_validation": "line|status|message",
         "col_results": "line|output name|status|error|duration (s)",
         "job_file": "job file",
@@ -343,9 +353,12 @@ SERVER: dict[str, dict[str, str]] = {
         "status_damaged": "damaged (its job.json cannot be read; outputs kept)",
         "lines_done": "lines {done}/{total}", "outcomes": "ok {ok} · failed {failed} · cancelled {cancelled}",
         "kept_lines": "{kept} of them kept from an earlier run", "eta": "about {eta} left", "batch_now": "batch of {size}",
-        "col_job_results": "line|output name|status|duration (s)|listen|error / notes",
+        "col_job_results": "line|output name|status|duration (s)|quality|listen|error / notes",
         "line_ok": "ok", "line_failed": "failed", "line_cancelled": "cancelled",
         "filter_all": "all", "filter_ok": "ok", "filter_failed": "failed", "filter_cancelled": "cancelled",
+        "filter_needs_listening": "needs listening",
+        "quality_needs_listening": "needs listening: {problems}", "quality_passes": "passes",
+        "quality_scores": "{metric} {error_rate} · voice {similarity} · {rerolled} re-roll(s)",
         "rows_shown": "Showing the first {shown} of {total} lines; the ZIP has every line.",
         "no_rows": "No lines to show.",
         "no_such_job": "There is no job {job_id} (it may have been removed).",
@@ -397,7 +410,7 @@ SERVER: dict[str, dict[str, str]] = {
         "stream_off_whole_clip": "此请求不流式播放：语速/时长/响度需要完整音频",
         "synthesis_failed": "合成失败（请求 {request_id}，种子 {seed}）：{error}。报告问题时请附上请求 ID：服务器日志中"
                             "以它记录了详细信息。",
-        "col_timings": "#|说话人|文本|开始（秒）|结束（秒）|批大小|生成（秒）",
+        "col_timings": "#|说话人|文本|开始（秒）|结束（秒）|批大小|生成（秒）|质量",
         "col_validation": "行|状态|说明",
         "col_results": "行|输出名|状态|错误|时长（秒）",
         "job_file": "任务文件",
@@ -414,9 +427,12 @@ SERVER: dict[str, dict[str, str]] = {
         "status_damaged": "已损坏（job.json 无法读取；输出已保留）",
         "lines_done": "{done}/{total} 行", "outcomes": "成功 {ok} · 失败 {failed} · 取消 {cancelled}",
         "kept_lines": "其中 {kept} 行沿用之前的结果", "eta": "预计还需 {eta}", "batch_now": "批大小 {size}",
-        "col_job_results": "行|输出名|状态|时长（秒）|试听|错误 / 提示",
+        "col_job_results": "行|输出名|状态|时长（秒）|质量|试听|错误 / 提示",
         "line_ok": "成功", "line_failed": "失败", "line_cancelled": "已取消",
         "filter_all": "全部", "filter_ok": "成功", "filter_failed": "失败", "filter_cancelled": "已取消",
+        "filter_needs_listening": "需要试听",
+        "quality_needs_listening": "需要试听：{problems}", "quality_passes": "通过",
+        "quality_scores": "{metric} {error_rate} · 音色 {similarity} · 重新生成 {rerolled} 次",
         "rows_shown": "仅显示前 {shown} 行（共 {total} 行）；ZIP 中包含全部。",
         "no_rows": "没有可显示的行。",
         "no_such_job": "没有任务 {job_id}（可能已被删除）。",
