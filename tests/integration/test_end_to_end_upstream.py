@@ -7,10 +7,12 @@ the model docs show, on the same tiny checkpoint. Tokens equal, audio within flo
 "Default settings" are the checkpoint's own generation config on both sides. Each test copies the tiny checkpoint and
 writes into its ``generation_config.json`` what a converted checkpoint has (cited per family), with a short
 ``max_new_tokens`` for CPU time (still long enough that the segment limit derived from it holds the whole text), so
-both sides read the same defaults from the same file. Where our sampler's random
-draws come from a per-row generator instead of the process-wide RNG (so a row never depends on its batch-mates),
-those draws are routed to the global RNG in upstream's shapes for the comparison; documented departures (VibeVoice's
-CFG on the diffusion head only, CSM's suppressed non-codec ids) are applied to the upstream call and named there.
+both sides read the same defaults from the same file. Our random draws come from a generator per row seeded with
+the request's seed (so a row never depends on its batch-mates); upstream draws from the global RNG, seeded with
+``torch.manual_seed`` and the same seed. Dia and CSM draw what upstream draws, in its order and shapes, on the
+product's own path; where a family's draws do not have upstream's shapes yet (Higgs, VibeVoice), they are routed to
+the global RNG for the comparison. Documented departures (VibeVoice's CFG on the diffusion head only, CSM's
+suppressed non-codec ids) are applied to the upstream call and named there.
 """
 
 from __future__ import annotations
@@ -41,12 +43,13 @@ def _checkpoint(tiny_checkpoint, tmp_path, family: str, **generation_config) -> 
     return out
 
 
-def _synthesize(adapter, clip: str, text: str = TEXT, *, before=None):
-    """Our synthesis of ``text`` in the voice of ``clip``, in-process, every setting at its default: the runtime's
-    reference preparer (default cleanup), a request with default ``SynthesisParams``, the engine. ``before()`` runs
-    just before the request is submitted (seeding the global RNG for routed draws). Returns (result, prepared clip)."""
+def _synthesize(adapter, clip: str, text: str = TEXT, *, before=None, seed: int | None = None):
+    """Our synthesis of ``text`` in the voice of ``clip``, in-process, every setting at its default (but ``seed``,
+    when given): the runtime's reference preparer (default cleanup), a request with default ``SynthesisParams``, the
+    engine. ``before()`` runs just before the request is submitted (seeding the global RNG for routed draws).
+    Returns (result, prepared clip)."""
     from tts_app.config import EngineConfig
-    from tts_app.request import SynthesisRequest
+    from tts_app.request import SynthesisParams, SynthesisRequest
     from tts_app.runtime import Runtime
 
     transcript = load_reference(clip, adapter.facts.sampling_rate)[1]
@@ -55,13 +58,30 @@ def _synthesize(adapter, clip: str, text: str = TEXT, *, before=None):
         prepared = runtime.references.prepare(Path(__file__).parents[1] / "data" / clip, reference_text=transcript)
         if before is not None:
             before()
+        params = SynthesisParams() if seed is None else SynthesisParams(seed=seed)
         result = runtime.engine.submit(SynthesisRequest(text=text, reference_audio=prepared.audio,
-                                                        reference_text=prepared.text)).result(timeout=900)
+                                                        reference_text=prepared.text, params=params)
+                                       ).result(timeout=900)
     finally:
         runtime.close()
     assert result.ok, result.error
     assert [s.text for s in result.segments] == [text]  # one generation for the whole text, as upstream
+    # Drawn with the request's seed (not a later take's: that would be another seed upstream too).
+    assert [(s.seed, s.retaken_seeds) for s in result.segments] == [(params.seed, ())]
     return result, prepared
+
+
+def _record_generate(adapter, monkeypatch) -> list:
+    """Spy on ``adapter.generate``: the returned list collects its outputs (the tokens of each batch), unchanged."""
+    outputs = []
+    generate = adapter.generate
+
+    def recorded(inputs, params):
+        outputs.append(generate(inputs, params))
+        return outputs[-1]
+
+    monkeypatch.setattr(adapter, "generate", recorded)
+    return outputs
 
 
 def _upstream_reference(adapter, clip: str) -> tuple[np.ndarray, str]:
@@ -73,25 +93,32 @@ def _upstream_reference(adapter, clip: str) -> tuple[np.ndarray, str]:
 # ---------------------------------------------------------------------------------------------------------- Dia
 
 
-def test_dia_synthesis_equals_dia_processor_and_generate(tiny_checkpoint, tmp_path):
-    """Dia: transformers' Dia conversion's generation config (dia/convert_dia_to_hf.py: guidance 3.0, top_k 45,
-    top_p 0.95, temperature 1.2), greedy (do_sample False: our sampling draws Gumbel noise per row, distribution-equal
-    to transformers' multinomial but not draw-equal), 300 new steps. Upstream: DiaProcessor on "[S1] <reference
-    transcript> <text>" with the clip as audio prompt, generate, batch_decode (the model doc's voice cloning)."""
+def test_dia_synthesis_equals_dia_processor_and_generate(tiny_checkpoint, tmp_path, monkeypatch):
+    """Dia at its checkpoint's defaults, which sample: transformers' Dia conversion's generation config
+    (dia/convert_dia_to_hf.py ``get_generation_config``: ``_from_model_config`` False, do_sample True, top_k 45,
+    top_p 0.95, temperature 1.2, guidance_scale 3.0; its ``max_length`` 3072 is replaced by 300 new steps for CPU
+    time). Upstream: ``torch.manual_seed(seed)``, DiaProcessor on "[S1] <reference transcript> <text>" with the clip
+    as audio prompt, generate, batch_decode (the model doc's voice cloning). Our row draws from its own generator
+    seeded with the request's seed, the same multinomial calls as upstream's on the global RNG."""
     from tts_app.adapters.dia import DiaAdapter, dialogue
 
-    model = _checkpoint(tiny_checkpoint, tmp_path, "dia", do_sample=False, guidance_scale=3.0, top_k=45, top_p=0.95,
-                        temperature=1.2, max_new_tokens=300)
+    seed = 5
+    model = _checkpoint(tiny_checkpoint, tmp_path, "dia", _from_model_config=False, do_sample=True,
+                        guidance_scale=3.0, top_k=45, top_p=0.95, temperature=1.2, max_new_tokens=300)
     adapter = DiaAdapter.from_pretrained(model)
-    result, prepared = _synthesize(adapter, "en_female_2.wav")
+    ours = _record_generate(adapter, monkeypatch)
+    result, prepared = _synthesize(adapter, "en_female_2.wav", seed=seed)
 
     wave, transcript = _upstream_reference(adapter, "en_female_2.wav")
     np.testing.assert_allclose(prepared.audio.samples, wave, atol=1e-6)
     processor = adapter.processor
     inputs = processor(text=[dialogue(transcript, TEXT)], audio=[wave], sampling_rate=adapter.facts.sampling_rate,
                        padding=True, return_tensors="pt")
+    torch.manual_seed(seed)
     with torch.inference_mode():
         codes = adapter.model.generate(**inputs)
+    # Tokens equal (the tiny codec's audio hardly depends on them: another seed moves <1% of the samples).
+    assert len(ours) == 1 and torch.equal(ours[0], codes)
     prompt_len = inputs["decoder_attention_mask"].shape[1] - adapter.max_delay
     upstream = processor.batch_decode(codes, audio_prompt_len=prompt_len)[0].float().numpy().reshape(-1)
     assert result.audio.shape == upstream.shape and upstream.size > 0
@@ -101,18 +128,27 @@ def test_dia_synthesis_equals_dia_processor_and_generate(tiny_checkpoint, tmp_pa
 # ---------------------------------------------------------------------------------------------------------- CSM
 
 
-def test_csm_synthesis_equals_csm_chat_template_and_generate(tiny_checkpoint, tmp_path):
-    """CSM: the conversion's generation config (csm/convert_csm.py: top_k 50, temperature 0.9, both levels),
-    greedy at both levels, 45 frames. Upstream: the model doc's voice cloning chat (the reference turn with its
-    transcript and clip, then the text, speaker 0), ``apply_chat_template``, ``generate(output_audio=True)``. Our
-    decode loop suppresses the codec's non-audio ids a random model picks (module docstring of adapters/csm.py): the
-    same suppression is passed upstream."""
+def test_csm_synthesis_equals_csm_chat_template_and_generate(tiny_checkpoint, tmp_path, monkeypatch):
+    """CSM at its checkpoint's defaults, which sample at both levels: the conversion's generation config
+    (csm/convert_csm.py ``write_model``: ``_from_model_config`` False, do_sample True, top_k 50, temperature 0.9,
+    depth_decoder_do_sample True, depth_decoder_top_k 50, depth_decoder_temperature 0.9; its max_new_tokens 125 is 45
+    frames here for CPU time). Upstream: ``torch.manual_seed(seed)``, the model doc's voice cloning chat (the
+    reference turn with its transcript and clip, then the text, speaker 0), ``apply_chat_template``,
+    ``generate(output_audio=True)``: per frame one backbone draw, then the depth decoder's draws. Our row draws the
+    same from its own generator seeded with the request's seed. Our decode loop suppresses the codec's non-audio ids
+    a random model picks (module docstring of adapters/csm.py): the same suppression is passed upstream."""
     from tts_app.adapters.csm import CsmAdapter
 
-    model = _checkpoint(tiny_checkpoint, tmp_path, "csm", do_sample=False, depth_decoder_do_sample=False, top_k=50,
-                        temperature=0.9, depth_decoder_top_k=50, depth_decoder_temperature=0.9, max_new_tokens=45)
+    seed = 3
+    model = _checkpoint(tiny_checkpoint, tmp_path, "csm", _from_model_config=False, do_sample=True, top_k=50,
+                        temperature=0.9, depth_decoder_do_sample=True, depth_decoder_top_k=50,
+                        depth_decoder_temperature=0.9, max_new_tokens=45)
     adapter = CsmAdapter.from_pretrained(model)
-    result, prepared = _synthesize(adapter, "en_male_1.wav")
+    ours = _record_generate(adapter, monkeypatch)
+    result, prepared = _synthesize(adapter, "en_male_1.wav", seed=seed)
+    # The depth decoder's knobs reach upstream's depth decoder (transformers reads the depth_decoder_* keys only
+    # from a generation config not derived from the model config, as the conversion writes it).
+    assert adapter.model.depth_decoder.generation_config.do_sample is True
 
     wave, transcript = _upstream_reference(adapter, "en_male_1.wav")
     np.testing.assert_allclose(prepared.audio.samples, wave, atol=1e-6)
@@ -126,10 +162,12 @@ def test_csm_synthesis_equals_csm_chat_template_and_generate(tiny_checkpoint, tm
     inputs = processor(text=[prompt], audio=[wave], sampling_rate=adapter.facts.sampling_rate, return_tensors="pt")
     config = adapter.model.config
     non_codec = list(range(config.codec_config.codebook_size, config.vocab_size))
+    torch.manual_seed(seed)
     with torch.inference_mode():
-        audio = adapter.model.generate(**inputs, output_audio=True, suppress_tokens=non_codec,
-                                       depth_decoder_suppress_tokens=non_codec)
-    upstream = audio[0].float().numpy().reshape(-1)
+        out = adapter.model.generate(**inputs, output_audio=True, suppress_tokens=non_codec,
+                                     depth_decoder_suppress_tokens=non_codec, return_dict_in_generate=True)
+    assert len(ours) == 1 and torch.equal(ours[0].codes, out.sequences)  # tokens equal
+    upstream = out.audio[0].float().numpy().reshape(-1)
     assert result.audio.shape == upstream.shape and upstream.size > 0
     np.testing.assert_allclose(result.audio, upstream, rtol=0, atol=AUDIO_ATOL)
 

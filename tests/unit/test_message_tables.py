@@ -19,7 +19,7 @@ REGISTERING = ["tts_app.frontend.messages", "tts_app.audio.notices", "tts_app.jo
                "tts_app.audio.transcribe", "tts_app.cli.messages", "tts_app.request", "tts_app.finish",
                "tts_app.audio.effects", "tts_app.adapters.dia", "tts_app.engine.messages",
                "tts_app.outputs", "tts_app.adapters.base", "tts_app.adapters.indextts2", "tts_app.adapters.vibevoice",
-               "tts_app.adapters.higgs"]
+               "tts_app.adapters.higgs", "tts_app.server.openai_api"]
 
 
 def _fields(template: str) -> set[str]:

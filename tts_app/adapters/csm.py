@@ -33,9 +33,11 @@ growing from the prompt length, so at batch > 1 the 4-D mask no longer matches t
 Our loop (``generate`` -> ``_backbone_step`` + ``_depth_decode`` per frame) calls the library's own modules
 (backbone, lm_head, depth decoder, codec) and logits warpers, keeps the prompt embeddings, and recomputes the whole
 prefix every step when the cache is off; sampling draws come from one ``torch.Generator`` per row seeded with
-``AdapterRow.seed``.
-Greedy output equals the library's ``model.generate`` (cache on, same non-codec ids suppressed), which the
-integration tests check.
+``AdapterRow.seed``, in upstream's order and shapes: per frame one ``multinomial(probs (1, vocab), 1)`` for the
+backbone's codebook 0, then one per depth-decoder codebook, the calls ``_sample`` and the depth decoder's ``generate``
+make on the global RNG for a row alone. Output equals the library's ``model.generate`` (cache on, same non-codec ids
+suppressed), greedy and, after ``torch.manual_seed(seed)``, sampled at the checkpoint's defaults; the integration
+tests check both.
 
 Defaults and cap: sampling knobs and ``max_new_tokens`` come from the checkpoint's generation config
 (``ModelFacts.generation_defaults``; Sesame's generator.py values where it sets none: temperature 0.9, top-k 50),

@@ -19,11 +19,13 @@ Greedy decoding is transformers' ``generate(do_sample=False)`` with the checkpoi
 upstream reads that k from the generation config (45 for Dia), so dropping it would change greedy output.
 
 Sampling: Dia's ``generate()`` drops user ``logits_processor`` lists and draws with the global torch RNG, so a row's
-draws would depend on its batch-mates. We decode with ``do_sample=False`` and insert our own processor
-(``GumbelNoiseProcessor`` of tts_app/adapters/sampling.py) before Dia's EOS delay-pattern processor: it applies
-temperature / top-k / top-p with transformers' warpers, then adds Gumbel noise drawn from a generator seeded with the
-row's seed, so the argmax is an exact sample of the warped distribution (Gumbel-max trick; Gumbel 1954, Maddison et
-al. 2014 "A* Sampling").
+draws would depend on its batch-mates. We decode with ``do_sample=False`` and complete Dia's processor list into the
+one transformers builds for sampling (temperature before Dia's EOS channel filter, top-k and top-p after it, the EOS
+delay pattern last), then add ``SampledTokenProcessor`` (tts_app/adapters/sampling.py): each row draws
+``multinomial(probs of its num_channels codebooks, 1)`` from a generator seeded with the row's seed, the call
+transformers' ``_sample`` makes on the global RNG for that row alone. So a row seeded with ``s`` gives the tokens of
+``torch.manual_seed(s); model.generate(...)`` for it alone, batched or not (tests/integration/
+test_end_to_end_upstream.py).
 """
 
 from __future__ import annotations
@@ -209,8 +211,8 @@ class DiaAdapter(TTSAdapter):
         "max_length is the total decoder length (prompt + frames; transformers' conversion writes only it): each "
         "row gets max_length less its own prompt steps",
         "temperatures below 1 are honoured (transformers' Dia generate clamps them to 1)",
-        "sampling draws per-row seeded Gumbel noise (the distribution of transformers' multinomial, not the same "
-        "draws) so a row never depends on its batch-mates",
+        "each row draws from its own generator seeded with its seed (transformers' generate draws from the global "
+        "RNG): the draws of torch.manual_seed(seed) and generate for that row alone, whatever its batch-mates",
     )
 
     def __init__(self, model, processor, device: str, dtype: str):
@@ -516,31 +518,45 @@ class DiaAdapter(TTSAdapter):
         return resolved
 
     @contextmanager
-    def _extra_processors(self, extra: list, guidance_top_k: int | None):
-        """Insert ``extra`` (logits processors, in order) before Dia's EOS delay-pattern processor for one generate()
-        call, and give Dia's CFG processor its top-k (as ``generate(do_sample=True, top_k=...)`` would).
+    def _processors(self, *, guidance_top_k: int | None, before_channel_filter: list = (),
+                    after_channel_filter: list = (), before_delay_pattern: list = (), last: list = ()):
+        """Complete Dia's processor list for one ``generate(do_sample=False)`` call, and give Dia's CFG processor
+        its top-k (as ``generate(top_k=...)`` would).
 
         Dia's ``_get_logits_processor`` (transformers generation_dia.py) builds its own list and ignores the
-        ``logits_processor`` argument of ``generate()``, so the instance method is wrapped for the call. Not
-        re-entrant: one ``generate`` at a time per adapter (the engine runs batches from a single worker).
+        ``logits_processor`` argument of ``generate()``, so the instance method is wrapped for the call. Greedy, the
+        list is ``[CFG, EOS channel filter, EOS delay pattern]``; with sampling transformers builds ``[CFG,
+        temperature, EOS channel filter, top-k, top-p, EOS delay pattern]`` (the temperature warper is Dia's own,
+        ahead of the channel filter; the other warpers are generation/utils.py's, appended after it) and draws
+        after the last one. The lists given here are inserted at those places: ``before_channel_filter``,
+        ``after_channel_filter``, ``before_delay_pattern``, and ``last`` after everything. Not re-entrant: one
+        ``generate`` at a time per adapter (the engine runs batches from a single worker).
+
+        Raises:
+            RuntimeError: the installed transformers builds Dia's list in another order.
         """
         from transformers.generation.logits_process import (DiaClassifierFreeGuidanceLogitsProcessor,
+                                                            DiaEOSChannelFilterLogitsProcessor,
                                                             DiaEOSDelayPatternLogitsProcessor)
 
         original = self.model._get_logits_processor
 
-        def with_extra(*args, **kwargs):
+        def completed(*args, **kwargs):
             processors = original(*args, **kwargs)
-            if not isinstance(processors[-1], DiaEOSDelayPatternLogitsProcessor):
+            filters = [i for i, p in enumerate(processors) if isinstance(p, DiaEOSChannelFilterLogitsProcessor)]
+            if not isinstance(processors[-1], DiaEOSDelayPatternLogitsProcessor) or len(filters) != 1:
                 raise RuntimeError("unexpected Dia logits processor order; check the transformers version")
             for p in processors:
                 if isinstance(p, DiaClassifierFreeGuidanceLogitsProcessor):
                     p.guidance_top_k = guidance_top_k
-            for processor in extra:
-                processors.insert(len(processors) - 1, processor)
+            at = filters[0]
+            processors[at + 1:at + 1] = list(after_channel_filter)
+            processors[at:at] = list(before_channel_filter)
+            processors[-1:-1] = list(before_delay_pattern)
+            processors.extend(last)
             return processors
 
-        self.model._get_logits_processor = with_extra
+        self.model._get_logits_processor = completed
         try:
             yield
         finally:
@@ -558,7 +574,7 @@ class DiaAdapter(TTSAdapter):
         """
         import torch
 
-        from tts_app.adapters.sampling import GumbelNoiseProcessor, RowSampler
+        from tts_app.adapters.sampling import RowSampler, SampledTokenProcessor, logits_warpers
 
         knobs = self._sampling_knobs(params)
         kwargs = dict(
@@ -570,10 +586,10 @@ class DiaAdapter(TTSAdapter):
         )
         # Rows whose own cap is below the batch's (a longer prompt under the checkpoint's max_length) end there,
         # as they would alone.
-        caps = None
+        caps = []
         if min(inputs.row_max_new_tokens) < inputs.max_new_tokens:
-            caps = _RowCapProcessor(inputs.audio_prompt_len, inputs.row_max_new_tokens, self.max_delay,
-                                    self.config.decoder_config.eos_token_id, self.num_channels)
+            caps = [_RowCapProcessor(inputs.audio_prompt_len, inputs.row_max_new_tokens, self.max_delay,
+                                     self.config.decoder_config.eos_token_id, self.num_channels)]
         with torch.inference_mode():
             if knobs.greedy:
                 # do_sample=False adds no top-k warper, but Dia's CFG processor still reads top_k (its guidance
@@ -582,17 +598,20 @@ class DiaAdapter(TTSAdapter):
                 del kwargs["top_k"]
                 if knobs.top_k != self.model.generation_config.top_k:
                     kwargs["top_k"] = knobs.top_k
-                if caps is None:
+                if not caps:
                     return self.model.generate(**kwargs)
-                with self._extra_processors([caps], guidance_top_k=knobs.top_k):
+                with self._processors(guidance_top_k=knobs.top_k, before_delay_pattern=caps):
                     return self.model.generate(**kwargs)
-            # Scores reach it as (batch_size * num_channels, vocab_size), after Dia's CFG and EOS channel filter.
-            # Generators on the CPU: the noise of a seed is the same on every device.
-            sampler = GumbelNoiseProcessor(RowSampler(inputs.seeds, temperature=knobs.temperature, top_k=knobs.top_k,
-                                                      top_p=knobs.top_p, rows_per_seed=self.num_channels,
-                                                      generator_device="cpu"))
-            with self._extra_processors([sampler] + ([caps] if caps is not None else []),
-                                        guidance_top_k=knobs.top_k):
+            # transformers' sampling list, warper for warper (temperature only when not 1, as transformers adds
+            # it), then one draw per row: scores (batch_size * num_channels, vocab_size), row-major by batch row,
+            # so each row draws ``multinomial(probs (num_channels, vocab_size), 1)`` from its own generator, the
+            # call ``_sample`` makes on the global RNG for a batch of one.
+            temperature = None if knobs.temperature == 1.0 else knobs.temperature
+            draw = SampledTokenProcessor(RowSampler(inputs.seeds, rows_per_seed=self.num_channels))
+            with self._processors(guidance_top_k=knobs.top_k,
+                                  before_channel_filter=logits_warpers(temperature=temperature),
+                                  after_channel_filter=logits_warpers(top_k=knobs.top_k, top_p=knobs.top_p),
+                                  before_delay_pattern=caps, last=[draw]):
                 return self.model.generate(**kwargs)
 
     def _end_steps(self, outputs):

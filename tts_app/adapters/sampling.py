@@ -5,16 +5,23 @@ how many rows share its batch and on their draws. Here every row owns ONE random
 seeded with ``AdapterRow.seed``; all of that row's draws come from it, in decode-step order, so a seed gives the same
 audio batched or alone.
 
+Draw-equal to upstream: a row's draw is ``torch.multinomial(probs, 1, generator=row_generator)`` on that row's own
+``(rows_per_seed, vocab_size)`` block of probabilities, the very call transformers' ``_sample``
+(generation/utils.py) makes on the global RNG for a batch of one (``multinomial(softmax(scores), num_samples=1)``).
+A generator seeded with ``s`` holds the state ``torch.manual_seed(s)`` gives the global one, so a row seeded with
+``s`` draws the tokens ``torch.manual_seed(s); model.generate(...)`` draws for that row alone, as long as the adapter
+makes its draws in upstream's order and shapes (tests/integration/test_end_to_end_upstream.py checks Dia and CSM).
+
 Pieces:
 
 * ``RowSampler`` -- transformers' logits warpers (``TemperatureLogitsWarper``, ``TopKLogitsWarper``,
   ``TopPLogitsWarper``) built from the sampling knobs, plus the per-row generators. ``sample`` draws one token per
-  score row (``torch.multinomial`` with the row's generator); ``gumbel_perturb`` adds Gumbel noise from the row's
-  generator so that a later ``argmax`` is a sample; ``generators`` hands the streams to other per-row draws
+  score row (``torch.multinomial`` with the row's generator); ``generators`` hands the streams to other per-row draws
   (e.g. diffusion noise).
-* Two ``LogitsProcessor`` adaptors for adapters that must run inside a library ``generate`` whose own path is greedy
-  (``do_sample=False``): ``GumbelNoiseProcessor`` (its scores still go through later processors, then argmax) and
-  ``SampledTokenProcessor`` (scores ``-inf`` except the drawn token, so argmax returns exactly that token).
+* ``SampledTokenProcessor``: a ``LogitsProcessor`` for adapters that must run inside a library ``generate`` whose own
+  path is greedy (``do_sample=False``): it draws with ``RowSampler.sample`` and returns scores ``-inf`` except the
+  drawn token, so the library's argmax returns exactly that token.
+* ``logits_warpers``: the warpers alone, in transformers' order, for adapters that place them in a library's list.
 
 Score layout: ``scores`` is ``(num_seeds * rows_per_seed, vocab_size)``, row-major by seed: seed ``i`` owns score
 rows ``i * rows_per_seed ... (i + 1) * rows_per_seed - 1`` (e.g. one row per codebook of a batch row).
@@ -30,11 +37,6 @@ from collections.abc import Sequence
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, \
     TopPLogitsWarper
-
-# Clamp of the uniform draws before the double log of the Gumbel transform: keeps -log(-log(u)) finite (u = 0 would
-# give -inf, u = 1 +inf). The bounds cut off probability mass below 1e-7, far below anything a sampled token needs.
-_GUMBEL_UNIFORM_MIN = 1e-10
-_GUMBEL_UNIFORM_MAX = 1.0 - 1e-7
 
 
 class RowSampler:
@@ -64,7 +66,7 @@ class RowSampler:
         self.rows_per_seed = int(rows_per_seed)
         self.generator_device = generator_device
         self._streams = _RowStreams(self.seeds, generator_device)
-        self.warpers = _warpers(temperature, top_k, top_p)
+        self.warpers = logits_warpers(temperature, top_k, top_p)
 
     def with_knobs(self, *, temperature: float | None = None, top_k: int | None = None,
                    top_p: float | None = None) -> "RowSampler":
@@ -117,28 +119,6 @@ class RowSampler:
         return torch.cat([torch.multinomial(p, 1, generator=g)
                           for p, g in zip(per_seed, self.generators(scores.device))]).view(-1)
 
-    def gumbel_perturb(self, input_ids: torch.Tensor | None, scores: torch.Tensor) -> torch.Tensor:
-        """Warped scores (float32) plus Gumbel(0, 1) noise ``-log(-log(u))``, ``u ~ U(0, 1)`` drawn per seed as one
-        ``(rows_per_seed, vocab_size)`` block from its generator (on the generator's device, then moved).
-
-        ``argmax`` of the result is an exact sample of ``softmax(warped scores)`` (Gumbel-max trick: Gumbel 1954;
-        Maddison et al. 2014, "A* Sampling"), for callers whose decode loop ends in an argmax.
-
-        Args:
-            scores: ``(num_seeds * rows_per_seed, vocab_size)`` logits.
-        Returns:
-            ``(num_seeds * rows_per_seed, vocab_size)`` float32 on ``scores.device``.
-        Raises:
-            ValueError: ``scores`` does not have ``num_seeds * rows_per_seed`` rows.
-        """
-        self._check_rows(scores)
-        scores = self.warp(input_ids, scores).float()
-        shape = (self.rows_per_seed, scores.shape[-1])
-        uniform = torch.stack([torch.rand(shape, generator=g, device=g.device)
-                               for g in self.generators(scores.device)])  # (num_seeds, rows_per_seed, vocab)
-        gumbel = -torch.log(-torch.log(uniform.clamp_(_GUMBEL_UNIFORM_MIN, _GUMBEL_UNIFORM_MAX)))
-        return scores + gumbel.view(-1, scores.shape[-1]).to(scores.device)
-
     def _check_rows(self, scores: torch.Tensor) -> None:
         expected = len(self.seeds) * self.rows_per_seed
         if scores.ndim != 2 or scores.shape[0] != expected:
@@ -162,18 +142,6 @@ class _RowStreams:
         return self.generators
 
 
-class GumbelNoiseProcessor(LogitsProcessor):
-    """Logits processor form of ``RowSampler.gumbel_perturb``: insert it into a greedy ``generate``'s processor list
-    and the final argmax picks a per-row seeded sample. Scores in ``(num_seeds * rows_per_seed, vocab_size)``, out
-    float32 of the same shape."""
-
-    def __init__(self, sampler: RowSampler):
-        self.sampler = sampler
-
-    def __call__(self, input_ids, scores):
-        return self.sampler.gumbel_perturb(input_ids, scores)
-
-
 class SampledTokenProcessor(LogitsProcessor):
     """Logits processor that draws with ``RowSampler.sample`` and returns scores that are ``-inf`` everywhere except
     0.0 at the drawn token, so a greedy ``generate``'s argmax returns exactly that token. Use it LAST (a later
@@ -190,8 +158,11 @@ class SampledTokenProcessor(LogitsProcessor):
         return out
 
 
-def _warpers(temperature: float | None, top_k: int | None, top_p: float | None) -> LogitsProcessorList:
-    """transformers' warpers in the order ``generate`` applies them (temperature, top-k, top-p)."""
+def logits_warpers(temperature: float | None = None, top_k: int | None = None,
+                   top_p: float | None = None) -> LogitsProcessorList:
+    """transformers' warpers in the order ``generate`` applies them (temperature, top-k, top-p; generation/utils.py
+    ``_get_logits_processor``), each only when its knob is on: temperature not None, top-k not None or 0, top-p
+    below 1. ``min_tokens_to_keep`` is transformers' default 1, as ``generate`` uses without beams."""
     warpers = LogitsProcessorList()
     if temperature is not None:
         warpers.append(TemperatureLogitsWarper(float(temperature)))

@@ -52,6 +52,7 @@ from tts_app import metrics
 from tts_app.config import MAX_SPEED, MIN_SPEED, ServerConfig
 from tts_app.errors import InputError, ReferenceAudioError, TTSAppError
 from tts_app.finish import FinishReason
+from tts_app.frontend.messages import Notice, register
 from tts_app.request import EmotionControl, Priority, SynthesisParams, SynthesisRequest, check_text
 from tts_app.server.errors import APIError
 from tts_app.server.security import AccessPolicy, RateLimiter, client_id
@@ -63,6 +64,23 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: OpenAI's speech model names; any of them means "the loaded model" (clients often cannot change the name).
+# The API's own warnings (``X-TTS-Warnings``), in English and Chinese (``tts_app.frontend.messages``).
+API_EN = {
+    "api_instructions_ignored": "instructions were ignored: {family} takes no style or emotion instructions",
+    "api_no_beam_search": "{name} was ignored: {family} has no beam search",
+    "api_format_whole_clip": "response_format {fmt} is sent when the whole clip is done (it is encoded at once); ask "
+                             "for one of {formats} to get the audio as it is decoded",
+    "api_speed_whole_clip": "speed other than 1 changes the whole clip after decoding, so it is sent when done",
+}
+API_ZH = {
+    "api_instructions_ignored": "已忽略 instructions：{family} 不接受风格或情感指令",
+    "api_no_beam_search": "已忽略 {name}：{family} 没有束搜索",
+    "api_format_whole_clip": "response_format {fmt} 要等整段音频完成后才发送（一次性编码）；请选择 {formats} 之一，"
+                             "即可边解码边接收音频",
+    "api_speed_whole_clip": "speed 不为 1 时要在解码后处理整段音频，因此完成后才发送",
+}
+register(__name__, API_EN, API_ZH)
+
 OPENAI_MODEL_NAMES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 #: response_format -> Content-Type. "pcm": raw 16-bit little-endian mono samples at ``X-Sampling-Rate`` Hz.
 CONTENT_TYPES = {"wav": "audio/wav", "flac": "audio/flac", "mp3": "audio/mpeg", "opus": "audio/ogg",
@@ -467,10 +485,9 @@ class OpenAIRoutes:
             # the checkpoint's emotion model reads the emotion from the instructions (IndexTTS 2's emo_text)
             emotion = EmotionControl(from_text=True, text=instructions)
         elif instructions:
-            warnings.append(f"instructions were ignored: {runtime.model.family} takes no style or emotion "
-                            "instructions")
+            warnings.append(Notice("api_instructions_ignored", family=runtime.model.family))
         defaults = runtime.engine.facts.generation_defaults
-        warnings += [f"{name} was ignored: {runtime.model.family} has no beam search" for name in
+        warnings += [Notice("api_no_beam_search", name=name, family=runtime.model.family) for name in
                      ("num_beams", "length_penalty") if getattr(body, name) is not None and getattr(defaults, name) is None]
         if body.segment_context and not runtime.engine.facts.supports_segment_context:
             # the engine's own warning (the same text, so the header holds it once), known before the first audio
@@ -488,10 +505,9 @@ class OpenAIRoutes:
         """Why a request that asked for streaming is answered with the whole clip (a warning for the client), or
         None when it can stream."""
         if fmt not in STREAM_FORMATS:
-            return (f"response_format {fmt} is sent when the whole clip is done (it is encoded at once); ask for "
-                    f"{' or '.join(STREAM_FORMATS)} to get the audio as it is decoded")
+            return Notice("api_format_whole_clip", fmt=fmt, formats=", ".join(STREAM_FORMATS))
         if params.needs_whole_clip:
-            return "speed other than 1 changes the whole clip after decoding, so it is sent when done"
+            return Notice("api_speed_whole_clip")
         return None
 
     async def speech(self, body: SpeechRequest, request: Request) -> Response:
