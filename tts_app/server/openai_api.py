@@ -491,8 +491,6 @@ class OpenAIRoutes:
                      ("num_beams", "length_penalty") if getattr(body, name) is not None and getattr(defaults, name) is None]
         if body.segment_context and not runtime.engine.facts.supports_segment_context:
             # the engine's own warning (the same text, so the header holds it once), known before the first audio
-            from tts_app.frontend.messages import Notice
-
             warnings.append(Notice("eng_segment_context_unsupported", name=runtime.engine.adapter.display_name))
         params = dataclasses.replace(params, reference_cleanup=prepared.report.cleanup)  # what ran on the voice
         request = SynthesisRequest(text=body.input, reference_audio=prepared.audio,
