@@ -420,9 +420,11 @@ class GLMTTSDecodeBatch(DecodeBatch):
         return commit
 
     def _row_audio(self, row: _StepRow, speech_tokens: list[int]) -> np.ndarray:
+        """A finishing row's waveform (``GLMTTSAdapter.token_to_audio``), the flow's noise drawn from the row's
+        generator after its LM draws (upstream: the global RNG, seeded once per segment before the LM)."""
         if not speech_tokens or not self.make_audio:
             return np.zeros(0, dtype=np.float32)
-        return self.adapter.token_to_audio([speech_tokens], [row.prompt])[0]
+        return self.adapter.token_to_audio([speech_tokens], [row.prompt], [row.selector.generator])[0]
 
     def release(self, keys) -> None:
         import torch
@@ -446,10 +448,12 @@ class GLMTTSInputs:
 
 @dataclass
 class GLMTTSOutputs:
-    """``generate`` output: each row's speech tokens (0-based) and whether it hit its cap."""
+    """``generate`` output: each row's speech tokens (0-based), whether it hit its cap, and its generator (where
+    its LM draws left it: the flow draws from it next)."""
 
     speech_tokens: list[list[int]]
     hit_max_new_tokens: list[bool]
+    generators: list = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------------- adapter
@@ -662,7 +666,8 @@ class GLMTTSAdapter(TTSAdapter):
             batch.decode_step()
         ats = self.processor.special["ats"]
         return GLMTTSOutputs([row.speech_tokens(ats) for row in batch.rows],
-                             [row.stop_reason is StopReason.MAX_NEW_TOKENS for row in batch.rows])
+                             [row.stop_reason is StopReason.MAX_NEW_TOKENS for row in batch.rows],
+                             [row.selector.generator for row in batch.rows])
 
     def generate(self, inputs: GLMTTSInputs, params: SynthesisParams) -> GLMTTSOutputs:
         return self.speech_tokens(inputs.prompts, params)
@@ -671,20 +676,21 @@ class GLMTTSAdapter(TTSAdapter):
         return [StopReason.MAX_NEW_TOKENS if hit else StopReason.END_OF_SPEECH for hit in outputs.hit_max_new_tokens]
 
     def postprocess(self, outputs: GLMTTSOutputs, inputs: GLMTTSInputs) -> list[np.ndarray]:
-        return self.token_to_audio(outputs.speech_tokens, inputs.prompts)
+        return self.token_to_audio(outputs.speech_tokens, inputs.prompts, outputs.generators)
 
-    def token_to_audio(self, speech_tokens: list[list[int]], prompts: list[GLMTTSPrompt]) -> list[np.ndarray]:
+    def token_to_audio(self, speech_tokens: list[list[int]], prompts: list[GLMTTSPrompt],
+                       generators: list) -> list[np.ndarray]:
         """Speech tokens (0-based) of rows -> float32 waveforms at ``facts.sampling_rate``: the flow model from the
-        row's prompt tokens, prompt mel and speaker embedding, then the vocoder (``flow.py`` / ``vocoder.py``)."""
+        row's prompt tokens, prompt mel and speaker embedding (its noise from the row's ``generators[i]``), then the
+        vocoder (``flow.py`` / ``vocoder.py``)."""
         import torch
 
         flow, vocoder = self.processor.token2wav
         out = []
-        for tokens, prompt in zip(speech_tokens, prompts):
+        for tokens, prompt, generator in zip(speech_tokens, prompts, generators):
             if not tokens:
                 out.append(np.zeros(0, dtype=np.float32))
                 continue
-            generator = torch.Generator().manual_seed(int(prompt.seed))
             dev = self.device
             mel, mel_lengths = flow.token_to_mel(
                 torch.tensor([tokens], dtype=torch.long, device=dev), torch.tensor([len(tokens)], device=dev),

@@ -25,6 +25,7 @@ from tts_app.errors import ModelLoadError
 GLM4_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
 RANK_FILE = "tokenizer.model"
+_BRACKETED = r"<\|[^<>|\s]*\|>"
 CONFIG_FILE = "tokenizer_config.json"
 
 
@@ -79,16 +80,18 @@ class GLMTextTokenizer:
                                       for i, entry in config.get("added_tokens_decoder", {}).items()}
         self._encoding = tiktoken.Encoding(name=f"glmtts:{folder}", pat_str=GLM4_PATTERN, mergeable_ranks=ranks,
                                            special_tokens={})
-        self._split = (re.compile("(" + "|".join(re.escape(t) for t in sorted(self.added, key=len, reverse=True))
-                                  + ")") if self.added else None)
+        # Added tokens are split out first. Most are ``<|...|>`` (32768 speech tokens alone): one generic pattern
+        # finds those (a match that is not an added token stays text); the few others are listed, longest first.
+        others = sorted((t for t in self.added if not (t.startswith("<|") and t.endswith("|>"))), key=len,
+                        reverse=True)
+        self._split = re.compile("(" + "|".join([_BRACKETED, *(re.escape(t) for t in others)]) + ")")
         self.vocab_size = max([len(ranks) - 1, *self.added.values()]) + 1
         self._decoder = {rank: token for token, rank in ranks.items()}
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``: added tokens as their ids, the text between them byte-level BPE."""
         ids: list[int] = []
-        pieces = self._split.split(text) if self._split is not None else [text]
-        for piece in pieces:
+        for piece in self._split.split(text):
             if not piece:
                 continue
             if piece in self.added:

@@ -1,0 +1,215 @@
+"""GLM-TTS on the tiny checkpoint (``make-tiny-model --family glmtts``): upstream's folder layout loads, the speech
+tokenizer and the language model give exactly upstream's tokens, and batching, the KV cache, joining / leaving a
+running batch and out-of-memory steps never change a row's tokens.
+
+Goldens (tests/data/glmtts/) come from zai-org/GLM-TTS's own code (commit c5dc7ae) run on the tiny checkpoint of seed
+0, in a scratch virtual environment outside this repository (system torch 2.14.1 + transformers 4.57.3 as upstream
+pins), with a harness that:
+
+* imports upstream's modules from a checkout (``utils/yaml_util.load_speech_tokenizer``,
+  ``cosyvoice/cli/frontend.SpeechTokenizer``, ``llm/glmtts.GLMTTS``, ``glmtts_inference.get_special_token_ids`` and
+  ``local_llm_forward``), with the modules those stages never call (peft, hyperpyyaml, WeTextProcessing, emoji,
+  pronouncing, inflect) stubbed and ``.cuda()`` / ``device="cuda"`` mapped to the CPU (upstream hard-codes CUDA);
+* ``upstream_speech_tokens.json``: ``SpeechTokenizer.extract_speech_token([(clip, 16000)])`` for the first 2.0 s of
+  ``zh_female_1.wav`` and 3.0 s of ``en_male_1.wav`` (mono, resampled to 16 kHz with torchaudio, as below);
+* ``upstream_lm_tokens.json``: ``GLMTTS(mode="PRETRAIN")`` with the tiny ``ckpt/llm`` loaded by
+  ``LlamaForCausalLM.from_pretrained(dtype=float32)``, ``set_seed(seed)`` then ``local_llm_forward(...,
+  sample_method="ras")`` for two texts x seeds 0 and 7, the prompt speech tokens being the clip's tokens above.
+  Text ids come from tts_app's tokenizer (upstream loads its tokenizer with the hub repository's remote code, which
+  the code repository does not hold); they are recorded with the goldens.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("tiktoken")
+
+from tests.adapter_helpers import load_reference  # noqa: E402
+from tts_app.adapters.base import AdapterRow  # noqa: E402
+from tts_app.errors import InputError, ReferenceAudioError  # noqa: E402
+from tts_app.request import StopReason, SynthesisParams  # noqa: E402
+
+GOLDEN = "glmtts"
+GREEDY = SynthesisParams(greedy=True, max_new_tokens=40)
+SEEDED = SynthesisParams(max_new_tokens=40)  # upstream's defaults (ras sampling, top-p 0.8, top-k 25), capped
+UPSTREAM = SynthesisParams()  # upstream's defaults, no cap but its own (20 x the text tokens)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_checkpoint):
+    return tiny_checkpoint("glmtts")
+
+
+@pytest.fixture(scope="module")
+def adapter(tiny_adapter):
+    return tiny_adapter("glmtts")
+
+
+@pytest.fixture(scope="module")
+def rows(adapter):
+    sr = adapter.facts.sampling_rate
+    zh, _ = load_reference("zh_female_1.wav", sr, 2.0)
+    en, _ = load_reference("en_male_1.wav", sr, 1.6)
+    return [AdapterRow("你好，世界。今天天气很好。", zh, "参考音频的文字。", seed=1),
+            AdapterRow("Hello there, how are you?", en, "This is the reference.", seed=2),
+            AdapterRow("短句。", en, "This is the reference.", seed=3),
+            AdapterRow("One more line in another voice, a little longer.", zh, "参考音频的文字。", seed=4)]
+
+
+def _golden(data_dir, name):
+    return json.loads((data_dir / GOLDEN / name).read_text(encoding="utf-8"))
+
+
+def _clip_16k(data_dir, name, seconds):
+    import soundfile as sf
+    import torchaudio
+
+    samples, rate = sf.read(data_dir / name, dtype="float32", always_2d=True)
+    wave = torchaudio.functional.resample(torch.from_numpy(samples.mean(axis=1)), rate, 16000)
+    return wave[: int(seconds * 16000)].numpy()
+
+
+def _prompts(adapter, cases):
+    from tts_app.adapters.glmtts.adapter import GLMTTSPrompt
+
+    return [GLMTTSPrompt(c["text_ids"], c["prompt_text_ids"], c["prompt_speech_tokens"], seed=c["seed"])
+            for c in cases]
+
+
+def test_tiny_checkpoint_has_upstreams_layout_and_is_recognised(tiny):
+    from tts_app.adapters import family_of
+
+    for part in ("ckpt/llm/config.json", "ckpt/llm/model.safetensors", "ckpt/vq32k-phoneme-tokenizer/tokenizer.model",
+                 "ckpt/vq32k-phoneme-tokenizer/tokenizer_config.json", "ckpt/speech_tokenizer/config.json",
+                 "ckpt/speech_tokenizer/model.safetensors", "ckpt/speech_tokenizer/preprocessor_config.json",
+                 "frontend/campplus.onnx"):
+        assert (tiny / part).is_file(), part
+    assert family_of(tiny) == "glmtts"
+    assert family_of(tiny / "ckpt") == "glmtts"  # the hub snapshot's level
+
+
+def test_special_tokens_and_speech_tokens_equal_upstream(adapter, data_dir):
+    golden = _golden(data_dir, "upstream_speech_tokens.json")
+    assert adapter.processor.special == golden["special"]
+    for name, clip in golden["clips"].items():
+        tokens = adapter.processor.speech_tokenizer.tokens(_clip_16k(data_dir, name, clip["seconds"]))
+        assert tokens == clip["tokens"], name
+
+
+def test_language_model_tokens_equal_upstream_alone_and_batched(adapter, data_dir):
+    cases = _golden(data_dir, "upstream_lm_tokens.json")["cases"]
+    for case in cases:
+        assert adapter.processor.text_tokenizer.encode(case["text"]) == case["text_ids"]
+        assert adapter.processor.text_tokenizer.encode(case["prompt_text"] + " ") == case["prompt_text_ids"]
+    prompts = _prompts(adapter, cases)
+    batched = adapter.speech_tokens(prompts, UPSTREAM).speech_tokens
+    assert batched == [c["speech_tokens"] for c in cases]
+    alone = adapter.speech_tokens(prompts[:1], UPSTREAM).speech_tokens[0]
+    assert alone == cases[0]["speech_tokens"]
+
+
+@pytest.mark.parametrize("params", [GREEDY, SEEDED, SynthesisParams(max_new_tokens=40, use_cache=False)],
+                         ids=["greedy", "seeded", "no-kv-cache"])
+def test_batch_of_4_equals_rows_one_by_one(adapter, rows, params):
+    inputs = adapter.preprocess(rows, params)
+    together = adapter.generate(inputs, params)
+    for i, row in enumerate(rows):
+        alone = adapter.generate(adapter.preprocess([row], params), params)
+        assert alone.speech_tokens[0] == together.speech_tokens[i], i
+    if not params.use_cache:
+        assert together.speech_tokens == adapter.generate(inputs, SEEDED).speech_tokens
+
+
+def test_end_token_is_masked_before_twice_the_text_and_rows_stop_at_20_times(adapter, rows):
+    inputs = adapter.preprocess(rows, GREEDY)
+    out = adapter.generate(inputs, SynthesisParams(greedy=True))
+    for prompt, tokens, hit in zip(inputs.prompts, out.speech_tokens, out.hit_max_new_tokens):
+        assert 2 * len(prompt.text_ids) <= len(tokens) <= 20 * len(prompt.text_ids)
+        assert hit == (len(tokens) == 20 * len(prompt.text_ids))
+    capped = adapter.generate(inputs, SynthesisParams(greedy=True, max_new_tokens=5))
+    assert [len(t) for t in capped.speech_tokens] == [5] * len(rows)
+    assert adapter.stop_reasons(capped, inputs) == [StopReason.MAX_NEW_TOKENS] * len(rows)
+    assert [t[:5] for t in out.speech_tokens] == capped.speech_tokens
+
+
+def _drive(batch, plan, release_at=None, oom_at=(), max_steps=600):
+    """Step ``batch``; before step k prefill ``plan[k]`` and release ``release_at[k]``; the decode steps in ``oom_at``
+    raise ``torch.OutOfMemoryError`` from inside the LM forward once (then are retried). Returns {key: tokens}."""
+    done = {}
+    ats = batch.adapter.processor.special["ats"]
+    forward = batch.stream.forward
+    for step in range(max_steps):
+        for key in (release_at or {}).get(step, []):
+            batch.release([key])
+        if plan.get(step):
+            batch.prefill(plan[step])
+        if not batch.num_rows and step > max(plan):
+            break
+        if step in oom_at:
+            def fail(*args, **kwargs):
+                forward(*args, **kwargs)  # half-way: the cache has grown when the error comes
+                raise torch.OutOfMemoryError("simulated")
+            batch.stream.forward = fail
+            with pytest.raises(torch.OutOfMemoryError):
+                batch.decode_step()
+            batch.stream.forward = forward
+        for out in batch.decode_step():
+            if out.stop_reason is not None:
+                row = next(r for r in batch.rows if r.key == out.key)
+                done[out.key] = row.speech_tokens(ats)
+                batch.release([out.key])
+    return done
+
+
+@pytest.mark.parametrize("params", [GREEDY, SEEDED], ids=["greedy", "seeded"])
+def test_continuous_batching_with_oom_steps_equals_one_by_one(adapter, rows, params):
+    want = {i: adapter.generate(adapter.preprocess([row], params), params).speech_tokens[0]
+            for i, row in enumerate(rows)}
+    batch = adapter.start_decode(params)
+    batch.make_audio = False
+    keys = [("row", i) for i in range(len(rows))]
+    got = _drive(batch, {0: [(keys[0], rows[0]), (keys[1], rows[1])], 3: [(keys[2], rows[2])],
+                         9: [(keys[3], rows[3])]}, oom_at=(2, 10, 25))
+    assert {k[1]: v for k, v in got.items()} == want
+
+
+def test_ras_redraws_a_token_repeated_in_the_window():
+    from tts_app.adapters.glmtts.adapter import RowSelector
+
+    allowed = torch.ones(6, dtype=torch.bool)
+    logits = torch.tensor([0.0, 3.0, 0.0, 0.0, 0.0, 0.0])  # token 1 holds 80.1 %: the top-p 0.8 nucleus alone
+    fresh = RowSelector(SEEDED, 5, allowed)
+    assert fresh.pick(logits.clone(), history=[0, 2, 3], mask_eos=False, eos=5) == 1
+    draws = set()
+    repeated = RowSelector(SEEDED, 5, allowed)
+    for _ in range(200):  # 1 is in the window: every pick of 1 is redrawn from the whole softmax
+        draws.add(repeated.pick(logits.clone(), history=[1], mask_eos=False, eos=5))
+    assert draws - {1}  # the redraw sometimes lands elsewhere
+    eos_first = RowSelector(GREEDY, 0, allowed)
+    assert eos_first.pick(torch.tensor([0.0, 0, 0, 0, 0, 9]), [], mask_eos=True, eos=5) != 5
+
+
+def test_bad_rows_raise_project_errors(adapter, rows):
+    row = rows[0]
+    with pytest.raises(InputError, match="reference text"):
+        adapter.preprocess([AdapterRow(row.text, row.reference_audio, None)], GREEDY)
+    with pytest.raises(ReferenceAudioError, match="reference clip"):
+        adapter.preprocess([AdapterRow(row.text, None, "x")], GREEDY)
+    with pytest.raises(ReferenceAudioError, match="NaN"):
+        adapter.preprocess([AdapterRow(row.text, np.full(24000, np.nan, dtype=np.float32), "x")], GREEDY)
+    with pytest.raises(InputError, match="readable"):
+        adapter.preprocess([AdapterRow("  ", row.reference_audio, "x")], GREEDY)
+
+
+def test_not_a_checkpoint_is_a_model_load_error(tmp_path):
+    from tts_app.adapters.glmtts import GLMTTSAdapter
+    from tts_app.errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="not a GLM-TTS checkpoint"):
+        GLMTTSAdapter.from_pretrained(tmp_path)
