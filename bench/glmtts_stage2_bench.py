@@ -106,8 +106,8 @@ def main() -> None:
     frames = [int(n) for n in batched[1]]
     print(f"GLM-TTS stage 2, size={args.size}, {args.rows} rows, mel frames {frames}, device={args.device}, "
           f"threads={torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}")
-    print(f"  flow     batched {batched[4]:7.2f} s   one by one {flow_alone:7.2f} s   ratio {flow_alone / batched[4]:.2f}x")
-    print(f"  vocoder  batched {batched[5]:7.2f} s   one by one {voc_alone:7.2f} s   ratio {voc_alone / batched[5]:.2f}x")
+    for name, b, a in (("flow", batched[4], flow_alone), ("vocoder", batched[5], voc_alone)):
+        print(f"  {name:8s} batched {b:7.2f} s   one by one {a:7.2f} s   ratio {a / b:.2f}x")
     total_b, total_a = batched[4] + batched[5], flow_alone + voc_alone
     print(f"  both     batched {total_b:7.2f} s   one by one {total_a:7.2f} s   ratio {total_a / total_b:.2f}x")
     print(f"  largest difference batched vs alone: mel {mel_diff:.2e}, wave {wave_diff:.2e}")

@@ -100,8 +100,9 @@ def test_batch_equals_rows_alone(stage2, golden):
     waveform, with each row's generator drawn as if alone."""
     _, flow, hift, vocos = stage2
     g = torch.Generator().manual_seed(7)
-    longer = {"tokens": torch.randint(0, 32768, (14,), generator=g), "prompt_tokens": torch.randint(0, 32768, (5,),
-              generator=g), "prompt_mel": torch.randn(10, 80, generator=g) - 4, "embedding": torch.randn(192, generator=g),
+    longer = {"tokens": torch.randint(0, 32768, (14,), generator=g),
+              "prompt_tokens": torch.randint(0, 32768, (5,), generator=g),
+              "prompt_mel": torch.randn(10, 80, generator=g) - 4, "embedding": torch.randn(192, generator=g),
               "seed": torch.tensor(33)}
     rows = [golden[1], longer, golden[0]]
     generators_b = _generators(rows)  # the flow draws first, the vocoder goes on from there (as one row does)

@@ -31,7 +31,7 @@ features rotate (x-transformers leaves the rest unrotated); reproduced on purpos
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tts_app.errors import InputError, ModelLoadError
+from tts_app.errors import ModelLoadError
 
 # Upstream `Flow.__init__` keyword defaults (flow/flow.py), used where config.yaml leaves a key out. One source.
 FLOW_CONFIG_DEFAULTS: dict[str, Any] = {
@@ -68,26 +68,23 @@ FLOW_CONFIG_FILE = "config.yaml"
 # config.yaml (HyperPyYAML) as plain data
 
 
-class _HyperYamlAsData(object):
+def _hyperpyyaml_as_data_loader() -> type:
     """A PyYAML SafeLoader that reads HyperPyYAML tags (`!new:a.b.C`, `!name:`, `!apply:`, `!ref <key>`) as data."""
+    import yaml
 
-    @staticmethod
-    def loader() -> type:
-        import yaml
+    class Loader(yaml.SafeLoader):
+        pass
 
-        class Loader(yaml.SafeLoader):
-            pass
+    def construct_tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            return loader.construct_mapping(node, deep=True)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node, deep=True)
+        value = loader.construct_scalar(node)
+        return {"!ref": value} if suffix == "ref" else value
 
-        def construct_tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
-            if isinstance(node, yaml.MappingNode):
-                return loader.construct_mapping(node, deep=True)
-            if isinstance(node, yaml.SequenceNode):
-                return loader.construct_sequence(node, deep=True)
-            value = loader.construct_scalar(node)
-            return {"!ref": value} if suffix == "ref" else value
-
-        Loader.add_multi_constructor("!", construct_tagged)
-        return Loader
+    Loader.add_multi_constructor("!", construct_tagged)
+    return Loader
 
 
 def read_flow_config(config_path: Path) -> dict[str, Any]:
@@ -100,7 +97,7 @@ def read_flow_config(config_path: Path) -> dict[str, Any]:
 
     try:
         with open(config_path, encoding="utf-8") as handle:
-            data = yaml.load(handle, Loader=_HyperYamlAsData.loader())  # noqa: S506 (SafeLoader subclass)
+            data = yaml.load(handle, Loader=_hyperpyyaml_as_data_loader())  # noqa: S506 (a SafeLoader)
     except (OSError, yaml.YAMLError) as exc:
         raise ModelLoadError(f"GLM-TTS flow config {config_path} could not be read ({exc}); re-download the "
                              "checkpoint's flow/ folder") from exc
@@ -247,7 +244,8 @@ class AdaLayerNormZero(nn.Module):
 
     def forward(self, x_btd, emb_bd):
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.linear(self.silu(emb_bd)).chunk(6, dim=1)
-        return self.norm(x_btd) * (1 + scale_msa[:, None]) + shift_msa[:, None], gate_msa, shift_mlp, scale_mlp, gate_mlp
+        normed = self.norm(x_btd) * (1 + scale_msa[:, None]) + shift_msa[:, None]
+        return normed, gate_msa, shift_mlp, scale_mlp, gate_mlp
 
 
 class AdaLayerNormZeroFinal(nn.Module):
@@ -426,7 +424,6 @@ class FlowOptions:
     speech_token_cfg: bool  # True: the unconditional pass sees all-zero tokens; False: the same tokens
     t_scheduler: str
     use_wavlm_emb: bool
-    sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "FlowOptions":
@@ -469,10 +466,11 @@ class Flow(nn.Module):
         all_tokens = torch.cat([prompt_tokens, tokens]).long()
         num_frames = frames_for_tokens(all_tokens.numel(), self.options.input_frame_rate, self.options.mel_framerate)
         if num_frames < 1:
-            raise InputError(f"GLM-TTS flow got {all_tokens.numel()} speech tokens: too few for one mel frame")
+            raise ValueError(f"GLM-TTS flow got {all_tokens.numel()} speech tokens: too few for one mel frame "
+                             "(the caller must pass the reference audio's speech tokens as the prompt)")
         num_embeddings = self.estimator.text_emb_layer.text_embed.num_embeddings
         if all_tokens.numel() and (int(all_tokens.max()) >= num_embeddings or int(all_tokens.min()) < 0):
-            raise InputError(f"GLM-TTS flow got speech token {int(all_tokens.max())}, outside 0..{num_embeddings - 1}"
+            raise ModelLoadError(f"GLM-TTS flow got speech token {int(all_tokens.max())}, outside 0..{num_embeddings - 1}"
                              " of this checkpoint's flow: the LM and flow come from different checkpoints")
         # Nearest-neighbour stretch of token ids to the frame count (upstream: length_align="interpolate_token").
         frame_tokens = F.interpolate(all_tokens[None, None].float(), size=num_frames, mode="nearest")[0, 0].long()
@@ -499,7 +497,8 @@ class Flow(nn.Module):
         Returns (mel (batch, mel_dim, max_frames) float32, right-padded with zeros; mel_lengths (batch,) int64):
             the generated part only (the prompt's frames removed), as upstream's `inference_with_cache` returns.
         Row i equals that row run alone (within float tolerance), with the same generator state.
-        Raises InputError for a row with no frames or with a token outside the flow's vocabulary.
+        Raises ValueError for a row with no mel frame; ModelLoadError for a token outside the flow's vocabulary (the
+        LM and the flow come from different checkpoints).
         """
         batch = tokens.shape[0]
         if generators is not None and len(generators) != batch:
@@ -521,7 +520,8 @@ class Flow(nn.Module):
             # Upstream: torch.randn_like(mel_cond) of shape (1, frames, mel_dim); same draw from the row's generator.
             noise[i, :n] = torch.randn((1, n, self.mel_dim), device=device,
                                        generator=None if generators is None else generators[i])[0]
-        frame_mask = torch.arange(max_frames, device=device)[None, :] < torch.tensor(frame_counts, device=device)[:, None]
+        counts = torch.tensor(frame_counts, device=device)
+        frame_mask = torch.arange(max_frames, device=device)[None, :] < counts[:, None]  # (batch, frames)
         # A batch of one has no padding: run it exactly as upstream does (no masks).
         mask = None if batch == 1 else frame_mask
 
