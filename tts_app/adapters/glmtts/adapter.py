@@ -698,7 +698,7 @@ class GLMTTSAdapter(TTSAdapter):
                 torch.tensor([len(prompt.prompt_speech_tokens)], device=dev),
                 prompt.prompt_mel[None].to(dev), torch.tensor([prompt.prompt_mel.shape[0]], device=dev),
                 torch.from_numpy(prompt.speaker_embedding)[None].to(dev), generators=[generator])
-            wav, lengths = vocoder(mel, mel_lengths)
+            wav, lengths = vocoder(mel, mel_lengths, generators=[generator])
             out.append(wav[0, : int(lengths[0])].float().cpu().numpy())
         return out
 

@@ -158,14 +158,11 @@ def write_campplus(path: Path, seed: int) -> None:
 
 
 def _write_token2wav(ckpt: Path, seed: int) -> None:
-    """The flow model and vocoders (``tts_app.adapters.glmtts.flow`` / ``.vocoder``), when those modules exist."""
-    try:
-        from tts_app.adapters.glmtts import flow, vocoder
-    except ImportError:
-        return
-    flow.write_tiny_flow(ckpt / "flow", seed)
-    vocoder.write_tiny_hift(ckpt / "hift" / "hift.pt", seed)
-    vocoder.write_tiny_vocos2d(ckpt / "vocos2d" / "generator_jit.ckpt", seed)
+    """The flow model and vocoders (``tts_app.adapters.glmtts.tiny_stage2``: flow/, hift/hift.pt,
+    vocos2d/generator_jit.ckpt)."""
+    from tts_app.adapters.glmtts.tiny_stage2 import write_tiny_stage2
+
+    write_tiny_stage2(ckpt, seed)
 
 
 def write_tiny_checkpoint(out: Path, seed: int = 0) -> Path:
