@@ -45,6 +45,9 @@ job file (JSONL): one JSON object per line, UTF-8; blank lines are skipped.
   pause_between_segments_ms, speed, duration_s, loudness_lufs, chapter_pause_ms,
   segment_durations_s            per-line generation settings (optional; override --seed etc.;
                                  segment_durations_s: a list, seconds per line of the text)
+  GLM-TTS's own files (uttid, prompt_text, prompt_speech, syn_text) run unchanged; a prompt_speech path written
+  from the folder above the JSONL (examples/prompt/a.wav) is also found as prompt/a.wav next to it. One line, one
+  format: a line mixing GLM-TTS's names and ours fails.
 
 example line:
   {"input_text": "你好，欢迎收听。", "prompt_audio": "voices/mei.wav", "prompt_text": "大家好。", "output_name": "intro"}

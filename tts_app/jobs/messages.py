@@ -97,6 +97,14 @@ EN: dict[str, str] = {
     "job_json_control_char": "Invalid control character at",
     "job_unknown_field": "unknown field {field!r} ignored",
     "job_both_given": "both {first!r} and {second!r} are given with different values; keep one",
+    "job_same_field_twice": "{theirs!r} (GLM-TTS's name) and {ours!r} (ours) are the same field; keep one",
+    "job_mixed_formats": "the line mixes GLM-TTS's field names ({theirs}) with ours ({ours}); write it in one "
+                         "format: uttid + prompt_text + prompt_speech + syn_text (GLM-TTS), or output_name + "
+                         "prompt_text + prompt_audio + input_text",
+    "job_missing_theirs": "missing field {field!r} ({meaning}; the line uses GLM-TTS's field names, "
+                          "which need uttid, prompt_text, prompt_speech and syn_text)",
+    "job_audio_found_as": "{field} {value!r} was read as {found!r} in {root} (a path written from the folder above, "
+                          "as GLM-TTS's examples are); write {found!r} to silence this",
     "job_missing_near": "missing field {field!r} (found {near!r}; rename it to {field})",
     "job_missing": "missing field {field!r} ({meaning})",
     "job_missing_no_default": "{missing} and no default voice was given",
@@ -272,6 +280,14 @@ ZH: dict[str, str] = {
     "job_json_control_char": "无效的控制字符",
     "job_unknown_field": "未知字段 {field!r}，已忽略",
     "job_both_given": "同时给出了 {first!r} 和 {second!r}，且值不同；请只保留一个",
+    "job_same_field_twice": "{theirs!r}（GLM-TTS 的字段名）和 {ours!r}（本程序的字段名）是同一个字段；请只保留一个",
+    "job_mixed_formats": "这一行混用了 GLM-TTS 的字段名（{theirs}）和本程序的字段名（{ours}）；请只用一种格式："
+                         "uttid + prompt_text + prompt_speech + syn_text（GLM-TTS），或 output_name + prompt_text + "
+                         "prompt_audio + input_text",
+    "job_missing_theirs": "缺少字段 {field!r}（{meaning}；这一行用的是 GLM-TTS 的字段名，需要 uttid、prompt_text、"
+                          "prompt_speech 和 syn_text）",
+    "job_audio_found_as": "{field} {value!r} 按 {root}中的 {found!r} 读取（路径是从上一级文件夹写的，GLM-TTS 的示例就是这样）；"
+                          "改写为 {found!r} 即可消除此提示",
     "job_missing_near": "缺少字段 {field!r}（找到了 {near!r}；请改名为 {field}）",
     "job_missing": "缺少字段 {field!r}（{meaning}）",
     "job_missing_no_default": "{missing}，且没有设置默认声音",

@@ -97,6 +97,7 @@ class AudioSources:
         self.min_reference_s = float(min_reference_s)
         self.has_audio_source = has_audio_source or zip_members is not None
         self._memo: dict[str, Path | JobLineError] = {}  # value -> resolved path, or the refusal
+        self._found_as: dict[str, tuple[str, str]] = {}  # value -> (shorter path it was found as, where)
         self._zip: zipfile.ZipFile | None = None
         self._zip_casefold: dict[str, str] | None = None
         self._labels = {Path(k).resolve(): v for k, v in (root_labels or {}).items()}
@@ -155,6 +156,33 @@ class AudioSources:
                 raise JobLineError(line_number, Notice("job_audio_missing", value=value), "audio_not_found")
             self._probe_file(value, resolved, line_number)
             return resolved
+        found = self._find_relative(value, text, line_number, roots_text)
+        if found is not None:
+            return found[0]
+        # Written from the folder above (upstream GLM-TTS's examples/example_zh.jsonl names
+        # "examples/prompt/jiayan_zh.wav", relative to the checkout it runs in): the same file under the shorter
+        # paths, leading folders dropped one at a time, still only inside the allowed roots; parse_line warns.
+        parts = PurePosixPath(posixpath.normpath(text)).parts
+        for k in range(1, len(parts) if parts and parts[0] != ".." else 0):
+            shorter = "/".join(parts[k:])
+            found = self._find_relative(value, shorter, line_number, roots_text)
+            if found is not None:
+                self._found_as[value] = (shorter, found[1])
+                return found[0]
+        raise JobLineError(line_number, self._not_found_message(value, text), "audio_not_found")
+
+    def found_as(self, value: str) -> tuple[str, str] | None:
+        """``(shorter path, where)`` when ``resolve(value)`` found the file only with leading folders of ``value``
+        dropped (``examples/prompt/a.wav`` as ``prompt/a.wav`` in "the job file's folder"), else None."""
+        return self._found_as.get(value)
+
+    def _find_relative(self, value: str, text: str, line_number: int, roots_text: str) -> tuple[Path, str] | None:
+        """The relative path ``text`` in the audio ZIP, then in each search root: ``(path, label of where)``, or
+        None when it is in none of them (``value``: as the line wrote it, for messages).
+
+        Raises:
+            JobLineError: ``text`` leaves the ZIP or the allowed roots; the file found is not usable audio.
+        """
         if self.zip_members is not None:
             member = posixpath.normpath(text)
             if member == ".." or member.startswith("../"):
@@ -162,15 +190,16 @@ class AudioSources:
             if member in self.zip_members:
                 self.zip_used.add(member)  # named by a line, usable or not: the run says why not, as here
                 self._probe_zip_member(value, member, line_number)
-                return Path(self.zip_path or "audio.zip") / member
+                where = self._label(self.zip_path) if self.zip_path is not None else Notice("job_root_the_zip")
+                return Path(self.zip_path or "audio.zip") / member, where
         for root in self.search_roots:
-            candidate = (root / rel).resolve()
+            candidate = (root / PurePosixPath(text)).resolve()
             if not _inside(candidate, self.allowed_roots):
                 raise JobLineError(line_number, Notice("job_leaves_roots", value=value, roots=roots_text))
             if candidate.is_file():
                 self._probe_file(value, candidate, line_number)
-                return candidate
-        raise JobLineError(line_number, self._not_found_message(value, text), "audio_not_found")
+                return candidate, self._label(root)
+        return None
 
     def _not_found_message(self, value: str, text: str) -> str:
         """"not found", with "did you mean ...?" for a name that differs only in letter case, and where it looked."""

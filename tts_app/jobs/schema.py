@@ -9,7 +9,10 @@ field               alias                  meaning
 ==================  =====================  ===============================================================
 ``input_text``      ``syn_text``           text to speak (required, non-empty)
 ``prompt_audio``    ``prompt_speech``      reference audio file, relative to the JSONL's folder or the audio
-                                           folder/ZIP (required unless a default voice is given)
+                                           folder/ZIP (required unless a default voice is given); a path
+                                           written from the folder above (``examples/prompt/a.wav`` in
+                                           ``examples/x.jsonl``, as GLM-TTS's examples are) is found too
+                                           (``AudioSources.resolve``)
 ``prompt_text``                            transcript of the reference audio (optional)
 ``voice``                                  a saved voice of the voice library (``tts_app.voices``), instead of
                                            ``prompt_audio`` (its transcript is used unless ``prompt_text`` is given)
@@ -35,6 +38,10 @@ cleaned as it was saved unless the line gives one)
                                            the checkpoint's emotion model
 ``emo_text``                               the text to read the emotion from (with ``use_emo_text``)
 ==================  =====================  ===============================================================
+
+A line is written either with our names or with GLM-TTS's (``uttid``, ``prompt_text``, ``prompt_speech``,
+``syn_text``: upstream's ``examples/example_zh.jsonl`` runs unchanged); a line mixing the two is refused with a
+message naming both formats (``GLMTTS_FIELDS``).
 
 The emotion fields (names as in IndexTTS 2's own ``infer``) take one source per line; a line with emotion fields
 fails with a clear message when the loaded model has no emotion control.
@@ -118,6 +125,12 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "emo_text": (),
 }
 EMOTION_FIELDS = ("emo_audio_prompt", "emo_vector", "emo_alpha", "use_emo_text", "emo_text")
+
+#: (our name, GLM-TTS's name) of the fields where the two formats differ (``prompt_text`` is the same in both). A
+#: line is written in one format or the other (``_check_one_format``); upstream's ``examples/example_zh.jsonl``
+#: lines hold exactly ``uttid``, ``prompt_text``, ``prompt_speech`` and ``syn_text``.
+GLMTTS_FIELDS: tuple[tuple[str, str], ...] = (("output_name", "uttid"), ("prompt_audio", "prompt_speech"),
+                                              ("input_text", "syn_text"))
 
 # per-line SynthesisParams overrides and their JSON types
 PARAM_TYPES: dict[str, type] = {
@@ -490,16 +503,42 @@ def _parse_format(obj: dict, line_number: int) -> str | None:
     return name
 
 
+def _uses_glmtts_names(obj: dict) -> bool:
+    """The line names its fields as GLM-TTS's examples do (``syn_text``, ``prompt_speech``, ``uttid``)."""
+    return any(theirs in obj for _, theirs in GLMTTS_FIELDS)
+
+
+def _check_one_format(obj: dict, line_number: int) -> None:
+    """A line is written with GLM-TTS's field names or with ours, not both (``GLMTTS_FIELDS``).
+
+    Raises:
+        JobLineError: one field under both names (``syn_text`` and ``input_text``), or a line mixing the formats
+            across fields (``syn_text`` with ``prompt_audio``); the message lists both formats' fields.
+    """
+    ours = [o for o, _ in GLMTTS_FIELDS if o in obj]
+    theirs = [t for _, t in GLMTTS_FIELDS if t in obj]
+    if not ours or not theirs:
+        return
+    twice = next(((o, t) for o, t in GLMTTS_FIELDS if o in obj and t in obj), None)
+    if twice is not None:
+        raise JobLineError(line_number, Notice("job_same_field_twice", ours=twice[0], theirs=twice[1]))
+    raise JobLineError(line_number, Notice("job_mixed_formats", theirs=", ".join(theirs), ours=", ".join(ours)))
+
+
 def _missing_field(canonical: str, meaning: Notice, obj: dict) -> Notice:
     """"missing field 'input_text' (found 'text'; rename it to input_text)" when the line holds a near-miss
-    name (``NEAR_MISSES`` or a close spelling), else "missing field 'input_text' (the text to speak)"."""
+    name (``NEAR_MISSES`` or a close spelling), else "missing field 'input_text' (the text to speak)". A line in
+    GLM-TTS's format is told the field by GLM-TTS's name ("missing field 'syn_text' (...)")."""
     import difflib
 
     unknown = [k for k in obj if isinstance(k, str) and k not in KNOWN_FIELDS]
     near = [k for k in unknown if k.strip().lower() in NEAR_MISSES.get(canonical, ())]
     near = near or difflib.get_close_matches(canonical, unknown, n=1, cutoff=0.75)
+    theirs = dict(GLMTTS_FIELDS).get(canonical) if _uses_glmtts_names(obj) else None
     if near:
-        return Notice("job_missing_near", field=canonical, near=near[0])
+        return Notice("job_missing_near", field=theirs or canonical, near=near[0])
+    if theirs is not None:
+        return Notice("job_missing_theirs", field=theirs, meaning=meaning)
     return Notice("job_missing", field=canonical, meaning=meaning)
 
 
@@ -514,6 +553,7 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
     if not isinstance(obj, dict):
         raise JobLineError(line_number, Notice("job_not_object", type=type(obj).__name__))
     warnings = [Notice("job_unknown_field", field=k) for k in obj if k not in KNOWN_FIELDS]
+    _check_one_format(obj, line_number)
 
     name_value = _pick(obj, "output_name", line_number)
     if name_value is None:
@@ -564,6 +604,10 @@ def parse_line(obj: Any, line_number: int, sources: AudioSources, *, has_default
         raise JobLineError(line_number, Notice("job_audio_type"))
     else:
         prompt_audio = sources.resolve(audio_value, line_number)
+        found_as = sources.found_as(audio_value)
+        if found_as is not None:
+            warnings.append(Notice("job_audio_found_as", field="prompt_speech" if "prompt_speech" in obj
+                                   else "prompt_audio", value=audio_value, found=found_as[0], root=found_as[1]))
 
     params = _line_params(obj, line_number)
     return JobLine(line_number=line_number, output_name=output_name, input_text=text, prompt_audio=prompt_audio,

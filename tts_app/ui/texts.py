@@ -66,7 +66,8 @@ EN: dict[str, str] = {
                    "name reference audio files, the ZIP that holds them. The job runs on the server: you can close or "
                    "reload this page and come back to it (it is listed under Recent jobs).",
     "jsonl_help_title": "What goes in the task file (fields, example, template)",
-    "jsonl_help": "One JSON object per line, UTF-8. Fields:\n\n"
+    "jsonl_help": "One JSON object per line, UTF-8. GLM-TTS's own files (`uttid`, `prompt_text`, `prompt_speech`, "
+                  "`syn_text`) run as they are: upload the JSONL and a ZIP of its `prompt` folder. Fields:\n\n"
                   "| field | also accepted | meaning |\n|---|---|---|\n"
                   "| `input_text` | `syn_text` | the text to speak (required) |\n"
                   "| `prompt_audio` | `prompt_speech` | reference audio file inside the ZIP, e.g. `voices/mei.wav` "
@@ -176,7 +177,8 @@ ZH: dict[str, str] = {
     "batch_intro": "一次合成多条：上传 JSONL 任务文件（每行一条要生成的音频）；如果各行引用了参考音频文件，再上传包含这些文件的 "
                    "ZIP。任务在服务器上运行：可以关闭或刷新本页面，稍后回来继续查看（在“最近的任务”中）。",
     "jsonl_help_title": "任务文件的写法（字段、示例、模板）",
-    "jsonl_help": "每行一个 JSON 对象，UTF-8 编码。字段：\n\n"
+    "jsonl_help": "每行一个 JSON 对象，UTF-8 编码。GLM-TTS 自带的任务文件（`uttid`、`prompt_text`、`prompt_speech`、"
+                  "`syn_text`）可直接使用：上传该 JSONL 和其 `prompt` 文件夹的 ZIP。字段：\n\n"
                   "| 字段 | 也可写作 | 含义 |\n|---|---|---|\n"
                   "| `input_text` | `syn_text` | 要朗读的文本（必填） |\n"
                   "| `prompt_audio` | `prompt_speech` | ZIP 中的参考音频文件，如 `voices/mei.wav`（未设默认声音时必填） |\n"
