@@ -213,3 +213,99 @@ def test_not_a_checkpoint_is_a_model_load_error(tmp_path):
 
     with pytest.raises(ModelLoadError, match="not a GLM-TTS checkpoint"):
         GLMTTSAdapter.from_pretrained(tmp_path)
+
+
+def test_a_pinyin_override_changes_exactly_the_phonemes_it_names(adapter, rows):
+    tokenizer = adapter.processor.text_tokenizer
+    plain, forced = "他很重要。", "他很{zhong4}要。"
+    assert adapter.model_text(plain) == plain  # no override: upstream's default (no --use_phoneme) input
+    assert adapter.model_text(forced) == "他很<|ZH|><|ONG4|>要。"
+    ids_plain, ids_forced = tokenizer.encode(plain), tokenizer.encode(adapter.model_text(forced))
+    zhong = tokenizer.encode("重")
+    phonemes = [tokenizer.token_id("<|ZH|>"), tokenizer.token_id("<|ONG4|>")]
+    at = next(i for i in range(len(ids_plain)) if ids_plain[i:i + len(zhong)] == zhong)
+    assert ids_forced == ids_plain[:at] + phonemes + ids_plain[at + len(zhong):]
+    prompt = adapter.prompt(0, AdapterRow(forced, rows[0].reference_audio, rows[0].reference_text))
+    assert prompt.text_ids == ids_forced
+    assert adapter.count_text_tokens(forced) == len(ids_forced)
+
+
+# ---------------------------------------------------------------------------------------------------- the doors
+
+SYNTH_TEXT = "今天天气很好，我们一起去公园散步。然后在湖边喝茶，看看风景。晚上回家做饭。"
+
+
+@pytest.fixture()
+def one_load(monkeypatch, tiny, tiny_adapter):
+    """The CLIs' ``load_adapter`` answered with the session's loaded tiny adapter (no model load per run)."""
+    import tts_app.adapters as adapters
+
+    calls = []
+
+    def load_once(id_or_path, **kwargs):
+        calls.append(str(id_or_path))
+        assert str(id_or_path) == str(tiny)
+        return tiny_adapter("glmtts")
+
+    monkeypatch.setattr(adapters, "load_adapter", load_once)
+    return calls
+
+
+def _synth(tiny, data_dir, out, *extra) -> int:
+    from tts_app.cli.synth import main
+
+    ref = data_dir / "zh_female_1.wav"
+    transcript = json.loads((data_dir / "manifest.json").read_text(encoding="utf-8"))
+    ref_text = next(f["transcript"] for f in transcript["files"] if f["name"] == ref.name)
+    return main(["--model", str(tiny), "--ref", str(ref), "--ref-text", ref_text, "--text", SYNTH_TEXT, "--out",
+                 str(out), "--max-new-tokens", "20", "--max-segment-chars", "15", "--device", "cpu", *extra])
+
+
+@pytest.mark.parametrize("mode", [["--greedy"], ["--seed", "11"]], ids=["greedy", "seeded"])
+def test_synth_batch_4_equals_batch_1_equals_oom_retries_equals_no_kv_cache(one_load, tiny, data_dir, tmp_path,
+                                                                            capsys, mode):
+    import soundfile as sf
+
+    assert _synth(tiny, data_dir, tmp_path / "b4.wav", "--max-batch-size", "4", *mode) == 0
+    import re
+
+    summary = capsys.readouterr().out
+    num_segments, largest = map(int, re.search(r"at 24000 Hz, (\d+) segments .*largest (\d+)", summary).groups())
+    assert num_segments >= 3 and largest >= 3, summary
+    assert _synth(tiny, data_dir, tmp_path / "b1.wav", "--max-batch-size", "1", *mode) == 0
+    assert "largest 1" in capsys.readouterr().out
+    assert _synth(tiny, data_dir, tmp_path / "oom.wav", "--max-batch-size", "4", "--simulate-oom-above-batch", "2",
+                  *mode) == 0
+    assert "out-of-memory retries" in capsys.readouterr().out
+    names = ["b1", "oom"]
+    if "--greedy" in mode:  # (seeded rows with the KV cache off: test_batch_of_4_equals_rows_one_by_one)
+        assert _synth(tiny, data_dir, tmp_path / "nokv.wav", "--max-batch-size", "4", "--no-kv-cache", *mode) == 0
+        names.append("nokv")
+    b4, sr = sf.read(tmp_path / "b4.wav", dtype="float32")
+    assert sr == 24000 and len(b4) > sr  # three segments of speech-length audio and the pauses between
+    for name in names:
+        other, _ = sf.read(tmp_path / f"{name}.wav", dtype="float32")
+        assert len(other) == len(b4), name
+        np.testing.assert_allclose(other, b4, atol=2 / 32768, err_msg=name)  # 16-bit PCM rounding
+    sidecar = json.loads((tmp_path / "b4.json").read_text(encoding="utf-8"))
+    assert sidecar["model"]["family"] == "glmtts"
+
+
+def test_upstreams_jsonl_runs_on_glmtts_through_the_batch_command(one_load, tiny, data_dir, tmp_path):
+    import shutil
+
+    import soundfile as sf
+
+    from tts_app.cli.batch import main
+
+    examples = tmp_path / "examples"
+    (examples / "prompt").mkdir(parents=True)
+    shutil.copy(data_dir / "zh_female_1.wav", examples / "prompt" / "zh_female_1.wav")
+    job = examples / "example_zh.jsonl"
+    shutil.copy(data_dir / GOLDEN / "example_zh.jsonl", job)
+    out = tmp_path / "outputs"
+    assert main([str(job), "--out-dir", str(out), "--model", str(tiny), "--device", "cpu", "--max-new-tokens",
+                 "30"]) == 0
+    for uttid in ("0", "1", "2"):
+        wave, sr = sf.read(out / f"{uttid}.wav", dtype="float32")
+        assert sr == 24000 and len(wave) > 0

@@ -566,7 +566,7 @@ class GLMTTSAdapter(TTSAdapter):
             max_segment_chars=MAX_SEGMENT_CHARS,
             generation_defaults=defaults,
             languages=LANGUAGES,
-            supports_pinyin=False,
+            supports_pinyin=True,
             needs_reference_text=True,
         )
 
@@ -585,8 +585,18 @@ class GLMTTSAdapter(TTSAdapter):
 
     # ------------------------------------------------------------------ text
 
+    def model_text(self, text: str) -> str:
+        """The segment text as the LM reads it: pinyin overrides from the front end (``{zhong4}``, ``supports_pinyin``)
+        become upstream's phoneme-in phonemes (``<|ZH|><|ONG4|>``, ``tts_app.frontend.phoneme_in``); the rest is
+        unchanged, as upstream's default mode (no ``--use_phoneme``) reads it."""
+        if "{" not in text:
+            return text
+        from tts_app.frontend.phoneme_in import phoneme_input_from_rendered
+
+        return phoneme_input_from_rendered(text)
+
     def count_text_tokens(self, text: str) -> int:
-        return len(self.processor.text_tokenizer.encode(text))
+        return len(self.processor.text_tokenizer.encode(self.model_text(text)))
 
     def unencodable_characters(self, chars) -> set[str]:
         return set()  # byte-level BPE encodes every character
@@ -636,7 +646,7 @@ class GLMTTSAdapter(TTSAdapter):
         if not row.reference_text or not row.reference_text.strip():
             raise InputError(Notice("glm_needs_text", row=index))
         tokenizer = self.processor.text_tokenizer
-        text_ids = tokenizer.encode(row.text)
+        text_ids = tokenizer.encode(self.model_text(row.text))
         if not text_ids:
             raise InputError(Notice("glm_nothing_readable", row=index, text=row.text))
         speech_tokens, embedding, mel = self._conditioning(audio)

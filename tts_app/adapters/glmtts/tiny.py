@@ -7,8 +7,8 @@
     DIR/frontend/campplus.onnx          a CAM++ stand-in with the real input / output (fbank (1, T, 80) -> (1, 192))
 
 The text tokenizer is byte-level BPE: the 256 bytes, merges learned in code from a few zh/en sentences, then the
-added tokens of GLM-4 (``<|endoftext|>`` ...), ``<|begin_of_audio|>`` / ``<|end_of_audio|>`` and the 32768 speech
-tokens ``<|audio_0|>`` ... ``<|audio_32767|>`` (upstream looks up ``<|audio_32767|>``), so the LM's vocabulary is
+added tokens of GLM-4 (``<|endoftext|>`` ...), ``<|begin_of_audio|>`` / ``<|end_of_audio|>``, the phoneme tokens of
+the phoneme-in input (``<|ZH|>``, ``<|ONG4|>``, ...) and the 32768 speech tokens ``<|audio_0|>`` ... ``<|audio_32767|>`` (upstream looks up ``<|audio_32767|>``), so the LM's vocabulary is
 ~33.4k. The LM's output rows are scaled so that random weights still speak mostly speech tokens: the speech-token rows
 give logits of standard deviation ~3, EOS (``<|user|>``) ~12 (a row ends a few steps after its minimum length), the
 text rows 0 (practically never drawn). Same ``seed`` -> identical files.
@@ -69,13 +69,30 @@ def _learn_merges(corpus: tuple[str, ...], num_merges: int) -> list[bytes]:
     return merges
 
 
+def phoneme_tokens() -> list[str]:
+    """Every phoneme token upstream's phoneme-in input can hold (``<|ZH|>``, ``<|ONG4|>``, ...): the phonemes of every
+    reading in pypinyin's dictionary, as ``tts_app.frontend.phoneme_in`` spells them, sorted."""
+    import re
+
+    from pypinyin.contrib.tone_convert import to_tone3
+    from pypinyin.pinyin_dict import pinyin_dict
+
+    from tts_app.frontend.phoneme_in import _reading_phonemes
+
+    readings = {to_tone3(r, neutral_tone_with_five=True) for value in pinyin_dict.values() for r in value.split(",")}
+    found = set()
+    for reading in readings:
+        found.update(re.findall(r"<\|[A-Z]+[1-5]?\|>", _reading_phonemes(reading) or ""))
+    return sorted(found)
+
+
 def write_text_tokenizer(folder: Path) -> int:
     """``tokenizer.model`` + ``tokenizer_config.json``; returns the vocabulary size."""
     folder.mkdir(parents=True, exist_ok=True)
     tokens = [bytes([b]) for b in range(256)] + _learn_merges(_CORPUS, NUM_MERGES)
     (folder / "tokenizer.model").write_text(
         "".join(f"{base64.b64encode(t).decode()} {rank}\n" for rank, t in enumerate(tokens)), encoding="utf-8")
-    added = list(GLM4_SPECIAL_TOKENS) + [f"<|audio_{i}|>" for i in range(NUM_AUDIO_TOKENS)]
+    added = list(GLM4_SPECIAL_TOKENS) + phoneme_tokens() + [f"<|audio_{i}|>" for i in range(NUM_AUDIO_TOKENS)]
     decoder = {str(len(tokens) + i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
                                       "single_word": False, "special": True} for i, t in enumerate(added)}
     config = {"added_tokens_decoder": decoder, "additional_special_tokens": list(GLM4_SPECIAL_TOKENS),
