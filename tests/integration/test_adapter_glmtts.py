@@ -309,3 +309,43 @@ def test_upstreams_jsonl_runs_on_glmtts_through_the_batch_command(one_load, tiny
     for uttid in ("0", "1", "2"):
         wave, sr = sf.read(out / f"{uttid}.wav", dtype="float32")
         assert sr == 24000 and len(wave) > 0
+
+
+@pytest.fixture(scope="module")
+def served(tiny_adapter, tmp_path_factory):
+    """The whole web server in-process (``tests.composed_app.served_app``) on the tiny GLM-TTS adapter."""
+    from tests.composed_app import served_app
+    from tts_app.config import EngineConfig
+    from tts_app.runtime import Runtime
+
+    runtime = Runtime.from_adapter(tiny_adapter("glmtts"), "glmtts-tiny", EngineConfig(wait_window_ms=1))
+    with served_app(tmp_path_factory.mktemp("glmtts-served"), runtime=runtime) as app:
+        yield app
+
+
+def test_the_page_api_speaks_through_gradio_client(served, data_dir):
+    import soundfile as sf
+
+    gradio_client = pytest.importorskip("gradio_client")
+    client = gradio_client.Client(served.url + "/", verbose=False)
+    audio, *_ = client.predict(
+        reference_audio=gradio_client.handle_file(str(data_dir / "zh_female_1.wav")), text="你好。今天天气很好。",
+        reference_text="银行门口排起了长队，行长说还得再等十分钟才能办理业务。", seed=7, max_new_tokens=20,
+        api_name="/synthesize")
+    wave, sr = sf.read(audio, dtype="float32")
+    assert sr == 24000 and len(wave) > 0
+
+
+def test_openai_speech_endpoint_speaks_with_a_saved_voice(served):
+    import io
+    import urllib.request
+
+    import soundfile as sf
+
+    body = json.dumps({"model": "tts-1", "voice": "zh-female", "input": "你好。今天天气很好。",
+                       "response_format": "wav"}).encode()
+    request = urllib.request.Request(f"{served.url}/v1/audio/speech", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as response:
+        wave, sr = sf.read(io.BytesIO(response.read()), dtype="float32")
+    assert sr == 24000 and len(wave) > 0
