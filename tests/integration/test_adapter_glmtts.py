@@ -289,6 +289,15 @@ def test_synth_batch_4_equals_batch_1_equals_oom_retries_equals_no_kv_cache(one_
         np.testing.assert_allclose(other, b4, atol=2 / 32768, err_msg=name)  # 16-bit PCM rounding
     sidecar = json.loads((tmp_path / "b4.json").read_text(encoding="utf-8"))
     assert sidecar["model"]["family"] == "glmtts"
+    assert sidecar["generation"]["prompt_cache"] is True and "--use_cache" in sidecar["generation_sources"][
+        "prompt_cache"]  # upstream's default: on
+    if "--greedy" in mode:  # the prompt cache off: the first segment is the same, later ones are not
+        assert _synth(tiny, data_dir, tmp_path / "nopc.wav", "--max-batch-size", "4", "--no-prompt-cache",
+                      *mode) == 0
+        no_cache, _ = sf.read(tmp_path / "nopc.wav", dtype="float32")
+        first = json.loads((tmp_path / "nopc.json").read_text(encoding="utf-8"))["generation"]
+        assert first["prompt_cache"] is False
+        assert not (len(no_cache) == len(b4) and np.allclose(no_cache, b4, atol=2 / 32768))
 
 
 def test_upstreams_jsonl_runs_on_glmtts_through_the_batch_command(one_load, tiny, data_dir, tmp_path):
@@ -349,3 +358,53 @@ def test_openai_speech_endpoint_speaks_with_a_saved_voice(served):
     with urllib.request.urlopen(request, timeout=300) as response:
         wave, sr = sf.read(io.BytesIO(response.read()), dtype="float32")
     assert sr == 24000 and len(wave) > 0
+
+
+# ---------------------------------------------------------------------------------------------------- prompt cache
+
+def test_prompt_cache_prunes_the_oldest_segment_and_keeps_the_reference():
+    from tts_app.adapters.glmtts.adapter import GLMTTSPrompt, PromptCache
+
+    cache = PromptCache()
+    ref_text, ref_speech = [1, 2], [7] * 100
+
+    def segment(index):
+        return GLMTTSPrompt([9] * 10, ref_text, ref_speech, request_id="r", segment_index=index, reference_key="v")
+
+    assert cache.ready(segment(0)) and cache.cached_prompt(segment(0)) is None  # the reference alone
+    assert not cache.ready(segment(1))
+    cache.finish(segment(0), [100] * 300)
+    assert cache.cached_prompt(segment(1)) == (ref_text + [9] * 10, ref_speech + [100] * 300)
+    cache.finish(segment(1), [101] * 300)
+    assert not cache.ready(segment(3))
+    # 700 speech tokens + the estimate for 10 text tokens (700 / 22 x 10 = 318) > 750: segment 0 goes (for good);
+    # then 400 + 333 <= 750
+    assert cache.cached_prompt(segment(2)) == (ref_text + [9] * 10, ref_speech + [101] * 300)
+
+
+@pytest.mark.parametrize("prompt_cache", [True, False], ids=["prompt-cache-on", "prompt-cache-off"])
+def test_prompt_cache_puts_the_earlier_segments_into_the_next_prompt(adapter, rows, prompt_cache):
+    """Segments 0-2 of one request in one running batch: with the prompt cache, segment k runs after k-1 and its LM
+    prompt is [reference text + earlier texts][its text]<boa>[reference tokens + earlier tokens] (upstream's
+    generate_long with use_cache); without it each segment's prompt is the reference alone."""
+    from dataclasses import replace
+
+    params = SynthesisParams(seed=5, max_new_tokens=30, prompt_cache=prompt_cache)
+    texts = ["今天天气很好。", "我们一起去公园散步。", "晚上回家做饭。"]
+    segs = [replace(rows[0], text=t, seed=5 + k, request_id="req-1", segment_index=k) for k, t in enumerate(texts)]
+    batch = adapter.start_decode(params)
+    batch.make_audio = False
+    keys = [("seg", k) for k in range(3)]
+    got = _drive(batch, {0: list(zip(keys, segs))}, oom_at=(4,))
+    prompts = [adapter.prompt(k, row) for k, row in enumerate(segs)]
+    want, history_text, history_speech = [], list(prompts[0].prompt_text_ids), list(prompts[0].prompt_speech_tokens)
+    for k, prompt in enumerate(prompts):
+        if prompt_cache and k:
+            prompt = replace(prompt, cached_prompt=(list(history_text), list(history_speech)))
+        tokens = adapter.speech_tokens([prompt], params).speech_tokens[0]
+        want.append(tokens)
+        history_text += prompt.text_ids
+        history_speech += tokens
+    assert [got[k] for k in keys] == want
+    alone = [adapter.speech_tokens([p], params).speech_tokens[0] for p in prompts]
+    assert (want[1:] != alone[1:]) == prompt_cache and want[0] == alone[0]

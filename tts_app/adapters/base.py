@@ -351,6 +351,9 @@ class AdapterRow:
         voices, turns: a dialogue row (only for a family with ``ModelFacts.max_dialogue_speakers``): every
             speaker's voice, in the dialogue's speaker order, and the turns to speak in one generation;
             ``reference_audio``/``reference_text`` are then None. Empty for an ordinary row.
+        request_id, segment_index: the request the row is a segment of and its 0-based index there (set by the
+            engine; None / 0 for rows made elsewhere): a family whose segments carry context from the earlier ones
+            (GLM-TTS's prompt cache) links them by these.
     """
 
     text: str
@@ -360,6 +363,8 @@ class AdapterRow:
     emotion: RowEmotion | None = None
     voices: tuple[RowVoice, ...] = ()
     turns: tuple[RowTurn, ...] = ()
+    request_id: str | None = None
+    segment_index: int = 0
 
     @property
     def is_dialogue(self) -> bool:

@@ -421,5 +421,6 @@ class InputProcessor:
         else:
             ref, ref_text = request.reference_audio, request.reference_text
         return AdapterRow(text=work.text, reference_audio=None if ref is None else ref.samples,
-                          reference_text=ref_text, seed=work.seed, emotion=self.row_emotion(request))
+                          reference_text=ref_text, seed=work.seed, emotion=self.row_emotion(request),
+                          request_id=work.request_id, segment_index=work.index)
 

@@ -87,7 +87,7 @@ class VoiceId(BaseModel):
 
 class SpeechRequest(BaseModel):
     """The body of ``POST /v1/audio/speech`` (OpenAI's fields plus ours: ``seed``, ``stream``, ``num_beams``,
-    ``length_penalty``, ``reference_cleanup``). Unknown fields are ignored, as OpenAI's own clients send some that
+    ``length_penalty``, ``reference_cleanup``, ``prompt_cache``). Unknown fields are ignored, as OpenAI's own clients send some that
     other servers lack."""
 
     model_config = ConfigDict(extra="ignore")
@@ -108,6 +108,9 @@ class SpeechRequest(BaseModel):
     length_penalty: float | None = Field(None, description="ours: beam search length penalty (IndexTTS 2: 0)")
     reference_cleanup: str | None = Field(None, description="ours: auto, full or off: what is done to the voice's "
                                                             "clip (default: as the voice was saved)")
+    prompt_cache: bool | None = Field(None, description="ours: long-text prompt cache, for models that have one "
+                                                        "(GLM-TTS, on by default): earlier segments join the next "
+                                                        "segment's prompt. Not the KV cache")
 
     @property
     def wants_stream(self) -> bool:
@@ -410,7 +413,8 @@ class OpenAIRoutes:
         try:
             params = SynthesisParams(seed=0 if body.seed is None else int(body.seed),
                                      speed=None if body.speed == 1.0 else float(body.speed),
-                                     num_beams=body.num_beams, length_penalty=body.length_penalty, **cleanup)
+                                     num_beams=body.num_beams, length_penalty=body.length_penalty,
+                                     prompt_cache=body.prompt_cache, **cleanup)
         except InputError as exc:
             # the same code as a schema-level refusal of a value (tts_app.server.errors: "invalid_value")
             raise APIError(400, str(exc), code="invalid_value",

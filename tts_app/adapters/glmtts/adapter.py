@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ RAS_TOP_K = 25  # ras_sampling top_k (and glmtts_inference's sampling=25)
 RAS_WIN_SIZE = 10  # ras_sampling win_size
 RAS_TAU_R = 0.1  # ras_sampling tau_r: a draw seen >= win_size x tau_r times in the window is redrawn
 MAX_LLM_SEQ_INP_LEN = 750  # glmtts_inference.MAX_LLM_SEQ_INP_LEN: the prompt cache's speech-token budget
+PROMPT_CACHE_DEFAULT = True  # glmtts_inference --use_cache: action="store_true", default=True
 MAX_SEGMENT_CHARS = 60  # TextFrontEnd.split_by_len max_text_len (min_text_len 30)
 SPEECH_TOKENS_PER_S = 25  # glmtts_inference.TOKEN_RATE
 NUM_AUDIO_TOKENS = 32768  # <|audio_0|> ... <|audio_32767|>
@@ -186,12 +187,17 @@ class GLMTTSPrompt:
     speaker_embedding: Any = None
     prompt_mel: Any = None
     seed: int = 0
+    request_id: str | None = None
+    segment_index: int = 0
+    reference_key: str = ""
+    cached_prompt: tuple[list[int], list[int]] | None = None
 
     def input_ids(self, special: dict[str, int]) -> list[int]:
         """``[prompt text][text][<|begin_of_audio|>][prompt speech tokens + ats]`` (``GLMTTS.inference``,
-        PRETRAIN mode)."""
-        return (self.prompt_text_ids + self.text_ids + [special["boa"]]
-                + [t + special["ats"] for t in self.prompt_speech_tokens])
+        PRETRAIN mode); the prompt part is ``cached_prompt`` (text ids, speech tokens) when the prompt cache gave
+        one (the flow keeps the reference's own ``prompt_speech_tokens``)."""
+        text, speech = self.cached_prompt or (self.prompt_text_ids, self.prompt_speech_tokens)
+        return text + self.text_ids + [special["boa"]] + [t + special["ats"] for t in speech]
 
     @property
     def min_len(self) -> int:
@@ -266,6 +272,69 @@ class RowSelector:
         return token
 
 
+# ---------------------------------------------------------------------------------------------------- prompt cache
+
+class PromptCache:
+    """GLM-TTS's long-text prompt cache (upstream's ``use_cache``; not the KV cache), for every request at once.
+
+    Upstream (``glmtts_inference.generate_long`` + ``get_cached_prompt``) keeps per text a list of (text ids, speech
+    tokens) items, the reference's first; each finished segment is appended. A later segment's prompt is the items'
+    text ids followed by its own text, then ``<|begin_of_audio|>`` and the items' speech tokens; before that, while
+    the items' speech tokens plus an estimate of the new segment's (their speech/text token ratio x its text tokens)
+    exceed ``MAX_LLM_SEQ_INP_LEN`` (750) and more than the reference's item is left, the oldest segment's item is
+    dropped for good. The flow model keeps the reference's own tokens.
+
+    Here a request's segments therefore run in order: segment k joins the running batch once segments 0 .. k-1 have
+    finished (``ready``); items are kept per reference clip (a request with several voices chains each voice's
+    segments). The most recent ``max_requests`` requests are kept.
+    """
+
+    def __init__(self, max_requests: int = 64):
+        from collections import OrderedDict
+
+        self.max_requests = max_requests
+        # request id -> {"finished": {index: (reference key, reference item, segment item)},
+        #                 "items": {reference key: [items]}, "applied": segments appended so far}
+        self._requests: "OrderedDict[str, dict]" = OrderedDict()
+
+    def _request(self, request_id: str) -> dict:
+        if request_id not in self._requests:
+            self._requests[request_id] = {"finished": {}, "items": {}, "applied": 0}
+            while len(self._requests) > self.max_requests:
+                self._requests.popitem(last=False)
+        self._requests.move_to_end(request_id)
+        return self._requests[request_id]
+
+    def ready(self, prompt: GLMTTSPrompt) -> bool:
+        """All earlier segments of the prompt's request have finished."""
+        finished = self._request(prompt.request_id)["finished"]
+        return all(k in finished for k in range(prompt.segment_index))
+
+    def finish(self, prompt: GLMTTSPrompt, speech_tokens: list[int]) -> None:
+        """Record a finished segment (its text ids and 0-based speech tokens)."""
+        self._request(prompt.request_id)["finished"][prompt.segment_index] = (
+            prompt.reference_key, (list(prompt.prompt_text_ids), list(prompt.prompt_speech_tokens)),
+            (list(prompt.text_ids), list(speech_tokens)))
+
+    def cached_prompt(self, prompt: GLMTTSPrompt) -> tuple[list[int], list[int]] | None:
+        """(text ids, speech tokens) of the prompt for ``prompt``'s segment (``ready`` must hold), or None when the
+        voice has no earlier segment (the reference alone, as upstream's first segment). Prunes as upstream."""
+        state = self._request(prompt.request_id)
+        while state["applied"] < prompt.segment_index:  # append the finished segments in their order
+            key, reference, item = state["finished"][state["applied"]]
+            state["items"].setdefault(key, [reference]).append(item)
+            state["applied"] += 1
+        items = state["items"].get(prompt.reference_key)
+        if not items or len(items) < 2:
+            return None
+        num_text = sum(len(t) for t, _ in items)
+        ratio = sum(len(s) for _, s in items) / (num_text if num_text > 0 else 1.0)
+        estimate = int(ratio * len(prompt.text_ids))
+        while sum(len(s) for _, s in items) + estimate > MAX_LLM_SEQ_INP_LEN and len(items) > 1:
+            items.pop(1)
+        return [t for text, _ in items for t in text], [t for _, speech in items for t in speech]
+
+
 # ---------------------------------------------------------------------------------------------------- decode batch
 
 @dataclass
@@ -306,10 +375,14 @@ class GLMTTSDecodeBatch(DecodeBatch):
         self.stream = DecoderStream(self.llama.model, hidden, self.device, self.llama.dtype, params.use_cache)
         self.rows: list[_StepRow] = []
         self.next_logits = torch.zeros((0, int(self.llama.config.vocab_size)), dtype=torch.float32)
+        #: the prompt cache is on (the request's setting; None = upstream's default, on)
+        self.prompt_cache = params.prompt_cache is not False
+        #: (key, prompt) of rows waiting for their request's earlier segments (prompt cache)
+        self.waiting: list[tuple[Any, GLMTTSPrompt]] = []
 
     @property
     def keys(self) -> list:
-        return [r.key for r in self.rows]
+        return [r.key for r in self.rows] + [k for k, _ in self.waiting]
 
     def _embed(self, ids):
         return self.llama.model.embed_tokens(ids)
@@ -326,8 +399,28 @@ class GLMTTSDecodeBatch(DecodeBatch):
             raise ValueError("prefill got a key already in the batch")
         with torch.no_grad():
             prompts = [self.adapter.prompt(i, row) for i, (_, row) in enumerate(rows)]
-        self.join(keys, prompts)
+        later = [self._chained(p) and p.segment_index > 0 for p in prompts]
+        now = [(k, p) for k, p, wait in zip(keys, prompts, later) if not wait]
+        if now:
+            self.join([k for k, _ in now], [p for _, p in now])
+        self.waiting += [(k, p) for k, p, wait in zip(keys, prompts, later) if wait]
         self.prefill_s += time.perf_counter() - t0
+
+    def _chained(self, prompt: GLMTTSPrompt) -> bool:
+        """The row takes part in the prompt cache (on, and a segment of an engine request)."""
+        return self.prompt_cache and prompt.request_id is not None
+
+    def _join_ready(self) -> None:
+        """Prefill the waiting rows whose earlier segments have all finished, with their cached prompts. Raises
+        ``torch.OutOfMemoryError``; nothing joins then."""
+        cache = self.adapter.prompt_cache
+        ready = [(k, p) for k, p in self.waiting if cache.ready(p)]
+        if not ready:
+            return
+        prompts = [replace(p, cached_prompt=cache.cached_prompt(p)) for _, p in ready]
+        self.join([k for k, _ in ready], prompts)
+        joined = {id(k) for k, _ in ready}
+        self.waiting = [(k, p) for k, p in self.waiting if id(k) not in joined]
 
     def join(self, keys: list, prompts: list[GLMTTSPrompt]) -> None:
         """Prefill ``prompts`` (row ``i`` under ``keys[i]``) into the running batch. Raises
@@ -355,11 +448,18 @@ class GLMTTSDecodeBatch(DecodeBatch):
         self.rows += new_rows
 
     def decode_step(self) -> list[RowStep]:
+        """One token per live row (see the class docstring); rows waiting for their request's earlier segments
+        (prompt cache) join first when those have finished, and make an empty step while they wait."""
         import torch
 
-        live = self._count_step([r.stop_reason is not None for r in self.rows])
+        if self.waiting:
+            with torch.no_grad():
+                self._join_ready()
+        waiting = [RowStep(key=k, audio=np.zeros(0, dtype=np.float32)) for k, _ in self.waiting]
+        live = self._count_step([r.stop_reason is not None for r in self.rows] + [False] * len(self.waiting))
+        live = [i for i in live if i < len(self.rows)]
         if not live:
-            return []
+            return waiting
         eos = self.adapter.processor.special["eoa"]
         generators = [self.rows[i].selector.generator for i in live]
         states = [g.get_state() for g in generators]
@@ -372,7 +472,7 @@ class GLMTTSDecodeBatch(DecodeBatch):
             for g, state in zip(generators, states):
                 g.set_state(state)
             raise
-        return commit()
+        return commit() + waiting
 
     def _step(self, live: list[int], eos: int):
         import torch
@@ -413,6 +513,8 @@ class GLMTTSDecodeBatch(DecodeBatch):
                     row.tokens.append(picked[i])
                     if i in capped:
                         row.stop_reason = StopReason.MAX_NEW_TOKENS
+                if row.stop_reason is not None and self._chained(row.prompt):
+                    self.adapter.prompt_cache.finish(row.prompt, row.speech_tokens(ats))
                 out.append(RowStep(key=row.key, audio=audio.get(i, np.zeros(0, dtype=np.float32)),
                                    stop_reason=row.stop_reason))
             return out
@@ -430,6 +532,7 @@ class GLMTTSDecodeBatch(DecodeBatch):
         import torch
 
         gone = {id(k) for k in keys}
+        self.waiting = [(k, p) for k, p in self.waiting if id(k) not in gone]
         keep = [i for i, r in enumerate(self.rows) if id(r.key) not in gone]
         if len(keep) == len(self.rows):
             return
@@ -478,6 +581,8 @@ class GLMTTSAdapter(TTSAdapter):
     def __init__(self, model, processor: GLMTTSProcessor, device: str, dtype: str):
         self._allowed = None
         self._speaker_cache: dict = {}
+        #: the long-text prompt cache of every request (upstream's use_cache; not the KV cache)
+        self.prompt_cache = PromptCache()
         super().__init__(model, processor, device, dtype)
 
     # ------------------------------------------------------------------ loading
@@ -553,6 +658,9 @@ class GLMTTSAdapter(TTSAdapter):
                                    "default only bounds a request that does not give one"),
             },
             absent={"cfg_scale": "GLM-TTS's language model has no guidance"})
+        defaults = replace(defaults, sources={**defaults.sources, "prompt_cache": (
+            "upstream default: glmtts_inference.py --use_cache (default True): earlier segments join the next "
+            "segment's prompt")})
         return self._model_facts(
             num_parameters=count_parameters(self.model),
             sampling_rate=self.processor.sampling_rate,
@@ -583,6 +691,12 @@ class GLMTTSAdapter(TTSAdapter):
             self._allowed = allowed
         return self._allowed
 
+    def resolve(self, params: SynthesisParams) -> SynthesisParams:
+        """The checkpoint defaults, plus the prompt cache's (upstream's ``--use_cache`` default, on) when the
+        request leaves it out."""
+        params = super().resolve(params)
+        return params if params.prompt_cache is not None else replace(params, prompt_cache=PROMPT_CACHE_DEFAULT)
+
     # ------------------------------------------------------------------ text
 
     def model_text(self, text: str) -> str:
@@ -604,7 +718,7 @@ class GLMTTSAdapter(TTSAdapter):
     # ------------------------------------------------------------------ prompts
 
     def _conditioning(self, audio: np.ndarray):
-        """(speech tokens, speaker embedding, prompt mel) of a reference clip at ``facts.sampling_rate``, cached per
+        """(speech tokens, speaker embedding, prompt mel, clip hash) of a reference clip at ``facts.sampling_rate``, cached per
         clip (most recent 16)."""
         import hashlib
 
@@ -622,7 +736,7 @@ class GLMTTSAdapter(TTSAdapter):
             mel = self.processor.prompt_mel(np.asarray(audio, dtype=np.float32))
             if len(self._speaker_cache) >= 16:
                 self._speaker_cache.pop(next(iter(self._speaker_cache)))
-            self._speaker_cache[key] = (tokens, embedding, mel)
+            self._speaker_cache[key] = (tokens, embedding, mel, key)
         return self._speaker_cache[key]
 
     def prompt(self, index: int, row: AdapterRow) -> GLMTTSPrompt:
@@ -649,12 +763,14 @@ class GLMTTSAdapter(TTSAdapter):
         text_ids = tokenizer.encode(self.model_text(row.text))
         if not text_ids:
             raise InputError(Notice("glm_nothing_readable", row=index, text=row.text))
-        speech_tokens, embedding, mel = self._conditioning(audio)
+        speech_tokens, embedding, mel, clip_key = self._conditioning(audio)
         if not speech_tokens:
             raise ReferenceAudioError(Notice("glm_no_speech_tokens", row=index))
-        return GLMTTSPrompt(text_ids=text_ids, prompt_text_ids=tokenizer.encode(row.reference_text.strip() + " "),
+        reference_text = row.reference_text.strip()
+        return GLMTTSPrompt(text_ids=text_ids, prompt_text_ids=tokenizer.encode(reference_text + " "),
                             prompt_speech_tokens=list(speech_tokens), speaker_embedding=embedding, prompt_mel=mel,
-                            seed=row.seed)
+                            seed=row.seed, request_id=row.request_id, segment_index=row.segment_index,
+                            reference_key=f"{clip_key}:{reference_text}")
 
     # ------------------------------------------------------------------ batch pipeline
 
