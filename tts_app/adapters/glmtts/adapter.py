@@ -238,8 +238,6 @@ class RowSelector:
 
     def pick(self, logits, history: list[int], mask_eos: bool, eos: int) -> int:
         """One token id from ``logits`` ``(vocab,)`` float32 (CPU) given the row's ``history`` (absolute ids)."""
-        import torch
-
         logp = logits.log_softmax(dim=-1)
         if mask_eos:
             logp[eos] = -float("inf")
@@ -718,8 +716,8 @@ class GLMTTSAdapter(TTSAdapter):
     # ------------------------------------------------------------------ prompts
 
     def _conditioning(self, audio: np.ndarray):
-        """(speech tokens, speaker embedding, prompt mel, clip hash) of a reference clip at ``facts.sampling_rate``, cached per
-        clip (most recent 16)."""
+        """(speech tokens, speaker embedding, prompt mel, clip hash) of a reference clip at ``facts.sampling_rate``,
+        cached per clip (most recent 16)."""
         import hashlib
 
         import torch
@@ -830,8 +828,8 @@ class GLMTTSAdapter(TTSAdapter):
 
     def estimate_positions(self, text_chars: int, reference_s: float, reference_text_chars: int,
                            max_new_tokens: int) -> int:
-        """LM KV positions of one row at the end of decoding: reference transcript + text tokens, ``<|begin_of_audio|>``,
-        the reference clip's speech tokens (25 per second) and the new speech tokens (at most
+        """LM KV positions of one row at the end of decoding: reference transcript + text tokens,
+        ``<|begin_of_audio|>``, the reference clip's speech tokens (25 per second) and the new speech tokens (at most
         ``min(max_new_tokens, 20 x text tokens)``)."""
         f = self.facts
         text = int(math.ceil((text_chars + reference_text_chars + 1) * f.text_positions_per_char))

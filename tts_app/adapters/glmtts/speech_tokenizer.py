@@ -1,8 +1,9 @@
 """GLM-TTS's speech tokenizer (``ckpt/speech_tokenizer``): a Whisper encoder cut at a vector quantiser, as our own
 torch module built from transformers' ``WhisperEncoderLayer``, loading upstream's weights by their names.
 
-What upstream runs (``utils/yaml_util.load_quantize_encoder`` + ``utils/whisper_models/modeling_whisper.WhisperVQEncoder``
-with ``quantize_encoder_only=True``; ``cosyvoice/cli/frontend.SpeechTokenizer.extract_speech_token``):
+What upstream runs (``utils/yaml_util.load_quantize_encoder`` +
+``utils/whisper_models/modeling_whisper.WhisperVQEncoder`` with ``quantize_encoder_only=True``;
+``cosyvoice/cli/frontend.SpeechTokenizer.extract_speech_token``):
 
 1. The clip at 16 kHz, cut into 30 s pieces; transformers' ``WhisperFeatureExtractor`` (the folder's
    ``preprocessor_config.json``) gives log-mel features padded to a multiple of the token stride, with a mask.

@@ -8,10 +8,11 @@
 
 The text tokenizer is byte-level BPE: the 256 bytes, merges learned in code from a few zh/en sentences, then the
 added tokens of GLM-4 (``<|endoftext|>`` ...), ``<|begin_of_audio|>`` / ``<|end_of_audio|>``, the phoneme tokens of
-the phoneme-in input (``<|ZH|>``, ``<|ONG4|>``, ...) and the 32768 speech tokens ``<|audio_0|>`` ... ``<|audio_32767|>`` (upstream looks up ``<|audio_32767|>``), so the LM's vocabulary is
-~33.4k. The LM's output rows are scaled so that random weights still speak mostly speech tokens: the speech-token rows
-give logits of standard deviation ~3, EOS (``<|user|>``) ~12 (a row ends a few steps after its minimum length), the
-text rows 0 (practically never drawn). Same ``seed`` -> identical files.
+the phoneme-in input (``<|ZH|>``, ``<|ONG4|>``, ...) and the 32768 speech tokens ``<|audio_0|>`` ...
+``<|audio_32767|>`` (upstream looks up ``<|audio_32767|>``), so the LM's vocabulary is ~33.6k. The LM's output rows
+are scaled so that random weights still speak mostly speech tokens: the speech-token rows give logits of standard
+deviation ~3, EOS (``<|user|>``) ~12 (a row ends a few steps after its minimum length), the text rows 0 (practically
+never drawn). Same ``seed`` -> identical files.
 """
 
 from __future__ import annotations
