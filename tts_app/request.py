@@ -156,6 +156,11 @@ class SynthesisParams:
         length_penalty: exponent of the length a finished beam's log-probability is divided by (transformers'
             ``length_penalty``; 0 = plain sum, upstream IndexTTS 2's default); only with ``num_beams`` > 1.
         use_cache: KV cache on (fast) or off (recomputes the whole prefix each step; same output).
+        prompt_cache: long-text prompt cache where the model has one (GLM-TTS: upstream's ``--use_cache``): each
+            finished segment's text and speech tokens join the prompt of the request's next segment (oldest dropped
+            past the model's input budget), which keeps voice and prosody continuous across segments; the segments of
+            a request then run one after another. Not the KV cache (``use_cache``). None = the model's default
+            (GLM-TTS: on, as upstream); ignored by families without one.
         max_segment_chars: an optional character limit of the user's own for a segment, in place of the model's
             (``ModelFacts.max_segment_chars``; sentences are packed up to it; a token limit such as IndexTTS 2's
             ``max_segment_tokens`` still applies). None or 0 = the model's own segment unit and limit.
@@ -206,6 +211,7 @@ class SynthesisParams:
     num_beams: int | None = None
     length_penalty: float | None = None
     use_cache: bool = True
+    prompt_cache: bool | None = None
     max_segment_chars: int | None = None
     pause_between_segments_ms: int = FrontendConfig.default_pause_ms
     reference_cleanup: str = DEFAULT_REFERENCE_CLEANUP
@@ -313,7 +319,7 @@ class SynthesisParams:
     def batch_key(self) -> tuple:
         """Segments can share one batch only when every generation knob except the seed is equal."""
         return (self.greedy, self.temperature, self.top_p, self.top_k, self.cfg_scale, self.max_new_tokens,
-                self.num_beams, self.length_penalty, self.use_cache)
+                self.num_beams, self.length_penalty, self.use_cache, self.prompt_cache)
 
     def with_seed(self, seed: int) -> "SynthesisParams":
         return replace(self, seed=seed)

@@ -25,6 +25,7 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "csm": ("tts_app.adapters.csm", "CsmAdapter", ("csm",)),
     "higgs": ("tts_app.adapters.higgs", "HiggsAudioAdapter", ("higgs_audio_v2",)),
     "indextts2": ("tts_app.adapters.indextts2", "IndexTTS2Adapter", ()),
+    "glmtts": ("tts_app.adapters.glmtts", "GLMTTSAdapter", ()),
 }
 
 # Families whose checkpoints are not transformers folders: family -> (files a checkpoint folder holds, top-level keys
@@ -128,7 +129,12 @@ def _yaml_keys(path: Path) -> set[str]:
 
 
 def _layout_family(folder: Path) -> str | None:
-    """The family whose ``LAYOUT_MARKERS`` a local folder matches, or None."""
+    """The family whose ``LAYOUT_MARKERS`` a local folder matches (or GLM-TTS's ``ckpt/llm`` +
+    ``ckpt/vq32k-phoneme-tokenizer`` layout), or None."""
+    from tts_app.adapters.glmtts.adapter import is_checkpoint_folder
+
+    if is_checkpoint_folder(folder):
+        return "glmtts"
     for family, (files, keys) in LAYOUT_MARKERS.items():
         if all((folder / f).is_file() for f in files) and set(keys) <= _yaml_keys(folder / files[0]):
             return family
@@ -140,6 +146,11 @@ def _hub_layout_family(repo_id: str) -> str | None:
     the cache or downloadable; None when there is none or the hub cannot be reached."""
     from huggingface_hub import hf_hub_download
 
+    try:  # GLM-TTS: the hub snapshot is upstream's ckpt/ folder (llm/, vq32k-phoneme-tokenizer/, ...)
+        hf_hub_download(repo_id, "vq32k-phoneme-tokenizer/tokenizer_config.json")
+        return "glmtts"
+    except Exception:  # noqa: BLE001 - not GLM-TTS (or not reachable): try the marker files
+        pass
     for family, (files, keys) in LAYOUT_MARKERS.items():
         try:
             path = Path(hf_hub_download(repo_id, files[0]))

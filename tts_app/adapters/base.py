@@ -382,6 +382,9 @@ class AdapterRow:
         context: the earlier segments of the request this row hears before its text, oldest first (segment
             context; only for a family with ``ModelFacts.supports_segment_context``); empty = none, the row as
             without the setting.
+        request_id, segment_index: the request the row is a segment of and its 0-based index there (set by the
+            engine; None / 0 for rows made elsewhere): a family whose segments carry context from the earlier ones
+            (GLM-TTS's prompt cache) links them by these.
     """
 
     text: str
@@ -392,6 +395,8 @@ class AdapterRow:
     voices: tuple[RowVoice, ...] = ()
     turns: tuple[RowTurn, ...] = ()
     context: tuple[RowContext, ...] = ()
+    request_id: str | None = None
+    segment_index: int = 0
 
     @property
     def is_dialogue(self) -> bool:

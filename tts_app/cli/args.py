@@ -367,7 +367,8 @@ def cluster_config_from(args: argparse.Namespace) -> ClusterConfig | None:
 
 #: flag of each ``SynthesisParams`` field set by ``add_generation_args``
 GENERATION_FLAGS: dict[str, str] = {
-    "seed": "--seed", "greedy": "--greedy", "use_cache": "--no-kv-cache", "temperature": "--temperature",
+    "seed": "--seed", "greedy": "--greedy", "use_cache": "--no-kv-cache", "prompt_cache": "--prompt-cache",
+    "temperature": "--temperature",
     "top_p": "--top-p", "top_k": "--top-k", "cfg_scale": "--cfg-scale", "max_new_tokens": "--max-new-tokens",
     "num_beams": "--num-beams", "length_penalty": "--length-penalty", "max_segment_chars": "--max-segment-chars", "pause_between_segments_ms": "--pause-ms",
     "speed": "--speed", "duration_s": "--duration-s", "loudness_lufs": "--loudness",
@@ -392,6 +393,11 @@ def add_generation_args(parser: argparse.ArgumentParser, title: str = "generatio
                    help="greedy decoding (deterministic) instead of sampling")
     g.add_argument("--no-kv-cache", dest="use_cache", action="store_const", const=False, default=None,
                    help="decode without the KV cache (slower, same output)")
+    g.add_argument("--prompt-cache", action=argparse.BooleanOptionalAction, default=None,
+                   help="long-text prompt cache, for models that have one (GLM-TTS: upstream's --use_cache, on by "
+                        "default): each finished segment's text and speech join the next segment's prompt, for a "
+                        "continuous voice; the request's segments then run one after another. Not the KV cache "
+                        "(--no-kv-cache)")
     g.add_argument("--temperature", type=number, default=None, help="sampling temperature (> 0; default: model's)")
     g.add_argument("--top-p", type=number, default=None, help="nucleus sampling share, (0, 1] (default: model's)")
     g.add_argument("--top-k", type=positive_int, default=None, help="top-k sampling (default: model's)")

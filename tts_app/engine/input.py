@@ -484,5 +484,6 @@ class InputProcessor:
                             for earlier in state.segments[segment.context_from:work.index]
                             if earlier.wave is not None and earlier.wave.size)
         return AdapterRow(text=work.text, reference_audio=None if ref is None else ref.samples,
-                          reference_text=ref_text, seed=work.seed, emotion=self.row_emotion(request), context=context)
+                          reference_text=ref_text, seed=work.seed, emotion=self.row_emotion(request), context=context,
+                          request_id=work.request_id, segment_index=work.index)
 

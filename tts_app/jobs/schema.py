@@ -25,7 +25,8 @@ field               alias                  meaning
                                            (default: the job's, ``batch --format`` / the Batch tab's choice)
 ``seed`` ``greedy`` ``temperature`` ``top_p`` ``top_k`` ``cfg_scale`` ``max_new_tokens`` ``num_beams``
 ``length_penalty`` ``max_segment_chars`` ``pause_between_segments_ms`` ``speed`` ``duration_s`` ``loudness_lufs`` ``chapter_pause_ms``
-``segment_durations_s`` (a list: seconds per line of the text, for dubbing) ``reference_cleanup`` (``auto``,
+``segment_durations_s`` (a list: seconds per line of the text, for dubbing) ``prompt_cache`` (GLM-TTS's long-text
+prompt cache, true / false; not the KV cache) ``reference_cleanup`` (``auto``,
 ``full`` or ``off``: what is done to the line's reference audio; a saved voice is
 cleaned as it was saved unless the line gives one) ``segment_context`` (true: each segment hears the earlier ones)
 ``take_check`` (``off``, ``score`` or ``reroll``: score each
@@ -160,6 +161,7 @@ PARAM_TYPES: dict[str, type] = {
     "take_max_rerolls": int,
     "take_max_error_rate": float,
     "take_min_similarity": float,
+    "prompt_cache": bool,  # long-text prompt cache, for models that have one (GLM-TTS); not the KV cache
 }
 
 #: fields that are neither aliased nor generation settings

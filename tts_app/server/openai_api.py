@@ -105,8 +105,8 @@ class VoiceId(BaseModel):
 
 class SpeechRequest(BaseModel):
     """The body of ``POST /v1/audio/speech`` (OpenAI's fields plus ours: ``seed``, ``stream``, ``num_beams``,
-    ``length_penalty``, ``reference_cleanup``, ``segment_context``). Unknown fields are ignored, as OpenAI's own clients send some that
-    other servers lack."""
+    ``length_penalty``, ``reference_cleanup``, ``segment_context``, ``take_check`` and its thresholds,
+    ``prompt_cache``). Unknown fields are ignored, as OpenAI's own clients send some that other servers lack."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -136,6 +136,9 @@ class SpeechRequest(BaseModel):
     take_max_rerolls: int | None = Field(None, description="ours: most re-generations of one segment (default 2)")
     take_max_error_rate: float | None = Field(None, description="ours: CER/WER threshold of a take (default 0.3)")
     take_min_similarity: float | None = Field(None, description="ours: speaker similarity threshold (default 0.7)")
+    prompt_cache: bool | None = Field(None, description="ours: long-text prompt cache, for models that have one "
+                                                        "(GLM-TTS, on by default): earlier segments join the next "
+                                                        "segment's prompt. Not the KV cache")
 
     @property
     def wants_stream(self) -> bool:
@@ -442,7 +445,8 @@ class OpenAIRoutes:
             params = SynthesisParams(seed=0 if body.seed is None else int(body.seed),
                                      speed=None if body.speed == 1.0 else float(body.speed),
                                      num_beams=body.num_beams, length_penalty=body.length_penalty,
-                                     segment_context=bool(body.segment_context), **cleanup)
+                                     segment_context=bool(body.segment_context),
+                                     prompt_cache=body.prompt_cache, **cleanup)
         except InputError as exc:
             # the same code as a schema-level refusal of a value (tts_app.server.errors: "invalid_value")
             raise APIError(400, str(exc), code="invalid_value",
