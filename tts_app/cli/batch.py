@@ -41,8 +41,8 @@ job file (JSONL): one JSON object per line, UTF-8; blank lines are skipped.
   output_name     uttid          output file name without .wav (default: the zero-padded line number and the
                                  text's first words, e.g. 00003_今天天气很好)
   format                         this line's audio format: wav, flac, mp3 or opus (default: --format)
-  seed, greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, num_beams, length_penalty, max_segment_chars,
-  pause_between_segments_ms, speed, duration_s, loudness_lufs, chapter_pause_ms,
+  seed, greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, num_beams, length_penalty, num_diffusion_steps,
+  max_segment_chars, pause_between_segments_ms, speed, duration_s, loudness_lufs, chapter_pause_ms,
   segment_durations_s            per-line generation settings (optional; override --seed etc.;
                                  segment_durations_s: a list, seconds per line of the text)
 

@@ -347,7 +347,7 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
                      greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars, pause_ms,
                      use_cache, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text, voice,
                      speed, duration_s, loudness_lufs, segment_durations_s=None, reference_cleanup=None,
-                     num_beams=None, length_penalty=None):
+                     num_beams=None, length_penalty=None, num_diffusion_steps=None):
     """Validate the widgets' values -> (prepared reference, ``SynthesisRequest``). Raises ``gr.Error`` for a missing
     model, text or usable reference (uploaded or a saved ``voice``), or a bad setting or emotion."""
     from tts_app.ui.controls import params_from_controls
@@ -378,7 +378,8 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
                                               "cfg_scale": cfg_scale, "max_new_tokens": max_new_tokens,
                                               "max_segment_chars": max_segment_chars,
                                               "pause_between_segments_ms": pause_ms, "num_beams": num_beams,
-                                              "length_penalty": length_penalty})
+                                              "length_penalty": length_penalty,
+                                              "num_diffusion_steps": num_diffusion_steps})
     except TTSAppError as exc:
         raise user_error(error_text(exc, lang)) from exc
     params = tempo_params(params, speed, duration_s, loudness_lufs, segment_durations_s, lang)
@@ -407,7 +408,8 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                speed: float | None = None, duration_s: float | None = None, loudness_lufs: float | None = None,
                audio_format: str | None = "wav", segment_durations_s: str | None = None,
                reference_cleanup: str | None = None, num_beams: int | None = None,
-               length_penalty: float | None = None, request: gr.Request = None, progress=gr.Progress()):
+               length_penalty: float | None = None, num_diffusion_steps: int | None = None,
+               request: gr.Request = None, progress=gr.Progress()):
     """Generate speech in the reference voice -> (audio, subtitles, metadata, segments, seed used).
 
     ``speed`` (1 = as generated), ``duration_s`` (0 = as generated), ``loudness_lufs`` (0 = not normalised) and
@@ -424,7 +426,8 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     default "auto") is what is done to the uploaded reference clip (``tts_app.config.REFERENCE_CLEANUPS``; a saved
     ``voice`` is cleaned as it was saved). ``num_beams`` (1..8) and ``length_penalty``: beam search, for a model
     that has it (IndexTTS 2: 3 beams sampled, penalty 0; refused with a message when out of range, ignored by
-    other models).
+    other models). ``num_diffusion_steps`` (1..100): Euler steps of a flow-matching stage (IndexTTS 2's s2mel: 25;
+    12 = the fast preset; ignored by other models).
 
     Returns:
         audio: the audio file (WAV: 16-bit PCM; the player plays these samples as they are); subtitles: SubRip
@@ -437,7 +440,8 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
         ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
-        speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty)
+        speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty,
+        num_diffusion_steps)
     return run_web_request(ctx, synthesis_request, lang, progress, reference=reference, audio_format=audio_format,
                            request=request)
 
@@ -465,7 +469,7 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
                       loudness_lufs: float | None = None, audio_format: str | None = "wav",
                       segment_durations_s: str | None = None, reference_cleanup: str | None = None,
                       num_beams: int | None = None, length_penalty: float | None = None,
-                      request: gr.Request = None, progress=gr.Progress()):
+                      num_diffusion_steps: int | None = None, request: gr.Request = None, progress=gr.Progress()):
     """``synthesize`` that plays while it generates: yields (live audio piece, then skip) while the engine decodes
     (16-bit WAV bytes of the next samples, in order; the first as soon as any audio exists), then (skip, audio,
     subtitles, metadata, segments, seed used) as ``synthesize`` returns them. The pieces together are the same
@@ -481,7 +485,8 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
         ctx, lang, reference_audio, text, reference_text, seed, randomize_seed, greedy, temperature, top_p, top_k,
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
-        speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty)
+        speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty,
+        num_diffusion_steps)
     if synthesis_request.params.needs_whole_clip:
         gr.Info(server_text(lang, "stream_off_whole_clip"))
     engine = _engine(ctx)
