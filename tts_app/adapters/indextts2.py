@@ -28,13 +28,17 @@ Differences from the package's own ``infer``, on purpose:
 * Rows: ``infer`` runs one segment at a time (``autoregressive_batch_size = 1``). Here the GPT decodes a whole batch
   in one forward per step: rows are left-padded (the ``[cond][text]`` prefix, as the package's own
   ``prepare_gpt_inputs`` does for a batch) with an attention mask, each row stops at its own stop token, and the
-  mel-position embedding of a row's k-th code is the row's own count. The s2mel + vocoder stage runs row by row
-  (``postprocess``), exactly the package's code per row: its ``solve_euler`` takes one reference (prompt) length
-  per batch and its WaveNet reads the unmasked padding after a shorter row, so a batched s2mel would change a row's
-  audio with its batch-mates. Its share of the time: ``bench/indextts2_stages.py``.
+  mel-position embedding of a row's k-th code is the row's own count. The second stage (s2mel flow matching +
+  BigVGAN) runs batched across the rows that end together (``stage2_audio``), equal to each row alone with the
+  package's code: the package's ``solve_euler`` takes one reference (prompt) length per batch, so the Euler loop is
+  this file's own (``_solve_euler_rows``, the same steps per row, each row's own noise from its own seed), and the
+  package's modules would read a shorter row's padding (the DiT WaveNet's reflect-padded convolutions, every BigVGAN
+  convolution and anti-aliasing resampler), so ``_RowLengths`` sets each row's padded frames to what that module's
+  own padding gives the row alone. The code latents and the length regulator stay per row. Its share of the time:
+  ``bench/indextts2_stages.py``; batched vs row by row: ``bench/indextts2_stage2.py``.
 * Step interface (``IndexTTS2DecodeBatch``, ``supports_decode_steps``): the engine batches IndexTTS 2 continuously:
   rows join the running GPT batch (their prefix prefilled apart, then merged with the shorter side left-padded) and
-  leave it at any decode step; a row's s2mel + vocoder run in the step that ends it. It is the family's one decode
+  leave it at any decode step; the s2mel + vocoder of the rows a step ends run (batched) in that step. It is the family's one decode
   loop: ``generate`` prefills its whole batch into one and steps it until every row ends (``make_audio=False``;
   ``postprocess`` then makes the audio), so the two paths cannot drift apart.
 * Decoding: as ``infer`` by default, beam sampling with ``num_beams=3`` and ``length_penalty=0``
@@ -79,7 +83,9 @@ Differences from the package's own ``infer``, on purpose:
   ``EMOTION_TEXT_MAX_NEW_TOKENS`` here so a misbehaving model cannot hold the worker (the real model answers with a
   short JSON object).
 * The flow-matching noise comes from a CPU generator seeded with the row's seed (the package draws it from the global
-  RNG); the Euler solver is the package's ``solve_euler``.
+  RNG); a row alone runs the package's ``solve_euler``, rows together ``_solve_euler_rows`` (above). Its number of
+  Euler steps is a setting, ``SynthesisParams.num_diffusion_steps`` (default the package's 25; fast preset 12, as
+  vLLM-Omni runs it), recorded in the sidecar like every knob.
 * Precision: the GPT (and its KV cache) runs in the adapter's dtype (fp16/bf16 on CUDA); w2v-BERT, codec, CAM++,
   s2mel and BigVGAN stay float32, as in the package (its s2mel autocast is off).
 
