@@ -1093,7 +1093,8 @@ class IndexTTS2Adapter(TTSAdapter):
         "codes the codec cannot decode (start_mel_token) are never drawn: infer() can draw them and then returns "
         "no audio",
         "the GPT decodes rows in batches with a KV cache and each row's own mel positions (as in training); s2mel"
-        " and the vocoder run row by row, the package's code",
+        " and the vocoder run batched across the rows that end together, each row equal to the package's code on "
+        "it alone",
     )
     supports_decode_steps = True
 
