@@ -130,7 +130,7 @@ def generation_settings(facts: ModelFacts, requested: SynthesisParams, effective
     settings: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for name in ("seed", "greedy", "temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens", "num_beams",
-                 "length_penalty", "ras_win_len", "ras_win_max_num_repeat", "use_cache", "prompt_cache",
+                 "length_penalty", "num_diffusion_steps", "ras_win_len", "ras_win_max_num_repeat", "use_cache", "prompt_cache",
                  "max_segment_chars",
                  "pause_between_segments_ms", "speed", "duration_s", "loudness_lufs", "chapter_pause_ms",
                  "reference_cleanup", "segment_context"):

@@ -27,6 +27,9 @@ from tts_app.quality.policy import (DEFAULT_TAKE_CHECK, DEFAULT_TAKE_MAX_ERROR_R
 # Upper bound of ``SynthesisParams.num_beams``: each beam is a row of the running batch (its own KV cache), so a
 # request with n beams costs n rows; 8 is far above what beam-searching TTS models use (IndexTTS 2: 3).
 MAX_NUM_BEAMS = 8
+# Upper bound of ``SynthesisParams.num_diffusion_steps``: 4 x IndexTTS 2's own 25 steps; beyond it a request only costs
+# time (the Euler solver of a flow-matching model converges well before).
+MAX_NUM_DIFFUSION_STEPS = 100
 
 # The settings' and emotion control's refusals in English and Chinese (``tts_app.frontend.messages``); the knob
 # names are the fields a JSONL line and the API use.
@@ -39,6 +42,7 @@ PARAM_EN: dict[str, str] = {
     "param_max_new_tokens": "max_new_tokens={value} must be >= 1",
     "param_num_beams": "num_beams={value} must be in 1..{maximum}",
     "param_length_penalty": "length_penalty={value} must be a finite number",
+    "param_num_diffusion_steps": "num_diffusion_steps={value} must be an integer in 1..{maximum}",
     "param_max_segment_chars": "max_segment_chars={value} must be >= {minimum} (or 0: the model's own segment length)",
     "param_reference_cleanup": "reference_cleanup={value!r} is not one of {choices}",
     "param_take_check": "take_check={value!r} is not one of {choices}",
@@ -74,6 +78,7 @@ PARAM_ZH: dict[str, str] = {
     "param_top_k": "top_k={value} 必须 >= 1",
     "param_max_new_tokens": "max_new_tokens={value} 必须 >= 1",
     "param_num_beams": "num_beams={value} 必须在 1..{maximum} 之间",
+    "param_num_diffusion_steps": "num_diffusion_steps={value} 必须是 1..{maximum} 之间的整数",
     "param_length_penalty": "length_penalty={value} 必须是有限的数",
     "param_max_segment_chars": "max_segment_chars={value} 必须 >= {minimum}（或 0：使用模型自己的分段长度）",
     "param_reference_cleanup": "reference_cleanup={value!r} 不是以下之一：{choices}",
@@ -155,6 +160,9 @@ class SynthesisParams:
             transformers' ``generate(num_beams=..., do_sample=...)``.
         length_penalty: exponent of the length a finished beam's log-probability is divided by (transformers'
             ``length_penalty``; 0 = plain sum, upstream IndexTTS 2's default); only with ``num_beams`` > 1.
+        num_diffusion_steps: Euler steps of the flow-matching stage where the model has one (IndexTTS 2's s2mel:
+            upstream's 25; its fast preset, vLLM-Omni's, is 12: about half that stage's time, a slightly coarser
+            mel). Recorded with the result like every knob.
         use_cache: KV cache on (fast) or off (recomputes the whole prefix each step; same output).
         prompt_cache: long-text prompt cache where the model has one (GLM-TTS: upstream's ``--use_cache``): each
             finished segment's text and speech tokens join the prompt of the request's next segment (oldest dropped
@@ -210,6 +218,7 @@ class SynthesisParams:
     max_new_tokens: int | None = None
     num_beams: int | None = None
     length_penalty: float | None = None
+    num_diffusion_steps: int | None = None
     use_cache: bool = True
     prompt_cache: bool | None = None
     max_segment_chars: int | None = None
@@ -259,6 +268,11 @@ class SynthesisParams:
              dict(value=self.num_beams, maximum=MAX_NUM_BEAMS)),
             ("length_penalty", self.length_penalty is None or math.isfinite(self.length_penalty),
              "param_length_penalty", dict(value=self.length_penalty)),
+            ("num_diffusion_steps", self.num_diffusion_steps is None or (
+                isinstance(self.num_diffusion_steps, numbers.Integral)
+                and not isinstance(self.num_diffusion_steps, bool)
+                and 1 <= self.num_diffusion_steps <= MAX_NUM_DIFFUSION_STEPS),
+             "param_num_diffusion_steps", dict(value=self.num_diffusion_steps, maximum=MAX_NUM_DIFFUSION_STEPS)),
             ("max_segment_chars", self.max_segment_chars in (None, 0) or self.max_segment_chars >= MIN_MAX_SEGMENT_CHARS,
              "param_max_segment_chars", dict(value=self.max_segment_chars, minimum=MIN_MAX_SEGMENT_CHARS)),
             ("reference_cleanup", self.reference_cleanup in REFERENCE_CLEANUPS, "param_reference_cleanup",
@@ -319,7 +333,8 @@ class SynthesisParams:
     def batch_key(self) -> tuple:
         """Segments can share one batch only when every generation knob except the seed is equal."""
         return (self.greedy, self.temperature, self.top_p, self.top_k, self.cfg_scale, self.max_new_tokens,
-                self.num_beams, self.length_penalty, self.use_cache, self.prompt_cache)
+                self.num_beams, self.length_penalty, self.num_diffusion_steps,
+                self.use_cache, self.prompt_cache)
 
     def with_seed(self, seed: int) -> "SynthesisParams":
         return replace(self, seed=seed)

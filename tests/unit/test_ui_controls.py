@@ -29,11 +29,12 @@ def test_controls_start_at_the_checkpoints_values_and_hide_what_the_family_lacks
     dia = generation_controls(DIA_LIKE)
     assert (dia["temperature"].default, dia["top_p"].default, dia["top_k"].default, dia["cfg_scale"].default,
             dia["max_new_tokens"].default, dia["greedy"].default) == (1.8, 0.9, 45, 3.0, 3072, False)
-    assert {n for n, c in dia.items() if not c.visible} == {"num_beams", "length_penalty"}  # Dia has no beams
+    # Dia has no beams and no flow-matching stage
+    assert {n for n, c in dia.items() if not c.visible} == {"num_beams", "length_penalty", "num_diffusion_steps"}
     assert dia["temperature"].source.startswith("checkpoint generation_config")
     vv = generation_controls(VIBEVOICE_LIKE)
     assert {n for n, c in vv.items() if not c.visible} == {"greedy", "temperature", "top_p", "top_k", "num_beams",
-                                                           "length_penalty"}
+                                                           "length_penalty", "num_diffusion_steps"}
     assert vv["cfg_scale"].default == 1.3 and vv["max_new_tokens"].default == 600
     assert vv["max_segment_chars"].default == VIBEVOICE_LIKE.max_segment_chars
     assert not any(c.visible for c in generation_controls(None).values())  # no model: nothing to set
@@ -96,3 +97,27 @@ def test_beam_controls_only_for_a_family_with_beams_and_refusals_in_the_users_la
         params_from_controls(BEAMS_LIKE, seed=0, use_cache=True, values={"num_beams": 12})
     assert error_text(refused.value, "en") == "num_beams=12 must be in 1..8"
     assert error_text(refused.value, "zh") == "num_beams=12 必须在 1..8 之间"
+
+
+# IndexTTS 2: its s2mel's 25 flow-matching steps (the fast preset: 12)
+DIFFUSION_LIKE = fake_facts(generation_defaults=replace(FAKE_GENERATION_DEFAULTS, num_diffusion_steps=25))
+
+
+def test_diffusion_steps_control_only_for_a_family_with_a_flow_matching_stage():
+    """Issue 27: the fast preset is a page setting (shown at the model's 25, sent only when changed), hidden for a
+    family without such a stage; an out-of-range value is refused in zh or en."""
+    from tts_app.ui.texts import error_text
+
+    controls = generation_controls(DIFFUSION_LIKE)
+    assert controls["num_diffusion_steps"].visible and controls["num_diffusion_steps"].default == 25
+    assert not generation_controls(DIA_LIKE)["num_diffusion_steps"].visible
+    start = _start_values(DIFFUSION_LIKE)
+    assert params_from_controls(DIFFUSION_LIKE, seed=0, use_cache=True, values=start).num_diffusion_steps is None
+    fast = params_from_controls(DIFFUSION_LIKE, seed=0, use_cache=True, values={**start, "num_diffusion_steps": 12})
+    assert fast.num_diffusion_steps == 12
+    assert params_from_controls(DIA_LIKE, seed=0, use_cache=True,
+                                values={"num_diffusion_steps": 12}).num_diffusion_steps is None
+    with pytest.raises(InputError) as refused:
+        params_from_controls(DIFFUSION_LIKE, seed=0, use_cache=True, values={"num_diffusion_steps": 500})
+    assert error_text(refused.value, "en") == "num_diffusion_steps=500 must be an integer in 1..100"
+    assert error_text(refused.value, "zh") == "num_diffusion_steps=500 必须是 1..100 之间的整数"

@@ -46,7 +46,8 @@ def _settings(ctx) -> dict:
                 top_k=value["top_k"], cfg_scale=value["cfg_scale"], max_new_tokens=value["max_new_tokens"],
                 max_segment_chars=value["max_segment_chars"], pause_ms=value["pause_between_segments_ms"],
                 use_cache=True, speed=1.0, duration_s=0, loudness_lufs=0, audio_format="wav",
-                segment_durations_s="", num_beams=value["num_beams"], length_penalty=value["length_penalty"])
+                segment_durations_s="", num_beams=value["num_beams"], length_penalty=value["length_penalty"],
+                num_diffusion_steps=value["num_diffusion_steps"])
 
 
 def _generate_and_remember(ctx, browser, reference: str, text: str, emotion: dict) -> list[dict]:

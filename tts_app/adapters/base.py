@@ -108,6 +108,8 @@ class GenerationDefaults:
         num_beams, length_penalty: beam search width and length penalty (``SynthesisParams``), from the family's
             defaults only (every transformers ``GenerationConfig`` has ``num_beams=1`` / ``length_penalty=1.0``,
             which says nothing about how the family is run); None = the family has no beams.
+        num_diffusion_steps: Euler steps of a flow-matching second stage (``SynthesisParams``), from the family's
+            defaults only (no generation config holds it); None = the family has no such stage.
         sources: field name -> where its value came from: ``SOURCE_CHECKPOINT`` plus the key and value, or the
             family default with its documented source, or why the family has no such knob.
     """
@@ -122,6 +124,7 @@ class GenerationDefaults:
     ras_win_max_num_repeat: int | None = None
     num_beams: int | None = None
     length_penalty: float | None = None
+    num_diffusion_steps: int | None = None
     max_length: int | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
@@ -173,12 +176,13 @@ class GenerationDefaults:
                 raise KeyError("max_new_tokens needs a family default when the checkpoint gives none")
             else:
                 values[name], sources[name] = None, "not used by this checkpoint"
-        for name in ("num_beams", "length_penalty"):  # family defaults only (see the class docstring)
+        for name in ("num_beams", "length_penalty", "num_diffusion_steps"):  # family defaults only (class docstring)
             values[name], sources[name] = family_defaults.get(name, (None, "not used by this checkpoint"))
         for name in ("temperature", "top_p", "cfg_scale", "length_penalty"):
             if values[name] is not None:
                 values[name] = float(values[name])
-        for name in ("top_k", "max_new_tokens", "ras_win_len", "ras_win_max_num_repeat", "num_beams", "max_length"):
+        for name in ("top_k", "max_new_tokens", "ras_win_len", "ras_win_max_num_repeat", "num_beams",
+                     "num_diffusion_steps", "max_length"):
             if values[name] is not None:
                 values[name] = int(values[name])
         return cls(**values, sources=sources)
@@ -206,7 +210,8 @@ class GenerationDefaults:
                        top_k=pick(params.top_k, self.top_k), cfg_scale=pick(params.cfg_scale, self.cfg_scale),
                        max_new_tokens=pick(params.max_new_tokens, self.max_new_tokens),
                        num_beams=pick(params.num_beams, self.num_beams),
-                       length_penalty=pick(params.length_penalty, self.length_penalty))
+                       length_penalty=pick(params.length_penalty, self.length_penalty),
+                       num_diffusion_steps=pick(params.num_diffusion_steps, self.num_diffusion_steps))
 
 
 @dataclass(frozen=True)

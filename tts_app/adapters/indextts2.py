@@ -28,13 +28,17 @@ Differences from the package's own ``infer``, on purpose:
 * Rows: ``infer`` runs one segment at a time (``autoregressive_batch_size = 1``). Here the GPT decodes a whole batch
   in one forward per step: rows are left-padded (the ``[cond][text]`` prefix, as the package's own
   ``prepare_gpt_inputs`` does for a batch) with an attention mask, each row stops at its own stop token, and the
-  mel-position embedding of a row's k-th code is the row's own count. The s2mel + vocoder stage runs row by row
-  (``postprocess``), exactly the package's code per row: its ``solve_euler`` takes one reference (prompt) length
-  per batch and its WaveNet reads the unmasked padding after a shorter row, so a batched s2mel would change a row's
-  audio with its batch-mates. Its share of the time: ``bench/indextts2_stages.py``.
+  mel-position embedding of a row's k-th code is the row's own count. The second stage (s2mel flow matching +
+  BigVGAN) runs batched across the rows that end together (``stage2_audio``), equal to each row alone with the
+  package's code: the package's ``solve_euler`` takes one reference (prompt) length per batch, so the Euler loop is
+  this file's own (``_solve_euler_rows``, the same steps per row, each row's own noise from its own seed), and the
+  package's modules would read a shorter row's padding (the DiT WaveNet's reflect-padded convolutions, every BigVGAN
+  convolution and anti-aliasing resampler), so ``_RowLengths`` sets each row's padded frames to what that module's
+  own padding gives the row alone. The code latents and the length regulator stay per row. Its share of the time:
+  ``bench/indextts2_stages.py``; batched vs row by row: ``bench/indextts2_stage2.py``.
 * Step interface (``IndexTTS2DecodeBatch``, ``supports_decode_steps``): the engine batches IndexTTS 2 continuously:
   rows join the running GPT batch (their prefix prefilled apart, then merged with the shorter side left-padded) and
-  leave it at any decode step; a row's s2mel + vocoder run in the step that ends it. It is the family's one decode
+  leave it at any decode step; the s2mel + vocoder of the rows a step ends run (batched) in that step. It is the family's one decode
   loop: ``generate`` prefills its whole batch into one and steps it until every row ends (``make_audio=False``;
   ``postprocess`` then makes the audio), so the two paths cannot drift apart.
 * Decoding: as ``infer`` by default, beam sampling with ``num_beams=3`` and ``length_penalty=0``
@@ -79,7 +83,9 @@ Differences from the package's own ``infer``, on purpose:
   ``EMOTION_TEXT_MAX_NEW_TOKENS`` here so a misbehaving model cannot hold the worker (the real model answers with a
   short JSON object).
 * The flow-matching noise comes from a CPU generator seeded with the row's seed (the package draws it from the global
-  RNG); the Euler solver is the package's ``solve_euler``.
+  RNG); a row alone runs the package's ``solve_euler``, rows together ``_solve_euler_rows`` (above). Its number of
+  Euler steps is a setting, ``SynthesisParams.num_diffusion_steps`` (default the package's 25; fast preset 12, as
+  vLLM-Omni runs it), recorded in the sidecar like every knob.
 * Precision: the GPT (and its KV cache) runs in the adapter's dtype (fp16/bf16 on CUDA); w2v-BERT, codec, CAM++,
   s2mel and BigVGAN stay float32, as in the package (its s2mel autocast is off).
 
@@ -112,6 +118,7 @@ import copy
 import functools
 import hashlib
 import io
+import logging
 import math
 import re
 import threading
@@ -160,6 +167,8 @@ INDEXTTS2_ZH = {
     "ix2_audio_not_finite": "第 {row} 行：{what}含有 NaN/inf 样本；请先清理",
 }
 register(__name__, INDEXTTS2_EN, INDEXTTS2_ZH)
+
+logger = logging.getLogger(__name__)
 
 HUB_ID = "IndexTeam/IndexTTS-2"
 INSTALL_HINT = "python3 -m pip install --no-deps -r requirements-indextts2.txt"
@@ -234,8 +243,19 @@ W2V_BERT_LAYER = 17  # get_emb: hidden_states[17]
 MAX_REFERENCE_S = 15.0  # _load_and_cut_audio(..., 15)
 W2V_BERT_SAMPLING_RATE = 16000  # w2v-BERT features and CAM++ fbank run on 16 kHz audio
 MEL_FRAMES_PER_CODE = 1.72  # target_lengths = (code_lens * 1.72).long()
-S2MEL_DIFFUSION_STEPS = 25
+S2MEL_DIFFUSION_STEPS = 25  # infer_generator: diffusion_steps = 25 (the default of num_diffusion_steps)
 S2MEL_CFG_RATE = 0.7
+# The fast preset of the flow matching's step count: vLLM-Omni's IndexTTS 2 stage config runs 12 Euler steps instead of
+# the package's 25 (about half the s2mel time; a different, slightly coarser mel). Offered, never applied silently
+# (``SynthesisParams.num_diffusion_steps``).
+S2MEL_FAST_DIFFUSION_STEPS = 12
+# Bounds of one batched second-stage group (``IndexTTS2Adapter.stage2_audio``): no memory estimate covers this stage,
+# so a fixed cap: 8 rows, and rows x padded frames (reference + generated mel frames, 86 per second) at most 8 x 2000
+# (8 rows of ~23 s with their reference). Its largest tensor is the DiT's attention, (2 x rows, heads, frames,
+# frames) where SDPA materialises it (2 x 8 x 8 x 2000^2 x 4 B = 2 GB at the cap); an out-of-memory error splits the
+# group (halves, then rows alone), so the cap bounds the common case, not correctness.
+STAGE2_MAX_BATCH_ROWS = 8
+STAGE2_MAX_BATCH_FRAMES = 8 * 2000
 LENGTH_REGULATOR_QUANTIZERS = 3  # n_quantizers=3
 # Sampling defaults of infer_generator (generation_kwargs.pop(...) fallbacks; it always samples, do_sample=True). The
 # checkpoint has no generation config; its config.yaml gpt.max_mel_tokens (1815 for the real one) is the model's
@@ -580,11 +600,14 @@ class IndexTTS2Outputs:
         codes: ``(batch_size, num_steps)`` int64; after a row's stop code (``stop_mel_token``) the row holds stop codes.
         code_lengths: per row, codes before its first stop code.
         hit_max_new_tokens: per row, True when it never produced a stop code (cut at ``max_new_tokens``).
+        num_diffusion_steps: the flow matching's Euler steps ``postprocess`` runs (the request's resolved
+            ``SynthesisParams.num_diffusion_steps``).
     """
 
     codes: Any
     code_lengths: list[int]
     hit_max_new_tokens: list[bool]
+    num_diffusion_steps: int = S2MEL_DIFFUSION_STEPS
 
 
 class _CodeSelector:
@@ -953,8 +976,9 @@ class IndexTTS2DecodeBatch(DecodeBatch):
                   for i in live}
         ends = {i for i in live if picked[i] == stop}
         capped = {i for i in live if i not in ends and len(self.rows[i].codes) + 1 >= self.max_new_tokens}
-        audio = {i: self._row_audio(self.rows[i], self.rows[i].codes + ([picked[i]] if i not in ends else []))
-                 for i in ends | capped}
+        finished = sorted(ends | capped)
+        audio = dict(zip(finished, self._rows_audio(
+            [(self.rows[i], self.rows[i].codes + ([picked[i]] if i not in ends else [])) for i in finished])))
         continuing = [i for i in live if i not in ends and i not in capped]
         new_logits = None
         if continuing:
@@ -996,17 +1020,17 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         codes = torch.full((num_stream_rows,), stop, dtype=torch.long)
         positions = torch.zeros(num_stream_rows, dtype=torch.long)
         feed = torch.zeros((num_stream_rows, 1), dtype=torch.long)
-        states, results, audio, continuing = {}, {}, {}, []
+        states, results, continuing = {}, {}, []
         for i in live:
             row, block = self.rows[i], self._block(i)
             states[i], source, picked = row.beam.step(row.beam_state, self.next_logits[block])
             if states[i].done:
                 results[i] = row.beam.result(states[i])
-                audio[i] = self._row_audio(row, results[i][0])
             else:
                 continuing.append(i)
                 order[block] = block.start + source
                 codes[block], positions[block], feed[block] = picked, states[i].num_steps, 1
+        audio = dict(zip(results, self._rows_audio([(self.rows[i], results[i][0]) for i in results])))
         new_logits = None
         if continuing:
             self.stream.keep_rows(order.to(self.device))  # undone by rollback if the forward fails
@@ -1030,18 +1054,14 @@ class IndexTTS2DecodeBatch(DecodeBatch):
 
         return commit
 
-    def _row_audio(self, row: _StepRow, codes: list[int]) -> np.ndarray:
-        """A finishing row's waveform: its codes through ``code_latents`` -> ``s2mel`` -> ``vocode``
-        (``IndexTTS2Adapter.postprocess`` per row)."""
-        import torch
-
-        if not codes or not self.make_audio:
-            return np.zeros(0, dtype=np.float32)
-        adapter = self.adapter
-        codes = torch.tensor([codes], dtype=torch.long, device=self.device)
-        latent = adapter.code_latents(row.inputs, row.index, codes)
-        mel = adapter.s2mel(row.inputs.conditioning[row.index], codes, latent, row.seed)
-        return adapter.vocode(mel)
+    def _rows_audio(self, finished: list) -> list[np.ndarray]:
+        """The waveforms of the rows this step ends, ``(row, codes)`` each: their second stage batched
+        (``IndexTTS2Adapter.stage2_audio``, equal to each row alone: ``postprocess``'s per-row path), with the
+        batch's ``num_diffusion_steps``; empty arrays without ``make_audio``."""
+        if not self.make_audio or not finished:
+            return [np.zeros(0, dtype=np.float32) for _ in finished]
+        return self.adapter.stage2_audio([(row.inputs, row.index, codes) for row, codes in finished],
+                                         self.params.num_diffusion_steps)
 
     def release(self, keys) -> None:
         import torch
@@ -1073,7 +1093,8 @@ class IndexTTS2Adapter(TTSAdapter):
         "codes the codec cannot decode (start_mel_token) are never drawn: infer() can draw them and then returns "
         "no audio",
         "the GPT decodes rows in batches with a KV cache and each row's own mel positions (as in training); s2mel"
-        " and the vocoder run row by row, the package's code",
+        " and the vocoder run batched across the rows that end together, each row equal to the package's code on "
+        "it alone",
     )
     supports_decode_steps = True
 
@@ -1084,6 +1105,7 @@ class IndexTTS2Adapter(TTSAdapter):
         self._qwen_emotion = None
         self._qwen_lock = threading.Lock()
         self._undecodable = None
+        self._stage2_batchable: bool | None = None  # _can_batch_stage2, decided once
         #: times the conditioning of a new reference clip / emotion clip was computed (not taken from the cache)
         self.num_conditioning_computed = 0
         super().__init__(model, processor, device, dtype)
@@ -1223,6 +1245,8 @@ class IndexTTS2Adapter(TTSAdapter):
                 "top_k": (UPSTREAM_TOP_K, _UPSTREAM),
                 "num_beams": (UPSTREAM_NUM_BEAMS, f"{_UPSTREAM}: num_beams=3, beam sampling (do_sample=True)"),
                 "length_penalty": (UPSTREAM_LENGTH_PENALTY, _UPSTREAM),
+                "num_diffusion_steps": (S2MEL_DIFFUSION_STEPS, f"{_UPSTREAM}: diffusion_steps=25 (s2mel flow "
+                                        f"matching; fast preset: {S2MEL_FAST_DIFFUSION_STEPS}, as vLLM-Omni)"),
                 "max_new_tokens": (min(UPSTREAM_MAX_MEL_TOKENS, capacity),
                                    f"{_UPSTREAM} max_mel_tokens={UPSTREAM_MAX_MEL_TOKENS}, capped by config.yaml "
                                    f"gpt.max_mel_tokens={capacity}"),
@@ -1638,7 +1662,8 @@ class IndexTTS2Adapter(TTSAdapter):
         for r, row in enumerate(batch.rows):
             codes[r, :len(row.codes)] = torch.tensor(row.codes, dtype=torch.long)
         return IndexTTS2Outputs(codes=codes.to(inputs.prefix_embeds.device),
-                                code_lengths=[len(row.codes) for row in batch.rows], hit_max_new_tokens=hit)
+                                code_lengths=[len(row.codes) for row in batch.rows], hit_max_new_tokens=hit,
+                                num_diffusion_steps=batch.params.num_diffusion_steps)
 
     def _beam_search(self, params: SynthesisParams, seed: int, max_new_tokens: int) -> _BeamSearch:
         gpt = self.model.gpt
@@ -1666,19 +1691,11 @@ class IndexTTS2Adapter(TTSAdapter):
     # ------------------------------------------------------------------ codes -> audio
 
     def postprocess(self, outputs: IndexTTS2Outputs, inputs: IndexTTS2Inputs) -> list[np.ndarray]:
-        """Codes -> one float32 waveform ``(num_samples,)`` per row at ``facts.sampling_rate``, row by row with the
-        package's code (``code_latents`` -> ``s2mel`` -> ``vocode``). A row that stopped at once gives an empty
-        array."""
-        waveforms = []
-        for i, length in enumerate(outputs.code_lengths):
-            if length == 0:
-                waveforms.append(np.zeros(0, dtype=np.float32))
-                continue
-            codes = outputs.codes[i: i + 1, :length]
-            latent = self.code_latents(inputs, i, codes)
-            mel = self.s2mel(inputs.conditioning[i], codes, latent, inputs.seeds[i])
-            waveforms.append(self.vocode(mel))
-        return waveforms
+        """Codes -> one float32 waveform ``(num_samples,)`` per row at ``facts.sampling_rate``: the rows' second stage
+        batched (``stage2_audio``, each row equal to the package's code on it alone: ``code_latents`` -> ``s2mel``
+        -> ``vocode``) with ``outputs.num_diffusion_steps``. A row that stopped at once gives an empty array."""
+        rows = [(inputs, i, outputs.codes[i, :length].tolist()) for i, length in enumerate(outputs.code_lengths)]
+        return self.stage2_audio(rows, outputs.num_diffusion_steps)
 
     def code_latents(self, inputs: IndexTTS2Inputs, row: int, codes):
         """The GPT latents of one row's codes ``(1, num_codes)``: the package's full ``UnifiedVoice.forward`` (no
@@ -1698,18 +1715,21 @@ class IndexTTS2Adapter(TTSAdapter):
                        emo_cond_mel_lengths=torch.tensor([inputs.emo_cond_embs[row].shape[-1]], device=device),
                        emo_vec=inputs.emovecs[row], use_speed=torch.zeros(1, dtype=torch.long, device=device))
 
-    def s2mel(self, conditioning: SpeakerConditioning, codes, latent, seed: int):
-        """Semantic codes ``(1, n)`` + their GPT latents ``(1, n, model_dim)`` -> mel ``(1, 80, frames)`` float32 of the
-        generated speech (reference part cut off), with the package's modules and constants (``infer_generator``);
-        the flow-matching noise ``(1, 80, reference_frames + frames)`` comes from
-        ``torch.Generator().manual_seed(seed)`` (the package's ``BASECFM.inference`` draws it from the global RNG),
-        then the package's ``solve_euler`` runs the 25 steps."""
+    def s2mel_condition(self, conditioning: SpeakerConditioning, codes, latent):
+        """The flow-matching condition of one row: semantic codes ``(1, n)`` + their GPT latents ``(1, n,
+        model_dim)`` -> ``(1, reference_frames + frames, channels)`` float32 (the reference condition, then the
+        length regulator's output for the codes, ``frames = int(n x 1.72)``), with the package's modules as
+        ``infer_generator`` runs them.
+
+        Raises:
+            RuntimeError: a code the codec cannot decode (never: decoding masks them, ``undecodable_codes``).
+        """
         import torch
 
         s2mel = self.model.s2mel.models
         device = codes.device
         codebook_size = int(self.processor.config.semantic_codec.codebook_size)
-        if codes.numel() and int(codes.max()) >= codebook_size:  # never: decoding masks them (undecodable_codes)
+        if codes.numel() and int(codes.max()) >= codebook_size:
             raise RuntimeError(f"IndexTTS 2 produced semantic code {int(codes.max())}, which its codec "
                                f"({codebook_size} codes) cannot decode; undecodable_codes should have masked it")
         with torch.no_grad():
@@ -1718,11 +1738,36 @@ class IndexTTS2Adapter(TTSAdapter):
             target_lengths = (torch.LongTensor([codes.shape[-1]]).to(device) * MEL_FRAMES_PER_CODE).long()
             cond = s2mel["length_regulator"](s_infer, ylens=target_lengths, n_quantizers=LENGTH_REGULATOR_QUANTIZERS,
                                              f0=None)[0]
-            cat_condition = torch.cat([conditioning.prompt_condition, cond], dim=1)  # (1, frames_total, channels)
-            cfm = s2mel["cfm"]
-            generator = torch.Generator().manual_seed(int(seed))
-            noise = torch.randn([1, cfm.in_channels, cat_condition.size(1)], generator=generator).to(device)
-            t_span = torch.linspace(0, 1, S2MEL_DIFFUSION_STEPS + 1, device=device)
+            return torch.cat([conditioning.prompt_condition, cond], dim=1)
+
+    @staticmethod
+    def flow_matching_noise(seed: int, num_channels: int, num_frames: int):
+        """The flow-matching start noise of one row: ``(1, num_channels, num_frames)`` float32 on the CPU from
+        ``torch.Generator().manual_seed(seed)`` (the package's ``BASECFM.inference`` draws the same shape from the
+        global RNG). Batched or alone, a row draws this same tensor."""
+        import torch
+
+        return torch.randn([1, num_channels, num_frames], generator=torch.Generator().manual_seed(int(seed)))
+
+    def s2mel(self, conditioning: SpeakerConditioning, codes, latent, seed: int,
+              num_diffusion_steps: int = S2MEL_DIFFUSION_STEPS):
+        """Semantic codes ``(1, n)`` + their GPT latents ``(1, n, model_dim)`` -> mel ``(1, 80, frames)`` float32 of the
+        generated speech (reference part cut off), with the package's modules and constants (``infer_generator``):
+        ``s2mel_condition``, the noise ``(1, 80, reference_frames + frames)`` of ``flow_matching_noise(seed)``, then
+        the package's ``solve_euler`` over ``num_diffusion_steps`` Euler steps (the package: 25) with CFG rate 0.7.
+        One row alone; ``stage2_audio`` runs rows batched."""
+        return self._solve_alone(conditioning, self.s2mel_condition(conditioning, codes, latent), seed,
+                                 num_diffusion_steps)
+
+    def _solve_alone(self, conditioning: SpeakerConditioning, cat_condition, seed: int, num_diffusion_steps: int):
+        """``s2mel`` from the row's condition ``(1, frames_total, channels)`` on: the package's ``solve_euler``."""
+        import torch
+
+        device = cat_condition.device
+        with torch.no_grad():
+            cfm = self.model.s2mel.models["cfm"]
+            noise = self.flow_matching_noise(seed, cfm.in_channels, cat_condition.size(1)).to(device)
+            t_span = torch.linspace(0, 1, int(num_diffusion_steps) + 1, device=device)
             mel = cfm.solve_euler(noise, torch.LongTensor([cat_condition.size(1)]).to(device), conditioning.ref_mel,
                                   cat_condition, conditioning.style, None, t_span, S2MEL_CFG_RATE)
         return mel[:, :, conditioning.ref_mel.size(-1):]
@@ -1735,6 +1780,299 @@ class IndexTTS2Adapter(TTSAdapter):
         with torch.no_grad():
             wav = self.model.vocoder(mel.float()).squeeze()
         return torch.clamp(wav, -1.0, 1.0).float().cpu().numpy().reshape(-1)
+
+    # ------------------------------------------------------------------ second stage, batched
+
+    def stage2_audio(self, rows: list, num_diffusion_steps: int = S2MEL_DIFFUSION_STEPS) -> list[np.ndarray]:
+        """The second stage of rows whose codes are done: code latents -> s2mel -> BigVGAN, one float32 waveform
+        ``(num_samples,)`` per row, each equal (float tolerance) to that row alone (``code_latents`` -> ``s2mel``
+        -> ``vocode``, the package's code).
+
+        Args:
+            rows: ``(inputs, index, codes)`` per row: its ``IndexTTS2Inputs``, its row there, its codes (a list of
+                ints; empty gives an empty waveform).
+            num_diffusion_steps: Euler steps of the flow matching (``SynthesisParams.num_diffusion_steps``).
+
+        The code latents and the length regulator run row by row (one GPT forward each; the regulator's
+        interpolation is per row); the flow matching (2 x ``num_diffusion_steps`` DiT forwards, the bulk) and the
+        vocoder run on groups of rows padded to the group's longest (``_stage2_batch``): at most
+        ``STAGE2_MAX_BATCH_ROWS`` rows and ``STAGE2_MAX_BATCH_FRAMES`` padded frames, rows of similar length
+        together. A group that runs out of device memory is split in halves down to single rows, which run the
+        package's own path; a single row that does not fit raises.
+
+        Raises:
+            torch.OutOfMemoryError: one row alone does not fit (the decode step is then rolled back).
+        """
+        import torch
+
+        audio: list = [np.zeros(0, dtype=np.float32) for _ in rows]
+        prepared = []  # (position in rows, conditioning, condition (1, frames_total, channels), seed)
+        for position, (inputs, index, codes) in enumerate(rows):
+            if not codes:
+                continue
+            code_tensor = torch.tensor([list(codes)], dtype=torch.long, device=torch.device(self.device))
+            latent = self.code_latents(inputs, index, code_tensor)
+            conditioning = inputs.conditioning[index]
+            prepared.append((position, conditioning, self.s2mel_condition(conditioning, code_tensor, latent),
+                             inputs.seeds[index]))
+        prepared.sort(key=lambda item: -item[2].size(1))  # longest first: similar lengths share a group
+        group: list = []
+        for item in prepared:
+            if group and (len(group) >= STAGE2_MAX_BATCH_ROWS
+                          or (len(group) + 1) * group[0][2].size(1) > STAGE2_MAX_BATCH_FRAMES):
+                self._stage2_group(group, num_diffusion_steps, audio)
+                group = []
+            group.append(item)
+        if group:
+            self._stage2_group(group, num_diffusion_steps, audio)
+        return audio
+
+    def _stage2_group(self, group: list, num_diffusion_steps: int, audio: list) -> None:
+        """Run ``group`` (``stage2_audio``'s prepared rows) batched; out of memory: halves, then rows alone."""
+        import torch
+
+        if len(group) == 1 or not self._can_batch_stage2():
+            for position, conditioning, condition, seed in group:
+                audio[position] = self.vocode(self._solve_alone(conditioning, condition, seed, num_diffusion_steps))
+            return
+        try:
+            for (position, *_), wave in zip(group, self._stage2_batch(group, num_diffusion_steps)):
+                audio[position] = wave
+            return
+        except torch.OutOfMemoryError:
+            pass  # leave the except block first, so its traceback (holding the batch's tensors) is freed
+        logger.warning("IndexTTS 2 second stage: out of memory for %d rows together; splitting them", len(group))
+        if torch.device(self.device).type == "cuda":
+            torch.cuda.empty_cache()
+        half = len(group) // 2
+        self._stage2_group(group[:half], num_diffusion_steps, audio)
+        self._stage2_group(group[half:], num_diffusion_steps, audio)
+
+    def _can_batch_stage2(self) -> bool:
+        """False where batching would not equal rows alone: the vocoder's fused CUDA activation (its resampling is
+        not reachable by ``_RowLengths``), a module ``_RowLengths`` cannot make row-exact, or a flow matching that
+        zeroes the prompt's content (``zero_prompt_speech_token``, off in IndexTTS-2's config)."""
+        if self._stage2_batchable is None:
+            vocoder_h = getattr(self.model.vocoder, "h", {}) or {}
+            cfm = self.model.s2mel.models["cfm"]
+            self._stage2_batchable = not vocoder_h.get("use_cuda_kernel", False) \
+                and not getattr(cfm, "zero_prompt_speech_token", False) \
+                and not _RowLengths.unsupported(cfm.estimator) and not _RowLengths.unsupported(self.model.vocoder) \
+                and _RowLengths.reflect_margin(self.model.vocoder) == 0
+        return self._stage2_batchable
+
+    def _stage2_batch(self, group: list, num_diffusion_steps: int) -> list[np.ndarray]:
+        """Flow matching + vocoder of several rows in one batch: each row's condition, reference mel and noise
+        (``flow_matching_noise``, its own seed, its own length) padded to the longest row; each Euler step is one
+        DiT forward for all rows and their CFG twins; per-row lengths mask the DiT's attention (its ``x_lens``) and
+        reset whatever the padding would leak into a row's last frames (``_RowLengths``: the DiT's WaveNet convs,
+        every BigVGAN conv and anti-aliasing resampler). Returns each row's waveform, clamped to [-1, 1]."""
+        import torch
+
+        cfm = self.model.s2mel.models["cfm"]
+        device = group[0][2].device
+        num_rows = len(group)
+        total_lengths = [item[2].size(1) for item in group]
+        prompt_lengths = [item[1].ref_mel.size(-1) for item in group]
+        max_total = max(total_lengths) + _RowLengths.reflect_margin(cfm.estimator)  # every row padded (reflect)
+        channels = cfm.in_channels
+        with torch.no_grad():
+            # (rows, frames_total, condition channels), (rows, 80, frames_total): zero-padded after each row's end
+            mu = torch.zeros((num_rows, max_total, group[0][2].size(2)), dtype=torch.float32, device=device)
+            noise = torch.zeros((num_rows, channels, max_total), dtype=torch.float32, device=device)
+            prompt = torch.zeros_like(noise)
+            for r, (_, conditioning, condition, seed) in enumerate(group):
+                mu[r, :total_lengths[r]] = condition[0]
+                noise[r, :, :total_lengths[r]] = self.flow_matching_noise(seed, channels, total_lengths[r])[0]
+                prompt[r, :, :prompt_lengths[r]] = conditioning.ref_mel[0, :, :prompt_lengths[r]]
+            style = torch.cat([item[1].style for item in group]).float()  # (rows, style dim)
+            lengths = torch.tensor(total_lengths, dtype=torch.long, device=device)
+            t_span = torch.linspace(0, 1, int(num_diffusion_steps) + 1, device=device)
+            x = _solve_euler_rows(cfm.estimator, noise, prompt, torch.tensor(prompt_lengths, device=device), lengths,
+                                  mu, style, t_span, S2MEL_CFG_RATE)
+            frames = [t - p for t, p in zip(total_lengths, prompt_lengths)]
+            mel = torch.zeros((num_rows, channels, max(frames)), dtype=torch.float32, device=device)
+            for r in range(num_rows):
+                mel[r, :, :frames[r]] = x[r, :, prompt_lengths[r]:total_lengths[r]]
+            vocoder = self.model.vocoder
+            with _RowLengths(vocoder, torch.tensor(frames, dtype=torch.long, device=device), max(frames)):
+                wav = vocoder(mel)  # (rows, 1, max frames x hop)
+            hop = wav.size(-1) // max(frames)
+            return [torch.clamp(wav[r, 0, :frames[r] * hop], -1.0, 1.0).float().cpu().numpy()
+                    for r in range(num_rows)]
+
+
+# ---------------------------------------------------------------------------------------------- second stage helpers
+
+
+class _RowLengths:
+    """While active (``with``), the modules of ``model`` that mix neighbouring frames see each row of a padded batch
+    as if it ran alone: before each such module, the frames after the row's end are set to what that module's own
+    padding puts there when the row runs alone - zeros before a zero-padded convolution (and any transposed
+    convolution: inputs past the end add nothing to the row's outputs), the row's last frame before a resampler that
+    pads by replicating its edge (BigVGAN's anti-aliasing ``UpSample1d`` / ``LowPassFilter1d``), the mirror image
+    before a reflect-padded convolution (the DiT WaveNet's encodec ``SConv1d``). Everything else in the DiT and
+    BigVGAN is per frame, or masked by the DiT itself (its attention keys, from ``x_lens``).
+
+    Args:
+        model: the module tree to hook (the DiT estimator, or BigVGAN).
+        lengths: ``(batch,)`` int64 frames of each row at the model's input resolution; with CFG the batch holds
+            the rows twice, and so must ``lengths``.
+        full_length: the padded input length; a hooked module's input length is ``full_length x scale`` (BigVGAN's
+            upsampling keeps lengths exact multiples), so a row's length there is ``lengths x scale``.
+
+    Raises:
+        ValueError (on entering): a module that mixes frames in a way not covered here (``unsupported``).
+    """
+
+    def __init__(self, model, lengths, full_length: int):
+        self.model = model
+        self.lengths = lengths
+        self.full_length = int(full_length)
+        self.handles: list = []
+
+    @staticmethod
+    def fill_mode(module) -> str | None:
+        """How the frames after a row's end must look to ``module``: "zero", "replicate", "reflect", None (it does
+        not mix frames, or a wrapper above it handles its input), or "unsupported"."""
+        import torch
+
+        name = type(module).__name__
+        if name == "SConv1d":  # pads itself (pad_mode), then runs an unpadded conv
+            effective_kernel = (module.conv.conv.kernel_size[0] - 1) * module.conv.conv.dilation[0] + 1
+            if effective_kernel == 1:
+                return None
+            return {"reflect": "reflect", "replicate": "replicate"}.get(module.pad_mode, "zero")
+        if name in ("UpSample1d", "LowPassFilter1d"):
+            if name == "LowPassFilter1d" and not module.padding:
+                return "unsupported"
+            return "replicate" if name == "UpSample1d" or module.padding_mode == "replicate" else "zero"
+        if isinstance(module, torch.nn.ConvTranspose1d):
+            return "zero" if module.kernel_size[0] > 1 else None
+        if isinstance(module, torch.nn.Conv1d) and module.kernel_size[0] > 1:
+            if module.padding in ("same",) or (isinstance(module.padding, tuple) and module.padding[0] > 0):
+                return {"zeros": "zero", "reflect": "reflect", "replicate": "replicate"}.get(module.padding_mode,
+                                                                                             "unsupported")
+            return "unsupported"
+        return None
+
+    @classmethod
+    def unsupported(cls, model) -> list[str]:
+        """Names of ``model``'s modules that mix frames in a way ``_RowLengths`` cannot make row-exact."""
+        skipped: set = set()
+        out = []
+        for name, module in model.named_modules():
+            if any(name.startswith(prefix + ".") for prefix in skipped):
+                continue
+            mode = cls.fill_mode(module)
+            if mode == "unsupported":
+                out.append(name)
+            elif type(module).__name__ == "SConv1d":
+                skipped.add(name)
+        return out
+
+    @classmethod
+    def reflect_margin(cls, model) -> int:
+        """Frames of padding the batch needs after its longest row: a reflect-padded module mirrors the frames
+        before the tensor's end, so a row ending less than its right padding before that end would see the wrong
+        mirror; with this many padded frames after every row, each row's fill holds its whole mirror (counted at
+        ``model``'s input resolution: valid for models without resampling, the DiT; BigVGAN has no reflect padding)."""
+        margin = 0
+        for module in model.modules():
+            if cls.fill_mode(module) == "reflect":
+                conv = module.conv.conv if type(module).__name__ == "SConv1d" else module
+                effective_kernel = (conv.kernel_size[0] - 1) * conv.dilation[0] + 1
+                margin = max(margin, (effective_kernel - conv.stride[0]) // 2 + 1)
+        return margin
+
+    def _row_ends(self, x):
+        """``(batch, 1)`` row ends at the resolution of ``x`` ``(batch, channels, frames)``."""
+        frames = x.shape[-1]
+        if frames % self.full_length:
+            raise RuntimeError(f"a hooked module got {frames} frames, not a multiple of the padded {self.full_length}")
+        return (self.lengths * (frames // self.full_length))[:, None]
+
+    def _fill(self, x, mode: str):
+        """``x`` ``(batch, channels, frames)`` with each row's frames after its end replaced (``fill_mode``)."""
+        import torch
+
+        positions = torch.arange(x.shape[-1], device=x.device)[None, :]  # (1, frames)
+        ends = self._row_ends(x)  # (batch, 1)
+        if mode == "zero":
+            return torch.where((positions < ends)[:, None, :], x, torch.zeros((), dtype=x.dtype, device=x.device))
+        if mode == "replicate":
+            index = torch.minimum(positions, ends - 1)
+        else:  # reflect about the last frame, as F.pad(mode="reflect") pads a row alone
+            index = torch.where(positions < ends, positions, (2 * (ends - 1) - positions).clamp(min=0))
+        return torch.gather(x, 2, index[:, None, :].expand(-1, x.shape[1], -1))
+
+    def __enter__(self):
+        bad = self.unsupported(self.model)
+        if bad:
+            raise ValueError(f"cannot batch rows of different lengths through {', '.join(bad)}")
+        skipped: set = set()
+        for name, module in self.model.named_modules():
+            if any(name.startswith(prefix + ".") for prefix in skipped):
+                continue
+            mode = self.fill_mode(module)
+            if type(module).__name__ == "SConv1d":
+                skipped.add(name)
+            if mode is None:
+                continue
+            self.handles.append(module.register_forward_pre_hook(
+                lambda _module, args, mode=mode: (self._fill(args[0], mode), *args[1:])))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+
+def _solve_euler_rows(estimator, noise, prompt, prompt_lengths, lengths, mu, style, t_span, cfg_rate: float):
+    """The flow matching's fixed-step Euler solver over a padded batch of rows, each with its own reference (prompt)
+    length and total length: the same computation as the package's ``BASECFM.solve_euler`` per row (which takes
+    one prompt length for its batch): the prompt's frames of ``x`` held at 0, the reference mel as ``prompt_x``,
+    each step one estimator forward over the rows and their unconditional twins (prompt, style and condition
+    zeroed), velocity ``(1 + cfg_rate) v_cond - cfg_rate v_uncond``.
+
+    Args:
+        estimator: the package's DiT (``cfm.estimator``).
+        noise: ``(rows, 80, frames)`` float32 start noise, zero after each row's end.
+        prompt: ``(rows, 80, frames)`` reference mel in each row's first ``prompt_lengths`` frames, else 0.
+        prompt_lengths, lengths: ``(rows,)`` int64 reference frames and total frames per row.
+        mu: ``(rows, frames, channels)`` condition, zero after each row's end.
+        style: ``(rows, style dim)`` CAM++ style vectors.
+        t_span: ``(num_steps + 1,)`` times from 0 to 1.
+        cfg_rate: classifier-free guidance rate (the package: 0.7).
+
+    Returns ``(rows, 80, frames)``: each row's result in its first ``lengths`` frames (its prompt part 0).
+    """
+    import torch
+
+    num_rows, _, frames = noise.shape
+    in_prompt = (torch.arange(frames, device=noise.device)[None, :] < prompt_lengths[:, None])[:, None, :]
+    x = noise.masked_fill(in_prompt, 0.0)
+    guided = cfg_rate > 0
+    if guided:
+        prompt_in = torch.cat([prompt, torch.zeros_like(prompt)])
+        style_in = torch.cat([style, torch.zeros_like(style)])
+        mu_in = torch.cat([mu, torch.zeros_like(mu)])
+        lengths_in = torch.cat([lengths, lengths])
+    else:
+        prompt_in, style_in, mu_in, lengths_in = prompt, style, mu, lengths
+    t = t_span[0]
+    with _RowLengths(estimator, lengths_in, frames):
+        for step in range(1, len(t_span)):
+            dt = t_span[step] - t_span[step - 1]
+            x_in = torch.cat([x, x]) if guided else x
+            velocity = estimator(x_in, prompt_in, lengths_in, t.reshape(1).expand(x_in.size(0)), style_in, mu_in)
+            if guided:
+                conditional, unconditional = velocity.chunk(2, dim=0)
+                velocity = (1.0 + cfg_rate) * conditional - cfg_rate * unconditional
+            x = (x + dt * velocity).masked_fill(in_prompt, 0.0)
+            t = t + dt
+    return x
 
 
 # ---------------------------------------------------------------------------------------------------- tiny checkpoint

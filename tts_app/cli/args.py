@@ -370,7 +370,8 @@ GENERATION_FLAGS: dict[str, str] = {
     "seed": "--seed", "greedy": "--greedy", "use_cache": "--no-kv-cache", "prompt_cache": "--prompt-cache",
     "temperature": "--temperature",
     "top_p": "--top-p", "top_k": "--top-k", "cfg_scale": "--cfg-scale", "max_new_tokens": "--max-new-tokens",
-    "num_beams": "--num-beams", "length_penalty": "--length-penalty", "max_segment_chars": "--max-segment-chars", "pause_between_segments_ms": "--pause-ms",
+    "num_beams": "--num-beams", "length_penalty": "--length-penalty", "num_diffusion_steps": "--diffusion-steps",
+    "max_segment_chars": "--max-segment-chars", "pause_between_segments_ms": "--pause-ms",
     "speed": "--speed", "duration_s": "--duration-s", "loudness_lufs": "--loudness",
     "chapter_pause_ms": "--chapter-pause-ms", "segment_durations_s": "--segment-durations-s",
     "reference_cleanup": "--reference-cleanup", "segment_context": "--segment-context",
@@ -410,6 +411,10 @@ def add_generation_args(parser: argparse.ArgumentParser, title: str = "generatio
                         "(default: model's)")
     g.add_argument("--length-penalty", type=number, default=None,
                    help="beam search length penalty (exponent of the length a beam's score is divided by; default: "
+                        "model's)")
+    g.add_argument("--diffusion-steps", dest="num_diffusion_steps", type=positive_int, default=None,
+                   help="Euler steps of the flow-matching stage, for models that have one (IndexTTS 2's s2mel: 25; "
+                        "12 = the fast preset, about half that stage's time, a slightly coarser mel; default: "
                         "model's)")
     g.add_argument("--max-segment-chars", type=int, default=None,
                    help="your own character limit per segment instead of the model's: sentences are packed into one "

@@ -41,12 +41,15 @@ job file (JSONL): one JSON object per line, UTF-8; blank lines are skipped.
   output_name     uttid          output file name without .wav (default: the zero-padded line number and the
                                  text's first words, e.g. 00003_今天天气很好)
   format                         this line's audio format: wav, flac, mp3 or opus (default: --format)
-  seed, greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, num_beams, length_penalty, max_segment_chars,
-  pause_between_segments_ms, speed, duration_s, loudness_lufs, chapter_pause_ms,
-  segment_durations_s, segment_context
+  seed, greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, num_beams, length_penalty, num_diffusion_steps,
+  max_segment_chars, pause_between_segments_ms, speed, duration_s, loudness_lufs, chapter_pause_ms,
+  segment_durations_s, segment_context, prompt_cache, take_check, take_max_rerolls, take_max_error_rate,
+  take_min_similarity
                                  per-line generation settings (optional; override --seed etc.;
                                  segment_durations_s: a list, seconds per line of the text;
-                                 segment_context: true = each segment hears the earlier ones)
+                                 segment_context: true = each segment hears the earlier ones;
+                                 prompt_cache: GLM-TTS's long-text prompt cache, not the KV cache;
+                                 take_check: off / score / reroll, with its thresholds)
   GLM-TTS's own files (uttid, prompt_text, prompt_speech, syn_text) run unchanged; a prompt_speech path written
   from the folder above the JSONL (examples/prompt/a.wav) is also found as prompt/a.wav next to it. One line, one
   format: a line mixing GLM-TTS's names and ours fails.

@@ -24,7 +24,7 @@ field               alias                  meaning
 ``format``                                 this line's audio format, ``wav``, ``flac``, ``mp3`` or ``opus``
                                            (default: the job's, ``batch --format`` / the Batch tab's choice)
 ``seed`` ``greedy`` ``temperature`` ``top_p`` ``top_k`` ``cfg_scale`` ``max_new_tokens`` ``num_beams``
-``length_penalty`` ``max_segment_chars`` ``pause_between_segments_ms`` ``speed`` ``duration_s`` ``loudness_lufs`` ``chapter_pause_ms``
+``length_penalty`` ``num_diffusion_steps`` ``max_segment_chars`` ``pause_between_segments_ms`` ``speed`` ``duration_s`` ``loudness_lufs`` ``chapter_pause_ms``
 ``segment_durations_s`` (a list: seconds per line of the text, for dubbing) ``prompt_cache`` (GLM-TTS's long-text
 prompt cache, true / false; not the KV cache) ``reference_cleanup`` (``auto``,
 ``full`` or ``off``: what is done to the line's reference audio; a saved voice is
@@ -147,6 +147,7 @@ PARAM_TYPES: dict[str, type] = {
     "max_new_tokens": int,
     "num_beams": int,  # beam search, for models that have it (IndexTTS 2)
     "length_penalty": float,
+    "num_diffusion_steps": int,  # flow-matching Euler steps, for models that have them (IndexTTS 2: 25; fast 12)
     "max_segment_chars": int,
     "pause_between_segments_ms": int,
     "speed": float,

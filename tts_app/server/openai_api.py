@@ -105,7 +105,7 @@ class VoiceId(BaseModel):
 
 class SpeechRequest(BaseModel):
     """The body of ``POST /v1/audio/speech`` (OpenAI's fields plus ours: ``seed``, ``stream``, ``num_beams``,
-    ``length_penalty``, ``reference_cleanup``, ``segment_context``, ``take_check`` and its thresholds,
+    ``length_penalty``, ``num_diffusion_steps``, ``reference_cleanup``, ``segment_context``, ``take_check`` and its thresholds,
     ``prompt_cache``). Unknown fields are ignored, as OpenAI's own clients send some that other servers lack."""
 
     model_config = ConfigDict(extra="ignore")
@@ -124,6 +124,8 @@ class SpeechRequest(BaseModel):
     num_beams: int | None = Field(None, description="ours: beam search width, for models with beams (IndexTTS 2: "
                                                     "3, sampled); 1 = no beams")
     length_penalty: float | None = Field(None, description="ours: beam search length penalty (IndexTTS 2: 0)")
+    num_diffusion_steps: int | None = Field(None, description="ours: Euler steps of the flow-matching stage, for "
+                                                              "models with one (IndexTTS 2: 25; 12 = fast preset)")
     reference_cleanup: str | None = Field(None, description="ours: auto, full or off: what is done to the voice's "
                                                             "clip (default: as the voice was saved)")
     segment_context: bool | None = Field(None, description="ours: long text in one voice: each segment hears the "
@@ -446,7 +448,8 @@ class OpenAIRoutes:
                                      speed=None if body.speed == 1.0 else float(body.speed),
                                      num_beams=body.num_beams, length_penalty=body.length_penalty,
                                      segment_context=bool(body.segment_context),
-                                     prompt_cache=body.prompt_cache, **cleanup)
+                                     prompt_cache=body.prompt_cache,
+                                     num_diffusion_steps=body.num_diffusion_steps, **cleanup)
         except InputError as exc:
             # the same code as a schema-level refusal of a value (tts_app.server.errors: "invalid_value")
             raise APIError(400, str(exc), code="invalid_value",
@@ -496,6 +499,8 @@ class OpenAIRoutes:
         if body.segment_context and not runtime.engine.facts.supports_segment_context:
             # the engine's own warning (the same text, so the header holds it once), known before the first audio
             warnings.append(Notice("eng_segment_context_unsupported", name=runtime.engine.adapter.display_name))
+        if body.num_diffusion_steps is not None and defaults.num_diffusion_steps is None:
+            warnings.append(f"num_diffusion_steps was ignored: {runtime.model.family} has no flow-matching stage")
         params = dataclasses.replace(params, reference_cleanup=prepared.report.cleanup)  # what ran on the voice
         request = SynthesisRequest(text=body.input, reference_audio=prepared.audio,
                                    reference_text=transcript or prepared.text, params=params,

@@ -18,7 +18,7 @@ from typing import Any
 from tts_app.config import DEFAULT_MAX_SEGMENT_CHARS, MIN_MAX_SEGMENT_CHARS, FrontendConfig
 from tts_app.errors import ConfigError, InputError
 from tts_app.frontend.messages import message_of
-from tts_app.request import MAX_NUM_BEAMS, SynthesisParams
+from tts_app.request import MAX_NUM_BEAMS, MAX_NUM_DIFFUSION_STEPS, SynthesisParams
 
 #: knobs that only matter when sampling (dropped from a greedy request)
 SAMPLING_KNOBS = ("temperature", "top_p", "top_k")
@@ -55,7 +55,7 @@ def generation_controls(facts) -> dict[str, Control]:
         return {name: Control(name, default, visible=False, maximum=max(1, default), integer=isinstance(default, int))
                 for name, default in (("greedy", False), ("temperature", 1.0), ("top_p", 1.0), ("top_k", 50),
                                       ("cfg_scale", 1.0), ("max_new_tokens", 1), ("num_beams", 1),
-                                      ("length_penalty", 0.0),
+                                      ("length_penalty", 0.0), ("num_diffusion_steps", 1),
                                       ("max_segment_chars", DEFAULT_MAX_SEGMENT_CHARS),
                                       ("pause_between_segments_ms", pause))}
     d = facts.generation_defaults
@@ -77,6 +77,8 @@ def generation_controls(facts) -> dict[str, Control]:
         # beam search: only families whose defaults name it (IndexTTS 2: 3 beams, length penalty 0)
         "num_beams": knob("num_beams", 1, MAX_NUM_BEAMS, 1, integer=True),
         "length_penalty": knob("length_penalty", -2.0, 2.0, 0.1),
+        # flow-matching steps: only families with such a stage (IndexTTS 2's s2mel: 25; 12 = the fast preset)
+        "num_diffusion_steps": knob("num_diffusion_steps", 1, MAX_NUM_DIFFUSION_STEPS, 1, integer=True),
         # 0 = no cap of the user's own: sentences packed up to the model's own limit (its unit, e.g. tokens)
         "max_segment_chars": Control("max_segment_chars", facts.max_segment_chars, True, 0,
                                      max(1000, facts.max_segment_chars), 1, True,

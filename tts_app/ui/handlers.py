@@ -357,7 +357,8 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
                      greedy, temperature, top_p, top_k, cfg_scale, max_new_tokens, max_segment_chars, pause_ms,
                      use_cache, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text, voice,
                      speed, duration_s, loudness_lufs, segment_durations_s=None, reference_cleanup=None,
-                     num_beams=None, length_penalty=None, segment_context=None, take_check=None):
+                     num_beams=None, length_penalty=None, segment_context=None, take_check=None,
+                     num_diffusion_steps=None):
     """Validate the widgets' values -> (prepared reference, ``SynthesisRequest``). Raises ``gr.Error`` for a missing
     model, text or usable reference (uploaded or a saved ``voice``), or a bad setting or emotion."""
     from tts_app.ui.controls import params_from_controls
@@ -388,7 +389,8 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
                                               "cfg_scale": cfg_scale, "max_new_tokens": max_new_tokens,
                                               "max_segment_chars": max_segment_chars,
                                               "pause_between_segments_ms": pause_ms, "num_beams": num_beams,
-                                              "length_penalty": length_penalty})
+                                              "length_penalty": length_penalty,
+                                              "num_diffusion_steps": num_diffusion_steps})
     except TTSAppError as exc:
         raise user_error(error_text(exc, lang)) from exc
     params = tempo_params(params, speed, duration_s, loudness_lufs, segment_durations_s, lang)
@@ -424,7 +426,7 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                audio_format: str | None = "wav", segment_durations_s: str | None = None,
                reference_cleanup: str | None = None, num_beams: int | None = None,
                length_penalty: float | None = None, segment_context: bool | None = None,
-               take_check: str | None = None,
+               take_check: str | None = None, num_diffusion_steps: int | None = None,
                request: gr.Request = None, progress=gr.Progress()):
     """Generate speech in the reference voice -> (audio, subtitles, metadata, segments, seed used).
 
@@ -446,6 +448,8 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     models ignore it with a warning; ``SynthesisParams.segment_context``). ``take_check`` ("off", "score",
     "reroll"; None = off): the take policy (``tts_app.quality.policy``); each segment's scores show in the segments
     table.
+    ``num_diffusion_steps`` (1..100): Euler steps of a flow-matching stage (IndexTTS 2's s2mel: 25; 12 = the fast
+    preset; ignored by other models).
 
     Returns:
         audio: the audio file (WAV: 16-bit PCM; the player plays these samples as they are); subtitles: SubRip
@@ -459,7 +463,7 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
         speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty,
-        segment_context, take_check)
+        segment_context, take_check, num_diffusion_steps)
     return run_web_request(ctx, synthesis_request, lang, progress, reference=reference, audio_format=audio_format,
                            request=request)
 
@@ -488,6 +492,7 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
                       segment_durations_s: str | None = None, reference_cleanup: str | None = None,
                       num_beams: int | None = None, length_penalty: float | None = None,
                       segment_context: bool | None = None, take_check: str | None = None,
+                      num_diffusion_steps: int | None = None,
                       request: gr.Request = None, progress=gr.Progress()):
     """``synthesize`` that plays while it generates: yields (live audio piece, then skip) while the engine decodes
     (16-bit WAV bytes of the next samples, in order; the first as soon as any audio exists), then (skip, audio,
@@ -505,7 +510,7 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
         speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty,
-        segment_context, take_check)
+        segment_context, take_check, num_diffusion_steps)
     if synthesis_request.params.needs_whole_clip:
         gr.Info(server_text(lang, "stream_off_whole_clip"))
     engine = _engine(ctx)

@@ -25,7 +25,7 @@ from tts_app.ui.texts import server_text
 #: text / reference inputs (the same names as ``handlers.synthesize``'s parameters).
 SETTINGS = ("seed", "greedy", "temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens", "max_segment_chars",
             "pause_ms", "use_cache", "speed", "duration_s", "loudness_lufs", "audio_format", "segment_durations_s",
-            "num_beams", "length_penalty")
+            "num_beams", "length_penalty", "num_diffusion_steps")
 
 
 def _lang(ctx: AppContext, request: gr.Request | None) -> str:
@@ -87,7 +87,8 @@ def remember(ctx: AppContext, metadata: str | None, used_seed: float | None, ref
              max_segment_chars: float | None = None, pause_ms: float | None = None, use_cache: bool = True,
              speed: float | None = None, duration_s: float | None = None, loudness_lufs: float | None = None,
              audio_format: str | None = None, segment_durations_s: str | None = None,
-             num_beams: float | None = None, length_penalty: float | None = None, emotion_mode: str | None = None, emotion_audio: str | None = None, happy: float | None = None,
+             num_beams: float | None = None, length_penalty: float | None = None,
+             num_diffusion_steps: float | None = None, emotion_mode: str | None = None, emotion_audio: str | None = None, happy: float | None = None,
              angry: float | None = None, sad: float | None = None, afraid: float | None = None,
              disgusted: float | None = None, melancholic: float | None = None, surprised: float | None = None,
              calm: float | None = None, emotion_weight: float | None = None, emotion_text: str | None = None,
@@ -113,7 +114,7 @@ def remember(ctx: AppContext, metadata: str | None, used_seed: float | None, ref
                   max_segment_chars=max_segment_chars, pause_ms=pause_ms, use_cache=use_cache, speed=speed,
                   duration_s=duration_s, loudness_lufs=loudness_lufs, audio_format=audio_format,
                   segment_durations_s=segment_durations_s or None, num_beams=num_beams,
-                  length_penalty=length_penalty)
+                  length_penalty=length_penalty, num_diffusion_steps=num_diffusion_steps)
     emotion = None
     if emotion_mode and emotion_mode != "none":
         emotion = dict(emotion_mode=emotion_mode, happy=happy, angry=angry, sad=sad, afraid=afraid,
@@ -163,7 +164,7 @@ def page_defaults(ctx: AppContext) -> dict:
     controls = generation_controls(ctx.engine.facts if ctx.engine is not None else None)
     knobs = {name: controls[name].default if controls[name].visible else NOT_A_KNOB
              for name in ("greedy", "temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens",
-                          "max_segment_chars", "num_beams", "length_penalty")}
+                          "max_segment_chars", "num_beams", "length_penalty", "num_diffusion_steps")}
     return {**knobs, "pause_ms": controls["pause_between_segments_ms"].default, "use_cache": True, "speed": 1.0,
             "duration_s": 0, "loudness_lufs": 0, "audio_format": "wav", "segment_durations_s": None}
 

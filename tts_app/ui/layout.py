@@ -145,9 +145,9 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                 with gr.Row():
                     knobs.update({name: _control_widget(c, i18n) for name, c in controls.items()
                                   if name in ("max_new_tokens", "max_segment_chars", "pause_between_segments_ms")})
-                with gr.Row():  # IndexTTS 2's beam search; hidden for families without beams
+                with gr.Row():  # IndexTTS 2's beam search and s2mel steps; hidden for families without them
                     knobs.update({name: _control_widget(c, i18n) for name, c in controls.items()
-                                  if name in ("num_beams", "length_penalty")})
+                                  if name in ("num_beams", "length_penalty", "num_diffusion_steps")})
                 with gr.Row():
                     speed, duration_s, loudness, audio_format = _output_controls(i18n, "")
                     # dubbing cues: one target length per line of the text (handlers.segment_durations_from_text)
@@ -233,9 +233,10 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         knob_widgets = [knobs[n] for n in knob_order]
         synthesis_inputs = [ref_audio, text, ref_text, seed, randomize, greedy, *knob_widgets, use_cache, *emotion,
                             voice, speed, duration_s, loudness, audio_format, segment_durations, reference_cleanup,
-                            knobs["num_beams"], knobs["length_penalty"], segment_context, take_check]  # newer inputs last: API order kept
+                            knobs["num_beams"], knobs["length_penalty"], segment_context, take_check,
+                            knobs["num_diffusion_steps"]]  # newer inputs last: API order kept
         # history_handlers.remember's inputs: the sidecar written, the seed used, what was asked, then SETTINGS
-        beam_widgets = [knobs["num_beams"], knobs["length_penalty"]]
+        beam_widgets = [knobs["num_beams"], knobs["length_penalty"], knobs["num_diffusion_steps"]]
         remember_inputs = [metadata_file, used_seed, ref_audio, text, ref_text, voice, seed, greedy, *knob_widgets,
                            use_cache, speed, duration_s, loudness, audio_format, segment_durations, *beam_widgets,
                            *emotion]
@@ -315,7 +316,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         for dropdown in (voice, *speaker_voices):
             demo.load(_wrap(voice_handlers.refresh_voices, ctx), None, [dropdown], queue=False,
                       api_visibility="private")
-        reset_order = [*knob_order, "num_beams", "length_penalty"]
+        reset_order = [*knob_order, "num_beams", "length_penalty", "num_diffusion_steps"]
         reset.click(lambda: [bool(controls["greedy"].default)] + [controls[n].default for n in reset_order], None,
                     [greedy] + [knobs[n] for n in reset_order], queue=False, api_visibility="private")
         timer.tick(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], api_name="memory", queue=False,

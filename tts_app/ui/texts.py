@@ -31,6 +31,7 @@ EN: dict[str, str] = {
     "cfg_scale": "CFG scale",
     "num_beams": "Beams (1 = no beam search)",
     "length_penalty": "Beam length penalty",
+    "num_diffusion_steps": "Diffusion steps (IndexTTS 2: 25; 12 = fast preset, a slightly coarser sound)",
     "seed": "Seed",
     "randomize_seed": "Randomize seed",
     "max_segment_chars": "Max characters per segment (0 = the model's own)",
@@ -87,7 +88,7 @@ EN: dict[str, str] = {
                   "`[S1] …` or `张三：…` lines) and per speaker (number or name) a saved voice or an audio file in "
                   "the ZIP, e.g. `{\"1\": \"voices/mei.wav\", \"李四\": \"en-male\"}` |\n"
                   "| `seed`, `greedy`, `temperature`, `top_p`, `top_k`, `cfg_scale`, `max_new_tokens`, "
-                  "`num_beams`, `length_penalty`, `max_segment_chars`, `pause_between_segments_ms`, `chapter_pause_ms` | | per-line settings "
+                  "`num_beams`, `length_penalty`, `num_diffusion_steps`, `max_segment_chars`, `pause_between_segments_ms`, `chapter_pause_ms` | | per-line settings "
                   "(optional) |\n"
                   "| `reference_cleanup` | | `auto` (only what the model's own tool does), `full` (trim, high-pass, "
                   "loudness, pauses shortened) or `off` (optional) |\n"
@@ -156,6 +157,7 @@ ZH: dict[str, str] = {
     "cfg_scale": "CFG 强度",
     "num_beams": "束搜索宽度（1 = 不用束搜索）",
     "length_penalty": "束搜索长度惩罚",
+    "num_diffusion_steps": "扩散步数（IndexTTS 2：25；12 = 快速预设，音质略粗）",
     "seed": "种子",
     "randomize_seed": "随机生成种子",
     "max_segment_chars": "每段最大字数（0 = 模型自身的分段）",
@@ -205,7 +207,7 @@ ZH: dict[str, str] = {
                   "以及每位说话人（编号或名字）的已保存声音或 ZIP 中的音频文件，例如 "
                   "`{\"1\": \"voices/mei.wav\", \"李四\": \"en-male\"}` |\n"
                   "| `seed`、`greedy`、`temperature`、`top_p`、`top_k`、`cfg_scale`、`max_new_tokens`、"
-                  "`num_beams`、`length_penalty`、`max_segment_chars`、`pause_between_segments_ms`、`chapter_pause_ms` | | 每行的生成设置（可选） |\n"
+                  "`num_beams`、`length_penalty`、`num_diffusion_steps`、`max_segment_chars`、`pause_between_segments_ms`、`chapter_pause_ms` | | 每行的生成设置（可选） |\n"
                   "| `reference_cleanup` | | `auto`（只做模型自己的工具会做的处理）、`full`（裁剪静音、高通、响度、缩短停顿）"
                   "或 `off`（可选） |\n"
                   "| `segment_context` | | `true`：每段参考前面已生成的段落，长文本保持同一个声音（CSM、Higgs Audio v2；可选） |\n"
