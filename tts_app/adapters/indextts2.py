@@ -125,6 +125,7 @@ import numpy as np
 from tts_app.adapters.base import (DTYPE_BYTES, AdapterRow, DecodeBatch, GenerationDefaults, ModelFacts, PrefixCache,
                                    RowEmotion, RowStep, TTSAdapter, count_parameters)
 from tts_app.adapters.decode_stream import DecoderStream
+from tts_app.adapters.kv_pool import make_stream
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
 from tts_app.frontend.messages import Notice, register
 from tts_app.request import EMOTION_NAMES, StopReason, SynthesisParams
@@ -827,7 +828,8 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         self.make_audio = make_audio
         self.num_beams = int(params.num_beams or 1)
         dim = int(adapter.processor.config.gpt.model_dim)
-        self.stream = DecoderStream(gpt.gpt, dim, self.device, next(gpt.parameters()).dtype, params.use_cache)
+        self.stream = make_stream(adapter, "gpt", gpt.gpt, dim, self.device, next(gpt.parameters()).dtype,
+                                  params.use_cache)
         self.rows: list[_StepRow] = []
         # (num_rows x num_beams, number_mel_codes): each stream row's next-code logits
         self.next_logits = torch.zeros((0, int(gpt.number_mel_codes)), dtype=torch.float32, device=self.device)

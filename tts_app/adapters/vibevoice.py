@@ -58,6 +58,7 @@ import numpy as np
 from tts_app.adapters.base import (AdapterRow, DecodeBatch, GenerationDefaults, ModelFacts, PrefixCache, RowStep,
                                    TTSAdapter)
 from tts_app.adapters.decode_stream import DecoderStream, pad_left
+from tts_app.adapters.kv_pool import PooledStream, make_stream
 from tts_app.speaking_rate import max_chars_for_speech_s
 from tts_app.errors import InputError, ReferenceAudioError
 from tts_app.frontend.messages import Notice, register
@@ -297,6 +298,8 @@ class _NegativeStream:
         rows' drop flags after this read, for the caller to keep once the whole step has succeeded)."""
         stream = self.stream
         drop = reading & drop_history
+        if isinstance(stream, PooledStream):  # a row not fed keeps nothing: no placeholder, no host sync
+            return stream.forward(step_inputs, reading[:, None], reset=drop), drop_history & ~reading
         if bool(drop.any()):
             stream.attention_mask = stream.attention_mask.masked_fill(drop[:, None], 0)
         nothing_visible = stream.attention_mask.sum(dim=-1) == 0
@@ -362,8 +365,9 @@ class VibeVoiceDecodeBatch(DecodeBatch):
         lm = model.model.language_model
         self.embed = model.model.get_input_embeddings()
         hidden_size = int(config.text_config.hidden_size)
-        self.positive = DecoderStream(lm, hidden_size, self.device, model.dtype, params.use_cache)
-        self.negative = _NegativeStream(DecoderStream(lm, hidden_size, self.device, model.dtype, params.use_cache))
+        self.positive = make_stream(adapter, "positive", lm, hidden_size, self.device, model.dtype, params.use_cache)
+        self.negative = _NegativeStream(make_stream(adapter, "negative", lm, hidden_size, self.device, model.dtype,
+                                                    params.use_cache))
         self.decoder_cache = _RowStreamingCache()
         self.semantic_cache = _RowStreamingCache()
         self.rows: list[_Row] = []

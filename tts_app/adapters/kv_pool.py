@@ -1,0 +1,491 @@
+"""A KV pool for the running batch of the step-wise families (VibeVoice's LM streams, IndexTTS 2's GPT): memory held
+in fixed slots, one per stream row, so rows join and leave without copying their batch-mates' KV cache.
+
+Layout (gpt-fast's ``KVCache``, transformers' ``StaticCache`` per row): per layer one keys and one values tensor
+``(max_rows, kv_heads, max_positions, head_dim)``. A row owns one slot (index into ``max_rows``); its positions are
+written at its own columns ``0 .. length - 1``. Per slot the pool keeps ``lengths`` (next column to write),
+``positions`` (position id of the next write: visible positions so far) and ``valid`` ``(max_rows, max_positions)``
+bool (the columns the row attends to). A decode step runs the model over the slot range ``[0, bucket)``
+(``bucket`` = the smallest of ``BATCH_BUCKETS`` holding the highest used slot; free slots in it are computed as
+dummies and never read) with one new position per slot: each slot writes its column ``lengths[slot]`` in place
+(``index_put``), the attention reads the pool's view ``[:bucket, :, :window]`` (no copy) with a 4-D mask built from
+``valid`` plus the slot's own new column; lengths and positions of the fed rows then advance on the device (no host
+sync). Slots are handed out lowest first, so the bucket stays tight.
+
+What a join, a leave and a beam reorder cost:
+
+* join (``PooledStream.prepare_merge``): the new rows are prefilled apart (a ``DecoderStream``, as before) and their
+  visible columns copied into their new slots: bytes copied = the new rows' KV only, never the batch's.
+* leave (``keep_rows`` without the row): its slot goes back to the free list; nothing is copied.
+* beam reorder (``keep_rows`` with an index that repeats a row, IndexTTS 2's beams): the batch row -> slot table is
+  reindexed; a slot continued by several beams is copied once per extra beam into a free slot (one row's KV each,
+  copy-on-write; a paged cache would share the pages and copy only the last page).
+
+Why not transformers' own ``generation/continuous_batching/PagedAttentionCache`` (5.24, read before writing this):
+it is built for its own ``ContinuousBatchingManager``: requests are ``RequestState`` objects of its scheduler, the
+batch is packed into one ``(1, num_tokens)`` sequence described by ``cu_seq_lens`` / ``read_index`` /
+``write_index`` kwargs that only its ``paged|*`` / flash attention paths read, and the mask of each request is plain
+causal over its contiguous tokens. Our step interface needs per-row masks with holes (VibeVoice's CFG negative stream
+drops a row's history when it opens a new speech span; prompts prefilled through the prefix cache carry padding
+between prefix and text) and the models' own attention as configured (sdpa/eager, on CPU); its index-based update on
+CPU also gathers every read position of every request per layer and step (a copy of the batch's KV per step), and
+its ``update`` is ``torch.compiler.disable``d. Pages (vLLM's block table) would bound the waste of a slot to one
+page; here a slot holds ``max_positions`` columns whatever the row's length, and ``KVPool.held_bytes`` /
+``live_bytes`` report the waste (bench/decode_bench.py prints the ratio).
+
+Sizing: the pool starts at the first join's rows (rounded up to a bucket) and positions (rounded up to
+``POSITION_BLOCK``), and grows geometrically (rows to the next bucket, positions by half again) when a join or a
+step needs more; a growth is the only time live KV moves. ``max_bytes`` (the engine's memory budget) bounds it: a
+growth beyond it raises ``torch.OutOfMemoryError``, the engine's out-of-memory path (fewer rows), before anything
+changed.
+
+Atomicity: ``checkpoint`` / ``rollback`` undo a step that raised (``torch.OutOfMemoryError``): a forward writes
+only columns at or past each row's length (invisible until its success advances them), and each metadata change
+and each slot handed out since the mark is journaled and undone; slots freed inside a step are only returned to
+the free list at the next checkpoint (so a rollback can give them back to their rows untouched).
+
+The KV-cache toggle is unchanged: with the cache off the families keep ``DecoderStream``'s embedding history
+(recompute every position each step).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+#: Rows of the slot range a decode step runs over (a CUDA graph / compiled step per bucket; issue 27).
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+#: Positions are allocated in multiples of this, and the attention window of a step is rounded up to it.
+POSITION_BLOCK = 64
+
+
+def bucket_for(num_rows: int) -> int:
+    """The smallest of ``BATCH_BUCKETS`` >= ``num_rows`` (a multiple of the largest beyond them)."""
+    for b in BATCH_BUCKETS:
+        if num_rows <= b:
+            return b
+    top = BATCH_BUCKETS[-1]
+    return math.ceil(num_rows / top) * top
+
+
+def _round_up(value: int, block: int) -> int:
+    return max(block, math.ceil(value / block) * block)
+
+
+class KVPool:
+    """Fixed-slot KV memory of one stream kind (module docstring).
+
+    Args:
+        num_layers, num_kv_heads, head_dim: the decoder's cache layout (``ModelFacts``).
+        dtype, device: of the KV tensors (the model's KV dtype).
+        max_bytes: most bytes the pool may hold (the engine's budget); None = unbounded.
+
+    Attributes:
+        keys, values: per layer ``(max_rows, kv_heads, max_positions, head_dim)``; empty before the first ``reserve``.
+        lengths: ``(max_rows,)`` int64, next column each slot writes.
+        positions: ``(max_rows,)`` int64, position id of each slot's next write.
+        valid: ``(max_rows, max_positions)`` bool, columns each slot attends to.
+        free: free slots, lowest first out.
+        bytes_copied: bytes of KV written by joins, beam copies and growth (for bench/decode_bench.py).
+        length_bound: host-side upper bound of ``lengths`` over the slots (no sync to know the window).
+    """
+
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, dtype, device, max_bytes: int | None = None):
+        self.num_layers, self.num_kv_heads, self.head_dim = int(num_layers), int(num_kv_heads), int(head_dim)
+        self.dtype, self.device = dtype, device
+        self.max_bytes = max_bytes
+        self.max_rows = 0
+        self.max_positions = 0
+        self.keys: list = []
+        self.values: list = []
+        self.lengths = None
+        self.positions = None
+        self.valid = None
+        self.free: list[int] = []
+        self.bytes_copied = 0
+        self.length_bound = 0
+
+    # -- sizes -------------------------------------------------------------------------------------------------------
+    def bytes_per_position(self) -> int:
+        """KV bytes of one position of one slot, all layers (2 x layers x heads x head dim x dtype bytes)."""
+        import torch
+
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * torch.empty(0, dtype=self.dtype).element_size()
+
+    def held_bytes(self) -> int:
+        """Bytes of KV the pool holds (every slot, every column)."""
+        return self.max_rows * self.max_positions * self.bytes_per_position()
+
+    def live_bytes(self) -> int:
+        """Bytes of the visible positions of the used slots (syncs: for gauges and benches, not the step)."""
+        if self.valid is None:
+            return 0
+        return int(self.valid.sum()) * self.bytes_per_position()
+
+    @property
+    def num_used(self) -> int:
+        return self.max_rows - len(self.free)
+
+    # -- allocation --------------------------------------------------------------------------------------------------
+    def reserve(self, num_rows: int, num_positions: int) -> None:
+        """Make room for ``num_rows`` more slots of at least ``num_positions`` columns (grows when needed).
+
+        Raises:
+            torch.OutOfMemoryError: the grown pool would exceed ``max_bytes`` (nothing changed).
+        """
+        rows = self.max_rows
+        if len(self.free) < num_rows:
+            rows = bucket_for(self.num_used + num_rows)
+            if self.max_rows:
+                rows = max(rows, bucket_for(self.max_rows + 1))
+        positions = self.max_positions
+        if num_positions > self.max_positions:
+            positions = _round_up(max(num_positions, self.max_positions + self.max_positions // 2), POSITION_BLOCK)
+        if (rows, positions) != (self.max_rows, self.max_positions):
+            self._grow(rows, positions)
+
+    def _grow(self, max_rows: int, max_positions: int) -> None:
+        import torch
+
+        from tts_app.engine.memory import format_bytes
+
+        needed = max_rows * max_positions * self.bytes_per_position()
+        if self.max_bytes is not None and needed > self.max_bytes:
+            raise torch.OutOfMemoryError(
+                f"KV pool of {max_rows} rows x {max_positions} positions needs {format_bytes(needed)}, over the "
+                f"memory budget of {format_bytes(self.max_bytes)}")
+        shape = (max_rows, self.num_kv_heads, max_positions, self.head_dim)
+        keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
+        values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
+        lengths = torch.zeros(max_rows, dtype=torch.long, device=self.device)
+        positions = torch.zeros(max_rows, dtype=torch.long, device=self.device)
+        valid = torch.zeros((max_rows, max_positions), dtype=torch.bool, device=self.device)
+        if self.max_rows:  # the only time live KV moves (module docstring)
+            r, p = self.max_rows, self.max_positions
+            for new, old in zip(keys + values, self.keys + self.values):
+                new[:r, :, :p] = old
+            lengths[:r], positions[:r], valid[:r, :p] = self.lengths, self.positions, self.valid
+            self.bytes_copied += self.held_bytes()
+        self.free = sorted(self.free + list(range(self.max_rows, max_rows)))
+        self.keys, self.values = keys, values
+        self.lengths, self.positions, self.valid = lengths, positions, valid
+        self.max_rows, self.max_positions = max_rows, max_positions
+
+    def allocate(self) -> int:
+        """A free slot (lowest first), emptied. ``reserve`` first."""
+        slot = self.free.pop(0)
+        self.lengths[slot] = 0
+        self.positions[slot] = 0
+        self.valid[slot] = False
+        return slot
+
+    def release(self, slots) -> None:
+        """Return ``slots`` to the free list."""
+        self.free = sorted(set(self.free) | set(int(s) for s in slots))
+
+    def copy_slot(self, source: int, target: int) -> None:
+        """Make slot ``target`` a copy of slot ``source`` (a beam continued twice): KV of its written columns and
+        its metadata."""
+        end = min(self.max_positions, self.length_bound + 1)
+        for tensors in (self.keys, self.values):
+            for t in tensors:
+                t[target, :, :end] = t[source, :, :end]
+        self.lengths[target] = self.lengths[source]
+        self.positions[target] = self.positions[source]
+        self.valid[target] = self.valid[source]
+        self.bytes_copied += end * self.bytes_per_position()
+
+
+class _SlotWrite:
+    """The ``cache`` a transformers decoder gets for one pooled decode step (duck-typed ``Cache``: the layers call
+    ``update(key_states, value_states, layer_idx, kwargs=...)``; nothing else is asked when position ids and a 4-D
+    mask are given). Writes each slot's new key/value ``(bucket, kv_heads, 1, head_dim)`` at its column
+    ``columns[slot]`` and returns the pool's view ``(bucket, kv_heads, window, head_dim)``."""
+
+    def __init__(self, pool: KVPool, bucket: int, columns, window: int):
+        import torch
+
+        self.pool, self.bucket, self.columns, self.window = pool, bucket, columns, window
+        self.rows = torch.arange(bucket, device=columns.device)
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        keys, values = self.pool.keys[layer_idx], self.pool.values[layer_idx]
+        # advanced indices around a slice: the indexed result is (bucket, kv_heads, head_dim)
+        keys[self.rows, :, self.columns] = key_states[:, :, -1].to(keys.dtype)
+        values[self.rows, :, self.columns] = value_states[:, :, -1].to(values.dtype)
+        return keys[:self.bucket, :, :self.window], values[:self.bucket, :, :self.window]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.window
+
+
+class PooledStream:
+    """One LM input stream of a running batch whose KV cache lives in a ``KVPool`` (the cache-on path; module
+    docstring). The same interface as ``DecoderStream`` for what the running batch does with it (``forward`` of one
+    new position per row, ``prepare_merge`` / ``prepare_add_empty_rows`` + ``commit``, ``keep_rows``,
+    ``checkpoint`` / ``rollback``, ``num_cached_positions``) plus ``visible_counts``.
+
+    Args:
+        pool: where the rows' KV lives (shared by the batches of one adapter and stream kind).
+        language_model: the transformers decoder, called as ``DecoderStream`` calls it.
+        hidden_size, device, dtype: of its inputs.
+    """
+
+    use_cache = True
+
+    def __init__(self, pool: KVPool, language_model, hidden_size: int, device, dtype):
+        self.pool = pool
+        self.language_model = language_model
+        self.hidden_size = hidden_size
+        self.device = device
+        self.dtype = dtype
+        self.slots: list[int] = []  # batch row -> slot
+        self._reserved: list[int] = []  # slots of a prepared, not yet committed join
+        self._pending_free: list[int] = []  # slots freed inside a step: free at the next checkpoint
+        self._journal: list | None = None  # undo records since the open checkpoint
+        implementation = getattr(getattr(language_model, "config", None), "_attn_implementation", "sdpa")
+        self._bool_mask = implementation not in ("eager",)
+        # a batch dropped with rows still in it gives its slots back
+        self._finalizer = weakref.finalize(self, _give_back, pool, self.slots, self._pending_free, self._reserved)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.slots)
+
+    def num_cached_positions(self) -> int:
+        """Columns a slot holds (the pool's width): what each row's KV costs in this pool."""
+        return self.pool.max_positions
+
+    def _slot_index(self):
+        import torch
+
+        return torch.tensor(self.slots, dtype=torch.long, device=self.device)
+
+    def visible_counts(self):
+        """Visible positions per batch row ``(num_rows,)`` int64 (``DecoderStream``'s mask sum)."""
+        if not self.slots:
+            import torch
+
+            return torch.zeros(0, dtype=torch.long, device=self.device)
+        return self.pool.positions[self._slot_index()]
+
+    # -- the step --------------------------------------------------------------------------------------------------
+    def forward(self, inputs_embeds, mask, reset=None):
+        """Run one new position per row: ``inputs_embeds`` ``(num_rows, 1, hidden)``; ``mask`` ``(num_rows, 1)``:
+        the rows that take it (a row not fed computes a throw-away output and keeps nothing); ``reset``
+        ``(num_rows,)`` bool or None: rows whose earlier positions are dropped first (they see only this one, at
+        position 0). Returns the new position's hidden state ``(num_rows, hidden)`` (meaningful for fed rows).
+
+        Raises:
+            torch.OutOfMemoryError: from the model or from growing the pool (the stream is then unchanged).
+        """
+        import torch
+
+        pool = self.pool
+        if inputs_embeds.shape[1] != 1:
+            raise ValueError("a pooled stream takes one new position per row; prefill in a DecoderStream")
+        if pool.length_bound + 1 >= pool.max_positions:  # the only sync of a step, every POSITION_BLOCK steps
+            pool.length_bound = int(pool.lengths.max())
+            if pool.length_bound + 1 >= pool.max_positions:
+                pool.reserve(0, pool.length_bound + 2)
+        bucket = min(bucket_for(max(self.slots) + 1), pool.max_rows)
+        window = min(pool.max_positions, _round_up(pool.length_bound + 1, POSITION_BLOCK))
+        slots = self._slot_index()
+        x = inputs_embeds.new_zeros((bucket, 1, inputs_embeds.shape[-1]))
+        x[slots] = inputs_embeds
+        fed = torch.zeros(bucket, dtype=torch.bool, device=self.device)
+        fed[slots] = mask[:, -1].to(torch.bool)
+        columns = pool.lengths[:bucket]
+        positions = pool.positions[:bucket]
+        visible = pool.valid[:bucket, :window]
+        if reset is not None:
+            dropped = torch.zeros(bucket, dtype=torch.bool, device=self.device)
+            dropped[slots] = reset.to(torch.bool)
+            visible = visible & ~dropped[:, None]
+            positions = positions.masked_fill(dropped, 0)
+        own = torch.arange(window, device=self.device)[None, :] == columns[:, None]
+        attend = (visible | own)[:, None, None, :]  # (bucket, 1, 1, window)
+        if not self._bool_mask:
+            attend = torch.zeros(attend.shape, dtype=self.dtype, device=self.device).masked_fill(
+                ~attend, torch.finfo(self.dtype).min)
+        outputs = self.language_model(inputs_embeds=x, attention_mask=attend, position_ids=positions[:, None],
+                                      cache=_SlotWrite(pool, bucket, columns.clone(), window), use_cache=True)
+        # success: the fed rows keep their new column
+        rows = torch.arange(bucket, device=self.device)
+        if self._journal is not None:
+            self._journal.append(("meta", bucket, pool.lengths[:bucket].clone(), pool.positions[:bucket].clone(),
+                                  pool.valid[:bucket].clone() if reset is not None else None, columns.clone()))
+        if reset is not None:
+            pool.valid[:bucket] &= ~dropped[:, None]
+            pool.positions[:bucket] = positions
+        pool.valid[rows, columns.clone()] = fed
+        pool.lengths[:bucket] += fed
+        pool.positions[:bucket] += fed
+        pool.length_bound += 1
+        return outputs.last_hidden_state[slots, -1]
+
+    def checkpoint(self):
+        """Open an undo journal (see the module docstring); slots freed in the previous step are freed now."""
+        self._flush()
+        self._journal = []
+        return (list(self.slots), self._journal)
+
+    def rollback(self, mark) -> None:
+        """Undo everything since ``checkpoint``: metadata a forward changed, slots handed out (to the free list),
+        slots freed (back to their rows), the row -> slot table."""
+        slots, journal = mark
+        pool = self.pool
+        for record in reversed(journal):
+            if record[0] == "meta":
+                _, bucket, lengths, positions, valid, columns = record
+                rows = lengths.new_tensor(range(bucket))
+                pool.valid[rows, columns] = False
+                if valid is not None:
+                    pool.valid[:bucket] = valid
+                pool.lengths[:bucket], pool.positions[:bucket] = lengths, positions
+            elif record[0] == "alloc":
+                pool.release([record[1]])
+        self._pending_free.clear()
+        self.slots[:] = slots
+        self._journal = None
+
+    def _flush(self) -> None:
+        if self._pending_free:
+            self.pool.release(self._pending_free)
+            self._pending_free.clear()
+        if self._reserved:  # a join prepared and never committed
+            self.pool.release(self._reserved)
+            self._reserved.clear()
+
+    # -- joining and leaving ---------------------------------------------------------------------------------------
+    def prepare_merge(self, other):
+        """Copy the rows of ``other`` (a ``DecoderStream`` just prefilled with the KV cache on) into free slots of
+        the pool: per row only its visible columns, packed to columns ``0 .. n - 1`` (position ids follow the
+        visible positions, so holes and left padding change nothing). Returns what ``commit`` adopts; until then
+        the running rows see nothing of it.
+
+        Raises:
+            torch.OutOfMemoryError: growing the pool (nothing changed).
+        """
+        import torch
+
+        self._flush()
+        self._journal = None
+        mask = other.attention_mask.to(torch.bool)  # (m, width)
+        counts = mask.sum(dim=1)
+        num_new = int(mask.shape[0])
+        longest = int(counts.max()) if num_new else 0
+        layers = [layer for layer in other.cache.layers if layer.is_initialized] if other.cache is not None else []
+        pool = self.pool
+        if pool.max_rows == 0 and layers:
+            pool.dtype = layers[0].keys.dtype
+        pool.reserve(num_new, longest + 1)
+        new_slots = [pool.allocate() for _ in range(num_new)]
+        self._reserved[:] = new_slots
+        if num_new and layers:
+            rows, columns = mask.nonzero(as_tuple=True)
+            targets = (mask.cumsum(dim=1) - 1)[rows, columns]
+            slot_index = torch.tensor(new_slots, dtype=torch.long, device=self.device)[rows]
+            for layer, keys, values in zip(layers, pool.keys, pool.values):
+                keys[slot_index, :, targets] = layer.keys[rows, :, columns].to(keys.dtype)
+                values[slot_index, :, targets] = layer.values[rows, :, columns].to(values.dtype)
+            pool.bytes_copied += int(rows.numel()) * pool.bytes_per_position()
+            new_index = torch.tensor(new_slots, dtype=torch.long, device=self.device)
+            pool.lengths[new_index] = counts.to(pool.lengths.dtype)
+            pool.positions[new_index] = counts.to(pool.positions.dtype)
+            pool.valid[new_index] = torch.arange(pool.max_positions, device=self.device)[None, :] < counts[:, None]
+        pool.length_bound = max(pool.length_bound, longest)
+        return new_slots
+
+    def prepare_add_empty_rows(self, num_new: int):
+        """Free slots for ``num_new`` rows that have seen nothing, for ``commit``."""
+        self._flush()
+        self._journal = None
+        self.pool.reserve(num_new, max(self.pool.max_positions, POSITION_BLOCK))
+        new_slots = [self.pool.allocate() for _ in range(num_new)]
+        self._reserved[:] = new_slots
+        return new_slots
+
+    def commit(self, prepared) -> None:
+        """Adopt the slots a ``prepare_*`` call filled (appended after the running rows)."""
+        self.slots += prepared
+        self._reserved[:] = [s for s in self._reserved if s not in set(prepared)]
+
+    def keep_rows(self, rows) -> None:
+        """Keep batch rows ``rows`` (int64 index, CPU or device), in that order: the row -> slot table is
+        reindexed; a slot kept twice or more (a beam continued by several) is copied into a free slot for each
+        extra occurrence; slots no longer used are freed (inside a step: at the next checkpoint)."""
+        order = [int(i) for i in rows.tolist()]
+        pool = self.pool
+        old = list(self.slots)
+        new, seen = [], set()
+        for i in order:
+            slot = old[i]
+            if slot in seen:
+                pool.reserve(1, 0)
+                target = pool.allocate()
+                if self._journal is not None:
+                    self._journal.append(("alloc", target))
+                pool.copy_slot(slot, target)
+                slot = target
+            seen.add(slot)
+            new.append(slot)
+        gone = [s for s in old if s not in seen]
+        if self._journal is not None:
+            self._pending_free += gone
+        else:
+            pool.release(gone)
+        self.slots[:] = new
+
+
+def _give_back(pool: KVPool, slots: list, pending: list, reserved: list) -> None:
+    pool.release(list(slots) + list(pending) + list(reserved))
+
+
+class DecodeSettings:
+    """How an adapter's step-wise decode runs (set once by the engine, ``adapter.decode_settings``).
+
+    Attributes:
+        kv_pool: keep the running batch's KV cache in a ``KVPool`` (default); False = today's eager
+            ``DecoderStream`` (a ``DynamicCache`` merged by concatenation), kept for equality tests and benches.
+        compile: the resolved ``EngineConfig.compile`` (True = graph-captured decode step where the family has one).
+        max_kv_bytes: most bytes a pool may hold (the engine's memory budget); None = unbounded.
+    """
+
+    def __init__(self, kv_pool: bool = True, compile: bool = False, max_kv_bytes: int | None = None):
+        self.kv_pool = bool(kv_pool)
+        self.compile = bool(compile)
+        self.max_kv_bytes = max_kv_bytes
+
+    def __repr__(self) -> str:
+        return f"DecodeSettings(kv_pool={self.kv_pool}, compile={self.compile}, max_kv_bytes={self.max_kv_bytes})"
+
+
+def decode_settings(adapter) -> DecodeSettings:
+    """The adapter's ``DecodeSettings`` (the defaults when the engine set none)."""
+    settings = getattr(adapter, "decode_settings", None)
+    return settings if isinstance(settings, DecodeSettings) else DecodeSettings()
+
+
+def adapter_pool(adapter, role: str, dtype, device) -> KVPool:
+    """The adapter's ``KVPool`` for one stream kind (``role``, e.g. ``"positive"``), made at the first call with the
+    decoder layout of ``adapter.facts`` (layers, KV heads, head dim) and kept for every later batch: the memory is
+    allocated once and reused, batch after batch."""
+    pools = adapter.__dict__.setdefault("_kv_pools", {})
+    pool = pools.get(role)
+    if pool is None:
+        facts = adapter.facts
+        pool = KVPool(facts.num_layers, facts.num_kv_heads, facts.head_dim, dtype, device,
+                      max_bytes=decode_settings(adapter).max_kv_bytes)
+        pools[role] = pool
+    return pool
+
+
+def make_stream(adapter, role: str, language_model, hidden_size: int, device, dtype, use_cache: bool):
+    """The running batch's stream: a ``PooledStream`` over ``adapter_pool(adapter, role)`` when the KV cache is on
+    and ``DecodeSettings.kv_pool``; else a ``DecoderStream`` (the cache-off recompute path, or the eager path)."""
+    from tts_app.adapters.decode_stream import DecoderStream
+
+    if use_cache and decode_settings(adapter).kv_pool:
+        return PooledStream(adapter_pool(adapter, role, dtype, device), language_model, hidden_size, device, dtype)
+    return DecoderStream(language_model, hidden_size, device, dtype, use_cache)
