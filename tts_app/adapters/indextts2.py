@@ -946,13 +946,42 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         with self.adapter._gpt_autocast():
             return self._logits(self.stream.forward(new, feed))
 
+    def _pick_codes(self, live: list[int]):
+        """Each live row's next code, all rows at once (``(len(live),)`` int64, no host sync): the checkpoint's
+        repetition penalty over each row's own history (histories padded with their placeholder id ``1``, which
+        every history holds, so the penalised set is the row's own), then the argmax over decodable codes
+        (greedy) or the warpers and one draw per row from its own generator (``exponential_race``: draw for draw
+        what ``_CodeSelector.pick``'s ``torch.multinomial`` draws, rows with only undecodable mass taking their
+        best decodable code as ``RowSampler.sample`` does)."""
+        import torch
+
+        from tts_app.adapters.step_sampling import exponential_race
+
+        rows = [self.rows[i] for i in live]
+        selector = rows[0].selector
+        index = torch.tensor(live, dtype=torch.long, device=self.device)
+        logits = self.next_logits[index]  # (n, vocab) float32
+        width = max(int(r.history.shape[1]) for r in rows)
+        history = torch.cat([torch.nn.functional.pad(r.history, (width - r.history.shape[1], 0), value=1)
+                             for r in rows])  # (n, width)
+        if selector.penalty is not None:
+            logits = selector.penalty(history, logits)
+        undecodable = selector.undecodable.to(logits.device)
+        best = logits.masked_fill(undecodable, -float("inf")).argmax(dim=-1)
+        if selector.greedy:
+            return best
+        generators = [g for r in rows for g in r.selector.sampler.generators("cpu")]
+        probs = torch.softmax(selector.sampler.warp(history, logits).float(), dim=-1).masked_fill(undecodable, 0.0)
+        where = generators[0].device
+        drawn = exponential_race(probs.to(where), generators)[:, 0].to(logits.device)
+        return torch.where(probs.sum(dim=-1) == 0, best, drawn)
+
     def _sample_step(self, live: list[int], stop: int):
         """Without beams: pick, compute the ending rows' audio and feed the others; returns the commit."""
         import torch
 
         num_rows = len(self.rows)
-        picked = {i: int(self.rows[i].selector.pick(self.rows[i].history, self.next_logits[i:i + 1])[0])
-                  for i in live}
+        picked = dict(zip(live, self._pick_codes(live).tolist()))  # the step's one host sync (the stop check)
         ends = {i for i in live if picked[i] == stop}
         capped = {i for i in live if i not in ends and len(self.rows[i].codes) + 1 >= self.max_new_tokens}
         audio = {i: self._row_audio(self.rows[i], self.rows[i].codes + ([picked[i]] if i not in ends else []))
@@ -999,9 +1028,10 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         positions = torch.zeros(num_stream_rows, dtype=torch.long)
         feed = torch.zeros((num_stream_rows, 1), dtype=torch.long)
         states, results, audio, continuing = {}, {}, {}, []
+        host_logits = self.next_logits.float().cpu()  # one transfer per step; the searches run on the CPU
         for i in live:
             row, block = self.rows[i], self._block(i)
-            states[i], source, picked = row.beam.step(row.beam_state, self.next_logits[block])
+            states[i], source, picked = row.beam.step(row.beam_state, host_logits[block])
             if states[i].done:
                 results[i] = row.beam.result(states[i])
                 audio[i] = self._row_audio(row, results[i][0])
