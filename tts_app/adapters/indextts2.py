@@ -125,7 +125,7 @@ import numpy as np
 from tts_app.adapters.base import (DTYPE_BYTES, AdapterRow, DecodeBatch, GenerationDefaults, ModelFacts, PrefixCache,
                                    RowEmotion, RowStep, TTSAdapter, count_parameters)
 from tts_app.adapters.decode_stream import DecoderStream
-from tts_app.adapters.kv_pool import make_stream
+from tts_app.adapters.kv_pool import decode_settings, make_stream
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
 from tts_app.frontend.messages import Notice, register
 from tts_app.request import EMOTION_NAMES, StopReason, SynthesisParams
@@ -828,6 +828,7 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         self.make_audio = make_audio
         self.num_beams = int(params.num_beams or 1)
         dim = int(adapter.processor.config.gpt.model_dim)
+        self.pooled = decode_settings(adapter).pooled
         self.stream = make_stream(adapter, "gpt", gpt.gpt, dim, self.device, next(gpt.parameters()).dtype,
                                   params.use_cache)
         self.rows: list[_StepRow] = []
@@ -981,7 +982,11 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         import torch
 
         num_rows = len(self.rows)
-        picked = dict(zip(live, self._pick_codes(live).tolist()))  # the step's one host sync (the stop check)
+        if self.pooled:
+            picked = dict(zip(live, self._pick_codes(live).tolist()))  # the step's one host sync (the stop check)
+        else:  # the eager path: row by row, a host sync each
+            picked = {i: int(self.rows[i].selector.pick(self.rows[i].history, self.next_logits[i:i + 1])[0])
+                      for i in live}
         ends = {i for i in live if picked[i] == stop}
         capped = {i for i in live if i not in ends and len(self.rows[i].codes) + 1 >= self.max_new_tokens}
         audio = {i: self._row_audio(self.rows[i], self.rows[i].codes + ([picked[i]] if i not in ends else []))
@@ -1028,7 +1033,8 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         positions = torch.zeros(num_stream_rows, dtype=torch.long)
         feed = torch.zeros((num_stream_rows, 1), dtype=torch.long)
         states, results, audio, continuing = {}, {}, {}, []
-        host_logits = self.next_logits.float().cpu()  # one transfer per step; the searches run on the CPU
+        # pooled: one transfer per step (the searches run on the CPU); eager: one per row
+        host_logits = self.next_logits.float().cpu() if self.pooled else self.next_logits
         for i in live:
             row, block = self.rows[i], self._block(i)
             states[i], source, picked = row.beam.step(row.beam_state, host_logits[block])

@@ -446,19 +446,21 @@ class DecodeSettings:
     """How an adapter's step-wise decode runs (set once by the engine, ``adapter.decode_settings``).
 
     Attributes:
-        kv_pool: keep the running batch's KV cache in a ``KVPool`` (default); False = today's eager
-            ``DecoderStream`` (a ``DynamicCache`` merged by concatenation), kept for equality tests and benches.
+        pooled: the pooled decode path (default): the running batch's KV cache in a ``KVPool`` and each step's
+            choices made for all rows at once (one host sync per step). False = the eager path as it was before
+            (``DecoderStream``: a ``DynamicCache`` merged by concatenation; IndexTTS 2 picks row by row), kept as
+            the reference of the equality tests and benches.
         compile: the resolved ``EngineConfig.compile`` (True = graph-captured decode step where the family has one).
         max_kv_bytes: most bytes a pool may hold (the engine's memory budget); None = unbounded.
     """
 
-    def __init__(self, kv_pool: bool = True, compile: bool = False, max_kv_bytes: int | None = None):
-        self.kv_pool = bool(kv_pool)
+    def __init__(self, pooled: bool = True, compile: bool = False, max_kv_bytes: int | None = None):
+        self.pooled = bool(pooled)
         self.compile = bool(compile)
         self.max_kv_bytes = max_kv_bytes
 
     def __repr__(self) -> str:
-        return f"DecodeSettings(kv_pool={self.kv_pool}, compile={self.compile}, max_kv_bytes={self.max_kv_bytes})"
+        return f"DecodeSettings(pooled={self.pooled}, compile={self.compile}, max_kv_bytes={self.max_kv_bytes})"
 
 
 def decode_settings(adapter) -> DecodeSettings:
@@ -483,9 +485,9 @@ def adapter_pool(adapter, role: str, dtype, device) -> KVPool:
 
 def make_stream(adapter, role: str, language_model, hidden_size: int, device, dtype, use_cache: bool):
     """The running batch's stream: a ``PooledStream`` over ``adapter_pool(adapter, role)`` when the KV cache is on
-    and ``DecodeSettings.kv_pool``; else a ``DecoderStream`` (the cache-off recompute path, or the eager path)."""
+    and ``DecodeSettings.pooled``; else a ``DecoderStream`` (the cache-off recompute path, or the eager path)."""
     from tts_app.adapters.decode_stream import DecoderStream
 
-    if use_cache and decode_settings(adapter).kv_pool:
+    if use_cache and decode_settings(adapter).pooled:
         return PooledStream(adapter_pool(adapter, role, dtype, device), language_model, hidden_size, device, dtype)
     return DecoderStream(language_model, hidden_size, device, dtype, use_cache)
