@@ -830,7 +830,8 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         dim = int(adapter.processor.config.gpt.model_dim)
         self.pooled = decode_settings(adapter).pooled
         self.stream = make_stream(adapter, "gpt", gpt.gpt, dim, self.device, next(gpt.parameters()).dtype,
-                                  params.use_cache)
+                                  params.use_cache, new_positions=self.max_new_tokens + 1,
+                                  rows_per_row=self.num_beams)
         self.rows: list[_StepRow] = []
         # (num_rows x num_beams, number_mel_codes): each stream row's next-code logits
         self.next_logits = torch.zeros((0, int(gpt.number_mel_codes)), dtype=torch.float32, device=self.device)

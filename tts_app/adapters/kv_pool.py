@@ -79,6 +79,7 @@ class KVPool:
         num_layers, num_kv_heads, head_dim: the decoder's cache layout (``ModelFacts``).
         dtype, device: of the KV tensors (the model's KV dtype).
         max_bytes: most bytes the pool may hold (the engine's budget); None = unbounded.
+        initial_rows: slots of the first allocation (the engine's batch cap, in stream rows), rounded up to a bucket.
 
     Attributes:
         keys, values: per layer ``(max_rows, kv_heads, max_positions, head_dim)``; empty before the first ``reserve``.
@@ -90,7 +91,9 @@ class KVPool:
         length_bound: host-side upper bound of ``lengths`` over the slots (no sync to know the window).
     """
 
-    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, dtype, device, max_bytes: int | None = None):
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, dtype, device, max_bytes: int | None = None,
+                 initial_rows: int = 1):
+        self.initial_rows = int(initial_rows)
         self.num_layers, self.num_kv_heads, self.head_dim = int(num_layers), int(num_kv_heads), int(head_dim)
         self.dtype, self.device = dtype, device
         self.max_bytes = max_bytes
@@ -102,6 +105,8 @@ class KVPool:
         self.positions = None
         self.valid = None
         self.free: list[int] = []
+        self.static_addresses = False  # mark the KV tensors static for CUDA graphs (a compiled step)
+        self._compiled = None
         self.bytes_copied = 0
         self.length_bound = 0
 
@@ -135,7 +140,7 @@ class KVPool:
         """
         rows = self.max_rows
         if len(self.free) < num_rows:
-            rows = bucket_for(self.num_used + num_rows)
+            rows = bucket_for(max(self.num_used + num_rows, self.initial_rows))
             if self.max_rows:
                 rows = max(rows, bucket_for(self.max_rows + 1))
         positions = self.max_positions
@@ -147,13 +152,12 @@ class KVPool:
     def _grow(self, max_rows: int, max_positions: int) -> None:
         import torch
 
-        from tts_app.engine.memory import format_bytes
-
         needed = max_rows * max_positions * self.bytes_per_position()
         if self.max_bytes is not None and needed > self.max_bytes:
+            mib = 1024**2
             raise torch.OutOfMemoryError(
-                f"KV pool of {max_rows} rows x {max_positions} positions needs {format_bytes(needed)}, over the "
-                f"memory budget of {format_bytes(self.max_bytes)}")
+                f"KV pool of {max_rows} rows x {max_positions} positions needs {needed / mib:.1f} MiB, over the "
+                f"memory budget of {self.max_bytes / mib:.1f} MiB")
         shape = (max_rows, self.num_kv_heads, max_positions, self.head_dim)
         keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
         values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
@@ -169,7 +173,21 @@ class KVPool:
         self.free = sorted(self.free + list(range(self.max_rows, max_rows)))
         self.keys, self.values = keys, values
         self.lengths, self.positions, self.valid = lengths, positions, valid
+        if self.static_addresses:  # as transformers' StaticCache: CUDA graphs read them in place, never copied
+            for t in keys + values + [lengths, positions, valid]:
+                torch._dynamo.mark_static_address(t)
         self.max_rows, self.max_positions = max_rows, max_positions
+
+    def compiled(self, language_model):
+        """``language_model`` through ``torch.compile`` (made once per pool): CUDA ``mode="reduce-overhead"`` (a CUDA
+        graph per batch bucket, replayed), elsewhere inductor's default mode. ``dynamic=False``: one graph per
+        bucket and pool width, the shapes a compiled step sees (``PooledStream.compiled``)."""
+        import torch
+
+        if self._compiled is None:
+            mode = "reduce-overhead" if str(self.device).startswith("cuda") else None
+            self._compiled = torch.compile(language_model, mode=mode, dynamic=False)
+        return self._compiled
 
     def allocate(self) -> int:
         """A free slot (lowest first), emptied. ``reserve`` first."""
@@ -200,13 +218,10 @@ class _SlotWrite:
     """The ``cache`` a transformers decoder gets for one pooled decode step (duck-typed ``Cache``: the layers call
     ``update(key_states, value_states, layer_idx, kwargs=...)``; nothing else is asked when position ids and a 4-D
     mask are given). Writes each slot's new key/value ``(bucket, kv_heads, 1, head_dim)`` at its column
-    ``columns[slot]`` and returns the pool's view ``(bucket, kv_heads, window, head_dim)``."""
+    ``columns[slot]`` and returns the pool's view ``(bucket, kv_heads, window, head_dim)`` (no copy)."""
 
-    def __init__(self, pool: KVPool, bucket: int, columns, window: int):
-        import torch
-
-        self.pool, self.bucket, self.columns, self.window = pool, bucket, columns, window
-        self.rows = torch.arange(bucket, device=columns.device)
+    def __init__(self, pool: KVPool, bucket: int, rows, columns, window: int):
+        self.pool, self.bucket, self.rows, self.columns, self.window = pool, bucket, rows, columns, window
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         keys, values = self.pool.keys[layer_idx], self.pool.values[layer_idx]
@@ -229,12 +244,15 @@ class PooledStream:
         pool: where the rows' KV lives (shared by the batches of one adapter and stream kind).
         language_model: the transformers decoder, called as ``DecoderStream`` calls it.
         hidden_size, device, dtype: of its inputs.
+        new_positions: positions a row may add after its prompt (its decode-step cap): a joining row's slot is
+            sized for its prompt plus these, so a running row never makes the pool grow.
     """
 
     use_cache = True
 
-    def __init__(self, pool: KVPool, language_model, hidden_size: int, device, dtype):
+    def __init__(self, pool: KVPool, language_model, hidden_size: int, device, dtype, new_positions: int = 0):
         self.pool = pool
+        self.new_positions = int(new_positions)
         self.language_model = language_model
         self.hidden_size = hidden_size
         self.device = device
@@ -243,6 +261,8 @@ class PooledStream:
         self._reserved: list[int] = []  # slots of a prepared, not yet committed join
         self._pending_free: list[int] = []  # slots freed inside a step: free at the next checkpoint
         self._journal: list | None = None  # undo records since the open checkpoint
+        self._index_cache = None  # (slots, bucket, slot index or None, rows) of the last step
+        self.compiled = False  # static shapes (bucket rows, the pool's whole width) for a captured step
         implementation = getattr(getattr(language_model, "config", None), "_attn_implementation", "sdpa")
         self._bool_mask = implementation not in ("eager",)
         # a batch dropped with rows still in it gives its slots back
@@ -270,6 +290,19 @@ class PooledStream:
         return self.pool.positions[self._slot_index()]
 
     # -- the step --------------------------------------------------------------------------------------------------
+    def _step_index(self):
+        """(bucket, slot index tensor or None when batch row i is slot i for every i < bucket, rows arange)."""
+        import torch
+
+        if self._index_cache is None or self._index_cache[0] != self.slots:
+            top = max(self.slots) + 1
+            # eager: the range the slots span; compiled: the bucket (static shapes per bucket)
+            bucket = min(bucket_for(top), self.pool.max_rows) if self.compiled else top
+            identity = self.slots == list(range(bucket))
+            index = None if identity else torch.tensor(self.slots, dtype=torch.long, device=self.device)
+            self._index_cache = (list(self.slots), bucket, index, torch.arange(bucket, device=self.device))
+        return self._index_cache[1:]
+
     def forward(self, inputs_embeds, mask, reset=None):
         """Run one new position per row: ``inputs_embeds`` ``(num_rows, 1, hidden)``; ``mask`` ``(num_rows, 1)``:
         the rows that take it (a row not fed computes a throw-away output and keeps nothing); ``reset``
@@ -288,41 +321,58 @@ class PooledStream:
             pool.length_bound = int(pool.lengths.max())
             if pool.length_bound + 1 >= pool.max_positions:
                 pool.reserve(0, pool.length_bound + 2)
-        bucket = min(bucket_for(max(self.slots) + 1), pool.max_rows)
-        window = min(pool.max_positions, _round_up(pool.length_bound + 1, POSITION_BLOCK))
-        slots = self._slot_index()
-        x = inputs_embeds.new_zeros((bucket, 1, inputs_embeds.shape[-1]))
-        x[slots] = inputs_embeds
-        fed = torch.zeros(bucket, dtype=torch.bool, device=self.device)
-        fed[slots] = mask[:, -1].to(torch.bool)
-        columns = pool.lengths[:bucket]
+        bucket, index, rows = self._step_index()
+        window = pool.max_positions if self.compiled else \
+            min(pool.max_positions, _round_up(pool.length_bound + 1, POSITION_BLOCK))
+        fed = mask[:, -1].to(torch.bool)
+        x = inputs_embeds
+        if index is not None:  # scatter the batch rows to their slots
+            x = inputs_embeds.new_zeros((bucket, 1, inputs_embeds.shape[-1]))
+            x[index] = inputs_embeds
+            fed = torch.zeros(bucket, dtype=torch.bool, device=self.device).index_put_((index,), fed)
+        columns = pool.lengths[:bucket].clone()
         positions = pool.positions[:bucket]
-        visible = pool.valid[:bucket, :window]
+        old = None
         if reset is not None:
-            dropped = torch.zeros(bucket, dtype=torch.bool, device=self.device)
-            dropped[slots] = reset.to(torch.bool)
-            visible = visible & ~dropped[:, None]
-            positions = positions.masked_fill(dropped, 0)
-        own = torch.arange(window, device=self.device)[None, :] == columns[:, None]
-        attend = (visible | own)[:, None, None, :]  # (bucket, 1, 1, window)
+            if index is not None:
+                reset = torch.zeros(bucket, dtype=torch.bool, device=self.device).index_put_((index,), reset)
+            old = (pool.valid[:bucket].clone(), positions.clone())
+            pool.valid[:bucket] &= ~reset[:, None]
+            positions = positions.masked_fill(reset, 0)
+        pool.valid[rows, columns] = True  # each slot sees its own new column (never a fully masked row)
+        attend = pool.valid[:bucket, :window]
         if not self._bool_mask:
             attend = torch.zeros(attend.shape, dtype=self.dtype, device=self.device).masked_fill(
                 ~attend, torch.finfo(self.dtype).min)
-        outputs = self.language_model(inputs_embeds=x, attention_mask=attend, position_ids=positions[:, None],
-                                      cache=_SlotWrite(pool, bucket, columns.clone(), window), use_cache=True)
+        model = self.language_model if not self.compiled else self.pool.compiled(self.language_model)
+        try:
+            outputs = model(inputs_embeds=x, attention_mask=attend[:, None, None, :],
+                                          position_ids=positions[:, None],
+                                          cache=_SlotWrite(pool, bucket, rows, columns, window), use_cache=True)
+        except BaseException:
+            self._undo_step(bucket, rows, columns, None, old)
+            raise
         # success: the fed rows keep their new column
-        rows = torch.arange(bucket, device=self.device)
-        if self._journal is not None:
-            self._journal.append(("meta", bucket, pool.lengths[:bucket].clone(), pool.positions[:bucket].clone(),
-                                  pool.valid[:bucket].clone() if reset is not None else None, columns.clone()))
-        if reset is not None:
-            pool.valid[:bucket] &= ~dropped[:, None]
-            pool.positions[:bucket] = positions
-        pool.valid[rows, columns.clone()] = fed
+        pool.valid[rows, columns] = fed
+        fed = fed.to(pool.lengths.dtype)
         pool.lengths[:bucket] += fed
+        if reset is not None:
+            pool.positions[:bucket] = positions
         pool.positions[:bucket] += fed
         pool.length_bound += 1
-        return outputs.last_hidden_state[slots, -1]
+        if self._journal is not None:
+            self._journal.append(("step", bucket, rows, columns, fed, old))
+        hidden = outputs.last_hidden_state[:, -1]
+        return hidden if index is None else hidden[index]
+
+    def _undo_step(self, bucket, rows, columns, fed, old) -> None:
+        pool = self.pool
+        pool.valid[rows, columns] = False
+        if fed is not None:
+            pool.lengths[:bucket] -= fed
+            pool.positions[:bucket] -= fed
+        if old is not None:
+            pool.valid[:bucket], pool.positions[:bucket] = old
 
     def checkpoint(self):
         """Open an undo journal (see the module docstring); slots freed in the previous step are freed now."""
@@ -334,17 +384,11 @@ class PooledStream:
         """Undo everything since ``checkpoint``: metadata a forward changed, slots handed out (to the free list),
         slots freed (back to their rows), the row -> slot table."""
         slots, journal = mark
-        pool = self.pool
         for record in reversed(journal):
-            if record[0] == "meta":
-                _, bucket, lengths, positions, valid, columns = record
-                rows = lengths.new_tensor(range(bucket))
-                pool.valid[rows, columns] = False
-                if valid is not None:
-                    pool.valid[:bucket] = valid
-                pool.lengths[:bucket], pool.positions[:bucket] = lengths, positions
+            if record[0] == "step":
+                self._undo_step(*record[1:])
             elif record[0] == "alloc":
-                pool.release([record[1]])
+                self.pool.release([record[1]])
         self._pending_free.clear()
         self.slots[:] = slots
         self._journal = None
@@ -379,7 +423,7 @@ class PooledStream:
         pool = self.pool
         if pool.max_rows == 0 and layers:
             pool.dtype = layers[0].keys.dtype
-        pool.reserve(num_new, longest + 1)
+        pool.reserve(num_new, longest + self.new_positions + 1)
         new_slots = [pool.allocate() for _ in range(num_new)]
         self._reserved[:] = new_slots
         if num_new and layers:
@@ -401,7 +445,7 @@ class PooledStream:
         """Free slots for ``num_new`` rows that have seen nothing, for ``commit``."""
         self._flush()
         self._journal = None
-        self.pool.reserve(num_new, max(self.pool.max_positions, POSITION_BLOCK))
+        self.pool.reserve(num_new, self.new_positions + 1)
         new_slots = [self.pool.allocate() for _ in range(num_new)]
         self._reserved[:] = new_slots
         return new_slots
@@ -452,9 +496,13 @@ class DecodeSettings:
             the reference of the equality tests and benches.
         compile: the resolved ``EngineConfig.compile`` (True = graph-captured decode step where the family has one).
         max_kv_bytes: most bytes a pool may hold (the engine's memory budget); None = unbounded.
+        max_rows: the engine's batch cap (``EngineConfig.max_batch_size``): a pool's first allocation holds that
+            many batch rows, so joins up to the cap never move live KV.
     """
 
-    def __init__(self, pooled: bool = True, compile: bool = False, max_kv_bytes: int | None = None):
+    def __init__(self, pooled: bool = True, compile: bool = False, max_kv_bytes: int | None = None,
+                 max_rows: int = 1):
+        self.max_rows = int(max_rows)
         self.pooled = bool(pooled)
         self.compile = bool(compile)
         self.max_kv_bytes = max_kv_bytes
@@ -469,7 +517,7 @@ def decode_settings(adapter) -> DecodeSettings:
     return settings if isinstance(settings, DecodeSettings) else DecodeSettings()
 
 
-def adapter_pool(adapter, role: str, dtype, device) -> KVPool:
+def adapter_pool(adapter, role: str, dtype, device, rows_per_row: int = 1) -> KVPool:
     """The adapter's ``KVPool`` for one stream kind (``role``, e.g. ``"positive"``), made at the first call with the
     decoder layout of ``adapter.facts`` (layers, KV heads, head dim) and kept for every later batch: the memory is
     allocated once and reused, batch after batch."""
@@ -477,17 +525,30 @@ def adapter_pool(adapter, role: str, dtype, device) -> KVPool:
     pool = pools.get(role)
     if pool is None:
         facts = adapter.facts
+        settings = decode_settings(adapter)
         pool = KVPool(facts.num_layers, facts.num_kv_heads, facts.head_dim, dtype, device,
-                      max_bytes=decode_settings(adapter).max_kv_bytes)
+                      max_bytes=settings.max_kv_bytes, initial_rows=settings.max_rows * rows_per_row)
         pools[role] = pool
     return pool
 
 
-def make_stream(adapter, role: str, language_model, hidden_size: int, device, dtype, use_cache: bool):
+def make_stream(adapter, role: str, language_model, hidden_size: int, device, dtype, use_cache: bool, *,
+                new_positions: int = 0, rows_per_row: int = 1):
     """The running batch's stream: a ``PooledStream`` over ``adapter_pool(adapter, role)`` when the KV cache is on
-    and ``DecodeSettings.pooled``; else a ``DecoderStream`` (the cache-off recompute path, or the eager path)."""
+    and ``DecodeSettings.pooled``; else a ``DecoderStream`` (the cache-off recompute path, or the eager path).
+    ``new_positions``: a row's decode-step cap; ``rows_per_row``: stream rows per batch row (beams)."""
     from tts_app.adapters.decode_stream import DecoderStream
 
     if use_cache and decode_settings(adapter).pooled:
-        return PooledStream(adapter_pool(adapter, role, dtype, device), language_model, hidden_size, device, dtype)
+        pool = adapter_pool(adapter, role, dtype, device, rows_per_row)
+        stream = PooledStream(pool, language_model, hidden_size, device, dtype, new_positions=new_positions)
+        if decode_settings(adapter).compile:
+            stream.compiled = pool.static_addresses = True
+        return stream
     return DecoderStream(language_model, hidden_size, device, dtype, use_cache)
+
+
+def held_pool_bytes(adapter) -> int:
+    """Bytes the adapter's KV pools hold (allocated once, kept between batches): the engine adds them back to a
+    budget measured from free device memory, as it does for its prefix cache."""
+    return sum(pool.held_bytes() for pool in adapter.__dict__.get("_kv_pools", {}).values())

@@ -365,9 +365,11 @@ class VibeVoiceDecodeBatch(DecodeBatch):
         lm = model.model.language_model
         self.embed = model.model.get_input_embeddings()
         hidden_size = int(config.text_config.hidden_size)
-        self.positive = make_stream(adapter, "positive", lm, hidden_size, self.device, model.dtype, params.use_cache)
+        new = int(params.max_new_tokens or adapter.facts.default_max_new_tokens) + 1  # positions after the prompt
+        self.positive = make_stream(adapter, "positive", lm, hidden_size, self.device, model.dtype, params.use_cache,
+                                    new_positions=new)
         self.negative = _NegativeStream(make_stream(adapter, "negative", lm, hidden_size, self.device, model.dtype,
-                                                    params.use_cache))
+                                                    params.use_cache, new_positions=new))
         self.decoder_cache = _RowStreamingCache()
         self.semantic_cache = _RowStreamingCache()
         self.rows: list[_Row] = []
