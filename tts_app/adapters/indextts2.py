@@ -33,14 +33,15 @@ Differences from the package's own ``infer``, on purpose:
   per batch and its WaveNet reads the unmasked padding after a shorter row, so a batched s2mel would change a row's
   audio with its batch-mates. Its share of the time: ``bench/indextts2_stages.py``.
 * Step interface (``IndexTTS2DecodeBatch``, ``supports_decode_steps``): the engine batches IndexTTS 2 continuously:
-  rows join the running GPT batch (their prefix prefilled apart, then merged with the shorter side left-padded) and
-  leave it at any decode step; a row's s2mel + vocoder run in the step that ends it. It is the family's one decode
+  rows join the running GPT batch (their prefix prefilled apart, then copied into free slots of the KV pool,
+  ``tts_app/adapters/kv_pool.py``) and leave it at any decode step (each step's codes chosen for all rows at once,
+  one host sync: ``IndexTTS2DecodeBatch._pick_codes``); a row's s2mel + vocoder run in the step that ends it. It is the family's one decode
   loop: ``generate`` prefills its whole batch into one and steps it until every row ends (``make_audio=False``;
   ``postprocess`` then makes the audio), so the two paths cannot drift apart.
 * Decoding: as ``infer`` by default, beam sampling with ``num_beams=3`` and ``length_penalty=0``
   (``SynthesisParams.num_beams`` / ``length_penalty``, defaults from ``infer_generator``'s fallbacks): ``_BeamSearch``
   follows transformers' ``_beam_search`` step for step, and each request's beams are rows of the running GPT batch
-  (reordered, KV cache rows gathered, after each step). The draws come from one ``torch.Generator`` per request
+  (reordered after each step by slot index into the KV pool; a beam continued twice is copied once). The draws come from one ``torch.Generator`` per request
   seeded with ``AdapterRow.seed`` (tts_app/adapters/sampling.py; upstream draws from the global RNG, which the
   upstream-equality test seeds the same way), so a request's audio does not depend on its batch-mates. With
   ``num_beams=1`` each row samples alone (``RowSampler``). Greedy (``params.greedy``) with one beam is the argmax after

@@ -40,7 +40,8 @@ Why this file runs its own decode loop instead of ``model.generate`` (transforme
 With that LM-logit CFG processor removed, batch 1 and the KV cache on, our loop gives transformers' tokens and audio
 exactly at guidance 1.3 over 30+ frames when both get the same noise (tests/integration/test_adapter_vibevoice.py).
 
-Our loop keeps the whole input history as embeddings (no cache) or a ``DynamicCache`` (cache), computes position ids
+Our loop keeps the whole input history as embeddings (no cache) or a KV pool (cache: ``tts_app/adapters/kv_pool.py``,
+each row in its own slot of memory allocated once), computes position ids
 from the attention mask (left padding), advances streams and conv caches only for the rows that make a frame, and
 draws every random number of a row from ``torch.Generator().manual_seed(row.seed)``. Model math (LM, diffusion head,
 codec, connectors, noise scheduler) is all transformers'/diffusers' own.
