@@ -134,3 +134,31 @@ def test_the_pool_refuses_to_grow_past_its_budget_with_an_out_of_memory_error():
         with pytest.raises(torch.OutOfMemoryError, match="over the memory budget"):
             pooled.prepare_merge(sub)
     assert pooled.num_rows == 0 and pool.max_rows == 0
+
+
+@pytest.mark.slow
+def test_the_compiled_pooled_step_equals_the_eager_pooled_step():
+    """The same decode steps through ``torch.compile`` (inductor on the CPU; static shapes: the slot bucket and the
+    pool's whole width) give the eager pooled step's hidden states, with a row not fed and a row leaving."""
+    model, layout = qwen2()
+    outs = {}
+    with torch.inference_mode():
+        for compiled in (False, True):
+            pool = KVPool(*layout, torch.float32, torch.device("cpu"), initial_rows=4)
+            stream = PooledStream(pool, model, HIDDEN, torch.device("cpu"), torch.float32, new_positions=16)
+            stream.compiled = pool.static_addresses = compiled
+            sub, _ = prefilled(model, [5, 9, 3], seed=1)
+            stream.commit(stream.prepare_merge(sub))
+            got = []
+            for k in range(6):
+                if k == 3:
+                    stream.keep_rows(torch.tensor([0, 2]))
+                n = stream.num_rows
+                x = torch.randn((n, 1, HIDDEN), generator=torch.Generator().manual_seed(k))
+                feed = torch.ones((n, 1), dtype=torch.long)
+                if k == 1:
+                    feed[1] = 0
+                hidden = stream.forward(x, feed)
+                got.append(hidden[feed[:, 0].bool()])
+            outs[compiled] = torch.cat(got)
+    torch.testing.assert_close(outs[True], outs[False], rtol=0, atol=ATOL)

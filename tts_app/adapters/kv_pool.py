@@ -4,8 +4,10 @@ in fixed slots, one per stream row, so rows join and leave without copying their
 Layout (gpt-fast's ``KVCache``, transformers' ``StaticCache`` per row): per layer one keys and one values tensor
 ``(max_rows, kv_heads, max_positions, head_dim)``. A row owns one slot (index into ``max_rows``); its positions are
 written at its own columns ``0 .. length - 1``. Per slot the pool keeps ``lengths`` (next column to write),
-``positions`` (position id of the next write: visible positions so far) and ``valid`` ``(max_rows, max_positions)``
-bool (the columns the row attends to). A decode step runs the model over the slot range ``[0, bucket)``
+``positions`` (position id of the next write: visible positions so far), both in one ``meta`` tensor so a step
+advances them with one add, and ``valid`` ``(max_rows, max_positions)`` bool (the columns the row attends to; its
+column ``lengths[slot]``, the one its next position is written to, is always marked, so a step's mask is ``valid``
+itself and no row is ever fully masked). A decode step runs the model over the slot range ``[0, bucket)``
 (``bucket`` = the smallest of ``BATCH_BUCKETS`` holding the highest used slot; free slots in it are computed as
 dummies and never read) with one new position per slot: each slot writes its column ``lengths[slot]`` in place
 (``index_put``), the attention reads the pool's view ``[:bucket, :, :window]`` (no copy) with a 4-D mask built from
@@ -83,9 +85,9 @@ class KVPool:
 
     Attributes:
         keys, values: per layer ``(max_rows, kv_heads, max_positions, head_dim)``; empty before the first ``reserve``.
-        lengths: ``(max_rows,)`` int64, next column each slot writes.
-        positions: ``(max_rows,)`` int64, position id of each slot's next write.
-        valid: ``(max_rows, max_positions)`` bool, columns each slot attends to.
+        meta: ``(max_rows, 2)`` int64: per slot the next column it writes (``lengths``, a view) and the position id
+            of that write (``positions``, a view).
+        valid: ``(max_rows, max_positions)`` bool, columns each slot attends to (its next column included).
         free: free slots, lowest first out.
         bytes_copied: bytes of KV written by joins, beam copies and growth (for bench/decode_bench.py).
         length_bound: host-side upper bound of ``lengths`` over the slots (no sync to know the window).
@@ -101,14 +103,21 @@ class KVPool:
         self.max_positions = 0
         self.keys: list = []
         self.values: list = []
-        self.lengths = None
-        self.positions = None
+        self.meta = None
         self.valid = None
         self.free: list[int] = []
         self.static_addresses = False  # mark the KV tensors static for CUDA graphs (a compiled step)
         self._compiled = None
         self.bytes_copied = 0
         self.length_bound = 0
+
+    @property
+    def lengths(self):
+        return self.meta[:, 0]
+
+    @property
+    def positions(self):
+        return self.meta[:, 1]
 
     # -- sizes -------------------------------------------------------------------------------------------------------
     def bytes_per_position(self) -> int:
@@ -123,9 +132,10 @@ class KVPool:
 
     def live_bytes(self) -> int:
         """Bytes of the visible positions of the used slots (syncs: for gauges and benches, not the step)."""
-        if self.valid is None:
+        used = sorted(set(range(self.max_rows)) - set(self.free))
+        if not used:
             return 0
-        return int(self.valid.sum()) * self.bytes_per_position()
+        return int(self.positions[used].sum()) * self.bytes_per_position()
 
     @property
     def num_used(self) -> int:
@@ -161,20 +171,20 @@ class KVPool:
         shape = (max_rows, self.num_kv_heads, max_positions, self.head_dim)
         keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
         values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.num_layers)]
-        lengths = torch.zeros(max_rows, dtype=torch.long, device=self.device)
-        positions = torch.zeros(max_rows, dtype=torch.long, device=self.device)
+        meta = torch.zeros((max_rows, 2), dtype=torch.long, device=self.device)
         valid = torch.zeros((max_rows, max_positions), dtype=torch.bool, device=self.device)
+        valid[:, 0] = True  # an empty slot's next column
         if self.max_rows:  # the only time live KV moves (module docstring)
             r, p = self.max_rows, self.max_positions
             for new, old in zip(keys + values, self.keys + self.values):
                 new[:r, :, :p] = old
-            lengths[:r], positions[:r], valid[:r, :p] = self.lengths, self.positions, self.valid
+            meta[:r], valid[:r, :p] = self.meta, self.valid
             self.bytes_copied += self.held_bytes()
         self.free = sorted(self.free + list(range(self.max_rows, max_rows)))
         self.keys, self.values = keys, values
-        self.lengths, self.positions, self.valid = lengths, positions, valid
+        self.meta, self.valid = meta, valid
         if self.static_addresses:  # as transformers' StaticCache: CUDA graphs read them in place, never copied
-            for t in keys + values + [lengths, positions, valid]:
+            for t in keys + values + [meta, valid]:
                 torch._dynamo.mark_static_address(t)
         self.max_rows, self.max_positions = max_rows, max_positions
 
@@ -192,9 +202,9 @@ class KVPool:
     def allocate(self) -> int:
         """A free slot (lowest first), emptied. ``reserve`` first."""
         slot = self.free.pop(0)
-        self.lengths[slot] = 0
-        self.positions[slot] = 0
+        self.meta[slot] = 0
         self.valid[slot] = False
+        self.valid[slot, 0] = True  # its next column
         return slot
 
     def release(self, slots) -> None:
@@ -208,8 +218,7 @@ class KVPool:
         for tensors in (self.keys, self.values):
             for t in tensors:
                 t[target, :, :end] = t[source, :, :end]
-        self.lengths[target] = self.lengths[source]
-        self.positions[target] = self.positions[source]
+        self.meta[target] = self.meta[source]
         self.valid[target] = self.valid[source]
         self.bytes_copied += end * self.bytes_per_position()
 
@@ -324,55 +333,51 @@ class PooledStream:
         bucket, index, rows = self._step_index()
         window = pool.max_positions if self.compiled else \
             min(pool.max_positions, _round_up(pool.length_bound + 1, POSITION_BLOCK))
-        fed = mask[:, -1].to(torch.bool)
+        meta = pool.meta[:bucket]
+        fed = mask[:, -1]
         x = inputs_embeds
         if index is not None:  # scatter the batch rows to their slots
             x = inputs_embeds.new_zeros((bucket, 1, inputs_embeds.shape[-1]))
             x[index] = inputs_embeds
-            fed = torch.zeros(bucket, dtype=torch.bool, device=self.device).index_put_((index,), fed)
-        columns = pool.lengths[:bucket].clone()
-        positions = pool.positions[:bucket]
+            fed = fed.new_zeros(bucket).index_put_((index,), fed)
+        fed = fed.to(meta.dtype)
+        columns = meta[:, 0]  # a view: unchanged until the forward succeeded
+        positions = meta[:, 1:]  # (bucket, 1) position ids
         old = None
-        if reset is not None:
+        if reset is not None:  # rows starting afresh see only their next column, at position 0
             if index is not None:
                 reset = torch.zeros(bucket, dtype=torch.bool, device=self.device).index_put_((index,), reset)
-            old = (pool.valid[:bucket].clone(), positions.clone())
+            old = (pool.valid[:bucket].clone(), meta.clone())
             pool.valid[:bucket] &= ~reset[:, None]
-            positions = positions.masked_fill(reset, 0)
-        pool.valid[rows, columns] = True  # each slot sees its own new column (never a fully masked row)
+            pool.valid[rows, columns] = True
+            meta[:, 1:] = meta[:, 1:].masked_fill(reset[:, None], 0)
         attend = pool.valid[:bucket, :window]
         if not self._bool_mask:
             attend = torch.zeros(attend.shape, dtype=self.dtype, device=self.device).masked_fill(
                 ~attend, torch.finfo(self.dtype).min)
         model = self.language_model if not self.compiled else self.pool.compiled(self.language_model)
         try:
-            outputs = model(inputs_embeds=x, attention_mask=attend[:, None, None, :],
-                                          position_ids=positions[:, None],
-                                          cache=_SlotWrite(pool, bucket, rows, columns, window), use_cache=True)
+            outputs = model(inputs_embeds=x, attention_mask=attend[:, None, None, :], position_ids=positions,
+                            cache=_SlotWrite(pool, bucket, rows, columns, window), use_cache=True)
         except BaseException:
-            self._undo_step(bucket, rows, columns, None, old)
+            self._undo_step(bucket, rows, None, None, old)
             raise
-        # success: the fed rows keep their new column
-        pool.valid[rows, columns] = fed
-        fed = fed.to(pool.lengths.dtype)
-        pool.lengths[:bucket] += fed
-        if reset is not None:
-            pool.positions[:bucket] = positions
-        pool.positions[:bucket] += fed
-        pool.length_bound += 1
+        # success: a fed row keeps its column and marks the next one
         if self._journal is not None:
-            self._journal.append(("step", bucket, rows, columns, fed, old))
+            self._journal.append(("step", bucket, rows, columns.clone(), fed, old))
+        pool.valid[rows, columns + fed] = True
+        meta += fed[:, None]
+        pool.length_bound += 1
         hidden = outputs.last_hidden_state[:, -1]
         return hidden if index is None else hidden[index]
 
     def _undo_step(self, bucket, rows, columns, fed, old) -> None:
         pool = self.pool
-        pool.valid[rows, columns] = False
-        if fed is not None:
-            pool.lengths[:bucket] -= fed
-            pool.positions[:bucket] -= fed
+        if fed is not None:  # the next columns a success marked go (a row not fed had its own marked before)
+            pool.valid[rows, columns + fed] = fed == 0
+            pool.meta[:bucket] -= fed[:, None]
         if old is not None:
-            pool.valid[:bucket], pool.positions[:bucket] = old
+            pool.valid[:bucket], pool.meta[:bucket] = old
 
     def checkpoint(self):
         """Open an undo journal (see the module docstring); slots freed in the previous step are freed now."""
@@ -435,9 +440,9 @@ class PooledStream:
                 values[slot_index, :, targets] = layer.values[rows, :, columns].to(values.dtype)
             pool.bytes_copied += int(rows.numel()) * pool.bytes_per_position()
             new_index = torch.tensor(new_slots, dtype=torch.long, device=self.device)
-            pool.lengths[new_index] = counts.to(pool.lengths.dtype)
-            pool.positions[new_index] = counts.to(pool.positions.dtype)
-            pool.valid[new_index] = torch.arange(pool.max_positions, device=self.device)[None, :] < counts[:, None]
+            pool.meta[new_index] = counts.to(pool.meta.dtype)[:, None]
+            # the prompt's columns and the next one
+            pool.valid[new_index] = torch.arange(pool.max_positions, device=self.device)[None, :] <= counts[:, None]
         pool.length_bound = max(pool.length_bound, longest)
         return new_slots
 
