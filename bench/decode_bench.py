@@ -17,7 +17,8 @@ Measures (CPU, one thread; random weights built in code, nothing downloaded):
             real width (1280, 20 heads: s2mel hard-codes it), ``--batch`` rows, sampled with one beam: host time
             per decode step outside the GPT forward (the per-row host syncs of the eager path are there), whole step
             time and codes per second, eager vs pooled, plus the codes' equality.
-3. compiled Not measured in this change: the graph-captured step (``--compile``) is not built yet; the row says so.
+With ``--compiled``, measure 1 also runs the pooled stream through ``torch.compile`` (inductor on the CPU: static
+shapes, the slot bucket and the pool's whole width): seconds to compile and the per-step ratio to eager / pooled.
 
 Timings on a shared machine are noisy: compare the ratios within one run; the load average is printed with them.
 """
@@ -108,22 +109,29 @@ def prompt_stream(model, lengths, seed):
     return stream
 
 
-def measure_stream(batch: int, steps: int, layers: int) -> dict:
+def measure_stream(batch: int, steps: int, layers: int, compiled: bool) -> dict:
     model = build_qwen2(layers)
     clock = ForwardClock(model)
     lengths = [40 + (120 * i) // max(1, batch - 1) for i in range(batch)]
     out = {}
+    paths = ("eager", "pooled") + (("pooled+compiled",) if compiled else ())
     with torch.inference_mode():
-        for name in ("eager", "pooled"):
+        for name in paths:
             if name == "eager":
                 stream = DecoderStream(model, 512, torch.device("cpu"), torch.float32, True)
                 pool = None
-            else:
-                pool = KVPool(layers, 2, 64, torch.float32, torch.device("cpu"))
-                stream = PooledStream(pool, model, 512, torch.device("cpu"), torch.float32)
+            else:  # sized as the engine sizes it: its batch cap in rows, each slot for prompt + decode cap
+                pool = KVPool(layers, 2, 64, torch.float32, torch.device("cpu"), initial_rows=batch + 1)
+                stream = PooledStream(pool, model, 512, torch.device("cpu"), torch.float32, new_positions=steps + 1)
+                stream.compiled = pool.static_addresses = name.endswith("compiled")
             stream.commit(stream.prepare_merge(prompt_stream(model, lengths, seed=1)))
             x = torch.randn((batch, 1, 512), generator=torch.Generator().manual_seed(2)) * 0.1
             feed = torch.ones((batch, 1), dtype=torch.long)
+            compile_s = 0.0
+            if getattr(stream, "compiled", False):  # the first call compiles (inductor): timed apart
+                t0 = time.perf_counter()
+                stream.forward(x, feed)
+                compile_s = time.perf_counter() - t0
             clock.seconds, total = 0.0, 0.0
             for _ in range(steps):
                 t0 = time.perf_counter()
@@ -149,9 +157,11 @@ def measure_stream(batch: int, steps: int, layers: int) -> dict:
             else:
                 stream.checkpoint()
                 held, live = pool.held_bytes(), pool.live_bytes()
+            used = held if pool is None else pool.num_used * pool.max_positions * pool.bytes_per_position()
             out[name] = {"step_s": total / steps, "forward_s": inside / steps,
                          "outside_s": (total - inside) / steps, "join_copy_bytes": join_copy,
-                         "step_copy_bytes": step_copy, "held_bytes": held, "live_bytes": live}
+                         "step_copy_bytes": step_copy, "held_bytes": held, "live_bytes": live,
+                         "used_slot_bytes": used, "compile_s": compile_s}
     row_bytes = 100 * out["pooled"]["step_copy_bytes"] // batch  # the joining row's 100 positions
     out["row_kv_bytes"] = row_bytes
     return out
@@ -217,12 +227,14 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--skip-indextts2", action="store_true", help="stream measure only")
+    parser.add_argument("--compiled", action="store_true",
+                        help="measure 1 also through torch.compile (inductor; compiling takes minutes on 2 cores)")
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args(argv)
     load = lambda: open("/proc/loadavg").read().split()[0] if os.path.exists("/proc/loadavg") else "?"  # noqa: E731
     report = {"batch": args.batch, "steps": args.steps, "layers": args.layers, "load_before": load()}
 
-    s = measure_stream(args.batch, args.steps, args.layers)
+    s = measure_stream(args.batch, args.steps, args.layers, args.compiled)
     report["stream"] = s
     e, p = s["eager"], s["pooled"]
     t = Table(f"1. stream: Qwen2 {args.layers} layers x 512, batch {args.batch}, {args.steps} steps "
@@ -232,12 +244,19 @@ def main(argv=None) -> int:
     t.add("  (the joining row's own KV bytes)", s["row_kv_bytes"], s["row_kv_bytes"], "")
     t.add("KV bytes copied per decode step", e["step_copy_bytes"], p["step_copy_bytes"],
           f"{ratio(e['step_copy_bytes'], p['step_copy_bytes']):.0f}x")
-    t.add("KV held / live-token KV", f"{ratio(e['held_bytes'], e['live_bytes']):.2f}",
+    t.add("KV held / live-token KV (whole pool)", f"{ratio(e['held_bytes'], e['live_bytes']):.2f}",
           f"{ratio(p['held_bytes'], p['live_bytes']):.2f}", "")
+    t.add("  used slots / live-token KV (slot waste)", f"{ratio(e['used_slot_bytes'], e['live_bytes']):.2f}",
+          f"{ratio(p['used_slot_bytes'], p['live_bytes']):.2f}", "")
     for key, label in (("step_s", "step ms"), ("forward_s", "  inside the model forward, ms"),
                        ("outside_s", "  outside the model forward, ms")):
         t.add(label, f"{e[key] * 1e3:.2f}", f"{p[key] * 1e3:.2f}", f"{ratio(e[key], p[key]):.2f}x")
     t.print()
+    if "pooled+compiled" in s:
+        c = s["pooled+compiled"]
+        print(f"   compiled (inductor): {c['step_s'] * 1e3:.2f} ms per step after {c['compile_s']:.0f} s of "
+              f"compiling; eager / compiled {ratio(e['step_s'], c['step_s']):.2f}x, pooled / compiled "
+              f"{ratio(p['step_s'], c['step_s']):.2f}x (steps per second ratio)")
 
     if not args.skip_indextts2:
         with tempfile.TemporaryDirectory() as tmp:
@@ -254,7 +273,8 @@ def main(argv=None) -> int:
         t.add("same codes", "", str(r["codes_equal"]), "")
         t.print()
 
-    print("3. compiled decode step: not measured (the graph-captured step is not built in this change)")
+    if not args.compiled:
+        print("(the compiled step: --compiled; bench/gpu_check.py measures it with CUDA graphs on a GPU)")
     report["load_after"] = load()
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2))

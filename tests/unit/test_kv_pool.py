@@ -162,3 +162,19 @@ def test_the_compiled_pooled_step_equals_the_eager_pooled_step():
                 got.append(hidden[feed[:, 0].bool()])
             outs[compiled] = torch.cat(got)
     torch.testing.assert_close(outs[True], outs[False], rtol=0, atol=ATOL)
+
+
+def test_the_first_allocation_takes_the_batch_cap_only_as_far_as_the_budget_allows():
+    """The engine sizes a pool for its batch cap; with a tight budget the pool takes fewer slots (still the rows
+    it needs), and the pools of one adapter share the budget."""
+    layout = (2, 2, 8)
+    bytes_per_row = 64 * KVPool(*layout, torch.float32, "cpu").bytes_per_position()  # one slot of 64 positions
+    first = KVPool(*layout, torch.float32, "cpu", max_bytes=5 * bytes_per_row, initial_rows=64)
+    first.reserve(2, 10)
+    assert (first.max_rows, first.max_positions) == (4, 64)  # 64 and 8 slots would not fit, 4 do
+    second = KVPool(*layout, torch.float32, "cpu", max_bytes=5 * bytes_per_row, initial_rows=64)
+    first.siblings = second.siblings = [first, second]
+    second.reserve(1, 10)  # one slot left in the shared budget
+    assert second.max_rows == 1
+    with pytest.raises(torch.OutOfMemoryError):
+        second.reserve(2, 10)

@@ -80,7 +80,8 @@ class KVPool:
     Args:
         num_layers, num_kv_heads, head_dim: the decoder's cache layout (``ModelFacts``).
         dtype, device: of the KV tensors (the model's KV dtype).
-        max_bytes: most bytes the pool may hold (the engine's budget); None = unbounded.
+        max_bytes: most bytes the pool and its ``siblings`` may hold together (the engine's budget); None =
+            unbounded.
         initial_rows: slots of the first allocation (the engine's batch cap, in stream rows), rounded up to a bucket.
 
     Attributes:
@@ -90,12 +91,13 @@ class KVPool:
         valid: ``(max_rows, max_positions)`` bool, columns each slot attends to (its next column included).
         free: free slots, lowest first out.
         bytes_copied: bytes of KV written by joins, beam copies and growth (for bench/decode_bench.py).
-        length_bound: host-side upper bound of ``lengths`` over the slots (no sync to know the window).
     """
 
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, dtype, device, max_bytes: int | None = None,
                  initial_rows: int = 1):
         self.initial_rows = int(initial_rows)
+        self.siblings: list[KVPool] = [self]  # pools sharing ``max_bytes`` (an adapter's stream kinds)
+        self.leased = False  # a stream (a running batch) uses it
         self.num_layers, self.num_kv_heads, self.head_dim = int(num_layers), int(num_kv_heads), int(head_dim)
         self.dtype, self.device = dtype, device
         self.max_bytes = max_bytes
@@ -109,7 +111,6 @@ class KVPool:
         self.static_addresses = False  # mark the KV tensors static for CUDA graphs (a compiled step)
         self._compiled = None
         self.bytes_copied = 0
-        self.length_bound = 0
 
     @property
     def lengths(self):
@@ -149,21 +150,32 @@ class KVPool:
             torch.OutOfMemoryError: the grown pool would exceed ``max_bytes`` (nothing changed).
         """
         rows = self.max_rows
-        if len(self.free) < num_rows:
-            rows = bucket_for(max(self.num_used + num_rows, self.initial_rows))
-            if self.max_rows:
-                rows = max(rows, bucket_for(self.max_rows + 1))
         positions = self.max_positions
         if num_positions > self.max_positions:
             positions = _round_up(max(num_positions, self.max_positions + self.max_positions // 2), POSITION_BLOCK)
+        if len(self.free) < num_rows:
+            needed = bucket_for(self.num_used + num_rows)
+            rows = max(needed, bucket_for(self.initial_rows), bucket_for(self.max_rows + 1) if self.max_rows else 1)
+            # the batch cap's rows when they fit the budget, else the largest bucket that does (at least the rows
+            # needed now: if those do not fit, _grow raises the out-of-memory error)
+            while rows > needed and not self._fits(rows, positions):
+                rows //= 2
         if (rows, positions) != (self.max_rows, self.max_positions):
             self._grow(rows, positions)
+
+    def _fits(self, max_rows: int, max_positions: int) -> bool:
+        """Whether this pool at that size, plus the other pools of its adapter (``siblings``), stays within
+        ``max_bytes``."""
+        if self.max_bytes is None:
+            return True
+        others = sum(p.held_bytes() for p in self.siblings if p is not self)
+        return others + max_rows * max_positions * self.bytes_per_position() <= self.max_bytes
 
     def _grow(self, max_rows: int, max_positions: int) -> None:
         import torch
 
         needed = max_rows * max_positions * self.bytes_per_position()
-        if self.max_bytes is not None and needed > self.max_bytes:
+        if not self._fits(max_rows, max_positions):
             mib = 1024**2
             raise torch.OutOfMemoryError(
                 f"KV pool of {max_rows} rows x {max_positions} positions needs {needed / mib:.1f} MiB, over the "
@@ -211,10 +223,10 @@ class KVPool:
         """Return ``slots`` to the free list."""
         self.free = sorted(set(self.free) | set(int(s) for s in slots))
 
-    def copy_slot(self, source: int, target: int) -> None:
-        """Make slot ``target`` a copy of slot ``source`` (a beam continued twice): KV of its written columns and
-        its metadata."""
-        end = min(self.max_positions, self.length_bound + 1)
+    def copy_slot(self, source: int, target: int, length_bound: int) -> None:
+        """Make slot ``target`` a copy of slot ``source`` (a beam continued twice): KV of its written columns (up to
+        ``length_bound``, an upper bound of its length) and its metadata."""
+        end = min(self.max_positions, length_bound + 1)
         for tensors in (self.keys, self.values):
             for t in tensors:
                 t[target, :, :end] = t[source, :, :end]
@@ -271,10 +283,14 @@ class PooledStream:
         self._pending_free: list[int] = []  # slots freed inside a step: free at the next checkpoint
         self._journal: list | None = None  # undo records since the open checkpoint
         self._index_cache = None  # (slots, bucket, slot index or None, rows) of the last step
+        # host-side upper bound of this stream's rows' lengths: the attention window, with no sync; it depends on
+        # this stream's own history only, so a row's computation never depends on other batches in the pool
+        self.length_bound = 0
         self.compiled = False  # static shapes (bucket rows, the pool's whole width) for a captured step
         implementation = getattr(getattr(language_model, "config", None), "_attn_implementation", "sdpa")
         self._bool_mask = implementation not in ("eager",)
-        # a batch dropped with rows still in it gives its slots back
+        # a batch dropped with rows still in it gives its slots back, and the pool to the next batch
+        pool.leased = True
         self._finalizer = weakref.finalize(self, _give_back, pool, self.slots, self._pending_free, self._reserved)
 
     @property
@@ -326,13 +342,13 @@ class PooledStream:
         pool = self.pool
         if inputs_embeds.shape[1] != 1:
             raise ValueError("a pooled stream takes one new position per row; prefill in a DecoderStream")
-        if pool.length_bound + 1 >= pool.max_positions:  # the only sync of a step, every POSITION_BLOCK steps
-            pool.length_bound = int(pool.lengths.max())
-            if pool.length_bound + 1 >= pool.max_positions:
-                pool.reserve(0, pool.length_bound + 2)
+        if self.length_bound + 1 >= pool.max_positions:  # a sync only when the bound reaches the width (rare)
+            self.length_bound = int(pool.lengths[torch.tensor(self.slots)].max())
+            if self.length_bound + 1 >= pool.max_positions:
+                pool.reserve(0, self.length_bound + 2)
         bucket, index, rows = self._step_index()
         window = pool.max_positions if self.compiled else \
-            min(pool.max_positions, _round_up(pool.length_bound + 1, POSITION_BLOCK))
+            min(pool.max_positions, _round_up(self.length_bound + 1, POSITION_BLOCK))
         meta = pool.meta[:bucket]
         fed = mask[:, -1]
         x = inputs_embeds
@@ -367,7 +383,7 @@ class PooledStream:
             self._journal.append(("step", bucket, rows, columns.clone(), fed, old))
         pool.valid[rows, columns + fed] = True
         meta += fed[:, None]
-        pool.length_bound += 1
+        self.length_bound += 1
         hidden = outputs.last_hidden_state[:, -1]
         return hidden if index is None else hidden[index]
 
@@ -383,12 +399,12 @@ class PooledStream:
         """Open an undo journal (see the module docstring); slots freed in the previous step are freed now."""
         self._flush()
         self._journal = []
-        return (list(self.slots), self._journal)
+        return (list(self.slots), self._journal, self.length_bound)
 
     def rollback(self, mark) -> None:
         """Undo everything since ``checkpoint``: metadata a forward changed, slots handed out (to the free list),
         slots freed (back to their rows), the row -> slot table."""
-        slots, journal = mark
+        slots, journal, self.length_bound = mark
         for record in reversed(journal):
             if record[0] == "step":
                 self._undo_step(*record[1:])
@@ -443,7 +459,7 @@ class PooledStream:
             pool.meta[new_index] = counts.to(pool.meta.dtype)[:, None]
             # the prompt's columns and the next one
             pool.valid[new_index] = torch.arange(pool.max_positions, device=self.device)[None, :] <= counts[:, None]
-        pool.length_bound = max(pool.length_bound, longest)
+        self.length_bound = max(self.length_bound, longest)
         return new_slots
 
     def prepare_add_empty_rows(self, num_new: int):
@@ -475,7 +491,7 @@ class PooledStream:
                 target = pool.allocate()
                 if self._journal is not None:
                     self._journal.append(("alloc", target))
-                pool.copy_slot(slot, target)
+                pool.copy_slot(slot, target, self.length_bound)
                 slot = target
             seen.add(slot)
             new.append(slot)
@@ -489,6 +505,7 @@ class PooledStream:
 
 def _give_back(pool: KVPool, slots: list, pending: list, reserved: list) -> None:
     pool.release(list(slots) + list(pending) + list(reserved))
+    pool.leased = False
 
 
 class DecodeSettings:
@@ -523,17 +540,23 @@ def decode_settings(adapter) -> DecodeSettings:
 
 
 def adapter_pool(adapter, role: str, dtype, device, rows_per_row: int = 1) -> KVPool:
-    """The adapter's ``KVPool`` for one stream kind (``role``, e.g. ``"positive"``), made at the first call with the
-    decoder layout of ``adapter.facts`` (layers, KV heads, head dim) and kept for every later batch: the memory is
-    allocated once and reused, batch after batch."""
+    """A ``KVPool`` of the adapter for one stream kind (``role``, e.g. ``"positive"``) that no running batch holds
+    (``KVPool.leased``), made at the first call with the decoder layout of ``adapter.facts`` (layers, KV heads, head
+    dim) and kept for every later batch: the engine runs one batch at a time, so its memory is allocated once and
+    reused batch after batch. A second batch running at the same time (tests, benches) gets a pool of its own, so
+    its rows' slots, and thus their computation, never depend on another batch."""
     pools = adapter.__dict__.setdefault("_kv_pools", {})
-    pool = pools.get(role)
-    if pool is None:
-        facts = adapter.facts
-        settings = decode_settings(adapter)
-        pool = KVPool(facts.num_layers, facts.num_kv_heads, facts.head_dim, dtype, device,
-                      max_bytes=settings.max_kv_bytes, initial_rows=settings.max_rows * rows_per_row)
-        pools[role] = pool
+    for pool in pools.get(role, []):
+        if not pool.leased:
+            return pool
+    facts = adapter.facts
+    settings = decode_settings(adapter)
+    pool = KVPool(facts.num_layers, facts.num_kv_heads, facts.head_dim, dtype, device,
+                  max_bytes=settings.max_kv_bytes, initial_rows=settings.max_rows * rows_per_row)
+    pools.setdefault(role, []).append(pool)
+    siblings = [p for kind in pools.values() for p in kind]  # all of the adapter's pools share the budget
+    for p in siblings:
+        p.siblings = siblings
     return pool
 
 
@@ -556,4 +579,4 @@ def make_stream(adapter, role: str, language_model, hidden_size: int, device, dt
 def held_pool_bytes(adapter) -> int:
     """Bytes the adapter's KV pools hold (allocated once, kept between batches): the engine adds them back to a
     budget measured from free device memory, as it does for its prefix cache."""
-    return sum(pool.held_bytes() for pool in adapter.__dict__.get("_kv_pools", {}).values())
+    return sum(pool.held_bytes() for kind in adapter.__dict__.get("_kv_pools", {}).values() for pool in kind)
