@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from dataclasses import dataclass
 
 #: Rows of the slot range a decode step runs over (a CUDA graph / compiled step per bucket; issue 27).
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -508,6 +509,7 @@ def _give_back(pool: KVPool, slots: list, pending: list, reserved: list) -> None
     pool.leased = False
 
 
+@dataclass(frozen=True)
 class DecodeSettings:
     """How an adapter's step-wise decode runs (set once by the engine, ``adapter.decode_settings``).
 
@@ -522,15 +524,10 @@ class DecodeSettings:
             many batch rows, so joins up to the cap never move live KV.
     """
 
-    def __init__(self, pooled: bool = True, compile: bool = False, max_kv_bytes: int | None = None,
-                 max_rows: int = 1):
-        self.max_rows = int(max_rows)
-        self.pooled = bool(pooled)
-        self.compile = bool(compile)
-        self.max_kv_bytes = max_kv_bytes
-
-    def __repr__(self) -> str:
-        return f"DecodeSettings(pooled={self.pooled}, compile={self.compile}, max_kv_bytes={self.max_kv_bytes})"
+    pooled: bool = True
+    compile: bool = False
+    max_kv_bytes: int | None = None
+    max_rows: int = 1
 
 
 def decode_settings(adapter) -> DecodeSettings:
