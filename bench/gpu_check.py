@@ -29,6 +29,17 @@ Measures:
    streamed chunk of a short interactive request submitted while a long job fills the batch, request-level vs
    continuous without and with preemption (job rows giving their slot to it).
 
+6. decode paths (issue 27; ``--family vibevoice`` and ``indextts2``): the step interface (``DecodeBatch``: prefill
+   every row, then decode steps) on the eager path (``DecodeSettings(pooled=False)``: ``DynamicCache`` merged by
+   concatenation, per-row host syncs), the pooled path (``KVPool``) and the pooled + compiled path
+   (``torch.compile(mode="reduce-overhead")``: a CUDA graph per batch bucket) at batch 1, 8, 32, 64: aggregate
+   frames (codes) per second, % of the bandwidth bound of a decode step (weights read once per step, whatever the
+   batch: bound = batch x bandwidth / weight bytes per frame), time to the first frame (prefill + one step; for
+   IndexTTS 2 the first code: its audio comes when the row ends), and the CUDA peak against the engine's budget.
+
+``--dry-run``: measure 6 only, on the CPU with the tiny checkpoint, batch 1 and 2, 4 steps, eager and pooled (the
+compiled path only with ``--compile-on-cpu``): the same code paths, so this script is not dead code without a GPU.
+
 Without CUDA (and without ``--device cpu``) it prints one line saying so and exits with status 2.
 """
 
@@ -209,6 +220,101 @@ def measure_decode(adapter, device: str, batch_sizes: list[int], new_tokens: int
     return results
 
 
+DECODE_PATHS = (("eager", False, False), ("pooled", True, False), ("pooled+compiled", True, True))
+
+
+def measure_decode_paths(adapter, device: str, batch_sizes: list[int], steps: int, rows_for_batch,
+                         weight_bytes_per_frame: int, bandwidth: float, *, compile_paths: bool = True,
+                         deadline: float = float("inf")) -> list[dict]:
+    """Measure 6 (module docstring): each path at each batch size through ``adapter.start_decode``. The adapter
+    must make a frame (code) per row per step and not stop before ``steps`` (forced, as measure 1). Returns one
+    dict per (path, batch size)."""
+    import torch
+
+    from tts_app.adapters.kv_pool import DecodeSettings
+    from tts_app.config import EngineConfig
+    from tts_app.engine.memory import memory_budget_bytes, probe_for_device
+    from tts_app.request import SynthesisParams
+
+    config = EngineConfig()
+    budget = memory_budget_bytes(probe_for_device(device), memory_budget_bytes=config.memory_budget_bytes,
+                                 memory_utilization=config.memory_utilization,
+                                 safety_margin_bytes=config.safety_margin_bytes)
+    params = SynthesisParams(greedy=True, num_beams=1, max_new_tokens=steps + 2)
+    results = []
+    for name, pooled, compiled in DECODE_PATHS:
+        if compiled and not compile_paths:
+            continue
+        adapter.__dict__.pop("_kv_pools", None)  # each path allocates its own pool
+        adapter.decode_settings = DecodeSettings(pooled=pooled, compile=compiled, max_rows=max(batch_sizes),
+                                                 max_kv_bytes=budget)
+        for batch_size in batch_sizes:
+            if time.monotonic() > deadline:
+                results.append({"path": name, "batch_size": batch_size, "skipped": "time budget spent"})
+                continue
+            rows = [(i, row) for i, row in enumerate(rows_for_batch(batch_size))]
+            try:
+                for attempt in ("warm-up", "timed"):  # the warm-up run compiles / captures the step
+                    batch = adapter.start_decode(params)
+                    if hasattr(batch, "make_audio"):
+                        batch.make_audio = False  # IndexTTS 2: the GPT stage (item 4 times s2mel + vocoder)
+                    with common.cuda_peak(device) as peak:
+                        common.synchronize(device)
+                        t0 = time.perf_counter()
+                        batch.prefill(rows)
+                        batch.decode_step()
+                        common.synchronize(device)
+                        first_s = time.perf_counter() - t0
+                        for _ in range(steps - 1):
+                            batch.decode_step()
+                        common.synchronize(device)
+                        total_s = time.perf_counter() - t0
+                    batch.release([k for k, _ in rows])
+                    del batch
+            except torch.OutOfMemoryError as exc:
+                results.append({"path": name, "batch_size": batch_size, "skipped": f"out of memory: {exc}"})
+                continue
+            decode_s = max(total_s - first_s, 1e-9)
+            frames_per_s = batch_size * (steps - 1) / decode_s
+            bound = batch_size * bandwidth / weight_bytes_per_frame
+            row = {"path": name, "batch_size": batch_size, "steps": steps, "first_frame_s": first_s,
+                   "frames_per_s": frames_per_s, "bound_frames_per_s": bound, "share_of_bound": frames_per_s / bound,
+                   "peak_bytes": peak["peak_bytes"], "budget_bytes": budget}
+            results.append(row)
+            print(f"  {name:16s} batch {batch_size:2d}: {frames_per_s:9.1f} frames/s = {row['share_of_bound']:6.1%} "
+                  f"of the bound, first frame {first_s * 1e3:7.1f} ms"
+                  + (f", peak {peak['peak_bytes'] / 2**30:.2f} GiB of budget {budget / 2**30:.2f} GiB"
+                     if peak["peak_bytes"] is not None and budget else ""), flush=True)
+    adapter.decode_settings = DecodeSettings()
+    adapter.__dict__.pop("_kv_pools", None)
+    return results
+
+
+def dry_run(args) -> int:
+    """``--dry-run``: measure 6 on the CPU, tiny checkpoints of both families (module docstring)."""
+    import gpu_check_indextts2
+
+    report = {}
+    with tempfile.TemporaryDirectory(prefix="gpu_check_dry_") as tmp:
+        adapter = build_tiny_adapter("cpu", Path(tmp))
+        per_frame = bandwidth_bound(adapter, "cpu", CPU_NOMINAL_BANDWIDTH_BYTES_PER_S)["weight_bytes_per_frame"]
+        print("gpu_check --dry-run: tiny VibeVoice on cpu (nominal bandwidth)", flush=True)
+        report["vibevoice"] = measure_decode_paths(adapter, "cpu", [1, 2], 4, lambda b: rows_for(adapter, b),
+                                                   per_frame, CPU_NOMINAL_BANDWIDTH_BYTES_PER_S,
+                                                   compile_paths=args.compile_on_cpu)
+        adapter = gpu_check_indextts2.build_adapter("cpu", True, Path(tmp))
+        gpu_check_indextts2.force_full_length(adapter)
+        per_frame = gpu_check_indextts2.bandwidth_bound(adapter, CPU_NOMINAL_BANDWIDTH_BYTES_PER_S)
+        print("gpu_check --dry-run: tiny IndexTTS 2 on cpu (nominal bandwidth)", flush=True)
+        report["indextts2"] = measure_decode_paths(
+            adapter, "cpu", [1, 2], 4, lambda b: gpu_check_indextts2.rows_for(adapter, b),
+            per_frame["weight_bytes_per_code"], CPU_NOMINAL_BANDWIDTH_BYTES_PER_S, compile_paths=args.compile_on_cpu)
+    text = json.dumps(report, indent=1, default=str)
+    if args.json_out:
+        Path(args.json_out).write_text(text, encoding="utf-8")
+    return 0
+
+
 def measure_oom_backoff(adapter, device: str, decode: list[dict], new_tokens: int, num_requests: int, *,
                         text: str = TEXT, reference: tuple[str, float] = REFERENCE) -> dict:
     """16 requests at max batch 16 through the real Engine, with device memory capped (CUDA) or OOM simulated
@@ -330,6 +436,13 @@ def parse_args(argv):
     parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting new decode runs after this")
     parser.add_argument("--bandwidth-gbps", type=float, default=None, help="device memory bandwidth in GB/s")
     parser.add_argument("--json", dest="json_out", default=None, help="write the report here too")
+    parser.add_argument("--dry-run", action="store_true", help="measure 6 only, tiny checkpoints, on the CPU")
+    parser.add_argument("--compile-on-cpu", action="store_true",
+                        help="measure 6 on the CPU: the compiled path too (inductor; minutes)")
+    parser.add_argument("--decode-batch-sizes", default=None, help="batch sizes of measure 6 (default 1,8,32,64; "
+                                                                    "--tiny 1,2)")
+    parser.add_argument("--decode-steps", type=int, default=None, help="decode steps of measure 6 (default 32; "
+                                                                      "--tiny 4)")
     parser.add_argument("--continuous-caps", default=None, help="caps of measure 5 (default 8,16; --tiny 2,4)")
     parser.add_argument("--continuous-requests", type=int, default=None, help="requests of measure 5 (default 64; "
                                                                               "--tiny 8)")
@@ -339,6 +452,12 @@ def parse_args(argv):
         args.continuous_requests = 8 if args.tiny else 64
     default_sizes = {"vibevoice": ("1,2,4", "1,2,4,8,16"), "indextts2": ("1,4", "1,4,8,16")}[args.family]
     args.batch_sizes = [int(x) for x in (args.batch_sizes or default_sizes[0 if args.tiny else 1]).split(",")]
+    args.decode_batch_sizes = [int(x) for x in (args.decode_batch_sizes or ("1,2" if args.tiny else "1,8,32,64"))
+                               .split(",")]
+    if args.decode_steps is None:
+        args.decode_steps = 4 if args.tiny else 32
+    # the compiled path where it pays (CUDA graphs); on the CPU only when asked (inductor takes minutes there)
+    args.compile_paths = args.device.startswith("cuda") or args.compile_on_cpu
     if args.new_tokens is None:
         args.new_tokens = {"vibevoice": (4, 32), "indextts2": (8, 64)}[args.family][0 if args.tiny else 1]
     if args.new_tokens < 2 or min(args.batch_sizes) < 1:
@@ -350,6 +469,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     common.setup(num_threads=1)
     import torch
+
+    if args.dry_run:
+        return dry_run(args)
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print(NO_CUDA_MESSAGE, file=sys.stderr)
@@ -390,6 +512,10 @@ def main(argv=None) -> int:
           + (f"; measured {bound['measured_tokens_per_s']:.1f} = {bound['measured_vs_bound']:.1%} of the bound"
              if batch1 else ""), flush=True)
 
+    paths = measure_decode_paths(adapter, device, args.decode_batch_sizes, args.decode_steps,
+                                 lambda b: rows_for(adapter, b), bound["weight_bytes_per_frame"], bandwidth,
+                                 compile_paths=args.compile_paths, deadline=deadline + 240)
+
     oom = measure_oom_backoff(adapter, device, decode, args.new_tokens, max(args.batch_sizes))
 
     continuous = measure_continuous(adapter, device, args.continuous_caps, args.continuous_requests,
@@ -399,7 +525,7 @@ def main(argv=None) -> int:
               else "cpu", "model": "tiny VibeVoice" if args.tiny else "VibeVoice-1.5B (random weights)",
               "dtype": adapter.dtype, "num_parameters": num_parameters, "weight_bytes": weight_bytes,
               "build_s": build_s, "decode": decode, "bandwidth_bound": bound, "oom_backoff": oom,
-              "continuous": continuous,
+              "continuous": continuous, "decode_paths": paths,
               "torch": torch.__version__, "elapsed_s": time.monotonic() - started}
     text = json.dumps(report, indent=1, default=str)
     if args.json_out:

@@ -206,6 +206,12 @@ def run(args, device_bandwidth, measure_oom_backoff) -> dict:
         ratios["s2mel_vocoder_share_batch1"] = stages[0]["s2mel_vocoder_share"]
         ratios["s2mel_vocoder_share_largest_batch"] = stages[-1]["s2mel_vocoder_share"]
 
+    from gpu_check import measure_decode_paths
+
+    paths = measure_decode_paths(adapter, device, args.decode_batch_sizes, args.decode_steps,
+                                 lambda b: rows_for(adapter, b, reference), bound["weight_bytes_per_code"], bandwidth,
+                                 compile_paths=args.compile_paths, deadline=deadline + 240)
+
     oom = measure_oom_backoff(adapter, device, decode, args.new_tokens, max(args.batch_sizes),
                               text=TINY_TEXT if args.tiny else TEXT, reference=reference)
     print("  ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()), flush=True)
@@ -213,4 +219,5 @@ def run(args, device_bandwidth, measure_oom_backoff) -> dict:
             else "cpu", "model": "tiny IndexTTS 2" if args.tiny else "IndexTTS-2 full size (random weights)",
             "dtype": adapter.dtype, "num_parameters": num_parameters, "weight_bytes": weight_bytes,
             "build_s": build_s, "decode": decode, "bandwidth_bound": bound, "stages": stages, "oom_backoff": oom,
+            "decode_paths": paths,
             "ratios": ratios, "torch": torch.__version__, "elapsed_s": time.monotonic() - started}

@@ -20,6 +20,8 @@ DEFAULT_MODEL_ID = "vibevoice/VibeVoice-1.5B-hf"
 DEVICES = ("auto", "cpu", "cuda")
 #: ``ModelConfig.dtype`` values
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+#: ``EngineConfig.compile`` values: "auto" = a graph-captured decode step on CUDA, eager on CPU; "on"; "off".
+COMPILE_MODES = ("auto", "on", "off")
 _CUDA_INDEX = re.compile(r"^cuda:\d+$")
 
 #: Segments are never capped below this many characters (shorter caps would split inside words and phrases);
@@ -121,6 +123,9 @@ class EngineConfig:
         quality_asr: the speech recogniser that scores takes under a take policy (``SynthesisParams.take_check``;
             ``tts_app.quality.asr.asr_backend``): ``transformers:ID_OR_DIR`` or ``faster-whisper:ID_OR_DIR``; loaded
             on the model's device on the first request that asks for take checking.
+        compile: one of ``COMPILE_MODES``: whether the pooled decode step of the step-wise families runs through
+            ``torch.compile`` (CUDA: ``mode="reduce-overhead"``, CUDA graphs per batch-size bucket; CPU: inductor),
+            ``resolve_compile`` says what "auto" means on a device.
     """
 
     max_batch_size: int = 8
@@ -136,6 +141,7 @@ class EngineConfig:
     prefix_cache_entries: int = 16
     simulate_step_delay_ms: float = 0.0
     quality_asr: str = DEFAULT_QUALITY_ASR
+    compile: str = "auto"
 
     def __post_init__(self) -> None:
         _check("quality_asr", isinstance(self.quality_asr, str) and bool(self.quality_asr.strip()),
@@ -162,6 +168,15 @@ class EngineConfig:
                f"simulate_step_delay_ms={self.simulate_step_delay_ms} must be >= 0")
         _check("prefix_cache_entries", self.prefix_cache_entries >= 0,
                f"prefix_cache_entries={self.prefix_cache_entries} must be >= 0 (0 = off)")
+        _check("compile", self.compile in COMPILE_MODES,
+               f"compile={self.compile!r} must be one of {', '.join(COMPILE_MODES)}")
+
+    def resolve_compile(self, device: str) -> bool:
+        """Whether the decode step is compiled on ``device``: "on" / "off" as given; "auto" = on for CUDA only
+        (CPU compile time is not repaid by CPU decode steps)."""
+        if self.compile == "auto":
+            return str(device).startswith("cuda")
+        return self.compile == "on"
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,9 @@ def test_gpu_check_cpu_tiny_mode_runs_every_code_path(tmp_path):
     assert runs[(4, "continuous")]["padded_share"] == 0.0 and _finite(runs[(4, "continuous")]["vs_request_level"])
     assert {r["mode"] for r in report["continuous"]["time_to_first_audio"]} == {"request-level", "continuous",
                                                                                 "continuous, no preemption"}
+    paths = {(r["path"], r["batch_size"]): r for r in report["decode_paths"]}
+    assert set(paths) == {(p, b) for p in ("eager", "pooled") for b in (1, 2)}  # compiled: CUDA only
+    assert all(_finite(r["frames_per_s"]) and 0 < r["share_of_bound"] for r in paths.values())
 
 
 def test_gpu_check_indextts2_cpu_tiny_mode_runs_every_code_path(tmp_path, tiny_checkpoint):
@@ -139,3 +142,5 @@ def test_gpu_check_indextts2_cpu_tiny_mode_runs_every_code_path(tmp_path, tiny_c
     assert all(0 < s["s2mel_vocoder_share"] < 1 and s["codes"] == 2 * 4 for s in report["stages"])
     oom = report["oom_backoff"]
     assert oom["completed"] == oom["submitted"] == 2 and oom["num_oom"] >= 1
+    assert {(r["path"], r["batch_size"]) for r in report["decode_paths"]} == {(p, b) for p in ("eager", "pooled")
+                                                                               for b in (1, 2)}

@@ -7,6 +7,11 @@ padding and finished rows are 0) plus a ``DynamicCache`` (or, with the cache off
 (``prepare_merge`` / ``prepare_add_empty_rows`` then ``commit``) and leave (``keep_rows``) without touching the other
 rows' positions, and ``checkpoint`` / ``rollback`` undo a forward that raised (``torch.OutOfMemoryError``), so a
 batch's prefill and decode step can be atomic.
+
+Where it is used: the cache-off path (``use_cache=False``: the embedding history, recomputed every step), the
+prefill of joining rows (their own stream, then copied into the running batch's ``KVPool``,
+``tts_app.adapters.kv_pool``), and the eager path kept as the reference of the equality tests and benches
+(``DecodeSettings(pooled=False)``: the running batch merged by ``torch.cat`` of every layer's cache).
 """
 
 from __future__ import annotations

@@ -37,14 +37,16 @@ Differences from the package's own ``infer``, on purpose:
   own padding gives the row alone. The code latents and the length regulator stay per row. Its share of the time:
   ``bench/indextts2_stages.py``; batched vs row by row: ``bench/indextts2_stage2.py``.
 * Step interface (``IndexTTS2DecodeBatch``, ``supports_decode_steps``): the engine batches IndexTTS 2 continuously:
-  rows join the running GPT batch (their prefix prefilled apart, then merged with the shorter side left-padded) and
-  leave it at any decode step; the s2mel + vocoder of the rows a step ends run (batched) in that step. It is the family's one decode
+  rows join the running GPT batch (their prefix prefilled apart, then copied into free slots of the KV pool,
+  ``tts_app/adapters/kv_pool.py``) and leave it at any decode step (each step's codes chosen for all rows at once,
+  one host sync: ``IndexTTS2DecodeBatch._pick_codes``); the s2mel + vocoder of the rows a step ends run
+  (batched) in that step. It is the family's one decode
   loop: ``generate`` prefills its whole batch into one and steps it until every row ends (``make_audio=False``;
   ``postprocess`` then makes the audio), so the two paths cannot drift apart.
 * Decoding: as ``infer`` by default, beam sampling with ``num_beams=3`` and ``length_penalty=0``
   (``SynthesisParams.num_beams`` / ``length_penalty``, defaults from ``infer_generator``'s fallbacks): ``_BeamSearch``
   follows transformers' ``_beam_search`` step for step, and each request's beams are rows of the running GPT batch
-  (reordered, KV cache rows gathered, after each step). The draws come from one ``torch.Generator`` per request
+  (reordered after each step by slot index into the KV pool; a beam continued twice is copied once). The draws come from one ``torch.Generator`` per request
   seeded with ``AdapterRow.seed`` (tts_app/adapters/sampling.py; upstream draws from the global RNG, which the
   upstream-equality test seeds the same way), so a request's audio does not depend on its batch-mates. With
   ``num_beams=1`` each row samples alone (``RowSampler``). Greedy (``params.greedy``) with one beam is the argmax after
@@ -132,6 +134,7 @@ import numpy as np
 from tts_app.adapters.base import (DTYPE_BYTES, AdapterRow, DecodeBatch, GenerationDefaults, ModelFacts, PrefixCache,
                                    RowEmotion, RowStep, TTSAdapter, count_parameters)
 from tts_app.adapters.decode_stream import DecoderStream
+from tts_app.adapters.kv_pool import decode_settings, make_stream
 from tts_app.errors import InputError, ModelLoadError, ReferenceAudioError
 from tts_app.frontend.messages import Notice, register
 from tts_app.request import EMOTION_NAMES, StopReason, SynthesisParams
@@ -850,7 +853,10 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         self.make_audio = make_audio
         self.num_beams = int(params.num_beams or 1)
         dim = int(adapter.processor.config.gpt.model_dim)
-        self.stream = DecoderStream(gpt.gpt, dim, self.device, next(gpt.parameters()).dtype, params.use_cache)
+        self.pooled = decode_settings(adapter).pooled
+        self.stream = make_stream(adapter, "gpt", gpt.gpt, dim, self.device, next(gpt.parameters()).dtype,
+                                  params.use_cache, new_positions=self.max_new_tokens + 1,
+                                  rows_per_row=self.num_beams)
         self.rows: list[_StepRow] = []
         # (num_rows x num_beams, number_mel_codes): each stream row's next-code logits
         self.next_logits = torch.zeros((0, int(gpt.number_mel_codes)), dtype=torch.float32, device=self.device)
@@ -967,13 +973,46 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         with self.adapter._gpt_autocast():
             return self._logits(self.stream.forward(new, feed))
 
+    def _pick_codes(self, live: list[int]):
+        """Each live row's next code, all rows at once (``(len(live),)`` int64, no host sync): the checkpoint's
+        repetition penalty over each row's own history (histories padded with their placeholder id ``1``, which
+        every history holds, so the penalised set is the row's own), then the argmax over decodable codes
+        (greedy) or the warpers and one draw per row from its own generator (``exponential_race``: draw for draw
+        what ``_CodeSelector.pick``'s ``torch.multinomial`` draws, rows with only undecodable mass taking their
+        best decodable code as ``RowSampler.sample`` does)."""
+        import torch
+
+        from tts_app.adapters.step_sampling import exponential_race
+
+        rows = [self.rows[i] for i in live]
+        selector = rows[0].selector
+        index = torch.tensor(live, dtype=torch.long, device=self.device)
+        logits = self.next_logits[index]  # (n, vocab) float32
+        width = max(int(r.history.shape[1]) for r in rows)
+        history = torch.cat([torch.nn.functional.pad(r.history, (width - r.history.shape[1], 0), value=1)
+                             for r in rows])  # (n, width)
+        if selector.penalty is not None:
+            logits = selector.penalty(history, logits)
+        undecodable = selector.undecodable.to(logits.device)
+        best = logits.masked_fill(undecodable, -float("inf")).argmax(dim=-1)
+        if selector.greedy:
+            return best
+        generators = [g for r in rows for g in r.selector.sampler.generators("cpu")]
+        probs = torch.softmax(selector.sampler.warp(history, logits).float(), dim=-1).masked_fill(undecodable, 0.0)
+        where = generators[0].device
+        drawn = exponential_race(probs.to(where), generators)[:, 0].to(logits.device)
+        return torch.where(probs.sum(dim=-1) == 0, best, drawn)
+
     def _sample_step(self, live: list[int], stop: int):
         """Without beams: pick, compute the ending rows' audio and feed the others; returns the commit."""
         import torch
 
         num_rows = len(self.rows)
-        picked = {i: int(self.rows[i].selector.pick(self.rows[i].history, self.next_logits[i:i + 1])[0])
-                  for i in live}
+        if self.pooled:
+            picked = dict(zip(live, self._pick_codes(live).tolist()))  # the step's one host sync (the stop check)
+        else:  # the eager path: row by row, a host sync each
+            picked = {i: int(self.rows[i].selector.pick(self.rows[i].history, self.next_logits[i:i + 1])[0])
+                      for i in live}
         ends = {i for i in live if picked[i] == stop}
         capped = {i for i in live if i not in ends and len(self.rows[i].codes) + 1 >= self.max_new_tokens}
         finished = sorted(ends | capped)
@@ -1021,9 +1060,11 @@ class IndexTTS2DecodeBatch(DecodeBatch):
         positions = torch.zeros(num_stream_rows, dtype=torch.long)
         feed = torch.zeros((num_stream_rows, 1), dtype=torch.long)
         states, results, continuing = {}, {}, []
+        # pooled: one transfer per step (the searches run on the CPU); eager: one per row
+        host_logits = self.next_logits.float().cpu() if self.pooled else self.next_logits
         for i in live:
             row, block = self.rows[i], self._block(i)
-            states[i], source, picked = row.beam.step(row.beam_state, self.next_logits[block])
+            states[i], source, picked = row.beam.step(row.beam_state, host_logits[block])
             if states[i].done:
                 results[i] = row.beam.result(states[i])
             else:

@@ -40,7 +40,8 @@ Why this file runs its own decode loop instead of ``model.generate`` (transforme
 With that LM-logit CFG processor removed, batch 1 and the KV cache on, our loop gives transformers' tokens and audio
 exactly at guidance 1.3 over 30+ frames when both get the same noise (tests/integration/test_adapter_vibevoice.py).
 
-Our loop keeps the whole input history as embeddings (no cache) or a ``DynamicCache`` (cache), computes position ids
+Our loop keeps the whole input history as embeddings (no cache) or a KV pool (cache: ``tts_app/adapters/kv_pool.py``,
+each row in its own slot of memory allocated once), computes position ids
 from the attention mask (left padding), advances streams and conv caches only for the rows that make a frame, and
 draws every random number of a row from ``torch.Generator().manual_seed(row.seed)``. Model math (LM, diffusion head,
 codec, connectors, noise scheduler) is all transformers'/diffusers' own.
@@ -58,6 +59,7 @@ import numpy as np
 from tts_app.adapters.base import (AdapterRow, DecodeBatch, GenerationDefaults, ModelFacts, PrefixCache, RowStep,
                                    TTSAdapter)
 from tts_app.adapters.decode_stream import DecoderStream, pad_left
+from tts_app.adapters.kv_pool import PooledStream, make_stream
 from tts_app.speaking_rate import max_chars_for_speech_s
 from tts_app.errors import InputError, ReferenceAudioError
 from tts_app.frontend.messages import Notice, register
@@ -297,6 +299,8 @@ class _NegativeStream:
         rows' drop flags after this read, for the caller to keep once the whole step has succeeded)."""
         stream = self.stream
         drop = reading & drop_history
+        if isinstance(stream, PooledStream):  # a row not fed keeps nothing: no placeholder, no host sync
+            return stream.forward(step_inputs, reading[:, None], reset=drop), drop_history & ~reading
         if bool(drop.any()):
             stream.attention_mask = stream.attention_mask.masked_fill(drop[:, None], 0)
         nothing_visible = stream.attention_mask.sum(dim=-1) == 0
@@ -362,8 +366,11 @@ class VibeVoiceDecodeBatch(DecodeBatch):
         lm = model.model.language_model
         self.embed = model.model.get_input_embeddings()
         hidden_size = int(config.text_config.hidden_size)
-        self.positive = DecoderStream(lm, hidden_size, self.device, model.dtype, params.use_cache)
-        self.negative = _NegativeStream(DecoderStream(lm, hidden_size, self.device, model.dtype, params.use_cache))
+        new = int(params.max_new_tokens or adapter.facts.default_max_new_tokens) + 1  # positions after the prompt
+        self.positive = make_stream(adapter, "positive", lm, hidden_size, self.device, model.dtype, params.use_cache,
+                                    new_positions=new)
+        self.negative = _NegativeStream(make_stream(adapter, "negative", lm, hidden_size, self.device, model.dtype,
+                                                    params.use_cache, new_positions=new))
         self.decoder_cache = _RowStreamingCache()
         self.semantic_cache = _RowStreamingCache()
         self.rows: list[_Row] = []

@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tts_app.config import (DEFAULT_MODEL_ID, DEVICES, DTYPES, REFERENCE_TRANSPORTS, ClusterConfig, EngineArgs,
+from tts_app.config import (COMPILE_MODES, DEFAULT_MODEL_ID, DEVICES, DTYPES, REFERENCE_TRANSPORTS, ClusterConfig, EngineArgs,
                             EngineConfig, ModelConfig, check_device)
 from tts_app.errors import ConfigError, InputError
 
@@ -218,7 +218,7 @@ def device_arg(text: str) -> str:
 ENGINE_FLAGS: dict[str, str] = {
     "model_id": "--model", "device": "--device", "dtype": "--dtype", "max_batch_size": "--max-batch-size",
     "memory_budget_bytes": "--memory-budget", "simulate_oom_above_batch": "--simulate-oom-above-batch",
-    "simulate_step_delay_ms": "--simulate-step-delay-ms", "quality_asr": "--quality-asr",
+    "simulate_step_delay_ms": "--simulate-step-delay-ms", "quality_asr": "--quality-asr", "compile": "--compile",
 }
 
 
@@ -238,6 +238,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--memory-budget", type=memory_budget, default=None, metavar="SIZE",
                    help="memory for KV cache + activations, e.g. 2GiB or 512MB (default: from free device memory "
                         "on CUDA, unlimited on CPU)")
+    g.add_argument("--compile", choices=COMPILE_MODES, default=None,
+                   help=f"graph-captured decode step (torch.compile) for the step-wise families (default "
+                        f"{engine.compile}: on for cuda, off for cpu)")
     g.add_argument("--simulate-oom-above-batch", type=positive_int, default=None, metavar="N",
                    help="testing aid: raise a real out-of-memory error for batches larger than N")
     g.add_argument("--simulate-step-delay-ms", type=float, default=None, metavar="MS",
@@ -281,7 +284,8 @@ def engine_args_from(args: argparse.Namespace, **engine_overrides) -> EngineArgs
                                                  "memory_budget": "memory_budget_bytes",
                                                  "simulate_oom_above_batch": "simulate_oom_above_batch",
                                                  "simulate_step_delay_ms": "simulate_step_delay_ms",
-                                                 "quality_asr": "quality_asr"}),
+                                                 "quality_asr": "quality_asr",
+                                                 "compile": "compile"}),
                                  **engine_overrides})
     except ConfigError as exc:
         raise _usage_error(exc, ENGINE_FLAGS) from None

@@ -58,6 +58,7 @@ import time
 from concurrent.futures import Future
 
 from tts_app.adapters.base import DecodeBatch, ModelFacts, PrefixCache, TTSAdapter
+from tts_app.adapters.kv_pool import DecodeSettings, held_pool_bytes
 from tts_app.config import EngineConfig
 from tts_app.errors import InputError
 from tts_app.finish import Finish
@@ -159,6 +160,9 @@ class EngineCore:
         self._stopped_finish = Finish.shut_down()
         self._busy = False
         self._budget_bytes = self._measure_budget()  # the one memory budget (``_remeasure_budget``)
+        # how the adapter's step-wise decode runs: KV pool sized from the batch cap, bounded by the budget
+        adapter.decode_settings = DecodeSettings(pooled=True, compile=config.resolve_compile(self.device),
+                                                 max_kv_bytes=self._budget_bytes, max_rows=config.max_batch_size)
         self._used_since_empty = False
         self._num_oom = 0
         self._num_batches = 0
@@ -240,6 +244,7 @@ class EngineCore:
         budget = self._measure_budget()
         if budget is not None and self.config.memory_budget_bytes is None:
             budget += self.prefix_cache.num_bytes
+            budget += held_pool_bytes(self.adapter)  # the KV pool is ours, allocated once and reused
         self._budget_bytes = budget
 
     def _evict(self, num_bytes: int) -> None:
