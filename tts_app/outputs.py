@@ -151,7 +151,7 @@ def generation_settings(facts: ModelFacts, requested: SynthesisParams, effective
             source = SOURCE_REQUEST if value is not None else "not given (audio as generated)"
         elif name == "segment_context":  # what ran: False when the model or a dialogue ignored it
             source = (SOURCE_REQUEST if value else "ignored: this model has no segment context, or a dialogue"
-                      if given else "not given (each segment generated on its own)")
+                      if given else "off (each segment generated on its own)")
         elif value is None:
             source = defaults.sources.get(name, "not used by this model")
         elif given is not None:

@@ -517,6 +517,8 @@ def test_a_segment_cut_at_its_cap_is_named_in_the_warnings_and_its_timing():
     audio_s = result.segments[1].end_s - result.segments[1].start_s
     assert warning.startswith(f"segment 2 ('This one is long, sadly.') hit the {round(audio_s, 1):g} s cap")
     assert "shorten it" in warning and "raise max_new_tokens" in warning
+    # a Chinese page shows it in Chinese (it was an English-only string among the translated warnings)
+    assert warning.render("zh").startswith(f"第 2 段（'This one is long, sadly.'）达到了 {round(audio_s, 1):g} 秒的上限")
     engine.shutdown()
 
 

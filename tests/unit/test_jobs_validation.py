@@ -101,3 +101,15 @@ def test_without_the_zip_the_job_file_row_says_to_add_it(job_dir):
         zf.write(job_dir / "refs" / "a.wav", "a.wav")
     rows = _messages(validate_job(path, audio_dir=job_dir / "other.zip"))
     assert 0 not in rows and "no audio ZIP" not in rows[1][0]  # a ZIP was given; the names are simply wrong
+
+
+def test_with_a_zip_a_missing_file_names_the_places_looked_in_the_readers_language(job_dir):
+    """A Chinese page's validation of a job with a ZIP lists where a missing file was looked for in Chinese: the
+    job file's folder was an English string there (the run's own check said it in Chinese)."""
+    with zipfile.ZipFile(job_dir / "voices.zip", "w") as zf:
+        zf.write(job_dir / "refs" / "a.wav", "a.wav")
+    path = _write(job_dir / "job.jsonl", [{"input_text": "Hi.", "prompt_audio": "nope.wav"}])
+    report = validate_job(path, audio_dir=job_dir / "voices.zip")
+    zh = report.format_text("zh")
+    assert "音频 ZIP 'voices.zip'、任务文件所在文件夹" in zh and "the job file's folder" not in zh
+    assert "the job file's folder" in report.format_text("en")

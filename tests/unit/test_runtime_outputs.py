@@ -126,3 +126,16 @@ def test_a_cached_hub_model_is_identified_by_its_commit_and_blob_hashes(tmp_path
     (other / "model.safetensors").unlink()
     os.symlink(repo / "blobs" / new_weights, other / "model.safetensors")
     assert checkpoint_sha256(other) != checkpoint_sha256(snapshot)
+
+
+def test_segment_context_turned_off_is_not_called_not_given():
+    """A JSONL line's ``"segment_context": false`` over a job's ``true`` (or the box left unticked) ran without it:
+    the sidecar says it was off, not that nobody gave it."""
+    from tests.fakes import fake_facts
+    from tts_app.outputs import generation_settings
+
+    facts = fake_facts(supports_segment_context=True)
+    settings, sources = generation_settings(facts, SynthesisParams(segment_context=False), None)
+    assert settings["segment_context"] is False and sources["segment_context"].startswith("off")
+    settings, sources = generation_settings(facts, SynthesisParams(segment_context=True), None)
+    assert settings["segment_context"] is True and sources["segment_context"] == "request"

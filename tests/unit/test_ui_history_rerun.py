@@ -128,6 +128,41 @@ def test_an_entry_lists_only_the_models_knobs_in_the_browsers_time_zone(tmp_path
         ctx.close()
 
 
+def test_a_rerun_keeps_segment_context_and_the_entry_lists_it(tmp_path, data_dir, browser):
+    """A generation with "Segment context" ticked is listed with it and re-run with it (the entry did not keep it, so
+    Re-run ran with whatever the box held); on a model without it the hidden box is never left ticked."""
+    emotion = dict(emotion_mode="none", emotion_audio=None, **{k: 0.0 for k in VECTOR}, emotion_weight=1.0,
+                   emotion_text="")
+    ctx = _ctx(tmp_path / "with", fake_facts(supports_segment_context=True, max_segment_chars=20))
+    try:
+        settings = {k: v for k, v in _settings(ctx).items() if k != "audio_format"}
+        text, reference = "One sentence here. Another one there.", str(data_dir / "en_female_1.wav")
+        _, _, metadata, _, used_seed = handlers.synthesize(ctx, reference, text, "", **settings,
+                                                           segment_context=True, request=browser,
+                                                           progress=lambda *a, **k: None)
+        entry = history_ui.remember(ctx, metadata, used_seed, reference, text, "", None, **_settings(ctx),
+                                    segment_context=True, **emotion, request=browser)[0]
+        assert "segment_context True" in history_ui.entry_summary(entry, "en", history_ui.page_defaults(ctx))
+        inputs = _rerun(ctx, browser, entry["entry_id"])
+        assert inputs["segment_context"] is True
+        _, _, metadata, _, _ = _rerun_synthesis(ctx, browser, inputs)
+        assert json.loads(Path(metadata).read_text(encoding="utf-8"))["generation"]["segment_context"] is True
+    finally:
+        ctx.close()
+    ctx = _ctx(tmp_path / "without", fake_facts())
+    try:
+        settings = {k: v for k, v in _settings(ctx).items() if k != "audio_format"}
+        _, _, metadata, _, used_seed = handlers.synthesize(ctx, reference, text, "", **settings,
+                                                           segment_context=True, request=browser,
+                                                           progress=lambda *a, **k: None)
+        (entry,) = history_ui.remember(ctx, metadata, used_seed, reference, text, "", None, **_settings(ctx),
+                                       segment_context=True, **emotion, request=browser)
+        assert "segment_context" not in history_ui.entry_summary(entry, "en", history_ui.page_defaults(ctx))
+        assert _rerun(ctx, browser, entry["entry_id"])["segment_context"] is False
+    finally:
+        ctx.close()
+
+
 def test_dialogue_tab_cleans_uploads_with_its_choice_and_saved_voices_as_saved(tmp_path, data_dir, browser):
     """Issue 24: the Dialogue tab's reference_cleanup reaches its uploaded speakers' clips; a saved voice speaks as it
     was saved (here with "off")."""

@@ -1,6 +1,7 @@
 """The engine's refusals of a request's text, in English and Chinese (``tts_app.frontend.messages``): found while
 the text is split into segments, they end the request as ``FinishReason.REFUSED`` and each door shows them in its
-user's language. No torch."""
+user's language; and its warnings on a finished request (a segment cut at its cap or without audio, a setting
+ignored), rendered likewise. No torch."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ ENGINE_EN: dict[str, str] = {
                                        "own",
     "eng_segment_context_dialogue": "segment_context was ignored: it is for text in one voice, not a dialogue; "
                                     "each turn is generated on its own",
+    "eng_segment_cap": "segment {segment} ({text!r}) hit the {audio_s:g} s cap (max_new_tokens={max_new_tokens}) and "
+                       "was cut off; shorten it (max_segment_chars) or raise max_new_tokens",
+    "eng_segment_no_audio": "segment {segment} ({text!r}) produced no audio: the model ended speech at once; try "
+                            "another seed, sampling instead of greedy, or a longer segment",
     "eng_reference_rate": "reference audio is at {rate_hz} Hz but the model needs {model_rate_hz} Hz; clean it with "
                           "tts_app.audio.reference.prepare_reference(path, target_sampling_rate={model_rate_hz})",
     "eng_emotion_reference_rate": "emotion reference audio is at {rate_hz} Hz but the model needs {model_rate_hz} Hz; "
@@ -56,6 +61,10 @@ ENGINE_ZH: dict[str, str] = {
     "eng_segment_context_unsupported": "已忽略 segment_context：{name} 无法把前面的段落作为上下文（CSM 和 "
                                        "Higgs Audio v2 可以）；每段单独生成",
     "eng_segment_context_dialogue": "已忽略 segment_context：它用于同一个声音朗读的长文本，不用于对话；每一轮单独生成",
+    "eng_segment_cap": "第 {segment} 段（{text!r}）达到了 {audio_s:g} 秒的上限（max_new_tokens={max_new_tokens}），"
+                       "后面被截断；请缩短这一段（max_segment_chars）或调大 max_new_tokens",
+    "eng_segment_no_audio": "第 {segment} 段（{text!r}）没有生成音频：模型立即结束了语音；请换一个种子、改用采样而不是"
+                            "贪心解码，或让这一段长一些",
     "eng_reference_rate": "参考音频的采样率是 {rate_hz} Hz，但模型需要 {model_rate_hz} Hz；请用 "
                           "tts_app.audio.reference.prepare_reference(path, target_sampling_rate={model_rate_hz}) 处理",
     "eng_emotion_reference_rate": "情感参考音频的采样率是 {rate_hz} Hz，但模型需要 {model_rate_hz} Hz；请用 "

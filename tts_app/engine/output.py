@@ -174,10 +174,11 @@ def turn_lines(pieces, speakers) -> tuple[tuple[str, str], ...]:
     return tuple((speakers[k].name, join_pieces(texts)) for k, texts in lines)
 
 
-def cap_warning(index: int, text: str, audio_s: float, max_new_tokens: int) -> str:
-    """The warning for segment ``index`` (0-based) cut at its ``max_new_tokens`` cap after ``audio_s`` s of audio."""
-    return (f"segment {index + 1} ({text[:40]!r}) hit the {round(audio_s, 1):g} s cap (max_new_tokens="
-            f"{max_new_tokens}) and was cut off; shorten it (max_segment_chars) or raise max_new_tokens")
+def cap_warning(index: int, text: str, audio_s: float, max_new_tokens: int) -> Notice:
+    """The warning for segment ``index`` (0-based) cut at its ``max_new_tokens`` cap after ``audio_s`` s of audio
+    (English as a ``str``; each door renders it in its user's language)."""
+    return Notice("eng_segment_cap", segment=index + 1, text=text[:40], audio_s=round(audio_s, 1),
+                  max_new_tokens=max_new_tokens)
 
 
 def take_records(segment) -> dict:
@@ -259,8 +260,7 @@ def assemble_result(state: "RequestState", sampling_rate: int, frames_per_second
             audio_s = wave.size / sampling_rate if wave.size else max_new_tokens / frames_per_second
             warnings.append(cap_warning(i, segments[i].source_text, audio_s, max_new_tokens))
         elif wave.size == 0:
-            warnings.append(f"segment {i + 1} ({segments[i].source_text[:40]!r}) produced no audio: the model ended "
-                            "speech at once; try another seed, sampling instead of greedy, or a longer segment")
+            warnings.append(Notice("eng_segment_no_audio", segment=i + 1, text=segments[i].source_text[:40]))
     return SynthesisResult(request_id=state.request.request_id, status=RequestStatus.DONE, audio=audio,
                            sampling_rate=sampling_rate, segments=timings, warnings=warnings,
                            normalized_text=state.normalized_text, effective_params=state.params,

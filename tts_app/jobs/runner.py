@@ -138,7 +138,7 @@ def _validation_sources(jsonl_path: str | Path, audio_dir: str | Path | None, co
                                     max_members=config.max_zip_members, max_ratio=config.max_zip_ratio)
         with AudioSources([Path(jsonl_path).parent], [Path(r) for r in config.extra_allowed_roots],
                           zip_members=members, zip_path=Path(audio_dir), voices=config.voice_library(),
-                          root_labels={Path(jsonl_path).parent: "the job file's folder"}) as sources:
+                          root_labels={Path(jsonl_path).parent: Notice("job_root_job_folder")}) as sources:
             yield sources
         return
     with _audio_root(audio_dir, Path("unused"), config) as root:

@@ -25,7 +25,7 @@ from tts_app.ui.texts import server_text
 #: text / reference inputs (the same names as ``handlers.synthesize``'s parameters).
 SETTINGS = ("seed", "greedy", "temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens", "max_segment_chars",
             "pause_ms", "use_cache", "speed", "duration_s", "loudness_lufs", "audio_format", "segment_durations_s",
-            "num_beams", "length_penalty", "num_diffusion_steps")
+            "num_beams", "length_penalty", "num_diffusion_steps", "segment_context")
 
 
 def _lang(ctx: AppContext, request: gr.Request | None) -> str:
@@ -88,7 +88,8 @@ def remember(ctx: AppContext, metadata: str | None, used_seed: float | None, ref
              speed: float | None = None, duration_s: float | None = None, loudness_lufs: float | None = None,
              audio_format: str | None = None, segment_durations_s: str | None = None,
              num_beams: float | None = None, length_penalty: float | None = None,
-             num_diffusion_steps: float | None = None, emotion_mode: str | None = None, emotion_audio: str | None = None, happy: float | None = None,
+             num_diffusion_steps: float | None = None, segment_context: bool | None = None,
+             emotion_mode: str | None = None, emotion_audio: str | None = None, happy: float | None = None,
              angry: float | None = None, sad: float | None = None, afraid: float | None = None,
              disgusted: float | None = None, melancholic: float | None = None, surprised: float | None = None,
              calm: float | None = None, emotion_weight: float | None = None, emotion_text: str | None = None,
@@ -114,7 +115,8 @@ def remember(ctx: AppContext, metadata: str | None, used_seed: float | None, ref
                   max_segment_chars=max_segment_chars, pause_ms=pause_ms, use_cache=use_cache, speed=speed,
                   duration_s=duration_s, loudness_lufs=loudness_lufs, audio_format=audio_format,
                   segment_durations_s=segment_durations_s or None, num_beams=num_beams,
-                  length_penalty=length_penalty, num_diffusion_steps=num_diffusion_steps)
+                  length_penalty=length_penalty, num_diffusion_steps=num_diffusion_steps,
+                  segment_context=bool(segment_context))
     emotion = None
     if emotion_mode and emotion_mode != "none":
         emotion = dict(emotion_mode=emotion_mode, happy=happy, angry=angry, sad=sad, afraid=afraid,
@@ -133,7 +135,8 @@ def remember(ctx: AppContext, metadata: str | None, used_seed: float | None, ref
 def rerun_values(ctx: AppContext, entry_id: str, request: gr.Request = None) -> list:
     """An entry's "Re-run" -> the Single tab's inputs as they were: [reference audio, text, reference text, seed,
     randomize (off), voice, then the other ``SETTINGS``, then ``EMOTION_INPUTS`` (source "none", the sliders at 0
-    and the weight at its default for an entry without emotion)]."""
+    and the weight at its default for an entry without emotion)]. ``segment_context`` is put back only on a model
+    that offers it (elsewhere its box is hidden and must not stay ticked; an older entry has none: off)."""
     from tts_app.ui.emotion import DEFAULT_EMOTION_WEIGHT
     from tts_app.ui.voices import UPLOAD
 
@@ -146,6 +149,9 @@ def rerun_values(ctx: AppContext, entry_id: str, request: gr.Request = None) -> 
     emotion = {"emotion_mode": "none", "emotion_weight": DEFAULT_EMOTION_WEIGHT, "emotion_text": "",
                **{name: 0.0 for name in EMOTION_INPUTS[2:10]}, **(entry.emotion or {})}
     emotion["emotion_audio"] = str(entry.emotion_audio) if entry.emotion_audio is not None else None
+    facts = ctx.engine.facts if ctx.engine is not None else None
+    s = {**s, "segment_context": bool(s.get("segment_context")) and bool(
+        facts is not None and facts.supports_segment_context)}
     return [reference, entry.text, entry.reference_text or "", s.get("seed", 0), False, entry.voice or UPLOAD,
             *(s.get(name) for name in SETTINGS if name != "seed"), *(emotion[name] for name in EMOTION_INPUTS)]
 
@@ -161,12 +167,14 @@ def page_defaults(ctx: AppContext) -> dict:
     ``NOT_A_KNOB``."""
     from tts_app.ui.controls import generation_controls
 
-    controls = generation_controls(ctx.engine.facts if ctx.engine is not None else None)
+    facts = ctx.engine.facts if ctx.engine is not None else None
+    controls = generation_controls(facts)
     knobs = {name: controls[name].default if controls[name].visible else NOT_A_KNOB
              for name in ("greedy", "temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens",
                           "max_segment_chars", "num_beams", "length_penalty", "num_diffusion_steps")}
     return {**knobs, "pause_ms": controls["pause_between_segments_ms"].default, "use_cache": True, "speed": 1.0,
-            "duration_s": 0, "loudness_lufs": 0, "audio_format": "wav", "segment_durations_s": None}
+            "duration_s": 0, "loudness_lufs": 0, "audio_format": "wav", "segment_durations_s": None,
+            "segment_context": False if facts is not None and facts.supports_segment_context else NOT_A_KNOB}
 
 
 def _same(value, default) -> bool:

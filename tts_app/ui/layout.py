@@ -239,14 +239,15 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         beam_widgets = [knobs["num_beams"], knobs["length_penalty"], knobs["num_diffusion_steps"]]
         remember_inputs = [metadata_file, used_seed, ref_audio, text, ref_text, voice, seed, greedy, *knob_widgets,
                            use_cache, speed, duration_s, loudness, audio_format, segment_durations, *beam_widgets,
-                           *emotion]
+                           segment_context, *emotion]
         # Queued, as every event that sets history_state must be: gradio's unqueued route reports no changed
         # state, so the State's change (what re-draws the list below) would never fire.
         remember = dict(fn=_wrap(history_handlers.remember, ctx), inputs=remember_inputs, outputs=[history_state],
                         api_visibility="private")
         # history_handlers.rerun_values's outputs
         rerun_outputs = [ref_audio, text, ref_text, seed, randomize, voice, greedy, *knob_widgets, use_cache, speed,
-                         duration_s, loudness, audio_format, segment_durations, *beam_widgets, *emotion]
+                         duration_s, loudness, audio_format, segment_durations, *beam_widgets, segment_context,
+                         *emotion]
         # an empty text is refused by a first step without outputs: a pop-up, and the Output player keeps no
         # "Error" badge next to the previous result
         single_run = generate.click(_wrap(handlers.check_text_given, ctx), [text], None,
