@@ -188,7 +188,7 @@ def test_rerun_gives_back_the_inputs_the_generation_ran_with(ctx, outputs):
     assert Path(values[0]).read_bytes() == outputs["upload"].read_bytes()  # the stored copy of the upload
     assert values[1:6] == ["上传的声音。", "参考文本", 1234, False, UPLOAD]  # seed fixed, "randomize" off
     assert dict(zip([n for n in SETTINGS if n != "seed"], values[6:])) == {
-        n: v for n, v in settings.items() if n != "seed"} | {"segment_context": False}  # a box: never None
+        n: v for n, v in settings.items() if n != "seed"} | {"segment_context": False, "prompt_cache": False}  # boxes: never None
     values = rerun_values(ctx, voice.entry_id, request=me)
     assert values[0] is None and values[5] == "en-male"
     import gradio as gr

@@ -215,3 +215,37 @@ def test_a_job_with_a_take_check_shows_quality_and_filters_lines_that_need_liste
         assert listen.count("<tr>") == 2 and "需要试听" in listen and ">b<" in listen
     finally:
         runtime.close()
+
+
+def test_the_job_prompt_cache_box_reaches_every_line_and_a_lines_own_field_wins(tmp_path, data_dir):
+    """GLM-TTS's prompt cache (not the KV cache) as a Batch-tab job setting: unticked, every line runs without it
+    unless the line says ``"prompt_cache": true``; ticked (the model's default) it is stored as "the model's
+    choice"; on a model without one it is never stored."""
+    from dataclasses import replace
+
+    from tests.fakes import FAKE_GENERATION_DEFAULTS, fake_facts
+
+    shutil.copy(data_dir / "en_female_1.wav", tmp_path / "v.wav")
+    with zipfile.ZipFile(tmp_path / "v.zip", "w") as zf:
+        zf.write(tmp_path / "v.wav", "v.wav")
+    rows = [{"input_text": "A first line.", "prompt_audio": "v.wav", "output_name": "job"},
+            {"input_text": "A second line.", "prompt_audio": "v.wav", "output_name": "own", "prompt_cache": True}]
+    (tmp_path / "job.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    facts = fake_facts(generation_defaults=replace(FAKE_GENERATION_DEFAULTS, prompt_cache=True))
+    runtime = Runtime.from_adapter(FakeAdapter(facts), "fake", EngineConfig(wait_window_ms=1))
+    try:
+        manager = JobManager(JobStore(tmp_path / "out"), runtime)
+        ctx = SimpleNamespace(jobs=manager, engine=runtime.engine, upload_config=UploadConfig())
+        assert batch._settings(ctx, None, True, None, 0, prompt_cache=True)["prompt_cache"] is None  # the default
+        settings = batch._settings(ctx, None, True, None, 0, "wav", "en", prompt_cache=False)
+        assert settings["prompt_cache"] is False
+        state = manager.submit(tmp_path / "job.jsonl", audio_zip=tmp_path / "v.zip", settings=settings)
+        manager.wait(state.job_id, timeout_s=60)
+        out = manager.store.out_dir(state.job_id)
+        ran = {name: json.loads((out / f"{name}.json").read_text(encoding="utf-8"))["generation"]["prompt_cache"]
+               for name in ("job", "own")}
+        assert ran == {"job": False, "own": True}
+    finally:
+        runtime.close()
+    without = SimpleNamespace(engine=SimpleNamespace(facts=fake_facts()))
+    assert batch._settings(without, None, True, None, 0, prompt_cache=False)["prompt_cache"] is None

@@ -29,12 +29,13 @@ def test_controls_start_at_the_checkpoints_values_and_hide_what_the_family_lacks
     dia = generation_controls(DIA_LIKE)
     assert (dia["temperature"].default, dia["top_p"].default, dia["top_k"].default, dia["cfg_scale"].default,
             dia["max_new_tokens"].default, dia["greedy"].default) == (1.8, 0.9, 45, 3.0, 3072, False)
-    # Dia has no beams and no flow-matching stage
-    assert {n for n, c in dia.items() if not c.visible} == {"num_beams", "length_penalty", "num_diffusion_steps"}
+    # Dia has no beams, no flow-matching stage and no prompt cache
+    assert {n for n, c in dia.items() if not c.visible} == {"num_beams", "length_penalty", "num_diffusion_steps",
+                                                            "prompt_cache"}
     assert dia["temperature"].source.startswith("checkpoint generation_config")
     vv = generation_controls(VIBEVOICE_LIKE)
     assert {n for n, c in vv.items() if not c.visible} == {"greedy", "temperature", "top_p", "top_k", "num_beams",
-                                                           "length_penalty", "num_diffusion_steps"}
+                                                           "length_penalty", "num_diffusion_steps", "prompt_cache"}
     assert vv["cfg_scale"].default == 1.3 and vv["max_new_tokens"].default == 600
     assert vv["max_segment_chars"].default == VIBEVOICE_LIKE.max_segment_chars
     assert not any(c.visible for c in generation_controls(None).values())  # no model: nothing to set
@@ -121,3 +122,20 @@ def test_diffusion_steps_control_only_for_a_family_with_a_flow_matching_stage():
         params_from_controls(DIFFUSION_LIKE, seed=0, use_cache=True, values={"num_diffusion_steps": 500})
     assert error_text(refused.value, "en") == "num_diffusion_steps=500 must be an integer in 1..100"
     assert error_text(refused.value, "zh") == "num_diffusion_steps=500 必须是 1..100 之间的整数"
+
+
+PROMPT_CACHE_LIKE = fake_facts(generation_defaults=replace(FAKE_GENERATION_DEFAULTS, prompt_cache=True))
+
+
+def test_prompt_cache_box_only_for_a_family_with_one_and_its_default_is_not_given():
+    """GLM-TTS's long-text prompt cache (on by default, as upstream): shown only for a family that has one; left at
+    the default it is "not given" (the model's choice), switched off it is sent; never sent to a family without."""
+    control = generation_controls(PROMPT_CACHE_LIKE)["prompt_cache"]
+    assert control.visible and control.default is True
+    assert params_from_controls(PROMPT_CACHE_LIKE, seed=0, use_cache=True, values={"prompt_cache": True}) \
+        == SynthesisParams()
+    assert params_from_controls(PROMPT_CACHE_LIKE, seed=0, use_cache=True,
+                                values={"prompt_cache": False}).prompt_cache is False
+    assert params_from_controls(DIA_LIKE, seed=0, use_cache=True, values={"prompt_cache": False}).prompt_cache is None
+    assert PROMPT_CACHE_LIKE.generation_defaults.resolve(SynthesisParams()).prompt_cache is True
+    assert DIA_LIKE.generation_defaults.resolve(SynthesisParams(prompt_cache=True)).prompt_cache is None  # what runs

@@ -47,7 +47,7 @@ def _settings(ctx) -> dict:
                 max_segment_chars=value["max_segment_chars"], pause_ms=value["pause_between_segments_ms"],
                 use_cache=True, speed=1.0, duration_s=0, loudness_lufs=0, audio_format="wav",
                 segment_durations_s="", num_beams=value["num_beams"], length_penalty=value["length_penalty"],
-                num_diffusion_steps=value["num_diffusion_steps"])
+                num_diffusion_steps=value["num_diffusion_steps"], prompt_cache=bool(value["prompt_cache"]))
 
 
 def _generate_and_remember(ctx, browser, reference: str, text: str, emotion: dict) -> list[dict]:
@@ -176,3 +176,30 @@ def test_dialogue_tab_cleans_uploads_with_its_choice_and_saved_voices_as_saved(t
     finally:
         ctx.close()
     assert [s["reference"]["cleanup"] for s in sidecar["speakers"]] == ["off", "full"]
+
+
+def test_a_rerun_keeps_the_prompt_cache_box(tmp_path, data_dir, browser):
+    """GLM-TTS's prompt cache (not the KV cache): an entry made with the box unticked re-runs with it unticked, and
+    lists it, as it differs from the model's default (on)."""
+    from dataclasses import replace
+
+    from tests.fakes import FAKE_GENERATION_DEFAULTS
+
+    ctx = _ctx(tmp_path, fake_facts(generation_defaults=replace(FAKE_GENERATION_DEFAULTS, prompt_cache=True)))
+    try:
+        emotion = dict(emotion_mode="none", emotion_audio=None, **{k: 0.0 for k in VECTOR}, emotion_weight=1.0,
+                       emotion_text="")
+        settings = {**_settings(ctx), "prompt_cache": False}
+        audio, _, metadata, _, used_seed = handlers.synthesize(
+            ctx, str(data_dir / "en_female_1.wav"), "Hello there.", "",
+            **{k: v for k, v in settings.items() if k != "audio_format"}, **emotion, request=browser,
+            progress=lambda *a, **k: None)
+        entry = history_ui.remember(ctx, metadata, used_seed, str(data_dir / "en_female_1.wav"), "Hello there.", "",
+                                    None, **settings, **emotion, request=browser)[0]
+        assert "prompt_cache False" in history_ui.entry_summary(entry, "en", history_ui.page_defaults(ctx))
+        inputs = _rerun(ctx, browser, entry["entry_id"])
+        assert inputs["prompt_cache"] is False
+        _, _, again, _, _ = _rerun_synthesis(ctx, browser, inputs)
+        assert json.loads(Path(again).read_text(encoding="utf-8"))["generation"]["prompt_cache"] is False
+    finally:
+        ctx.close()

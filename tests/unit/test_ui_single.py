@@ -94,3 +94,43 @@ def test_the_segment_context_box_reaches_the_request_and_the_sidecar_says_it_was
     assert sidecar["requested"]["segment_context"] is True
     assert sidecar["generation"]["segment_context"] is False
     assert any("segment_context was ignored" in w for w in sidecar["warnings"])
+
+
+
+@pytest.fixture(scope="module")
+def prompt_cache_ctx(tmp_path_factory):
+    """A fake model whose facts say it has a prompt cache, on by default (as GLM-TTS)."""
+    from dataclasses import replace
+
+    from tests.fakes import FAKE_GENERATION_DEFAULTS, fake_facts
+
+    facts = fake_facts(generation_defaults=replace(FAKE_GENERATION_DEFAULTS, prompt_cache=True))
+    ctx = AppContext(AppSettings(model_config=ModelConfig(), engine_config=EngineConfig(wait_window_ms=1),
+                                 output_root=tmp_path_factory.mktemp("prompt-cache") / "out"),
+                     runtime=Runtime.from_adapter(FakeAdapter(facts), "fake", EngineConfig(wait_window_ms=1)))
+    yield ctx
+    ctx.close()
+
+
+@pytest.mark.parametrize("box, requested, ran", [(False, False, False), (True, None, True), (None, None, True)],
+                         ids=["unticked", "ticked-is-the-default", "left-out"])
+def test_the_prompt_cache_box_reaches_the_request_on_a_model_with_one(prompt_cache_ctx, data_dir, box, requested,
+                                                                     ran):
+    """Issue 28: the Single tab's "Prompt cache" box (GLM-TTS's use_cache, not the KV cache) reaches the request;
+    the model's default (on) is sent as "not given", so the sidecar names the model as its source."""
+    from tts_app.ui.controls import generation_controls
+
+    assert generation_controls(prompt_cache_ctx.engine.facts)["prompt_cache"].visible
+    *_, metadata, _, _ = _synthesize(prompt_cache_ctx, data_dir, LINES[0], prompt_cache=box)
+    sidecar = json.loads(open(metadata, encoding="utf-8").read())
+    assert sidecar["requested"]["prompt_cache"] is requested
+    assert sidecar["generation"]["prompt_cache"] is ran
+
+
+def test_a_model_without_a_prompt_cache_hides_the_box_and_ignores_it(ctx, data_dir):
+    from tts_app.ui.controls import generation_controls
+
+    assert not generation_controls(ctx.engine.facts)["prompt_cache"].visible
+    *_, metadata, _, _ = _synthesize(ctx, data_dir, LINES[0], prompt_cache=False)
+    sidecar = json.loads(open(metadata, encoding="utf-8").read())
+    assert sidecar["requested"]["prompt_cache"] is None and sidecar["generation"]["prompt_cache"] is None

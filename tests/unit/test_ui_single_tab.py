@@ -73,3 +73,28 @@ def test_the_preview_names_its_categories_in_the_pages_language(ctx, lang, overr
     assert labels == {override, polyphone}, spans
     assert preview_colors(None)[override] == "green" and preview_colors(None)[polyphone] == "orange"
     assert set(preview_colors("zh")) == {"指定读音", "多音字"}  # with --lang: one language, as its legend shows
+
+
+@pytest.mark.parametrize("lang, words", [("en-US", "What GLM-TTS-like receives"), ("zh-CN", "GLM-TTS-like 实际收到的文本")])
+def test_the_preview_shows_the_phoneme_in_text_a_glm_tts_like_model_receives(tmp_path, ctx, lang, words):
+    """Issue 28 item 3: on a model that reads phoneme-in text (GLM-TTS's facts) the preview's notes show what its LM
+    gets for an override, through the GLM-TTS adapter's own ``model_text`` (the call that builds its prompt); a
+    model without phoneme-in previews as before."""
+    from tests.fakes import FakeAdapter, fake_facts
+    from tts_app.adapters.glmtts.adapter import GLMTTSAdapter
+    class PhonemeInFake(FakeAdapter):
+        display_name = "GLM-TTS-like"
+        model_text = GLMTTSAdapter.model_text  # the real family's text step (it reads nothing of the model)
+
+    text = "这很重(zhòng)要。"
+    glm = fake_app_context(tmp_path / "glm", PhonemeInFake(fake_facts(supports_pinyin=True,
+                                                                      supports_phoneme_in=True)))
+    try:
+        spans, notes = handlers.pronunciation_preview(glm, text, request=_page(lang))
+        _, no_override = handlers.pronunciation_preview(glm, "这很重要。", request=_page(lang))
+    finally:
+        glm.close()
+    assert words in notes and "`这很<|ZH|><|ONG4|>要。`" in notes, notes
+    assert "<|" not in no_override  # nothing the user forced: the text reaches the model as typed
+    plain_spans, plain_notes = handlers.pronunciation_preview(ctx, text, request=_page(lang))
+    assert plain_spans == spans and "<|" not in plain_notes and words not in plain_notes  # as before

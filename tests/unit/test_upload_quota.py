@@ -128,7 +128,7 @@ def test_an_owners_jobs_and_uploads_are_held_to_the_disk_quota(server, tmp_path)
     assert status == 200
     zip_path = __import__("json").loads(answer)[0]
     # the job would copy the 1.9 MB ZIP into its folder: 3.8 MB is over the quota
-    event = mine.call("submit_job", [file_data(job_file), file_data(zip_path), None, 1, True, False, 0, "wav", 1, 0.0, "auto", False, "off"])
+    event = mine.call("submit_job", [file_data(job_file), file_data(zip_path), None, 1, True, False, 0, "wav", 1, 0.0, "auto", False, "off", True])
     assert event.status_code == 200
     result = mine.result("submit_job", event.json()["event_id"])
     assert "event: error" in result and "each user may keep" in result and "1.9 MB more does not fit" in result

@@ -110,6 +110,9 @@ class GenerationDefaults:
             which says nothing about how the family is run); None = the family has no beams.
         num_diffusion_steps: Euler steps of a flow-matching second stage (``SynthesisParams``), from the family's
             defaults only (no generation config holds it); None = the family has no such stage.
+        prompt_cache: the long-text prompt cache's default (``SynthesisParams.prompt_cache``; GLM-TTS: upstream's
+            ``--use_cache``, on), from the family's defaults only; None = the family has no prompt cache. Not the KV
+            cache.
         sources: field name -> where its value came from: ``SOURCE_CHECKPOINT`` plus the key and value, or the
             family default with its documented source, or why the family has no such knob.
     """
@@ -125,6 +128,7 @@ class GenerationDefaults:
     num_beams: int | None = None
     length_penalty: float | None = None
     num_diffusion_steps: int | None = None
+    prompt_cache: bool | None = None
     max_length: int | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
@@ -176,7 +180,7 @@ class GenerationDefaults:
                 raise KeyError("max_new_tokens needs a family default when the checkpoint gives none")
             else:
                 values[name], sources[name] = None, "not used by this checkpoint"
-        for name in ("num_beams", "length_penalty", "num_diffusion_steps"):  # family defaults only (class docstring)
+        for name in ("num_beams", "length_penalty", "num_diffusion_steps", "prompt_cache"):  # family defaults only (class docstring)
             values[name], sources[name] = family_defaults.get(name, (None, "not used by this checkpoint"))
         for name in ("temperature", "top_p", "cfg_scale", "length_penalty"):
             if values[name] is not None:
@@ -211,7 +215,8 @@ class GenerationDefaults:
                        max_new_tokens=pick(params.max_new_tokens, self.max_new_tokens),
                        num_beams=pick(params.num_beams, self.num_beams),
                        length_penalty=pick(params.length_penalty, self.length_penalty),
-                       num_diffusion_steps=pick(params.num_diffusion_steps, self.num_diffusion_steps))
+                       num_diffusion_steps=pick(params.num_diffusion_steps, self.num_diffusion_steps),
+                       prompt_cache=pick(params.prompt_cache, self.prompt_cache))
 
 
 @dataclass(frozen=True)
@@ -261,6 +266,9 @@ class ModelFacts:
             next segment by a mechanism of its own (CSM's conversation turns, Higgs Audio's chat turns;
             ``AdapterRow.context``), so a request's ``segment_context`` setting applies; False = it is ignored with a
             warning.
+        supports_phoneme_in: the family's language model reads Chinese characters written as their phonemes inside
+            the text (GLM-TTS's "Phoneme-in", ``tts_app.frontend.phoneme_in``): a pinyin override reaches it as
+            phonemes (``TTSAdapter.model_text``), and the page's pronunciation preview shows that text.
         departures: how this app runs the family differently from its upstream tool, one sentence each with
             its reason (``COMMON_DEPARTURES`` + ``TTSAdapter.departures``); written into every output's sidecar
             (``departures``); the README's "How each model is run" table holds the same sentences (a test checks).
@@ -288,6 +296,7 @@ class ModelFacts:
     max_dialogue_speakers: int = 0
     max_segment_tokens: int | None = None
     supports_segment_context: bool = False
+    supports_phoneme_in: bool = False
     departures: tuple[str, ...] = ()
 
     @property

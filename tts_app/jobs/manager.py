@@ -238,6 +238,7 @@ class JobManager:
                                      use_cache=bool(settings.get("use_cache", True)),
                                      num_beams=settings.get("num_beams"), length_penalty=settings.get("length_penalty"),
                                      segment_context=bool(settings.get("segment_context")),
+                                     prompt_cache=settings.get("prompt_cache"),  # None = the model's default
                                      **({"reference_cleanup": cleanup} if cleanup else {}),
                                      **({"take_check": settings["take_check"]} if settings.get("take_check") else {}))
             executor = None

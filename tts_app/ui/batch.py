@@ -351,7 +351,7 @@ def validate_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None
 
 def _settings(ctx: AppContext, max_batch_size, use_cache, greedy, seed, audio_format=None, lang: str = "en", *,
               num_beams=None, length_penalty=None, reference_cleanup=None, segment_context=None,
-              take_check=None) -> dict:
+              take_check=None, prompt_cache=None) -> dict:
     """The job's own settings; ``greedy``, ``num_beams`` and ``length_penalty`` equal to the model's default (or
     not given, or a knob the family lacks) are stored as None = "the model's choice", as the Single tab and the
     command line send them. ``audio_format`` ("wav", "flac", "mp3", "opus"; None / "" = wav) is every line's format
@@ -360,6 +360,9 @@ def _settings(ctx: AppContext, max_batch_size, use_cache, greedy, seed, audio_fo
     ``segment_context``: every line's segments hear the earlier ones (``SynthesisParams.segment_context``; a line's
     own field overrides it).
     ``take_check`` ("off", "score", "reroll"; None = off): the lines' take policy (a line's own field overrides it).
+    ``prompt_cache``: the long-text prompt cache, for a model that has one (GLM-TTS; ``SynthesisParams.prompt_cache``;
+    not the KV cache); equal to the model's default, not given, or on a model without one: stored as None = the
+    model's choice (a line's own field overrides it).
 
     Raises:
         gr.Error: an unknown ``audio_format``, naming the allowed ones; a beam setting or cleanup that
@@ -377,8 +380,8 @@ def _settings(ctx: AppContext, max_batch_size, use_cache, greedy, seed, audio_fo
         facts = ctx.engine.facts if ctx.engine is not None else None
         if facts is not None:
             beams = params_from_controls(facts, seed=0, use_cache=True, values={
-                "num_beams": num_beams, "length_penalty": length_penalty})
-            beams = {name: getattr(beams, name) for name in ("num_beams", "length_penalty")}
+                "num_beams": num_beams, "length_penalty": length_penalty, "prompt_cache": prompt_cache})
+            beams = {name: getattr(beams, name) for name in ("num_beams", "length_penalty", "prompt_cache")}
         if reference_cleanup:
             SynthesisParams(reference_cleanup=reference_cleanup)
         if take_check:
@@ -389,7 +392,7 @@ def _settings(ctx: AppContext, max_batch_size, use_cache, greedy, seed, audio_fo
             "greedy": greedy, "seed": int(seed or 0), "audio_format": audio_format or "wav",
             "num_beams": beams.get("num_beams"), "length_penalty": beams.get("length_penalty"),
             "reference_cleanup": reference_cleanup or None, "segment_context": bool(segment_context),
-            "take_check": take_check or None}
+            "take_check": take_check or None, "prompt_cache": beams.get("prompt_cache")}
 
 
 def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dict, owner: str | None, lang: str
@@ -410,7 +413,7 @@ def _submit(ctx: AppContext, jsonl_file, audio_zip, default_voice, settings: dic
 
 def submit_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None, use_cache=True,
                greedy=None, seed=0, browser=None, status_filter="all", audio_format="wav", num_beams=None,
-               length_penalty=None, reference_cleanup=None, segment_context=None, take_check=None, request: gr.Request = None):
+               length_penalty=None, reference_cleanup=None, segment_context=None, take_check=None, prompt_cache=None, request: gr.Request = None):
     """Run clicked -> the job starts on the server; the page follows it by id (also after a reload) -> (browser
     state, job id, the tab's view). ``audio_format``: the lines' format ("wav", "flac", "mp3", "opus"; a line's
     ``format`` field overrides it). Scripts use ``submit_job_api``."""
@@ -420,7 +423,7 @@ def submit_job(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, 
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
                     _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang, num_beams=num_beams,
                               length_penalty=length_penalty, reference_cleanup=reference_cleanup,
-                              segment_context=segment_context, take_check=take_check), owner, lang)
+                              segment_context=segment_context, take_check=take_check, prompt_cache=prompt_cache), owner, lang)
     browser["job_id"] = state.job_id
     return (browser, state.job_id, *_view(ctx, browser, status_filter, lang, owner))
 
@@ -486,7 +489,7 @@ def resume_job(ctx: AppContext, browser, status_filter="all", request: gr.Reques
 
 def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None,
                      use_cache=True, greedy=None, seed=0, audio_format="wav", num_beams=None, length_penalty=None,
-                     reference_cleanup=None, segment_context=None, take_check=None, request: gr.Request = None):
+                     reference_cleanup=None, segment_context=None, take_check=None, prompt_cache=None, request: gr.Request = None):
     """API: submit a job and wait for it -> (summary text, results table, ZIP path). The job keeps running if
     the caller disconnects; ``/job_status`` with the id in the summary follows it. ``audio_format``,
     ``num_beams``, ``length_penalty`` and ``reference_cleanup`` as in ``submit_job_api``."""
@@ -496,7 +499,7 @@ def run_job_blocking(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
                     _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang, num_beams=num_beams,
                               length_penalty=length_penalty, reference_cleanup=reference_cleanup,
-                              segment_context=segment_context, take_check=take_check),
+                              segment_context=segment_context, take_check=take_check, prompt_cache=prompt_cache),
                     _owner(ctx, request), lang)
     state = ctx.jobs.wait(state.job_id)
     records = ctx.jobs.results(state.job_id)
@@ -531,18 +534,19 @@ def job_status(ctx: AppContext, job_id: str, request: gr.Request = None) -> dict
 
 def submit_job_api(ctx: AppContext, jsonl_file, audio_zip=None, default_voice=None, max_batch_size=None,
                    use_cache=True, greedy=None, seed=0, audio_format="wav", num_beams=None, length_penalty=None,
-                   reference_cleanup=None, segment_context=None, take_check=None, request: gr.Request = None) -> tuple[str, dict]:
+                   reference_cleanup=None, segment_context=None, take_check=None, prompt_cache=None, request: gr.Request = None) -> tuple[str, dict]:
     """API ``/submit_job``: start a job on the server -> (its id, its state as ``/job_status`` gives it), at once.
     Only ``jsonl_file`` is needed; the other inputs are the Batch tab's job settings (``audio_format``: the lines'
     format, "wav", "flac", "mp3" or "opus"; a line's ``format`` field overrides it; ``num_beams`` /
     ``length_penalty``: beam search, for a model that has it (IndexTTS 2); ``reference_cleanup``: "auto", "full"
-    or "off" for the default voice and the lines' files). Follow the job with ``/job_status`` and fetch it with
+    or "off" for the default voice and the lines' files; ``segment_context``; ``take_check``; ``prompt_cache``: the
+    long-text prompt cache, for a model that has one, GLM-TTS, None = the model's default, not the KV cache). Follow the job with ``/job_status`` and fetch it with
     ``/job_results``."""
     lang = _lang(ctx, request)
     state = _submit(ctx, jsonl_file, audio_zip, default_voice,
                     _settings(ctx, max_batch_size, use_cache, greedy, seed, audio_format, lang, num_beams=num_beams,
                               length_penalty=length_penalty, reference_cleanup=reference_cleanup,
-                              segment_context=segment_context, take_check=take_check),
+                              segment_context=segment_context, take_check=take_check, prompt_cache=prompt_cache),
                     _owner(ctx, request), lang)
     return state.job_id, _public(state)
 
@@ -632,6 +636,10 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
                                       visible=bool(facts is not None and facts.supports_segment_context))
             job_take_check = gr.Radio(choices=list(TAKE_CHECKS), value=DEFAULT_TAKE_CHECK, label=i18n("take_check"),
                                       elem_id="job-take-check")
+            # the long-text prompt cache (GLM-TTS), not the KV cache: only for a model that has one
+            job_prompt_cache = gr.Checkbox(value=bool(job_controls["prompt_cache"].default),
+                                           label=i18n("prompt_cache"), visible=job_controls["prompt_cache"].visible,
+                                           elem_id="job-prompt-cache")
     can_run = ctx.engine is not None
     with gr.Row():
         validate_btn = gr.Button(i18n("validate"), elem_id="validate")
@@ -669,7 +677,7 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
                        api_name="validate_job", show_progress_on=[validation_summary])
     run_btn.click(wrap(submit_job), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy, job_seed,
                                      browser, status_filter, job_format, *job_beams, job_cleanup, job_context,
-                                     job_take_check],
+                                     job_take_check, job_prompt_cache],
                   [browser, job_id, *view],
                   api_name="page_submit_job", api_visibility="private", show_progress_on=[progress])
     cancel_btn.click(wrap(cancel_job), [browser], [validation_summary], api_name="page_cancel_job",
@@ -678,7 +686,7 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
                      api_visibility="private", show_progress_on=[progress])
     api_submit.click(wrap(submit_job_api), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy,
                                             job_seed, job_format, *job_beams, job_cleanup, job_context,
-                                            job_take_check], [api_job_id, api_job],
+                                            job_take_check, job_prompt_cache], [api_job_id, api_job],
                      api_name="submit_job")
     api_cancel.click(wrap(cancel_job_api), [api_job_id], [api_job], api_name="cancel_job", queue=False)
     api_resume.click(wrap(resume_job_api), [api_job_id], [api_job], api_name="resume_job")
@@ -691,7 +699,8 @@ def build_batch_tab(ctx: AppContext, i18n, wrap, model_concurrency: dict, browse
     timer.tick(wrap(poll), [browser, status_filter, shown], [shown, *view], show_progress="hidden",
                api_visibility="private", queue=False)
     api_run.click(wrap(run_job_blocking), [jsonl, audio_zip, default_voice, job_batch, job_cache, job_greedy,
-                                           job_seed, job_format, *job_beams, job_cleanup, job_context, job_take_check],
+                                           job_seed, job_format, *job_beams, job_cleanup, job_context, job_take_check,
+                                           job_prompt_cache],
                   [api_summary, api_table, results_zip],
                   api_name="run_job",
                   **model_concurrency)

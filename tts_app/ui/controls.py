@@ -55,7 +55,7 @@ def generation_controls(facts) -> dict[str, Control]:
         return {name: Control(name, default, visible=False, maximum=max(1, default), integer=isinstance(default, int))
                 for name, default in (("greedy", False), ("temperature", 1.0), ("top_p", 1.0), ("top_k", 50),
                                       ("cfg_scale", 1.0), ("max_new_tokens", 1), ("num_beams", 1),
-                                      ("length_penalty", 0.0), ("num_diffusion_steps", 1),
+                                      ("length_penalty", 0.0), ("num_diffusion_steps", 1), ("prompt_cache", False),
                                       ("max_segment_chars", DEFAULT_MAX_SEGMENT_CHARS),
                                       ("pause_between_segments_ms", pause))}
     d = facts.generation_defaults
@@ -79,6 +79,9 @@ def generation_controls(facts) -> dict[str, Control]:
         "length_penalty": knob("length_penalty", -2.0, 2.0, 0.1),
         # flow-matching steps: only families with such a stage (IndexTTS 2's s2mel: 25; 12 = the fast preset)
         "num_diffusion_steps": knob("num_diffusion_steps", 1, MAX_NUM_DIFFUSION_STEPS, 1, integer=True),
+        # the long-text prompt cache (GLM-TTS: upstream's --use_cache, on); not the KV cache (the use_cache box)
+        "prompt_cache": Control("prompt_cache", d.prompt_cache, d.prompt_cache is not None,
+                                source=src.get("prompt_cache", "")),
         # 0 = no cap of the user's own: sentences packed up to the model's own limit (its unit, e.g. tokens)
         "max_segment_chars": Control("max_segment_chars", facts.max_segment_chars, True, 0,
                                      max(1000, facts.max_segment_chars), 1, True,
@@ -113,7 +116,7 @@ def params_from_controls(facts, *, seed: int, use_cache: bool, values: dict[str,
         value = values.get(name)
         if value is None or not control.visible or _same(value, control):
             continue
-        if name == "greedy":
+        if name in ("greedy", "prompt_cache"):  # checkboxes
             given[name] = bool(value)
         else:
             given[name] = int(round(value)) if control.integer else float(value)

@@ -300,7 +300,9 @@ def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None
 
     Highlighted: overrides, and polyphones whose reading is a guess in this context (``CharReading.ambiguous``: read
     by a grammar rule or on its own, not by a dictionary word). Readings are shown in the notation the user typed
-    (tone marks stay tone marks). Plain characters are grouped into runs, so English words are never broken apart."""
+    (tone marks stay tone marks). Plain characters are grouped into runs, so English words are never broken apart.
+    On a model that reads phoneme-in text (GLM-TTS) a text with overrides also gets, in the notes, what the model
+    receives (``model_input_preview``)."""
     from tts_app.frontend import preview_pronunciation
     from tts_app.frontend.g2p import display_reading
     from tts_app.frontend.messages import localize
@@ -333,7 +335,34 @@ def pronunciation_preview(ctx: AppContext, text: str, request: gr.Request = None
     if plain:
         spans.append((plain, None))
     warnings = "\n".join(f"- ⚠ {localize(w, lang)}" for w in preview.warnings)
+    model_input = model_input_preview(ctx, text) if any(r.source == "override" for r in preview.readings) else []
+    if model_input:  # after the warnings, in the same notes box
+        lines = "\n".join(f"- `{line}`" for line in model_input)
+        name = ctx.engine.adapter.display_name
+        warnings = "\n\n".join(filter(None, [warnings, server_text(lang, "preview_model_input", name=name)
+                                               + "\n" + lines]))
     return spans, warnings
+
+
+def model_input_preview(ctx: AppContext, text: str) -> list[str]:
+    """For a model that reads phoneme-in text (``ModelFacts.supports_phoneme_in``: GLM-TTS), each segment's text as
+    its language model receives it: the front end's rendering (``prepare_text`` with the model's own settings, as
+    the engine's input stage runs it) through the adapter's own ``model_text`` (``重(zhòng)要`` ->
+    ``<|ZH|><|ONG4|>要``), the same call that builds its prompt. Empty for any other model, no model, or a text
+    the front end refuses (the preview's warnings say why)."""
+    from tts_app.frontend import prepare_text
+
+    engine = ctx.engine
+    if engine is None or not engine.facts.supports_phoneme_in:
+        return []
+    facts = engine.facts
+    try:
+        prepared = prepare_text(text, supports_pinyin=facts.supports_pinyin, max_segment_chars=facts.max_segment_chars,
+                                control_tags=facts.control_tags,
+                                unencodable_characters=engine.adapter.unencodable_characters)
+    except TTSAppError:
+        return []
+    return [engine.adapter.model_text(segment.text) for segment in prepared.segments]
 
 
 # Streamed playback: the first audio goes out as soon as it is decoded; later pieces are grouped to at least this
@@ -358,7 +387,7 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
                      use_cache, emotion_mode, emotion_audio, emotion_vector, emotion_weight, emotion_text, voice,
                      speed, duration_s, loudness_lufs, segment_durations_s=None, reference_cleanup=None,
                      num_beams=None, length_penalty=None, segment_context=None, take_check=None,
-                     num_diffusion_steps=None):
+                     num_diffusion_steps=None, prompt_cache=None):
     """Validate the widgets' values -> (prepared reference, ``SynthesisRequest``). Raises ``gr.Error`` for a missing
     model, text or usable reference (uploaded or a saved ``voice``), or a bad setting or emotion."""
     from tts_app.ui.controls import params_from_controls
@@ -390,7 +419,8 @@ def _start_synthesis(ctx: AppContext, lang: str, reference_audio, text, referenc
                                               "max_segment_chars": max_segment_chars,
                                               "pause_between_segments_ms": pause_ms, "num_beams": num_beams,
                                               "length_penalty": length_penalty,
-                                              "num_diffusion_steps": num_diffusion_steps})
+                                              "num_diffusion_steps": num_diffusion_steps,
+                                              "prompt_cache": prompt_cache})
     except TTSAppError as exc:
         raise user_error(error_text(exc, lang)) from exc
     params = tempo_params(params, speed, duration_s, loudness_lufs, segment_durations_s, lang)
@@ -427,7 +457,7 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
                reference_cleanup: str | None = None, num_beams: int | None = None,
                length_penalty: float | None = None, segment_context: bool | None = None,
                take_check: str | None = None, num_diffusion_steps: int | None = None,
-               request: gr.Request = None, progress=gr.Progress()):
+               prompt_cache: bool | None = None, request: gr.Request = None, progress=gr.Progress()):
     """Generate speech in the reference voice -> (audio, subtitles, metadata, segments, seed used).
 
     ``speed`` (1 = as generated), ``duration_s`` (0 = as generated), ``loudness_lufs`` (0 = not normalised) and
@@ -449,7 +479,10 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     "reroll"; None = off): the take policy (``tts_app.quality.policy``); each segment's scores show in the segments
     table.
     ``num_diffusion_steps`` (1..100): Euler steps of a flow-matching stage (IndexTTS 2's s2mel: 25; 12 = the fast
-    preset; ignored by other models).
+    preset; ignored by other models). ``prompt_cache``: the long-text prompt cache, for a model that has one
+    (GLM-TTS: upstream's ``--use_cache``, on by default; earlier segments join the next segment's prompt;
+    ``SynthesisParams.prompt_cache``); None = the model's default; ignored by other models. Not the KV cache
+    (``use_cache``).
 
     Returns:
         audio: the audio file (WAV: 16-bit PCM; the player plays these samples as they are); subtitles: SubRip
@@ -463,7 +496,7 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
         speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty,
-        segment_context, take_check, num_diffusion_steps)
+        segment_context, take_check, num_diffusion_steps, prompt_cache)
     return run_web_request(ctx, synthesis_request, lang, progress, reference=reference, audio_format=audio_format,
                            request=request)
 
@@ -492,7 +525,7 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
                       segment_durations_s: str | None = None, reference_cleanup: str | None = None,
                       num_beams: int | None = None, length_penalty: float | None = None,
                       segment_context: bool | None = None, take_check: str | None = None,
-                      num_diffusion_steps: int | None = None,
+                      num_diffusion_steps: int | None = None, prompt_cache: bool | None = None,
                       request: gr.Request = None, progress=gr.Progress()):
     """``synthesize`` that plays while it generates: yields (live audio piece, then skip) while the engine decodes
     (16-bit WAV bytes of the next samples, in order; the first as soon as any audio exists), then (skip, audio,
@@ -510,7 +543,7 @@ def synthesize_stream(ctx: AppContext, reference_audio: str | None, text: str, r
         cfg_scale, max_new_tokens, max_segment_chars, pause_ms, use_cache, emotion_mode, emotion_audio,
         [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm], emotion_weight, emotion_text, voice,
         speed, duration_s, loudness_lufs, segment_durations_s, reference_cleanup, num_beams, length_penalty,
-        segment_context, take_check, num_diffusion_steps)
+        segment_context, take_check, num_diffusion_steps, prompt_cache)
     if synthesis_request.params.needs_whole_clip:
         gr.Info(server_text(lang, "stream_off_whole_clip"))
     engine = _engine(ctx)

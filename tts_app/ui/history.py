@@ -25,7 +25,7 @@ from tts_app.ui.texts import server_text
 #: text / reference inputs (the same names as ``handlers.synthesize``'s parameters).
 SETTINGS = ("seed", "greedy", "temperature", "top_p", "top_k", "cfg_scale", "max_new_tokens", "max_segment_chars",
             "pause_ms", "use_cache", "speed", "duration_s", "loudness_lufs", "audio_format", "segment_durations_s",
-            "num_beams", "length_penalty", "num_diffusion_steps", "segment_context")
+            "num_beams", "length_penalty", "num_diffusion_steps", "segment_context", "prompt_cache")
 
 
 def _lang(ctx: AppContext, request: gr.Request | None) -> str:
@@ -89,7 +89,7 @@ def remember(ctx: AppContext, metadata: str | None, used_seed: float | None, ref
              audio_format: str | None = None, segment_durations_s: str | None = None,
              num_beams: float | None = None, length_penalty: float | None = None,
              num_diffusion_steps: float | None = None, segment_context: bool | None = None,
-             emotion_mode: str | None = None, emotion_audio: str | None = None, happy: float | None = None,
+             prompt_cache: bool | None = None, emotion_mode: str | None = None, emotion_audio: str | None = None, happy: float | None = None,
              angry: float | None = None, sad: float | None = None, afraid: float | None = None,
              disgusted: float | None = None, melancholic: float | None = None, surprised: float | None = None,
              calm: float | None = None, emotion_weight: float | None = None, emotion_text: str | None = None,
@@ -116,7 +116,8 @@ def remember(ctx: AppContext, metadata: str | None, used_seed: float | None, ref
                   duration_s=duration_s, loudness_lufs=loudness_lufs, audio_format=audio_format,
                   segment_durations_s=segment_durations_s or None, num_beams=num_beams,
                   length_penalty=length_penalty, num_diffusion_steps=num_diffusion_steps,
-                  segment_context=bool(segment_context))
+                  segment_context=bool(segment_context),
+                  prompt_cache=None if prompt_cache is None else bool(prompt_cache))
     emotion = None
     if emotion_mode and emotion_mode != "none":
         emotion = dict(emotion_mode=emotion_mode, happy=happy, angry=angry, sad=sad, afraid=afraid,
@@ -136,7 +137,9 @@ def rerun_values(ctx: AppContext, entry_id: str, request: gr.Request = None) -> 
     """An entry's "Re-run" -> the Single tab's inputs as they were: [reference audio, text, reference text, seed,
     randomize (off), voice, then the other ``SETTINGS``, then ``EMOTION_INPUTS`` (source "none", the sliders at 0
     and the weight at its default for an entry without emotion)]. ``segment_context`` is put back only on a model
-    that offers it (elsewhere its box is hidden and must not stay ticked; an older entry has none: off)."""
+    that offers it (elsewhere its box is hidden and must not stay ticked; an older entry has none: off);
+    ``prompt_cache`` as it was, or the model's default for an entry without one."""
+    from tts_app.ui.controls import generation_controls
     from tts_app.ui.emotion import DEFAULT_EMOTION_WEIGHT
     from tts_app.ui.voices import UPLOAD
 
@@ -152,6 +155,8 @@ def rerun_values(ctx: AppContext, entry_id: str, request: gr.Request = None) -> 
     facts = ctx.engine.facts if ctx.engine is not None else None
     s = {**s, "segment_context": bool(s.get("segment_context")) and bool(
         facts is not None and facts.supports_segment_context)}
+    if s.get("prompt_cache") is None:  # an older entry, or one made on a model without a prompt cache
+        s["prompt_cache"] = bool(generation_controls(facts)["prompt_cache"].default)
     return [reference, entry.text, entry.reference_text or "", s.get("seed", 0), False, entry.voice or UPLOAD,
             *(s.get(name) for name in SETTINGS if name != "seed"), *(emotion[name] for name in EMOTION_INPUTS)]
 
@@ -174,7 +179,8 @@ def page_defaults(ctx: AppContext) -> dict:
                           "max_segment_chars", "num_beams", "length_penalty", "num_diffusion_steps")}
     return {**knobs, "pause_ms": controls["pause_between_segments_ms"].default, "use_cache": True, "speed": 1.0,
             "duration_s": 0, "loudness_lufs": 0, "audio_format": "wav", "segment_durations_s": None,
-            "segment_context": False if facts is not None and facts.supports_segment_context else NOT_A_KNOB}
+            "segment_context": False if facts is not None and facts.supports_segment_context else NOT_A_KNOB,
+            "prompt_cache": controls["prompt_cache"].default if controls["prompt_cache"].visible else NOT_A_KNOB}
 
 
 def _same(value, default) -> bool:

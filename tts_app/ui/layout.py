@@ -139,6 +139,11 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
                     segment_context = gr.Checkbox(value=False, label=i18n("segment_context"),
                                                   visible=bool(facts is not None and facts.supports_segment_context),
                                                   elem_id="segment-context")
+                    # the long-text prompt cache (GLM-TTS's use_cache): only for a family that has one; not the
+                    # KV cache (the box before)
+                    prompt_cache = gr.Checkbox(value=bool(controls["prompt_cache"].default),
+                                               label=i18n("prompt_cache"), visible=controls["prompt_cache"].visible,
+                                               elem_id="prompt-cache")
                 with gr.Row():
                     knobs = {name: _control_widget(c, i18n) for name, c in controls.items()
                              if name in ("temperature", "top_p", "top_k", "cfg_scale")}
@@ -234,12 +239,12 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         synthesis_inputs = [ref_audio, text, ref_text, seed, randomize, greedy, *knob_widgets, use_cache, *emotion,
                             voice, speed, duration_s, loudness, audio_format, segment_durations, reference_cleanup,
                             knobs["num_beams"], knobs["length_penalty"], segment_context, take_check,
-                            knobs["num_diffusion_steps"]]  # newer inputs last: API order kept
+                            knobs["num_diffusion_steps"], prompt_cache]  # newer inputs last: API order kept
         # history_handlers.remember's inputs: the sidecar written, the seed used, what was asked, then SETTINGS
         beam_widgets = [knobs["num_beams"], knobs["length_penalty"], knobs["num_diffusion_steps"]]
         remember_inputs = [metadata_file, used_seed, ref_audio, text, ref_text, voice, seed, greedy, *knob_widgets,
                            use_cache, speed, duration_s, loudness, audio_format, segment_durations, *beam_widgets,
-                           segment_context, *emotion]
+                           segment_context, prompt_cache, *emotion]
         # Queued, as every event that sets history_state must be: gradio's unqueued route reports no changed
         # state, so the State's change (what re-draws the list below) would never fire.
         remember = dict(fn=_wrap(history_handlers.remember, ctx), inputs=remember_inputs, outputs=[history_state],
@@ -247,7 +252,7 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
         # history_handlers.rerun_values's outputs
         rerun_outputs = [ref_audio, text, ref_text, seed, randomize, voice, greedy, *knob_widgets, use_cache, speed,
                          duration_s, loudness, audio_format, segment_durations, *beam_widgets, segment_context,
-                         *emotion]
+                         prompt_cache, *emotion]
         # an empty text is refused by a first step without outputs: a pop-up, and the Output player keeps no
         # "Error" badge next to the previous result
         single_run = generate.click(_wrap(handlers.check_text_given, ctx), [text], None,
@@ -318,8 +323,9 @@ def build_demo(ctx: AppContext) -> tuple[gr.Blocks, gr.I18n]:
             demo.load(_wrap(voice_handlers.refresh_voices, ctx), None, [dropdown], queue=False,
                       api_visibility="private")
         reset_order = [*knob_order, "num_beams", "length_penalty", "num_diffusion_steps"]
-        reset.click(lambda: [bool(controls["greedy"].default)] + [controls[n].default for n in reset_order], None,
-                    [greedy] + [knobs[n] for n in reset_order], queue=False, api_visibility="private")
+        reset.click(lambda: [bool(controls["greedy"].default), bool(controls["prompt_cache"].default)]
+                    + [controls[n].default for n in reset_order], None,
+                    [greedy, prompt_cache] + [knobs[n] for n in reset_order], queue=False, api_visibility="private")
         timer.tick(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], api_name="memory", queue=False,
                    show_progress="hidden")
         demo.load(_wrap(handlers.gauge, ctx), None, [gauge_md, gauge_plot], queue=False, show_progress="hidden",

@@ -23,6 +23,7 @@ EN: dict[str, str] = {
     "use_cache": "KV cache (faster; same output on or off)",
     "segment_context": "Segment context: each segment hears the earlier ones (long text in one voice; segments run "
                        "one after another)",
+    "prompt_cache": "Prompt cache (long text: earlier segments join the next prompt; not the KV cache)",
     "max_new_tokens": "Max new tokens per segment",
     "greedy": "Greedy decoding (deterministic)",
     "temperature": "Temperature",
@@ -149,6 +150,7 @@ ZH: dict[str, str] = {
     "max_batch_size": "最大批大小（全服务器统一，由运维设定：--max-batch-size）",
     "use_cache": "KV 缓存（更快；开关输出相同）",
     "segment_context": "段落上下文：每段参考前面已生成的段落（长文本保持同一个声音；各段依次生成）",
+    "prompt_cache": "提示缓存（长文本：前面的段落加入下一段的提示；不是 KV 缓存）",
     "max_new_tokens": "每段最大新 token 数",
     "greedy": "贪心解码（结果确定）",
     "temperature": "温度",
@@ -478,6 +480,7 @@ SERVER["en"].update({
     "emotion_word": "emotion",
     "history_not_saved": "The audio is ready, but it could not be added to the history: {error}",
     "generation_stopped": "Stopped: this generation was cancelled; nothing was saved.",
+    "preview_model_input": "What {name} receives (pinyin overrides as its phonemes), per segment:",
 })
 SERVER["zh"].update({
     "voice_upload": "（上传 / 录制的音频）", "voice_example": "示例",
@@ -490,6 +493,7 @@ SERVER["zh"].update({
     "emotion_word": "情感",
     "history_not_saved": "音频已生成，但未能加入历史记录：{error}",
     "generation_stopped": "已停止：本次生成已取消，没有保存任何内容。",
+    "preview_model_input": "{name} 实际收到的文本（拼音标注写成它的音素），逐段：",
 })
 # The voice library's refusals (``tts_app.voices.VoiceError.code``), shown by ``error_text``.
 SERVER["en"].update({

@@ -654,11 +654,10 @@ class GLMTTSAdapter(TTSAdapter):
                 "max_new_tokens": (MAX_TOKEN_TEXT_RATIO * 200,
                                    "upstream caps each segment at 20 x its text tokens (max_token_text_ratio); this "
                                    "default only bounds a request that does not give one"),
+                "prompt_cache": (PROMPT_CACHE_DEFAULT, "upstream default: glmtts_inference.py --use_cache (default "
+                                 "True): earlier segments join the next segment's prompt"),
             },
             absent={"cfg_scale": "GLM-TTS's language model has no guidance"})
-        defaults = replace(defaults, sources={**defaults.sources, "prompt_cache": (
-            "upstream default: glmtts_inference.py --use_cache (default True): earlier segments join the next "
-            "segment's prompt")})
         return self._model_facts(
             num_parameters=count_parameters(self.model),
             sampling_rate=self.processor.sampling_rate,
@@ -673,6 +672,7 @@ class GLMTTSAdapter(TTSAdapter):
             generation_defaults=defaults,
             languages=LANGUAGES,
             supports_pinyin=True,
+            supports_phoneme_in=True,  # model_text: overrides become upstream's phoneme-in phonemes
             needs_reference_text=True,
         )
 
@@ -688,12 +688,6 @@ class GLMTTSAdapter(TTSAdapter):
             allowed[special["eoa"]] = True
             self._allowed = allowed
         return self._allowed
-
-    def resolve(self, params: SynthesisParams) -> SynthesisParams:
-        """The checkpoint defaults, plus the prompt cache's (upstream's ``--use_cache`` default, on) when the
-        request leaves it out."""
-        params = super().resolve(params)
-        return params if params.prompt_cache is not None else replace(params, prompt_cache=PROMPT_CACHE_DEFAULT)
 
     # ------------------------------------------------------------------ text
 
