@@ -193,8 +193,11 @@ class SynthesisParams:
             earlier conversation turns, Higgs Audio's earlier chat turns as Boson AI's long-form generation builds
             them); the segments then run one after another (segment i+1 starts once segment i's audio exists), still
             batched with other requests' rows. Only the most recent segments that fit the model's input limit are
-            carried (``tts_app.engine.input.InputProcessor.context_window``). Ignored, with a warning, by a family
-            without such a mechanism and by a dialogue. False (the default) = every segment generated on its own, as
+            carried (``tts_app.engine.input.InputProcessor.context_window``). On a family whose long-form context
+            is its prompt cache (GLM-TTS: ``prompt_cache``, upstream's ``--use_cache``) it means that cache on,
+            which is its default (``InputProcessor.context_by_prompt_cache``); with ``prompt_cache=False`` in the
+            same request it is ignored with a warning. Ignored, with a warning, by a family without such a
+            mechanism and by a dialogue. False (the default) = every segment generated on its own, as
             before.
         take_check: the take policy (``tts_app.quality.policy``), one of ``TAKE_CHECKS``: "off" (no scoring);
             "score" (every segment's take scored off the engine's worker thread, the scores recorded); "reroll"

@@ -134,3 +134,18 @@ def test_a_model_without_a_prompt_cache_hides_the_box_and_ignores_it(ctx, data_d
     *_, metadata, _, _ = _synthesize(ctx, data_dir, LINES[0], prompt_cache=False)
     sidecar = json.loads(open(metadata, encoding="utf-8").read())
     assert sidecar["requested"]["prompt_cache"] is None and sidecar["generation"]["prompt_cache"] is None
+
+
+@pytest.mark.parametrize("box, ran, warned", [(None, True, False), (False, False, True)],
+                         ids=["prompt-cache-default", "prompt-cache-off"])
+def test_segment_context_on_a_model_with_a_prompt_cache_is_its_prompt_cache(prompt_cache_ctx, data_dir, box, ran,
+                                                                            warned):
+    """Issue 29 item 4: GLM-TTS's long-form context is its prompt cache, so "Segment context" there means the prompt
+    cache on (no "ignored" warning); with the prompt cache turned off in the same request it is ignored, saying
+    why."""
+    *_, metadata, _, _ = _synthesize(prompt_cache_ctx, data_dir, "\n".join(LINES), segment_context=True,
+                                     prompt_cache=box)
+    sidecar = json.loads(open(metadata, encoding="utf-8").read())
+    assert sidecar["generation"]["segment_context"] is ran and sidecar["generation"]["prompt_cache"] is ran
+    assert any("segment_context was ignored" in w and "prompt cache" in w for w in sidecar["warnings"]) is warned
+    assert not any("has no way to hear earlier segments" in w for w in sidecar["warnings"])

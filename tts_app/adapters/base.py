@@ -265,7 +265,8 @@ class ModelFacts:
         supports_segment_context: the family takes earlier segments' text and generated audio as context for the
             next segment by a mechanism of its own (CSM's conversation turns, Higgs Audio's chat turns;
             ``AdapterRow.context``), so a request's ``segment_context`` setting applies; False = it is ignored with a
-            warning.
+            warning, unless the family has a prompt cache (``GenerationDefaults.prompt_cache``: GLM-TTS), which
+            then is its segment context.
         supports_phoneme_in: the family's language model reads Chinese characters written as their phonemes inside
             the text (GLM-TTS's "Phoneme-in", ``tts_app.frontend.phoneme_in``): a pinyin override reaches it as
             phonemes (``TTSAdapter.model_text``), and the page's pronunciation preview shows that text.

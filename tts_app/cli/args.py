@@ -449,7 +449,7 @@ def add_generation_args(parser: argparse.ArgumentParser, title: str = "generatio
                    help=f"silence after each chapter ('# Title' lines) in ms (default {defaults.chapter_pause_ms})")
     g.add_argument("--segment-context", action="store_const", const=True, default=None,
                    help="long text in one voice: each segment hears the earlier segments' text and audio as context "
-                        "(CSM, Higgs Audio v2; the segments then run one after another; other models ignore it with "
+                        "(CSM, Higgs Audio v2; GLM-TTS: its prompt cache; the segments then run one after another; other models ignore it with "
                         "a warning)")
     from tts_app.quality.policy import TAKE_CHECKS
 

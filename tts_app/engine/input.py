@@ -240,7 +240,9 @@ class InputProcessor:
                 max_steps=max_new,
             ))
         context = self.segment_context(request, warnings)
-        params = replace(params, segment_context=context)  # what runs (False when ignored)
+        # what runs (False when ignored); a family whose long-form context is its prompt cache (GLM-TTS) runs it
+        # there, not through the engine's segment context
+        params = replace(params, segment_context=context or self.context_by_prompt_cache(request, params, warnings))
         return PreparedRequest(text=prepared, params=params, warnings=warnings, works=works, arrival_s=now,
                                segment_context=context)
 
@@ -253,10 +255,29 @@ class InputProcessor:
         if not request.params.segment_context:
             return False
         if not self.facts.supports_segment_context:
-            warnings.append(Notice("eng_segment_context_unsupported", name=self.adapter.display_name))
+            if self.facts.generation_defaults.prompt_cache is None:  # else: context_by_prompt_cache
+                warnings.append(Notice("eng_segment_context_unsupported", name=self.adapter.display_name))
             return False
         if request.turns:
             warnings.append(Notice("eng_segment_context_dialogue"))
+            return False
+        return True
+
+    def context_by_prompt_cache(self, request: SynthesisRequest, params: SynthesisParams, warnings: list) -> bool:
+        """Whether ``segment_context`` runs as the family's long-text prompt cache (``SynthesisParams.prompt_cache``;
+        GLM-TTS's upstream ``--use_cache``, its own way for a segment to hear the earlier ones): asked for, on a
+        family with a prompt cache (``GenerationDefaults.prompt_cache`` not None) and without an engine segment
+        context, not a dialogue, and the request's resolved ``params.prompt_cache`` on (the model's default when
+        not given). A request that turned the prompt cache off gets a warning; a dialogue gets the dialogue
+        warning."""
+        if (not request.params.segment_context or self.facts.supports_segment_context
+                or self.facts.generation_defaults.prompt_cache is None):
+            return False
+        if request.turns:
+            warnings.append(Notice("eng_segment_context_dialogue"))
+            return False
+        if not params.prompt_cache:
+            warnings.append(Notice("eng_segment_context_prompt_cache_off", name=self.adapter.display_name))
             return False
         return True
 

@@ -30,10 +30,13 @@ ENGINE_EN: dict[str, str] = {
     "eng_emotion_text_unsupported": "this {name} checkpoint has no emotion model to read the emotion from text; give "
                                     "an emotion vector or an emotion clip instead",
     "eng_segment_context_unsupported": "segment_context was ignored: {name} has no way to hear earlier segments as "
-                                       "context (CSM and Higgs Audio v2 have one); each segment is generated on its "
+                                       "context (CSM, Higgs Audio v2 and GLM-TTS have one); each segment is generated on its "
                                        "own",
     "eng_segment_context_dialogue": "segment_context was ignored: it is for text in one voice, not a dialogue; "
                                     "each turn is generated on its own",
+    "eng_segment_context_prompt_cache_off": "segment_context was ignored: {name} hears earlier segments through its "
+                                            "prompt cache, which this request turned off (prompt_cache=false); "
+                                            "turn the prompt cache on, or leave it out",
     "eng_segment_cap": "segment {segment} ({text!r}) hit the {audio_s:g} s cap (max_new_tokens={max_new_tokens}) and "
                        "was cut off; shorten it (max_segment_chars) or raise max_new_tokens",
     "eng_segment_no_audio": "segment {segment} ({text!r}) produced no audio: the model ended speech at once; try "
@@ -58,9 +61,11 @@ ENGINE_ZH: dict[str, str] = {
     "eng_emotion_unsupported": "情感控制（情感参考音频、情感向量、从文本读取情感）需要支持它的模型，例如 IndexTTS 2；"
                                "当前加载的模型（{name}）不支持：请去掉情感设置",
     "eng_emotion_text_unsupported": "这个 {name} 检查点没有可从文本读取情感的情感模型；请改为给出情感向量或情感参考音频",
-    "eng_segment_context_unsupported": "已忽略 segment_context：{name} 无法把前面的段落作为上下文（CSM 和 "
-                                       "Higgs Audio v2 可以）；每段单独生成",
+    "eng_segment_context_unsupported": "已忽略 segment_context：{name} 无法把前面的段落作为上下文（CSM、"
+                                       "Higgs Audio v2 和 GLM-TTS 可以）；每段单独生成",
     "eng_segment_context_dialogue": "已忽略 segment_context：它用于同一个声音朗读的长文本，不用于对话；每一轮单独生成",
+    "eng_segment_context_prompt_cache_off": "已忽略 segment_context：{name} 通过提示缓存参考前面的段落，而本次请求关闭了"
+                                            "提示缓存（prompt_cache=false）；请开启提示缓存，或不设置它",
     "eng_segment_cap": "第 {segment} 段（{text!r}）达到了 {audio_s:g} 秒的上限（max_new_tokens={max_new_tokens}），"
                        "后面被截断；请缩短这一段（max_segment_chars）或调大 max_new_tokens",
     "eng_segment_no_audio": "第 {segment} 段（{text!r}）没有生成音频：模型立即结束了语音；请换一个种子、改用采样而不是"

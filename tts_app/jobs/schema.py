@@ -156,7 +156,7 @@ PARAM_TYPES: dict[str, type] = {
     "chapter_pause_ms": int,
     "segment_durations_s": list,  # of numbers: seconds per line of the text
     "reference_cleanup": str,  # "auto" / "full" / "off" (tts_app.config.REFERENCE_CLEANUPS)
-    "segment_context": bool,  # long text in one voice (CSM, Higgs Audio v2; others warn)
+    "segment_context": bool,  # long text in one voice (CSM, Higgs Audio v2; GLM-TTS: its prompt cache; others warn)
     # the take policy (tts_app.quality.policy): "off" / "score" / "reroll" and its thresholds
     "take_check": str,
     "take_max_rerolls": int,

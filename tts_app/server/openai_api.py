@@ -129,7 +129,7 @@ class SpeechRequest(BaseModel):
     reference_cleanup: str | None = Field(None, description="ours: auto, full or off: what is done to the voice's "
                                                             "clip (default: as the voice was saved)")
     segment_context: bool | None = Field(None, description="ours: long text in one voice: each segment hears the "
-                                                           "earlier segments as context (CSM, Higgs Audio v2; "
+                                                           "earlier segments as context (CSM, Higgs Audio v2; GLM-TTS: its prompt cache; "
                                                            "ignored with a warning by other models)")
     take_check: str | None = Field(None, description="ours: off, score or reroll: score each segment's take (ASR "
                                                      "CER/WER, speaker similarity, signal checks) and, with reroll, "

@@ -474,7 +474,7 @@ def synthesize(ctx: AppContext, reference_audio: str | None, text: str, referenc
     default "auto") is what is done to the uploaded reference clip (``tts_app.config.REFERENCE_CLEANUPS``; a saved
     ``voice`` is cleaned as it was saved). ``num_beams`` (1..8) and ``length_penalty``: beam search, for a model
     that has it (IndexTTS 2: 3 beams sampled, penalty 0; refused with a message when out of range, ignored by
-    other models). ``segment_context``: each segment hears the earlier ones as context (CSM, Higgs Audio v2; other
+    other models). ``segment_context``: each segment hears the earlier ones as context (CSM, Higgs Audio v2; GLM-TTS: its prompt cache; other
     models ignore it with a warning; ``SynthesisParams.segment_context``). ``take_check`` ("off", "score",
     "reroll"; None = off): the take policy (``tts_app.quality.policy``); each segment's scores show in the segments
     table.
