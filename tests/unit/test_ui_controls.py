@@ -139,3 +139,10 @@ def test_prompt_cache_box_only_for_a_family_with_one_and_its_default_is_not_give
     assert params_from_controls(DIA_LIKE, seed=0, use_cache=True, values={"prompt_cache": False}).prompt_cache is None
     assert PROMPT_CACHE_LIKE.generation_defaults.resolve(SynthesisParams()).prompt_cache is True
     assert DIA_LIKE.generation_defaults.resolve(SynthesisParams(prompt_cache=True)).prompt_cache is None  # what runs
+
+
+def test_a_job_lines_prompt_cache_warns_on_a_model_without_one():
+    from tts_app.jobs.executor import unsupported_knobs
+
+    assert [n.params["name"] for n in unsupported_knobs(DIA_LIKE, ["prompt_cache"])] == ["prompt_cache"]
+    assert unsupported_knobs(PROMPT_CACHE_LIKE, ["prompt_cache"]) == []

@@ -176,7 +176,7 @@ def unsupported_knobs(facts: ModelFacts, given: list[str] | tuple[str, ...]) -> 
     defaults = facts.generation_defaults
     return [Notice("job_ignored_knob", name=name, family=facts.family, source=defaults.sources.get(name, "absent"))
             for name in ("greedy", "temperature", "top_p", "top_k", "cfg_scale", "num_beams", "length_penalty",
-                         "num_diffusion_steps")
+                         "num_diffusion_steps", "prompt_cache")
             if name in given and getattr(defaults, name) is None]
 
 
