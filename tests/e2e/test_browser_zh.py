@@ -13,6 +13,7 @@ import pytest
 from tests.ui_app import screenshot_dir
 from tts_app.config import REFERENCE_CLEANUPS
 from tts_app.jobs.schema import KNOWN_FIELDS
+from tts_app.quality.policy import TAKE_CHECKS
 from tts_app.monitor import _cpu_name
 
 pytestmark = pytest.mark.e2e
@@ -31,8 +32,10 @@ ALLOWED = {
     "tiny",  # the shared app's model is a folder named tiny-vibevoice-00: the page names the model by its folder
     "cpu", "gpu", "cuda",  # the devices, written so in Chinese too
 }
-# ... and every field a task line may hold (the Batch tab's help lists them all) and the reference-cleanup choices
-ALLOWED |= KNOWN_FIELDS | set(REFERENCE_CLEANUPS)
+# ... and every field a task line may hold (the Batch tab's help lists them all), the values of the reference-cleanup
+# and take-check choices (a task line writes them so; the labels explain them in Chinese), and the model names the
+# help names (GLM-TTS, Higgs Audio v2)
+ALLOWED |= KNOWN_FIELDS | set(REFERENCE_CLEANUPS) | set(TAKE_CHECKS) | {"glm", "tts", "audio"}
 # ... and the words of this machine's device name (the Memory tab names it: "AMD EPYC", "NVIDIA H200")
 ALLOWED |= {w.lower() for w in re.findall(r"[A-Za-z]+", _cpu_name())}
 FILE_NAME = re.compile(r"[\w./\\-]+\.(?:wav|jsonl|json|zip|mp3|flac|ogg|m4a|opus|srt|txt)\b|\S*/\S*", re.IGNORECASE)

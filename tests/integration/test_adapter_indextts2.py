@@ -224,7 +224,12 @@ def test_facts_come_from_config_yaml(adapter, three_rows):
     assert facts.num_parameters == sum({id(p): p.numel() for p in adapter.model.parameters()}.values())
 
 
-def test_kv_estimate_covers_the_cache_the_decode_loop_really_holds(adapter, three_rows):
+def test_kv_estimate_covers_the_cache_the_decode_loop_really_holds(adapter, three_rows, monkeypatch):
+    """The per-row estimate against the eager path's DynamicCache (every row holds the longest row's positions);
+    the KV pool (the default) holds a fixed reservation sized from the memory budget, tested in test_kv_pool."""
+    from tts_app.adapters.kv_pool import DecodeSettings
+
+    monkeypatch.setattr(adapter, "decode_settings", DecodeSettings(pooled=False), raising=False)
     inputs = adapter.preprocess(three_rows, GREEDY)
     batch = adapter.start_decode(GREEDY)  # the one decode loop (generate runs through it too)
     batch.prefill(list(enumerate(three_rows)))

@@ -175,7 +175,12 @@ def test_facts_match_the_loaded_config(adapter):
 
 
 def test_kv_estimate_covers_the_caches_generate_builds(adapter, rows, monkeypatch):
+    """The estimate against the eager path's caches (the KV pool, the default, holds a fixed reservation sized from
+    the memory budget, tested in test_kv_pool)."""
     from tts_app.adapters import vibevoice
+    from tts_app.adapters.kv_pool import DecodeSettings
+
+    monkeypatch.setattr(adapter, "decode_settings", DecodeSettings(pooled=False), raising=False)
 
     peak = {"positions": 0, "steps": 0}
     original = vibevoice.VibeVoiceDecodeBatch._decode_step

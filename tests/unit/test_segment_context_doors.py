@@ -43,4 +43,4 @@ def test_the_sidecar_says_what_ran_and_why():
     settings, sources = generation_settings(FAKE_FACTS, asked, replace(asked, segment_context=False))  # ignored
     assert settings["segment_context"] is False and sources["segment_context"].startswith("ignored")
     settings, sources = generation_settings(offered, SynthesisParams(), SynthesisParams())
-    assert settings["segment_context"] is False and sources["segment_context"].startswith("not given")
+    assert settings["segment_context"] is False and sources["segment_context"].startswith("off")

@@ -197,7 +197,7 @@ ZH: dict[str, str] = {
                    "ZIP。任务在服务器上运行：可以关闭或刷新本页面，稍后回来继续查看（在“最近的任务”中）。",
     "jsonl_help_title": "任务文件的写法（字段、示例、模板）",
     "jsonl_help": "每行一个 JSON 对象，UTF-8 编码。GLM-TTS 自带的任务文件（`uttid`、`prompt_text`、`prompt_speech`、"
-                  "`syn_text`）可直接使用：上传该 JSONL 和其 `prompt` 文件夹的 ZIP。字段：\n\n"
+                  "`syn_text`）可直接使用：上传该 JSONL 和其 `prompt/` 文件夹的 ZIP。字段：\n\n"
                   "| 字段 | 也可写作 | 含义 |\n|---|---|---|\n"
                   "| `input_text` | `syn_text` | 要朗读的文本（必填） |\n"
                   "| `prompt_audio` | `prompt_speech` | ZIP 中的参考音频文件，如 `voices/mei.wav`（未设默认声音时必填） |\n"
