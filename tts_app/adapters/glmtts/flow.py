@@ -594,9 +594,12 @@ def load_flow(flow_dir: str | Path, device: str | torch.device = "cpu", dtype: t
         raise ModelLoadError(f"GLM-TTS flow weights in {flow_dir} do not match its config.yaml (condition width "
                              f"{shape.condition_dim}, expected {expected_condition}); re-download the flow/ folder")
     model = Flow(options, shape)
+    # The rotary inverse frequencies are a fixed function of dim_head (persistent in some x-transformers versions,
+    # not in others): taken from the file when both have them, never required.
     own = model.state_dict()
     weights = {key: value for key, value in weights.items() if key in own or not key.endswith("inv_freq")}
     missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [key for key in missing if not key.endswith("inv_freq")]
     if missing or unexpected:
         raise ModelLoadError(f"GLM-TTS flow weights in {flow_dir} do not fit: missing {missing[:5]}, unexpected "
                              f"{unexpected[:5]}; re-download the flow/ folder")
