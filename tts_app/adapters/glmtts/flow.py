@@ -147,7 +147,8 @@ class TimestepEmbedding(nn.Module):
         self.time_mlp = nn.Sequential(nn.Linear(freq_embed_dim, dim), nn.SiLU(), nn.Linear(dim, dim))
 
     def forward(self, t_b: torch.Tensor) -> torch.Tensor:
-        return self.time_mlp(self.time_embed(t_b))
+        # The sinusoid in float32 even for a bf16 model (time 0..1 scaled by 1000 needs the precision).
+        return self.time_mlp(self.time_embed(t_b.float()).to(self.time_mlp[0].weight.dtype))
 
 
 class GRN(nn.Module):
@@ -548,7 +549,7 @@ class Flow(nn.Module):
         dt = t_span[1] - t_span[0]
         for step in range(1, num_steps + 1):
             velocity = self.estimator(torch.cat([x, x]).to(dtype), condition_2b, tokens_2b,
-                                      t.expand(2 * batch).to(dtype), mask_2b, speaker_2b).float()
+                                      t.expand(2 * batch), mask_2b, speaker_2b).float()
             cond_v, uncond_v = velocity[:batch], velocity[batch:]
             x = x + dt * ((1.0 + INFERENCE_CFG_RATE) * cond_v - INFERENCE_CFG_RATE * uncond_v)
             t = t + dt
