@@ -493,7 +493,7 @@ class Flow(nn.Module):
         prompt_mel: (batch, max_prompt_frames, mel_dim) float, the reference audio's log-mel (upstream's feature
             extractor), frames as rows; prompt_mel_lengths: (batch,).
         speaker_embedding: (batch, 192) float, CAM++ embedding (normalised here, as upstream does).
-        generators: one `torch.Generator` per row (on this model's device) for the ODE start noise; None: the
+        generators: one `torch.Generator` per row (CPU or the model's device) for the ODE start noise; None: the
             global generator, drawn row after row.
         Returns (mel (batch, mel_dim, max_frames) float32, right-padded with zeros; mel_lengths (batch,) int64):
             the generated part only (the prompt's frames removed), as upstream's `inference_with_cache` returns.
@@ -518,9 +518,11 @@ class Flow(nn.Module):
             n = frame_counts[i]
             frame_tokens[i, :n] = row_tokens
             mel_condition[i, :n] = row_condition
-            # Upstream: torch.randn_like(mel_cond) of shape (1, frames, mel_dim); same draw from the row's generator.
-            noise[i, :n] = torch.randn((1, n, self.mel_dim), device=device,
-                                       generator=None if generators is None else generators[i])[0]
+            # Upstream: torch.randn_like(mel_cond) of shape (1, frames, mel_dim); same draw from the row's generator,
+            # on the generator's own device (a CPU generator works for a CUDA model).
+            generator = None if generators is None else generators[i]
+            noise[i, :n] = torch.randn((1, n, self.mel_dim), generator=generator,
+                                       device=device if generator is None else generator.device)[0].to(device)
         counts = torch.tensor(frame_counts, device=device)
         frame_mask = torch.arange(max_frames, device=device)[None, :] < counts[:, None]  # (batch, frames)
         # A batch of one has no padding: run it exactly as upstream does (no masks).
