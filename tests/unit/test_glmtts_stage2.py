@@ -133,3 +133,24 @@ def test_missing_or_mismatched_files_name_the_fix(stage2, tmp_path):
         load_vocoder(tmp_path, 24000)
     with pytest.raises(ValueError, match="24000"):
         load_vocoder(ckpt, 22050)
+
+
+def test_flow_files_in_upstreams_other_accepted_forms(stage2, golden, tmp_path):
+    """`{"model": state dict}` weights (upstream's load_flow_model accepts both) and HyperPyYAML `!ref` values load to
+    the same model; a config that contradicts the weights is refused with the fix."""
+    ckpt, flow, _, _ = stage2
+    (tmp_path / "flow").mkdir()
+    state = torch.load(ckpt / "flow" / "flow.pt", weights_only=True)
+    state.pop("estimator.rotary_embed.inv_freq")  # not required: a fixed function of the head size
+    torch.save({"model": dict(state)}, tmp_path / "flow" / "flow.pt")
+    config = (ckpt / "flow" / "config.yaml").read_text().replace("    mel_dim: 80", "    mel_dim: !ref <num_mels>")
+    (tmp_path / "flow" / "config.yaml").write_text("num_mels: 80\n" + config)
+    other = load_flow(tmp_path / "flow")
+    row = golden[0]
+    mel, _ = other.token_to_mel(*_batch([row]), generators=_generators([row]))
+    torch.testing.assert_close(mel[0], row["mel"], atol=MEL_ATOL, rtol=1e-4)
+
+    (tmp_path / "flow" / "config.yaml").write_text(config.replace("remove_spkr_concat_condition: true",
+                                                                  "remove_spkr_concat_condition: false"))
+    with pytest.raises(ModelLoadError, match="do not match its config.yaml.*re-download"):
+        load_flow(tmp_path / "flow")

@@ -147,7 +147,8 @@ class TimestepEmbedding(nn.Module):
         self.time_mlp = nn.Sequential(nn.Linear(freq_embed_dim, dim), nn.SiLU(), nn.Linear(dim, dim))
 
     def forward(self, t_b: torch.Tensor) -> torch.Tensor:
-        return self.time_mlp(self.time_embed(t_b))
+        # The sinusoid in float32 even for a bf16 model (time 0..1 scaled by 1000 needs the precision).
+        return self.time_mlp(self.time_embed(t_b.float()).to(self.time_mlp[0].weight.dtype))
 
 
 class GRN(nn.Module):
@@ -492,7 +493,7 @@ class Flow(nn.Module):
         prompt_mel: (batch, max_prompt_frames, mel_dim) float, the reference audio's log-mel (upstream's feature
             extractor), frames as rows; prompt_mel_lengths: (batch,).
         speaker_embedding: (batch, 192) float, CAM++ embedding (normalised here, as upstream does).
-        generators: one `torch.Generator` per row (on this model's device) for the ODE start noise; None: the
+        generators: one `torch.Generator` per row (CPU or the model's device) for the ODE start noise; None: the
             global generator, drawn row after row.
         Returns (mel (batch, mel_dim, max_frames) float32, right-padded with zeros; mel_lengths (batch,) int64):
             the generated part only (the prompt's frames removed), as upstream's `inference_with_cache` returns.
@@ -517,9 +518,11 @@ class Flow(nn.Module):
             n = frame_counts[i]
             frame_tokens[i, :n] = row_tokens
             mel_condition[i, :n] = row_condition
-            # Upstream: torch.randn_like(mel_cond) of shape (1, frames, mel_dim); same draw from the row's generator.
-            noise[i, :n] = torch.randn((1, n, self.mel_dim), device=device,
-                                       generator=None if generators is None else generators[i])[0]
+            # Upstream: torch.randn_like(mel_cond) of shape (1, frames, mel_dim); same draw from the row's generator,
+            # on the generator's own device (a CPU generator works for a CUDA model).
+            generator = None if generators is None else generators[i]
+            noise[i, :n] = torch.randn((1, n, self.mel_dim), generator=generator,
+                                       device=device if generator is None else generator.device)[0].to(device)
         counts = torch.tensor(frame_counts, device=device)
         frame_mask = torch.arange(max_frames, device=device)[None, :] < counts[:, None]  # (batch, frames)
         # A batch of one has no padding: run it exactly as upstream does (no masks).
@@ -548,7 +551,7 @@ class Flow(nn.Module):
         dt = t_span[1] - t_span[0]
         for step in range(1, num_steps + 1):
             velocity = self.estimator(torch.cat([x, x]).to(dtype), condition_2b, tokens_2b,
-                                      t.expand(2 * batch).to(dtype), mask_2b, speaker_2b).float()
+                                      t.expand(2 * batch), mask_2b, speaker_2b).float()
             cond_v, uncond_v = velocity[:batch], velocity[batch:]
             x = x + dt * ((1.0 + INFERENCE_CFG_RATE) * cond_v - INFERENCE_CFG_RATE * uncond_v)
             t = t + dt
@@ -594,9 +597,12 @@ def load_flow(flow_dir: str | Path, device: str | torch.device = "cpu", dtype: t
         raise ModelLoadError(f"GLM-TTS flow weights in {flow_dir} do not match its config.yaml (condition width "
                              f"{shape.condition_dim}, expected {expected_condition}); re-download the flow/ folder")
     model = Flow(options, shape)
+    # The rotary inverse frequencies are a fixed function of dim_head (persistent in some x-transformers versions,
+    # not in others): taken from the file when both have them, never required.
     own = model.state_dict()
     weights = {key: value for key, value in weights.items() if key in own or not key.endswith("inv_freq")}
     missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [key for key in missing if not key.endswith("inv_freq")]
     if missing or unexpected:
         raise ModelLoadError(f"GLM-TTS flow weights in {flow_dir} do not fit: missing {missing[:5]}, unexpected "
                              f"{unexpected[:5]}; re-download the flow/ folder")

@@ -153,7 +153,9 @@ class SourceModuleHnNSF2(nn.Module):
         upsample = s.hop_length
         harmonics = torch.arange(1, s.nb_harmonics + 2, device=f0_bt1.device, dtype=f0_bt1.dtype)[None, None, :]
         rad = (f0_bt1 * harmonics / s.sampling_rate) % 1
-        initial_phase = torch.rand(rad.shape[0], rad.shape[2], device=rad.device, generator=generator)
+        # Drawn on the generator's own device (a CPU generator works for a CUDA model), then moved.
+        draw_device = rad.device if generator is None else generator.device
+        initial_phase = torch.rand(rad.shape[0], rad.shape[2], device=draw_device, generator=generator).to(rad.device)
         initial_phase[:, 0] = 0
         rad[:, 0, :] = rad[:, 0, :] + initial_phase
         # Phase integrated at the frame rate, then linearly upsampled back (upstream's SineGen2 with
@@ -164,9 +166,10 @@ class SourceModuleHnNSF2(nn.Module):
         sines = torch.sin(phase) * s.nsf_alpha
         voiced = (f0_bt1 > s.nsf_voiced_threshold).to(sines.dtype)
         noise_amp = voiced * s.nsf_sigma + (1 - voiced) * s.nsf_alpha / 3
-        noise = noise_amp * torch.randn(sines.shape, device=sines.device, dtype=sines.dtype, generator=generator)
+        noise = noise_amp * torch.randn(sines.shape, device=draw_device, dtype=sines.dtype,
+                                        generator=generator).to(sines.device)
         sines = sines * voiced + noise
-        torch.randn(voiced.shape, device=voiced.device, dtype=voiced.dtype, generator=generator)
+        torch.randn(voiced.shape, device=draw_device, dtype=voiced.dtype, generator=generator)
         return self.l_tanh(self.l_linear(sines))
 
 
